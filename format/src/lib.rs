@@ -1,0 +1,26 @@
+//! The heapsnap snapshot file format.
+//!
+//! A snapshot is written once by [`SnapshotWriter`] (streaming, checksummed, atomically renamed,
+//! owner-only) and read by [`Snapshot`], which maps the file, validates all of it up front and
+//! then hands out zero-copy slices and typed views. `FORMAT.md` beside this crate is the
+//! specification; this crate is its reference implementation.
+
+#[cfg(target_endian = "big")]
+compile_error!("heapsnap-format reads and writes little-endian records in place; big-endian hosts are not supported");
+
+mod error;
+mod layout;
+mod metadata;
+mod reader;
+mod writer;
+
+pub use error::{FormatError, SectionProblem};
+pub use layout::{
+    FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId,
+    SymbolKind, SymbolRecord, CustomOpsRecord, Trailer, BYTE_ORDER_LITTLE, END_MAGIC, MAGIC,
+    NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR,
+    WORD_SIZE,
+};
+pub use metadata::{ColourEncoding, DomainInfo, Metadata, Trigger};
+pub use reader::{ReadOptions, Region, Snapshot};
+pub use writer::{RegionStream, SnapshotWriter};

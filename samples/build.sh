@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the heapsnap sample programs with the OCaml 5.3.0 toolchain.
+#
+#   samples/build.sh [std|rhb16]      (default: std)
+#
+# The toolchain comes from scripts/ocaml-toolchain.sh VARIANT (built on first use).
+# Executables go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/VARIANT/NAME;
+# intermediate files go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/.build/VARIANT.
+# Up-to-date executables are not rebuilt. Progress goes to stderr; the output
+# directory is printed on stdout.
+#   std   : every sample except reserved_bits
+#   rhb16 : every sample, including reserved_bits (which needs 16 reserved header bits)
+set -euo pipefail
+
+variant="${1:-std}"
+case "$variant" in
+  std|rhb16) ;;
+  *) echo "samples/build.sh: unknown variant '$variant' (expected: std, rhb16)" >&2; exit 2 ;;
+esac
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+prefix="$("$repo/scripts/ocaml-toolchain.sh" "$variant")"
+export PATH="$prefix/bin:$PATH"
+ocamlopt="$prefix/bin/ocamlopt"
+
+root="${HEAPSNAP_SAMPLES_DIR:-$repo/target/samples}"
+out="$root/$variant"
+build="$root/.build/$variant"
+mkdir -p "$out" "$build"
+
+# Serialise concurrent builds of the same variant.
+exec 8>"$root/.build/$variant.lock"
+flock 8
+
+# name | extra link flags | C stub (or -)
+samples=(
+  "cache_leak||-"
+  "closure_list||-"
+  "effect_cont||-"
+  "systhread_stack|threads|-"
+  "domains_shared||-"
+  "weak_ephemeron||-"
+  "bigarray_sample||-"
+  "lazy_sample||-"
+  "objects_sample||-"
+  "long_list||-"
+  "large_array||-"
+  "large_heap||-"
+  "steady_state||-"
+)
+if [ "$variant" = rhb16 ]; then
+  samples+=("reserved_bits||reserved_bits_stubs.c")
+fi
+
+flags=(-g)
+common_deps=("$here/heapsnap_sample.ml" "$here/build.sh" "$ocamlopt")
+
+newer_than_all() { # target deps...
+  local t="$1"; shift
+  [ -e "$t" ] || return 1
+  local d
+  for d in "$@"; do [ "$t" -nt "$d" ] || return 1; done
+}
+
+# The shared protocol module, compiled once per variant.
+cp -p "$here/heapsnap_sample.ml" "$build/"
+if ! newer_than_all "$build/heapsnap_sample.cmx" "${common_deps[@]}"; then
+  echo "samples: [$variant] compiling heapsnap_sample" >&2
+  (cd "$build" && "$ocamlopt" "${flags[@]}" -c heapsnap_sample.ml)
+fi
+
+built=0
+for entry in "${samples[@]}"; do
+  IFS='|' read -r name libs stub <<<"$entry"
+  deps=("$here/$name.ml" "${common_deps[@]}")
+  [ "$stub" != - ] && deps+=("$here/$stub")
+  if newer_than_all "$out/$name" "${deps[@]}"; then
+    continue
+  fi
+  echo "samples: [$variant] building $name" >&2
+  cp -p "$here/$name.ml" "$build/"
+  args=("${flags[@]}")
+  if [ "$libs" = threads ]; then
+    args+=(-I +threads -I +unix unix.cmxa threads.cmxa)
+  fi
+  args+=(heapsnap_sample.cmx)
+  if [ "$stub" != - ]; then
+    cp -p "$here/$stub" "$build/"
+    args+=("$stub")
+  fi
+  args+=("$name.ml" -o "$name.exe")
+  (cd "$build" && "$ocamlopt" "${args[@]}")
+  mv -f "$build/$name.exe" "$out/$name"   # atomic replace
+  built=$((built + 1))
+done
+echo "samples: [$variant] $built built, $(( ${#samples[@]} - built )) up to date in $out" >&2
+echo "$out"

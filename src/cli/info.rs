@@ -1,0 +1,68 @@
+//! `heapsnap info`: the format-level view of a snapshot.
+
+use anyhow::Context;
+use clap::Args;
+use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct InfoArgs {
+    /// The snapshot file.
+    snapshot: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
+    let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
+    let mut regions: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    for region in snap.regions() {
+        let entry = regions.entry(region.kind().label()).or_default();
+        entry.0 += 1;
+        entry.1 += region.bytes.len() as u64;
+    }
+    let mut roots: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for root in snap.roots() {
+        *roots.entry(RootKind::from_code(root.kind).label()).or_default() += 1;
+    }
+    let version = format!("{}.{}", snap.header().version_major, snap.header().version_minor);
+    if args.json {
+        let value = serde_json::json!({
+            "format_version": version,
+            "metadata": snap.metadata(),
+            "sections": snap.sections().len(),
+            "regions": regions.iter().map(|(k, (n, b))| (k.to_string(), serde_json::json!({"count": n, "bytes": b}))).collect::<serde_json::Map<_, _>>(),
+            "roots": roots,
+            "symbols": snap.symbols().len(),
+            "dwarf_sections": snap.dwarf_section_names().collect::<Vec<_>>(),
+            "custom_ops": snap.custom_ops().len(),
+            "ephemerons": snap.ephemerons().len(),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let m = snap.metadata();
+    println!("snapshot        {} (format {version})", args.snapshot.display());
+    println!("ocaml           {} ({} reserved header bits)", m.ocaml_version, m.reserved_header_bits);
+    println!("taken by        {} on {:?}", m.dumper, m.trigger);
+    if let Some(exe) = &m.executable {
+        println!("executable      {exe} (pid {})", m.pid.map_or("-".into(), |p| p.to_string()));
+    }
+    println!("domains         {}", m.domains.len());
+    for kind in RegionKind::ALL {
+        if let Some((n, b)) = regions.get(kind.label()) {
+            println!("region {:<12} {n:>8} regions {b:>14} bytes", kind.label());
+        }
+    }
+    for (kind, n) in &roots {
+        println!("roots  {kind:<20} {n:>8}");
+    }
+    println!("symbols         {}", snap.symbols().len());
+    for w in &m.warnings {
+        println!("warning         {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
