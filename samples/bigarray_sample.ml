@@ -15,6 +15,9 @@ let () =
   Array2.fill ba_i32_2d 7l;
   Array1.fill ba_char 'b';
   Heapsnap_sample.debug_root "ba_f64" (fun () -> Obj.repr ba_f64);
+  Heapsnap_sample.debug_root "ba_i32_2d" (fun () -> Obj.repr ba_i32_2d);
+  Heapsnap_sample.debug_root "ba_char" (fun () -> Obj.repr ba_char);
+  Heapsnap_sample.debug_root "ba_sub" (fun () -> Obj.repr ba_sub);
   Heapsnap_sample.run (fun _cfg step ->
       ba_sub.{step} <- float_of_int step;
       assert (ba_f64.{step} = float_of_int step))

@@ -63,11 +63,11 @@ newer_than_all() { # target deps...
   for d in "$@"; do [ "$t" -nt "$d" ] || return 1; done
 }
 
-# The shared protocol module, compiled once per variant.
-cp -p "$here/heapsnap_sample.ml" "$build/"
+# Sources are compiled in place (absolute paths, so the debug info and DWARF
+# line tables name samples/NAME.ml) with every output redirected to $build.
 if ! newer_than_all "$build/heapsnap_sample.cmx" "${common_deps[@]}"; then
   echo "samples: [$variant] compiling heapsnap_sample" >&2
-  (cd "$build" && "$ocamlopt" "${flags[@]}" -c heapsnap_sample.ml)
+  (cd "$build" && "$ocamlopt" "${flags[@]}" -c -o "$build/heapsnap_sample.cmx" "$here/heapsnap_sample.ml")
 fi
 
 built=0
@@ -79,18 +79,23 @@ for entry in "${samples[@]}"; do
     continue
   fi
   echo "samples: [$variant] building $name" >&2
-  cp -p "$here/$name.ml" "$build/"
-  args=("${flags[@]}")
+  inc=(-I "$build")
+  libargs=()
   if [ "$libs" = threads ]; then
-    args+=(-I +threads -I +unix unix.cmxa threads.cmxa)
+    inc+=(-I +threads -I +unix)
+    libargs=(unix.cmxa threads.cmxa)
   fi
-  args+=(heapsnap_sample.cmx)
+  objs=()
   if [ "$stub" != - ]; then
-    cp -p "$here/$stub" "$build/"
-    args+=("$stub")
+    # ocamlopt hands .c files to the C compiler (with -I of the runtime headers);
+    # the object file lands in the current directory, i.e. $build.
+    (cd "$build" && "$ocamlopt" "${flags[@]}" -c "$here/$stub")
+    objs+=("$build/${stub%.c}.o")
   fi
-  args+=("$name.ml" -o "$name.exe")
-  (cd "$build" && "$ocamlopt" "${args[@]}")
+  (cd "$build" &&
+     "$ocamlopt" "${flags[@]}" "${inc[@]}" -c -o "$build/$name.cmx" "$here/$name.ml" &&
+     "$ocamlopt" "${flags[@]}" "${inc[@]}" "${libargs[@]}" "$build/heapsnap_sample.cmx" \
+       "$build/$name.cmx" "${objs[@]}" -o "$build/$name.exe")
   mv -f "$build/$name.exe" "$out/$name"   # atomic replace
   built=$((built + 1))
 done

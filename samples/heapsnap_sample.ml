@@ -11,7 +11,8 @@
 
    Diagnostics go to stderr only, and only when HEAPSNAP_SAMPLE_DEBUG is set:
    then each checkpoint prints "# step i root NAME reachable_bytes B" for the
-   roots the sample registered with [debug_root] (Obj.reachable_words * 8). *)
+   roots the sample registered with [debug_root] (Obj.reachable_words * 8),
+   after "# step i heap_bytes B" (Gc.quick_stat heap_words * 8). *)
 
 type config = {
   name : string;
@@ -53,12 +54,15 @@ let stdin_eof = ref false
 let checkpoint cfg ?(before_ready = fun _ -> ()) step =
   Gc.compact ();
   before_ready step;
-  if debug then
+  if debug then begin
+    let st = Gc.quick_stat () in
+    Printf.eprintf "# step %d heap_bytes %d\n%!" step (8 * st.Gc.heap_words);
     List.iter
       (fun (n, get) ->
          Printf.eprintf "# step %d root %s reachable_bytes %d\n%!" step n
            (8 * Obj.reachable_words (get ())))
-      (List.rev !debug_roots);
+      (List.rev !debug_roots)
+  end;
   print_string ("READY " ^ string_of_int step ^ "\n");
   flush stdout;
   if cfg.pause && not !stdin_eof then

@@ -28,6 +28,8 @@ let make_item i =
   { id = i; name; vec = [| i; 2 * i; 3 * i |]; score; weight = float_of_int i *. 0.5 }
 
 let () =
+  Heapsnap_sample.debug_root "items" (fun () -> Obj.repr items);
+  Heapsnap_sample.debug_root "index" (fun () -> Obj.repr index);
   Heapsnap_sample.run (fun cfg step ->
       if step = 1 then begin
         let millions =

@@ -38,4 +38,8 @@ let check step =
   assert (reserved_of (Obj.repr res7) = 0)
 
 let () =
+  Heapsnap_sample.debug_root "res7" (fun () -> Obj.repr res7);
+  Heapsnap_sample.debug_root "res42" (fun () -> Obj.repr res42);
+  Heapsnap_sample.debug_root "res1000" (fun () -> Obj.repr res1000);
+  Heapsnap_sample.debug_root "res65535" (fun () -> Obj.repr res65535);
   Heapsnap_sample.run (fun _cfg step -> check step) ~before_ready:check

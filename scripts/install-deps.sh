@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the system tools heapsnap's build and tests need, when they are missing
+# (Debian/Ubuntu; needs root or passwordless sudo for apt-get).
+set -euo pipefail
+need=()
+command -v cc >/dev/null || need+=(gcc)
+command -v make >/dev/null || need+=(make)
+command -v npm >/dev/null || need+=(npm)
+command -v flock >/dev/null || need+=(util-linux)
+command -v strip >/dev/null || need+=(binutils)
+command -v gdb >/dev/null || need+=(gdb)
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install-deps: installing ${need[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
+fi
+command -v cargo >/dev/null || { echo "install-deps: cargo is required (https://rustup.rs)" >&2; exit 1; }
