@@ -21,6 +21,11 @@ pub const NO_DOMAIN: u16 = u16::MAX;
 /// The root's value was found by a conservative scan: it may not really be a live reference.
 pub const ROOT_FLAG_CONSERVATIVE: u32 = 1;
 
+/// The root holds its value weakly: the runtime tracks the value but does not keep it alive
+/// (the value of a `Gc.finalise`d block, a block sampled by memprof). Reachability from the
+/// roots should not start from weak roots.
+pub const ROOT_FLAG_WEAK: u32 = 2;
+
 /// First 32 bytes of every snapshot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
@@ -234,8 +239,8 @@ pub struct RootRecord {
     pub slot: u64,
     /// The OCaml value (a pointer or an immediate), as it was.
     pub value: u64,
-    /// Kind-specific: return address of a stack frame, stack base of a suspended fiber, field index
-    /// of a module global, ...
+    /// Kind-specific (see FORMAT.md §3.3): return address of a stack frame, the head fiber's
+    /// `stack_info` address for a suspended stack, field index of a module global, ...
     pub origin: u64,
     /// Kind-specific name: the module or function symbol, the global root's C symbol, ...
     pub name: StrId,
@@ -251,6 +256,10 @@ impl RootRecord {
 
     pub fn is_conservative(&self) -> bool {
         self.flags & ROOT_FLAG_CONSERVATIVE != 0
+    }
+
+    pub fn is_weak(&self) -> bool {
+        self.flags & ROOT_FLAG_WEAK != 0
     }
 }
 

@@ -10,17 +10,20 @@ compile_error!("heapsnap-format reads and writes little-endian records in place;
 
 mod error;
 mod layout;
+mod load_bias;
 mod metadata;
 mod reader;
+mod symbol_index;
 mod writer;
 
 pub use error::{FormatError, SectionProblem};
 pub use layout::{
     FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId,
-    SymbolKind, SymbolRecord, CustomOpsRecord, Trailer, BYTE_ORDER_LITTLE, END_MAGIC, MAGIC,
-    NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR,
+    SymbolKind, SymbolRecord, CustomOpsRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC,
+    NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK, SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR,
     WORD_SIZE,
 };
+pub use load_bias::SECTION_KIND_LOAD_BIAS;
 pub use metadata::{ColourEncoding, DomainInfo, Metadata, Trigger};
 pub use reader::{ReadOptions, Region, Snapshot};
 pub use writer::{RegionStream, SnapshotWriter};

@@ -7,11 +7,13 @@
 use crate::error::{FormatError, SectionProblem};
 use crate::layout::*;
 use crate::metadata::Metadata;
+use crate::symbol_index::{last_address, SymbolIndex};
 use memmap2::Mmap;
 use rayon::prelude::*;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::OnceLock;
 use xxhash_rust::xxh3::xxh3_64;
 
 #[derive(Clone, Debug)]
@@ -62,6 +64,8 @@ pub struct Snapshot {
     /// Sorted by base address; no two overlap.
     regions: Vec<RegionEntry>,
     dwarf: Vec<(String, Range<usize>)>,
+    /// Built on the first `symbol_at`.
+    symbol_index: OnceLock<SymbolIndex>,
 }
 
 /// One memory region: its header and its bytes, as they were in the target.
@@ -173,7 +177,7 @@ impl Snapshot {
             return Err(FormatError::BadTrailer { offset: trailer_offset });
         }
         let table_ok = trailer.table_offset >= FileHeader::SIZE as u64
-            && trailer.table_offset % 8 == 0
+            && trailer.table_offset.is_multiple_of(8)
             && trailer
                 .section_count
                 .checked_mul(SectionEntry::SIZE as u64)
@@ -196,15 +200,16 @@ impl Snapshot {
 
         Self::check_section_bounds(&sections, trailer.table_offset)?;
         if options.verify_checksums {
-            sections.par_iter().enumerate().try_for_each(|(index, entry)| {
+            // find_map_first: when several sections are damaged, always name the first one.
+            let mismatch = sections.par_iter().enumerate().find_map_first(|(index, entry)| {
                 let body = &data[entry.offset as usize..(entry.offset + entry.length) as usize];
                 let actual = xxh3_64(body);
-                if actual == entry.checksum {
-                    Ok(())
-                } else {
-                    Err(section_error(index, entry, SectionProblem::ChecksumMismatch { expected: entry.checksum, actual }))
-                }
-            })?;
+                (actual != entry.checksum)
+                    .then(|| section_error(index, entry, SectionProblem::ChecksumMismatch { expected: entry.checksum, actual }))
+            });
+            if let Some(error) = mismatch {
+                return Err(error);
+            }
         }
 
         let metadata = Self::parse_metadata(data, &sections)?;
@@ -219,6 +224,7 @@ impl Snapshot {
             ephemerons: 0..0,
             regions: Vec::new(),
             dwarf: Vec::new(),
+            symbol_index: OnceLock::new(),
             backing,
         };
         snapshot.index_sections()?;
@@ -237,11 +243,14 @@ impl Snapshot {
                 return Err(section_error(index, entry, SectionProblem::OutOfBounds { length: entry.length, limit }));
             }
         }
+        // Sorted by (start, end), a section that starts before the end of any earlier one starts
+        // before the end of the one just before it, so checking neighbours is enough. An empty
+        // section counts as a point: it may touch another section's ends, not lie inside it.
         let mut order: Vec<usize> = (0..sections.len()).collect();
-        order.sort_unstable_by_key(|&i| sections[i].offset);
+        order.sort_unstable_by_key(|&i| (sections[i].offset, sections[i].length, i));
         for pair in order.windows(2) {
             let (a, b) = (&sections[pair[0]], &sections[pair[1]]);
-            if a.offset + a.length > b.offset && a.length > 0 && b.length > 0 {
+            if b.offset < a.offset + a.length {
                 return Err(section_error(pair[1], b, SectionProblem::OverlapsSection { other_offset: a.offset }));
             }
         }
@@ -278,7 +287,7 @@ impl Snapshot {
             }
             let body = entry.offset as usize..(entry.offset + entry.length) as usize;
             let records = |size: usize| -> Result<Range<usize>, FormatError> {
-                if entry.length % size as u64 != 0 {
+                if !entry.length.is_multiple_of(size as u64) {
                     return Err(fail(SectionProblem::BadLength { length: entry.length, record_size: size }));
                 }
                 Ok(body.clone())
@@ -300,7 +309,7 @@ impl Snapshot {
                 SectionKind::CustomOps => self.custom_ops = records(CustomOpsRecord::SIZE)?,
                 SectionKind::Ephemerons => self.ephemerons = records(8)?,
                 SectionKind::Region => {
-                    if entry.length < RegionHeader::SIZE as u64 || (entry.length - RegionHeader::SIZE as u64) % 8 != 0 {
+                    if entry.length < RegionHeader::SIZE as u64 || !(entry.length - RegionHeader::SIZE as u64).is_multiple_of(8) {
                         return Err(fail(SectionProblem::Invalid(format!(
                             "region section of {} bytes is not a {}-byte header and whole words",
                             entry.length,
@@ -309,7 +318,7 @@ impl Snapshot {
                     }
                     let header: &RegionHeader = bytemuck::from_bytes(&self.backing.bytes()[body.start..body.start + RegionHeader::SIZE]);
                     let bytes = body.start + RegionHeader::SIZE..body.end;
-                    if header.base % 8 != 0 || header.base.checked_add(bytes.len() as u64).is_none() {
+                    if !header.base.is_multiple_of(8) || header.base.checked_add(bytes.len() as u64).is_none() {
                         return Err(fail(SectionProblem::Invalid(format!("region base {:#x} is unaligned or its end wraps", header.base))));
                     }
                     if header.first_block as usize > bytes.len() {
@@ -325,6 +334,9 @@ impl Snapshot {
                     let name_len = name_bytes.iter().position(|&b| b == 0).unwrap_or(DWARF_NAME_LEN);
                     let name = std::str::from_utf8(&name_bytes[..name_len])
                         .map_err(|_| fail(SectionProblem::Invalid("DWARF section name is not UTF-8".into())))?;
+                    if name.is_empty() {
+                        return Err(fail(SectionProblem::Invalid("DWARF section name is empty".into())));
+                    }
                     if self.dwarf.iter().any(|(n, _)| n == name) {
                         return Err(fail(SectionProblem::Invalid(format!("DWARF section {name} appears twice"))));
                     }
@@ -344,8 +356,10 @@ impl Snapshot {
         self.check_records()
     }
 
+    /// Same rule as for sections: sorted by (base, end), an overlap shows between neighbours; an
+    /// empty region may touch another's ends but not lie inside it, so lookups stay exact.
     fn check_regions(&mut self) -> Result<(), FormatError> {
-        self.regions.sort_unstable_by_key(|r| r.base);
+        self.regions.sort_unstable_by_key(|r| (r.base, r.bytes.len(), r.section));
         for pair in self.regions.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
             let a_end = a.base + a.bytes.len() as u64;
@@ -381,11 +395,14 @@ impl Snapshot {
             return Err(bad(SectionKind::Roots, RootRecord::SIZE, i, format!("name {} is not a string", self.roots()[i].name.0)));
         }
         let symbols = self.symbols();
-        if let Some(i) = symbols.iter().position(|s| !string_ok(s.name) || s.end < s.start) {
-            return Err(bad(SectionKind::Symbols, SymbolRecord::SIZE, i, "bad name or end before start".into()));
+        if let Some(i) = symbols.iter().position(|s| !string_ok(s.name)) {
+            return Err(bad(SectionKind::Symbols, SymbolRecord::SIZE, i, format!("name {} is not a string", symbols[i].name.0)));
         }
-        if let Some(i) = symbols.windows(2).position(|w| w[1].start < w[0].start) {
-            return Err(bad(SectionKind::Symbols, SymbolRecord::SIZE, i + 1, "symbols are not sorted by address".into()));
+        if let Some(i) = symbols.iter().position(|s| s.end < s.start) {
+            return Err(bad(SectionKind::Symbols, SymbolRecord::SIZE, i, "end before start".into()));
+        }
+        if let Some(i) = symbols.windows(2).position(|w| (w[1].start, w[1].end) < (w[0].start, w[0].end)) {
+            return Err(bad(SectionKind::Symbols, SymbolRecord::SIZE, i + 1, "symbols are not sorted by (start, end)".into()));
         }
         if let Some(i) = self.custom_ops().iter().position(|o| !string_ok(o.identifier)) {
             return Err(bad(SectionKind::CustomOps, CustomOpsRecord::SIZE, i, "identifier is not a string".into()));
@@ -443,15 +460,21 @@ impl Snapshot {
     }
 
     /// The innermost symbol whose range holds `address` (or that starts there, for sizeless ones).
+    /// Innermost means: of the symbols holding `address`, the one that starts last, and of those
+    /// starting there, the shortest (the first in the table when several are equal).
+    /// O(log n) however symbols nest or overlap.
     pub fn symbol_at(&self, address: u64) -> Option<(&SymbolRecord, &str)> {
         let symbols = self.symbols();
-        let after = symbols.partition_point(|s| s.start <= address);
-        symbols[..after]
-            .iter()
-            .rev()
-            .take(64)
-            .find(|s| address < s.end || (s.start == s.end && s.start == address))
-            .map(|s| (s, self.string(s.name).unwrap_or("")))
+        let last_starting = symbols.partition_point(|s| s.start <= address).checked_sub(1)?;
+        let index = self.symbol_index.get_or_init(|| SymbolIndex::new(symbols));
+        let reaching = index.last_reaching(last_starting, address)?;
+        // Symbols that start where that one does are sorted by end, hence by last address: the
+        // first of them that still reaches the address is the innermost.
+        let start = symbols[reaching].start;
+        let run = symbols[..reaching].partition_point(|s| s.start < start);
+        let inner = run + symbols[run..=reaching].partition_point(|s| last_address(s) < address);
+        let symbol = &symbols[inner];
+        Some((symbol, self.string(symbol.name).unwrap_or("")))
     }
 
     pub fn region_count(&self) -> usize {

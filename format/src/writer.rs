@@ -21,6 +21,10 @@ pub struct SnapshotWriter {
     string_ids: HashMap<String, StrId>,
     /// Base and end of every region written, to refuse overlaps before they reach the disk.
     region_spans: Vec<(u64, u64)>,
+    /// Names of the DWARF sections written: a name may appear once.
+    dwarf_names: Vec<String>,
+    /// Set by a failed write: the file's contents are then unknown, so `finish` refuses.
+    failed: bool,
 }
 
 impl SnapshotWriter {
@@ -47,6 +51,8 @@ impl SnapshotWriter {
             strings: Vec::new(),
             string_ids: HashMap::new(),
             region_spans: Vec::new(),
+            dwarf_names: Vec::new(),
+            failed: false,
         };
         writer.put(bytemuck::bytes_of(&FileHeader::current()))?;
         Ok(writer)
@@ -112,9 +118,14 @@ impl SnapshotWriter {
         if name.is_empty() || name.len() > DWARF_NAME_LEN || name.contains('\0') {
             return Err(FormatError::Writer(format!("bad DWARF section name {name:?}")));
         }
+        if self.dwarf_names.iter().any(|n| n == name) {
+            return Err(FormatError::Writer(format!("the DWARF section {name} can only be written once")));
+        }
         let mut header = [0u8; DWARF_NAME_LEN];
         header[..name.len()].copy_from_slice(name.as_bytes());
-        self.write_section(SectionKind::Dwarf, 0, &[&header, bytes])
+        self.write_section(SectionKind::Dwarf, 0, &[&header, bytes])?;
+        self.dwarf_names.push(name.to_owned());
+        Ok(())
     }
 
     pub fn write_custom_ops(&mut self, ops: &[CustomOpsRecord]) -> Result<(), FormatError> {
@@ -127,14 +138,23 @@ impl SnapshotWriter {
         self.write_section(SectionKind::Ephemerons, 0, &[bytemuck::cast_slice(values)])
     }
 
-    /// Writes a section of any kind, e.g. one a later version defines.
+    /// Writes a section of a kind this version does not know, e.g. one a later version defines
+    /// (set [`SECTION_FLAG_REQUIRED`] if a reader must not skip it). Known kinds are refused:
+    /// their typed methods validate what they write.
     pub fn write_raw_section(&mut self, kind: u32, flags: u32, body: &[u8]) -> Result<(), FormatError> {
-        self.write_section(SectionKind::from_code(kind), flags, &[body])
+        let kind = SectionKind::from_code(kind);
+        if !matches!(kind, SectionKind::Unknown(_)) {
+            return Err(FormatError::Writer(format!("the {kind} section cannot be written raw: use its own method")));
+        }
+        self.write_section(kind, flags, &[body])
     }
 
     /// Writes the strings, the section table and the trailer, flushes everything to disk and
     /// renames the file to its final name. Returns that name.
     pub fn finish(mut self) -> Result<PathBuf, FormatError> {
+        if self.failed {
+            return Err(FormatError::Writer("an earlier write failed; the snapshot is incomplete".into()));
+        }
         if !self.sections.iter().any(|s| s.kind == SectionKind::Metadata.code()) {
             return Err(FormatError::Writer("no metadata section was written".into()));
         }
@@ -195,12 +215,19 @@ impl SnapshotWriter {
         if kind.is_singleton() && self.sections.iter().any(|s| s.kind == kind.code()) {
             return Err(FormatError::Writer(format!("the {kind} section can only be written once")));
         }
+        // A region stream dropped or refused mid-way leaves unaligned bytes that no section owns;
+        // pad them so this section still starts on a multiple of 8.
+        let padding = (8 - (self.position % 8) as usize) % 8;
+        self.put(&[0u8; 8][..padding])?;
         let offset = self.position;
         Ok(SectionStream { writer: self, kind, flags, offset, hasher: Xxh3::new() })
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), FormatError> {
-        self.out.write_all(bytes).map_err(|source| FormatError::Io { path: self.final_path.clone(), source })?;
+        if let Err(source) = self.out.write_all(bytes) {
+            self.failed = true;
+            return Err(FormatError::Io { path: self.final_path.clone(), source });
+        }
         self.position += bytes.len() as u64;
         Ok(())
     }
@@ -251,7 +278,7 @@ impl RegionStream<'_> {
     pub fn finish(self) -> Result<(), FormatError> {
         let base = self.base;
         let payload = self.section.writer.position - self.section.offset - RegionHeader::SIZE as u64;
-        if payload % 8 != 0 {
+        if !payload.is_multiple_of(8) {
             return Err(FormatError::Writer(format!("region at {base:#x}: {payload} bytes is not a whole number of words")));
         }
         let end = base
