@@ -1,6 +1,9 @@
 //! Command-line parsing and dispatch. Each group of subcommands lives in its own module.
 
+mod analyze;
+mod dump;
 mod info;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -14,12 +17,40 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Totals of a snapshot: objects, bytes, garbage, free, per region kind and domain, top groups.
+    Summary(analyze::SummaryArgs),
+    /// Count, shallow and retained bytes per group (tag, kind, closure or root).
+    Top(analyze::TopArgs),
+    /// The dominator tree with retained sizes.
+    Dominators(analyze::DominatorsArgs),
+    /// Shortest paths from the roots to objects (ignoring weak references), merged by chain.
+    Path(analyze::PathArgs),
+    /// One object: header, fields, retained size, immediate dominator.
+    Inspect(analyze::InspectArgs),
+    /// Check a snapshot's consistency (non-zero exit when it fails).
+    Verify(analyze::VerifyArgs),
     /// Validate a snapshot and print its metadata and sections.
     Info(info::InfoArgs),
+    /// Attach to a running OCaml 5 program, take one snapshot, detach.
+    Dump(dump::DumpArgs),
+    /// Launch a program and take numbered snapshots when triggers fire (also honours OCAML_HEAPSNAP).
+    Run(run::RunArgs),
+    /// Watch a program for the preload library (started by libheapsnap_preload.so, not by hand).
+    #[command(hide = true)]
+    Watch(run::WatchArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Summary(args) => analyze::summary_cmd(args),
+        Command::Top(args) => analyze::top_cmd(args),
+        Command::Dominators(args) => analyze::dominators_cmd(args),
+        Command::Path(args) => analyze::path_cmd(args),
+        Command::Inspect(args) => analyze::inspect_cmd(args),
+        Command::Verify(args) => analyze::verify_cmd(args),
         Command::Info(args) => info::run(args),
+        Command::Dump(args) => dump::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Watch(args) => run::watch(args),
     }
 }

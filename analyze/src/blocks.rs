@@ -1,0 +1,655 @@
+//! Finding the blocks: every live block of every region gets a node id, and every address can be
+//! turned back into a node in constant time.
+//!
+//! Node ids are dense `u32`s: first the super-root and one node per root kind (see
+//! [`crate::graph`]), then the blocks of the heap regions (pools, minor heaps, large
+//! allocations) region by region in address order, then the static blocks. Within a region,
+//! node ids follow addresses. A per-region bitmap with one bit per word, set where a block's
+//! first field is, plus a running count every 64 words (rank), maps an address to its node
+//! without any per-node table: 16 bytes per 64 heap words.
+//!
+//! Free slots (zero headers) and unswept garbage (the snapshot's GARBAGE colour) are counted
+//! per region and never become nodes.
+
+use crate::address_index::AddressIndex;
+use crate::ocaml::{self, Colour, Header, HeaderLayout};
+use heapsnap_format::{RegionKind, Snapshot, NO_DOMAIN};
+use rayon::prelude::*;
+use std::ops::Range;
+
+pub type NodeId = u32;
+pub const NO_NODE: NodeId = u32::MAX;
+
+/// 64 words of a region: which of them start a block's fields, and the node id of the first.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct RankWord {
+    bits: u64,
+    base: u32,
+}
+
+/// How blocks are found inside one region.
+#[derive(Clone, Copy, Debug)]
+enum Lookup {
+    /// No blocks (fiber stacks, other memory).
+    None,
+    /// A bitmap starting at this index of the rank table.
+    Bitmap { start: usize },
+    /// A single block (a large allocation) whose first field is this word of the region.
+    Single { word: u64 },
+}
+
+/// Counts for one region.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RegionCounts {
+    pub live_blocks: u64,
+    pub live_bytes: u64,
+    pub free_slots: u64,
+    pub free_bytes: u64,
+    pub garbage_blocks: u64,
+    pub garbage_bytes: u64,
+}
+
+impl RegionCounts {
+    pub fn add(&mut self, o: &RegionCounts) {
+        self.live_blocks += o.live_blocks;
+        self.live_bytes += o.live_bytes;
+        self.free_slots += o.free_slots;
+        self.free_bytes += o.free_bytes;
+        self.garbage_blocks += o.garbage_blocks;
+        self.garbage_bytes += o.garbage_bytes;
+    }
+}
+
+/// One snapshot region, as the analysis sees it.
+pub struct RegionBlocks<'s> {
+    pub kind: RegionKind,
+    pub domain: Option<u16>,
+    pub base: u64,
+    pub words: &'s [u64],
+    pub nodes: Range<NodeId>,
+    pub counts: RegionCounts,
+    lookup: Lookup,
+}
+
+impl RegionBlocks<'_> {
+    pub fn end(&self) -> u64 {
+        self.base + self.words.len() as u64 * 8
+    }
+}
+
+/// A block header that cannot be right, or a region that does not look like what it claims.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Malformed {
+    /// Address of the header (or of the region, for region-level problems).
+    pub address: u64,
+    pub region_kind: &'static str,
+    pub reason: String,
+}
+
+/// Where a pointer goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Node(NodeId),
+    /// Outside every region that holds OCaml blocks: code, C data, the runtime's atoms...
+    External,
+    /// Into a region that holds blocks, but not to a block.
+    Bad(BadPointer),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadPointer {
+    /// Not 8-byte aligned.
+    Misaligned,
+    /// Into a free pool slot.
+    FreeSlot,
+    /// Into a block the GC already found dead (GARBAGE colour).
+    Garbage,
+    /// Inside a block but not at its first field (and not an infix header of a closure).
+    Interior,
+    /// Into a block-holding region, between blocks (a pool header, a slot tail...).
+    BetweenBlocks,
+    /// Into a domain's minor heap below `young_ptr`: a block that no longer exists.
+    DeadMinor,
+    /// Into static data where no valid header precedes the address.
+    NoHeader,
+}
+
+pub struct BlockMap<'s> {
+    pub snap: &'s Snapshot,
+    pub layout: HeaderLayout,
+    pub index: AddressIndex,
+    /// In the snapshot's region order (address order).
+    pub regions: Vec<RegionBlocks<'s>>,
+    rank: Vec<RankWord>,
+    /// `(first node, region index)` of every region with blocks, sorted by node.
+    node_regions: Vec<(NodeId, u32)>,
+    /// Node ids below this are not blocks (super-root and root-kind nodes).
+    pub first_block_node: NodeId,
+    pub node_count: NodeId,
+    pub malformed: Vec<Malformed>,
+    pub malformed_count: u64,
+    /// Live part `young_ptr..young_end` excluded: the dead part of each domain's minor heap.
+    dead_minor: Vec<(u64, u64)>,
+}
+
+const MAX_REPORTED: usize = 1000;
+
+/// A block found in a region: its first field's word index and its header.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockRef<'s> {
+    pub node: NodeId,
+    pub address: u64,
+    pub header: Header,
+    pub fields: &'s [u64],
+    pub region: u32,
+}
+
+impl<'s> BlockMap<'s> {
+    /// Walks every pool, minor heap and large allocation. Static blocks are added later by
+    /// [`BlockMap::add_static_blocks`], once the pointers that reach them are known.
+    pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::AnalyzeError> {
+        let meta = snap.metadata();
+        let layout = HeaderLayout::new(meta.reserved_header_bits, meta.colours);
+        let index = AddressIndex::new(snap);
+        let mut regions = Vec::with_capacity(snap.region_count());
+        let mut rank_len = 0usize;
+        for (i, r) in snap.regions().enumerate() {
+            let words = r.words();
+            if words.len() as u64 >= (u32::MAX as u64) * 64 {
+                return Err(crate::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
+            }
+            let lookup = match r.kind() {
+                RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static => {
+                    let start = rank_len;
+                    rank_len += words.len().div_ceil(64);
+                    Lookup::Bitmap { start }
+                }
+                RegionKind::Large => Lookup::Single { word: u64::MAX },
+                _ => Lookup::None,
+            };
+            regions.push(RegionBlocks {
+                kind: r.kind(),
+                domain: (r.header.domain != NO_DOMAIN).then_some(r.header.domain),
+                base: r.base(),
+                words,
+                nodes: 0..0,
+                counts: RegionCounts::default(),
+                lookup,
+            });
+        }
+        let mut rank = vec![RankWord::default(); rank_len];
+
+        // Pass 1, in parallel: find the blocks of each region, set their bits, count them.
+        let mut slices: Vec<(usize, &mut [RankWord])> = Vec::new();
+        {
+            let mut rest: &mut [RankWord] = &mut rank;
+            let mut consumed = 0usize;
+            for (i, rb) in regions.iter().enumerate() {
+                if let Lookup::Bitmap { start } = rb.lookup {
+                    let len = rb.words.len().div_ceil(64);
+                    let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - consumed);
+                    let (mine, tail) = tail.split_at_mut(len);
+                    rest = tail;
+                    consumed = start + len;
+                    slices.push((i, mine));
+                }
+            }
+        }
+        let headers: Vec<_> = snap.regions().map(|r| *r.header).collect();
+        let walked: Vec<(usize, RegionCounts, Vec<Malformed>, u64, Option<u64>)> = {
+            let regions_ref = &regions;
+            let mut by_region: Vec<Option<&mut [RankWord]>> = (0..regions.len()).map(|_| None).collect();
+            for (i, s) in slices {
+                by_region[i] = Some(s);
+            }
+            by_region
+                .into_par_iter()
+                .enumerate()
+                .map(|(i, bits)| {
+                    let rb = &regions_ref[i];
+                    let mut w = Walk { layout: &layout, counts: RegionCounts::default(), malformed: Vec::new(), malformed_count: 0 };
+                    let single = match rb.kind {
+                        RegionKind::Pool => {
+                            w.pool(rb, &headers[i], bits.expect("pools have bitmaps"));
+                            None
+                        }
+                        RegionKind::MinorHeap => {
+                            w.minor(rb, &headers[i], bits.expect("minor heaps have bitmaps"));
+                            None
+                        }
+                        RegionKind::Large => w.large(rb, &headers[i]),
+                        _ => None,
+                    };
+                    (i, w.counts, w.malformed, w.malformed_count, single)
+                })
+                .collect()
+        };
+        let mut malformed = Vec::new();
+        let mut malformed_count = 0;
+        for (i, counts, m, n, single) in walked {
+            regions[i].counts = counts;
+            if let Some(word) = single {
+                regions[i].lookup = Lookup::Single { word };
+            } else if matches!(regions[i].lookup, Lookup::Single { .. }) {
+                regions[i].lookup = Lookup::None;
+            }
+            malformed_count += n;
+            malformed.extend(m.into_iter().take(MAX_REPORTED.saturating_sub(malformed.len())));
+        }
+
+        // Node ids: heap regions in address order.
+        let mut next = u64::from(first_block_node);
+        for rb in regions.iter_mut() {
+            if matches!(rb.kind, RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Large) {
+                let start = next;
+                next += rb.counts.live_blocks;
+                if next >= u64::from(NO_NODE >> 1) {
+                    return Err(crate::AnalyzeError::TooLarge(format!("more than {} blocks", NO_NODE >> 1)));
+                }
+                rb.nodes = start as NodeId..next as NodeId;
+            }
+        }
+        let dead_minor = meta
+            .domains
+            .iter()
+            .flat_map(|d| [(d.minor_start, d.young_ptr)])
+            .filter(|(a, b)| b > a)
+            .collect();
+        let mut map = BlockMap {
+            snap,
+            layout,
+            index,
+            regions,
+            rank,
+            node_regions: Vec::new(),
+            first_block_node,
+            node_count: next as NodeId,
+            malformed,
+            malformed_count,
+            dead_minor,
+        };
+        map.fill_rank_bases(|k| matches!(k, RegionKind::Pool | RegionKind::MinorHeap));
+        map.index_node_regions();
+        Ok(map)
+    }
+
+    /// Pass 2: the node id of the first block of every 64-word group.
+    fn fill_rank_bases(&mut self, which: impl Fn(RegionKind) -> bool + Sync) {
+        let mut jobs: Vec<(NodeId, &mut [RankWord])> = Vec::new();
+        let mut rest: &mut [RankWord] = &mut self.rank;
+        let mut consumed = 0usize;
+        for rb in &self.regions {
+            if let Lookup::Bitmap { start } = rb.lookup {
+                let len = rb.words.len().div_ceil(64);
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(start - consumed);
+                let (mine, tail) = tail.split_at_mut(len);
+                rest = tail;
+                consumed = start + len;
+                if which(rb.kind) {
+                    jobs.push((rb.nodes.start, mine));
+                }
+            }
+        }
+        jobs.into_par_iter().for_each(|(mut base, words)| {
+            for w in words {
+                w.base = base;
+                base += w.bits.count_ones();
+            }
+        });
+    }
+
+    fn index_node_regions(&mut self) {
+        self.node_regions = self
+            .regions
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.nodes.is_empty())
+            .map(|(i, r)| (r.nodes.start, i as u32))
+            .collect();
+        self.node_regions.sort_unstable();
+    }
+
+    /// Adds the static blocks whose first-field word indices (per static region) are given,
+    /// sorted and without duplicates. Their node ids follow every heap node.
+    pub fn add_static_blocks(&mut self, per_region: Vec<(usize, Vec<u64>)>) {
+        let mut next = self.node_count;
+        for (region, words) in per_region {
+            let rb = &mut self.regions[region];
+            let Lookup::Bitmap { start } = rb.lookup else { continue };
+            let mut bytes = 0;
+            for &w in &words {
+                self.rank[start + (w / 64) as usize].bits |= 1 << (w % 64);
+                bytes += self.layout.decode(rb.words[(w - 1) as usize]).bytes();
+            }
+            rb.nodes = next..next + words.len() as NodeId;
+            rb.counts.live_blocks = words.len() as u64;
+            rb.counts.live_bytes = bytes;
+            next += words.len() as NodeId;
+        }
+        self.node_count = next;
+        self.fill_rank_bases(|k| k == RegionKind::Static);
+        self.index_node_regions();
+    }
+
+    /// Where a pointer-looking word (even, non-zero) goes.
+    #[inline]
+    pub fn resolve(&self, value: u64) -> Target {
+        let Some(r) = self.index.region_of(value) else {
+            return if self.dead_minor.iter().any(|&(a, b)| (a..b).contains(&value)) {
+                Target::Bad(BadPointer::DeadMinor)
+            } else {
+                Target::External
+            };
+        };
+        self.resolve_in(r, value)
+    }
+
+    #[inline]
+    fn resolve_in(&self, r: usize, value: u64) -> Target {
+        let rb = &self.regions[r];
+        let offset = value - rb.base;
+        match rb.lookup {
+            Lookup::None => Target::External,
+            _ if offset % 8 != 0 => Target::Bad(BadPointer::Misaligned),
+            Lookup::Single { word } => {
+                let w = offset / 8;
+                if w == word {
+                    Target::Node(rb.nodes.start)
+                } else {
+                    self.resolve_infix(rb, w).map_or(Target::Bad(self.classify_bad(r, value)), Target::Node)
+                }
+            }
+            Lookup::Bitmap { start } => {
+                let w = offset / 8;
+                let rw = &self.rank[start + (w / 64) as usize];
+                let bit = 1u64 << (w % 64);
+                if rw.bits & bit != 0 {
+                    Target::Node(rw.base + (rw.bits & (bit - 1)).count_ones())
+                } else {
+                    self.resolve_infix(rb, w).map_or_else(|| Target::Bad(self.classify_bad(r, value)), Target::Node)
+                }
+            }
+        }
+    }
+
+    /// A pointer to an infix header's field resolves to the enclosing closure.
+    fn resolve_infix(&self, rb: &RegionBlocks<'_>, w: u64) -> Option<NodeId> {
+        let hd = *rb.words.get(w.checked_sub(1)? as usize)?;
+        let h = self.layout.decode(hd);
+        if h.tag != ocaml::INFIX_TAG {
+            return None;
+        }
+        let start = w.checked_sub(h.wosize)?;
+        let node = self.node_at_word(rb, start)?;
+        let closure = self.layout.decode(*rb.words.get(start.checked_sub(1)? as usize)?);
+        (closure.tag == ocaml::CLOSURE_TAG).then_some(node)
+    }
+
+    fn node_at_word(&self, rb: &RegionBlocks<'_>, w: u64) -> Option<NodeId> {
+        match rb.lookup {
+            Lookup::None => None,
+            Lookup::Single { word } => (w == word).then_some(rb.nodes.start),
+            Lookup::Bitmap { start } => {
+                let rw = self.rank.get(start + (w / 64) as usize)?;
+                let bit = 1u64 << (w % 64);
+                (rw.bits & bit != 0).then(|| rw.base + (rw.bits & (bit - 1)).count_ones())
+            }
+        }
+    }
+
+    /// Why a pointer into a block-holding region reaches no block (the slow path, for reports).
+    fn classify_bad(&self, r: usize, value: u64) -> BadPointer {
+        let rb = &self.regions[r];
+        let region = self.snap.region(r);
+        let word = ((value - rb.base) / 8) as usize;
+        match rb.kind {
+            RegionKind::Pool => {
+                let wh = region.header.block_wsize as usize;
+                let first = region.header.first_block as usize / 8;
+                if wh == 0 || word < first + 1 {
+                    return BadPointer::BetweenBlocks;
+                }
+                let slot = first + (word - first - 1) / wh * wh;
+                if slot + wh > rb.words.len() {
+                    return BadPointer::BetweenBlocks;
+                }
+                let hd = rb.words[slot];
+                if hd == 0 {
+                    return BadPointer::FreeSlot;
+                }
+                let h = self.layout.decode(hd);
+                if h.colour == Colour::Garbage {
+                    BadPointer::Garbage
+                } else if word <= slot + h.wosize as usize {
+                    BadPointer::Interior
+                } else {
+                    BadPointer::BetweenBlocks
+                }
+            }
+            RegionKind::Large => {
+                let first = region.header.first_block as usize / 8;
+                match rb.words.get(first) {
+                    Some(&hd) if self.layout.decode(hd).colour == Colour::Garbage => BadPointer::Garbage,
+                    Some(&hd) if word > first && word <= first + self.layout.wosize(hd) as usize => BadPointer::Interior,
+                    _ => BadPointer::BetweenBlocks,
+                }
+            }
+            RegionKind::Static => BadPointer::NoHeader,
+            _ => BadPointer::Interior,
+        }
+    }
+
+    /// Checks that a pointer into a static region lands on a plausible block (resolving infix
+    /// pointers to their closure) and returns the word index of the block's first field.
+    pub fn static_block_at(&self, r: usize, value: u64) -> Result<u64, BadPointer> {
+        let rb = &self.regions[r];
+        let offset = value - rb.base;
+        if offset % 8 != 0 {
+            return Err(BadPointer::Misaligned);
+        }
+        let mut w = offset / 8;
+        let header_of = |w: u64| -> Option<Header> { Some(self.layout.decode(*rb.words.get(w.checked_sub(1)? as usize)?)) };
+        let mut h = header_of(w).ok_or(BadPointer::NoHeader)?;
+        if h.tag == ocaml::INFIX_TAG {
+            w = w.checked_sub(h.wosize).ok_or(BadPointer::NoHeader)?;
+            h = header_of(w).ok_or(BadPointer::NoHeader)?;
+            if h.tag != ocaml::CLOSURE_TAG {
+                return Err(BadPointer::Interior);
+            }
+        }
+        if w + h.wosize > rb.words.len() as u64 {
+            return Err(BadPointer::NoHeader);
+        }
+        Ok(w)
+    }
+
+    /// The region index holding a block-holding address (None outside every region).
+    pub fn region_index_of(&self, address: u64) -> Option<usize> {
+        self.index.region_of(address)
+    }
+
+    pub fn is_block(&self, node: NodeId) -> bool {
+        node >= self.first_block_node && node < self.node_count
+    }
+
+    /// The region index of a block node.
+    pub fn region_of_node(&self, node: NodeId) -> Option<u32> {
+        if !self.is_block(node) {
+            return None;
+        }
+        let i = self.node_regions.partition_point(|&(start, _)| start <= node).checked_sub(1)?;
+        let r = self.node_regions[i].1;
+        self.regions[r as usize].nodes.contains(&node).then_some(r)
+    }
+
+    /// The block behind a node (log time: meant for single lookups, not for sweeps).
+    pub fn block(&self, node: NodeId) -> Option<BlockRef<'s>> {
+        let r = self.region_of_node(node)?;
+        let rb = &self.regions[r as usize];
+        let word = match rb.lookup {
+            Lookup::Single { word } => word,
+            Lookup::Bitmap { start } => {
+                let len = rb.words.len().div_ceil(64);
+                let ranks = &self.rank[start..start + len];
+                // The first group whose blocks end after the node holds it.
+                let i = ranks.partition_point(|rw| rw.base + rw.bits.count_ones() <= node);
+                let rw = *ranks.get(i)?;
+                let mut k = node - rw.base;
+                let mut bits = rw.bits;
+                while k > 0 {
+                    bits &= bits - 1;
+                    k -= 1;
+                }
+                (i as u64) * 64 + u64::from(bits.trailing_zeros())
+            }
+            Lookup::None => return None,
+        };
+        Some(self.block_at(r, rb, node, word))
+    }
+
+    fn block_at(&self, r: u32, rb: &RegionBlocks<'s>, node: NodeId, word: u64) -> BlockRef<'s> {
+        let header = self.layout.decode(rb.words[word as usize - 1]);
+        let end = (word + header.wosize).min(rb.words.len() as u64);
+        BlockRef { node, address: rb.base + word * 8, header, fields: &rb.words[word as usize..end as usize], region: r }
+    }
+
+    /// Every block of one region, in address (and node) order.
+    pub fn region_blocks(&self, r: usize) -> impl Iterator<Item = BlockRef<'s>> + '_ {
+        let rb = &self.regions[r];
+        let (start, len, single) = match rb.lookup {
+            Lookup::Bitmap { start } if !rb.nodes.is_empty() => (start, rb.words.len().div_ceil(64), None),
+            Lookup::Single { word } if !rb.nodes.is_empty() => (0, 0, Some(word)),
+            _ => (0, 0, None),
+        };
+        let bitmap = self.rank[start..start + len].iter().enumerate().flat_map(|(i, rw)| {
+            let mut bits = rw.bits;
+            let mut node = rw.base;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let w = i as u64 * 64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                node += 1;
+                Some((node - 1, w))
+            })
+        });
+        let single = single.map(|w| (rb.nodes.start, w));
+        bitmap.chain(single).map(move |(node, w)| self.block_at(r as u32, rb, node, w))
+    }
+
+    /// Indices of the regions that hold blocks (including static regions once added).
+    pub fn block_regions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.regions.iter().enumerate().filter(|(_, r)| !r.nodes.is_empty()).map(|(i, _)| i)
+    }
+
+    /// Bytes this map holds on the heap (for memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        self.rank.len() * std::mem::size_of::<RankWord>() + self.index.heap_bytes() + self.regions.len() * std::mem::size_of::<RegionBlocks<'_>>()
+    }
+}
+
+/// The walk of one region's blocks (pass 1).
+struct Walk<'a> {
+    layout: &'a HeaderLayout,
+    counts: RegionCounts,
+    malformed: Vec<Malformed>,
+    malformed_count: u64,
+}
+
+impl Walk<'_> {
+    fn bad(&mut self, address: u64, kind: RegionKind, reason: String) {
+        self.malformed_count += 1;
+        if self.malformed.len() < MAX_REPORTED {
+            self.malformed.push(Malformed { address, region_kind: kind.label(), reason });
+        }
+    }
+
+    fn pool(&mut self, rb: &RegionBlocks<'_>, hdr: &heapsnap_format::RegionHeader, bits: &mut [RankWord]) {
+        let wh = hdr.block_wsize as usize;
+        let first = hdr.first_block as usize;
+        if wh == 0 || first % 8 != 0 {
+            self.bad(rb.base, rb.kind, format!("pool with block size {wh} words and first block at byte {first}"));
+            return;
+        }
+        if rb.words.len() == ocaml::POOL_WSIZE {
+            // The pool's own header says which size class it is (`struct pool`, field `sz`).
+            let sz = (rb.words[3] & 0xffff_ffff) as usize;
+            let expected = ocaml::WSIZE_SIZECLASS.get(sz).map(|&w| (w as usize, ocaml::pool_first_block_bytes(sz)));
+            if expected != Some((wh, first)) {
+                self.bad(rb.base, rb.kind, format!("pool header says size class {sz}, region says {wh} words per block from byte {first}"));
+            }
+        }
+        let words = rb.words;
+        let mut p = first / 8;
+        while p + wh <= words.len() {
+            let hd = words[p];
+            if hd == 0 {
+                self.counts.free_slots += 1;
+                self.counts.free_bytes += wh as u64 * 8;
+            } else {
+                let h = self.layout.decode(hd);
+                if h.wosize == 0 || h.wosize as usize + 1 > wh || h.tag == ocaml::INFIX_TAG {
+                    let address = rb.base + p as u64 * 8;
+                    self.bad(address, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) in a pool slot of {wh} words", h.wosize, h.tag));
+                } else if h.colour == Colour::Garbage {
+                    self.counts.garbage_blocks += 1;
+                    self.counts.garbage_bytes += h.bytes();
+                } else {
+                    let w = p + 1;
+                    bits[w / 64].bits |= 1 << (w % 64);
+                    self.counts.live_blocks += 1;
+                    self.counts.live_bytes += h.bytes();
+                }
+            }
+            p += wh;
+        }
+    }
+
+    fn minor(&mut self, rb: &RegionBlocks<'_>, hdr: &heapsnap_format::RegionHeader, bits: &mut [RankWord]) {
+        let words = rb.words;
+        let mut p = hdr.first_block as usize / 8;
+        while p < words.len() {
+            let hd = words[p];
+            let h = self.layout.decode(hd);
+            let end = p as u64 + 1 + h.wosize;
+            if hd == 0 || h.tag == ocaml::INFIX_TAG || end > words.len() as u64 {
+                self.bad(rb.base + p as u64 * 8, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) in the minor heap", h.wosize, h.tag));
+                if end > words.len() as u64 || hd == 0 {
+                    // Nothing after a broken size can be trusted: resume at the next word.
+                    p += 1;
+                    continue;
+                }
+            } else {
+                let w = p + 1;
+                bits[w / 64].bits |= 1 << (w % 64);
+                self.counts.live_blocks += 1;
+                self.counts.live_bytes += h.bytes();
+            }
+            p = end as usize;
+        }
+    }
+
+    fn large(&mut self, rb: &RegionBlocks<'_>, hdr: &heapsnap_format::RegionHeader) -> Option<u64> {
+        let p = hdr.first_block as usize / 8;
+        let Some(&hd) = rb.words.get(p) else {
+            self.bad(rb.base, rb.kind, "large allocation without a header".into());
+            return None;
+        };
+        let h = self.layout.decode(hd);
+        if hd == 0 || h.tag == ocaml::INFIX_TAG || p as u64 + 1 + h.wosize > rb.words.len() as u64 {
+            self.bad(rb.base + p as u64 * 8, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) of a large allocation of {} words", h.wosize, h.tag, rb.words.len()));
+            return None;
+        }
+        if h.colour == Colour::Garbage {
+            self.counts.garbage_blocks += 1;
+            self.counts.garbage_bytes += h.bytes();
+            return None;
+        }
+        self.counts.live_blocks += 1;
+        self.counts.live_bytes += h.bytes();
+        Some(p as u64 + 1)
+    }
+}

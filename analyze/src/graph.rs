@@ -1,0 +1,517 @@
+//! The object graph: nodes are the super-root, one node per root kind and every live block;
+//! edges follow OCaml 5's own scanning rules (see [`scanned_fields`]). Stored as a CSR (`u32`
+//! offsets and targets), built region by region in parallel.
+//!
+//! Weak references never become edges: the keys of ephemerons and weak arrays are kept apart
+//! ([`HeapGraph::weak_edges`]). The data of an ephemeron is live when the ephemeron and all its
+//! keys are reachable (as the major GC decides in `ephe_mark`); it then gets an edge from the
+//! ephemeron *and from each key*, so that in the dominator tree it hangs under the nearest
+//! common dominator of the ephemeron and its keys: a weak table alone never retains it.
+//! Those key -> data edges ([`HeapGraph::condition_edges`]) serve dominators only; retainer
+//! paths do not follow them.
+
+use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target, NO_NODE};
+use crate::ocaml::{self, Header};
+use crate::progress::Progress;
+use crate::AnalyzeError;
+use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use rayon::prelude::*;
+use std::collections::{HashMap, HashSet};
+
+pub const SUPER_ROOT: NodeId = 0;
+
+/// Calls `f(field_index, word)` for every field of a block that the GC would scan and that holds
+/// a pointer (an even, non-zero word). No-scan tags have none; closures start at their
+/// environment (code pointers and infix headers skipped); continuations are scanned through
+/// their stack, not as blocks.
+#[inline]
+pub fn scanned_fields(header: &Header, fields: &[u64], mut f: impl FnMut(usize, u64)) {
+    let Some(start) = header.first_scanned_field(fields) else { return };
+    for (i, &v) in fields.iter().enumerate().skip(start) {
+        if ocaml::is_pointer(v) {
+            f(i, v);
+        }
+    }
+}
+
+/// How many scanned pointers went where.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct PointerCounts {
+    pub to_blocks: u64,
+    /// Outside every block-holding region (code, C data, atoms...): not OCaml heap.
+    pub external: u64,
+    /// Into a block-holding region but to no block.
+    pub bad: u64,
+}
+
+impl PointerCounts {
+    fn add(&mut self, o: &PointerCounts) {
+        self.to_blocks += o.to_blocks;
+        self.external += o.external;
+        self.bad += o.bad;
+    }
+}
+
+/// An ephemeron or weak array listed in the snapshot.
+#[derive(Clone, Debug)]
+pub struct Ephemeron {
+    pub node: NodeId,
+    pub data: Option<NodeId>,
+    /// Keys that are heap blocks (static and external keys never die).
+    pub keys: Vec<NodeId>,
+    /// Whether the data was found live (ephemeron and all keys reachable).
+    pub data_live: bool,
+}
+
+/// A root record that reaches a block.
+#[derive(Clone, Copy, Debug)]
+pub struct RootEdge {
+    pub node: NodeId,
+    /// Index in `Snapshot::roots()`.
+    pub record: u32,
+}
+
+pub struct HeapGraph<'s> {
+    pub blocks: BlockMap<'s>,
+    /// Kind of root node `1 + i`.
+    pub root_kinds: Vec<RootKind>,
+    pub offsets: Vec<u32>,
+    pub targets: Vec<u32>,
+    /// Root records that reach a block, sorted by node.
+    pub roots: Vec<RootEdge>,
+    pub ephemerons: Vec<Ephemeron>,
+    /// `(ephemeron, key)`: references that never retain.
+    pub weak_edges: Vec<(NodeId, NodeId)>,
+    /// `(key, data)` edges added for dominators only, sorted.
+    pub condition_edges: Vec<(NodeId, NodeId)>,
+    pub pointers: PointerCounts,
+    /// Pointers, by kind of problem, for `verify` (counted on every build).
+    pub bad_by_kind: HashMap<BadPointer, u64>,
+    /// Continuations whose stack has no `SuspendedStack` records, and records with no continuation.
+    pub orphan_stack_records: u64,
+    /// Ephemeron list entries that are not abstract blocks.
+    pub bad_ephemerons: u64,
+}
+
+/// Everything a block's edges depend on besides the block itself.
+struct EdgeContext<'a, 's> {
+    blocks: &'a BlockMap<'s>,
+    /// Stack address -> values held by that suspended stack.
+    suspended: &'a HashMap<u64, Vec<u64>>,
+}
+
+#[derive(Default)]
+struct EdgeSink {
+    counts: PointerCounts,
+    bad: HashMap<BadPointer, u64>,
+}
+
+impl EdgeContext<'_, '_> {
+    #[inline]
+    fn push(&self, v: u64, out: &mut Vec<u32>, sink: &mut EdgeSink) {
+        match self.blocks.resolve(v) {
+            Target::Node(n) => {
+                sink.counts.to_blocks += 1;
+                out.push(n);
+            }
+            Target::External => sink.counts.external += 1,
+            Target::Bad(kind) => {
+                sink.counts.bad += 1;
+                *sink.bad.entry(kind).or_default() += 1;
+            }
+        }
+    }
+
+    fn edges_of(&self, block: &BlockRef<'_>, out: &mut Vec<u32>, sink: &mut EdgeSink) {
+        if block.header.tag == ocaml::CONT_TAG {
+            if let Some(&stack) = block.fields.first() {
+                if let Some(values) = self.suspended.get(&(stack & !1)) {
+                    for &v in values.iter().filter(|&&v| ocaml::is_pointer(v)) {
+                        self.push(v, out, sink);
+                    }
+                }
+            }
+            return;
+        }
+        scanned_fields(&block.header, block.fields, |_, v| self.push(v, out, sink));
+    }
+}
+
+impl<'s> HeapGraph<'s> {
+    pub fn build(snap: &'s Snapshot, progress: &Progress) -> Result<Self, AnalyzeError> {
+        let mut root_kinds: Vec<RootKind> =
+            snap.roots().iter().map(|r| r.root_kind()).filter(|k| k.is_root()).collect::<HashSet<_>>().into_iter().collect();
+        root_kinds.sort_by_key(|k| k.code());
+        let first_block = 1 + root_kinds.len() as NodeId;
+
+        let step = progress.step("finding blocks", snap.region_count() as u64);
+        let mut blocks = BlockMap::build(snap, first_block)?;
+        step.finish();
+
+        let mut suspended: HashMap<u64, Vec<u64>> = HashMap::new();
+        for r in snap.roots().iter().filter(|r| r.root_kind() == RootKind::SuspendedStack) {
+            suspended.entry(r.origin).or_default().push(r.value);
+        }
+
+        let step = progress.step("finding static blocks", 0);
+        let statics = discover_static(&blocks, snap, &suspended);
+        blocks.add_static_blocks(statics);
+        step.finish();
+
+        let n = blocks.node_count as usize;
+        let mut offsets = vec![0u32; n + 1];
+        let mut targets: Vec<u32> = Vec::new();
+
+        // Super-root and root kinds.
+        targets.extend(1..first_block);
+        offsets[1] = first_block - 1;
+        let mut roots = Vec::new();
+        let mut sink = EdgeSink::default();
+        for (k, kind) in root_kinds.iter().enumerate() {
+            let before = targets.len();
+            for (i, r) in snap.roots().iter().enumerate().filter(|(_, r)| r.root_kind() == *kind) {
+                if !ocaml::is_pointer(r.value) {
+                    continue;
+                }
+                match blocks.resolve(r.value) {
+                    Target::Node(node) => {
+                        targets.push(node);
+                        roots.push(RootEdge { node, record: i as u32 });
+                    }
+                    Target::External => sink.counts.external += 1,
+                    Target::Bad(kind) => {
+                        sink.counts.bad += 1;
+                        *sink.bad.entry(kind).or_default() += 1;
+                    }
+                }
+            }
+            offsets[k + 2] = (targets.len() - before) as u32;
+        }
+        roots.sort_by_key(|r| (r.node, r.record));
+
+        // Blocks, region by region, in batches of about 64 MiB of region memory.
+        let ctx = EdgeContext { blocks: &blocks, suspended: &suspended };
+        let mut order: Vec<usize> = blocks.block_regions().collect();
+        order.sort_by_key(|&r| blocks.regions[r].nodes.start);
+        let step = progress.step("building the graph", order.len() as u64);
+        let mut pointers = sink.counts;
+        let mut bad_by_kind = sink.bad;
+        let mut degree_slices: Vec<&mut [u32]> = Vec::with_capacity(order.len());
+        {
+            let mut rest: &mut [u32] = &mut offsets[first_block as usize + 1..];
+            let mut at = first_block;
+            for &r in &order {
+                let nodes = blocks.regions[r].nodes.clone();
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize);
+                let (mine, tail) = tail.split_at_mut(nodes.len());
+                rest = tail;
+                at = nodes.end;
+                degree_slices.push(mine);
+            }
+        }
+        let mut jobs: Vec<(usize, &mut [u32])> = order.iter().copied().zip(degree_slices).collect();
+        while !jobs.is_empty() {
+            let mut words = 0usize;
+            let take = jobs
+                .iter()
+                .position(|(r, _)| {
+                    words += blocks.regions[*r].words.len();
+                    words > 8 << 20
+                })
+                .map_or(jobs.len(), |p| p + 1);
+            let batch: Vec<(usize, &mut [u32])> = jobs.drain(..take).collect();
+            let results: Vec<(Vec<u32>, EdgeSink)> = batch
+                .into_par_iter()
+                .map(|(r, degrees)| {
+                    let mut out = Vec::new();
+                    let mut sink = EdgeSink::default();
+                    for (b, d) in blocks.region_blocks(r).zip(degrees.iter_mut()) {
+                        let before = out.len();
+                        ctx.edges_of(&b, &mut out, &mut sink);
+                        *d = (out.len() - before) as u32;
+                    }
+                    (out, sink)
+                })
+                .collect();
+            for (edges, sink) in results {
+                targets.extend_from_slice(&edges);
+                pointers.add(&sink.counts);
+                for (k, v) in sink.bad {
+                    *bad_by_kind.entry(k).or_default() += v;
+                }
+                step.inc(1);
+            }
+            if targets.len() >= u32::MAX as usize {
+                return Err(AnalyzeError::TooLarge(format!("more than {} edges", u32::MAX)));
+            }
+        }
+        step.finish();
+        // Degrees sit at offsets[node + 1]: a running sum makes them start offsets.
+        let mut total = 0u32;
+        for o in offsets.iter_mut() {
+            total += *o;
+            *o = total;
+        }
+        debug_assert_eq!(total as usize, targets.len());
+
+        let cont_stacks: HashSet<u64> = order
+            .iter()
+            .flat_map(|&r| blocks.region_blocks(r))
+            .filter(|b| b.header.tag == ocaml::CONT_TAG)
+            .filter_map(|b| b.fields.first().map(|&f| f & !1))
+            .collect();
+        let orphan_stack_records = suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64;
+
+        let mut graph = HeapGraph {
+            blocks,
+            root_kinds,
+            offsets,
+            targets,
+            roots,
+            ephemerons: Vec::new(),
+            weak_edges: Vec::new(),
+            condition_edges: Vec::new(),
+            pointers,
+            bad_by_kind,
+            orphan_stack_records,
+            bad_ephemerons: 0,
+        };
+        graph.add_ephemerons(snap);
+        Ok(graph)
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.offsets.len() - 1
+    }
+
+    pub fn edge_count(&self) -> usize {
+        self.targets.len()
+    }
+
+    #[inline]
+    pub fn successors(&self, node: NodeId) -> &[u32] {
+        &self.targets[self.offsets[node as usize] as usize..self.offsets[node as usize + 1] as usize]
+    }
+
+    /// The root kind a node stands for, when it is a root-kind node.
+    pub fn root_kind_of(&self, node: NodeId) -> Option<RootKind> {
+        node.checked_sub(1).and_then(|i| self.root_kinds.get(i as usize)).copied()
+    }
+
+    /// Root records reaching `node`.
+    pub fn roots_of(&self, node: NodeId) -> &[RootEdge] {
+        let start = self.roots.partition_point(|r| r.node < node);
+        let end = self.roots.partition_point(|r| r.node <= node);
+        &self.roots[start..end]
+    }
+
+    pub fn is_condition_edge(&self, from: NodeId, to: NodeId) -> bool {
+        self.condition_edges.binary_search(&(from, to)).is_ok()
+    }
+
+    /// Reads the ephemeron list, decides which data is live and adds its edges.
+    fn add_ephemerons(&mut self, snap: &Snapshot) {
+        if snap.ephemerons().is_empty() {
+            return;
+        }
+        for &value in snap.ephemerons() {
+            let Target::Node(node) = self.blocks.resolve(value) else {
+                self.bad_ephemerons += 1;
+                continue;
+            };
+            let Some(block) = self.blocks.block(node) else { continue };
+            if block.header.tag != ocaml::ABSTRACT_TAG || block.fields.len() < ocaml::EPHE_FIRST_KEY_FIELD {
+                self.bad_ephemerons += 1;
+                continue;
+            }
+            let heap_node = |v: u64| -> Result<Option<NodeId>, ()> {
+                if !ocaml::is_pointer(v) {
+                    return Ok(None);
+                }
+                match self.blocks.resolve(v) {
+                    Target::Node(n) => {
+                        let r = self.blocks.region_of_node(n).map(|r| self.blocks.regions[r as usize].kind);
+                        Ok((r != Some(RegionKind::Static)).then_some(n))
+                    }
+                    Target::External => Ok(None),
+                    Target::Bad(_) => Err(()),
+                }
+            };
+            let mut keys = Vec::new();
+            let mut dead_key = false;
+            for &k in &block.fields[ocaml::EPHE_FIRST_KEY_FIELD..] {
+                match heap_node(k) {
+                    Ok(Some(n)) => keys.push(n),
+                    Ok(None) => {}
+                    Err(()) => dead_key = true,
+                }
+            }
+            let data_word = block.fields[ocaml::EPHE_DATA_FIELD];
+            let data = match self.blocks.resolve(data_word) {
+                Target::Node(n) if ocaml::is_pointer(data_word) => Some(n),
+                _ => None,
+            };
+            for &k in &keys {
+                self.weak_edges.push((node, k));
+            }
+            self.ephemerons.push(Ephemeron { node, data: if dead_key { None } else { data }, keys, data_live: false });
+        }
+        self.weak_edges.sort_unstable();
+
+        // Fixpoint: data becomes live when its ephemeron and keys are reachable, which may make
+        // more keys and ephemerons reachable.
+        let n = self.node_count();
+        let mut reached = vec![false; n];
+        let mut extra: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        let mut queue = vec![SUPER_ROOT];
+        reached[SUPER_ROOT as usize] = true;
+        loop {
+            while let Some(u) = queue.pop() {
+                let succ = self.successors(u).iter().chain(extra.get(&u).into_iter().flatten());
+                for &t in succ {
+                    if !reached[t as usize] {
+                        reached[t as usize] = true;
+                        queue.push(t);
+                    }
+                }
+            }
+            let mut changed = false;
+            for e in self.ephemerons.iter_mut() {
+                let Some(d) = e.data else { continue };
+                if e.data_live || !reached[e.node as usize] || !e.keys.iter().all(|&k| reached[k as usize]) {
+                    continue;
+                }
+                e.data_live = true;
+                changed = true;
+                extra.entry(e.node).or_default().push(d);
+                for &k in &e.keys {
+                    extra.entry(k).or_default().push(d);
+                    self.condition_edges.push((k, d));
+                }
+                if !reached[d as usize] {
+                    reached[d as usize] = true;
+                    queue.push(d);
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        self.condition_edges.sort_unstable();
+        self.condition_edges.dedup();
+        if extra.is_empty() {
+            return;
+        }
+        // Merge the new edges into the CSR (each node's extra edges after its own).
+        let added: usize = extra.values().map(Vec::len).sum();
+        let mut offsets = Vec::with_capacity(n + 1);
+        let mut targets = Vec::with_capacity(self.targets.len() + added);
+        offsets.push(0u32);
+        for u in 0..n as NodeId {
+            targets.extend_from_slice(self.successors(u));
+            if let Some(more) = extra.get(&u) {
+                targets.extend_from_slice(more);
+            }
+            offsets.push(targets.len() as u32);
+        }
+        self.offsets = offsets;
+        self.targets = targets;
+    }
+
+    /// Bytes held by the graph (for memory accounting).
+    pub fn heap_bytes(&self) -> usize {
+        self.offsets.capacity() * 4 + self.targets.capacity() * 4 + self.blocks.heap_bytes() + self.roots.capacity() * 8
+    }
+}
+
+/// Static blocks are found through the pointers that reach them: from roots, from heap blocks,
+/// from ephemerons, and from static blocks already found. Returns, per static region, the
+/// sorted first-field word indices of its blocks.
+fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u64, Vec<u64>>) -> Vec<(usize, Vec<u64>)> {
+    let statics: Vec<usize> = (0..blocks.regions.len()).filter(|&i| blocks.regions[i].kind == RegionKind::Static).collect();
+    if statics.is_empty() {
+        return Vec::new();
+    }
+    let lo = blocks.regions[statics[0]].base;
+    let hi = blocks.regions[*statics.last().expect("not empty")].end();
+    let in_static = |v: u64| -> Option<usize> {
+        if v < lo || v >= hi || !ocaml::is_pointer(v) {
+            return None;
+        }
+        blocks.region_index_of(v).filter(|&r| blocks.regions[r].kind == RegionKind::Static)
+    };
+    // Seeds from the heap, in parallel.
+    let mut seeds: Vec<u64> = blocks
+        .block_regions()
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .flat_map_iter(|r| {
+            let mut found = Vec::new();
+            for b in blocks.region_blocks(r) {
+                if b.header.tag == ocaml::ABSTRACT_TAG {
+                    // Ephemeron contents (checked below) and C data.
+                    continue;
+                }
+                scanned_fields(&b.header, b.fields, |_, v| {
+                    if in_static(v).is_some() {
+                        found.push(v);
+                    }
+                });
+            }
+            found
+        })
+        .collect();
+    seeds.extend(snap.roots().iter().map(|r| r.value).filter(|&v| in_static(v).is_some()));
+    seeds.extend(suspended.values().flatten().copied().filter(|&v| in_static(v).is_some()));
+    for &e in snap.ephemerons() {
+        if let Target::Node(n) = blocks.resolve(e) {
+            if let Some(b) = blocks.block(n) {
+                seeds.extend(b.fields.iter().skip(1).copied().filter(|&v| in_static(v).is_some()));
+            }
+        }
+    }
+    seeds.sort_unstable();
+    seeds.dedup();
+
+    let mut found: HashSet<(usize, u64)> = HashSet::new();
+    let mut pending = seeds;
+    while let Some(v) = pending.pop() {
+        let Some(r) = in_static(v) else { continue };
+        let Ok(w) = blocks.static_block_at(r, v) else { continue };
+        if !found.insert((r, w)) {
+            continue;
+        }
+        let rb = &blocks.regions[r];
+        let header = blocks.layout.decode(rb.words[w as usize - 1]);
+        let fields = &rb.words[w as usize..(w + header.wosize) as usize];
+        scanned_fields(&header, fields, |_, v| {
+            if in_static(v).is_some() {
+                pending.push(v);
+            }
+        });
+    }
+    let mut per_region: HashMap<usize, Vec<u64>> = HashMap::new();
+    for (r, w) in found {
+        per_region.entry(r).or_default().push(w);
+    }
+    let mut out: Vec<(usize, Vec<u64>)> = per_region.into_iter().collect();
+    out.sort_by_key(|(r, _)| *r);
+    for (r, words) in out.iter_mut() {
+        words.sort_unstable();
+        // A "block" whose header lies inside the block before it is an interior pointer that
+        // happened to follow a header-looking word: keep the outer block only.
+        let rb = &blocks.regions[*r];
+        let mut kept: Vec<u64> = Vec::with_capacity(words.len());
+        let mut end = 0u64;
+        for &w in words.iter() {
+            if w - 1 < end {
+                continue;
+            }
+            end = w + blocks.layout.wosize(rb.words[w as usize - 1]);
+            kept.push(w);
+        }
+        *words = kept;
+    }
+    let _ = NO_NODE;
+    out
+}

@@ -1,0 +1,123 @@
+//! `inspect`: one object, its header, its fields resolved to names, its sizes and dominator.
+
+use crate::analysis::Analysis;
+use crate::blocks::Target;
+use crate::ocaml;
+use serde::Serialize;
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Field {
+    pub index: usize,
+    pub raw: String,
+    /// `int`, `pointer`, `external`, `bad_pointer`, `code`, `closinfo`, `raw` (not scanned),
+    /// `stack` (a continuation's stack), `weak` (an ephemeron key), `ephemeron_data`.
+    pub kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Inspection {
+    pub node: u32,
+    pub address: String,
+    pub region_kind: String,
+    pub domain: Option<u16>,
+    pub description: String,
+    pub header: String,
+    pub tag: u8,
+    pub wosize: u64,
+    pub colour: ocaml::Colour,
+    pub reserved: u32,
+    pub shallow: u64,
+    pub retained: u64,
+    pub reachable: bool,
+    pub immediate_dominator: Option<String>,
+    pub roots: Vec<String>,
+    pub fields: Vec<Field>,
+    /// Fields beyond `max_fields` that were not listed.
+    pub more_fields: u64,
+    /// Objects that point here (at most 16).
+    pub referrers: Vec<String>,
+}
+
+pub fn inspect(a: &Analysis<'_>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
+    let node = a.node_at(address)?;
+    let b = a.graph.blocks.block(node).ok_or(crate::AnalyzeError::NoBlockAt(address))?;
+    let rb = &a.graph.blocks.regions[b.region as usize];
+    let h = b.header;
+    let scanned_from = h.first_scanned_field(b.fields);
+    let is_ephemeron = a.graph.ephemerons.iter().any(|e| e.node == node);
+    let node_name = |v: u64| -> (String, Option<String>) {
+        match a.graph.blocks.resolve(v) {
+            Target::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
+            Target::External => ("external".into(), a.names.symbol(v).map(str::to_string)),
+            Target::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
+        }
+    };
+    let mut fields = Vec::new();
+    for (i, &v) in b.fields.iter().enumerate().take(max_fields) {
+        let (kind, value) = if h.tag == ocaml::CONT_TAG && i == 0 {
+            ("stack".to_string(), Some(format!("stack at {:#x}", v & !1)))
+        } else if is_ephemeron && i >= ocaml::EPHE_DATA_FIELD {
+            let (k, val) = if ocaml::is_pointer(v) { node_name(v) } else { ("int".into(), Some(((v as i64) >> 1).to_string())) };
+            let role = if i == ocaml::EPHE_DATA_FIELD { "ephemeron_data" } else { "weak" };
+            (if k == "pointer" { role.to_string() } else { k }, val)
+        } else if h.tag == ocaml::CLOSURE_TAG && scanned_from.is_some_and(|s| i < s) {
+            if v & 1 == 1 && i > 1 && (v & 0xff) as u8 == ocaml::INFIX_TAG {
+                ("infix_header".into(), Some(format!("offset {} words", a.graph.blocks.layout.wosize(v))))
+            } else if v & 1 == 1 {
+                ("closinfo".into(), Some(format!("arity {} env at {}", ocaml::arity_closinfo(v), ocaml::start_env_closinfo(v))))
+            } else {
+                ("code".into(), Some(a.names.closure_function(v)))
+            }
+        } else if scanned_from.is_none_or(|s| i < s) {
+            ("raw".into(), None)
+        } else if v & 1 == 1 {
+            ("int".into(), Some(((v as i64) >> 1).to_string()))
+        } else if v == 0 {
+            ("raw".into(), None)
+        } else {
+            node_name(v)
+        };
+        fields.push(Field { index: i, raw: format!("{v:#x}"), kind, value });
+    }
+    let roots = a
+        .graph
+        .roots_of(node)
+        .iter()
+        .map(|r| {
+            let rec = &a.snap.roots()[r.record as usize];
+            crate::names::root_label(a.snap, rec)
+        })
+        .collect();
+    let referrers = crate::paths::referrers(a, node, 16)
+        .into_iter()
+        .map(|u| match a.address(u) {
+            Some(x) => format!("{x:#x} {}", a.describe(u)),
+            None => a.describe(u),
+        })
+        .collect();
+    Ok(Inspection {
+        node,
+        address: format!("{:#x}", b.address),
+        region_kind: rb.kind.label().to_string(),
+        domain: rb.domain,
+        description: a.describe(node),
+        header: format!("{:#x}", h.raw),
+        tag: h.tag,
+        wosize: h.wosize,
+        colour: h.colour,
+        reserved: h.reserved,
+        shallow: h.bytes(),
+        retained: a.retained(node),
+        reachable: a.tree.is_reachable(node),
+        immediate_dominator: a.idom(node).map(|d| match a.address(d) {
+            Some(x) => format!("{x:#x} {}", a.describe(d)),
+            None => a.describe(d),
+        }),
+        roots,
+        more_fields: b.fields.len().saturating_sub(max_fields) as u64,
+        fields,
+        referrers,
+    })
+}

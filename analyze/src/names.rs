@@ -1,0 +1,144 @@
+//! Human names for blocks: module globals from symbols (`camlFoo` -> `Foo`), closures by function
+//! symbol and `file:line` (addr2line over the snapshot's DWARF sections), custom blocks by their
+//! operations' identifier, strings with a short escaped preview.
+
+use crate::blocks::BlockRef;
+use crate::ocaml;
+use gimli::{EndianSlice, LittleEndian};
+use heapsnap_format::{RootKind, RootRecord, Snapshot};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+type Reader<'s> = EndianSlice<'s, LittleEndian>;
+
+pub struct Names<'s> {
+    snap: &'s Snapshot,
+    lines: Option<addr2line::Context<Reader<'s>>>,
+    line_cache: Mutex<HashMap<u64, Option<String>>>,
+    custom_ops: HashMap<u64, &'s str>,
+}
+
+impl<'s> Names<'s> {
+    pub fn new(snap: &'s Snapshot) -> Self {
+        let custom_ops = snap.custom_ops().iter().filter_map(|o| Some((o.address, snap.string(o.identifier)?))).collect();
+        let lines = if snap.dwarf_section(".debug_line").is_some() || snap.dwarf_section(".debug_info").is_some() {
+            let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
+                Ok(EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), LittleEndian))
+            };
+            gimli::Dwarf::load(load).ok().and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
+        } else {
+            None
+        };
+        Names { snap, lines, line_cache: Mutex::new(HashMap::new()), custom_ops }
+    }
+
+    /// The symbol covering a code address.
+    pub fn symbol(&self, address: u64) -> Option<&'s str> {
+        self.snap.symbol_at(address).map(|(_, name)| name).filter(|n| !n.is_empty())
+    }
+
+    /// `file:line` of a code address, when the snapshot carries line tables.
+    pub fn source_line(&self, address: u64) -> Option<String> {
+        let ctx = self.lines.as_ref()?;
+        let mut cache = self.line_cache.lock().expect("no panics while holding the cache");
+        cache
+            .entry(address)
+            .or_insert_with(|| {
+                let loc = ctx.find_location(address).ok()??;
+                let file = loc.file?;
+                let short = file.rsplit('/').next().unwrap_or(file);
+                Some(match loc.line {
+                    Some(line) => format!("{short}:{line}"),
+                    None => short.to_string(),
+                })
+            })
+            .clone()
+    }
+
+    /// A closure's function: symbol and source line of its code pointer.
+    pub fn closure_function(&self, code: u64) -> String {
+        let sym = self.symbol(code).map_or_else(|| format!("{code:#x}"), str::to_string);
+        match self.source_line(code) {
+            Some(line) => format!("{sym} ({line})"),
+            None => sym,
+        }
+    }
+
+    pub fn custom_identifier(&self, ops: u64) -> Option<&'s str> {
+        self.custom_ops.get(&ops).copied()
+    }
+
+    /// A one-line description of a block.
+    pub fn describe(&self, b: &BlockRef<'_>) -> String {
+        let size = b.header.wosize;
+        match b.header.tag {
+            ocaml::STRING_TAG => format!("string {}", string_preview(b.fields, 32)),
+            ocaml::DOUBLE_TAG => match b.fields.first() {
+                Some(&w) => format!("float {}", f64::from_bits(w)),
+                None => "float".into(),
+            },
+            ocaml::DOUBLE_ARRAY_TAG => format!("float array [{size}]"),
+            ocaml::CUSTOM_TAG => {
+                let ops = b.fields.first().copied().unwrap_or(0);
+                format!("custom {}", self.custom_identifier(ops).unwrap_or("?"))
+            }
+            ocaml::CLOSURE_TAG => {
+                let code = b.fields.first().copied().unwrap_or(0);
+                format!("closure {}", self.closure_function(code))
+            }
+            tag => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
+        }
+    }
+}
+
+/// `camlFoo__Bar` -> `Foo__Bar`; other names unchanged.
+pub fn module_name(symbol: &str) -> &str {
+    symbol.strip_prefix("caml").filter(|s| !s.is_empty()).unwrap_or(symbol)
+}
+
+/// The contents of a string block (without OCaml's padding), escaped and cut to `max` bytes.
+pub fn string_preview(fields: &[u64], max: usize) -> String {
+    let bytes: &[u8] = bytemuck::cast_slice(fields);
+    let len = match bytes.last() {
+        Some(&pad) if (pad as usize) < bytes.len().min(8) => bytes.len() - 1 - pad as usize,
+        _ => bytes.len(),
+    };
+    let shown = &bytes[..len.min(max)];
+    let mut out = String::from("\"");
+    for &c in shown {
+        out.extend(std::ascii::escape_default(c).map(char::from));
+    }
+    out.push('"');
+    if len > max {
+        out.push_str(&format!("...({len} bytes)"));
+    }
+    out
+}
+
+/// A short label for a root record: the module for globals, the function for stack frames,
+/// the symbol for C globals.
+pub fn root_label(snap: &Snapshot, r: &RootRecord) -> String {
+    let kind = r.root_kind();
+    let name = snap.string(r.name).filter(|s| !s.is_empty());
+    match (kind, name) {
+        (RootKind::Global | RootKind::DynGlobal, Some(n)) => module_name(n).to_string(),
+        (_, Some(n)) => format!("{kind} {n}"),
+        (_, None) if r.slot != 0 => format!("{kind} @{:#x}", r.slot),
+        (_, None) => kind.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn previews() {
+        let mut bytes = *b"req-000001\0\0\0\0\0\x05";
+        assert_eq!(string_preview(bytemuck::cast_slice(&bytes), 32), "\"req-000001\"");
+        bytes[1] = b'\n';
+        assert_eq!(string_preview(bytemuck::cast_slice(&bytes), 4), "\"r\\nq-\"...(10 bytes)");
+        assert_eq!(module_name("camlCache_leak"), "Cache_leak");
+        assert_eq!(module_name("caml"), "caml");
+    }
+}

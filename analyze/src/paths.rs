@@ -1,0 +1,247 @@
+//! Shortest paths from the roots to objects, ignoring weak references (in the style of Eclipse
+//! MAT's "merge shortest paths to GC roots"): one breadth-first search from the super-root, then
+//! each target's chain of BFS parents. Identical chains are merged with counts; runs of the same
+//! step (a list's tail field, repeated) are folded into one step with a repeat count.
+
+use crate::analysis::Analysis;
+use crate::blocks::{NodeId, Target, NO_NODE};
+use crate::graph::SUPER_ROOT;
+use crate::groups::{key_name, kind_key};
+use crate::ocaml;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// What to find paths to.
+#[derive(Clone, Debug)]
+pub enum PathQuery {
+    Address(u64),
+    /// Blocks whose tag is this (the reserved header bits' value when the snapshot has them).
+    Tag(u32),
+    /// Blocks whose kind (as `top --by kind` names it) contains this text.
+    Kind(String),
+}
+
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct Step {
+    /// What the object is (its kind, or `module M`).
+    pub label: String,
+    /// The field of the previous object that points here (absent for the first object).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<usize>,
+    /// How many consecutive objects this step stands for (smallest and largest seen).
+    pub repeat_min: u64,
+    pub repeat_max: u64,
+    /// Address of an example object (for a single target: the object itself).
+    pub example: String,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct MergedPath {
+    /// Targets whose shortest path has this shape.
+    pub count: u64,
+    pub root_kind: String,
+    pub root: String,
+    pub steps: Vec<Step>,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct PathsReport {
+    /// Objects the query matched.
+    pub targets: u64,
+    /// Objects whose paths were computed (a sample when there are more than the limit).
+    pub sampled: u64,
+    /// Sampled objects that no root reaches through strong references.
+    pub unreachable: u64,
+    pub paths: Vec<MergedPath>,
+}
+
+/// BFS parents from the super-root, over strong edges only.
+pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
+    let g = &a.graph;
+    let n = g.node_count();
+    let mut parent = vec![NO_NODE; n];
+    parent[SUPER_ROOT as usize] = SUPER_ROOT;
+    let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
+    let mut head = 0;
+    let check = !g.condition_edges.is_empty();
+    while head < queue.len() {
+        let u = queue[head];
+        head += 1;
+        for &t in g.successors(u) {
+            if parent[t as usize] == NO_NODE && !(check && g.is_condition_edge(u, t)) {
+                parent[t as usize] = u;
+                queue.push(t);
+            }
+        }
+    }
+    parent
+}
+
+/// The objects a query selects.
+pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
+    let blocks = &a.graph.blocks;
+    match query {
+        PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
+        PathQuery::Tag(t) => {
+            let reserved = blocks.layout.reserved_bits() > 0;
+            Ok(collect(a, |b| if reserved { b.header.reserved == *t } else { u32::from(b.header.tag) == *t }))
+        }
+        PathQuery::Kind(k) => {
+            // Name each distinct kind once.
+            let mut names: HashMap<crate::groups::GroupKey, bool> = HashMap::new();
+            let keys: Vec<crate::groups::GroupKey> = {
+                let mut all: Vec<_> = blocks
+                    .block_regions()
+                    .collect::<Vec<_>>()
+                    .into_par_iter()
+                    .flat_map_iter(|r| blocks.region_blocks(r).map(|b| kind_key(&b)).collect::<std::collections::HashSet<_>>())
+                    .collect::<Vec<_>>();
+                all.sort_by_key(|k| format!("{k:?}"));
+                all.dedup();
+                all
+            };
+            for key in keys {
+                names.insert(key, key_name(a, &key).contains(k.as_str()));
+            }
+            Ok(collect(a, |b| names.get(&kind_key(b)).copied().unwrap_or(false)))
+        }
+    }
+}
+
+fn collect(a: &Analysis<'_>, pred: impl Fn(&crate::blocks::BlockRef<'_>) -> bool + Sync) -> Vec<NodeId> {
+    let blocks = &a.graph.blocks;
+    let mut regions: Vec<usize> = blocks.block_regions().collect();
+    regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
+    regions.into_par_iter().flat_map_iter(|r| blocks.region_blocks(r).filter(|b| pred(b)).map(|b| b.node).collect::<Vec<_>>()).collect()
+}
+
+/// Paths to the selected objects; `limit` caps how many objects are followed (evenly sampled),
+/// `max_paths` how many distinct chains are reported.
+pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize) -> Result<PathsReport, crate::AnalyzeError> {
+    let targets = select(a, query)?;
+    let parent = bfs_parents(a);
+    let single = matches!(query, PathQuery::Address(_));
+    let mut sample: Vec<NodeId> = if targets.len() > limit {
+        let stride = targets.len() as f64 / limit as f64;
+        (0..limit).map(|i| targets[(i as f64 * stride) as usize]).collect()
+    } else {
+        targets.clone()
+    };
+    let mut unreachable = 0;
+    let mut merged: Vec<MergedPath> = Vec::new();
+    let mut index: HashMap<(String, Vec<(String, Option<usize>)>), usize> = HashMap::new();
+    let mut label_cache: HashMap<crate::groups::GroupKey, String> = HashMap::new();
+
+    let mut chains: Vec<Vec<NodeId>> = Vec::new();
+    if single {
+        // Several distinct shortest paths: one through each referrer of the object.
+        let v = sample[0];
+        if parent[v as usize] == NO_NODE {
+            unreachable = 1;
+        } else {
+            chains.push(chain(&parent, v));
+            let referrers = referrers(a, v, 16);
+            for r in referrers {
+                if r != parent[v as usize] && parent[r as usize] != NO_NODE && !chain(&parent, r).contains(&v) {
+                    let mut c = chain(&parent, r);
+                    c.push(v);
+                    chains.push(c);
+                }
+            }
+            chains.sort_by_key(|c| c.len());
+        }
+    } else {
+        for &v in &sample {
+            if parent[v as usize] == NO_NODE {
+                unreachable += 1;
+            } else {
+                chains.push(chain(&parent, v));
+            }
+        }
+    }
+    for c in chains {
+        // c = [super-root, kind node, top, ..., target]
+        let kind = a.graph.root_kind_of(c[1]).map_or("?".into(), |k| k.label().to_string());
+        let root = crate::groups::top_label(a, c[2]);
+        let mut steps: Vec<Step> = Vec::new();
+        for (i, &v) in c.iter().enumerate().skip(2) {
+            let field = if i > 2 { field_pointing(a, c[i - 1], v) } else { None };
+            let label = if single {
+                a.describe(v)
+            } else if let Some(m) = a.module_of(v) {
+                format!("module {m}")
+            } else {
+                let b = a.graph.blocks.block(v).expect("a block");
+                label_cache.entry(kind_key(&b)).or_insert_with(|| key_name(a, &kind_key(&b))).clone()
+            };
+            let example = a.address(v).map_or(String::new(), |x| format!("{x:#x}"));
+            match steps.last_mut() {
+                Some(last) if !single && last.label == label && last.field == field && field.is_some() => {
+                    last.repeat_min += 1;
+                    last.repeat_max += 1;
+                }
+                _ => steps.push(Step { label, field, repeat_min: 1, repeat_max: 1, example }),
+            }
+        }
+        let shape = (root.clone(), steps.iter().map(|s| (s.label.clone(), s.field)).collect::<Vec<_>>());
+        match index.get(&shape) {
+            Some(&i) if !single => {
+                let m = &mut merged[i];
+                m.count += 1;
+                for (s, new) in m.steps.iter_mut().zip(&steps) {
+                    s.repeat_min = s.repeat_min.min(new.repeat_min);
+                    s.repeat_max = s.repeat_max.max(new.repeat_max);
+                }
+            }
+            _ => {
+                index.insert(shape, merged.len());
+                merged.push(MergedPath { count: 1, root_kind: kind, root, steps });
+            }
+        }
+    }
+    if !single {
+        merged.sort_by(|x, y| y.count.cmp(&x.count).then(x.steps.len().cmp(&y.steps.len())));
+    }
+    merged.truncate(max_paths);
+    sample.truncate(0);
+    Ok(PathsReport { targets: targets.len() as u64, sampled: targets.len().min(limit) as u64, unreachable, paths: merged })
+}
+
+fn chain(parent: &[NodeId], v: NodeId) -> Vec<NodeId> {
+    let mut c = vec![v];
+    let mut x = v;
+    while x != SUPER_ROOT {
+        x = parent[x as usize];
+        c.push(x);
+    }
+    c.reverse();
+    c
+}
+
+/// The first scanned field of block `from` that points to `to`.
+pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usize> {
+    let b = a.graph.blocks.block(from)?;
+    let mut found = None;
+    crate::graph::scanned_fields(&b.header, b.fields, |i, v| {
+        if found.is_none() && a.graph.blocks.resolve(v) == Target::Node(to) {
+            found = Some(i);
+        }
+    });
+    if found.is_none() && b.header.tag == ocaml::ABSTRACT_TAG {
+        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && a.graph.blocks.resolve(v) == Target::Node(to));
+    }
+    found
+}
+
+/// Up to `max` nodes with an edge to `v` (one pass over all edges).
+pub fn referrers(a: &Analysis<'_>, v: NodeId, max: usize) -> Vec<NodeId> {
+    let g = &a.graph;
+    let n = g.node_count();
+    let mut found: Vec<NodeId> = (0..n as NodeId)
+        .into_par_iter()
+        .filter(|&u| g.successors(u).contains(&v) && !g.is_condition_edge(u, v))
+        .collect();
+    found.truncate(max);
+    found
+}

@@ -1,0 +1,41 @@
+//! Progress on stderr for the long steps (hidden when stderr is not a terminal, or when asked).
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::io::IsTerminal;
+
+/// Makes one progress bar per step; all of them are hidden when progress is off.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    visible: bool,
+}
+
+impl Progress {
+    /// Progress bars on stderr when it is a terminal.
+    pub fn stderr() -> Self {
+        Progress { visible: std::io::stderr().is_terminal() }
+    }
+
+    pub fn hidden() -> Self {
+        Progress { visible: false }
+    }
+
+    /// A bar for a step of `total` units (a spinner when `total` is 0).
+    pub fn step(&self, label: &str, total: u64) -> ProgressBar {
+        if !self.visible {
+            return ProgressBar::hidden();
+        }
+        let bar = if total == 0 {
+            let b = ProgressBar::new_spinner();
+            b.set_style(ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("valid template"));
+            b.enable_steady_tick(std::time::Duration::from_millis(120));
+            b
+        } else {
+            let b = ProgressBar::new(total);
+            b.set_style(ProgressStyle::with_template("{msg:24} {bar:40} {pos}/{len} {elapsed}").expect("valid template"));
+            b
+        };
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        bar.set_message(label.to_string());
+        bar
+    }
+}

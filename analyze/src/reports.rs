@@ -1,0 +1,210 @@
+//! The `summary` and `dominators` reports (JSON schemas in REPORTS.md).
+
+use crate::analysis::{Analysis, NodeKind};
+use crate::blocks::{NodeId, RegionCounts};
+use crate::graph::{PointerCounts, SUPER_ROOT};
+use crate::groups::{self, Group, GroupBy};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Serialize, Default, Clone, Debug)]
+pub struct RegionTotals {
+    pub regions: u64,
+    pub bytes: u64,
+    #[serde(flatten)]
+    pub counts: RegionCounts,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct RootKindTotal {
+    pub kind: String,
+    pub roots: u64,
+    /// Bytes retained by this kind of root (dominated by its node under the super-root).
+    pub retained: u64,
+}
+
+#[derive(Serialize, Clone, Debug)]
+pub struct Summary {
+    pub ocaml_version: String,
+    pub reserved_header_bits: u8,
+    /// Live blocks (allocated, not garbage) in all regions, and their bytes (headers included).
+    pub objects: u64,
+    pub bytes: u64,
+    pub reachable_objects: u64,
+    pub reachable_bytes: u64,
+    /// Live-coloured blocks that no root reaches.
+    pub unreachable_objects: u64,
+    pub unreachable_bytes: u64,
+    pub garbage_objects: u64,
+    pub garbage_bytes: u64,
+    pub free_slots: u64,
+    pub free_bytes: u64,
+    pub edges: u64,
+    pub pointers: PointerCounts,
+    pub malformed_headers: u64,
+    pub by_region_kind: BTreeMap<String, RegionTotals>,
+    /// Keyed by domain id ("none" for regions without a domain).
+    pub by_domain: BTreeMap<String, RegionTotals>,
+    pub roots: Vec<RootKindTotal>,
+    pub top_groups: Vec<Group>,
+}
+
+pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
+    let blocks = &a.graph.blocks;
+    let mut by_kind: BTreeMap<String, RegionTotals> = BTreeMap::new();
+    let mut by_domain: BTreeMap<String, RegionTotals> = BTreeMap::new();
+    let mut all = RegionCounts::default();
+    for rb in &blocks.regions {
+        for t in [
+            by_kind.entry(rb.kind.label().to_string()).or_default(),
+            by_domain.entry(rb.domain.map_or("none".into(), |d| d.to_string())).or_default(),
+        ] {
+            t.regions += 1;
+            t.bytes += rb.words.len() as u64 * 8;
+            t.counts.add(&rb.counts);
+        }
+        all.add(&rb.counts);
+    }
+    let reachable_objects = a.tree.preorder.iter().filter(|&&v| blocks.is_block(v)).count() as u64;
+    let reachable_bytes = a.reachable_bytes();
+    let roots = a
+        .graph
+        .root_kinds
+        .iter()
+        .enumerate()
+        .map(|(i, k)| RootKindTotal {
+            kind: k.label().to_string(),
+            roots: a.snap.roots().iter().filter(|r| r.root_kind() == *k).count() as u64,
+            retained: a.retained(1 + i as NodeId),
+        })
+        .collect();
+    let mut top_groups = groups::groups(a, GroupBy::Kind);
+    top_groups.truncate(top);
+    Summary {
+        ocaml_version: a.snap.metadata().ocaml_version.clone(),
+        reserved_header_bits: a.snap.metadata().reserved_header_bits,
+        objects: all.live_blocks,
+        bytes: all.live_bytes,
+        reachable_objects,
+        reachable_bytes,
+        unreachable_objects: all.live_blocks - reachable_objects,
+        unreachable_bytes: all.live_bytes.saturating_sub(reachable_bytes),
+        garbage_objects: all.garbage_blocks,
+        garbage_bytes: all.garbage_bytes,
+        free_slots: all.free_slots,
+        free_bytes: all.free_bytes,
+        edges: a.graph.edge_count() as u64,
+        pointers: a.graph.pointers.clone(),
+        malformed_headers: blocks.malformed_count,
+        by_region_kind: by_kind,
+        by_domain,
+        roots,
+        top_groups,
+    }
+}
+
+/// A node of the dominator tree report.
+#[derive(Serialize, Clone, Debug)]
+pub struct TreeNode {
+    pub node: NodeId,
+    /// Address of the block's first field (absent for the super-root and root kinds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub description: String,
+    /// Where retention is attributed (the root or module field), for nodes right below roots.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+    pub shallow: u64,
+    pub retained: u64,
+    /// Retained bytes as a percentage of all reachable bytes.
+    pub percent: f64,
+    pub children: Vec<TreeNode>,
+    /// Children left out (below `min_percent` or past `depth`), and what they retain together.
+    pub omitted_children: u64,
+    pub omitted_retained: u64,
+}
+
+/// The dominator tree from the super-root, `depth` levels deep, keeping children that retain
+/// at least `min_percent` of the reachable bytes (at most `max_children` per node).
+pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_children: usize) -> TreeNode {
+    let (offsets, children) = a.tree.children();
+    let total = a.reachable_bytes().max(1);
+    // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
+    struct Frame {
+        node: NodeId,
+        kids: Vec<NodeId>,
+        built: Vec<TreeNode>,
+        omitted: u64,
+        omitted_retained: u64,
+    }
+    let make = |v: NodeId, level: usize| -> Frame {
+        let mut kids: Vec<NodeId> = children[offsets[v as usize] as usize..offsets[v as usize + 1] as usize].to_vec();
+        kids.sort_by(|&x, &y| a.retained(y).cmp(&a.retained(x)).then(x.cmp(&y)));
+        let keep = if level >= depth {
+            0
+        } else {
+            kids.iter().take(max_children).take_while(|&&c| a.retained(c) as f64 * 100.0 / total as f64 >= min_percent).count()
+        };
+        let omitted: Vec<NodeId> = kids.split_off(keep);
+        Frame {
+            node: v,
+            kids,
+            built: Vec::new(),
+            omitted: omitted.len() as u64,
+            omitted_retained: omitted.iter().map(|&c| a.retained(c)).sum(),
+        }
+    };
+    let finish = |f: Frame| -> TreeNode {
+        let v = f.node;
+        let root = match a.idom(v) {
+            Some(d) if d == SUPER_ROOT || a.graph.root_kind_of(d).is_some() || a.module_of(d).is_some() => {
+                matches!(a.node_kind(v), Some(NodeKind::Block(_))).then(|| groups::top_label(a, v))
+            }
+            _ => None,
+        };
+        TreeNode {
+            node: v,
+            address: a.address(v).map(|x| format!("{x:#x}")),
+            description: a.describe(v),
+            root,
+            shallow: a.shallow(v),
+            retained: a.retained(v),
+            percent: a.retained(v) as f64 * 100.0 / total as f64,
+            children: f.built,
+            omitted_children: f.omitted,
+            omitted_retained: f.omitted_retained,
+        }
+    };
+    let mut stack: Vec<Frame> = vec![make(SUPER_ROOT, 0)];
+    loop {
+        let level = stack.len();
+        let top = stack.last_mut().expect("the root frame stays until the end");
+        if top.built.len() < top.kids.len() {
+            let next = top.kids[top.built.len()];
+            stack.push(make(next, level));
+            continue;
+        }
+        let done = stack.pop().expect("not empty");
+        let node = finish(done);
+        match stack.last_mut() {
+            Some(parent) => parent.built.push(node),
+            None => return node,
+        }
+    }
+}
+
+/// Human-readable bytes.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u < UNITS.len() - 1 {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{x:.1} {}", UNITS[u])
+    }
+}

@@ -1,0 +1,219 @@
+//! One dump of a live process: discover its runtime while it runs, stop it, wait for a
+//! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
+
+use crate::error::{DumpError, Result};
+use crate::runtime::capture::{capture, custom_ops_in_heap, Capture};
+use crate::runtime::heap::{redact_strings, RegionIndex};
+use crate::runtime::safety::check_world;
+use crate::runtime::{header_format, Runtime};
+use crate::snapshot;
+use crate::source::{interrupted, LiveProcess, ProcessMemory};
+use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// What to dump and how.
+#[derive(Clone, Debug)]
+pub struct DumpOptions {
+    /// The snapshot file to write.
+    pub output: PathBuf,
+    /// What made us dump (recorded in the metadata).
+    pub trigger: Trigger,
+    /// Zero string and bytes contents before anything reaches the disk.
+    pub redact: bool,
+    /// Reserved header bits, for targets where they cannot be detected (or to override).
+    pub reserved_bits: Option<u8>,
+    /// How many times to stop the world before giving up on a consistent stop (then the dump
+    /// goes on, with a warning in the snapshot).
+    pub max_attempts: u32,
+    /// Fail instead of writing an inconsistent snapshot when no consistent stop was found.
+    pub require_consistent: bool,
+    /// Copy the executable's DWARF line and debug-info sections into the snapshot.
+    pub include_dwarf: bool,
+}
+
+impl Default for DumpOptions {
+    fn default() -> Self {
+        DumpOptions {
+            output: PathBuf::from("heapsnap.snap"),
+            trigger: Trigger::Manual,
+            redact: false,
+            reserved_bits: None,
+            max_attempts: 200,
+            require_consistent: false,
+            include_dwarf: true,
+        }
+    }
+}
+
+/// What a dump did.
+#[derive(Clone, Debug, Serialize)]
+pub struct DumpReport {
+    pub path: PathBuf,
+    pub pid: u32,
+    pub ocaml_version: String,
+    pub reserved_header_bits: u8,
+    /// How long the target was stopped for the copy (the last, consistent stop).
+    pub pause_ns: u64,
+    /// How long it was stopped in all, counting the stops that were not consistent.
+    pub total_stopped_ns: u64,
+    /// How many times the world was stopped.
+    pub attempts: u32,
+    /// Whether the copy was taken at a consistent stop.
+    pub consistent: bool,
+    pub domains: usize,
+    pub regions: usize,
+    pub region_bytes: u64,
+    pub roots: usize,
+    pub file_bytes: u64,
+    /// Whole dump, from the first look at the target to the file on disk.
+    pub elapsed_ns: u64,
+    pub warnings: Vec<String>,
+}
+
+impl DumpReport {
+    pub fn pause(&self) -> Duration {
+        Duration::from_nanos(self.pause_ns)
+    }
+}
+
+/// The address of `caml_compactions_count` in a running OCaml 5 process, read without
+/// stopping it (for a watcher that polls it).
+pub fn compactions_counter_address(pid: i32) -> Result<u64> {
+    let pid = checked_pid(pid)?;
+    let memory = ProcessMemory::new(pid)?;
+    let exe_path = crate::source::MemorySource::executable_path(&memory);
+    let exe = crate::elf::Executable::open(&exe_path)?;
+    let bias = exe.load_bias(&crate::source::MemorySource::mappings(&memory)?, &exe_path)?;
+    Ok(bias + exe.require("caml_compactions_count")?)
+}
+
+fn checked_pid(pid: i32) -> Result<u32> {
+    u32::try_from(pid).ok().filter(|&p| p > 0).ok_or(DumpError::NoSuchProcess { pid: pid as u32 })
+}
+
+/// Takes one snapshot of process `pid`.
+pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
+    let started = Instant::now();
+    let pid = checked_pid(pid)?;
+    let memory = ProcessMemory::new(pid)?;
+    // Everything static is read while the target runs.
+    let rt = Runtime::discover(&memory)?;
+    let mut warnings = Vec::new();
+    let reserved_bits = match (rt.detected_reserved_bits, options.reserved_bits) {
+        (Some(found), Some(given)) if found != given => {
+            warnings.push(format!("--reserved-bits {given} overrides the {found} detected in the target"));
+            given
+        }
+        (_, Some(given)) => given,
+        (Some(found), None) => found,
+        (None, None) => {
+            return Err(DumpError::ReservedBitsUnknown("Stdlib.Sys.max_array_length was not found in the target".into()))
+        }
+    };
+    if reserved_bits > 31 {
+        return Err(DumpError::ReservedBitsUnknown(format!("{reserved_bits} reserved bits is more than 31")));
+    }
+    let format = header_format(reserved_bits);
+
+    let mut process = LiveProcess::attach(pid)?;
+    let mut stopped_at = Instant::now();
+    let mut wall_at_stop = SystemTime::now();
+    let mut total_stopped = Duration::ZERO;
+    let mut attempts = 1;
+    let mut check = check_world(&rt, &process)?;
+    while !check.is_safe() && attempts < options.max_attempts.max(1) {
+        total_stopped += stopped_at.elapsed();
+        process.resume()?;
+        // Let the target leave its unsafe window: a few ms, more as attempts fail.
+        std::thread::sleep(Duration::from_micros(500 * (attempts as u64).min(20)));
+        if interrupted() {
+            return Err(DumpError::Interrupted);
+        }
+        process.stop()?;
+        stopped_at = Instant::now();
+        wall_at_stop = SystemTime::now();
+        attempts += 1;
+        check = check_world(&rt, &process)?;
+    }
+    let consistent = check.is_safe();
+    if !consistent {
+        if options.require_consistent {
+            return Err(DumpError::Inconsistent(format!(
+                "no consistent stop in {attempts} attempts: {}",
+                check.unsafe_reasons.join("; ")
+            )));
+        }
+        warnings.push(format!(
+            "no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}",
+            check.unsafe_reasons.join("; ")
+        ));
+    }
+    let mut cap = capture(&rt, &process, &check, format)?;
+    process.detach();
+    let pause = stopped_at.elapsed();
+    total_stopped += pause;
+    drop(process);
+
+    // The target runs again; the rest works on our copy.
+    let more_ops = custom_ops_in_heap(&rt, &memory, &cap, format);
+    cap.custom_ops.extend(more_ops);
+    keep_plausible_conservative_roots(&mut cap);
+    if options.redact {
+        for r in cap.regions.iter_mut() {
+            if matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
+                redact_strings(r, format);
+            }
+        }
+    }
+    warnings.append(&mut cap.warnings);
+    let metadata = Metadata {
+        ocaml_version: rt.version.clone(),
+        word_size: 8,
+        reserved_header_bits: reserved_bits,
+        colours: cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL),
+        pid: Some(pid),
+        executable: std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string()),
+        build_id: rt.exe.build_id.clone(),
+        time_unix_ns: wall_at_stop.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        trigger: options.trigger,
+        dumper: format!("heapsnap {}", env!("CARGO_PKG_VERSION")),
+        domains: cap.domains.iter().map(|d| d.info.clone()).collect(),
+        compactions: cap.compactions,
+        redacted: options.redact,
+        warnings: warnings.clone(),
+    };
+    let (path, file_bytes) = snapshot::write(&rt, &cap, &metadata, &options.output, options.include_dwarf)?;
+    Ok(DumpReport {
+        path,
+        pid,
+        ocaml_version: rt.version.clone(),
+        reserved_header_bits: reserved_bits,
+        pause_ns: pause.as_nanos() as u64,
+        total_stopped_ns: total_stopped.as_nanos() as u64,
+        attempts,
+        consistent,
+        domains: cap.domains.len(),
+        regions: cap.regions.len(),
+        region_bytes: cap.regions.iter().map(|r| r.bytes.len() as u64).sum(),
+        roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
+        file_bytes,
+        elapsed_ns: started.elapsed().as_nanos() as u64,
+        warnings,
+    })
+}
+
+/// Conservative roots (the words and registers of an OCaml frame caught between call sites)
+/// are kept only when they point into a captured heap or static region.
+fn keep_plausible_conservative_roots(cap: &mut Capture) {
+    let index = RegionIndex::new(&cap.regions);
+    let keep: Vec<bool> = cap
+        .roots
+        .iter()
+        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.holds_value(r.value)))
+        .collect();
+    drop(index);
+    let mut keep = keep.into_iter();
+    cap.roots.retain(|_| keep.next().expect("one flag per root"));
+}

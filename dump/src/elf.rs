@@ -1,0 +1,173 @@
+//! The target's executable: symbols, load bias, build id, unwind tables and DWARF sections.
+
+use crate::error::{DumpError, Result};
+use crate::source::Mapping;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// DWARF sections the analyser may need to name code locations, copied into snapshots.
+pub const DWARF_SECTIONS: &[&str] = &[
+    ".debug_info",
+    ".debug_abbrev",
+    ".debug_line",
+    ".debug_str",
+    ".debug_line_str",
+    ".debug_ranges",
+    ".debug_rnglists",
+    ".debug_aranges",
+    ".debug_addr",
+    ".debug_str_offsets",
+];
+
+/// One symbol of the executable, at its link-time address.
+#[derive(Clone, Debug)]
+pub struct Symbol {
+    pub name: String,
+    pub address: u64,
+    pub size: u64,
+    pub is_function: bool,
+    pub is_global: bool,
+}
+
+/// The executable file, parsed once.
+pub struct Executable {
+    pub path: PathBuf,
+    data: Vec<u8>,
+    pub is_pie: bool,
+    /// Link-time address of the first loadable segment (page-aligned).
+    first_segment_vaddr: u64,
+    pub symbols: Vec<Symbol>,
+    by_name: HashMap<String, Vec<usize>>,
+    /// Function and data symbols with a size, sorted by address (indices into `symbols`).
+    by_address: Vec<usize>,
+    pub build_id: Option<String>,
+}
+
+impl Executable {
+    pub fn open(path: &Path) -> Result<Executable> {
+        let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
+        let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
+        let file = object::File::parse(&*data).map_err(|e| elf_error(e.to_string()))?;
+        if file.architecture() != object::Architecture::X86_64 {
+            return Err(elf_error(format!("architecture {:?} (only x86-64 is supported)", file.architecture())));
+        }
+        if file.symbol_table().is_none() {
+            return Err(DumpError::Stripped { path: path.to_path_buf() });
+        }
+        let is_pie = file.kind() == object::ObjectKind::Dynamic;
+        let first_segment_vaddr = file
+            .segments()
+            .map(|s| s.address())
+            .min()
+            .ok_or_else(|| elf_error("no loadable segment".into()))?
+            & !0xfff;
+        let mut symbols = Vec::new();
+        for sym in file.symbols() {
+            let Ok(name) = sym.name() else { continue };
+            if name.is_empty() || sym.is_undefined() {
+                continue;
+            }
+            let is_function = sym.kind() == SymbolKind::Text;
+            if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Data | SymbolKind::Unknown) {
+                continue;
+            }
+            symbols.push(Symbol {
+                name: name.to_string(),
+                address: sym.address(),
+                size: sym.size(),
+                is_function,
+                is_global: sym.is_global(),
+            });
+        }
+        let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, s) in symbols.iter().enumerate() {
+            by_name.entry(s.name.clone()).or_default().push(i);
+        }
+        let mut by_address: Vec<usize> = (0..symbols.len()).collect();
+        by_address.sort_by_key(|&i| (symbols[i].address, std::cmp::Reverse(symbols[i].size)));
+        let build_id = file.build_id().ok().flatten().map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+        drop(file);
+        Ok(Executable {
+            path: path.to_path_buf(),
+            data,
+            is_pie,
+            first_segment_vaddr,
+            symbols,
+            by_name,
+            by_address,
+            build_id,
+        })
+    }
+
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    pub fn object(&self) -> object::File<'_> {
+        object::File::parse(&*self.data).expect("parsed once already")
+    }
+
+    /// How far the executable was moved at load time, from the target's mappings of it.
+    pub fn load_bias(&self, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
+        if !self.is_pie {
+            return Ok(0);
+        }
+        let real = std::fs::canonicalize(exe_path).ok();
+        let same_file = |m: &Mapping| match (&m.path, &real) {
+            (Some(p), Some(r)) => p == r,
+            _ => false,
+        };
+        let first = mappings
+            .iter()
+            .filter(|m| m.offset == 0 && same_file(m))
+            .map(|m| m.start)
+            .min()
+            .ok_or_else(|| DumpError::Elf {
+                path: self.path.clone(),
+                message: "cannot find where the executable is mapped in the target".into(),
+            })?;
+        Ok(first.wrapping_sub(self.first_segment_vaddr))
+    }
+
+    /// Link-time addresses of every symbol called `name`.
+    pub fn addresses_of(&self, name: &str) -> Vec<u64> {
+        self.by_name.get(name).map(|v| v.iter().map(|&i| self.symbols[i].address).collect()).unwrap_or_default()
+    }
+
+    pub fn symbol(&self, name: &str) -> Option<&Symbol> {
+        let indices = self.by_name.get(name)?;
+        // Prefer a global definition over file-local ones of the same name.
+        indices.iter().map(|&i| &self.symbols[i]).max_by_key(|s| s.is_global)
+    }
+
+    /// Link-time address of `name`, or a clear error.
+    pub fn require(&self, name: &str) -> Result<u64> {
+        self.symbol(name).map(|s| s.address).ok_or_else(|| DumpError::MissingSymbol { name: name.to_string() })
+    }
+
+    /// The symbol whose extent holds the link-time address `address`.
+    pub fn symbol_at(&self, address: u64) -> Option<&Symbol> {
+        let after = self.by_address.partition_point(|&i| self.symbols[i].address <= address);
+        self.by_address[..after]
+            .iter()
+            .rev()
+            .take(16)
+            .map(|&i| &self.symbols[i])
+            .find(|s| address < s.address + s.size.max(1))
+    }
+
+    /// The bytes of a section (decompressed if need be), and its link-time address.
+    pub fn section_data(&self, name: &str) -> Option<(u64, Cow<'_, [u8]>)> {
+        let file = object::File::parse(&*self.data).ok()?;
+        let section = file.section_by_name(name)?;
+        let bytes = section.uncompressed_data().ok()?;
+        Some((section.address(), bytes))
+    }
+
+    /// Every DWARF section present among [`DWARF_SECTIONS`], with its bytes.
+    pub fn dwarf_sections(&self) -> Vec<(&'static str, Cow<'_, [u8]>)> {
+        DWARF_SECTIONS.iter().filter_map(|&name| self.section_data(name).map(|(_, b)| (name, b))).collect()
+    }
+}

@@ -1,0 +1,68 @@
+//! Everything that can stop a dump, each saying what is missing or what went wrong.
+
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error("no process with pid {pid}")]
+    NoSuchProcess { pid: u32 },
+
+    #[error("cannot attach to process {pid}: {errno} (are you allowed to ptrace it? see /proc/sys/kernel/yama/ptrace_scope)")]
+    AttachDenied { pid: u32, errno: nix::errno::Errno },
+
+    #[error("process {pid} exited during the dump; no snapshot was written")]
+    TargetExited { pid: u32 },
+
+    #[error("ptrace {op} on thread {tid} failed: {errno}")]
+    Ptrace { op: &'static str, tid: u32, errno: nix::errno::Errno },
+
+    #[error("cannot read {len} bytes of target memory at {address:#x}: {reason}")]
+    Read { address: u64, len: usize, reason: String },
+
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+
+    #[error("{path}: not a readable ELF executable: {message}")]
+    Elf { path: PathBuf, message: String },
+
+    #[error("{path}: executable has no .symtab (stripped?); heapsnap needs the OCaml runtime's symbols")]
+    Stripped { path: PathBuf },
+
+    #[error("{path}: executable has no DWARF debug info (.debug_info); heapsnap needs the OCaml runtime's structure layouts (was the runtime built without -g, or the binary stripped?)")]
+    NoDebugInfo { path: PathBuf },
+
+    #[error("bad DWARF debug info: {0}")]
+    Dwarf(String),
+
+    #[error("symbol {name} not found in the executable (is this an OCaml 5 native program?)")]
+    MissingSymbol { name: String },
+
+    #[error("no DWARF type {name} in the executable's debug info")]
+    MissingType { name: String },
+
+    #[error("DWARF type {ty} has no member {member}")]
+    MissingMember { ty: String, member: String },
+
+    #[error("no DWARF variable {name} in the executable's debug info")]
+    MissingVariable { name: String },
+
+    #[error("cannot find the OCaml version of the target ({0})")]
+    UnknownVersion(String),
+
+    #[error("OCaml version {version} is not supported (heapsnap supports OCaml {supported})")]
+    UnsupportedVersion { version: String, supported: &'static str },
+
+    #[error("cannot detect the number of reserved header bits ({0}); pass --reserved-bits N")]
+    ReservedBitsUnknown(String),
+
+    #[error("the target's OCaml runtime state is inconsistent: {0}")]
+    Inconsistent(String),
+
+    #[error("the dump was interrupted by a signal; the target was released unchanged")]
+    Interrupted,
+
+    #[error(transparent)]
+    Format(#[from] heapsnap_format::FormatError),
+}
+
+pub type Result<T, E = DumpError> = std::result::Result<T, E>;

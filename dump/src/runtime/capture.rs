@@ -1,0 +1,340 @@
+//! Copying the stopped world: every domain's minor heap, every pool and large allocation,
+//! the static data, the fiber stacks; then the roots (see [`super::roots`]).
+
+use super::heap::{CapturedRegion, HeaderFormat, RegionIndex, CONT_TAG};
+use super::roots::{self, CapturedRoot};
+use super::safety::WorldCheck;
+use super::Runtime;
+use crate::error::{DumpError, Result};
+use crate::source::{MemorySource, ReadExt, ReadRequest};
+use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
+use std::collections::HashSet;
+
+/// A domain as captured.
+#[derive(Clone, Debug)]
+pub struct CapturedDomain {
+    pub id: u16,
+    pub state: u64,
+    /// The whole `caml_domain_state`, as it was.
+    pub state_bytes: Vec<u8>,
+    pub info: DomainInfo,
+    /// Registers of the thread running OCaml code in this domain, if one was.
+    pub running: Option<crate::source::ThreadState>,
+}
+
+impl CapturedDomain {
+    pub fn field(&self, offset: u64) -> u64 {
+        let o = offset as usize;
+        u64::from_le_bytes(self.state_bytes[o..o + 8].try_into().expect("8 bytes"))
+    }
+}
+
+/// Everything copied while the world was stopped.
+#[derive(Debug, Default)]
+pub struct Capture {
+    pub domains: Vec<CapturedDomain>,
+    pub regions: Vec<CapturedRegion>,
+    pub roots: Vec<CapturedRoot>,
+    /// Ephemerons and weak arrays the runtime knows.
+    pub ephemerons: Vec<u64>,
+    pub colours: Option<ColourEncoding>,
+    pub compactions: Option<u64>,
+    /// Registered custom operations: (address of `struct custom_operations`, identifier).
+    pub custom_ops: Vec<(u64, String)>,
+    pub warnings: Vec<String>,
+}
+
+/// Copies the world. `world` is the verdict of [`super::safety::check_world`] for this stop.
+pub fn capture(rt: &Runtime, source: &dyn MemorySource, world: &WorldCheck, format: HeaderFormat) -> Result<Capture> {
+    let mut cap = Capture::default();
+    let l = &rt.layout;
+    for view in &world.domains {
+        let state_bytes = source.read_bytes(view.state, l.domain_state.size.max(l.domain_state.memprof + 8) as usize)?;
+        let mut d = CapturedDomain {
+            id: 0,
+            state: view.state,
+            state_bytes,
+            info: DomainInfo { id: 0, minor_start: 0, minor_end: 0, young_ptr: 0 },
+            running: view.running.clone(),
+        };
+        let id = d.field(l.domain_state.id) as u32 as i32;
+        d.id = u16::try_from(id).map_err(|_| DumpError::Inconsistent(format!("domain id {id}")))?;
+        let young_start = d.field(l.domain_state.young_start);
+        let young_end = d.field(l.domain_state.young_end);
+        // A domain running OCaml code keeps its allocation pointer in r15 (runtime/amd64.S);
+        // Caml_state->young_ptr is only written when it enters the runtime.
+        let young_ptr = match &view.running {
+            Some(t) => t.regs.r15,
+            None => d.field(l.domain_state.young_ptr),
+        };
+        if !(young_start <= young_ptr && young_ptr <= young_end) || young_ptr % 8 != 0 {
+            return Err(DumpError::Inconsistent(format!(
+                "domain {id}: young_ptr {young_ptr:#x} outside its minor heap {young_start:#x}..{young_end:#x}"
+            )));
+        }
+        d.info = DomainInfo { id: d.id, minor_start: young_start, minor_end: young_end, young_ptr };
+        cap.domains.push(d);
+    }
+    cap.domains.sort_by_key(|d| d.id);
+
+    read_colours(rt, source, &mut cap)?;
+    cap.compactions = source.read_u64(rt.symbol("caml_compactions_count")?).ok();
+
+    capture_minor_heaps(source, &mut cap)?;
+    capture_heaps(rt, source, &mut cap, format)?;
+    capture_static_data(rt, source, &mut cap)?;
+    roots::capture_roots(rt, source, &mut cap, format)?;
+    capture_custom_ops(rt, source, &mut cap);
+    Ok(cap)
+}
+
+fn read_colours(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
+    let h = &rt.layout.heap;
+    let base = rt.addr(h.global_heap_state);
+    // Each status is a header colour already shifted by HEADER_COLOR_SHIFT (8).
+    let colour = |off: u64| -> Result<u8> { Ok(((source.read_u64(base + off)? >> 8) & 3) as u8) };
+    let (marked, unmarked, garbage) = (colour(h.marked)?, colour(h.unmarked)?, colour(h.garbage)?);
+    let not_markable = (0..4u8).find(|c| ![marked, unmarked, garbage].contains(c)).unwrap_or(3);
+    let colours = ColourEncoding { marked, unmarked, garbage, not_markable };
+    if !colours.is_valid() {
+        return Err(DumpError::Inconsistent(format!("caml_global_heap_state colours {colours:?}")));
+    }
+    cap.colours = Some(colours);
+    Ok(())
+}
+
+fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
+    let mut regions: Vec<CapturedRegion> = cap
+        .domains
+        .iter()
+        .filter(|d| d.info.young_ptr < d.info.minor_end)
+        .map(|d| CapturedRegion {
+            kind: RegionKind::MinorHeap,
+            domain: d.id,
+            base: d.info.young_ptr,
+            block_wsize: 0,
+            first_block: 0,
+            owner: 0,
+            bytes: vec![0u8; (d.info.minor_end - d.info.young_ptr) as usize],
+        })
+        .collect();
+    let mut requests: Vec<ReadRequest<'_>> =
+        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
+    source.read_many(&mut requests)?;
+    cap.regions.extend(regions);
+    Ok(())
+}
+
+/// Every pool and large allocation of every domain, and those orphaned by terminated domains.
+fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
+    let h = &rt.layout.heap;
+    let n = h.num_sizeclasses;
+    let mut pool_lists: Vec<(u16, u64, u64)> = Vec::new(); // (domain, list head address, size class)
+    let mut large_lists: Vec<(u16, u64)> = Vec::new();
+    for d in &cap.domains {
+        let heap = d.field(rt.layout.domain_state.shared_heap);
+        if heap == 0 {
+            continue;
+        }
+        for list in [h.avail_pools, h.full_pools, h.unswept_avail_pools, h.unswept_full_pools] {
+            for sz in 0..n {
+                pool_lists.push((d.id, heap + list + 8 * sz, sz));
+            }
+        }
+        large_lists.push((d.id, heap + h.swept_large));
+        large_lists.push((d.id, heap + h.unswept_large));
+    }
+    let freelist = rt.addr(h.pool_freelist);
+    for list in [h.global_avail_pools, h.global_full_pools] {
+        for sz in 0..n {
+            pool_lists.push((NO_DOMAIN, freelist + list + 8 * sz, sz));
+        }
+    }
+    large_lists.push((NO_DOMAIN, freelist + h.global_large));
+
+    let pool_bytes = (rt.sizes.pool_wsize * 8) as usize;
+    let mut seen = HashSet::new();
+    for (domain, head, sz) in pool_lists {
+        let mut pool = source.read_u64(head)?;
+        while pool != 0 {
+            if !seen.insert(pool) {
+                return Err(DumpError::Inconsistent(format!("pool {pool:#x} is on two lists, or a list loops")));
+            }
+            // The whole pool in one read; its header tells the next one.
+            let bytes = source.read_bytes(pool, pool_bytes)?;
+            let word = |o: u64| u64::from_le_bytes(bytes[o as usize..o as usize + 8].try_into().expect("8 bytes"));
+            let pool_sz = u32::from_le_bytes(bytes[h.pool_sz as usize..h.pool_sz as usize + 4].try_into().expect("4 bytes"));
+            if pool_sz as u64 != sz {
+                return Err(DumpError::Inconsistent(format!("pool {pool:#x} of size class {pool_sz} is on the list of class {sz}")));
+            }
+            let next = word(h.pool_next);
+            cap.regions.push(CapturedRegion {
+                kind: RegionKind::Pool,
+                domain,
+                base: pool,
+                block_wsize: rt.sizes.wsize[sz as usize],
+                first_block: rt.sizes.first_block(sz as usize) as u32,
+                owner: 0,
+                bytes,
+            });
+            pool = next;
+        }
+    }
+
+    // Large allocations: the `large_alloc` link (owner, next), then one block. The region is
+    // both, the block's header at `first_block` (FORMAT.md 3.4).
+    let mut larges: Vec<(u16, u64, usize)> = Vec::new();
+    for (domain, head) in large_lists {
+        let mut node = source.read_u64(head)?;
+        while node != 0 {
+            if !seen.insert(node) {
+                return Err(DumpError::Inconsistent(format!("large allocation {node:#x} is on two lists, or a list loops")));
+            }
+            let link = source.read_words(node, (h.large_header_bytes / 8) as usize + 1)?;
+            let header = *link.last().expect("header word");
+            let bytes = 8 * (format.wosize(header) as usize + 1);
+            larges.push((domain, node, h.large_header_bytes as usize + bytes));
+            node = link[(h.large_next / 8) as usize];
+        }
+    }
+    let mut regions: Vec<CapturedRegion> = larges
+        .into_iter()
+        .map(|(domain, base, len)| CapturedRegion {
+            kind: RegionKind::Large,
+            domain,
+            base,
+            block_wsize: 0,
+            first_block: h.large_header_bytes as u32,
+            owner: 0,
+            bytes: vec![0u8; len],
+        })
+        .collect();
+    let mut requests: Vec<ReadRequest<'_>> =
+        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
+    source.read_many(&mut requests)?;
+    cap.regions.extend(regions);
+    Ok(())
+}
+
+/// The static data of every OCaml compilation unit (`caml_data_segments`).
+fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
+    let table = rt.symbol("caml_data_segments")?;
+    let mut spans = Vec::new();
+    for i in 0..100_000u64 {
+        let pair = source.read_words(table + 16 * i, 2)?;
+        if pair[0] == 0 {
+            break;
+        }
+        let (begin, end) = (pair[0] & !7, pair[1].div_ceil(8) * 8);
+        if end > begin {
+            spans.push((begin, end));
+        }
+    }
+    // The runtime's atoms are static blocks too (what `caml_alloc(0, tag)` returns).
+    if let Some((atoms, size)) = rt.layout.heap.atoms {
+        spans.push((rt.addr(atoms), rt.addr(atoms) + size.div_ceil(8) * 8));
+    }
+    // weak.c's `caml_dummy`: `caml_ephe_none`, the value of an empty weak or ephemeron slot,
+    // points into it.
+    if let Some(dummy) = rt.exe.symbol("caml_dummy").filter(|s| s.size > 0) {
+        spans.push((rt.addr(dummy.address), rt.addr(dummy.address) + dummy.size.div_ceil(8) * 8));
+    }
+    // Units' segments follow each other; merge any that touch so regions never overlap.
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (b, e) in spans {
+        match merged.last_mut() {
+            Some(last) if b <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((b, e)),
+        }
+    }
+    let mut regions: Vec<CapturedRegion> = merged
+        .into_iter()
+        .map(|(b, e)| CapturedRegion {
+            kind: RegionKind::Static,
+            domain: NO_DOMAIN,
+            base: b,
+            block_wsize: 0,
+            first_block: 0,
+            owner: 0,
+            bytes: vec![0u8; (e - b) as usize],
+        })
+        .collect();
+    let mut requests: Vec<ReadRequest<'_>> =
+        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
+    source.read_many(&mut requests)?;
+    cap.regions.extend(regions);
+    Ok(())
+}
+
+/// Continuation blocks (`Cont_tag`, always 2 fields) in the captured heap: minor heaps and
+/// the pools of the size class that holds 3-word blocks.
+pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> Vec<u64> {
+    let mut out = Vec::new();
+    for r in regions {
+        let scan = match r.kind {
+            RegionKind::MinorHeap => true,
+            RegionKind::Pool => r.block_wsize == 3,
+            _ => false,
+        };
+        if !scan {
+            continue;
+        }
+        for (at, hd) in r.blocks(format) {
+            if format.tag(hd) == CONT_TAG && format.wosize(hd) == 2 {
+                out.push(r.base + at as u64 + 8);
+            }
+        }
+    }
+    out
+}
+
+/// The custom operations the runtime registered (`custom_ops_table`).
+fn capture_custom_ops(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) {
+    let Some(c) = &rt.layout.custom else { return };
+    let mut cell = source.read_u64(rt.addr(c.table)).unwrap_or(0);
+    let mut guard = 0;
+    while cell != 0 && guard < 100_000 {
+        guard += 1;
+        let Ok(ops) = source.read_u64(cell + c.list_ops) else { break };
+        if let Ok(id) = source.read_u64(ops + c.ops_identifier).and_then(|p| source.read_c_string(p, 256)) {
+            cap.custom_ops.push((ops, id));
+        }
+        cell = source.read_u64(cell + c.list_next).unwrap_or(0);
+    }
+}
+
+/// Custom blocks' operations not in the registered list, with their identifiers, read from
+/// the target (they are static data, so this may run after the target is resumed).
+pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture, format: HeaderFormat) -> Vec<(u64, String)> {
+    let known: HashSet<u64> = cap.custom_ops.iter().map(|(a, _)| *a).collect();
+    let mut found = HashSet::new();
+    for r in &cap.regions {
+        if !matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
+            continue;
+        }
+        for (at, hd) in r.blocks(format) {
+            if format.tag(hd) == super::heap::CUSTOM_TAG && format.wosize(hd) >= 1 && at + 16 <= r.bytes.len() {
+                let ops = r.word(at + 8);
+                if !known.contains(&ops) {
+                    found.insert(ops);
+                }
+            }
+        }
+    }
+    let Some(c) = &rt.layout.custom else { return Vec::new() };
+    let mut out: Vec<(u64, String)> = found
+        .into_iter()
+        .filter_map(|ops| {
+            let id = source.read_u64(ops + c.ops_identifier).and_then(|p| source.read_c_string(p, 256)).ok()?;
+            Some((ops, id))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Builds an index over the captured regions.
+pub fn index(cap: &Capture) -> RegionIndex<'_> {
+    RegionIndex::new(&cap.regions)
+}

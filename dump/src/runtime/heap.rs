@@ -1,0 +1,180 @@
+//! Block headers (runtime/caml/mlvalues.h) and walks over the blocks of captured regions.
+
+use heapsnap_format::RegionKind;
+
+pub const CONT_TAG: u8 = 245;
+pub const NO_SCAN_TAG: u8 = 251;
+pub const STRING_TAG: u8 = 252;
+pub const CUSTOM_TAG: u8 = 255;
+
+/// How headers are laid out: `| reserved (R bits) | wosize | colour (2) | tag (8) |`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeaderFormat {
+    pub reserved_bits: u8,
+}
+
+impl HeaderFormat {
+    pub fn wosize(self, header: u64) -> u64 {
+        let bits = 54 - self.reserved_bits as u32;
+        (header >> 10) & ((1u64 << bits) - 1)
+    }
+
+    pub fn tag(self, header: u64) -> u8 {
+        header as u8
+    }
+}
+
+/// A memory region copied from the target.
+#[derive(Clone, Debug)]
+pub struct CapturedRegion {
+    pub kind: RegionKind,
+    pub domain: u16,
+    pub base: u64,
+    pub block_wsize: u32,
+    pub first_block: u32,
+    pub owner: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl CapturedRegion {
+    pub fn end(&self) -> u64 {
+        self.base + self.bytes.len() as u64
+    }
+
+    pub fn word(&self, offset: usize) -> u64 {
+        u64::from_le_bytes(self.bytes[offset..offset + 8].try_into().expect("8 bytes"))
+    }
+
+    /// The header offsets of the blocks of a heap region (minor heap, pool or large
+    /// allocation): `(header offset, header)`. Free pool slots (header 0) are skipped.
+    pub fn blocks(&self, format: HeaderFormat) -> Vec<(usize, u64)> {
+        let mut out = Vec::new();
+        match self.kind {
+            RegionKind::Pool => {
+                let stride = self.block_wsize as usize * 8;
+                if stride == 0 {
+                    return out;
+                }
+                let mut at = self.first_block as usize;
+                while at + stride <= self.bytes.len() {
+                    let hd = self.word(at);
+                    if hd != 0 {
+                        out.push((at, hd));
+                    }
+                    at += stride;
+                }
+            }
+            RegionKind::MinorHeap | RegionKind::Large => {
+                let mut at = self.first_block as usize;
+                while at + 8 <= self.bytes.len() {
+                    let hd = self.word(at);
+                    out.push((at, hd));
+                    at += 8 * (format.wosize(hd) as usize + 1);
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+/// Captured regions sorted by address, to read target words from the copy.
+pub struct RegionIndex<'a> {
+    regions: Vec<&'a CapturedRegion>,
+}
+
+impl<'a> RegionIndex<'a> {
+    pub fn new(regions: &'a [CapturedRegion]) -> Self {
+        let mut regions: Vec<&CapturedRegion> = regions.iter().collect();
+        regions.sort_by_key(|r| r.base);
+        RegionIndex { regions }
+    }
+
+    pub fn region_of(&self, address: u64) -> Option<&'a CapturedRegion> {
+        let after = self.regions.partition_point(|r| r.base <= address);
+        let r = *self.regions.get(after.checked_sub(1)?)?;
+        (address < r.end()).then_some(r)
+    }
+
+    pub fn word(&self, address: u64) -> Option<u64> {
+        let r = self.region_of(address)?;
+        let offset = (address - r.base) as usize;
+        (offset + 8 <= r.bytes.len()).then(|| r.word(offset))
+    }
+
+    /// Whether `value` points into a captured heap or static region (a plausible OCaml block).
+    pub fn holds_value(&self, value: u64) -> bool {
+        value & 7 == 0
+            && self.region_of(value).is_some_and(|r| {
+                matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large | RegionKind::Static)
+            })
+    }
+}
+
+/// Zeroes the bytes of every string/bytes block of a heap region, keeping its header and the
+/// last byte (which encodes the length).
+pub fn redact_strings(region: &mut CapturedRegion, format: HeaderFormat) -> usize {
+    let mut count = 0;
+    for (at, hd) in region.blocks(format) {
+        if format.tag(hd) != STRING_TAG {
+            continue;
+        }
+        let words = format.wosize(hd) as usize;
+        let start = at + 8;
+        let end = (start + words * 8).min(region.bytes.len());
+        if end > start {
+            region.bytes[start..end - 1].fill(0);
+            count += 1;
+        }
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(wosize: u64, colour: u64, tag: u8) -> u64 {
+        (wosize << 10) | (colour << 8) | tag as u64
+    }
+
+    fn region(kind: RegionKind, words: &[u64], block_wsize: u32, first_block: u32) -> CapturedRegion {
+        CapturedRegion {
+            kind,
+            domain: 0,
+            base: 0x1000,
+            block_wsize,
+            first_block,
+            owner: 0,
+            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn header_fields_with_reserved_bits() {
+        let f = HeaderFormat { reserved_bits: 8 };
+        let hd = (0xabu64 << 56) | header(5, 2, 252);
+        assert_eq!(f.wosize(hd), 5);
+        assert_eq!(f.tag(hd), 252);
+        assert_eq!(HeaderFormat { reserved_bits: 0 }.wosize(header(7, 0, 0)), 7);
+    }
+
+    #[test]
+    fn redaction_keeps_headers_and_length_byte() {
+        let f = HeaderFormat { reserved_bits: 0 };
+        // "secret!" (7 bytes + padding byte 0) then a 1-field block.
+        let s = u64::from_le_bytes(*b"secret!\0");
+        let mut r = region(RegionKind::MinorHeap, &[header(1, 0, STRING_TAG), s, header(1, 0, 0), 42], 0, 0);
+        assert_eq!(redact_strings(&mut r, f), 1);
+        assert_eq!(r.word(0), header(1, 0, STRING_TAG));
+        assert_eq!(&r.bytes[8..16], &[0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(r.word(24), 42);
+    }
+
+    #[test]
+    fn pool_blocks_skip_free_slots() {
+        let f = HeaderFormat { reserved_bits: 0 };
+        let r = region(RegionKind::Pool, &[9, 9, header(1, 0, 0), 1, 0, 0, header(1, 0, 3), 5], 2, 16);
+        assert_eq!(r.blocks(f), vec![(16, header(1, 0, 0)), (48, header(1, 0, 3))]);
+    }
+}

@@ -1,0 +1,381 @@
+//! Offsets and sizes of the OCaml runtime structures the dumper reads, all taken from the
+//! executable's DWARF by name. A missing structure or member is a clear error, never a guess.
+
+use crate::dwarf::TypeIndex;
+use crate::error::{DumpError, Result};
+
+/// `caml_domain_state` (runtime/caml/domain_state.tbl).
+#[derive(Clone, Debug)]
+pub struct DomainStateLayout {
+    pub young_ptr: u64,
+    pub young_start: u64,
+    pub young_end: u64,
+    pub current_stack: u64,
+    pub gc_regs: u64,
+    pub local_roots: u64,
+    pub ephe_info: u64,
+    pub final_info: u64,
+    pub shared_heap: u64,
+    pub id: u64,
+    pub memprof: u64,
+    /// Every member, to name global roots that live inside a domain state.
+    pub members: Vec<(String, u64)>,
+    pub size: u64,
+}
+
+/// `struct dom_internal` and the domain tables of domain.c.
+#[derive(Clone, Debug)]
+pub struct DomainsLayout {
+    pub internal_state: u64,
+    pub internal_domain_lock: u64,
+    /// Link-time address of `stw_domains`.
+    pub stw_domains: u64,
+    pub stw_participating: u64,
+    pub stw_domains_array: u64,
+    /// Link-time address of `stw_leader` (nonzero while a stop-the-world section runs).
+    pub stw_leader: u64,
+    pub all_domains_lock: u64,
+}
+
+/// glibc's `pthread_mutex_t` (the runtime's `caml_plat_mutex`).
+#[derive(Clone, Copy, Debug)]
+pub struct MutexLayout {
+    pub lock: u64,
+    pub owner: u64,
+}
+
+/// shared_heap.c: pools and large allocations.
+#[derive(Clone, Debug)]
+pub struct HeapLayout {
+    pub avail_pools: u64,
+    pub full_pools: u64,
+    pub unswept_avail_pools: u64,
+    pub unswept_full_pools: u64,
+    pub swept_large: u64,
+    pub unswept_large: u64,
+    pub num_sizeclasses: u64,
+    pub pool_next: u64,
+    pub pool_sz: u64,
+    pub pool_header_bytes: u64,
+    pub large_next: u64,
+    pub large_header_bytes: u64,
+    /// Link-time address of `pool_freelist` and its members.
+    pub pool_freelist: u64,
+    pub freelist_lock: u64,
+    pub global_avail_pools: u64,
+    pub global_full_pools: u64,
+    pub global_large: u64,
+    /// Link-time address of `caml_global_heap_state` and its members.
+    pub global_heap_state: u64,
+    pub marked: u64,
+    pub unmarked: u64,
+    pub garbage: u64,
+    /// Link-time address and size of shared_heap.c's `atoms` (the zero-sized blocks that
+    /// `caml_atom` returns, e.g. empty arrays made by C).
+    pub atoms: Option<(u64, u64)>,
+}
+
+/// caml/fiber.h.
+#[derive(Clone, Debug)]
+pub struct FiberLayout {
+    pub stack_sp: u64,
+    pub stack_handler: u64,
+    pub handler_value: u64,
+    pub handler_exn: u64,
+    pub handler_effect: u64,
+    pub handler_parent: u64,
+    pub handler_size: u64,
+    pub stack_info_size: u64,
+}
+
+/// Global roots, local roots, finalisers, ephemerons.
+#[derive(Clone, Debug)]
+pub struct RootsLayout {
+    pub roots_block_next: u64,
+    pub roots_block_ntables: u64,
+    pub roots_block_nitems: u64,
+    pub roots_block_tables: u64,
+    pub roots_block_max_tables: u64,
+    pub skiplist_forward: u64,
+    pub skipcell_key: u64,
+    pub skipcell_forward: u64,
+    /// globroots.c `roots_mutex`, `caml_dyn_globals` and its `struct link`.
+    pub roots_mutex: u64,
+    pub dyn_globals: Option<u64>,
+    pub link_data: u64,
+    pub link_next: u64,
+    pub final_first_table: u64,
+    pub final_first_young: u64,
+    pub final_last_table: u64,
+    pub final_last_young: u64,
+    pub final_todo_head: u64,
+    pub final_fun: u64,
+    pub final_val: u64,
+    pub final_size: u64,
+    pub todo_next: u64,
+    pub todo_size: u64,
+    pub todo_item: u64,
+    pub final_info_next: u64,
+    pub ephe_todo: u64,
+    pub ephe_live: u64,
+    /// major_gc.c `orph_structs` and `orphaned_lock`.
+    pub orph_ephe_live: u64,
+    pub orph_final_info: u64,
+    pub orphaned_lock: u64,
+    /// frame_descriptors.c `current_frame_descrs.frametables` and the list cell layout.
+    pub frametables_list: u64,
+    pub frametable_list_table: u64,
+    pub frametable_list_next: u64,
+}
+
+/// memprof.c.
+#[derive(Clone, Debug)]
+pub struct MemprofLayout {
+    pub domain_entries: u64,
+    pub domain_orphans: u64,
+    pub domain_threads: u64,
+    pub thread_entries: u64,
+    pub thread_next: u64,
+    pub orphan_entries: u64,
+    pub orphan_next: u64,
+    pub entries_t: u64,
+    pub entries_size: u64,
+    pub entries_config: u64,
+    pub entry_block: u64,
+    pub entry_user_data: u64,
+    pub entry_size: u64,
+    /// Link-time address of memprof.c's global `orphans` list, and its lock.
+    pub global_orphans: u64,
+    pub orphans_lock: u64,
+}
+
+/// otherlibs/systhreads/st_stubs.c, present only when the threads library is linked.
+#[derive(Clone, Debug)]
+pub struct ThreadsLayout {
+    /// Link-time address of `thread_table` (a pointer to one `caml_thread_table` per domain).
+    pub thread_table: u64,
+    pub table_active_thread: u64,
+    pub table_size: u64,
+    pub descr: u64,
+    pub next: u64,
+    pub current_stack: u64,
+    pub local_roots: u64,
+    pub backtrace_last_exn: u64,
+    pub gc_regs: u64,
+    pub memprof: u64,
+}
+
+/// custom.c's registered custom operations.
+#[derive(Clone, Debug)]
+pub struct CustomLayout {
+    pub table: u64,
+    pub list_ops: u64,
+    pub list_next: u64,
+    pub ops_identifier: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub domain_state: DomainStateLayout,
+    pub domains: DomainsLayout,
+    pub mutex: MutexLayout,
+    pub heap: HeapLayout,
+    pub fiber: FiberLayout,
+    pub roots: RootsLayout,
+    pub memprof: Option<MemprofLayout>,
+    pub threads: Option<ThreadsLayout>,
+    pub custom: Option<CustomLayout>,
+}
+
+impl Layout {
+    pub fn load(t: &TypeIndex) -> Result<Layout> {
+        Ok(Layout {
+            domain_state: domain_state(t)?,
+            domains: domains(t)?,
+            mutex: MutexLayout {
+                lock: t.offset_of("pthread_mutex_t", "__data.__lock")?,
+                owner: t.offset_of("pthread_mutex_t", "__data.__owner")?,
+            },
+            heap: heap(t)?,
+            fiber: fiber(t)?,
+            roots: roots(t)?,
+            memprof: memprof(t).ok(),
+            threads: threads(t).ok(),
+            custom: custom(t).ok(),
+        })
+    }
+}
+
+fn domain_state(t: &TypeIndex) -> Result<DomainStateLayout> {
+    let ty = t.type_named("caml_domain_state")?;
+    let f = |m: &str| Ok::<u64, DumpError>(t.field_of(ty, "caml_domain_state", m)?.offset);
+    Ok(DomainStateLayout {
+        young_ptr: f("young_ptr")?,
+        young_start: f("young_start")?,
+        young_end: f("young_end")?,
+        current_stack: f("current_stack")?,
+        gc_regs: f("gc_regs")?,
+        local_roots: f("local_roots")?,
+        ephe_info: f("ephe_info")?,
+        final_info: f("final_info")?,
+        shared_heap: f("shared_heap")?,
+        id: f("id")?,
+        memprof: f("memprof")?,
+        members: t.members(ty),
+        size: t.size_of(ty).unwrap_or(0),
+    })
+}
+
+fn domains(t: &TypeIndex) -> Result<DomainsLayout> {
+    let stw_domains = t.variable("stw_domains", "domain.c")?;
+    let stw_leader = t.variable("stw_leader", "domain.c")?;
+    let all_domains_lock = t.variable("all_domains_lock", "domain.c")?;
+    Ok(DomainsLayout {
+        internal_state: t.offset_of("dom_internal", "state")?,
+        internal_domain_lock: t.offset_of("dom_internal", "domain_lock")?,
+        stw_domains: stw_domains.address,
+        stw_participating: t.variable_field(stw_domains, "stw_domains", "participating_domains")?.offset,
+        stw_domains_array: t.variable_field(stw_domains, "stw_domains", "domains")?.offset,
+        stw_leader: stw_leader.address,
+        all_domains_lock: all_domains_lock.address,
+    })
+}
+
+fn heap(t: &TypeIndex) -> Result<HeapLayout> {
+    let heap_ty = t.type_named("caml_heap_state")?;
+    let hf = |m: &str| t.field_of(heap_ty, "caml_heap_state", m);
+    let avail = hf("avail_pools")?;
+    let num_sizeclasses = avail.ty.and_then(|ty| t.array_len(ty)).ok_or_else(|| DumpError::MissingType {
+        name: "caml_heap_state.avail_pools (an array with a length)".into(),
+    })?;
+    let freelist = t.variable("pool_freelist", "shared_heap.c")?;
+    let ff = |m: &str| t.variable_field(freelist, "pool_freelist", m).map(|f| f.offset);
+    let ghs = t.variable("caml_global_heap_state", "shared_heap.c")?;
+    let gf = |m: &str| t.variable_field(ghs, "caml_global_heap_state", m).map(|f| f.offset);
+    Ok(HeapLayout {
+        avail_pools: avail.offset,
+        full_pools: hf("full_pools")?.offset,
+        unswept_avail_pools: hf("unswept_avail_pools")?.offset,
+        unswept_full_pools: hf("unswept_full_pools")?.offset,
+        swept_large: hf("swept_large")?.offset,
+        unswept_large: hf("unswept_large")?.offset,
+        num_sizeclasses,
+        pool_next: t.offset_of("pool", "next")?,
+        pool_sz: t.offset_of("pool", "sz")?,
+        pool_header_bytes: t.size_of_named("pool")?,
+        large_next: t.offset_of("large_alloc", "next")?,
+        large_header_bytes: t.size_of_named("large_alloc")?,
+        pool_freelist: freelist.address,
+        freelist_lock: ff("lock")?,
+        global_avail_pools: ff("global_avail_pools")?,
+        global_full_pools: ff("global_full_pools")?,
+        global_large: ff("global_large")?,
+        global_heap_state: ghs.address,
+        marked: gf("MARKED")?,
+        unmarked: gf("UNMARKED")?,
+        garbage: gf("GARBAGE")?,
+        atoms: t
+            .variable("atoms", "shared_heap.c")
+            .ok()
+            .and_then(|v| Some((v.address, t.variable_type(v).and_then(|ty| t.size_of(ty))?))),
+    })
+}
+
+fn fiber(t: &TypeIndex) -> Result<FiberLayout> {
+    Ok(FiberLayout {
+        stack_sp: t.offset_of("stack_info", "sp")?,
+        stack_handler: t.offset_of("stack_info", "handler")?,
+        handler_value: t.offset_of("stack_handler", "handle_value")?,
+        handler_exn: t.offset_of("stack_handler", "handle_exn")?,
+        handler_effect: t.offset_of("stack_handler", "handle_effect")?,
+        handler_parent: t.offset_of("stack_handler", "parent")?,
+        handler_size: t.size_of_named("stack_handler")?,
+        stack_info_size: t.size_of_named("stack_info")?,
+    })
+}
+
+fn roots(t: &TypeIndex) -> Result<RootsLayout> {
+    let block = t.type_named("caml__roots_block")?;
+    let tables = t.field_of(block, "caml__roots_block", "tables")?;
+    let skiplist = t.type_named("skiplist")?;
+    let orph = t.variable("orph_structs", "major_gc.c")?;
+    let fd = t.variable("current_frame_descrs", "frame_descriptors.c")?;
+    Ok(RootsLayout {
+        roots_block_next: t.offset_of("caml__roots_block", "next")?,
+        roots_block_ntables: t.offset_of("caml__roots_block", "ntables")?,
+        roots_block_nitems: t.offset_of("caml__roots_block", "nitems")?,
+        roots_block_tables: tables.offset,
+        roots_block_max_tables: tables.ty.and_then(|ty| t.array_len(ty)).unwrap_or(5),
+        skiplist_forward: t.field_of(skiplist, "skiplist", "forward")?.offset,
+        skipcell_key: t.offset_of("skipcell", "key")?,
+        skipcell_forward: t.offset_of("skipcell", "forward")?,
+        roots_mutex: t.variable("roots_mutex", "globroots.c")?.address,
+        dyn_globals: t.variable("caml_dyn_globals", "globroots.c").ok().map(|v| v.address),
+        link_data: t.offset_of("link", "data").unwrap_or(0),
+        link_next: t.offset_of("link", "next").unwrap_or(8),
+        final_first_table: t.offset_of("caml_final_info", "first.table")?,
+        final_first_young: t.offset_of("caml_final_info", "first.young")?,
+        final_last_table: t.offset_of("caml_final_info", "last.table")?,
+        final_last_young: t.offset_of("caml_final_info", "last.young")?,
+        final_todo_head: t.offset_of("caml_final_info", "todo_head")?,
+        final_fun: t.offset_of("final", "fun")?,
+        final_val: t.offset_of("final", "val")?,
+        final_size: t.size_of_named("final")?,
+        todo_next: t.offset_of("final_todo", "next")?,
+        todo_size: t.offset_of("final_todo", "size")?,
+        todo_item: t.offset_of("final_todo", "item")?,
+        final_info_next: t.offset_of("caml_final_info", "next")?,
+        ephe_todo: t.offset_of("caml_ephe_info", "todo")?,
+        ephe_live: t.offset_of("caml_ephe_info", "live")?,
+        orph_ephe_live: orph.address + t.variable_field(orph, "orph_structs", "ephe_list_live")?.offset,
+        orph_final_info: orph.address + t.variable_field(orph, "orph_structs", "final_info")?.offset,
+        orphaned_lock: t.variable("orphaned_lock", "major_gc.c")?.address,
+        frametables_list: fd.address + t.variable_field(fd, "current_frame_descrs", "frametables")?.offset,
+        frametable_list_table: t.offset_of("caml_frametable_list", "frametable")?,
+        frametable_list_next: t.offset_of("caml_frametable_list", "next")?,
+    })
+}
+
+fn memprof(t: &TypeIndex) -> Result<MemprofLayout> {
+    Ok(MemprofLayout {
+        domain_entries: t.offset_of("memprof_domain_s", "entries")?,
+        domain_orphans: t.offset_of("memprof_domain_s", "orphans")?,
+        domain_threads: t.offset_of("memprof_domain_s", "threads")?,
+        thread_entries: t.offset_of("memprof_thread_s", "entries")?,
+        thread_next: t.offset_of("memprof_thread_s", "next")?,
+        orphan_entries: t.offset_of("memprof_orphan_table_s", "entries")?,
+        orphan_next: t.offset_of("memprof_orphan_table_s", "next")?,
+        entries_t: t.offset_of("entries_s", "t")?,
+        entries_size: t.offset_of("entries_s", "size")?,
+        entries_config: t.offset_of("entries_s", "config")?,
+        entry_block: t.offset_of("entry_s", "block")?,
+        entry_user_data: t.offset_of("entry_s", "user_data")?,
+        entry_size: t.size_of_named("entry_s")?,
+        global_orphans: t.variable("orphans", "memprof.c")?.address,
+        orphans_lock: t.variable("orphans_lock", "memprof.c")?.address,
+    })
+}
+
+fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
+    Ok(ThreadsLayout {
+        thread_table: t.variable("thread_table", "st_stubs.c")?.address,
+        table_active_thread: t.offset_of("caml_thread_table", "active_thread")?,
+        table_size: t.size_of_named("caml_thread_table")?,
+        descr: t.offset_of("caml_thread_struct", "descr")?,
+        next: t.offset_of("caml_thread_struct", "next")?,
+        current_stack: t.offset_of("caml_thread_struct", "current_stack")?,
+        local_roots: t.offset_of("caml_thread_struct", "local_roots")?,
+        backtrace_last_exn: t.offset_of("caml_thread_struct", "backtrace_last_exn")?,
+        gc_regs: t.offset_of("caml_thread_struct", "gc_regs")?,
+        memprof: t.offset_of("caml_thread_struct", "memprof")?,
+    })
+}
+
+fn custom(t: &TypeIndex) -> Result<CustomLayout> {
+    Ok(CustomLayout {
+        table: t.variable("custom_ops_table", "custom.c")?.address,
+        list_ops: t.offset_of("custom_operations_list", "ops")?,
+        list_next: t.offset_of("custom_operations_list", "next")?,
+        ops_identifier: t.offset_of("custom_operations", "identifier")?,
+    })
+}

@@ -1,0 +1,566 @@
+//! Every root the runtime's own scanning visits (`caml_do_roots`, `caml_scan_global_roots`,
+//! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
+//! plus the stacks of suspended continuations, each with its kind and origin.
+
+use super::capture::{find_continuations, Capture};
+use super::frames::{walk_stack, SlotPlace};
+use super::heap::{CapturedRegion, HeaderFormat, RegionIndex};
+use super::Runtime;
+use crate::error::{DumpError, Result};
+use crate::source::{MemorySource, ReadExt};
+use heapsnap_format::{RegionKind, RootKind, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK};
+use std::collections::{HashMap, HashSet};
+
+/// How a root will be named in the snapshot (resolved after the target is resumed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RootName {
+    None,
+    Text(String),
+    /// The function containing this code address.
+    CodeAt(u64),
+    /// The data symbol containing this address.
+    DataAt(u64),
+}
+
+#[derive(Clone, Debug)]
+pub struct CapturedRoot {
+    pub kind: RootKind,
+    pub domain: u16,
+    pub flags: u32,
+    pub thread: u64,
+    pub slot: u64,
+    pub value: u64,
+    pub origin: u64,
+    pub name: RootName,
+}
+
+/// amd64 gc_regs bucket order (runtime/amd64.S SAVE_ALL_REGS): rax rbx rdi rsi rdx rcx r8 r9
+/// r12 r13 r10 r11 rbp, as DWARF register numbers.
+const GC_REGS_DWARF: [u64; 13] = [0, 3, 5, 4, 1, 2, 8, 9, 12, 13, 10, 11, 6];
+
+/// Longest chain we follow in any runtime list, to stay finite on a corrupt target.
+const MAX_CHAIN: usize = 10_000_000;
+
+struct Ctx<'a> {
+    rt: &'a Runtime,
+    source: &'a dyn MemorySource,
+    roots: Vec<CapturedRoot>,
+    /// Fiber stacks already captured (stack_info addresses).
+    stacks: HashSet<u64>,
+    new_regions: Vec<CapturedRegion>,
+    warnings: Vec<String>,
+}
+
+impl Ctx<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, kind: RootKind, domain: u16, thread: u64, slot: u64, value: u64, origin: u64, name: RootName, flags: u32) {
+        self.roots.push(CapturedRoot { kind, domain, flags, thread, slot, value, origin, name });
+    }
+
+    fn word(&self, address: u64) -> Result<u64> {
+        self.source.read_u64(address)
+    }
+}
+
+/// A systhread of one domain (st_stubs.c `caml_thread_struct`).
+struct SysThread {
+    id: u64,
+    descr_slot: u64,
+    descr: u64,
+    backtrace_slot: u64,
+    current_stack: u64,
+    local_roots: u64,
+    gc_regs: u64,
+    active: bool,
+}
+
+pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
+    let mut cx = Ctx { rt, source, roots: Vec::new(), stacks: HashSet::new(), new_regions: Vec::new(), warnings: Vec::new() };
+    let l = &rt.layout;
+    check_hook(&mut cx)?;
+    globals(&mut cx, format)?;
+    dyn_globals(&mut cx, format)?;
+    global_root_lists(&mut cx, cap)?;
+
+    for d in &cap.domains {
+        let threads = systhreads(&mut cx, d.id)?;
+        let active_id = threads.iter().find(|t| t.active).map_or(0, |t| t.id);
+        // The domain's running (or last running) thread: Caml_state holds its stack and roots.
+        local_roots(&mut cx, d.field(l.domain_state.local_roots), d.id, active_id)?;
+        let gc_regs = d.field(l.domain_state.gc_regs);
+        let current = d.field(l.domain_state.current_stack);
+        current_stack(&mut cx, d.id, active_id, current, gc_regs, d.running.as_ref())?;
+        for t in &threads {
+            cx.push(RootKind::Thread, d.id, t.id, t.descr_slot, t.descr, 0, RootName::Text("descr".into()), 0);
+            let exn = cx.word(t.backtrace_slot)?;
+            cx.push(RootKind::Thread, d.id, t.id, t.backtrace_slot, exn, 0, RootName::Text("backtrace_last_exn".into()), 0);
+            if !t.active && t.current_stack != 0 {
+                local_roots(&mut cx, t.local_roots, d.id, t.id)?;
+                current_stack(&mut cx, d.id, t.id, t.current_stack, t.gc_regs, None)?;
+            }
+        }
+        let final_info = d.field(l.domain_state.final_info);
+        if final_info != 0 {
+            finalisers(&mut cx, final_info, d.id)?;
+        }
+        let memprof = d.field(l.domain_state.memprof);
+        if memprof != 0 {
+            memprof_domain(&mut cx, memprof, d.id)?;
+        }
+        let ephe_info = d.field(l.domain_state.ephe_info);
+        if ephe_info != 0 {
+            for list in [l.roots.ephe_todo, l.roots.ephe_live] {
+                let head = cx.word(ephe_info + list)?;
+                cap.ephemerons.extend(ephemeron_chain(&cx, &cap.regions, head)?);
+            }
+        }
+    }
+
+    // Work left by terminated domains.
+    let mut orphan = cx.word(rt.addr(l.roots.orph_final_info))?;
+    let mut n = 0;
+    while orphan != 0 && n < MAX_CHAIN {
+        finalisers(&mut cx, orphan, NO_DOMAIN)?;
+        orphan = cx.word(orphan + l.roots.final_info_next)?;
+        n += 1;
+    }
+    let orphans = cx.word(rt.addr(l.roots.orph_ephe_live))?;
+    cap.ephemerons.extend(ephemeron_chain(&cx, &cap.regions, orphans)?);
+    if let Some(m) = &l.memprof {
+        let mut table = cx.word(rt.addr(m.global_orphans))?;
+        let mut n = 0;
+        while table != 0 && n < MAX_CHAIN {
+            memprof_entries(&mut cx, table + m.orphan_entries, NO_DOMAIN)?;
+            table = cx.word(table + m.orphan_next)?;
+            n += 1;
+        }
+    }
+
+    // Suspended continuations own their fiber stacks: what those reference is attributed to
+    // the continuation (kind SuspendedStack, origin = the stack), not made a root.
+    let conts = find_continuations(&cap.regions, format);
+    let index = RegionIndex::new(&cap.regions);
+    let fibers: Vec<u64> = conts.iter().filter_map(|&c| index.word(c)).filter(|&f| f & 1 == 1 && f > 1).map(|f| f - 1).collect();
+    drop(index);
+    for head in fibers {
+        suspended_stack(&mut cx, head)?;
+    }
+
+    cap.regions.append(&mut cx.new_regions);
+    cap.roots = cx.roots;
+    cap.warnings.append(&mut cx.warnings);
+    Ok(())
+}
+
+/// systhreads installs `caml_thread_scan_roots` in `caml_scan_roots_hook`; we scan what it
+/// scans. Any other hook scans roots we cannot know of: say so.
+fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
+    let Ok(hook_var) = cx.rt.symbol("caml_scan_roots_hook") else { return Ok(()) };
+    let hook = cx.word(hook_var)?;
+    if hook == 0 {
+        return Ok(());
+    }
+    let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
+    if name != "caml_thread_scan_roots" || cx.rt.layout.threads.is_none() {
+        cx.warnings.push(format!("unknown root-scanning hook {name} at {hook:#x}: the roots it scans are missing"));
+    }
+    Ok(())
+}
+
+/// `caml_globals`: each compilation unit's `gc_roots`, a zero-terminated array of blocks
+/// (the module block) whose fields are roots.
+fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
+    let table = cx.rt.symbol("caml_globals")?;
+    for i in 0..MAX_CHAIN as u64 {
+        let gc_roots = cx.word(table + 8 * i)?;
+        if gc_roots == 0 {
+            break;
+        }
+        unit_roots(cx, gc_roots, RootKind::Global, format)?;
+    }
+    Ok(())
+}
+
+fn unit_roots(cx: &mut Ctx<'_>, gc_roots: u64, kind: RootKind, format: HeaderFormat) -> Result<()> {
+    for j in 0..MAX_CHAIN as u64 {
+        let block = cx.word(gc_roots + 8 * j)?;
+        if block == 0 {
+            break;
+        }
+        let header = cx.word(block - 8)?;
+        let fields = cx.source.read_words(block, format.wosize(header) as usize)?;
+        for (k, v) in fields.into_iter().enumerate() {
+            cx.push(kind, NO_DOMAIN, 0, block + 8 * k as u64, v, k as u64, RootName::DataAt(block), 0);
+        }
+    }
+    Ok(())
+}
+
+/// Globals of natdynlinked units (globroots.c `caml_dyn_globals`).
+fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
+    let Some(head) = cx.rt.layout.roots.dyn_globals else { return Ok(()) };
+    let (data, next) = (cx.rt.layout.roots.link_data, cx.rt.layout.roots.link_next);
+    let mut link = cx.word(cx.rt.addr(head))?;
+    let mut n = 0;
+    while link != 0 && n < MAX_CHAIN {
+        let gc_roots = cx.word(link + data)?;
+        unit_roots(cx, gc_roots, RootKind::DynGlobal, format)?;
+        link = cx.word(link + next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// The three skip lists of registered global roots. Roots registered from inside a domain
+/// state (domain-local storage, the last exception's backtrace) are kind `Domain`, named
+/// after their field.
+fn global_root_lists(cx: &mut Ctx<'_>, cap: &Capture) -> Result<()> {
+    let r = &cx.rt.layout.roots;
+    let ds = &cx.rt.layout.domain_state;
+    for (symbol, kind) in [
+        ("caml_global_roots", RootKind::GlobalRoot),
+        ("caml_global_roots_young", RootKind::GenerationalRoot),
+        ("caml_global_roots_old", RootKind::GenerationalRoot),
+    ] {
+        let list = cx.rt.symbol(symbol)?;
+        let mut cell = cx.word(list + r.skiplist_forward)?;
+        let mut n = 0;
+        while cell != 0 && n < MAX_CHAIN {
+            let slot = cx.word(cell + r.skipcell_key)?;
+            let value = cx.word(slot)?;
+            match cap.domains.iter().find(|d| (d.state..d.state + ds.size).contains(&slot)) {
+                Some(d) => {
+                    let offset = slot - d.state;
+                    let field = ds.members.iter().find(|(_, o)| *o == offset).map_or_else(|| format!("+{offset}"), |(m, _)| m.clone());
+                    cx.push(RootKind::Domain, d.id, 0, slot, value, 0, RootName::Text(field), 0);
+                }
+                None => cx.push(kind, NO_DOMAIN, 0, slot, value, 0, RootName::DataAt(slot), 0),
+            }
+            cell = cx.word(cell + r.skipcell_forward)?;
+            n += 1;
+        }
+    }
+    Ok(())
+}
+
+/// The systhreads of domain `domain` (empty without the threads library).
+fn systhreads(cx: &mut Ctx<'_>, domain: u16) -> Result<Vec<SysThread>> {
+    let Some(t) = cx.rt.layout.threads.clone() else { return Ok(Vec::new()) };
+    let table = cx.word(cx.rt.addr(t.thread_table))?;
+    if table == 0 {
+        return Ok(Vec::new());
+    }
+    let active = cx.word(table + domain as u64 * t.table_size + t.table_active_thread)?;
+    let mut out = Vec::new();
+    let mut th = active;
+    while th != 0 && out.len() < MAX_CHAIN {
+        let descr = cx.word(th + t.descr)?;
+        // Ident(descr) = Field(descr, 0), an OCaml int.
+        let id = if descr & 1 == 0 && descr != 0 { cx.word(descr).map(|v| v >> 1).unwrap_or(0) } else { 0 };
+        out.push(SysThread {
+            id,
+            descr_slot: th + t.descr,
+            descr,
+            backtrace_slot: th + t.backtrace_last_exn,
+            current_stack: cx.word(th + t.current_stack)?,
+            local_roots: cx.word(th + t.local_roots)?,
+            gc_regs: cx.word(th + t.gc_regs)?,
+            active: th == active,
+        });
+        th = cx.word(th + t.next)?;
+        if th == active {
+            break;
+        }
+    }
+    Ok(out)
+}
+
+/// `CAMLparam`/`CAMLlocal` chains (memory.h `caml__roots_block`).
+fn local_roots(cx: &mut Ctx<'_>, mut block: u64, domain: u16, thread: u64) -> Result<()> {
+    let r = cx.rt.layout.roots.clone();
+    let mut n = 0;
+    while block != 0 && n < MAX_CHAIN {
+        let ntables = cx.word(block + r.roots_block_ntables)?;
+        let nitems = cx.word(block + r.roots_block_nitems)?;
+        if ntables > r.roots_block_max_tables || nitems > 1 << 24 {
+            return Err(DumpError::Inconsistent(format!("local roots block {block:#x}: {ntables} tables of {nitems}")));
+        }
+        for i in 0..ntables {
+            let table = cx.word(block + r.roots_block_tables + 8 * i)?;
+            let values = cx.source.read_words(table, nitems as usize)?;
+            for (j, v) in values.into_iter().enumerate() {
+                if v != 0 {
+                    cx.push(RootKind::LocalRoot, domain, thread, table + 8 * j as u64, v, 0, RootName::None, 0);
+                }
+            }
+        }
+        block = cx.word(block + r.roots_block_next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// One fiber stack: its `stack_info`, live part and handler.
+struct Fiber {
+    info: u64,
+    sp: u64,
+    /// `Stack_high`: where the handler starts.
+    high: u64,
+}
+
+/// Reads a stack chain (`stack_info` and its parents), copying each stack's live part (from
+/// `lowest` for the innermost one, when given, else from its saved sp) as a fiber-stack region.
+fn fiber_chain(cx: &mut Ctx<'_>, head: u64, lowest: Option<u64>) -> Result<Vec<Fiber>> {
+    let f = cx.rt.layout.fiber.clone();
+    let mut chain = Vec::new();
+    let mut stack = head;
+    while stack != 0 && chain.len() < 100_000 {
+        let sp = cx.word(stack + f.stack_sp)?;
+        let high = cx.word(stack + f.stack_handler)?;
+        let parent = cx.word(high + f.handler_parent)?;
+        let base = stack + f.stack_info_size;
+        let mut low = sp;
+        if chain.is_empty() {
+            if let Some(rsp) = lowest.filter(|&rsp| base <= rsp && rsp <= sp) {
+                low = rsp;
+            }
+        }
+        if !(base <= low && low <= high) || low % 8 != 0 {
+            return Err(DumpError::Inconsistent(format!("fiber stack {stack:#x}: sp {low:#x} outside {base:#x}..{high:#x}")));
+        }
+        if cx.stacks.insert(stack) {
+            let end = high + f.handler_size;
+            let bytes = cx.source.read_bytes(low, (end - low) as usize)?;
+            cx.new_regions.push(CapturedRegion {
+                kind: RegionKind::FiberStack,
+                domain: NO_DOMAIN,
+                base: low,
+                block_wsize: 0,
+                first_block: 0,
+                owner: stack,
+                bytes,
+            });
+        }
+        chain.push(Fiber { info: stack, sp, high });
+        stack = parent;
+    }
+    Ok(chain)
+}
+
+/// Reads a word of a captured fiber stack (or of the target, for words outside it).
+fn stack_word(regions: &[CapturedRegion], source: &dyn MemorySource, address: u64) -> Result<u64> {
+    for r in regions.iter().rev() {
+        if r.kind == RegionKind::FiberStack && r.base <= address && address + 8 <= r.end() {
+            return Ok(r.word((address - r.base) as usize));
+        }
+    }
+    source.read_u64(address)
+}
+
+/// Walks every stack of a chain precisely, as `caml_scan_stack` does, recording each live
+/// slot and each handler's three closures.
+fn walk_chain(cx: &mut Ctx<'_>, chain: &[Fiber], first_sp: Option<u64>, gc_regs: u64, mut record: impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32)) -> Result<()> {
+    let f = cx.rt.layout.fiber.clone();
+    for (i, fiber) in chain.iter().enumerate() {
+        let sp = if i == 0 { first_sp.unwrap_or(fiber.sp) } else { fiber.sp };
+        let regions = std::mem::take(&mut cx.new_regions);
+        let walk = walk_stack(&cx.rt.frames, sp, fiber.high, gc_regs, &mut |a| stack_word(&regions, cx.source, a));
+        cx.new_regions = regions;
+        if let Some(problem) = walk.problem {
+            cx.warnings.push(format!("fiber stack {:#x}: walk stopped early: {problem}", fiber.info));
+        }
+        for slot in walk.slots {
+            match slot.place {
+                SlotPlace::Stack(address) => {
+                    let value = stack_word(&cx.new_regions, cx.source, address)?;
+                    record(cx, RootKind::Stack, address, value, slot.retaddr, RootName::CodeAt(slot.retaddr), 0);
+                }
+                SlotPlace::Register { bucket, index } => {
+                    if bucket == 0 {
+                        cx.warnings.push(format!("frame at {:#x} has a live register but no gc_regs", slot.retaddr));
+                        continue;
+                    }
+                    let address = bucket + 8 * index;
+                    let value = cx.word(address)?;
+                    let dwarf = GC_REGS_DWARF.get(index as usize).copied().unwrap_or(u64::MAX);
+                    record(cx, RootKind::Register, address, value, dwarf, RootName::None, 0);
+                }
+            }
+        }
+        for (offset, name) in [(f.handler_value, "handle_value"), (f.handler_exn, "handle_exn"), (f.handler_effect, "handle_effect")] {
+            let address = fiber.high + offset;
+            let value = stack_word(&cx.new_regions, cx.source, address)?;
+            record(cx, RootKind::Stack, address, value, 0, RootName::Text(name.into()), 0);
+        }
+    }
+    Ok(())
+}
+
+/// The current stack of a domain or thread, and its parent fibers. When `running` is given,
+/// the innermost OCaml frame is live in the registers of that thread: its extent comes from
+/// the unwind table, and its words and the registers are recorded conservatively.
+fn current_stack(
+    cx: &mut Ctx<'_>,
+    domain: u16,
+    thread: u64,
+    stack: u64,
+    gc_regs: u64,
+    running: Option<&crate::source::ThreadState>,
+) -> Result<()> {
+    if stack == 0 {
+        return Ok(());
+    }
+    let mut first_sp = None;
+    if let Some(t) = running {
+        let regs = t.regs;
+        let pc = regs.rip;
+        let chain = fiber_chain(cx, stack, Some(regs.rsp))?;
+        let in_stack = chain.first().is_some_and(|f| regs.rsp <= f.high);
+        let cfa = cx.rt.code.cfa_offset(pc.wrapping_sub(cx.rt.bias));
+        match (in_stack, cfa) {
+            (true, Some(offset)) => {
+                let ret_slot = regs.rsp + offset - 8;
+                let mut a = regs.rsp;
+                while a < ret_slot {
+                    let v = stack_word(&cx.new_regions, cx.source, a)?;
+                    cx.push(RootKind::Stack, domain, thread, a, v, pc, RootName::CodeAt(pc), ROOT_FLAG_CONSERVATIVE);
+                    a += 8;
+                }
+                first_sp = Some(ret_slot);
+            }
+            _ => cx.warnings.push(format!(
+                "domain {domain}: cannot find the frame of the running OCaml code at {pc:#x}; its stack was not decoded"
+            )),
+        }
+        for (dwarf, v) in regs.ocaml_value_registers() {
+            cx.push(RootKind::Register, domain, thread, 0, v, dwarf, RootName::None, ROOT_FLAG_CONSERVATIVE);
+        }
+        if first_sp.is_none() {
+            return Ok(());
+        }
+        return walk_chain(cx, &chain, first_sp, gc_regs, |cx, kind, slot, value, origin, name, flags| {
+            cx.push(kind, domain, thread, slot, value, origin, name, flags)
+        });
+    }
+    let chain = fiber_chain(cx, stack, None)?;
+    walk_chain(cx, &chain, first_sp, gc_regs, |cx, kind, slot, value, origin, name, flags| {
+        cx.push(kind, domain, thread, slot, value, origin, name, flags)
+    })
+}
+
+/// The stack chain of a suspended continuation whose first fiber is `head`.
+fn suspended_stack(cx: &mut Ctx<'_>, head: u64) -> Result<()> {
+    if cx.stacks.contains(&head) {
+        return Ok(()); // already captured as a current stack (or another continuation's)
+    }
+    let chain = fiber_chain(cx, head, None)?;
+    walk_chain(cx, &chain, None, 0, |cx, _kind, slot, value, origin, name, flags| {
+        let name = match name {
+            RootName::CodeAt(_) => RootName::CodeAt(origin),
+            other => other,
+        };
+        cx.push(RootKind::SuspendedStack, NO_DOMAIN, 0, slot, value, head, name, flags)
+    })
+}
+
+/// finalise.c `caml_final_do_roots`: the functions are roots; the values of the `first` and
+/// `last` sets are weak (they are finalised when unreachable); those already due are roots.
+fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
+    let r = cx.rt.layout.roots.clone();
+    for (table_off, young_off, set) in [(r.final_first_table, r.final_first_young, "first"), (r.final_last_table, r.final_last_young, "last")] {
+        let table = cx.word(info + table_off)?;
+        let young = cx.word(info + young_off)?;
+        if young > 1 << 28 {
+            return Err(DumpError::Inconsistent(format!("finaliser table {table:#x} has {young} entries")));
+        }
+        for i in 0..young {
+            let entry = table + i * r.final_size;
+            let fun = cx.word(entry + r.final_fun)?;
+            let val = cx.word(entry + r.final_val)?;
+            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_fun, fun, 0, RootName::Text(format!("{set}.fun")), 0);
+            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_val, val, 0, RootName::Text(format!("{set}.val")), ROOT_FLAG_WEAK);
+        }
+    }
+    let mut todo = cx.word(info + r.final_todo_head)?;
+    let mut n = 0;
+    while todo != 0 && n < MAX_CHAIN {
+        let size = cx.source.read_i32(todo + r.todo_size)?.max(0) as u64;
+        for i in 0..size {
+            let entry = todo + r.todo_item + i * r.final_size;
+            let fun = cx.word(entry + r.final_fun)?;
+            let val = cx.word(entry + r.final_val)?;
+            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_fun, fun, 0, RootName::Text("todo.fun".into()), 0);
+            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_val, val, 0, RootName::Text("todo.val".into()), 0);
+        }
+        todo = cx.word(todo + r.todo_next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+fn memprof_domain(cx: &mut Ctx<'_>, domain_memprof: u64, domain: u16) -> Result<()> {
+    let Some(m) = cx.rt.layout.memprof.clone() else { return Ok(()) };
+    memprof_entries(cx, domain_memprof + m.domain_entries, domain)?;
+    for (head_off, entries_off, next_off) in [(m.domain_threads, m.thread_entries, m.thread_next), (m.domain_orphans, m.orphan_entries, m.orphan_next)] {
+        let mut node = cx.word(domain_memprof + head_off)?;
+        let mut n = 0;
+        while node != 0 && n < MAX_CHAIN {
+            memprof_entries(cx, node + entries_off, domain)?;
+            node = cx.word(node + next_off)?;
+            n += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One memprof entries table: its configuration block and each entry's user data are roots;
+/// the tracked blocks themselves are weak.
+fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16) -> Result<()> {
+    let Some(m) = cx.rt.layout.memprof.clone() else { return Ok(()) };
+    let config = cx.word(entries + m.entries_config)?;
+    const VAL_UNIT: u64 = 1;
+    const CONFIG_STATUS_DISCARDED: u64 = 2;
+    if config == VAL_UNIT || config & 1 == 1 {
+        return Ok(());
+    }
+    if cx.word(config)? >> 1 == CONFIG_STATUS_DISCARDED {
+        return Ok(());
+    }
+    cx.push(RootKind::Memprof, domain, 0, entries + m.entries_config, config, 0, RootName::Text("config".into()), 0);
+    let table = cx.word(entries + m.entries_t)?;
+    let size = cx.word(entries + m.entries_size)?;
+    if size > 1 << 28 {
+        return Err(DumpError::Inconsistent(format!("memprof table {entries:#x} has {size} entries")));
+    }
+    if size == 0 {
+        return Ok(());
+    }
+    let bytes = cx.source.read_bytes(table, (size * m.entry_size) as usize)?;
+    for i in 0..size {
+        let e = (i * m.entry_size) as usize;
+        let word = |o: u64| u64::from_le_bytes(bytes[e + o as usize..e + o as usize + 8].try_into().expect("8 bytes"));
+        let entry = table + i * m.entry_size;
+        cx.push(RootKind::Memprof, domain, 0, entry + m.entry_user_data, word(m.entry_user_data), 0, RootName::Text("user_data".into()), 0);
+        cx.push(RootKind::Memprof, domain, 0, entry + m.entry_block, word(m.entry_block), 0, RootName::Text("block".into()), ROOT_FLAG_WEAK);
+    }
+    Ok(())
+}
+
+/// An ephemeron list, linked through field 0 (weak.h `Ephe_link`), read from the captured heap.
+fn ephemeron_chain(cx: &Ctx<'_>, regions: &[CapturedRegion], head: u64) -> Result<Vec<u64>> {
+    let index = RegionIndex::new(regions);
+    let mut out = Vec::new();
+    let mut e = head;
+    let mut seen = HashMap::new();
+    while e != 0 && e & 1 == 0 && out.len() < MAX_CHAIN {
+        if seen.insert(e, ()).is_some() {
+            return Err(DumpError::Inconsistent(format!("ephemeron list loops at {e:#x}")));
+        }
+        out.push(e);
+        e = match index.word(e) {
+            Some(next) => next,
+            None => cx.word(e)?,
+        };
+    }
+    Ok(out)
+}

@@ -1,0 +1,90 @@
+//! Writing a capture as a snapshot file (after the target has been resumed).
+
+use crate::error::Result;
+use crate::runtime::capture::Capture;
+use crate::runtime::roots::RootName;
+use crate::runtime::Runtime;
+use heapsnap_format::{
+    CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord,
+};
+use std::path::{Path, PathBuf};
+
+/// Writes `cap` to `path` (atomically, mode 0600). Returns the final path and the file size.
+pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with_dwarf: bool) -> Result<(PathBuf, u64)> {
+    let mut w = SnapshotWriter::create(path)?;
+    w.write_metadata(metadata)?;
+
+    let mut regions: Vec<_> = cap.regions.iter().collect();
+    regions.sort_by_key(|r| r.base);
+    for r in regions {
+        let header = RegionHeader {
+            kind: r.kind.code(),
+            domain: r.domain,
+            flags: 0,
+            base: r.base,
+            block_wsize: r.block_wsize,
+            first_block: r.first_block,
+            owner: r.owner,
+        };
+        w.write_region(&header, &r.bytes)?;
+    }
+
+    let roots: Vec<RootRecord> = cap
+        .roots
+        .iter()
+        .map(|r| {
+            let name = match &r.name {
+                RootName::None => None,
+                RootName::Text(t) => Some(t.clone()),
+                RootName::CodeAt(a) | RootName::DataAt(a) => rt.symbol_name_at(*a).map(str::to_string),
+            };
+            RootRecord {
+                kind: r.kind.code(),
+                domain: r.domain,
+                flags: r.flags,
+                thread: r.thread,
+                slot: r.slot,
+                value: r.value,
+                origin: r.origin,
+                name: name.map_or(StrId::NONE, |n| w.intern(&n)),
+                reserved: 0,
+            }
+        })
+        .collect();
+    w.write_roots(&roots)?;
+
+    let mut symbols: Vec<SymbolRecord> = rt
+        .exe
+        .symbols
+        .iter()
+        .filter(|s| s.address != 0)
+        .map(|s| {
+            let start = rt.addr(s.address);
+            SymbolRecord {
+                start,
+                end: start + s.size,
+                name: w.intern(&s.name),
+                kind: if s.is_function { SymbolKind::Function } else { SymbolKind::Data }.code(),
+            }
+        })
+        .collect();
+    w.write_symbols(&mut symbols)?;
+
+    if with_dwarf {
+        for (name, bytes) in rt.exe.dwarf_sections() {
+            w.write_dwarf(name, &bytes)?;
+        }
+    }
+
+    let ops: Vec<CustomOpsRecord> = cap
+        .custom_ops
+        .iter()
+        .map(|(address, id)| CustomOpsRecord { address: *address, identifier: w.intern(id), reserved: 0 })
+        .collect();
+    w.write_custom_ops(&ops)?;
+    w.write_ephemerons(&cap.ephemerons)?;
+    w.write_load_bias(rt.bias)?;
+    let final_path = w.finish()?;
+    let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);
+    Ok((final_path, size))
+}

@@ -1,0 +1,197 @@
+//! Watching a running program and taking a snapshot whenever a trigger fires: after each
+//! compaction (the runtime's `caml_compactions_count` moved), on a signal, periodically, and at
+//! exit. Used by `heapsnap run` (which launched the program) and `heapsnap watch` (started by the
+//! preload library for a program launched by anything else).
+//!
+//! The watcher never keeps the target stopped or patched between dumps: the compaction counter
+//! is read from outside with `process_vm_readv` every `poll` interval (one 8-byte read, which
+//! costs the target nothing), and the process's exit is seen through a pidfd.
+
+use heapsnap_format::Trigger;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// One-byte messages of the control pipe between the preload library and the watcher.
+pub mod message {
+    pub const READY: u8 = b'R';
+    pub const SIGNAL: u8 = b'S';
+    pub const EXITING: u8 = b'X';
+    pub const ACK: u8 = b'A';
+}
+
+/// What the watcher listens to besides its timers.
+#[derive(Default)]
+pub struct Inputs {
+    /// Messages from the target's preload library (signal received, exiting).
+    pub control: Option<OwnedFd>,
+    /// Where to acknowledge an exit snapshot, so the exiting target may go on.
+    pub ack: Option<OwnedFd>,
+    /// Readable when the watcher itself received the trigger signal (a self-pipe).
+    pub signal: Option<OwnedFd>,
+}
+
+/// What a watch ended with.
+#[derive(Debug, Default)]
+pub struct WatchSummary {
+    pub snapshots: Vec<PathBuf>,
+    pub failures: usize,
+}
+
+pub struct Watch<'a> {
+    pub pid: i32,
+    pub spec: &'a crate::triggers::TriggerSpec,
+    /// Address of `caml_compactions_count` in the target, when compactions are watched.
+    pub compactions_counter: Option<u64>,
+    /// The compaction count already accounted for: 0 when watching from the program's start
+    /// (a compaction that happens before the first read must not be missed).
+    pub compactions_seen: u64,
+    pub inputs: Inputs,
+}
+
+impl Watch<'_> {
+    /// Runs until the target exits. `take` writes one snapshot for a trigger and returns its path.
+    pub fn run<E: std::fmt::Display>(
+        mut self,
+        mut take: impl FnMut(Trigger) -> Result<PathBuf, E>,
+    ) -> std::io::Result<WatchSummary> {
+        let pidfd = pidfd_open(self.pid)?;
+        let mut summary = WatchSummary::default();
+        let mut record = |trigger: Trigger, summary: &mut WatchSummary| match take(trigger) {
+            Ok(path) => {
+                eprintln!("heapsnap: {} snapshot written to {}", trigger_label(trigger), path.display());
+                summary.snapshots.push(path);
+            }
+            Err(err) => {
+                eprintln!("heapsnap: {} snapshot failed: {err}", trigger_label(trigger));
+                summary.failures += 1;
+            }
+        };
+
+        let mut last_count = self.compactions_counter.map(|_| self.compactions_seen);
+        let mut next_interval = self.spec.every.map(|every| Instant::now() + every);
+        loop {
+            let now = Instant::now();
+            let mut timeout = Duration::from_secs(3600);
+            if last_count.is_some() {
+                timeout = timeout.min(self.spec.poll);
+            }
+            if let Some(at) = next_interval {
+                timeout = timeout.min(at.saturating_duration_since(now));
+            }
+            let ready = poll_fds(
+                &[Some(pidfd.as_raw_fd()), self.inputs.control.as_ref().map(|f| f.as_raw_fd()), self.inputs.signal.as_ref().map(|f| f.as_raw_fd())],
+                timeout,
+            )?;
+            if ready[0] {
+                break; // the target is gone
+            }
+            // A compaction seen before an exit message happened before it: take it first.
+            if let (Some(addr), Some(last)) = (self.compactions_counter, last_count) {
+                match read_word(self.pid, addr) {
+                    Some(count) if count != last => {
+                        last_count = Some(count);
+                        record(Trigger::Compaction, &mut summary);
+                    }
+                    Some(_) => {}
+                    None => last_count = None, // unreadable: the target is exiting
+                }
+            }
+            if ready[1] {
+                match read_byte(self.inputs.control.as_ref().expect("polled")) {
+                    Some(message::SIGNAL) => record(Trigger::Signal, &mut summary),
+                    Some(message::EXITING) => {
+                        record(Trigger::Exit, &mut summary);
+                        if let Some(ack) = &self.inputs.ack {
+                            write_byte(ack, message::ACK);
+                        }
+                    }
+                    Some(_) => {}
+                    // The target closed its end: it is exiting; the pidfd says when it is gone.
+                    None => self.inputs.control = None,
+                }
+            }
+            if ready[2] {
+                drain(self.inputs.signal.as_ref().expect("polled"));
+                record(Trigger::Signal, &mut summary);
+            }
+            if let Some(at) = next_interval {
+                if Instant::now() >= at {
+                    record(Trigger::Interval, &mut summary);
+                    next_interval = self.spec.every.map(|every| Instant::now() + every);
+                }
+            }
+        }
+        Ok(summary)
+    }
+}
+
+pub fn trigger_label(trigger: Trigger) -> &'static str {
+    match trigger {
+        Trigger::Manual => "manual",
+        Trigger::Compaction => "compaction",
+        Trigger::Signal => "signal",
+        Trigger::Interval => "interval",
+        Trigger::Exit => "exit",
+        Trigger::Core => "core",
+        Trigger::Synthetic => "synthetic",
+    }
+}
+
+/// `DIR/NAME-PID-SEQ-TRIGGER.heapsnap`, numbered from 1 in the order taken.
+pub fn snapshot_path(dir: &std::path::Path, program: &str, pid: i32, seq: usize, trigger: Trigger) -> PathBuf {
+    dir.join(format!("{program}-{pid}-{seq:04}-{}.heapsnap", trigger_label(trigger)))
+}
+
+/// Reads one native word of the target without stopping it.
+pub fn read_word(pid: i32, address: u64) -> Option<u64> {
+    let mut word = 0u64;
+    let local = libc::iovec { iov_base: (&mut word as *mut u64).cast(), iov_len: 8 };
+    let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: 8 };
+    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+    (n == 8).then_some(word)
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Which of `fds` are readable (or hung up) after waiting at most `timeout`.
+fn poll_fds(fds: &[Option<RawFd>], timeout: Duration) -> std::io::Result<Vec<bool>> {
+    let mut pfds: Vec<libc::pollfd> =
+        fds.iter().map(|fd| libc::pollfd { fd: fd.unwrap_or(-1), events: libc::POLLIN, revents: 0 }).collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.kind() == std::io::ErrorKind::Interrupted {
+            return Ok(vec![false; fds.len()]);
+        }
+        return Err(err);
+    }
+    Ok(pfds.iter().map(|p| p.fd >= 0 && p.revents != 0).collect())
+}
+
+fn read_byte(fd: &OwnedFd) -> Option<u8> {
+    let mut byte = 0u8;
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
+    (n == 1).then_some(byte)
+}
+
+fn write_byte(fd: &OwnedFd, byte: u8) {
+    unsafe { libc::write(fd.as_raw_fd(), (&byte as *const u8).cast(), 1) };
+}
+
+/// Empties a non-blocking self-pipe: several signals before one poll make one snapshot.
+fn drain(fd: &OwnedFd) {
+    let mut buf = [0u8; 64];
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        while libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+    }
+}

@@ -1,0 +1,318 @@
+//! The analysis subcommands: `summary`, `top`, `dominators`, `path`, `inspect`, `verify`.
+//! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md).
+
+use anyhow::Context;
+use clap::Args;
+use heapsnap_analyze::groups::{groups, GroupBy};
+use heapsnap_analyze::paths::PathQuery;
+use heapsnap_analyze::reports::{dominator_report, human_bytes, summary, TreeNode};
+use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_format::Snapshot;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+fn open(path: &Path) -> anyhow::Result<Snapshot> {
+    Snapshot::open(path).with_context(|| format!("cannot open {}", path.display()))
+}
+
+fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
+    Ok(Analysis::new(snap, &Progress::stderr())?)
+}
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<ExitCode> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An address: `0x7f...` or decimal.
+fn parse_address(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => s.parse(),
+    };
+    r.map_err(|e| format!("bad address {s:?}: {e}"))
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+#[derive(Args)]
+pub struct SummaryArgs {
+    /// The snapshot file.
+    snapshot: PathBuf,
+    /// How many of the largest groups (by kind) to list.
+    #[arg(long, default_value_t = 10)]
+    top: usize,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let s = summary(&a, args.top);
+    if args.json {
+        return print_json(&s);
+    }
+    println!("snapshot     {} (OCaml {}, {} reserved header bits)", args.snapshot.display(), s.ocaml_version, s.reserved_header_bits);
+    println!("objects      {:>12}  {:>12}", s.objects, human_bytes(s.bytes));
+    println!("  reachable  {:>12}  {:>12}", s.reachable_objects, human_bytes(s.reachable_bytes));
+    println!("  unreachable{:>12}  {:>12}", s.unreachable_objects, human_bytes(s.unreachable_bytes));
+    println!("garbage      {:>12}  {:>12}", s.garbage_objects, human_bytes(s.garbage_bytes));
+    println!("free slots   {:>12}  {:>12}", s.free_slots, human_bytes(s.free_bytes));
+    println!("edges        {:>12}  (external pointers {}, bad pointers {})", s.edges, s.pointers.external, s.pointers.bad);
+    if s.malformed_headers > 0 {
+        println!("MALFORMED    {:>12} headers (run `heapsnap verify`)", s.malformed_headers);
+    }
+    println!();
+    println!("{:<14} {:>8} {:>12} {:>12} {:>12} {:>12}", "region kind", "regions", "size", "live", "garbage", "free");
+    for (k, t) in &s.by_region_kind {
+        println!(
+            "{k:<14} {:>8} {:>12} {:>12} {:>12} {:>12}",
+            t.regions,
+            human_bytes(t.bytes),
+            human_bytes(t.counts.live_bytes),
+            human_bytes(t.counts.garbage_bytes),
+            human_bytes(t.counts.free_bytes)
+        );
+    }
+    println!();
+    println!("{:<14} {:>8} {:>12} {:>12}", "domain", "regions", "live objects", "live bytes");
+    for (d, t) in &s.by_domain {
+        println!("{d:<14} {:>8} {:>12} {:>12}", t.regions, t.counts.live_blocks, human_bytes(t.counts.live_bytes));
+    }
+    println!();
+    println!("{:<20} {:>8} {:>12} {:>7}", "root kind", "roots", "retained", "%");
+    for r in &s.roots {
+        println!("{:<20} {:>8} {:>12} {:>6.1}%", r.kind, r.roots, human_bytes(r.retained), pct(r.retained, s.reachable_bytes));
+    }
+    println!();
+    print_groups(&s.top_groups, s.reachable_bytes);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
+    println!("{:>10} {:>12} {:>12} {:>7}  group", "count", "shallow", "retained", "%");
+    for g in list {
+        println!("{:>10} {:>12} {:>12} {:>6.1}%  {}", g.count, human_bytes(g.shallow), human_bytes(g.retained), pct(g.retained, total), g.name);
+    }
+}
+
+#[derive(Args)]
+pub struct TopArgs {
+    snapshot: PathBuf,
+    /// Group by: tag (reserved header bits, or the kind without them), kind, closure, root.
+    #[arg(long, default_value = "kind")]
+    by: GroupBy,
+    /// How many groups to list (0: all).
+    #[arg(long, default_value_t = 30)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let mut list = groups(&a, args.by);
+    let total_groups = list.len();
+    if args.limit > 0 {
+        list.truncate(args.limit);
+    }
+    if args.json {
+        return print_json(&serde_json::json!({
+            "by": args.by,
+            "reachable_bytes": a.reachable_bytes(),
+            "total_groups": total_groups,
+            "groups": list,
+        }));
+    }
+    print_groups(&list, a.reachable_bytes());
+    if total_groups > list.len() {
+        println!("({} more groups)", total_groups - list.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct DominatorsArgs {
+    snapshot: PathBuf,
+    /// Levels of the tree to show below the super-root.
+    #[arg(long, default_value_t = 4)]
+    depth: usize,
+    /// Hide subtrees retaining less than this percentage of the reachable bytes.
+    #[arg(long, default_value_t = 1.0)]
+    min_percent: f64,
+    /// At most this many children per node.
+    #[arg(long, default_value_t = 20)]
+    max_children: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let tree = dominator_report(&a, args.depth, args.min_percent, args.max_children);
+    if args.json {
+        return print_json(&tree);
+    }
+    println!("{:>12} {:>7} {:>10}  object", "retained", "%", "shallow");
+    let mut stack: Vec<(&TreeNode, usize)> = vec![(&tree, 0)];
+    while let Some((n, level)) = stack.pop() {
+        let indent = "  ".repeat(level);
+        let addr = n.address.as_deref().map(|x| format!("{x} ")).unwrap_or_default();
+        let root = n.root.as_deref().map(|r| format!(" <- {r}")).unwrap_or_default();
+        println!("{:>12} {:>6.1}% {:>10}  {indent}{addr}{}{root}", human_bytes(n.retained), n.percent, human_bytes(n.shallow), n.description);
+        if n.omitted_children > 0 {
+            println!("{:>12} {:>7} {:>10}  {indent}  ({} smaller children)", human_bytes(n.omitted_retained), "", "", n.omitted_children);
+        }
+        for c in n.children.iter().rev() {
+            stack.push((c, level + 1));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct PathArgs {
+    snapshot: PathBuf,
+    /// The object's address (its first field, or its header).
+    #[arg(value_parser = parse_address, required_unless_present_any = ["tag", "kind"])]
+    address: Option<u64>,
+    /// Paths to every block with this tag (the reserved header bits' value when the snapshot has them).
+    #[arg(long, conflicts_with_all = ["address", "kind"])]
+    tag: Option<u32>,
+    /// Paths to every block whose kind (as `top --by kind` names it) contains this text.
+    #[arg(long, conflicts_with_all = ["address", "tag"])]
+    kind: Option<String>,
+    /// Follow at most this many objects (evenly sampled).
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
+    /// Show at most this many distinct paths.
+    #[arg(long, default_value_t = 10)]
+    max_paths: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let query = match (args.address, args.tag, args.kind) {
+        (Some(x), _, _) => PathQuery::Address(x),
+        (_, Some(t), _) => PathQuery::Tag(t),
+        (_, _, Some(k)) => PathQuery::Kind(k),
+        _ => anyhow::bail!("give an address, --tag or --kind"),
+    };
+    let report = heapsnap_analyze::paths::paths(&a, &query, args.limit.max(1), args.max_paths)?;
+    if args.json {
+        return print_json(&report);
+    }
+    println!("{} objects matched, {} followed, {} unreachable through strong references", report.targets, report.sampled, report.unreachable);
+    for p in &report.paths {
+        println!();
+        println!("{} x  from {} root {}", p.count, p.root_kind, p.root);
+        for s in &p.steps {
+            let field = s.field.map(|f| format!(".{f} -> ")).unwrap_or_default();
+            let repeat = match (s.repeat_min, s.repeat_max) {
+                (1, 1) => String::new(),
+                (a, b) if a == b => format!("  (x{a})"),
+                (a, b) => format!("  (x{a}..{b})"),
+            };
+            println!("    {field}{} [{}]{repeat}", s.label, s.example);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct InspectArgs {
+    snapshot: PathBuf,
+    #[arg(value_parser = parse_address)]
+    address: u64,
+    /// List at most this many fields.
+    #[arg(long, default_value_t = 64)]
+    max_fields: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let i = heapsnap_analyze::inspect::inspect(&a, args.address, args.max_fields)?;
+    if args.json {
+        return print_json(&i);
+    }
+    println!("{} {}", i.address, i.description);
+    println!("  region     {}{}", i.region_kind, i.domain.map(|d| format!(" (domain {d})")).unwrap_or_default());
+    println!("  header     {} (tag {}, wosize {}, {:?}, reserved {})", i.header, i.tag, i.wosize, i.colour, i.reserved);
+    println!("  shallow    {}", human_bytes(i.shallow));
+    println!("  retained   {}{}", human_bytes(i.retained), if i.reachable { "" } else { " (unreachable)" });
+    if let Some(d) = &i.immediate_dominator {
+        println!("  dominator  {d}");
+    }
+    for r in &i.roots {
+        println!("  root       {r}");
+    }
+    for f in &i.fields {
+        println!("  [{:>3}] {:>18} {:<12} {}", f.index, f.raw, f.kind, f.value.as_deref().unwrap_or(""));
+    }
+    if i.more_fields > 0 {
+        println!("  ... {} more fields", i.more_fields);
+    }
+    for r in &i.referrers {
+        println!("  referrer   {r}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    snapshot: PathBuf,
+    /// Also fail on allocated major-heap blocks that no root reaches (for snapshots taken
+    /// right after Gc.compact, at a quiet point).
+    #[arg(long)]
+    strict: bool,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let snap = open(&args.snapshot)?;
+    let report = heapsnap_analyze::verify::verify_with(&snap, args.strict, &Progress::stderr())?;
+    let code = if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) };
+    if args.json {
+        print_json(&report)?;
+        return Ok(code);
+    }
+    println!(
+        "{}: {} objects, {} reachable, {} weakly reachable only, {} unreachable (major), {} unreachable (minor), {} external pointers",
+        if report.ok { "OK" } else { "FAILED" },
+        report.objects,
+        report.reachable_objects,
+        report.weakly_reachable_objects,
+        report.unreachable_major_objects,
+        report.unreachable_minor_objects,
+        report.external_pointers
+    );
+    for (k, n) in &report.error_counts {
+        println!("  {n:>10} {k}");
+    }
+    for e in &report.errors {
+        let field = e.field.map(|f| format!(" field {f}")).unwrap_or_default();
+        let value = e.value.as_deref().map(|v| format!(" = {v}")).unwrap_or_default();
+        println!("  {} at {}{field}{value}: {}", e.kind, e.address, e.detail);
+    }
+    for w in &report.warnings {
+        println!("  warning: {w}");
+    }
+    Ok(code)
+}

@@ -1,0 +1,278 @@
+//! `heapsnap run` (launch and watch a program) and `heapsnap watch` (watch a program the preload
+//! library reported; started by `libheapsnap_preload.so`, not by hand).
+
+use anyhow::{bail, Context};
+use clap::Args;
+use heapsnap_dump::triggers::{self, TriggerSpec};
+use heapsnap_dump::watch::{self, Inputs, Watch};
+use heapsnap_format::Trigger;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Dump after each compaction (Gc.compact).
+    #[arg(long)]
+    on_compaction: bool,
+    /// Dump when heapsnap itself receives this signal (e.g. USR2); it is not passed to the program.
+    #[arg(long, value_name = "SIGNAL", value_parser = triggers::parse_signal)]
+    on_signal: Option<i32>,
+    /// Dump periodically (e.g. 500ms, 30s, 5m).
+    #[arg(long, value_name = "DURATION", value_parser = triggers::parse_duration)]
+    every: Option<std::time::Duration>,
+    /// Dump when the program exits, before the runtime tears down.
+    #[arg(long)]
+    at_exit: bool,
+    /// Zero string and bytes contents before writing.
+    #[arg(long)]
+    redact: bool,
+    /// Directory for the numbered snapshots (created if missing).
+    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Print a JSON summary of the snapshots taken on stdout when the program ends.
+    #[arg(long)]
+    json: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    command: Vec<std::ffi::OsString>,
+}
+
+/// Merges the command line with `OCAML_HEAPSNAP` (which `heapsnap run` honours): the command
+/// line adds triggers and its `-o` wins over `dir=`.
+fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
+    let mut spec = TriggerSpec::from_env()?.unwrap_or_default();
+    spec.on_compaction |= args.on_compaction;
+    spec.at_exit |= args.at_exit;
+    spec.redact |= args.redact;
+    spec.on_signal = args.on_signal.or(spec.on_signal);
+    spec.every = args.every.or(spec.every);
+    spec.dir = args.dir.clone().or(spec.dir);
+    if !spec.has_trigger() {
+        bail!("no trigger: give --on-compaction, --on-signal SIG, --every DURATION or --at-exit (or set {})", triggers::ENV_VAR);
+    }
+    Ok(spec)
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let spec = merged_spec(&args)?;
+    let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+
+    let (control_read, control_write) = pipe().context("pipe")?;
+    let (ack_read, ack_write) = pipe().context("pipe")?;
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]);
+    let launcher = std::process::id();
+    let (child_control, child_ack) = (raw(&control_write), raw(&ack_read));
+    command.env(heapsnap_preload_env::CONTROL, format!("{launcher},{child_control},{child_ack},{}", spec.at_exit as u8));
+    if spec.at_exit {
+        let preload = preload_library()?;
+        let existing = std::env::var_os("LD_PRELOAD").unwrap_or_default();
+        let mut value = preload.into_os_string();
+        if !existing.is_empty() {
+            value.push(" ");
+            value.push(existing);
+        }
+        command.env("LD_PRELOAD", value);
+    }
+    unsafe {
+        // The child keeps its two ends of the pipes (std makes them close-on-exec).
+        command.pre_exec(move || {
+            for fd in [child_control, child_ack] {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    // Signals meant for the program: a terminal sends SIGINT and SIGQUIT to the whole process
+    // group, so we ignore those; SIGTERM, SIGHUP and the user signals are forwarded.
+    let signal_pipe = match spec.on_signal {
+        Some(sig) => Some(signal_self_pipe(sig)?),
+        None => None,
+    };
+    let mut child = command.spawn().with_context(|| format!("cannot run {}", args.command[0].to_string_lossy()))?;
+    drop((control_write, ack_read));
+    let pid = child.id() as i32;
+    let forwarded = forward_signals(pid, spec.on_signal)?;
+
+    let program = Path::new(&args.command[0]).file_name().map_or("program".into(), |n| n.to_string_lossy().into_owned());
+    let mut seq = 0;
+    let counter = if spec.on_compaction { compactions_counter(pid) } else { None };
+    let summary = Watch { pid, spec: &spec, compactions_counter: counter, compactions_seen: 0, inputs: Inputs { control: Some(control_read), ack: Some(ack_write), signal: signal_pipe } }
+        .run(|trigger| {
+            seq += 1;
+            let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
+            take_snapshot(pid, trigger, &path, spec.redact)
+        })?;
+    let status = child.wait().context("waiting for the program")?;
+    drop(forwarded);
+    if args.json {
+        println!("{}", serde_json::json!({
+            "pid": pid,
+            "snapshots": summary.snapshots,
+            "failures": summary.failures,
+            "exit_code": status.code(),
+            "signal": status.signal(),
+        }));
+    }
+    // The program's exit status passes through unchanged, death by signal included.
+    if let Some(sig) = status.signal() {
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+        return Ok(ExitCode::from(128 + sig as u8));
+    }
+    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+}
+
+#[derive(Args)]
+pub struct WatchArgs {
+    /// The process to watch.
+    #[arg(long)]
+    pid: i32,
+    /// Pipe the preload library writes its messages to.
+    #[arg(long, value_name = "FD")]
+    control_fd: i32,
+    /// Pipe on which the watcher answers.
+    #[arg(long, value_name = "FD")]
+    ack_fd: i32,
+}
+
+/// Started by the preload library in a program run with `OCAML_HEAPSNAP` set. It reads and
+/// checks the variable, tells the library which hooks to install, then watches.
+pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
+    let control = unsafe { OwnedFd::from_raw_fd(args.control_fd) };
+    let ack = unsafe { OwnedFd::from_raw_fd(args.ack_fd) };
+    let answer = |line: &str| {
+        let _ = rustix_write(&ack, line.as_bytes());
+    };
+    let spec = match TriggerSpec::from_env() {
+        Ok(Some(spec)) => spec,
+        Ok(None) => {
+            answer("off\n");
+            return Ok(ExitCode::SUCCESS);
+        }
+        Err(err) => {
+            answer("off\n");
+            eprintln!("heapsnap: {err}\nheapsnap: not watching pid {}", args.pid);
+            return Ok(ExitCode::from(2));
+        }
+    };
+    // A preloaded library goes into every program a supervisor starts: stay out of the way of
+    // the ones that are not OCaml 5 programs.
+    let counter = compactions_counter(args.pid);
+    if counter.is_none() {
+        answer("off\n");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+    if let Err(err) = std::fs::create_dir_all(&dir) {
+        answer("off\n");
+        bail!("cannot create {}: {err}", dir.display());
+    }
+    answer(&format!("ok {} {} {}\n", std::process::id(), spec.at_exit as u8, spec.on_signal.unwrap_or(0)));
+    let program = std::fs::read_link(format!("/proc/{}/exe", args.pid))
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "program".into());
+    let mut seq = 0;
+    let pid = args.pid;
+    let summary = Watch {
+        pid,
+        spec: &spec,
+        compactions_counter: if spec.on_compaction { counter } else { None },
+        compactions_seen: 0,
+        inputs: Inputs { control: Some(control), ack: Some(ack), signal: None },
+    }
+    .run(|trigger| {
+        seq += 1;
+        take_snapshot(pid, trigger, &watch::snapshot_path(&dir, &program, pid, seq, trigger), spec.redact)
+    })?;
+    Ok(if summary.failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn rustix_write(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::File::from(fd.try_clone()?);
+    file.write_all(bytes)
+}
+
+/// `libheapsnap_preload.so` next to this executable, or `$HEAPSNAP_PRELOAD`.
+pub fn preload_library() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("HEAPSNAP_PRELOAD") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().context("cannot find the heapsnap executable")?;
+    let path = exe.with_file_name("libheapsnap_preload.so");
+    if !path.exists() {
+        bail!("{} is missing (build it with `cargo build -p heapsnap-preload`, or set HEAPSNAP_PRELOAD)", path.display());
+    }
+    Ok(path)
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn raw(fd: &OwnedFd) -> i32 {
+    std::os::fd::AsRawFd::as_raw_fd(fd)
+}
+
+/// A pipe that becomes readable when `signal` reaches this process.
+fn signal_self_pipe(signal: i32) -> anyhow::Result<OwnedFd> {
+    let (read, write) = pipe()?;
+    signal_hook::low_level::pipe::register(signal, write).with_context(|| format!("cannot handle {}", triggers::signal_name(signal)))?;
+    Ok(read)
+}
+
+/// Forwards the signals a supervisor sends to the launcher on to the program, for as long as
+/// the returned guard lives.
+fn forward_signals(pid: i32, trigger: Option<i32>) -> anyhow::Result<ForwardGuard> {
+    let mut ids = Vec::new();
+    for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH, libc::SIGCONT] {
+        if Some(sig) == trigger {
+            continue;
+        }
+        let id = unsafe { signal_hook::low_level::register(sig, move || { libc::kill(pid, sig); }) }?;
+        ids.push(id);
+    }
+    for sig in [libc::SIGINT, libc::SIGQUIT] {
+        ids.push(unsafe { signal_hook::low_level::register(sig, || {}) }?);
+    }
+    Ok(ForwardGuard(ids))
+}
+
+struct ForwardGuard(Vec<signal_hook::SigId>);
+
+impl Drop for ForwardGuard {
+    fn drop(&mut self) {
+        for id in self.0.drain(..) {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+mod heapsnap_preload_env {
+    /// Must match `heapsnap_preload::ENV_CONTROL` (checked by a test of the dump crate).
+    pub const CONTROL: &str = "HEAPSNAP_CONTROL";
+}
+
+/// The address of `caml_compactions_count` in the target; `None` when it is not an OCaml 5 program.
+fn compactions_counter(pid: i32) -> Option<u64> {
+    heapsnap_dump::compactions_counter_address(pid).ok()
+}
+
+fn take_snapshot(pid: i32, trigger: Trigger, path: &Path, redact: bool) -> anyhow::Result<PathBuf> {
+    let options = heapsnap_dump::DumpOptions { output: path.to_path_buf(), trigger, redact, ..Default::default() };
+    heapsnap_dump::dump_process(pid, &options)?;
+    Ok(path.to_path_buf())
+}

@@ -1,0 +1,156 @@
+//! `heapsnap dump` on every sample at its READY point: the snapshot is valid and exact (the
+//! blocks reachable from its roots are the live blocks of its regions), and the sample goes
+//! on as if nothing happened (same output, same exit status).
+
+mod dump_support;
+
+use dump_support::*;
+use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use std::os::unix::fs::PermissionsExt;
+
+/// Dumps `name` at each of its READY points and checks everything.
+fn check_sample(name: &str, args: &[&str]) -> Vec<Snapshot> {
+    check_sample_with(name, args, 0)
+}
+
+/// Like [`check_sample`], for a sample that leaves `garbage_cells` unreachable list cells in the
+/// major heap at each READY point (dropped after its Gc.compact, not yet collected).
+fn check_sample_with(name: &str, args: &[&str], garbage_cells: usize) -> Vec<Snapshot> {
+    let program = sample_path(name);
+    let (expected, expected_status) = reference_output(&program, args);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sample = Sample::start(&program, args);
+    let steps = expected.iter().filter(|l| l.starts_with("READY ")).count() as u32;
+    assert!(steps >= 1, "{name} printed no READY line: {expected:?}");
+    let mut snaps = Vec::new();
+    for step in 1..=steps {
+        sample.wait_ready(step);
+        let path = dir.path().join(format!("{name}-{step}.snap"));
+        let report = dump_ok(sample.pid(), &path, &[]);
+        assert_eq!(report["consistent"], true, "{name}: {report}");
+        let mode = std::fs::metadata(&path).expect("snapshot written").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: snapshot mode {mode:o}");
+        let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("{name}: snapshot does not validate: {e}"));
+        sanity(name, &snap, sample.pid() as u32);
+        let mut r = reachability(&snap);
+        if garbage_cells > 0 {
+            let cells: Vec<u64> = r.missed.iter().copied().filter(|&b| is_list_cell(&snap, b)).collect();
+            assert_eq!(cells.len(), garbage_cells, "{name}: unreachable list cells");
+            r.missed.retain(|b| !cells.contains(b));
+        }
+        r.assert_exact(&format!("{name} step {step}"));
+        assert!(r.major_live > 0 && r.reachable > 0, "{name}: {r:?}");
+        snaps.push(snap);
+        sample.release();
+    }
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected, "{name}: output changed by the dumps");
+    assert_eq!(status.code(), expected_status.code(), "{name}: exit status changed");
+    snaps
+}
+
+fn is_list_cell(snap: &Snapshot, block: u64) -> bool {
+    snap.region_of(block).and_then(|r| r.word_at(block - 8)).is_some_and(|h| h as u8 == 0 && (h >> 10) & 0xff_ffff == 2)
+}
+
+/// What every snapshot of a sample must hold.
+fn sanity(name: &str, snap: &Snapshot, pid: u32) {
+    let m = snap.metadata();
+    assert_eq!(m.ocaml_version, "5.3.0");
+    assert_eq!(m.pid, Some(pid));
+    assert!(!m.domains.is_empty(), "{name}: no domain");
+    for d in &m.domains {
+        assert!(d.minor_start <= d.young_ptr && d.young_ptr <= d.minor_end, "{name}: {d:?}");
+    }
+    let kinds: Vec<RegionKind> = snap.regions().map(|r| r.kind()).collect();
+    for k in [RegionKind::Pool, RegionKind::Static, RegionKind::FiberStack] {
+        assert!(kinds.contains(&k), "{name}: no {k} region");
+    }
+    for r in snap.regions().filter(|r| r.kind() == RegionKind::Pool) {
+        assert!(r.header.block_wsize > 0 && r.header.first_block >= 32, "{name}: pool {:?}", r.header);
+    }
+    for r in snap.regions().filter(|r| r.kind() == RegionKind::FiberStack) {
+        assert_ne!(r.header.owner, 0, "{name}: fiber stack without owner");
+    }
+    // The sample's own module block is a global root, named after its unit.
+    let unit = format!("caml{}{}", name[..1].to_uppercase(), &name[1..]);
+    assert!(
+        snap.roots().iter().any(|r| r.root_kind() == RootKind::Global && snap.string(r.name) == Some(unit.as_str())),
+        "{name}: no global root named {unit}"
+    );
+    // Stack frames are named after their function.
+    let stack: Vec<_> = snap.roots().iter().filter(|r| r.root_kind() == RootKind::Stack && r.origin != 0).collect();
+    assert!(!stack.is_empty(), "{name}: no stack root");
+    assert!(stack.iter().all(|r| snap.string(r.name).is_some_and(|n| n.starts_with("caml"))), "{name}: unnamed stack roots");
+    assert!(snap.symbols().len() > 1000, "{name}: symbols missing");
+    assert!(snap.dwarf_section(".debug_line").is_some(), "{name}: no .debug_line");
+}
+
+macro_rules! sample_test {
+    ($($test:ident => $name:expr, [$($arg:expr),*];)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_sample($name, &[$($arg),*]);
+            }
+        )*
+    };
+}
+
+sample_test! {
+    cache_leak => "cache_leak", [];
+    closure_list => "closure_list", [];
+    effect_cont => "effect_cont", [];
+    systhread_stack => "systhread_stack", [];
+    domains_shared => "domains_shared", [];
+    bigarray_sample => "bigarray_sample", [];
+    lazy_sample => "lazy_sample", [];
+    objects_sample => "objects_sample", [];
+    long_list => "long_list", [];
+    large_array => "large_array", [];
+    steady_state => "steady_state", [];
+}
+
+/// weak_ephemeron keeps its weak-only data alive through Gc.compact with a `pending` list that
+/// it drops just before READY: its 500 + 300 cells are garbage not yet collected.
+#[test]
+fn weak_ephemeron() {
+    let snaps = check_sample_with("weak_ephemeron", &[], 800);
+    assert!(snaps[0].ephemerons().len() >= 501, "500 ephemerons and a weak array");
+}
+
+#[test]
+fn suspended_continuations_are_attributed_to_their_stack() {
+    let snaps = check_sample("effect_cont", &[]);
+    let snap = &snaps[0];
+    let suspended: Vec<_> = snap.roots().iter().filter(|r| r.root_kind() == RootKind::SuspendedStack).collect();
+    assert!(!suspended.is_empty(), "effect_cont: no suspended-stack reference");
+    for r in &suspended {
+        let region = snap.region_of(r.slot).expect("suspended slot in a region");
+        assert_eq!(region.kind(), RegionKind::FiberStack);
+    }
+    // Each origin is the head fiber of a continuation: a fiber stack region is owned by it.
+    let owners: Vec<u64> = snap.regions().filter(|r| r.kind() == RegionKind::FiberStack).map(|r| r.header.owner).collect();
+    assert!(suspended.iter().all(|r| owners.contains(&r.origin)));
+}
+
+#[test]
+fn systhreads_stacks_and_descriptors_are_roots() {
+    let snaps = check_sample("systhread_stack", &[]);
+    let snap = &snaps[0];
+    let threads: std::collections::BTreeSet<u64> =
+        snap.roots().iter().filter(|r| r.root_kind() == RootKind::Thread).map(|r| r.thread).collect();
+    assert!(threads.len() >= 2, "systhread_stack: thread descriptors for {threads:?}");
+    let stacks = snap.regions().filter(|r| r.kind() == RegionKind::FiberStack).count();
+    assert!(stacks >= 2, "systhread_stack: {stacks} fiber stacks");
+}
+
+#[test]
+fn every_domain_is_dumped() {
+    let snaps = check_sample("domains_shared", &[]);
+    let snap = &snaps[0];
+    assert!(snap.metadata().domains.len() >= 2, "domains: {:?}", snap.metadata().domains);
+    let with_minor: std::collections::BTreeSet<u16> =
+        snap.regions().filter(|r| r.kind() == RegionKind::MinorHeap).map(|r| r.header.domain).collect();
+    assert!(!with_minor.is_empty());
+}

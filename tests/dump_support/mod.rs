@@ -1,0 +1,149 @@
+//! Shared by the `dump_*` tests: building and driving the sample programs, running the dumper,
+//! and a minimal reachability oracle over a snapshot (until `heapsnap verify --strict` exists).
+#![allow(dead_code)]
+
+mod oracle;
+pub use oracle::*;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn heapsnap() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
+}
+
+/// The directory of the std sample executables, built by samples/build.sh when missing.
+pub fn samples_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo().join("samples/build.sh"))
+            .arg("std")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run samples/build.sh");
+        assert!(out.status.success(), "samples/build.sh failed");
+        PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+    })
+    .clone()
+}
+
+pub fn sample_path(name: &str) -> PathBuf {
+    samples_dir().join(name)
+}
+
+/// A sample started with `--pause`, driven through its READY protocol.
+pub struct Sample {
+    pub child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+    pub lines: Vec<String>,
+}
+
+impl Sample {
+    pub fn start(program: &Path, args: &[&str]) -> Sample {
+        let mut child = Command::new(program)
+            .args(args)
+            .arg("--pause")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Sample { child, stdin, stdout, lines: Vec::new() }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Reads stdout until the line `READY step`.
+    pub fn wait_ready(&mut self, step: u32) {
+        let want = format!("READY {step}");
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).expect("read sample stdout");
+            assert!(n > 0, "sample ended before {want}; output so far: {:?}", self.lines);
+            let line = line.trim_end().to_string();
+            self.lines.push(line.clone());
+            if line == want {
+                return;
+            }
+        }
+    }
+
+    /// Lets the sample go on from its current READY point.
+    pub fn release(&mut self) {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = stdin.write_all(b"\n");
+            let _ = stdin.flush();
+        }
+    }
+
+    /// Stops pausing (EOF on stdin) and waits for the end; returns all stdout lines and status.
+    pub fn finish(mut self) -> (Vec<String>, ExitStatus) {
+        self.stdin.take();
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).expect("read sample stdout");
+        self.lines.extend(rest.lines().map(str::to_string));
+        let status = self.child.wait().expect("wait for sample");
+        (std::mem::take(&mut self.lines), status)
+    }
+}
+
+impl Drop for Sample {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a program without pausing, to learn its normal output.
+pub fn reference_output(program: &Path, args: &[&str]) -> (Vec<String>, ExitStatus) {
+    let out = Command::new(program).args(args).stdin(Stdio::null()).output().expect("run sample");
+    (String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect(), out.status)
+}
+
+/// `heapsnap dump --pid PID -o OUT --json EXTRA...`.
+pub fn dump(pid: i32, out: &Path, extra: &[&str]) -> Output {
+    Command::new(heapsnap())
+        .args(["dump", "--pid", &pid.to_string(), "-o"])
+        .arg(out)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .expect("run heapsnap dump")
+}
+
+/// Like [`dump`], asserting success; returns the JSON report.
+pub fn dump_ok(pid: i32, out: &Path, extra: &[&str]) -> serde_json::Value {
+    let o = dump(pid, out, extra);
+    assert!(
+        o.status.success(),
+        "heapsnap dump failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
+}
+
+/// Waits until `pid` has exited (or the timeout passes); true if it did.
+pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}

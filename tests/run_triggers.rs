@@ -1,0 +1,249 @@
+//! End-to-end tests of the triggers: `heapsnap run` and `OCAML_HEAPSNAP` through the preload
+//! library, on the real OCaml samples (built by `samples/build.sh`).
+
+use heapsnap_format::{Snapshot, Trigger};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn heapsnap() -> &'static str {
+    env!("CARGO_BIN_EXE_heapsnap")
+}
+
+fn sample(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = std::env::var_os("HEAPSNAP_SAMPLES_DIR").map_or_else(|| root.join("target/samples"), PathBuf::from);
+    let path = dir.join("std").join(name);
+    if !path.exists() {
+        let status = Command::new(root.join("samples/build.sh")).arg("std").stdout(Stdio::null()).status().expect("samples/build.sh");
+        assert!(status.success(), "samples/build.sh failed");
+    }
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+fn preload_library() -> PathBuf {
+    let path = Path::new(heapsnap()).with_file_name("libheapsnap_preload.so");
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "heapsnap-preload"])
+            .args(if cfg!(debug_assertions) { &[][..] } else { &["--release"][..] })
+            .status()
+            .expect("cargo build");
+        assert!(status.success());
+    }
+    assert!(path.exists(), "{} was not built", path.display());
+    path
+}
+
+/// Snapshots in `dir`, sorted by name (their sequence number).
+fn snapshots(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
+        .collect();
+    found.sort();
+    found
+}
+
+fn wait_for_snapshots(dir: &Path, count: usize) -> Vec<PathBuf> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found = snapshots(dir);
+        if found.len() >= count || Instant::now() > deadline {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Drives a sample run with `--pause`: at each `READY i`, waits for `per_step` more snapshots in
+/// `dir`, then lets the sample go on. Returns the sample's stdout lines.
+fn drive(mut child: Child, dir: &Path, steps: usize, per_step: usize, mut at_ready: impl FnMut(&Child)) -> (Vec<String>, std::process::ExitStatus) {
+    let mut stdin = child.stdin.take();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        lines.push(line.clone());
+        if let Some(step) = line.strip_prefix("READY ") {
+            let step: usize = step.parse().unwrap();
+            at_ready(&child);
+            let found = wait_for_snapshots(dir, step * per_step);
+            assert!(found.len() >= step * per_step, "after READY {step}: {found:?}");
+            if step < steps {
+                writeln!(stdin.as_mut().unwrap()).unwrap();
+            } else {
+                stdin = None; // EOF: the sample runs to its end
+            }
+        }
+    }
+    (lines, child.wait().unwrap())
+}
+
+fn check_snapshot(path: &Path, trigger: Trigger) -> Snapshot {
+    let mode = std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", path.display());
+    let snap = Snapshot::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(snap.metadata().trigger, trigger, "{}", path.display());
+    assert!(snap.region_count() > 0);
+    assert!(!snap.roots().is_empty());
+    snap
+}
+
+#[test]
+fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-compaction", "--at-exit", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(sample("cache_leak"))
+        .args(["--steps", "3", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, status) = drive(child, dir.path(), 3, 1, |_| {});
+    assert_eq!(lines, ["READY 1", "READY 2", "READY 3", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = snapshots(dir.path());
+    let names: Vec<String> = found.iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+    assert_eq!(found.len(), 4, "{names:?}");
+    for (i, path) in found.iter().take(3).enumerate() {
+        assert!(names[i].contains(&format!("-{:04}-compaction", i + 1)), "{names:?}");
+        let snap = check_snapshot(path, Trigger::Compaction);
+        assert_eq!(snap.metadata().compactions, Some(i as u64 + 1));
+    }
+    check_snapshot(&found[3], Trigger::Exit);
+    // The cache grows at each step: so do the snapshots' pools.
+    let pool_bytes = |p: &Path| -> usize { Snapshot::open(p).unwrap().regions().map(|r| r.bytes.len()).sum() };
+    assert!(pool_bytes(&found[0]) < pool_bytes(&found[2]));
+}
+
+#[test]
+fn run_dumps_on_its_own_signal_without_passing_it_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-signal", "USR2", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(sample("closure_list"))
+        .args(["--steps", "2", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
+    let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
+        libc::kill(c.id() as i32, libc::SIGUSR2);
+    });
+    assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = snapshots(dir.path());
+    assert_eq!(found.len(), 2);
+    for path in &found {
+        check_snapshot(path, Trigger::Signal);
+    }
+}
+
+#[test]
+fn run_passes_exit_codes_and_deaths_by_signal_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new(heapsnap()).args(["run", "--at-exit", "-o"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
+    assert_eq!(status.code(), Some(7));
+    let status = Command::new(heapsnap())
+        .args(["run", "--every", "1h", "-o"])
+        .arg(dir.path())
+        .args(["--", "sh", "-c", "kill -TERM $$"])
+        .status()
+        .unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM));
+    // Not OCaml programs: nothing to dump, and nothing was written.
+    assert!(snapshots(dir.path()).is_empty());
+}
+
+#[test]
+fn malformed_ocaml_heapsnap_is_rejected_with_the_grammar() {
+    let out = Command::new(heapsnap())
+        .args(["run", "--", "true"])
+        .env("OCAML_HEAPSNAP", "on-compation,dir=x")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown item 'on-compation'") && stderr.contains("on-compaction, on-signal=SIG"), "{stderr}");
+
+    let out = Command::new(heapsnap()).args(["run", "--", "true"]).env_remove("OCAML_HEAPSNAP").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no trigger"));
+}
+
+#[test]
+fn run_honours_ocaml_heapsnap() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new(heapsnap())
+        .args(["run", "--"])
+        .arg(sample("long_list"))
+        .args(["--steps", "1"])
+        .env("OCAML_HEAPSNAP", format!("at-exit,dir={}", dir.path().display()))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let found = snapshots(dir.path());
+    assert_eq!(found.len(), 1, "{found:?}");
+    check_snapshot(&found[0], Trigger::Exit);
+}
+
+#[test]
+fn preload_library_watches_a_program_started_without_heapsnap() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(sample("cache_leak"))
+        .args(["--steps", "2", "--pause"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,on-signal=USR1,dir={}", dir.path().display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
+    assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = wait_for_snapshots(dir.path(), 3);
+    assert_eq!(found.len(), 3, "{found:?}");
+    check_snapshot(&found[0], Trigger::Compaction);
+    check_snapshot(&found[1], Trigger::Compaction);
+    check_snapshot(&found[2], Trigger::Exit);
+}
+
+#[test]
+fn preload_library_reports_a_malformed_value_and_leaves_the_program_alone() {
+    let out = Command::new(sample("long_list"))
+        .args(["--steps", "1"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", "every=10parsecs")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "READY 1\nDONE\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("OCAML_HEAPSNAP") && stderr.contains("unknown unit"), "{stderr}");
+}
+
+#[test]
+fn preload_library_ignores_programs_that_are_not_ocaml() {
+    let out = Command::new("sh")
+        .args(["-c", "echo hello"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", "at-exit,dir=/nonexistent/never")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
