@@ -154,3 +154,38 @@ fn every_domain_is_dumped() {
         snap.regions().filter(|r| r.kind() == RegionKind::MinorHeap).map(|r| r.header.domain).collect();
     assert!(!with_minor.is_empty());
 }
+
+/// With 16 reserved header bits (rhb16 toolchain): detected, and the reserved values survive.
+#[test]
+fn reserved_header_bits_are_detected_and_kept() {
+    let program = rhb16_samples_dir().join("reserved_bits");
+    let dir = tempfile::tempdir().unwrap();
+    let mut sample = Sample::start(&program, &[]);
+    sample.wait_ready(1);
+    let path = dir.path().join("rb.snap");
+    let report = dump_ok(sample.pid(), &path, &[]);
+    assert_eq!(report["reserved_header_bits"], 16);
+    sample.release();
+    let (lines, status) = sample.finish();
+    assert!(status.success(), "{lines:?}");
+    let snap = Snapshot::open(&path).unwrap();
+    assert_eq!(snap.metadata().reserved_header_bits, 16);
+    reachability(&snap).assert_exact("reserved_bits");
+    let mut reserved: std::collections::BTreeMap<u64, usize> = Default::default();
+    for r in snap.regions().filter(|r| matches!(r.kind(), RegionKind::Pool | RegionKind::Large)) {
+        let words = r.words();
+        let stride = if r.kind() == RegionKind::Pool { r.header.block_wsize as usize } else { words.len() };
+        let mut i = r.header.first_block as usize / 8;
+        while i < words.len() {
+            if words[i] >> 48 != 0 {
+                *reserved.entry(words[i] >> 48).or_default() += 1;
+            }
+            i += stride.max(1);
+        }
+    }
+    // 100 promoted blocks with 7, 50 with 42, 10 large ones with 1000, 5 with 65535.
+    assert_eq!(reserved.get(&7), Some(&100), "{reserved:?}");
+    assert_eq!(reserved.get(&42), Some(&50), "{reserved:?}");
+    assert_eq!(reserved.get(&1000), Some(&10), "{reserved:?}");
+    assert_eq!(reserved.get(&65535), Some(&5), "{reserved:?}");
+}

@@ -129,7 +129,7 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
 /// Words (header included) of every block node; 0 for the super-root and root-kind nodes.
 pub fn shallow_words(graph: &HeapGraph<'_>) -> Vec<u32> {
     let blocks = &graph.blocks;
-    let mut shallow = vec![0u32; graph.node_count()];
+    let mut shallow = crate::mem::filled(graph.node_count(), 0u32);
     let mut slices: Vec<(usize, &mut [u32])> = Vec::new();
     let mut order: Vec<usize> = blocks.block_regions().collect();
     order.sort_by_key(|&r| blocks.regions[r].nodes.start);

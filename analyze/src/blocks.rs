@@ -179,7 +179,7 @@ impl<'s> BlockMap<'s> {
                 lookup,
             });
         }
-        let mut rank = vec![RankWord::default(); rank_len];
+        let mut rank = crate::mem::filled(rank_len, RankWord::default());
 
         // Pass 1, in parallel: find the blocks of each region, set their bits, count them.
         let mut slices: Vec<(usize, &mut [RankWord])> = Vec::new();

@@ -6,8 +6,9 @@
 //!
 //! * Single-referrer shortcut. A node with exactly one reachable referrer has that referrer as
 //!   its DFS parent, its semi-dominator and its immediate dominator: it needs no predecessor
-//!   list, no `eval` and no bucket. Most OCaml blocks are like that. Only the other ("join")
-//!   nodes get predecessor lists, built in parallel.
+//!   list, no `eval` and no bucket. Most OCaml blocks are like that. The other predecessors are
+//!   exactly the DFS's non-tree edges: recorded as the DFS meets them and sorted by target, they
+//!   are all the predecessor lists LT needs (no reverse graph, no second pass over the edges).
 //! * Deferred buckets. The bucket of `s` is drained when `s` itself is processed (all of its
 //!   descendants are linked then, so `eval` gives the same answer as in the textbook order).
 //!   Bucket heads live in `label[s]` until `s` is processed and bucket links in `idom[v]`
@@ -16,15 +17,14 @@
 //!   linked exactly when its preorder number is above the one being processed.
 //!
 //! Working set: five `u32` per reachable node (preorder->node, parent/ancestor, semi, label,
-//! idom) plus one `u32` per predecessor of a join node. Cooper-Harvey-Kennedy and semi-NCA are
+//! idom) plus 8 bytes per non-tree edge (the node->preorder map is freed after the DFS). Cooper-Harvey-Kennedy and semi-NCA are
 //! quadratic on shapes that heaps do have (a list whose cells are also referenced from an
 //! array); Lengauer-Tarjan is not.
 
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub const NONE: u32 = u32::MAX;
-const FIRST_PRED: u32 = 1 << 31;
 
 /// A graph in compressed sparse row form: the successors of `u` are
 /// `targets[offsets[u]..offsets[u + 1]]`.
@@ -65,7 +65,7 @@ impl DominatorTree {
     /// node plus 4 per reachable node).
     pub fn children(&self) -> (Vec<u32>, Vec<u32>) {
         let n = self.idom.len();
-        let mut offsets = vec![0u32; n + 1];
+        let mut offsets = crate::mem::filled(n + 1, 0u32);
         for &v in &self.preorder[1..] {
             offsets[self.idom[v as usize] as usize + 1] += 1;
         }
@@ -73,7 +73,7 @@ impl DominatorTree {
             offsets[i + 1] += offsets[i];
         }
         let mut cursor = offsets.clone();
-        let mut children = vec![0u32; self.preorder.len().saturating_sub(1)];
+        let mut children = crate::mem::filled(self.preorder.len().saturating_sub(1), 0u32);
         for &v in &self.preorder[1..] {
             let d = self.idom[v as usize] as usize;
             children[cursor[d] as usize] = v;
@@ -96,12 +96,6 @@ impl<T> Scatter<T> {
     }
 }
 
-fn as_atomic(slice: &mut [u32]) -> &[AtomicU32] {
-    // SAFETY: AtomicU32 has the same size, alignment and bit validity as u32, and the
-    // exclusive borrow guarantees no other non-atomic access while the view lives.
-    unsafe { &*(slice as *mut [u32] as *const [AtomicU32]) }
-}
-
 /// Dominators only (no sizes).
 pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     compute(graph, root, None::<fn(u32) -> u64>)
@@ -115,12 +109,23 @@ pub fn dominators_and_retained(graph: Csr<'_>, root: u32, shallow: impl Fn(u32) 
 fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync>) -> DominatorTree {
     let n = graph.node_count();
     assert!((root as usize) < n, "root {root} is not a node of a graph of {n} nodes");
-    assert!(n < FIRST_PRED as usize, "at most 2^31 nodes");
+    assert!(n < NONE as usize, "at most 2^32 - 1 nodes");
 
-    // 1. Iterative DFS: preorder numbers and DFS parents.
-    let mut pre_of = vec![NONE; n];
-    let mut vertex: Vec<u32> = Vec::with_capacity(n);
-    let mut parent: Vec<u32> = Vec::with_capacity(n);
+    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
+    let t0 = std::time::Instant::now();
+    let lap = |what: &str| {
+        if trace {
+            eprintln!("dominators: {what} at {:.3}s", t0.elapsed().as_secs_f64());
+        }
+    };
+    // 1. Iterative DFS: preorder numbers and DFS parents. Every reachable edge is seen once;
+    //    the non-tree ones (to an already numbered node) are kept as (target, source) pairs in
+    //    preorder numbers: with the DFS parent they are all the predecessors of "join" nodes,
+    //    and nodes that have none (one referrer: the parent) need nothing more.
+    let mut pre_of = crate::mem::filled(n, NONE);
+    let mut vertex: Vec<u32> = crate::mem::with_capacity(n);
+    let mut parent: Vec<u32> = crate::mem::with_capacity(n);
+    let mut extra: Vec<u64> = crate::mem::with_capacity(graph.targets.len().saturating_sub(n) + 1024);
     {
         let mut stack: Vec<(u32, u32, u32)> = Vec::new(); // (node, next edge, preorder)
         pre_of[root as usize] = 0;
@@ -128,91 +133,49 @@ fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync
         parent.push(0);
         stack.push((root, graph.offsets[root as usize], 0));
         while let Some(top) = stack.last_mut() {
-            let end = graph.offsets[top.0 as usize + 1];
-            let mut cursor = top.1;
-            let mut child = None;
+            let (u, mut cursor, pu) = *top;
+            let end = graph.offsets[u as usize + 1];
+            let mut child = NONE;
             while cursor < end {
                 let t = graph.targets[cursor as usize];
                 cursor += 1;
-                if pre_of[t as usize] == NONE {
-                    child = Some(t);
+                let pt = pre_of[t as usize];
+                if pt == NONE {
+                    child = t;
                     break;
+                }
+                if t != u {
+                    extra.push((u64::from(pt) << 32) | u64::from(pu));
                 }
             }
             top.1 = cursor;
-            match child {
-                Some(t) => {
-                    let p = vertex.len() as u32;
-                    pre_of[t as usize] = p;
-                    vertex.push(t);
-                    parent.push(top.2);
-                    stack.push((t, graph.offsets[t as usize], p));
-                }
-                None => {
-                    stack.pop();
-                }
+            if child != NONE {
+                let p = vertex.len() as u32;
+                pre_of[child as usize] = p;
+                vertex.push(child);
+                parent.push(pu);
+                stack.push((child, graph.offsets[child as usize], p));
+            } else {
+                stack.pop();
             }
         }
     }
     let r = vertex.len();
-
-    // 2. Predecessor lists of join nodes (two or more referrers), in preorder numbers.
-    let mut counts = vec![0u32; r + 1];
-    {
-        let atomic = as_atomic(&mut counts);
-        vertex.par_iter().with_min_len(4096).for_each(|&u| {
-            for &t in graph.successors(u) {
-                if t != u {
-                    atomic[pre_of[t as usize] as usize].fetch_add(1, Relaxed);
-                }
-            }
-        });
-    }
-    let mut join = vec![0u64; r.div_ceil(64)];
-    let mut total = 0u32;
-    for (p, c) in counts.iter_mut().enumerate().take(r) {
-        if *c >= 2 {
-            join[p / 64] |= 1 << (p % 64);
-            total += *c;
-        }
-        // Inclusive running sum of join nodes' counts: the end of each node's range.
-        *c = total;
-    }
-    counts[r] = total;
-    let is_join = |p: usize| join[p / 64] & (1 << (p % 64)) != 0;
-    let mut preds = vec![0u32; total as usize];
-    {
-        let ends = as_atomic(&mut counts);
-        let slots = as_atomic(&mut preds);
-        vertex.par_iter().enumerate().with_min_len(4096).for_each(|(p, &u)| {
-            for &t in graph.successors(u) {
-                if t == u {
-                    continue;
-                }
-                let q = pre_of[t as usize] as usize;
-                if is_join(q) {
-                    let pos = ends[q].fetch_sub(1, Relaxed) - 1;
-                    slots[pos as usize].store(p as u32, Relaxed);
-                }
-            }
-        });
-    }
-    // counts[q] is now the start of q's range: flag each range's first entry, then drop counts.
-    for p in 0..r {
-        if is_join(p) {
-            preds[counts[p] as usize] |= FIRST_PRED;
-        }
-    }
-    drop(counts);
     drop(pre_of);
+    lap("dfs");
+
+    // 2. Sorted by target, the extra predecessors are consumed from the end as the main loop
+    //    walks the preorder backwards.
+    extra.par_sort_unstable();
+    lap("predecessors");
 
     // 3. Semi-dominators and relative dominators, in reverse preorder.
     let mut ancestor = parent; // the DFS parent until compressed
-    let mut semi = vec![0u32; r];
-    let mut label = vec![NONE; r]; // bucket heads until the vertex is processed
-    let mut idom = vec![0u32; r]; // bucket links until the vertex is drained
+    let mut semi = crate::mem::filled(r, 0u32);
+    let mut label = crate::mem::filled(r, NONE); // bucket heads until the vertex is processed
+    let mut idom = crate::mem::filled(r, 0u32); // bucket links until the vertex is drained
     let mut path: Vec<u32> = Vec::new();
-    let mut cursor = preds.len();
+    let mut cursor = extra.len();
 
     // Linked vertices are those above `cur`; compress and return the label of v.
     let eval = |v: u32, cur: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>| -> u32 {
@@ -249,32 +212,28 @@ fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync
             break;
         }
         let p = ancestor[w as usize];
-        if !is_join(w as usize) {
+        if cursor == 0 || (extra[cursor - 1] >> 32) as u32 != w {
+            // One referrer: the DFS parent is the semi-dominator and the immediate dominator.
             semi[w as usize] = p;
             idom[w as usize] = p;
             continue;
         }
         let mut s = p;
-        loop {
+        while cursor > 0 && (extra[cursor - 1] >> 32) as u32 == w {
             cursor -= 1;
-            let entry = preds[cursor];
-            let v = entry & !FIRST_PRED;
-            if v != w {
-                let candidate = if v < w { v } else { semi[eval(v, w, &mut ancestor, &mut label, &semi, &mut path) as usize] };
-                s = s.min(candidate);
-            }
-            if entry & FIRST_PRED != 0 {
-                break;
-            }
+            let v = extra[cursor] as u32;
+            let candidate = if v < w { v } else { semi[eval(v, w, &mut ancestor, &mut label, &semi, &mut path) as usize] };
+            s = s.min(candidate);
         }
         semi[w as usize] = s;
         // Into bucket(s): s < w is not processed yet, so label[s] is free to hold the head.
         idom[w as usize] = label[s as usize];
         label[s as usize] = w;
     }
-    drop(preds);
+    drop(extra);
     drop(label);
     drop(ancestor);
+    lap("semi-dominators");
 
     // 4. Immediate dominators, in preorder.
     for w in 1..r {
@@ -287,23 +246,26 @@ fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync
     // 5. Retained sizes: each node's size added to its dominator's, deepest first.
     let mut retained = Vec::new();
     if let Some(shallow) = shallow {
-        let mut by_pre: Vec<u64> = vertex.par_iter().map(|&v| shallow(v)).collect();
+        let mut by_pre: Vec<u64> = crate::mem::with_capacity(r);
+        vertex.par_iter().map(|&v| shallow(v)).collect_into_vec(&mut by_pre);
         for w in (1..r).rev() {
             by_pre[idom[w] as usize] += by_pre[w];
         }
-        retained = vec![0u64; n];
+        retained = crate::mem::filled(n, 0u64);
         let out = Scatter(retained.as_mut_ptr());
         // SAFETY: vertex is a permutation of distinct in-bounds node ids.
         by_pre.par_iter().zip(vertex.par_iter()).for_each(|(&size, &v)| unsafe { out.write(v as usize, size) });
     }
 
-    let mut idom_node = vec![NONE; n];
+    lap("retained");
+    let mut idom_node = crate::mem::filled(n, NONE);
     {
         let out = Scatter(idom_node.as_mut_ptr());
         let vertex = &vertex;
         // SAFETY: as above; the root (preorder 0) keeps NONE.
         idom.par_iter().enumerate().skip(1).for_each(|(w, &d)| unsafe { out.write(vertex[w] as usize, vertex[d as usize]) });
     }
+    lap("output");
     DominatorTree { root, idom: idom_node, preorder: vertex, retained }
 }
 
@@ -324,7 +286,7 @@ pub fn subtree_sums(tree: &DominatorTree, value: impl Fn(u32) -> u64 + Sync) -> 
 /// measured against. Returns the number of nodes reached.
 pub fn dfs_baseline(graph: Csr<'_>, root: u32) -> usize {
     let n = graph.node_count();
-    let mut seen = vec![false; n];
+    let mut seen = crate::mem::filled(n, false);
     let mut stack: Vec<(u32, u32)> = vec![(root, graph.offsets[root as usize])];
     seen[root as usize] = true;
     let mut count = 1;
@@ -358,8 +320,8 @@ pub fn dfs_baseline(graph: Csr<'_>, root: u32) -> usize {
 /// One breadth-first traversal (the other baseline). Returns the number of nodes reached.
 pub fn bfs_baseline(graph: Csr<'_>, root: u32) -> usize {
     let n = graph.node_count();
-    let mut seen = vec![false; n];
-    let mut queue: Vec<u32> = Vec::with_capacity(n);
+    let mut seen = crate::mem::filled(n, false);
+    let mut queue: Vec<u32> = crate::mem::with_capacity(n);
     queue.push(root);
     seen[root as usize] = true;
     let mut head = 0;

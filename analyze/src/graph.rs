@@ -159,8 +159,8 @@ impl<'s> HeapGraph<'s> {
         step.finish();
 
         let n = blocks.node_count as usize;
-        let mut offsets = vec![0u32; n + 1];
-        let mut targets: Vec<u32> = Vec::new();
+        let mut offsets = crate::mem::filled(n + 1, 0u32);
+        let mut targets: Vec<u32> = crate::mem::with_capacity(n + n / 2);
 
         // Super-root and root kinds.
         targets.extend(1..first_block);

@@ -96,7 +96,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     let reserved_bits = blocks.layout.reserved_bits();
     let n = a.graph.node_count();
     // Group id of every node (local ids per region first, then merged).
-    let mut gid = vec![NO_NODE; n];
+    let mut gid = crate::mem::filled(n, NO_NODE);
     let mut order: Vec<usize> = blocks.block_regions().collect();
     order.sort_by_key(|&r| blocks.regions[r].nodes.start);
     let mut slices: Vec<(usize, &mut [u32])> = Vec::new();

@@ -28,6 +28,7 @@ mod error;
 pub mod graph;
 pub mod groups;
 pub mod inspect;
+pub mod mem;
 pub mod names;
 pub mod ocaml;
 pub mod paths;

@@ -109,7 +109,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         (_, Some(given)) => given,
         (Some(found), None) => found,
         (None, None) => {
-            return Err(DumpError::ReservedBitsUnknown("Stdlib.Sys.max_array_length was not found in the target".into()))
+            return Err(DumpError::ReservedBitsUnknown("the runtime function caml_sys_const_max_wosize was not found or not understood".into()))
         }
     };
     if reserved_bits > 31 {

@@ -20,6 +20,17 @@ pub mod message {
     pub const ACK: u8 = b'A';
 }
 
+/// Set by `heapsnap run` for its child: `LAUNCHER_PID,CONTROL_FD,ACK_FD,AT_EXIT(0|1)`.
+pub const ENV_CONTROL: &str = "HEAPSNAP_CONTROL";
+
+/// The watcher's answer to the preload library: which hooks to install in the target.
+pub fn hooks_line(watcher_pid: u32, at_exit: bool, signal: Option<i32>) -> String {
+    format!("ok {watcher_pid} {} {}\n", at_exit as u8, signal.unwrap_or(0))
+}
+
+/// The answer that installs nothing (not an OCaml program, or a malformed OCAML_HEAPSNAP).
+pub const HOOKS_OFF: &str = "off\n";
+
 /// What the watcher listens to besides its timers.
 #[derive(Default)]
 pub struct Inputs {
@@ -193,5 +204,31 @@ fn drain(fd: &OwnedFd) {
         let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
         while libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) > 0 {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn speaks_the_preload_library_protocol() {
+        assert_eq!(message::READY, heapsnap_preload::MSG_READY);
+        assert_eq!(message::SIGNAL, heapsnap_preload::MSG_SIGNAL);
+        assert_eq!(message::EXITING, heapsnap_preload::MSG_EXITING);
+        assert_eq!(message::ACK, heapsnap_preload::MSG_ACK);
+        assert_eq!(ENV_CONTROL, heapsnap_preload::ENV_CONTROL);
+        let hooks = heapsnap_preload::Hooks::parse_line(&hooks_line(42, true, Some(12))).unwrap();
+        assert_eq!(hooks, heapsnap_preload::Hooks { watcher_pid: 42, at_exit: true, signal: 12 });
+        assert_eq!(heapsnap_preload::Hooks::parse_line(HOOKS_OFF), None);
+    }
+
+    #[test]
+    fn snapshot_names_sort_in_the_order_taken() {
+        let dir = std::path::Path::new("/s");
+        let a = snapshot_path(dir, "prog", 7, 9, Trigger::Compaction);
+        let b = snapshot_path(dir, "prog", 7, 10, Trigger::Exit);
+        assert_eq!(a, std::path::Path::new("/s/prog-7-0009-compaction.heapsnap"));
+        assert!(a < b);
     }
 }

@@ -19,9 +19,12 @@ fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
     Ok(Analysis::new(snap, &Progress::stderr())?)
 }
 
-fn print_json(value: &impl serde::Serialize) -> anyhow::Result<ExitCode> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(ExitCode::SUCCESS)
+/// Prints any serialisable report as pretty JSON (a macro: the binary does not name serde).
+macro_rules! print_json {
+    ($value:expr) => {{
+        println!("{}", serde_json::to_string_pretty(&$value)?);
+        Ok(ExitCode::SUCCESS)
+    }};
 }
 
 /// An address: `0x7f...` or decimal.
@@ -58,7 +61,7 @@ pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
     let a = analyse(&snap)?;
     let s = summary(&a, args.top);
     if args.json {
-        return print_json(&s);
+        return print_json!(s);
     }
     println!("snapshot     {} (OCaml {}, {} reserved header bits)", args.snapshot.display(), s.ocaml_version, s.reserved_header_bits);
     println!("objects      {:>12}  {:>12}", s.objects, human_bytes(s.bytes));
@@ -126,7 +129,7 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
         list.truncate(args.limit);
     }
     if args.json {
-        return print_json(&serde_json::json!({
+        return print_json!(serde_json::json!({
             "by": args.by,
             "reachable_bytes": a.reachable_bytes(),
             "total_groups": total_groups,
@@ -161,7 +164,7 @@ pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
     let a = analyse(&snap)?;
     let tree = dominator_report(&a, args.depth, args.min_percent, args.max_children);
     if args.json {
-        return print_json(&tree);
+        return print_json!(tree);
     }
     println!("{:>12} {:>7} {:>10}  object", "retained", "%", "shallow");
     let mut stack: Vec<(&TreeNode, usize)> = vec![(&tree, 0)];
@@ -213,7 +216,7 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
     };
     let report = heapsnap_analyze::paths::paths(&a, &query, args.limit.max(1), args.max_paths)?;
     if args.json {
-        return print_json(&report);
+        return print_json!(report);
     }
     println!("{} objects matched, {} followed, {} unreachable through strong references", report.targets, report.sampled, report.unreachable);
     for p in &report.paths {
@@ -249,7 +252,7 @@ pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let a = analyse(&snap)?;
     let i = heapsnap_analyze::inspect::inspect(&a, args.address, args.max_fields)?;
     if args.json {
-        return print_json(&i);
+        return print_json!(i);
     }
     println!("{} {}", i.address, i.description);
     println!("  region     {}{}", i.region_kind, i.domain.map(|d| format!(" (domain {d})")).unwrap_or_default());
@@ -290,7 +293,7 @@ pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = heapsnap_analyze::verify::verify_with(&snap, args.strict, &Progress::stderr())?;
     let code = if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) };
     if args.json {
-        print_json(&report)?;
+        let _: anyhow::Result<ExitCode> = print_json!(report);
         return Ok(code);
     }
     println!(

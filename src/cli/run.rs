@@ -66,7 +66,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     command.args(&args.command[1..]);
     let launcher = std::process::id();
     let (child_control, child_ack) = (raw(&control_write), raw(&ack_read));
-    command.env(heapsnap_preload_env::CONTROL, format!("{launcher},{child_control},{child_ack},{}", spec.at_exit as u8));
+    command.env(watch::ENV_CONTROL, format!("{launcher},{child_control},{child_ack},{}", spec.at_exit as u8));
     if spec.at_exit {
         let preload = preload_library()?;
         let existing = std::env::var_os("LD_PRELOAD").unwrap_or_default();
@@ -149,16 +149,16 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     let control = unsafe { OwnedFd::from_raw_fd(args.control_fd) };
     let ack = unsafe { OwnedFd::from_raw_fd(args.ack_fd) };
     let answer = |line: &str| {
-        let _ = rustix_write(&ack, line.as_bytes());
+        let _ = write_all_fd(&ack, line.as_bytes());
     };
     let spec = match TriggerSpec::from_env() {
         Ok(Some(spec)) => spec,
         Ok(None) => {
-            answer("off\n");
+            answer(watch::HOOKS_OFF);
             return Ok(ExitCode::SUCCESS);
         }
         Err(err) => {
-            answer("off\n");
+            answer(watch::HOOKS_OFF);
             eprintln!("heapsnap: {err}\nheapsnap: not watching pid {}", args.pid);
             return Ok(ExitCode::from(2));
         }
@@ -167,15 +167,15 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     // the ones that are not OCaml 5 programs.
     let counter = compactions_counter(args.pid);
     if counter.is_none() {
-        answer("off\n");
+        answer(watch::HOOKS_OFF);
         return Ok(ExitCode::SUCCESS);
     }
     let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if let Err(err) = std::fs::create_dir_all(&dir) {
-        answer("off\n");
+        answer(watch::HOOKS_OFF);
         bail!("cannot create {}: {err}", dir.display());
     }
-    answer(&format!("ok {} {} {}\n", std::process::id(), spec.at_exit as u8, spec.on_signal.unwrap_or(0)));
+    answer(&watch::hooks_line(std::process::id(), spec.at_exit, spec.on_signal));
     let program = std::fs::read_link(format!("/proc/{}/exe", args.pid))
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
@@ -196,7 +196,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(if summary.failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn rustix_write(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<()> {
+fn write_all_fd(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut file = std::fs::File::from(fd.try_clone()?);
     file.write_all(bytes)
@@ -259,11 +259,6 @@ impl Drop for ForwardGuard {
             signal_hook::low_level::unregister(id);
         }
     }
-}
-
-mod heapsnap_preload_env {
-    /// Must match `heapsnap_preload::ENV_CONTROL` (checked by a test of the dump crate).
-    pub const CONTROL: &str = "HEAPSNAP_CONTROL";
 }
 
 /// The address of `caml_compactions_count` in the target; `None` when it is not an OCaml 5 program.

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 mod oracle;
+#[allow(unused_imports)]
 pub use oracle::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,17 +23,47 @@ pub fn heapsnap() -> PathBuf {
 /// The directory of the std sample executables, built by samples/build.sh when missing.
 pub fn samples_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo().join("samples/build.sh"))
-            .arg("std")
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run samples/build.sh");
-        assert!(out.status.success(), "samples/build.sh failed");
-        PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
-    })
-    .clone()
+    DIR.get_or_init(|| build_samples("std")).clone()
+}
+
+/// The samples built with 16 reserved header bits (the rhb16 toolchain).
+pub fn rhb16_samples_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| build_samples("rhb16")).clone()
+}
+
+fn build_samples(variant: &str) -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("samples/build.sh"))
+        .arg(variant)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run samples/build.sh");
+    assert!(out.status.success(), "samples/build.sh {variant} failed");
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+}
+
+/// The OCaml toolchain's prefix (scripts/ocaml-toolchain.sh).
+pub fn toolchain() -> PathBuf {
+    let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).output().expect("run ocaml-toolchain.sh");
+    assert!(out.status.success(), "scripts/ocaml-toolchain.sh failed");
+    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+}
+
+/// Compiles an OCaml program (with -g) into `dir`; returns the executable.
+pub fn compile_ocaml(dir: &Path, name: &str, source: &str, libs: &[&str]) -> PathBuf {
+    let ml = dir.join(format!("{name}.ml"));
+    std::fs::write(&ml, source).expect("write source");
+    let exe = dir.join(name);
+    let ocamlfind_free: Vec<String> = libs.iter().map(|l| format!("{l}.cmxa")).collect();
+    let mut cmd = Command::new(toolchain().join("bin/ocamlopt"));
+    cmd.current_dir(dir).arg("-g");
+    if libs.contains(&"threads") {
+        cmd.args(["-I", "+threads", "-I", "+unix", "unix.cmxa"]);
+    }
+    let out = cmd.args(&ocamlfind_free).arg(&ml).arg("-o").arg(&exe).output().expect("run ocamlopt");
+    assert!(out.status.success(), "ocamlopt failed: {}", String::from_utf8_lossy(&out.stderr));
+    exe
 }
 
 pub fn sample_path(name: &str) -> PathBuf {

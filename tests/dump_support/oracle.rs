@@ -32,16 +32,35 @@ pub struct Reachability {
     pub misaligned: Vec<(u64, u64)>,
     /// Block count by region kind.
     pub by_kind: HashMap<&'static str, usize>,
+    /// Minor heaps and large allocations whose block walk does not end exactly at their end.
+    pub broken_walks: Vec<u64>,
 }
 
 impl Reachability {
     pub fn assert_exact(&self, what: &str) {
+        self.assert_well_formed(what);
         assert!(
             self.missed.is_empty() && self.dangling.is_empty() && self.misaligned.is_empty(),
             "{what}: {} missed of {} live major blocks (first {:x?}), {} dangling (first {:x?}), {} misaligned (first {:x?})",
             self.missed.len(),
             self.major_live,
             &self.missed[..self.missed.len().min(8)],
+            self.dangling.len(),
+            &self.dangling[..self.dangling.len().min(8)],
+            self.misaligned.len(),
+            &self.misaligned[..self.misaligned.len().min(8)],
+        );
+    }
+}
+
+impl Reachability {
+    /// The heap parses and every reference from the roots leads to a block: what must hold of
+    /// any consistent snapshot, even of a busy program full of garbage.
+    pub fn assert_well_formed(&self, what: &str) {
+        assert!(self.broken_walks.is_empty(), "{what}: block walks overrun regions at {:x?}", self.broken_walks);
+        assert!(
+            self.dangling.is_empty() && self.misaligned.is_empty(),
+            "{what}: {} dangling (first {:x?}), {} misaligned (first {:x?})",
             self.dangling.len(),
             &self.dangling[..self.dangling.len().min(8)],
             self.misaligned.len(),
@@ -85,6 +104,9 @@ pub fn reachability(snap: &Snapshot) -> Reachability {
                 while at + 8 <= region.bytes.len() {
                     let w = visit(at);
                     at += 8 * (w as usize + 1);
+                }
+                if at != region.bytes.len() {
+                    out.broken_walks.push(region.base());
                 }
             }
             _ => {}

@@ -6,9 +6,12 @@ use super::roots::{self, CapturedRoot};
 use super::safety::WorldCheck;
 use super::Runtime;
 use crate::error::{DumpError, Result};
-use crate::source::{MemorySource, ReadExt, ReadRequest};
+use crate::source::{zeroed_buffer, MemorySource, ReadExt, ReadRequest};
 use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
 use std::collections::HashSet;
+
+/// No large allocation is bigger than this (2^40 words, 8 TiB): a bigger header is corrupt.
+const MAX_LARGE_WORDS: u64 = 1 << 40;
 
 /// A domain as captured.
 #[derive(Clone, Debug)]
@@ -115,9 +118,13 @@ fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<(
             block_wsize: 0,
             first_block: 0,
             owner: 0,
-            bytes: vec![0u8; (d.info.minor_end - d.info.young_ptr) as usize],
+            bytes: Vec::new(),
         })
         .collect();
+    for r in regions.iter_mut() {
+        let d = cap.domains.iter().find(|d| d.id == r.domain).expect("region of a domain");
+        r.bytes = zeroed_buffer(r.base, (d.info.minor_end - r.base) as usize)?;
+    }
     let mut requests: Vec<ReadRequest<'_>> =
         regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
     source.read_many(&mut requests)?;
@@ -192,23 +199,31 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             }
             let link = source.read_words(node, (h.large_header_bytes / 8) as usize + 1)?;
             let header = *link.last().expect("header word");
-            let bytes = 8 * (format.wosize(header) as usize + 1);
+            let words = format.wosize(header) + 1;
+            if words > MAX_LARGE_WORDS {
+                return Err(DumpError::Inconsistent(format!(
+                    "large allocation at {node:#x} has a header {header:#x} of {words} words (wrong number of reserved header bits?)"
+                )));
+            }
+            let bytes = 8 * words as usize;
             larges.push((domain, node, h.large_header_bytes as usize + bytes));
             node = link[(h.large_next / 8) as usize];
         }
     }
     let mut regions: Vec<CapturedRegion> = larges
         .into_iter()
-        .map(|(domain, base, len)| CapturedRegion {
-            kind: RegionKind::Large,
-            domain,
-            base,
-            block_wsize: 0,
-            first_block: h.large_header_bytes as u32,
-            owner: 0,
-            bytes: vec![0u8; len],
+        .map(|(domain, base, len)| {
+            Ok(CapturedRegion {
+                kind: RegionKind::Large,
+                domain,
+                base,
+                block_wsize: 0,
+                first_block: h.large_header_bytes as u32,
+                owner: 0,
+                bytes: zeroed_buffer(base, len)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut requests: Vec<ReadRequest<'_>> =
         regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
     source.read_many(&mut requests)?;
@@ -250,16 +265,18 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
     }
     let mut regions: Vec<CapturedRegion> = merged
         .into_iter()
-        .map(|(b, e)| CapturedRegion {
-            kind: RegionKind::Static,
-            domain: NO_DOMAIN,
-            base: b,
-            block_wsize: 0,
-            first_block: 0,
-            owner: 0,
-            bytes: vec![0u8; (e - b) as usize],
+        .map(|(b, e)| {
+            Ok(CapturedRegion {
+                kind: RegionKind::Static,
+                domain: NO_DOMAIN,
+                base: b,
+                block_wsize: 0,
+                first_block: 0,
+                owner: 0,
+                bytes: zeroed_buffer(b, (e - b) as usize)?,
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     let mut requests: Vec<ReadRequest<'_>> =
         regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
     source.read_many(&mut requests)?;

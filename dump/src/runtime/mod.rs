@@ -57,7 +57,7 @@ pub struct Runtime {
     pub code: CodeMap,
     pub bias: u64,
     pub version: String,
-    /// Reserved header bits, when the target says it (see [`detect_reserved_bits`]).
+    /// Reserved header bits, when the runtime's code says it (see [`detect_reserved_bits`]).
     pub detected_reserved_bits: Option<u8>,
     pub sizes: SizeClasses,
     pub frames: FrameTable,
@@ -78,7 +78,7 @@ impl Runtime {
         let layout = Layout::load(&types)?;
         let version = detect_version(&exe, bias, source)?;
         check_version(&version)?;
-        let detected_reserved_bits = detect_reserved_bits(&exe, bias, source);
+        let detected_reserved_bits = detect_reserved_bits(&exe);
         let sizes = read_size_classes(&exe, bias, source, &layout)?;
         let code = CodeMap::new(&exe);
         let r = &layout.roots;
@@ -169,16 +169,38 @@ pub fn check_version(version: &str) -> Result<()> {
     }
 }
 
-/// The number of reserved header bits, from `Sys.max_array_length` (= Max_wosize =
-/// 2^(54-R) - 1 on 64-bit), confirmed by `Sys.max_string_length` (= 8 * Max_wosize - 1), both
-/// fields of the `Stdlib__Sys` module. `None` when the pair is not found.
-pub fn detect_reserved_bits(exe: &Executable, bias: u64, source: &dyn MemorySource) -> Option<u8> {
-    let fields = sys_fields(exe, bias, source).ok()?;
-    let ints: Vec<u64> = fields.iter().filter(|&&v| v & 1 == 1).map(|&v| v >> 1).collect();
-    (0u8..=31).find(|&r| {
-        let max_wosize = (1u64 << (54 - r as u32)) - 1;
-        ints.contains(&max_wosize) && ints.contains(&(8 * max_wosize - 1))
-    })
+/// The number of reserved header bits of the target's runtime, from the code of
+/// `caml_sys_const_max_wosize` (sys.c), which returns `Val_long(Max_wosize)` with
+/// `Max_wosize = 2^(54 - R) - 1`: its only immediate is `2^(55 - R) - 1`. (The `Sys` module's
+/// `max_array_length` cannot be used: ocamlopt folds `%max_wosize` without the reserved bits.)
+pub fn detect_reserved_bits(exe: &Executable) -> Option<u8> {
+    let f = exe.symbol("caml_sys_const_max_wosize")?;
+    let (text_address, text) = exe.section_data(".text")?;
+    let start = f.address.checked_sub(text_address)? as usize;
+    let len = if f.size > 0 { f.size as usize } else { 32 };
+    let code = text.get(start..(start + len).min(text.len()))?;
+    let mut decoder = iced_x86::Decoder::with_ip(64, code, f.address, iced_x86::DecoderOptions::NONE);
+    for insn in &mut decoder {
+        if insn.mnemonic() == iced_x86::Mnemonic::Ret {
+            break;
+        }
+        for op in 0..insn.op_count() {
+            let immediate = match insn.op_kind(op) {
+                iced_x86::OpKind::Immediate64 | iced_x86::OpKind::Immediate32to64 | iced_x86::OpKind::Immediate32 => {
+                    insn.immediate(op)
+                }
+                _ => continue,
+            };
+            let value = immediate.wrapping_add(1);
+            if value.is_power_of_two() {
+                let r = 55i64 - value.trailing_zeros() as i64;
+                if (0..=31).contains(&r) {
+                    return Some(r as u8);
+                }
+            }
+        }
+    }
+    None
 }
 
 fn read_table<const N: usize>(exe: &Executable, bias: u64, source: &dyn MemorySource, name: &str, count: usize) -> Result<Vec<u32>> {

@@ -114,7 +114,7 @@ pub trait ReadExt: MemorySource {
     }
 
     fn read_bytes(&self, address: u64, len: usize) -> Result<Vec<u8>> {
-        let mut v = vec![0u8; len];
+        let mut v = zeroed_buffer(address, len)?;
         self.read(address, &mut v)?;
         Ok(v)
     }
@@ -145,6 +145,19 @@ pub trait ReadExt: MemorySource {
 }
 
 impl<T: MemorySource + ?Sized> ReadExt for T {}
+
+/// A zeroed buffer for `len` bytes of target memory at `address`; a clear error instead of an
+/// abort when a corrupt length asks for more memory than we can have.
+pub fn zeroed_buffer(address: u64, len: usize) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| DumpError::Read {
+        address,
+        len,
+        reason: "more memory than the dumper can allocate (corrupt size?)".into(),
+    })?;
+    v.resize(len, 0);
+    Ok(v)
+}
 
 /// The bytes of a word slice (little-endian host).
 pub(crate) fn bytemuck_words(words: &mut [u64]) -> &mut [u8] {

@@ -1,0 +1,162 @@
+//! The target is never left stopped, crashed or changed, whatever happens to the dumper, and
+//! bad targets get clear errors and no file.
+
+mod dump_support;
+
+use dump_support::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The pid tracing `pid` (0 when none), from /proc.
+fn tracer_of(pid: i32) -> i32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts `heapsnap dump` on `pid` and returns it as soon as it has seized the target.
+fn dumper_attached(pid: i32, out: &Path, extra: &[&str]) -> std::process::Child {
+    let mut dumper = Command::new(heapsnap())
+        .args(["dump", "--pid", &pid.to_string(), "-o"])
+        .arg(out)
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start heapsnap dump");
+    let start = Instant::now();
+    while tracer_of(pid) != dumper.id() as i32 {
+        assert!(start.elapsed() < Duration::from_secs(30), "the dumper never attached");
+        if let Ok(Some(status)) = dumper.try_wait() {
+            panic!("the dumper ended before we saw it attached: {status}");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    dumper
+}
+
+fn no_snapshot_left(dir: &Path) {
+    let left: Vec<_> = std::fs::read_dir(dir).expect("read dir").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+}
+
+#[test]
+fn target_survives_sigkill_of_the_dumper() {
+    let program = sample_path("large_array");
+    let (expected, expected_status) = reference_output(&program, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut sample = Sample::start(&program, &[]);
+    sample.wait_ready(1);
+    // Kill the dumper at several points of its work on the stopped target.
+    for delay_us in [0u64, 300, 1000, 3000] {
+        let mut dumper = dumper_attached(sample.pid(), &dir.path().join("killed.snap"), &[]);
+        std::thread::sleep(Duration::from_micros(delay_us));
+        dumper.kill().expect("SIGKILL the dumper");
+        dumper.wait().unwrap();
+        // The kernel detached the target: no tracer, and it runs on.
+        let start = Instant::now();
+        while tracer_of(sample.pid()) != 0 {
+            assert!(start.elapsed() < Duration::from_secs(5), "target still traced after its tracer died");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // A later dump still works, and the program finishes with its normal output.
+    let report = dump_ok(sample.pid(), &dir.path().join("after.snap"), &[]);
+    assert_eq!(report["consistent"], true);
+    sample.release();
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected);
+    assert_eq!(status.code(), expected_status.code());
+}
+
+#[test]
+fn sigterm_releases_the_target_unchanged() {
+    let program = sample_path("large_array");
+    let (expected, _) = reference_output(&program, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut sample = Sample::start(&program, &[]);
+    sample.wait_ready(1);
+    let dumper = dumper_attached(sample.pid(), &dir.path().join("term.snap"), &[]);
+    let killed = Command::new("kill").args(["-TERM", &dumper.id().to_string()]).status().expect("run kill");
+    assert!(killed.success());
+    let out = dumper.wait_with_output().unwrap();
+    // Either the dump was already done, or it stopped cleanly: exit 130 and no file.
+    match out.status.code() {
+        Some(0) => assert!(dir.path().join("term.snap").exists()),
+        Some(130) => {
+            assert!(String::from_utf8_lossy(&out.stderr).contains("released unchanged"));
+            no_snapshot_left(dir.path());
+        }
+        other => panic!("dumper ended with {other:?}: {}", String::from_utf8_lossy(&out.stderr)),
+    }
+    assert_eq!(tracer_of(sample.pid()), 0);
+    sample.release();
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected);
+    assert!(status.success());
+}
+
+#[test]
+fn a_target_that_dies_during_the_dump_gives_a_clear_error_and_no_file() {
+    let program = sample_path("large_heap");
+    let dir = tempfile::tempdir().unwrap();
+    let mut sample = Sample::start(&program, &[]);
+    sample.wait_ready(1);
+    let dumper = dumper_attached(sample.pid(), &dir.path().join("dead.snap"), &[]);
+    sample.child.kill().expect("SIGKILL the target");
+    let out = dumper.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        // The copy was finished before the target died: the file is whole.
+        heapsnap_format::Snapshot::open(dir.path().join("dead.snap")).expect("a complete snapshot");
+    } else {
+        assert!(stderr.contains("exited during the dump"), "unclear error: {stderr}");
+        no_snapshot_left(dir.path());
+    }
+}
+
+#[test]
+fn no_such_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dump(i32::MAX - 1, &dir.path().join("x.snap"), &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no process with pid"), "{}", String::from_utf8_lossy(&out.stderr));
+    no_snapshot_left(dir.path());
+}
+
+#[test]
+fn a_stripped_binary_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let stripped = dir.path().join("cache_leak_stripped");
+    std::fs::copy(sample_path("cache_leak"), &stripped).unwrap();
+    let status = Command::new("strip").arg(&stripped).status().expect("run strip");
+    assert!(status.success());
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut sample = Sample::start(&stripped, &[]);
+    sample.wait_ready(1);
+    let out = dump(sample.pid(), &out_dir.path().join("s.snap"), &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no .symtab (stripped?)"), "{stderr}");
+    no_snapshot_left(out_dir.path());
+    sample.release();
+    let (_, status) = sample.finish();
+    assert!(status.success());
+}
+
+#[test]
+fn a_program_that_is_not_ocaml_is_refused_clearly() {
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dump(sleeper.id() as i32, &dir.path().join("s.snap"), &[]);
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("stripped") || stderr.contains("not found in the executable"), "{stderr}");
+    no_snapshot_left(dir.path());
+}

@@ -1,0 +1,82 @@
+//! A multi-domain program that allocates hard, dumped 50 times in a row while it runs: every
+//! snapshot is taken at a consistent stop and parses, and the program's results are unchanged.
+
+mod dump_support;
+
+use dump_support::*;
+use heapsnap_format::Snapshot;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// Three domains and the main one build lists, trees, strings and float arrays in a loop, keep
+/// some of them alive in a ring, and check every structure they build. A line on stdin stops
+/// them; the program then prints "OK" and the number of rounds, or "CORRUPT" and exits 1.
+const PROGRAM: &str = r#"
+type tree = Leaf | Node of tree * int * tree
+let rec make d = if d = 0 then Leaf else Node (make (d - 1), d, make (d - 1))
+let rec sum = function Leaf -> 0 | Node (l, v, r) -> sum l + v + sum r
+let expected_sum = sum (make 7)
+let stop = Atomic.make false
+let corrupt = Atomic.make false
+
+let work id =
+  let ring = Array.make 64 [] in
+  let rounds = ref 0 in
+  while not (Atomic.get stop) do
+    incr rounds;
+    let i = !rounds in
+    let l = List.init 50 (fun j -> (i + j + id, string_of_int j)) in
+    ring.(i land 63) <- l;
+    if sum (make 7) <> expected_sum then Atomic.set corrupt true;
+    List.iteri (fun j (k, s) -> if k <> i + j + id || s <> string_of_int j then Atomic.set corrupt true) l;
+    if i mod 50 = 0 then begin
+      let a = Array.make 300 (float_of_int i) in
+      if a.(299) <> float_of_int i then Atomic.set corrupt true
+    end;
+    (match ring.((i + 1) land 63) with
+     | [] -> ()
+     | (k, _) :: _ when k < id -> Atomic.set corrupt true
+     | _ -> ())
+  done;
+  !rounds
+
+let () =
+  let domains = List.init 3 (fun id -> Domain.spawn (fun () -> work id)) in
+  let waiter = Domain.spawn (fun () -> ignore (input_line stdin); Atomic.set stop true) in
+  print_endline "STARTED";
+  let main = work 100 in
+  Domain.join waiter;
+  let total = List.fold_left (fun acc d -> acc + Domain.join d) main domains in
+  if Atomic.get corrupt then (print_endline "CORRUPT"; exit 1);
+  Printf.printf "OK %b\n" (total > 0)
+"#;
+
+#[test]
+fn fifty_dumps_of_a_busy_multi_domain_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "stress", PROGRAM, &[]);
+    let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "STARTED");
+    let pid = child.id() as i32;
+    let mut attempts = Vec::new();
+    for i in 0..50 {
+        let path = dir.path().join(format!("stress-{i}.snap"));
+        let report = dump_ok(pid, &path, &["--strict", "--no-dwarf"]);
+        assert_eq!(report["consistent"], true, "dump {i}: {report}");
+        attempts.push(report["attempts"].as_u64().unwrap());
+        let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
+        assert!(snap.metadata().domains.len() >= 4, "dump {i}: {:?}", snap.metadata().domains);
+        reachability(&snap).assert_well_formed(&format!("dump {i}"));
+        std::fs::remove_file(&path).unwrap();
+    }
+    child.stdin.as_mut().unwrap().write_all(b"stop\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(rest.trim(), "OK true", "program output after the dumps");
+    assert!(status.success());
+    eprintln!("stops needed per dump: {attempts:?}");
+}
