@@ -6,6 +6,9 @@ mod cli;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // Die quietly on a closed pipe (`heapsnap top SNAP | head`), as command-line tools do,
+    // instead of panicking in println!.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,

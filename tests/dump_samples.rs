@@ -39,6 +39,15 @@ fn check_sample_with(name: &str, args: &[&str], garbage_cells: usize) -> Vec<Sna
             r.missed.retain(|b| !cells.contains(b));
         }
         r.assert_exact(&format!("{name} step {step}"));
+        // And the analyser's oracle, `heapsnap verify --strict`.
+        let v = verify(&path, true);
+        if garbage_cells == 0 {
+            assert_eq!(v["ok"], true, "{name} step {step}: heapsnap verify --strict: {v}");
+        } else {
+            assert_eq!(v["unreachable_major_objects"], garbage_cells as u64, "{name} step {step}: {v}");
+            let kinds: Vec<&String> = v["error_counts"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+            assert!(kinds.iter().all(|k| k.contains("unreachable")), "{name} step {step}: {v}");
+        }
         assert!(r.major_live > 0 && r.reachable > 0, "{name}: {r:?}");
         snaps.push(snap);
         sample.release();

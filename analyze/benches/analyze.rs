@@ -1,6 +1,7 @@
 //! End-to-end analysis benchmark on synthetic snapshots shaped like `samples/large_heap.ml`.
 //!
 //!     cargo bench -p heapsnap-analyze --bench analyze                 # 1M and 10M objects
+//!     (`cargo test --all-targets` runs it on 50k objects, as a smoke test)
 //!     cargo bench -p heapsnap-analyze --bench analyze -- --sizes 1,10,50
 //!     HEAPSNAP_BENCH_SIZES=1,10,50 cargo bench -p heapsnap-analyze --bench analyze
 //!
@@ -53,6 +54,11 @@ impl AnonPeak {
         AnonPeak { stop, peak, thread: Some(thread) }
     }
 
+    fn current_peak(&self) -> u64 {
+        self.peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
+        self.peak.load(Ordering::Relaxed) * 1024
+    }
+
     fn finish(mut self) -> u64 {
         self.peak.fetch_max(status_kib("RssAnon:"), Ordering::Relaxed);
         self.stop.store(true, Ordering::Relaxed);
@@ -65,6 +71,8 @@ impl AnonPeak {
 
 /// The child: measures one snapshot and prints one JSON line.
 fn measure(path: &Path, petgraph_max: usize) {
+    // As the heapsnap command does.
+    heapsnap_analyze::mem::tune_allocator();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let anon_before = status_kib("RssAnon:") * 1024;
     let sampler = AnonPeak::start();
@@ -73,6 +81,7 @@ fn measure(path: &Path, petgraph_max: usize) {
     let t_open = t0.elapsed().as_secs_f64();
     let analysis = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
     let t_analysis = t0.elapsed().as_secs_f64();
+    let anon_analysis = sampler.current_peak();
     let top = groups(&analysis, GroupBy::Kind);
     let t_total = t0.elapsed().as_secs_f64();
     let anon_peak = sampler.finish();
@@ -122,7 +131,7 @@ fn measure(path: &Path, petgraph_max: usize) {
         "objects": objects, "nodes": nodes, "edges": edges, "file_bytes": file_bytes,
         "open_s": t_open, "graph_s": graph_s, "dominators_s": dom_s, "analysis_s": t_analysis, "total_s": t_total,
         "dfs_s": dfs_s, "bfs_s": bfs_s, "dominators_warm_s": dom_warm_s, "petgraph_s": petgraph_s,
-        "anon_peak_bytes": anon_peak.saturating_sub(anon_before), "vm_hwm_bytes": hwm,
+        "anon_peak_bytes": anon_peak.saturating_sub(anon_before), "anon_peak_analysis_bytes": anon_analysis.saturating_sub(anon_before), "vm_hwm_bytes": hwm,
         "reachable": reached_dfs,
     });
     println!("{out}");
@@ -133,7 +142,7 @@ fn snapshot_for(millions: f64) -> PathBuf {
     let dir = target.join("heapsnap-bench");
     std::fs::create_dir_all(&dir).expect("bench directory");
     let items = (millions * 1e6 / 7.0).round() as u64;
-    let path = dir.join(format!("large_heap_{items}.heapsnap"));
+    let path = dir.join(format!("large_heap_v{}_{items}.heapsnap", heapsnap_analyze::synth::LAYOUT_VERSION));
     if !path.exists() {
         eprintln!("generating {} ({} items)...", path.display(), items);
         let t = Instant::now();
@@ -152,9 +161,12 @@ fn main() {
         measure(Path::new(&path), petgraph_max);
         return;
     }
+    // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
+    // then a small smoke run checks that the benchmark works, quickly.
+    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
     let sizes: Vec<f64> = value("--sizes")
         .or_else(|| std::env::var("HEAPSNAP_BENCH_SIZES").ok())
-        .unwrap_or_else(|| "1,10".into())
+        .unwrap_or_else(|| default_sizes.into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();

@@ -17,6 +17,10 @@ pub struct Analysis<'s> {
     pub names: Names<'s>,
     /// Seconds spent in each step.
     pub timings: Vec<(&'static str, f64)>,
+    /// Reachable nodes in preorder, built on first use (4 bytes per reachable node).
+    preorder: std::sync::OnceLock<Vec<NodeId>>,
+    /// Module block address -> module name, from the `global` roots (slot - 8 * field index).
+    modules: rustc_hash::FxHashMap<u64, &'s str>,
 }
 
 /// What a node stands for.
@@ -39,7 +43,14 @@ impl<'s> Analysis<'s> {
         let tree = dominator_tree(&graph);
         step.finish_and_clear();
         timings.push(("dominators", t.elapsed().as_secs_f64()));
-        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings })
+        let modules = snap
+            .roots()
+            .iter()
+            .filter(|r| matches!(r.root_kind(), heapsnap_format::RootKind::Global | heapsnap_format::RootKind::DynGlobal))
+            .filter(|r| r.slot != 0)
+            .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, crate::names::module_name(snap.string(r.name)?))))
+            .collect();
+        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, preorder: std::sync::OnceLock::new(), modules })
     }
 
     pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
@@ -61,15 +72,28 @@ impl<'s> Analysis<'s> {
         self.graph.blocks.block(node).map_or(0, |b| b.header.bytes())
     }
 
+    /// What freeing the node would give back: its shallow size, 0 for static data.
+    pub fn freeable(&self, node: NodeId) -> u64 {
+        match self.node_kind(node) {
+            Some(NodeKind::Block(RegionKind::Static)) | None => 0,
+            Some(_) => self.shallow(node),
+        }
+    }
+
     pub fn retained(&self, node: NodeId) -> u64 {
-        self.tree.retained.get(node as usize).copied().unwrap_or(0)
+        self.tree.retained(node)
     }
 
     pub fn idom(&self, node: NodeId) -> Option<NodeId> {
-        self.tree.idom.get(node as usize).copied().filter(|&d| d != NO_NODE)
+        Some(self.tree.idom_with(node, self.preorder())).filter(|&d| d != NO_NODE)
     }
 
-    /// Total bytes reachable from the roots.
+    /// Reachable nodes in preorder (root first, dominators before the nodes they dominate).
+    pub fn preorder(&self) -> &[NodeId] {
+        self.preorder.get_or_init(|| self.tree.preorder())
+    }
+
+    /// Total heap bytes reachable from the roots (static data excluded).
     pub fn reachable_bytes(&self) -> u64 {
         self.retained(SUPER_ROOT)
     }
@@ -91,14 +115,11 @@ impl<'s> Analysis<'s> {
         }
     }
 
-    /// The module name when the node is a module block reached by a global root.
-    pub fn module_of(&self, node: NodeId) -> Option<String> {
-        self.graph.roots_of(node).iter().find_map(|r| {
-            let rec = &self.snap.roots()[r.record as usize];
-            matches!(rec.root_kind(), heapsnap_format::RootKind::Global | heapsnap_format::RootKind::DynGlobal)
-                .then(|| self.snap.string(rec.name).map(|n| crate::names::module_name(n).to_string()))
-                .flatten()
-        })
+    /// The module name when the node is a compilation unit's module block (the block whose
+    /// fields the `global` roots are).
+    pub fn module_of(&self, node: NodeId) -> Option<&'s str> {
+        let address = self.graph.blocks.block(node)?.address;
+        self.modules.get(&address).copied()
     }
 
     /// The node of the block at `address` (its first field, or any address inside it).
@@ -118,35 +139,50 @@ impl<'s> Analysis<'s> {
 
 /// Dominators and retained sizes of a graph, from the super-root.
 pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
-    let shallow = shallow_words(graph);
-    dominators::dominators_and_retained(
-        Csr { offsets: &graph.offsets, targets: &graph.targets },
-        SUPER_ROOT,
-        |v| u64::from(shallow[v as usize]) * 8,
-    )
+    let mut tree = dominators::dominators(Csr { offsets: &graph.offsets, targets: &graph.targets }, SUPER_ROOT);
+    // Shallow sizes straight from the headers, region by region, into preorder slots: in
+    // words (u32) when the whole heap's words fit one, else in bytes. Static data is never
+    // freed, so it retains nothing (its blocks stay nodes, with a size of 0 here).
+    let total_words: u64 = graph.blocks.regions.iter().map(|r| r.counts.live_bytes / 8).sum();
+    let fill = |write: &(dyn Fn(usize, u64) + Sync)| {
+        let pre_of = &tree.pre_of;
+        let blocks = &graph.blocks;
+        let heap_regions: Vec<usize> = blocks.block_regions().filter(|&r| blocks.regions[r].kind != heapsnap_format::RegionKind::Static).collect();
+        heap_regions.into_par_iter().for_each(|r| {
+            for b in blocks.region_blocks(r) {
+                let p = pre_of[b.node as usize];
+                if p != NO_NODE {
+                    write(p as usize, b.header.wosize + 1);
+                }
+            }
+        });
+    };
+    if total_words < u64::from(u32::MAX) {
+        let mut by_pre = vec![0u32; tree.reachable_count()];
+        let out = Scatter(by_pre.as_mut_ptr());
+        // SAFETY: preorder numbers are distinct and below the vector's length.
+        fill(&|p, words| unsafe { out.write(p, words as u32) });
+        let fits = tree.set_retained_words(by_pre);
+        debug_assert!(fits);
+    } else {
+        let mut by_pre = vec![0u64; tree.reachable_count()];
+        let out = Scatter(by_pre.as_mut_ptr());
+        // SAFETY: as above.
+        fill(&|p, words| unsafe { out.write(p, words * 8) });
+        tree.set_retained(by_pre);
+    }
+    tree
 }
 
-/// Words (header included) of every block node; 0 for the super-root and root-kind nodes.
-pub fn shallow_words(graph: &HeapGraph<'_>) -> Vec<u32> {
-    let blocks = &graph.blocks;
-    let mut shallow = crate::mem::filled(graph.node_count(), 0u32);
-    let mut slices: Vec<(usize, &mut [u32])> = Vec::new();
-    let mut order: Vec<usize> = blocks.block_regions().collect();
-    order.sort_by_key(|&r| blocks.regions[r].nodes.start);
-    let mut rest: &mut [u32] = &mut shallow;
-    let mut at = 0u32;
-    for r in order {
-        let nodes = blocks.regions[r].nodes.clone();
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize);
-        let (mine, tail) = tail.split_at_mut(nodes.len());
-        rest = tail;
-        at = nodes.end;
-        slices.push((r, mine));
+/// A pointer shared by threads that write distinct indices.
+#[derive(Clone, Copy)]
+struct Scatter<T>(*mut T);
+unsafe impl<T> Send for Scatter<T> {}
+unsafe impl<T> Sync for Scatter<T> {}
+impl<T> Scatter<T> {
+    /// # Safety
+    /// `i` is in bounds and no other thread writes it.
+    unsafe fn write(&self, i: usize, v: T) {
+        unsafe { self.0.add(i).write(v) }
     }
-    slices.into_par_iter().for_each(|(r, out)| {
-        for (b, o) in blocks.region_blocks(r).zip(out.iter_mut()) {
-            *o = (b.header.wosize + 1).min(u64::from(u32::MAX)) as u32;
-        }
-    });
-    shallow
 }

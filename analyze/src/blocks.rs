@@ -179,7 +179,7 @@ impl<'s> BlockMap<'s> {
                 lookup,
             });
         }
-        let mut rank = crate::mem::filled(rank_len, RankWord::default());
+        let mut rank = vec![RankWord::default(); rank_len];
 
         // Pass 1, in parallel: find the blocks of each region, set their bits, count them.
         let mut slices: Vec<(usize, &mut [RankWord])> = Vec::new();
@@ -198,7 +198,9 @@ impl<'s> BlockMap<'s> {
             }
         }
         let headers: Vec<_> = snap.regions().map(|r| *r.header).collect();
-        let walked: Vec<(usize, RegionCounts, Vec<Malformed>, u64, Option<u64>)> = {
+        // (region, counts, malformed headers listed, malformed count, a large block's word)
+        type Walked = (usize, RegionCounts, Vec<Malformed>, u64, Option<u64>);
+        let walked: Vec<Walked> = {
             let regions_ref = &regions;
             let mut by_region: Vec<Option<&mut [RankWord]>> = (0..regions.len()).map(|_| None).collect();
             for (i, s) in slices {
@@ -352,7 +354,7 @@ impl<'s> BlockMap<'s> {
         let offset = value - rb.base;
         match rb.lookup {
             Lookup::None => Target::External,
-            _ if offset % 8 != 0 => Target::Bad(BadPointer::Misaligned),
+            _ if !offset.is_multiple_of(8) => Target::Bad(BadPointer::Misaligned),
             Lookup::Single { word } => {
                 let w = offset / 8;
                 if w == word {
@@ -446,7 +448,7 @@ impl<'s> BlockMap<'s> {
     pub fn static_block_at(&self, r: usize, value: u64) -> Result<u64, BadPointer> {
         let rb = &self.regions[r];
         let offset = value - rb.base;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(BadPointer::Misaligned);
         }
         let mut w = offset / 8;
@@ -570,7 +572,7 @@ impl Walk<'_> {
     fn pool(&mut self, rb: &RegionBlocks<'_>, hdr: &heapsnap_format::RegionHeader, bits: &mut [RankWord]) {
         let wh = hdr.block_wsize as usize;
         let first = hdr.first_block as usize;
-        if wh == 0 || first % 8 != 0 {
+        if wh == 0 || !first.is_multiple_of(8) {
             self.bad(rb.base, rb.kind, format!("pool with block size {wh} words and first block at byte {first}"));
             return;
         }

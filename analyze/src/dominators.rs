@@ -22,7 +22,6 @@
 //! array); Lengauer-Tarjan is not.
 
 use rayon::prelude::*;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub const NONE: u32 = u32::MAX;
 
@@ -45,72 +44,185 @@ impl<'a> Csr<'a> {
     }
 }
 
-/// The dominator tree of the nodes reachable from a root.
+/// The dominator tree of the nodes reachable from a root. Kept in DFS preorder numbers (the
+/// order the algorithm works in, and a cache-friendly one: a node comes after its dominators).
+/// Memory: 4 bytes per node (`pre_of`) plus 12 per reachable node.
 pub struct DominatorTree {
     pub root: u32,
-    /// Immediate dominator of every node; [`NONE`] for the root and for unreachable nodes.
-    pub idom: Vec<u32>,
-    /// Reachable nodes in DFS preorder, root first: a node always comes after its dominators.
-    pub preorder: Vec<u32>,
-    /// Retained bytes of every node (0 when unreachable), when shallow sizes were given.
-    pub retained: Vec<u64>,
+    /// Preorder number of every node; [`NONE`] for unreachable nodes.
+    pub pre_of: Vec<u32>,
+    /// Immediate dominator of each reachable node, both in preorder numbers (the root's is 0).
+    pub idom_pre: Vec<u32>,
+    /// Retained sizes of the reachable nodes, by preorder number (empty until
+    /// [`DominatorTree::set_retained`]).
+    pub retained_pre: RetainedSizes,
+}
+
+/// Retained sizes by preorder number: in words as `u32` when every sum fits (heaps below
+/// 32 GiB: 4 bytes per node), in bytes as `u64` otherwise.
+pub enum RetainedSizes {
+    Words(Vec<u32>),
+    Bytes(Vec<u64>),
+}
+
+impl RetainedSizes {
+    /// Retained bytes of preorder number `p` (0 when out of range).
+    #[inline]
+    pub fn get(&self, p: usize) -> u64 {
+        match self {
+            RetainedSizes::Words(v) => v.get(p).map_or(0, |&w| u64::from(w) * 8),
+            RetainedSizes::Bytes(v) => v.get(p).copied().unwrap_or(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            RetainedSizes::Words(v) => v.len(),
+            RetainedSizes::Bytes(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl DominatorTree {
-    pub fn is_reachable(&self, node: u32) -> bool {
-        node == self.root || self.idom[node as usize] != NONE
+    pub fn reachable_count(&self) -> usize {
+        self.idom_pre.len()
     }
 
-    /// Children of every node in the dominator tree, as a CSR (built on demand: 4 bytes per
-    /// node plus 4 per reachable node).
-    pub fn children(&self) -> (Vec<u32>, Vec<u32>) {
-        let n = self.idom.len();
-        let mut offsets = crate::mem::filled(n + 1, 0u32);
-        for &v in &self.preorder[1..] {
-            offsets[self.idom[v as usize] as usize + 1] += 1;
+    pub fn is_reachable(&self, node: u32) -> bool {
+        self.pre_of.get(node as usize).is_some_and(|&p| p != NONE)
+    }
+
+    /// Reachable nodes in preorder (root first; a node comes after its dominators). Built on
+    /// demand: 4 bytes per reachable node.
+    pub fn preorder(&self) -> Vec<u32> {
+        let mut vertex = vec![0u32; self.idom_pre.len()];
+        for (v, &p) in self.pre_of.iter().enumerate() {
+            if p != NONE {
+                vertex[p as usize] = v as u32;
+            }
         }
-        for i in 0..n {
+        vertex
+    }
+
+    /// Immediate dominator of a node; [`NONE`] for the root and unreachable nodes. Log-free but
+    /// needs the node of a preorder number: give `preorder()` when calling this in a loop, or
+    /// use `idom_pre` directly.
+    pub fn idom_with(&self, node: u32, preorder: &[u32]) -> u32 {
+        match self.pre_of.get(node as usize) {
+            Some(&p) if p != NONE && p != 0 => preorder[self.idom_pre[p as usize] as usize],
+            _ => NONE,
+        }
+    }
+
+    /// Immediate dominator of a node (a search over `pre_of`: for single queries).
+    pub fn idom(&self, node: u32) -> u32 {
+        match self.pre_of.get(node as usize) {
+            Some(&p) if p != NONE && p != 0 => {
+                let d = self.idom_pre[p as usize];
+                self.pre_of.iter().position(|&q| q == d).map_or(NONE, |v| v as u32)
+            }
+            _ => NONE,
+        }
+    }
+
+    /// Retained bytes of a node (0 when unreachable).
+    #[inline]
+    pub fn retained(&self, node: u32) -> u64 {
+        match self.pre_of.get(node as usize) {
+            Some(&p) if p != NONE => self.retained_pre.get(p as usize),
+            _ => 0,
+        }
+    }
+
+    /// Sets retained sizes from shallow sizes in bytes by preorder number (summed in place).
+    pub fn set_retained(&mut self, mut shallow_by_pre: Vec<u64>) {
+        assert_eq!(shallow_by_pre.len(), self.idom_pre.len());
+        for w in (1..shallow_by_pre.len()).rev() {
+            shallow_by_pre[self.idom_pre[w] as usize] += shallow_by_pre[w];
+        }
+        self.retained_pre = RetainedSizes::Bytes(shallow_by_pre);
+    }
+
+    /// Sets retained sizes from shallow sizes in words by preorder number, when the sum of all
+    /// of them fits a `u32` (so does every partial sum); returns false (and changes nothing)
+    /// when it does not.
+    pub fn set_retained_words(&mut self, mut shallow_words_by_pre: Vec<u32>) -> bool {
+        assert_eq!(shallow_words_by_pre.len(), self.idom_pre.len());
+        let total: u64 = shallow_words_by_pre.iter().map(|&w| u64::from(w)).sum();
+        if total > u64::from(u32::MAX) {
+            return false;
+        }
+        for w in (1..shallow_words_by_pre.len()).rev() {
+            shallow_words_by_pre[self.idom_pre[w] as usize] += shallow_words_by_pre[w];
+        }
+        self.retained_pre = RetainedSizes::Words(shallow_words_by_pre);
+        true
+    }
+
+    /// Children of every reachable node in the dominator tree, in preorder numbers, as a CSR
+    /// (`offsets` by preorder number). 8 bytes per reachable node.
+    pub fn children_pre(&self) -> (Vec<u32>, Vec<u32>) {
+        let r = self.idom_pre.len();
+        let mut offsets = vec![0u32; r + 1];
+        for p in 1..r {
+            offsets[self.idom_pre[p] as usize + 1] += 1;
+        }
+        for i in 0..r {
             offsets[i + 1] += offsets[i];
         }
-        let mut cursor = offsets.clone();
-        let mut children = crate::mem::filled(self.preorder.len().saturating_sub(1), 0u32);
-        for &v in &self.preorder[1..] {
-            let d = self.idom[v as usize] as usize;
-            children[cursor[d] as usize] = v;
-            cursor[d] += 1;
+        let mut children = vec![0u32; r.saturating_sub(1)];
+        // Fill backwards from each range's end, so that the offsets become starts again.
+        for p in (1..r).rev() {
+            let d = self.idom_pre[p] as usize;
+            offsets[d + 1] -= 1;
+            children[offsets[d + 1] as usize] = p as u32;
         }
+        // offsets[d + 1] now holds d's start; shift back to the usual layout.
+        for d in 0..r {
+            offsets[d] = offsets[d + 1];
+        }
+        offsets[r] = r.saturating_sub(1) as u32;
         (offsets, children)
     }
 }
 
-/// Raw shared access for parallel scatters whose indices are known to be distinct.
-struct Scatter<T>(*mut T);
-unsafe impl<T: Send> Send for Scatter<T> {}
-unsafe impl<T: Send> Sync for Scatter<T> {}
-impl<T> Scatter<T> {
-    /// # Safety
-    /// `i` is in bounds and no two threads write the same index.
-    #[inline]
-    unsafe fn write(&self, i: usize, v: T) {
-        unsafe { self.0.add(i).write(v) }
-    }
-}
-
-/// Dominators only (no sizes).
-pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
-    compute(graph, root, None::<fn(u32) -> u64>)
+/// Per preorder number: the link-eval forest and the results, side by side (the main loop and
+/// `eval` touch them together).
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Slot {
+    /// The DFS parent, then the forest ancestor once compressed.
+    ancestor: u32,
+    /// The semi-dominator, once processed.
+    semi: u32,
+    /// Bucket head until processed, then the eval label.
+    label: u32,
+    /// Bucket link until drained, then the (relative, then immediate) dominator.
+    idom: u32,
 }
 
 /// Dominators and retained sizes: `shallow(node)` is a node's own size in bytes.
 pub fn dominators_and_retained(graph: Csr<'_>, root: u32, shallow: impl Fn(u32) -> u64 + Sync) -> DominatorTree {
-    compute(graph, root, Some(shallow))
+    let mut tree = dominators(graph, root);
+    let mut by_pre = vec![0u64; tree.reachable_count()];
+    for (v, &p) in tree.pre_of.iter().enumerate() {
+        if p != NONE {
+            by_pre[p as usize] = shallow(v as u32);
+        }
+    }
+    tree.set_retained(by_pre);
+    tree
 }
 
-fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync>) -> DominatorTree {
+/// Dominators (retained sizes come after, from [`DominatorTree::set_retained`]).
+pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     let n = graph.node_count();
     assert!((root as usize) < n, "root {root} is not a node of a graph of {n} nodes");
     assert!(n < NONE as usize, "at most 2^32 - 1 nodes");
-
     let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
     let t0 = std::time::Instant::now();
     let lap = |what: &str| {
@@ -118,19 +230,19 @@ fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync
             eprintln!("dominators: {what} at {:.3}s", t0.elapsed().as_secs_f64());
         }
     };
+
     // 1. Iterative DFS: preorder numbers and DFS parents. Every reachable edge is seen once;
-    //    the non-tree ones (to an already numbered node) are kept as (target, source) pairs in
-    //    preorder numbers: with the DFS parent they are all the predecessors of "join" nodes,
-    //    and nodes that have none (one referrer: the parent) need nothing more.
-    let mut pre_of = crate::mem::filled(n, NONE);
-    let mut vertex: Vec<u32> = crate::mem::with_capacity(n);
-    let mut parent: Vec<u32> = crate::mem::with_capacity(n);
-    let mut extra: Vec<u64> = crate::mem::with_capacity(graph.targets.len().saturating_sub(n) + 1024);
+    //    the non-tree ones (to an already numbered node) are kept: with the DFS parent they
+    //    are all the predecessors of "join" nodes, and nodes with no extra predecessor (one
+    //    referrer: the parent) need nothing more.
+    let mut pre_of = vec![NONE; n];
+    let mut slots: Vec<Slot> = Vec::with_capacity(n);
+    // (target preorder << 32 | source preorder); most heap edges are tree edges.
+    let mut extra: Vec<u64> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
     {
         let mut stack: Vec<(u32, u32, u32)> = Vec::new(); // (node, next edge, preorder)
         pre_of[root as usize] = 0;
-        vertex.push(root);
-        parent.push(0);
+        slots.push(Slot { ancestor: 0, semi: NONE, label: NONE, idom: 0 });
         stack.push((root, graph.offsets[root as usize], 0));
         while let Some(top) = stack.last_mut() {
             let (u, mut cursor, pu) = *top;
@@ -150,143 +262,116 @@ fn compute(graph: Csr<'_>, root: u32, shallow: Option<impl Fn(u32) -> u64 + Sync
             }
             top.1 = cursor;
             if child != NONE {
-                let p = vertex.len() as u32;
+                let p = slots.len() as u32;
                 pre_of[child as usize] = p;
-                vertex.push(child);
-                parent.push(pu);
+                slots.push(Slot { ancestor: pu, semi: NONE, label: NONE, idom: 0 });
                 stack.push((child, graph.offsets[child as usize], p));
             } else {
                 stack.pop();
             }
         }
     }
-    let r = vertex.len();
-    drop(pre_of);
+    let r = slots.len();
     lap("dfs");
-
-    // 2. Sorted by target, the extra predecessors are consumed from the end as the main loop
-    //    walks the preorder backwards.
+    // Sorted by target, the extra predecessors are consumed from the end as the main loop
+    // walks the preorder backwards (a sequential merge, no random access during the DFS).
     extra.par_sort_unstable();
-    lap("predecessors");
-
-    // 3. Semi-dominators and relative dominators, in reverse preorder.
-    let mut ancestor = parent; // the DFS parent until compressed
-    let mut semi = crate::mem::filled(r, 0u32);
-    let mut label = crate::mem::filled(r, NONE); // bucket heads until the vertex is processed
-    let mut idom = crate::mem::filled(r, 0u32); // bucket links until the vertex is drained
-    let mut path: Vec<u32> = Vec::new();
+    lap("sort");
     let mut cursor = extra.len();
 
-    // Linked vertices are those above `cur`; compress and return the label of v.
-    let eval = |v: u32, cur: u32, ancestor: &mut [u32], label: &mut [u32], semi: &[u32], path: &mut Vec<u32>| -> u32 {
+    // 2. Semi-dominators and relative dominators, in reverse preorder. Linked vertices are
+    //    those above the one being processed; `eval` compresses paths without recursion.
+    let mut path: Vec<u32> = Vec::new();
+    let eval = |v: u32, cur: u32, slots: &mut [Slot], path: &mut Vec<u32>| -> u32 {
         if v <= cur {
             return v;
         }
         let mut x = v;
-        while ancestor[x as usize] > cur {
+        while slots[x as usize].ancestor > cur {
             path.push(x);
-            x = ancestor[x as usize];
+            x = slots[x as usize].ancestor;
         }
         // x's ancestor is a forest root: x needs no update; the others, nearest first.
         while let Some(y) = path.pop() {
-            let a = ancestor[y as usize] as usize;
-            if semi[label[a] as usize] < semi[label[y as usize] as usize] {
-                label[y as usize] = label[a];
+            let a = slots[y as usize].ancestor as usize;
+            let (la, ly) = (slots[a].label, slots[y as usize].label);
+            if slots[la as usize].semi < slots[ly as usize].semi {
+                slots[y as usize].label = la;
             }
-            ancestor[y as usize] = ancestor[a];
+            slots[y as usize].ancestor = slots[a].ancestor;
         }
-        label[v as usize]
+        slots[v as usize].label
     };
-
     for w in (0..r as u32).rev() {
         // Drain bucket(w): every v whose semi-dominator is w.
-        let mut v = label[w as usize];
+        let mut v = slots[w as usize].label;
         while v != NONE {
-            let next = idom[v as usize];
-            let u = eval(v, w, &mut ancestor, &mut label, &semi, &mut path);
-            idom[v as usize] = if semi[u as usize] < semi[v as usize] { u } else { w };
+            let next = slots[v as usize].idom;
+            let u = eval(v, w, &mut slots, &mut path);
+            slots[v as usize].idom = if slots[u as usize].semi < slots[v as usize].semi { u } else { w };
             v = next;
         }
-        label[w as usize] = w;
+        slots[w as usize].label = w;
         if w == 0 {
             break;
         }
-        let p = ancestor[w as usize];
+        let p = slots[w as usize].ancestor;
         if cursor == 0 || (extra[cursor - 1] >> 32) as u32 != w {
             // One referrer: the DFS parent is the semi-dominator and the immediate dominator.
-            semi[w as usize] = p;
-            idom[w as usize] = p;
+            slots[w as usize].semi = p;
+            slots[w as usize].idom = p;
             continue;
         }
         let mut s = p;
         while cursor > 0 && (extra[cursor - 1] >> 32) as u32 == w {
             cursor -= 1;
             let v = extra[cursor] as u32;
-            let candidate = if v < w { v } else { semi[eval(v, w, &mut ancestor, &mut label, &semi, &mut path) as usize] };
+            let candidate = if v < w {
+                v
+            } else {
+                let u = eval(v, w, &mut slots, &mut path);
+                slots[u as usize].semi
+            };
             s = s.min(candidate);
         }
-        semi[w as usize] = s;
-        // Into bucket(s): s < w is not processed yet, so label[s] is free to hold the head.
-        idom[w as usize] = label[s as usize];
-        label[s as usize] = w;
+        slots[w as usize].semi = s;
+        // Into bucket(s): s < w is not processed yet, so its label is free to hold the head.
+        slots[w as usize].idom = slots[s as usize].label;
+        slots[s as usize].label = w;
     }
     drop(extra);
-    drop(label);
-    drop(ancestor);
     lap("semi-dominators");
 
-    // 4. Immediate dominators, in preorder.
+    // 3. Immediate dominators, in preorder, written in place over the slots (the u32 at index
+    //    w lies in slot w / 4, already consumed) so that the slots' memory is reused.
+    let mut words: Vec<u32> = bytemuck::allocation::cast_vec(slots);
+    words[0] = 0;
     for w in 1..r {
-        if idom[w] != semi[w] {
-            idom[w] = idom[idom[w] as usize];
-        }
+        let (d, semi) = (words[4 * w + 3], words[4 * w + 1]);
+        words[w] = if d != semi { words[d as usize] } else { d };
     }
-    drop(semi);
-
-    // 5. Retained sizes: each node's size added to its dominator's, deepest first.
-    let mut retained = Vec::new();
-    if let Some(shallow) = shallow {
-        let mut by_pre: Vec<u64> = crate::mem::with_capacity(r);
-        vertex.par_iter().map(|&v| shallow(v)).collect_into_vec(&mut by_pre);
-        for w in (1..r).rev() {
-            by_pre[idom[w] as usize] += by_pre[w];
-        }
-        retained = crate::mem::filled(n, 0u64);
-        let out = Scatter(retained.as_mut_ptr());
-        // SAFETY: vertex is a permutation of distinct in-bounds node ids.
-        by_pre.par_iter().zip(vertex.par_iter()).for_each(|(&size, &v)| unsafe { out.write(v as usize, size) });
-    }
-
-    lap("retained");
-    let mut idom_node = crate::mem::filled(n, NONE);
-    {
-        let out = Scatter(idom_node.as_mut_ptr());
-        let vertex = &vertex;
-        // SAFETY: as above; the root (preorder 0) keeps NONE.
-        idom.par_iter().enumerate().skip(1).for_each(|(w, &d)| unsafe { out.write(vertex[w] as usize, vertex[d as usize]) });
-    }
-    lap("output");
-    DominatorTree { root, idom: idom_node, preorder: vertex, retained }
+    words.truncate(r);
+    words.shrink_to_fit();
+    lap("idom");
+    DominatorTree { root, pre_of, idom_pre: words, retained_pre: RetainedSizes::Bytes(Vec::new()) }
 }
 
-/// Sum of `values` over a node's dominator subtree, for every node: the generic form of retained
-/// sizes (e.g. retained object counts).
+/// Sum of `value` over each node's dominator subtree, by preorder number: the generic form of
+/// retained sizes (e.g. retained object counts).
 pub fn subtree_sums(tree: &DominatorTree, value: impl Fn(u32) -> u64 + Sync) -> Vec<u64> {
-    let n = tree.idom.len();
-    let sums: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-    tree.preorder.par_iter().for_each(|&v| sums[v as usize].store(value(v), Relaxed));
-    for &v in tree.preorder[1..].iter().rev() {
-        let add = sums[v as usize].load(Relaxed);
-        sums[tree.idom[v as usize] as usize].fetch_add(add, Relaxed);
+    let mut sums: Vec<u64> = Vec::new();
+    tree.preorder().par_iter().map(|&v| value(v)).collect_into_vec(&mut sums);
+    for w in (1..sums.len()).rev() {
+        sums[tree.idom_pre[w] as usize] += sums[w];
     }
-    sums.into_iter().map(AtomicU64::into_inner).collect()
+    sums
 }
 
 /// One iterative depth-first traversal that only marks nodes: the baseline dominators are
 /// measured against. Returns the number of nodes reached.
 pub fn dfs_baseline(graph: Csr<'_>, root: u32) -> usize {
     let n = graph.node_count();
-    let mut seen = crate::mem::filled(n, false);
+    let mut seen = vec![false; n];
     let mut stack: Vec<(u32, u32)> = vec![(root, graph.offsets[root as usize])];
     seen[root as usize] = true;
     let mut count = 1;
@@ -320,8 +405,8 @@ pub fn dfs_baseline(graph: Csr<'_>, root: u32) -> usize {
 /// One breadth-first traversal (the other baseline). Returns the number of nodes reached.
 pub fn bfs_baseline(graph: Csr<'_>, root: u32) -> usize {
     let n = graph.node_count();
-    let mut seen = crate::mem::filled(n, false);
-    let mut queue: Vec<u32> = crate::mem::with_capacity(n);
+    let mut seen = vec![false; n];
+    let mut queue: Vec<u32> = Vec::with_capacity(n);
     queue.push(root);
     seen[root as usize] = true;
     let mut head = 0;
@@ -364,21 +449,21 @@ mod tests {
         // 0 -> 1 -> 2 -> 4, 0 -> 3 -> 4, 4 -> 5, 5 -> 4 (cycle)
         let (o, t) = csr(7, &[(0, 1), (1, 2), (2, 4), (0, 3), (3, 4), (4, 5), (5, 4)]);
         let tree = dominators_and_retained(Csr { offsets: &o, targets: &t }, 0, |v| u64::from(v) * 10);
-        assert_eq!(tree.idom, vec![NONE, 0, 1, 0, 0, 4, NONE]);
-        assert_eq!(tree.retained[4], 40 + 50);
-        assert_eq!(tree.retained[1], 10 + 20);
-        assert_eq!(tree.retained[0], 10 + 20 + 30 + 40 + 50);
-        assert_eq!(tree.retained[6], 0);
+        assert_eq!((0..7).map(|v| tree.idom(v)).collect::<Vec<_>>(), vec![NONE, 0, 1, 0, 0, 4, NONE]);
+        assert_eq!(tree.retained(4), 40 + 50);
+        assert_eq!(tree.retained(1), 10 + 20);
+        assert_eq!(tree.retained(0), 10 + 20 + 30 + 40 + 50);
+        assert_eq!(tree.retained(6), 0);
         assert!(!tree.is_reachable(6));
     }
 
     #[test]
     fn long_list_does_not_overflow() {
-        let n = 2_000_000u32;
+        let n = 10_000_000u32;
         let edges: Vec<(u32, u32)> = (0..n - 1).map(|i| (i, i + 1)).chain([(0, n - 1)]).collect();
         let (o, t) = csr(n as usize, &edges);
         let tree = dominators(Csr { offsets: &o, targets: &t }, 0);
-        assert_eq!(tree.idom[n as usize - 1], 0);
-        assert_eq!(tree.idom[n as usize - 2], n - 3);
+        assert_eq!(tree.idom(n - 1), 0);
+        assert_eq!(tree.idom(n - 2), n - 3);
     }
 }

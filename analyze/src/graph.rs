@@ -82,6 +82,8 @@ pub struct HeapGraph<'s> {
     pub ephemerons: Vec<Ephemeron>,
     /// `(ephemeron, key)`: references that never retain.
     pub weak_edges: Vec<(NodeId, NodeId)>,
+    /// Blocks of roots flagged WEAK (tracked by the runtime without being kept alive).
+    pub weak_roots: Vec<NodeId>,
     /// `(key, data)` edges added for dominators only, sorted.
     pub condition_edges: Vec<(NodeId, NodeId)>,
     pub pointers: PointerCounts,
@@ -159,18 +161,26 @@ impl<'s> HeapGraph<'s> {
         step.finish();
 
         let n = blocks.node_count as usize;
-        let mut offsets = crate::mem::filled(n + 1, 0u32);
-        let mut targets: Vec<u32> = crate::mem::with_capacity(n + n / 2);
+        let mut offsets = vec![0u32; n + 1];
+        let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
 
         // Super-root and root kinds.
         targets.extend(1..first_block);
         offsets[1] = first_block - 1;
         let mut roots = Vec::new();
+        let mut weak_roots = Vec::new();
         let mut sink = EdgeSink::default();
         for (k, kind) in root_kinds.iter().enumerate() {
             let before = targets.len();
             for (i, r) in snap.roots().iter().enumerate().filter(|(_, r)| r.root_kind() == *kind) {
                 if !ocaml::is_pointer(r.value) {
+                    continue;
+                }
+                if r.is_weak() {
+                    // Tracked without being kept alive (Gc.finalise values, memprof samples).
+                    if let Target::Node(node) = blocks.resolve(r.value) {
+                        weak_roots.push(node);
+                    }
                     continue;
                 }
                 match blocks.resolve(r.value) {
@@ -246,6 +256,7 @@ impl<'s> HeapGraph<'s> {
             }
         }
         step.finish();
+        targets.shrink_to_fit();
         // Degrees sit at offsets[node + 1]: a running sum makes them start offsets.
         let mut total = 0u32;
         for o in offsets.iter_mut() {
@@ -270,6 +281,7 @@ impl<'s> HeapGraph<'s> {
             roots,
             ephemerons: Vec::new(),
             weak_edges: Vec::new(),
+            weak_roots,
             condition_edges: Vec::new(),
             pointers,
             bad_by_kind,

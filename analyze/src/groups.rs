@@ -9,9 +9,8 @@ use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use crate::ocaml;
-use heapsnap_format::RootKind;
 use rayon::prelude::*;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,66 +93,69 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     }
     let blocks = &a.graph.blocks;
     let reserved_bits = blocks.layout.reserved_bits();
-    let n = a.graph.node_count();
-    // Group id of every node (local ids per region first, then merged).
-    let mut gid = crate::mem::filled(n, NO_NODE);
-    let mut order: Vec<usize> = blocks.block_regions().collect();
-    order.sort_by_key(|&r| blocks.regions[r].nodes.start);
-    let mut slices: Vec<(usize, &mut [u32])> = Vec::new();
-    {
-        let mut rest: &mut [u32] = &mut gid;
-        let mut at = 0u32;
-        for &r in &order {
-            let nodes = blocks.regions[r].nodes.clone();
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize);
-            let (mine, tail) = tail.split_at_mut(nodes.len());
-            rest = tail;
-            at = nodes.end;
-            slices.push((r, mine));
-        }
-    }
-    let local: Vec<(Vec<(GroupKey, u64, u64)>, &mut [u32])> = slices
-        .into_par_iter()
-        .map(|(r, out)| {
-            let mut ids: HashMap<GroupKey, u32> = HashMap::new();
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    // Pass 1: the groups of each region, with counts and shallow bytes.
+    let local: Vec<Vec<(GroupKey, u64, u64)>> = regions
+        .par_iter()
+        .map(|&r| {
+            let mut ids: HashMap<GroupKey, u32> = HashMap::default();
             let mut keys: Vec<(GroupKey, u64, u64)> = Vec::new();
-            for (b, o) in blocks.region_blocks(r).zip(out.iter_mut()) {
+            let mut last: Option<(GroupKey, u32)> = None;
+            for b in blocks.region_blocks(r) {
                 if let Some(key) = key_for(by, reserved_bits, &b) {
-                    let id = *ids.entry(key).or_insert_with(|| {
-                        keys.push((key, 0, 0));
-                        keys.len() as u32 - 1
-                    });
+                    // Neighbouring blocks are often of one kind: skip the hash then.
+                    let id = match last {
+                        Some((k, id)) if k == key => id,
+                        _ => *ids.entry(key).or_insert_with(|| {
+                            keys.push((key, 0, 0));
+                            keys.len() as u32 - 1
+                        }),
+                    };
+                    last = Some((key, id));
                     keys[id as usize].1 += 1;
                     keys[id as usize].2 += b.header.bytes();
-                    *o = id;
                 }
             }
-            (keys, out)
+            keys
         })
         .collect();
-    let mut global: HashMap<GroupKey, u32> = HashMap::new();
+    let mut global: HashMap<GroupKey, u32> = HashMap::default();
     let mut totals: Vec<(GroupKey, u64, u64)> = Vec::new();
-    let mut remaps: Vec<(Vec<u32>, &mut [u32])> = Vec::new();
-    for (keys, out) in local {
-        let remap = keys
-            .iter()
-            .map(|&(k, c, s)| {
-                let id = *global.entry(k).or_insert_with(|| {
-                    totals.push((k, 0, 0));
-                    totals.len() as u32 - 1
-                });
-                totals[id as usize].1 += c;
-                totals[id as usize].2 += s;
-                id
-            })
-            .collect();
-        remaps.push((remap, out));
-    }
-    remaps.into_par_iter().for_each(|(remap, out)| {
-        for o in out.iter_mut().filter(|o| **o != NO_NODE) {
-            *o = remap[*o as usize];
+    for keys in &local {
+        for &(k, c, s) in keys {
+            let id = *global.entry(k).or_insert_with(|| {
+                totals.push((k, 0, 0));
+                totals.len() as u32 - 1
+            });
+            totals[id as usize].1 += c;
+            totals[id as usize].2 += s;
         }
-    });
+    }
+    // Pass 2: the group of every reachable node, by preorder number.
+    let pre_of = &a.tree.pre_of;
+    let mut gid = vec![NO_NODE; a.tree.reachable_count()];
+    {
+        let out = ScatterU32(gid.as_mut_ptr());
+        let global = &global;
+        regions.par_iter().for_each(|&r| {
+            let mut last: Option<(GroupKey, u32)> = None;
+            for b in blocks.region_blocks(r) {
+                let p = pre_of[b.node as usize];
+                if p == NO_NODE {
+                    continue;
+                }
+                if let Some(key) = key_for(by, reserved_bits, &b) {
+                    let id = match last {
+                        Some((k, id)) if k == key => id,
+                        _ => global[&key],
+                    };
+                    last = Some((key, id));
+                    // SAFETY: preorder numbers are distinct and in bounds.
+                    unsafe { out.write(p as usize, id) };
+                }
+            }
+        });
+    }
     let retained = union_retained(a, &gid, totals.len());
     let mut out: Vec<Group> = totals
         .iter()
@@ -164,14 +166,26 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     out
 }
 
+#[derive(Clone, Copy)]
+struct ScatterU32(*mut u32);
+unsafe impl Send for ScatterU32 {}
+unsafe impl Sync for ScatterU32 {}
+impl ScatterU32 {
+    /// # Safety
+    /// `i` is in bounds and no other thread writes it.
+    unsafe fn write(&self, i: usize, v: u32) {
+        unsafe { self.0.add(i).write(v) }
+    }
+}
+
 /// For each group, the retained size of the union of its members: one iterative walk of the
-/// dominator tree, counting each group's members on the current path.
+/// dominator tree (in preorder numbers), counting each group's members on the current path.
 fn union_retained(a: &Analysis<'_>, gid: &[u32], groups: usize) -> Vec<u64> {
-    let (offsets, children) = a.tree.children();
+    let (offsets, children) = a.tree.children_pre();
     let mut active = vec![0u32; groups];
     let mut retained = vec![0u64; groups];
     // (node, next child index); entering a node happens when it is pushed.
-    let mut stack: Vec<(NodeId, u32)> = vec![(SUPER_ROOT, offsets[SUPER_ROOT as usize])];
+    let mut stack: Vec<(u32, u32)> = vec![(0, offsets[0])];
     while let Some(top) = stack.last_mut() {
         let (v, cursor) = *top;
         if cursor < offsets[v as usize + 1] {
@@ -180,7 +194,7 @@ fn union_retained(a: &Analysis<'_>, gid: &[u32], groups: usize) -> Vec<u64> {
             let g = gid[c as usize];
             if g != NO_NODE {
                 if active[g as usize] == 0 {
-                    retained[g as usize] += a.tree.retained[c as usize];
+                    retained[g as usize] += a.tree.retained_pre.get(c as usize);
                 }
                 active[g as usize] += 1;
             }
@@ -188,7 +202,7 @@ fn union_retained(a: &Analysis<'_>, gid: &[u32], groups: usize) -> Vec<u64> {
         } else {
             stack.pop();
             let g = gid[v as usize];
-            if g != NO_NODE && v != SUPER_ROOT {
+            if g != NO_NODE && v != 0 {
                 active[g as usize] -= 1;
             }
         }
@@ -196,74 +210,95 @@ fn union_retained(a: &Analysis<'_>, gid: &[u32], groups: usize) -> Vec<u64> {
     retained
 }
 
-/// Where a reachable node's retention is attributed: the root (for module globals, the module
-/// field) at the top of its chain of dominators.
+/// Where a reachable node's retention is attributed: the root at the top of its chain of
+/// dominators (the node right below the super-root or a root kind). Groups partition the
+/// reachable blocks.
 pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
-    let mut groups: HashMap<String, Group> = HashMap::new();
     let tree = &a.tree;
-    let label_cache = |top: NodeId| -> String { top_label(a, top) };
-    // top[v] for every reachable block, in preorder (dominators come first).
-    let n = a.graph.node_count();
-    let mut top = vec![NO_NODE; n];
-    let mut labels: HashMap<NodeId, String> = HashMap::new();
-    for &v in &tree.preorder[1..] {
-        let d = tree.idom[v as usize];
-        let t = if d == SUPER_ROOT || a.graph.root_kind_of(d).is_some() {
-            v
-        } else if a.module_of(d).is_some() && (d == SUPER_ROOT || top[d as usize] == d) {
-            // Children of a module block are attributed to the module's fields.
-            v
-        } else {
-            top[d as usize]
-        };
-        top[v as usize] = t;
-        if a.graph.root_kind_of(v).is_some() {
-            continue;
-        }
-        if t == v {
-            labels.entry(v).or_insert_with(|| label_cache(v));
-        }
-        let label = &labels[&t];
-        let g = groups.entry(label.clone()).or_insert_with(|| Group { name: label.clone(), count: 0, shallow: 0, retained: 0 });
-        let size = a.shallow(v);
-        g.count += 1;
-        g.retained += size;
-        if t == v {
-            g.shallow += size;
+    let preorder = a.preorder();
+    let first_block = a.graph.blocks.first_block_node;
+    // The top of every reachable node, by preorder number (dominators come first).
+    let r = tree.reachable_count();
+    let mut top = vec![0u32; r];
+    for p in 1..r {
+        let d = tree.idom_pre[p] as usize;
+        top[p] = if preorder[d] < first_block { p as u32 } else { top[d] };
+    }
+    // One group per distinct label.
+    let mut names: Vec<String> = Vec::new();
+    let mut by_name: HashMap<String, u32> = HashMap::default();
+    let mut group_of_top: HashMap<u32, u32> = HashMap::default();
+    for p in 1..r {
+        if top[p] == p as u32 && preorder[p] >= first_block {
+            let label = top_label(a, preorder[p]);
+            let g = *by_name.entry(label.clone()).or_insert_with(|| {
+                names.push(label);
+                names.len() as u32 - 1
+            });
+            group_of_top.insert(p as u32, g);
         }
     }
-    let mut out: Vec<Group> = groups.into_values().collect();
+    // Sizes, region by region.
+    let blocks = &a.graph.blocks;
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    let groups = names.len();
+    let sums: Vec<Vec<(u64, u64, u64)>> = regions
+        .par_iter()
+        .fold(|| vec![(0u64, 0u64, 0u64); groups], |mut acc, &reg| {
+            let is_static = blocks.regions[reg].kind == heapsnap_format::RegionKind::Static;
+            for b in blocks.region_blocks(reg) {
+                let p = tree.pre_of[b.node as usize];
+                if p == NO_NODE {
+                    continue;
+                }
+                let t = top[p as usize];
+                let Some(&g) = group_of_top.get(&t) else { continue };
+                let e = &mut acc[g as usize];
+                let bytes = b.header.bytes();
+                e.0 += 1;
+                if t == p {
+                    e.1 += bytes;
+                }
+                if !is_static {
+                    e.2 += bytes;
+                }
+            }
+            acc
+        })
+        .collect();
+    let mut out: Vec<Group> = names.into_iter().map(|name| Group { name, count: 0, shallow: 0, retained: 0 }).collect();
+    for acc in sums {
+        for (g, (c, s, r)) in out.iter_mut().zip(acc) {
+            g.count += c;
+            g.shallow += s;
+            g.retained += r;
+        }
+    }
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(x.name.cmp(&y.name)));
     out
 }
 
-/// The label of a top node: its root, or `Module.i` for the field of a module block.
+/// The label of a top node (one whose immediate dominator is the super-root or a root kind):
+/// its root (`Module.field` for globals), `<kind> (shared)` when several roots of that kind
+/// reach it, `(several root kinds)` when roots of different kinds do.
 pub fn top_label(a: &Analysis<'_>, v: NodeId) -> String {
-    let d = a.tree.idom[v as usize];
+    let d = a.idom(v).unwrap_or(SUPER_ROOT);
     if d == SUPER_ROOT {
         return "(several root kinds)".into();
     }
-    if let Some(kind) = a.graph.root_kind_of(d) {
-        if let Some(m) = a.module_of(v) {
-            return format!("{m} (module block)");
-        }
-        let roots = a.graph.roots_of(v);
-        return match roots.iter().find(|r| a.snap.roots()[r.record as usize].root_kind() == kind) {
-            Some(r) => crate::names::root_label(a.snap, &a.snap.roots()[r.record as usize]),
-            None => format!("{kind} (shared)"),
-        };
-    }
-    if let Some(m) = a.module_of(d) {
-        if let Some(parent) = a.graph.blocks.block(d) {
-            let field = parent.fields.iter().position(|&f| {
-                ocaml::is_pointer(f) && matches!(a.graph.blocks.resolve(f), crate::blocks::Target::Node(n) if n == v)
-            });
-            return match field {
-                Some(i) => format!("{m}.{i}"),
-                None => format!("{m}.(shared)"),
-            };
+    let Some(kind) = a.graph.root_kind_of(d) else { return a.describe(v) };
+    let records: Vec<&heapsnap_format::RootRecord> =
+        a.graph.roots_of(v).iter().map(|r| &a.snap.roots()[r.record as usize]).filter(|r| r.root_kind() == kind).collect();
+    match records.as_slice() {
+        [] => format!("{kind} (shared)"),
+        [r] => crate::names::root_label(a.snap, r),
+        [r, rest @ ..] => {
+            let first = crate::names::root_label(a.snap, r);
+            if rest.iter().all(|x| crate::names::root_label(a.snap, x) == first) {
+                first
+            } else {
+                format!("{first} (+{} roots)", rest.len())
+            }
         }
     }
-    let _ = RootKind::Other;
-    a.describe(v)
 }

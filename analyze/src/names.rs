@@ -16,6 +16,8 @@ pub struct Names<'s> {
     lines: Option<addr2line::Context<Reader<'s>>>,
     line_cache: Mutex<HashMap<u64, Option<String>>>,
     custom_ops: HashMap<u64, &'s str>,
+    /// Target address minus this is the executable's link-time address (PIE).
+    load_bias: u64,
 }
 
 impl<'s> Names<'s> {
@@ -29,7 +31,7 @@ impl<'s> Names<'s> {
         } else {
             None
         };
-        Names { snap, lines, line_cache: Mutex::new(HashMap::new()), custom_ops }
+        Names { snap, lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
     }
 
     /// The symbol covering a code address.
@@ -44,7 +46,8 @@ impl<'s> Names<'s> {
         cache
             .entry(address)
             .or_insert_with(|| {
-                let loc = ctx.find_location(address).ok()??;
+                // DWARF holds link-time addresses: undo the load bias of a PIE executable.
+                let loc = ctx.find_location(address.wrapping_sub(self.load_bias)).ok()??;
                 let file = loc.file?;
                 let short = file.rsplit('/').next().unwrap_or(file);
                 Some(match loc.line {
@@ -115,13 +118,14 @@ pub fn string_preview(fields: &[u64], max: usize) -> String {
     out
 }
 
-/// A short label for a root record: the module for globals, the function for stack frames,
-/// the symbol for C globals.
+/// A short label for a root record: `Module.field` for globals, the function for stack
+/// frames, the symbol or field name for the others.
 pub fn root_label(snap: &Snapshot, r: &RootRecord) -> String {
     let kind = r.root_kind();
     let name = snap.string(r.name).filter(|s| !s.is_empty());
     match (kind, name) {
-        (RootKind::Global | RootKind::DynGlobal, Some(n)) => module_name(n).to_string(),
+        // A field of a module block: `Module.index`.
+        (RootKind::Global | RootKind::DynGlobal, Some(n)) => format!("{}.{}", module_name(n), r.origin),
         (_, Some(n)) => format!("{kind} {n}"),
         (_, None) if r.slot != 0 => format!("{kind} @{:#x}", r.slot),
         (_, None) => kind.to_string(),

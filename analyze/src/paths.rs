@@ -10,7 +10,15 @@ use crate::groups::{key_name, kind_key};
 use crate::ocaml;
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
+
+/// Steps walked at most when following many objects (see `paths`).
+const STEP_BUDGET: usize = 4_000_000;
+const NO_FIELD: u32 = u32::MAX;
+const FOLDED: u32 = u32::MAX - 1;
+
+/// Merged paths fold the field index of blocks bigger than this (arrays, hash table buckets).
+const FOLD_ABOVE_FIELDS: u64 = 16;
 
 /// What to find paths to.
 #[derive(Clone, Debug)]
@@ -26,9 +34,11 @@ pub enum PathQuery {
 pub struct Step {
     /// What the object is (its kind, or `module M`).
     pub label: String,
-    /// The field of the previous object that points here (absent for the first object).
+    /// The field of the previous object that points here: its index, or `*` when merged paths
+    /// fold the indices of a large block (an array or a hash table's buckets). Absent for the
+    /// first object.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub field: Option<usize>,
+    pub field: Option<String>,
     /// How many consecutive objects this step stands for (smallest and largest seen).
     pub repeat_min: u64,
     pub repeat_max: u64,
@@ -49,7 +59,8 @@ pub struct MergedPath {
 pub struct PathsReport {
     /// Objects the query matched.
     pub targets: u64,
-    /// Objects whose paths were computed (a sample when there are more than the limit).
+    /// Objects whose paths were computed: an even sample when more than the limit matched,
+    /// cut short when their chains are very long (a budget of 4 million steps).
     pub sampled: u64,
     /// Sampled objects that no root reaches through strong references.
     pub unreachable: u64,
@@ -89,7 +100,7 @@ pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate:
         }
         PathQuery::Kind(k) => {
             // Name each distinct kind once.
-            let mut names: HashMap<crate::groups::GroupKey, bool> = HashMap::new();
+            let mut names: HashMap<crate::groups::GroupKey, bool> = HashMap::default();
             let keys: Vec<crate::groups::GroupKey> = {
                 let mut all: Vec<_> = blocks
                     .block_regions()
@@ -130,8 +141,13 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     };
     let mut unreachable = 0;
     let mut merged: Vec<MergedPath> = Vec::new();
-    let mut index: HashMap<(String, Vec<(String, Option<usize>)>), usize> = HashMap::new();
-    let mut label_cache: HashMap<crate::groups::GroupKey, String> = HashMap::new();
+    // (root, [(label, field)]) -> index in `merged`
+    type Shape = (String, Vec<(String, Option<String>)>);
+    let mut index: HashMap<Shape, usize> = HashMap::default();
+    let mut label_cache: HashMap<crate::groups::GroupKey, String> = HashMap::default();
+    let mut memo: HashMap<NodeId, (u32, u32, u64)> = HashMap::default();
+    let mut labels: Vec<String> = Vec::new();
+    let mut label_ids: HashMap<String, u32> = HashMap::default();
 
     let mut chains: Vec<Vec<NodeId>> = Vec::new();
     if single {
@@ -152,13 +168,24 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
             chains.sort_by_key(|c| c.len());
         }
     } else {
+        // Deep chains (a long list's cells) cost their length each: stop following more
+        // objects once this many steps have been walked, and say how many were followed.
+        let mut budget = STEP_BUDGET;
+        let mut followed = 0;
         for &v in &sample {
+            if budget == 0 {
+                break;
+            }
+            followed += 1;
             if parent[v as usize] == NO_NODE {
                 unreachable += 1;
             } else {
-                chains.push(chain(&parent, v));
+                let c = chain(&parent, v);
+                budget = budget.saturating_sub(c.len());
+                chains.push(c);
             }
         }
+        sample.truncate(followed);
     }
     for c in chains {
         // c = [super-root, kind node, top, ..., target]
@@ -166,25 +193,55 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
         let root = crate::groups::top_label(a, c[2]);
         let mut steps: Vec<Step> = Vec::new();
         for (i, &v) in c.iter().enumerate().skip(2) {
-            let field = if i > 2 { field_pointing(a, c[i - 1], v) } else { None };
-            let label = if single {
-                a.describe(v)
-            } else if let Some(m) = a.module_of(v) {
-                format!("module {m}")
-            } else {
-                let b = a.graph.blocks.block(v).expect("a block");
-                label_cache.entry(kind_key(&b)).or_insert_with(|| key_name(a, &kind_key(&b))).clone()
+            // What a step shows depends on the node only (its BFS parent is fixed): computed
+            // once per node, as chains share their beginnings.
+            let info = *memo.entry(v).or_insert_with(|| {
+                let block = a.graph.blocks.block(v);
+                let label = if single {
+                    a.describe(v)
+                } else if let Some(m) = a.module_of(v) {
+                    format!("module {m}")
+                } else {
+                    let key = kind_key(&block.expect("a block"));
+                    label_cache.entry(key).or_insert_with(|| key_name(a, &key)).clone()
+                };
+                let label = *label_ids.entry(label.clone()).or_insert_with(|| {
+                    labels.push(label);
+                    labels.len() as u32 - 1
+                });
+                let field = if i > 2 {
+                    let parent_size = a.graph.blocks.block(c[i - 1]).map_or(0, |b| b.header.wosize);
+                    if !single && parent_size > FOLD_ABOVE_FIELDS {
+                        FOLDED // a BFS tree edge: some field points here, which one is folded
+                    } else {
+                        field_pointing(a, c[i - 1], v).map_or(NO_FIELD, |f| f as u32)
+                    }
+                } else {
+                    NO_FIELD
+                };
+                (label, field, block.map_or(0, |b| b.address))
+            });
+            let (label, field, address) = info;
+            let field_text = match field {
+                NO_FIELD => None,
+                FOLDED => Some("*".to_string()),
+                f => Some(f.to_string()),
             };
-            let example = a.address(v).map_or(String::new(), |x| format!("{x:#x}"));
             match steps.last_mut() {
-                Some(last) if !single && last.label == label && last.field == field && field.is_some() => {
+                Some(last) if !single && last.label == labels[label as usize] && last.field == field_text && field_text.is_some() => {
                     last.repeat_min += 1;
                     last.repeat_max += 1;
                 }
-                _ => steps.push(Step { label, field, repeat_min: 1, repeat_max: 1, example }),
+                _ => steps.push(Step {
+                    label: labels[label as usize].clone(),
+                    field: field_text,
+                    repeat_min: 1,
+                    repeat_max: 1,
+                    example: format!("{address:#x}"),
+                }),
             }
         }
-        let shape = (root.clone(), steps.iter().map(|s| (s.label.clone(), s.field)).collect::<Vec<_>>());
+        let shape = (root.clone(), steps.iter().map(|s| (s.label.clone(), s.field.clone())).collect::<Vec<_>>());
         match index.get(&shape) {
             Some(&i) if !single => {
                 let m = &mut merged[i];
@@ -204,8 +261,7 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
         merged.sort_by(|x, y| y.count.cmp(&x.count).then(x.steps.len().cmp(&y.steps.len())));
     }
     merged.truncate(max_paths);
-    sample.truncate(0);
-    Ok(PathsReport { targets: targets.len() as u64, sampled: targets.len().min(limit) as u64, unreachable, paths: merged })
+    Ok(PathsReport { targets: targets.len() as u64, sampled: sample.len() as u64, unreachable, paths: merged })
 }
 
 fn chain(parent: &[NodeId], v: NodeId) -> Vec<NodeId> {
@@ -222,6 +278,13 @@ fn chain(parent: &[NodeId], v: NodeId) -> Vec<NodeId> {
 /// The first scanned field of block `from` that points to `to`.
 pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usize> {
     let b = a.graph.blocks.block(from)?;
+    // Most pointers hold the target's address itself: compare words before resolving any.
+    if let Some(target) = a.address(to) {
+        let start = b.header.first_scanned_field(b.fields).unwrap_or(b.fields.len());
+        if let Some(i) = b.fields.iter().skip(start).position(|&w| w == target) {
+            return Some(start + i);
+        }
+    }
     let mut found = None;
     crate::graph::scanned_fields(&b.header, b.fields, |i, v| {
         if found.is_none() && a.graph.blocks.resolve(v) == Target::Node(to) {

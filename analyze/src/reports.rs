@@ -1,7 +1,7 @@
 //! The `summary` and `dominators` reports (JSON schemas in REPORTS.md).
 
 use crate::analysis::{Analysis, NodeKind};
-use crate::blocks::{NodeId, RegionCounts};
+use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::graph::{PointerCounts, SUPER_ROOT};
 use crate::groups::{self, Group, GroupBy};
 use serde::Serialize;
@@ -27,9 +27,12 @@ pub struct RootKindTotal {
 pub struct Summary {
     pub ocaml_version: String,
     pub reserved_header_bits: u8,
-    /// Live blocks (allocated, not garbage) in all regions, and their bytes (headers included).
+    /// Live blocks (allocated, not garbage) in all regions, static data included, and their
+    /// bytes (headers included).
     pub objects: u64,
     pub bytes: u64,
+    /// Blocks the roots reach (static ones included), and the heap bytes they hold (static
+    /// data excluded: it is never freed, so it counts in no retained size).
     pub reachable_objects: u64,
     pub reachable_bytes: u64,
     /// Live-coloured blocks that no root reaches.
@@ -65,8 +68,13 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
         }
         all.add(&rb.counts);
     }
-    let reachable_objects = a.tree.preorder.iter().filter(|&&v| blocks.is_block(v)).count() as u64;
+    let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
     let reachable_bytes = a.reachable_bytes();
+    let (unreachable_objects, unreachable_bytes) = blocks
+        .block_regions()
+        .flat_map(|r| blocks.region_blocks(r))
+        .filter(|b| !a.tree.is_reachable(b.node))
+        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()));
     let roots = a
         .graph
         .root_kinds
@@ -87,8 +95,8 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
         bytes: all.live_bytes,
         reachable_objects,
         reachable_bytes,
-        unreachable_objects: all.live_blocks - reachable_objects,
-        unreachable_bytes: all.live_bytes.saturating_sub(reachable_bytes),
+        unreachable_objects,
+        unreachable_bytes,
         garbage_objects: all.garbage_blocks,
         garbage_bytes: all.garbage_bytes,
         free_slots: all.free_slots,
@@ -127,7 +135,8 @@ pub struct TreeNode {
 /// The dominator tree from the super-root, `depth` levels deep, keeping children that retain
 /// at least `min_percent` of the reachable bytes (at most `max_children` per node).
 pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_children: usize) -> TreeNode {
-    let (offsets, children) = a.tree.children();
+    let (offsets, children) = a.tree.children_pre();
+    let preorder = a.preorder();
     let total = a.reachable_bytes().max(1);
     // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
     struct Frame {
@@ -138,7 +147,8 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
         omitted_retained: u64,
     }
     let make = |v: NodeId, level: usize| -> Frame {
-        let mut kids: Vec<NodeId> = children[offsets[v as usize] as usize..offsets[v as usize + 1] as usize].to_vec();
+        let p = a.tree.pre_of[v as usize] as usize;
+        let mut kids: Vec<NodeId> = children[offsets[p] as usize..offsets[p + 1] as usize].iter().map(|&c| preorder[c as usize]).collect();
         kids.sort_by(|&x, &y| a.retained(y).cmp(&a.retained(x)).then(x.cmp(&y)));
         let keep = if level >= depth {
             0
@@ -157,7 +167,7 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
     let finish = |f: Frame| -> TreeNode {
         let v = f.node;
         let root = match a.idom(v) {
-            Some(d) if d == SUPER_ROOT || a.graph.root_kind_of(d).is_some() || a.module_of(d).is_some() => {
+            Some(d) if d == SUPER_ROOT || a.graph.root_kind_of(d).is_some() => {
                 matches!(a.node_kind(v), Some(NodeKind::Block(_))).then(|| groups::top_label(a, v))
             }
             _ => None,

@@ -26,6 +26,9 @@ use heapsnap_format::{
 };
 use std::path::Path;
 
+/// Bumped whenever the layout of generated snapshots changes (benchmarks cache them by it).
+pub const LAYOUT_VERSION: u32 = 2;
+
 /// A block of the synthetic heap.
 pub type ObjId = u64;
 
@@ -110,6 +113,8 @@ pub struct SynthHeap {
     objs: Vec<Obj>,
     words: Vec<u64>,
     roots: Vec<(RootKind, Value, String, u64, u16)>,
+    /// Module blocks: their fields become `global` roots (slot = field address, origin = index).
+    modules: Vec<(ObjId, String)>,
     suspended: Vec<(u64, Value)>,
     symbols: Vec<(String, u64, u64, SymbolKind)>,
     custom_ops: Vec<(u64, String)>,
@@ -133,6 +138,7 @@ impl SynthHeap {
             objs: Vec::new(),
             words: Vec::new(),
             roots: Vec::new(),
+            modules: Vec::new(),
             suspended: Vec::new(),
             symbols: Vec::new(),
             custom_ops: Vec::new(),
@@ -279,10 +285,11 @@ impl SynthHeap {
         self.roots.push((kind, value, name.to_string(), origin, 0));
     }
 
-    /// A module block (static, fields given) and its `Global` root, named `caml<Module>`.
+    /// A module block (static, fields given): each field is a `global` root named
+    /// `caml<Module>`, with the field's address as slot and its index as origin (FORMAT.md).
     pub fn add_module(&mut self, module: &str, fields: &[Value]) -> ObjId {
         let id = self.alloc(Space::Static, 0, fields);
-        self.add_root(RootKind::Global, Value::Ptr(id), &format!("caml{module}"), 0);
+        self.modules.push((id, format!("caml{module}")));
         id
     }
 
@@ -338,6 +345,24 @@ impl SynthHeap {
                 name,
                 reserved: 0,
             });
+        }
+        for (id, name) in &self.modules {
+            let o = &self.objs[*id as usize];
+            let name = w.intern(name);
+            for k in 0..o.wosize as usize {
+                let word = self.words[o.fields as usize + k];
+                roots.push(RootRecord {
+                    kind: RootKind::Global.code(),
+                    domain: NO_DOMAIN,
+                    flags: 0,
+                    thread: 0,
+                    slot: plan.address[*id as usize] + 8 * k as u64,
+                    value: plan.translate(word),
+                    origin: k as u64,
+                    name,
+                    reserved: 0,
+                });
+            }
         }
         for (stack, value) in &self.suspended {
             roots.push(RootRecord {
@@ -594,7 +619,7 @@ pub struct LargeHeapShape {
 /// The heap of `samples/large_heap.ml` with `items` items: 7 blocks per item (name string, int
 /// array of 3, boxed float, closure over the index and name, the item record, a cell of the
 /// global list `items`, a Hashtbl bucket in `index`), plus the bucket array, the Hashtbl
-/// record, the `items` ref and the module block. Most blocks have one referrer; each item record
+/// record, the `items` ref; the module block's two fields are the roots. Most blocks have one referrer; each item record
 /// has two (its list cell and its bucket), each name two (the item and the closure).
 pub fn large_heap_shape(items: u64) -> LargeHeapShape {
     let mut h = SynthHeap::with_capacity(items as usize * 7 + 8, items as usize * 20 + 64);
@@ -626,6 +651,7 @@ pub fn large_heap_shape(items: u64) -> LargeHeapShape {
     let hashtbl = h.alloc(Space::Major, 0, &[Value::Int(items as i64), Value::Ptr(table), Value::Int(0), Value::Int(16)]);
     let items_ref = h.alloc(Space::Major, 0, &[list]);
     h.add_module("Large_heap", &[Value::Ptr(items_ref), Value::Ptr(hashtbl)]);
-    let objects = items * 7 + 4;
+    // The module block is static data that no pointer reaches: its fields are roots, it is no node.
+    let objects = items * 7 + 3;
     LargeHeapShape { heap: h, items, objects }
 }

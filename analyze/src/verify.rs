@@ -10,7 +10,8 @@
 //!
 //! With `strict` (for snapshots taken at a quiet point right after `Gc.compact`), also an error:
 //! an allocated major-heap block (pool or large) that no root reaches, unless weak references
-//! (ephemeron keys, weak arrays, the data of dead ephemerons) reach it: that is a missed root.
+//! (ephemeron keys, weak arrays, the data of dead ephemerons, roots flagged WEAK such as
+//! `Gc.finalise`d values) reach it: that is a missed root.
 
 use crate::blocks::{BadPointer, Target, NO_NODE};
 use crate::graph::{scanned_fields, HeapGraph, SUPER_ROOT};
@@ -102,6 +103,7 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
     // What weak references reach, beyond that.
     let mut weak_seeds: Vec<u32> = graph.weak_edges.iter().map(|&(_, k)| k).collect();
     weak_seeds.extend(graph.ephemerons.iter().filter(|e| !e.data_live).filter_map(|e| e.data));
+    weak_seeds.extend(graph.weak_roots.iter().copied());
     let mut weakly = reached.clone();
     bfs(graph, &weak_seeds, &mut weakly);
 

@@ -37,31 +37,32 @@ fn check(n: usize, edges: &[(u32, u32)]) {
     let oracle = petgraph::algo::dominators::simple_fast(&g, NodeIndex::new(0));
     for v in 0..n {
         let expected = oracle.immediate_dominator(NodeIndex::new(v)).map_or(NONE, |d| d.index() as u32);
-        assert_eq!(tree.idom[v], expected, "idom of {v} in {edges:?}");
+        assert_eq!(tree.idom(v as u32), expected, "idom of {v} in {edges:?}");
     }
     // retained(n) = shallow(n) + sum of retained(children)
     let mut sum_children = vec![0u64; n];
     for v in 0..n as u32 {
-        let d = tree.idom[v as usize];
+        let d = tree.idom(v);
         if d != NONE {
-            sum_children[d as usize] += tree.retained[v as usize];
+            sum_children[d as usize] += tree.retained(v);
         }
     }
     for v in 0..n as u32 {
         if tree.is_reachable(v) {
-            assert_eq!(tree.retained[v as usize], shallow(v) + sum_children[v as usize], "retained of {v}");
+            assert_eq!(tree.retained(v), shallow(v) + sum_children[v as usize], "retained of {v}");
         } else {
-            assert_eq!(tree.retained[v as usize], 0);
+            assert_eq!(tree.retained(v), 0);
         }
     }
     // preorder lists each reachable node once, dominators first
     let mut pos = vec![usize::MAX; n];
-    for (i, &v) in tree.preorder.iter().enumerate() {
+    let preorder = tree.preorder();
+    for (i, &v) in preorder.iter().enumerate() {
         assert_eq!(pos[v as usize], usize::MAX);
         pos[v as usize] = i;
     }
-    for &v in &tree.preorder[1..] {
-        assert!(pos[tree.idom[v as usize] as usize] < pos[v as usize]);
+    for &v in &preorder[1..] {
+        assert!(pos[tree.idom(v) as usize] < pos[v as usize]);
     }
 }
 

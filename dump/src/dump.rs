@@ -2,9 +2,9 @@
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{capture, custom_ops_in_heap, Capture};
+use crate::runtime::capture::{candidate_pools, capture, custom_ops_in_heap, Capture, SpareBuffers};
 use crate::runtime::heap::{redact_strings, RegionIndex};
-use crate::runtime::safety::check_world;
+use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, Runtime};
 use crate::snapshot;
 use crate::source::{interrupted, LiveProcess, ProcessMemory};
@@ -69,6 +69,8 @@ pub struct DumpReport {
     pub file_bytes: u64,
     /// Whole dump, from the first look at the target to the file on disk.
     pub elapsed_ns: u64,
+    /// Where the pause went: the steps of the copy, in ns.
+    pub pause_phases: Vec<(String, u64)>,
     pub warnings: Vec<String>,
 }
 
@@ -117,44 +119,68 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     }
     let format = header_format(reserved_bits);
 
+    // Buffers for the pools, prepared while the target runs (a little more than it has now).
+    let domain_states = crate::runtime::safety::domain_states(&rt, &memory).unwrap_or_default();
+    let candidates = candidate_pools(&rt, &memory, &domain_states);
+    let count = candidates.len() + candidates.len() / 8 + 16;
+    let mut spare = SpareBuffers::new(count, (rt.sizes.pool_wsize * 8) as usize, candidates)?;
+
+    wait_outside_stw(&rt, &memory, Duration::from_millis(100));
     let mut process = LiveProcess::attach(pid)?;
     let mut stopped_at = Instant::now();
     let mut wall_at_stop = SystemTime::now();
     let mut total_stopped = Duration::ZERO;
     let mut attempts = 1;
     let mut check = check_world(&rt, &process)?;
-    while !check.is_safe() && attempts < options.max_attempts.max(1) {
+    let mut cap = loop {
+        let last = attempts >= options.max_attempts.max(1);
+        if check.is_safe() || last {
+            let checked = stopped_at.elapsed();
+            match capture(&rt, &process, &check, format, &mut spare) {
+                Ok(mut cap) => {
+                    cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
+                    break cap;
+                }
+                Err(DumpError::UnsafeStop(_)) if !last => {}
+                Err(DumpError::UnsafeStop(why)) => {
+                    return Err(DumpError::Inconsistent(format!("no consistent stop in {attempts} attempts: {why}")))
+                }
+                Err(e) => return Err(e),
+            }
+        }
         total_stopped += stopped_at.elapsed();
         process.resume()?;
-        // Let the target leave its unsafe window: a few ms, more as attempts fail.
-        std::thread::sleep(Duration::from_micros(500 * (attempts as u64).min(20)));
+        // Let the target leave its unsafe window: a little longer as attempts fail, and then
+        // until no stop-the-world section runs.
+        std::thread::sleep(Duration::from_micros(200 * (attempts as u64).min(25)));
         if interrupted() {
             return Err(DumpError::Interrupted);
         }
+        wait_outside_stw(&rt, &memory, Duration::from_millis(100));
         process.stop()?;
         stopped_at = Instant::now();
         wall_at_stop = SystemTime::now();
         attempts += 1;
         check = check_world(&rt, &process)?;
-    }
-    let consistent = check.is_safe();
-    if !consistent {
-        if options.require_consistent {
+        if !check.is_safe() && attempts >= options.max_attempts.max(1) && options.require_consistent {
             return Err(DumpError::Inconsistent(format!(
                 "no consistent stop in {attempts} attempts: {}",
                 check.unsafe_reasons.join("; ")
             )));
         }
+    };
+    let consistent = check.is_safe();
+    if !consistent {
         warnings.push(format!(
             "no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}",
             check.unsafe_reasons.join("; ")
         ));
     }
-    let mut cap = capture(&rt, &process, &check, format)?;
     process.detach();
     let pause = stopped_at.elapsed();
     total_stopped += pause;
     drop(process);
+    drop(spare);
 
     // The target runs again; the rest works on our copy.
     let more_ops = custom_ops_in_heap(&rt, &memory, &cap, format);
@@ -200,6 +226,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
         file_bytes,
         elapsed_ns: started.elapsed().as_nanos() as u64,
+        pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
         warnings,
     })
 }

@@ -46,6 +46,9 @@ pub struct TypeIndex {
     /// struct/union tags and typedef names to type refs (definitions only).
     named: HashMap<String, Vec<TypeRef>>,
     variables: HashMap<String, Vec<Variable>>,
+    /// Address ranges of compilation units, sorted: (begin, end, index in `unit_names`).
+    unit_ranges: Vec<(u64, u64, usize)>,
+    unit_names: Vec<String>,
 }
 
 /// The layout of one member, possibly nested (`a.b.c`).
@@ -79,12 +82,28 @@ impl TypeIndex {
             Ok(EndianSlice::new(bytes, LittleEndian))
         })
         .map_err(|e| DumpError::Dwarf(e.to_string()))?;
-        let mut index = TypeIndex { nodes: HashMap::new(), named: HashMap::new(), variables: HashMap::new() };
+        let mut index = TypeIndex {
+            nodes: HashMap::new(),
+            named: HashMap::new(),
+            variables: HashMap::new(),
+            unit_ranges: Vec::new(),
+            unit_names: Vec::new(),
+        };
         let mut units = dwarf.units();
         while let Some(header) = units.next().map_err(|e| DumpError::Dwarf(e.to_string()))? {
             let unit = dwarf.unit(header).map_err(|e| DumpError::Dwarf(e.to_string()))?;
             index.load_unit(&dwarf, &unit).map_err(|e| DumpError::Dwarf(e.to_string()))?;
+            if let (Some(name), Ok(mut ranges)) = (unit.name, dwarf.unit_ranges(&unit)) {
+                let id = index.unit_names.len();
+                index.unit_names.push(String::from_utf8_lossy(name.slice()).into_owned());
+                while let Ok(Some(r)) = ranges.next() {
+                    if r.begin < r.end {
+                        index.unit_ranges.push((r.begin, r.end, id));
+                    }
+                }
+            }
         }
+        index.unit_ranges.sort_unstable();
         Ok(index)
     }
 
@@ -204,9 +223,7 @@ impl TypeIndex {
                 }
                 _ => {
                     if let Some(r) = here {
-                        if !self.nodes.contains_key(&r) {
-                            self.nodes.insert(r, TypeNode::Other { size: udata(entry, gimli::DW_AT_byte_size) });
-                        }
+                        self.nodes.entry(r).or_insert_with(|| TypeNode::Other { size: udata(entry, gimli::DW_AT_byte_size) });
                     }
                 }
             }
@@ -332,6 +349,11 @@ impl TypeIndex {
 
     pub fn variable_type(&self, var: &Variable) -> Option<usize> {
         var.ty
+    }
+
+    /// The compilation units' address ranges: (begin, end, unit name), sorted.
+    pub fn code_units(&self) -> Vec<(u64, u64, String)> {
+        self.unit_ranges.iter().map(|&(b, e, i)| (b, e, self.unit_names[i].clone())).collect()
     }
 }
 

@@ -61,6 +61,11 @@ pub enum DumpError {
     #[error("the dump was interrupted by a signal; the target was released unchanged")]
     Interrupted,
 
+    /// The world was stopped at a moment the copy found inconsistent (e.g. a block header
+    /// being written): the dump resumes the target and tries again.
+    #[error("the target was stopped at an inconsistent moment: {0}")]
+    UnsafeStop(String),
+
     #[error(transparent)]
     Format(#[from] heapsnap_format::FormatError),
 }

@@ -223,7 +223,7 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
         println!();
         println!("{} x  from {} root {}", p.count, p.root_kind, p.root);
         for s in &p.steps {
-            let field = s.field.map(|f| format!(".{f} -> ")).unwrap_or_default();
+            let field = s.field.as_deref().map(|f| format!(".{f} -> ")).unwrap_or_default();
             let repeat = match (s.repeat_min, s.repeat_max) {
                 (1, 1) => String::new(),
                 (a, b) if a == b => format!("  (x{a})"),

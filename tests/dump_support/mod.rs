@@ -167,6 +167,19 @@ pub fn dump_ok(pid: i32, out: &Path, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
 }
 
+/// `heapsnap verify [--strict] --json SNAPSHOT`: the analyser's own check of a snapshot.
+pub fn verify(path: &Path, strict: bool) -> serde_json::Value {
+    let mut cmd = Command::new(heapsnap());
+    cmd.arg("verify").arg(path).arg("--json");
+    if strict {
+        cmd.arg("--strict");
+    }
+    let out = cmd.output().expect("run heapsnap verify");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("heapsnap verify printed no JSON ({e}): {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    })
+}
+
 /// Waits until `pid` has exited (or the timeout passes); true if it did.
 pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let start = Instant::now();

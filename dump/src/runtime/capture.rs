@@ -45,10 +45,18 @@ pub struct Capture {
     /// Registered custom operations: (address of `struct custom_operations`, identifier).
     pub custom_ops: Vec<(u64, String)>,
     pub warnings: Vec<String>,
+    /// How long each step of the copy took (ns), for reports and benchmarks.
+    pub phases: Vec<(&'static str, u64)>,
 }
 
 /// Copies the world. `world` is the verdict of [`super::safety::check_world`] for this stop.
-pub fn capture(rt: &Runtime, source: &dyn MemorySource, world: &WorldCheck, format: HeaderFormat) -> Result<Capture> {
+pub fn capture(
+    rt: &Runtime,
+    source: &dyn MemorySource,
+    world: &WorldCheck,
+    format: HeaderFormat,
+    spare: &mut SpareBuffers,
+) -> Result<Capture> {
     let mut cap = Capture::default();
     let l = &rt.layout;
     for view in &world.domains {
@@ -83,10 +91,20 @@ pub fn capture(rt: &Runtime, source: &dyn MemorySource, world: &WorldCheck, form
     read_colours(rt, source, &mut cap)?;
     cap.compactions = source.read_u64(rt.symbol("caml_compactions_count")?).ok();
 
+    let mut clock = std::time::Instant::now();
+    let mut lap = |cap: &mut Capture, name: &'static str| {
+        cap.phases.push((name, clock.elapsed().as_nanos() as u64));
+        clock = std::time::Instant::now();
+    };
     capture_minor_heaps(source, &mut cap)?;
-    capture_heaps(rt, source, &mut cap, format)?;
+    check_minor_heaps(&cap, format)?;
+    lap(&mut cap, "minor heaps");
+    capture_heaps(rt, source, &mut cap, format, spare)?;
+    lap(&mut cap, "pools and large allocations");
     capture_static_data(rt, source, &mut cap)?;
+    lap(&mut cap, "static data");
     roots::capture_roots(rt, source, &mut cap, format)?;
+    lap(&mut cap, "roots and stacks");
     capture_custom_ops(rt, source, &mut cap);
     Ok(cap)
 }
@@ -132,34 +150,133 @@ fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<(
     Ok(())
 }
 
-/// Every pool and large allocation of every domain, and those orphaned by terminated domains.
-fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
+/// Pool-sized buffers allocated and touched before the world stops, so that the pause is
+/// spent copying, not allocating and zeroing memory.
+pub struct SpareBuffers {
+    size: usize,
+    buffers: Vec<Vec<u8>>,
+    /// Pools expected on the heap lists (from [`candidate_pools`]).
+    pub candidates: Vec<u64>,
+}
+
+impl SpareBuffers {
+    /// `count` buffers of `size` bytes, every page already faulted in.
+    pub fn new(count: usize, size: usize, candidates: Vec<u64>) -> Result<SpareBuffers> {
+        let mut buffers = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut b = zeroed_buffer(0, size)?;
+            for page in b.chunks_mut(4096) {
+                page[0] = 0;
+            }
+            buffers.push(b);
+        }
+        Ok(SpareBuffers { size, buffers, candidates })
+    }
+
+    pub fn none() -> SpareBuffers {
+        SpareBuffers { size: 0, buffers: Vec::new(), candidates: Vec::new() }
+    }
+
+    fn take(&mut self, address: u64, size: usize) -> Result<Vec<u8>> {
+        match self.buffers.pop() {
+            Some(b) if size == self.size => Ok(b),
+            _ => zeroed_buffer(address, size),
+        }
+    }
+}
+
+/// The pools on the target's heap lists, read while it runs: a racy list of candidates that
+/// lets the stopped world be copied in one batch (see [`capture`]).
+pub fn candidate_pools(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64]) -> Vec<u64> {
+    let mut out = Vec::new();
+    for head in pool_list_heads(rt, source, domain_states).into_iter().map(|(_, head, _)| head) {
+        let mut pool = source.read_u64(head).unwrap_or(0);
+        let mut n = 0;
+        while pool != 0 && n < 10_000_000 {
+            n += 1;
+            out.push(pool);
+            pool = source.read_u64(pool + rt.layout.heap.pool_next).unwrap_or(0);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Every pool list: (owning domain, address of the list head, size class).
+fn pool_list_heads(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64]) -> Vec<(u16, u64, u64)> {
     let h = &rt.layout.heap;
-    let n = h.num_sizeclasses;
-    let mut pool_lists: Vec<(u16, u64, u64)> = Vec::new(); // (domain, list head address, size class)
-    let mut large_lists: Vec<(u16, u64)> = Vec::new();
-    for d in &cap.domains {
-        let heap = d.field(rt.layout.domain_state.shared_heap);
+    let mut lists = Vec::new();
+    for &state in domain_states {
+        let Ok(heap) = source.read_u64(state + rt.layout.domain_state.shared_heap) else { continue };
+        let id = source.read_u32(state + rt.layout.domain_state.id).unwrap_or(0) as u16;
         if heap == 0 {
             continue;
         }
         for list in [h.avail_pools, h.full_pools, h.unswept_avail_pools, h.unswept_full_pools] {
-            for sz in 0..n {
-                pool_lists.push((d.id, heap + list + 8 * sz, sz));
-            }
+            lists.extend((0..h.num_sizeclasses).map(|sz| (id, heap + list + 8 * sz, sz)));
         }
-        large_lists.push((d.id, heap + h.swept_large));
-        large_lists.push((d.id, heap + h.unswept_large));
     }
     let freelist = rt.addr(h.pool_freelist);
     for list in [h.global_avail_pools, h.global_full_pools] {
-        for sz in 0..n {
-            pool_lists.push((NO_DOMAIN, freelist + list + 8 * sz, sz));
+        lists.extend((0..h.num_sizeclasses).map(|sz| (NO_DOMAIN, freelist + list + 8 * sz, sz)));
+    }
+    lists
+}
+
+/// Every minor heap must parse from `young_ptr` to its end: a domain stopped between the bump
+/// of its allocation pointer and the write of the new header (in C code we could not see
+/// into) shows here.
+fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
+    for r in cap.regions.iter().filter(|r| r.kind == RegionKind::MinorHeap) {
+        let mut at = 0usize;
+        while at + 8 <= r.bytes.len() {
+            let header = r.word(at);
+            if header == 0 {
+                return Err(DumpError::UnsafeStop(format!("domain {}: a zero header at {:#x} in the minor heap", r.domain, r.base + at as u64)));
+            }
+            at += 8 * (format.wosize(header) as usize + 1);
+        }
+        if at != r.bytes.len() {
+            return Err(DumpError::UnsafeStop(format!("domain {}: the minor heap does not parse up to its end", r.domain)));
         }
     }
-    large_lists.push((NO_DOMAIN, freelist + h.global_large));
+    Ok(())
+}
 
+/// Every pool and large allocation of every domain, and those orphaned by terminated domains.
+fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat, spare: &mut SpareBuffers) -> Result<()> {
+    let h = &rt.layout.heap;
+    let states: Vec<u64> = cap.domains.iter().map(|d| d.state).collect();
+    let pool_lists = pool_list_heads(rt, source, &states);
+    let mut large_lists: Vec<(u16, u64)> = Vec::new();
+    for d in &cap.domains {
+        let heap = d.field(rt.layout.domain_state.shared_heap);
+        if heap != 0 {
+            large_lists.push((d.id, heap + h.swept_large));
+            large_lists.push((d.id, heap + h.unswept_large));
+        }
+    }
+    large_lists.push((NO_DOMAIN, rt.addr(h.pool_freelist) + h.global_large));
+
+    // Copy the candidate pools in one batch, then follow the lists in our copy; a pool the
+    // candidates missed (the lists moved since) is read on its own.
     let pool_bytes = (rt.sizes.pool_wsize * 8) as usize;
+    let mut copies: std::collections::HashMap<u64, Vec<u8>> = std::collections::HashMap::new();
+    {
+        let candidates = std::mem::take(&mut spare.candidates);
+        let mut buffers: Vec<(u64, Vec<u8>)> =
+            candidates.into_iter().map(|a| Ok((a, spare.take(a, pool_bytes)?))).collect::<Result<_>>()?;
+        let mut requests: Vec<ReadRequest<'_>> =
+            buffers.iter_mut().map(|(address, buf)| ReadRequest { address: *address, buf }).collect();
+        let read = source.read_many_partial(&mut requests);
+        drop(requests);
+        for ((address, buf), ok) in buffers.into_iter().zip(read) {
+            if ok {
+                copies.insert(address, buf);
+            }
+        }
+    }
     let mut seen = HashSet::new();
     for (domain, head, sz) in pool_lists {
         let mut pool = source.read_u64(head)?;
@@ -167,10 +284,16 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             if !seen.insert(pool) {
                 return Err(DumpError::Inconsistent(format!("pool {pool:#x} is on two lists, or a list loops")));
             }
-            // The whole pool in one read; its header tells the next one.
-            let bytes = source.read_bytes(pool, pool_bytes)?;
+            let bytes = match copies.remove(&pool) {
+                Some(b) => b,
+                None => {
+                    let mut b = spare.take(pool, pool_bytes)?;
+                    source.read(pool, &mut b)?;
+                    b
+                }
+            };
             let word = |o: u64| u64::from_le_bytes(bytes[o as usize..o as usize + 8].try_into().expect("8 bytes"));
-            let pool_sz = u32::from_le_bytes(bytes[h.pool_sz as usize..h.pool_sz as usize + 4].try_into().expect("4 bytes"));
+            let pool_sz = (word(h.pool_sz & !7) >> (8 * (h.pool_sz % 8))) as u32;
             if pool_sz as u64 != sz {
                 return Err(DumpError::Inconsistent(format!("pool {pool:#x} of size class {pool_sz} is on the list of class {sz}")));
             }
@@ -288,19 +411,28 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
 /// the pools of the size class that holds 3-word blocks.
 pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> Vec<u64> {
     let mut out = Vec::new();
+    let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == 2;
     for r in regions {
-        let scan = match r.kind {
-            RegionKind::MinorHeap => true,
-            RegionKind::Pool => r.block_wsize == 3,
-            _ => false,
-        };
-        if !scan {
-            continue;
-        }
-        for (at, hd) in r.blocks(format) {
-            if format.tag(hd) == CONT_TAG && format.wosize(hd) == 2 {
-                out.push(r.base + at as u64 + 8);
+        match r.kind {
+            RegionKind::MinorHeap => {
+                for (at, hd) in r.blocks(format) {
+                    if is_cont(hd) {
+                        out.push(r.base + at as u64 + 8);
+                    }
+                }
             }
+            // Only the size class of 3-word blocks can hold one. A tight loop over the headers:
+            // this runs while the target is stopped.
+            RegionKind::Pool if r.block_wsize == 3 => {
+                let mut at = r.first_block as usize;
+                while at + 24 <= r.bytes.len() {
+                    if r.bytes[at] == CONT_TAG && is_cont(r.word(at)) {
+                        out.push(r.base + at as u64 + 8);
+                    }
+                    at += 24;
+                }
+            }
+            _ => {}
         }
     }
     out

@@ -114,11 +114,13 @@ impl CodeMap {
         }
         const LOOK_BACK: u64 = 4096;
         let start = pc.saturating_sub(LOOK_BACK).max(self.text_address);
-        let Some(window) = self.code_at(start, (pc - start) as usize) else { return false };
+        // The bytes before pc, and a few after it: pc may be on the compare that follows.
+        let before = (pc - start) as usize;
+        let Some(window) = self.code_at(start, before + 8) else { return false };
         // Candidates, nearest first: `sub $imm8,%r15` (49 83 ef ib) or `sub $imm32,%r15`
         // (49 81 ef id), each followed by `cmp (%r14),%r15` (4d 3b 3e).
         let mut candidates = Vec::new();
-        for i in 0..window.len().saturating_sub(3) {
+        for i in 0..before.min(window.len().saturating_sub(3)) {
             if window[i] == 0x49 && window[i + 2] == 0xef {
                 let cmp_at = match window[i + 1] {
                     0x83 => i + 4,

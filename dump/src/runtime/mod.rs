@@ -9,6 +9,7 @@ pub mod heap;
 pub mod layout;
 pub mod roots;
 pub mod safety;
+pub mod unwind;
 
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
@@ -61,6 +62,10 @@ pub struct Runtime {
     pub detected_reserved_bits: Option<u8>,
     pub sizes: SizeClasses,
     pub frames: FrameTable,
+    /// Unwind tables of the executable and the shared libraries the target maps.
+    pub unwinder: unwind::Unwinder,
+    /// The executable's compilation units: (begin, end, source file), link-time, sorted.
+    pub units: Vec<(u64, u64, String)>,
 }
 
 impl Runtime {
@@ -94,7 +99,9 @@ impl Runtime {
                 frames.read_one(source, table)?;
             }
         }
-        Ok(Runtime { exe, layout, code, bias, version, detected_reserved_bits, sizes, frames })
+        let unwinder = unwind::Unwinder::new(&mappings);
+        let units = types.code_units();
+        Ok(Runtime { exe, layout, code, bias, version, detected_reserved_bits, sizes, frames, unwinder, units })
     }
 
     /// Target address of a link-time address.
@@ -105,6 +112,13 @@ impl Runtime {
     /// Target address of symbol `name`.
     pub fn symbol(&self, name: &str) -> Result<u64> {
         Ok(self.addr(self.exe.require(name)?))
+    }
+
+    /// The source file of the compilation unit holding target code address `address`.
+    pub fn unit_at(&self, address: u64) -> Option<&str> {
+        let link = address.wrapping_sub(self.bias);
+        let after = self.units.partition_point(|u| u.0 <= link);
+        self.units[..after].iter().rev().take(8).find(|u| link < u.1).map(|u| u.2.as_str())
     }
 
     /// The executable's symbol holding target address `address`, if any.

@@ -15,16 +15,107 @@
 //!   work, the domain table, memprof orphans): the structures they guard are not half-updated;
 //! - every domain either has released its domain lock (it is in a blocking section, so its
 //!   heap, stacks and roots are at rest), or the thread holding it is executing OCaml code
-//!   outside an inline allocation: OCaml code changes the heap only through allocation (the
-//!   window between the bump of `young_ptr` and the last initialising store is detected by
-//!   decoding the code) and `caml_modify`-free stores, which leave every block well-formed.
-//!   A domain holding its lock in C code or in the assembly glue may be in the middle of a
-//!   major slice, a pool sweep or a stack reallocation: unsafe.
+//!   outside an inline allocation (OCaml code changes the heap only by allocating, and the
+//!   window between the bump of `young_ptr` and the last initialising store is found by
+//!   decoding the code), or it runs C code whose frames, unwound with `.eh_frame` up to the
+//!   OCaml code that called it, include no runtime function that leaves heap structures
+//!   half-updated (a major slice sweeping pools, an allocation, a stack reallocation...).
+//!   The assembly glue between OCaml and C is a transition: unsafe.
+//! - and, checked by the capture itself, every minor heap parses from `young_ptr` to its end
+//!   (no block header is being written).
 
 use super::code::CodeKind;
 use super::Runtime;
 use crate::error::Result;
 use crate::source::{MemorySource, ReadExt, ThreadState};
+
+/// Runtime source files whose functions leave heap structures half-updated while they run
+/// (pool lists being swept or refilled, blocks allocated but not yet initialised, stacks
+/// being moved, finaliser and memprof tables being rebuilt, systhreads switching): a domain
+/// stopped with one of them on its C stack is not at rest.
+const UNSAFE_RUNTIME_FILES: &[&str] = &[
+    "shared_heap.c",
+    "minor_gc.c",
+    "major_gc.c",
+    "memory.c",
+    "alloc.c",
+    "array.c",
+    "fiber.c",
+    "signals_nat.c",
+    "finalise.c",
+    "weak.c",
+    "memprof.c",
+    "intern.c",
+    "obj.c",
+    "custom.c",
+    "st_stubs.c",
+];
+
+/// Functions of those files that change nothing half-way themselves (the frames they call are
+/// still checked): allocators of strings, whose contents are never scanned (a torn header is
+/// caught by the minor-heap walk of the capture); the loops that *request* a collection and
+/// wait for the stop-the-world section to start; the write barrier.
+const SAFE_FUNCTIONS: &[&str] = &[
+    "caml_alloc_string",
+    "caml_alloc_initialized_string",
+    "caml_alloc_sprintf",
+    "caml_copy_string",
+    "caml_empty_minor_heaps_once",
+    "caml_initialize",
+    "caml_modify",
+];
+
+/// The runtime glue a C call from OCaml goes through: the domain's state was saved in it.
+const C_CALL_GLUE: &[&str] = &["caml_c_call", "caml_c_call_stack_args"];
+
+enum Holder {
+    /// Running OCaml code (or a `[@@noalloc]` C function called directly from it): the
+    /// registers of the innermost OCaml frame.
+    Ocaml(ThreadState),
+    /// In C code called through `caml_c_call`, none of it unsafe: Caml_state holds all.
+    InRuntime,
+    Unsafe(String),
+}
+
+/// Where the thread holding a domain is, and whether the domain is at rest there.
+fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState) -> Holder {
+    let pc = thread.regs.rip;
+    let kind = |pc: u64| rt.code.kind(pc.wrapping_sub(rt.bias));
+    let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
+    match kind(pc) {
+        CodeKind::OCaml if rt.code.in_allocation(pc.wrapping_sub(rt.bias)) => {
+            return Holder::Unsafe(format!("is initialising a block it just allocated, at {pc:#x} in {}", function(pc)))
+        }
+        CodeKind::OCaml => return Holder::Ocaml(thread.clone()),
+        CodeKind::System => return Holder::Unsafe(format!("is in the runtime's OCaml/C glue ({})", function(pc))),
+        CodeKind::Other => {}
+    }
+    // C code: unwind to the OCaml code that called it.
+    let Some(frames) = rt.unwinder.unwind(source, &thread.regs, 128, |pc| kind(pc) == CodeKind::Other) else {
+        return Holder::Unsafe(format!("runs C code that cannot be unwound ({})", function(pc)));
+    };
+    let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
+    for f in c_frames {
+        let name = function(f.pc);
+        let file = rt.unit_at(f.pc).unwrap_or("");
+        let file = file.rsplit('/').next().unwrap_or(file);
+        if UNSAFE_RUNTIME_FILES.contains(&file) && !SAFE_FUNCTIONS.contains(&name.as_str()) {
+            return Holder::Unsafe(format!("is in {name} ({file})"));
+        }
+    }
+    match kind(boundary.pc) {
+        CodeKind::OCaml => {
+            // A [@@noalloc] call: ocamlopt switched to the C stack and keeps the OCaml stack
+            // pointer in rbx (callee-saved, so restored by the unwind).
+            let mut regs = boundary.regs;
+            regs.rsp = regs.rbx;
+            regs.rip = boundary.pc;
+            Holder::Ocaml(ThreadState { tid: thread.tid, regs })
+        }
+        CodeKind::System if C_CALL_GLUE.contains(&function(boundary.pc).as_str()) => Holder::InRuntime,
+        _ => Holder::Unsafe(format!("is in C code entered through {}", function(boundary.pc))),
+    }
+}
 
 /// One domain taking part in stop-the-world sections, as found in the stopped target.
 #[derive(Clone, Debug)]
@@ -56,6 +147,30 @@ impl WorldCheck {
 fn mutex_state(rt: &Runtime, source: &dyn MemorySource, address: u64) -> Result<(u32, u32)> {
     let m = rt.layout.mutex;
     Ok((source.read_u32(address + m.lock)?, source.read_u32(address + m.owner)?))
+}
+
+/// Waits (reading the target as it runs, without stopping it) until no stop-the-world section
+/// is in progress, so that the next stop is likely consistent. Gives up after `timeout`.
+pub fn wait_outside_stw(rt: &Runtime, running: &dyn MemorySource, timeout: std::time::Duration) -> bool {
+    let leader = rt.addr(rt.layout.domains.stw_leader);
+    let start = std::time::Instant::now();
+    loop {
+        match running.read_u64(leader) {
+            Ok(0) => return true,
+            Ok(_) if start.elapsed() < timeout => std::thread::yield_now(),
+            _ => return false,
+        }
+    }
+}
+
+/// The `caml_domain_state` address of every domain taking part in stop-the-world sections.
+pub fn domain_states(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<u64>> {
+    let l = &rt.layout.domains;
+    let stw = rt.addr(l.stw_domains);
+    let count = source.read_i32(stw + l.stw_participating)?.clamp(0, 4096) as usize;
+    let array = source.read_u64(stw + l.stw_domains_array)?;
+    let internals = if count > 0 { source.read_words(array, count)? } else { Vec::new() };
+    internals.into_iter().map(|d| source.read_u64(d + l.internal_state)).collect()
 }
 
 pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck> {
@@ -93,26 +208,11 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         if lock != 0 {
             match source.threads().iter().find(|t| t.tid == owner && owner != 0) {
                 None => check.unsafe_reasons.push(format!("domain #{index}'s lock is being taken or released")),
-                Some(thread) => {
-                    let pc = thread.regs.rip;
-                    let link_pc = pc.wrapping_sub(rt.bias);
-                    let function = rt.symbol_name_at(pc).unwrap_or("?").to_string();
-                    match rt.code.kind(link_pc) {
-                        CodeKind::OCaml if rt.code.in_allocation(link_pc) => check.unsafe_reasons.push(format!(
-                            "domain #{index} (thread {}) is initialising a block it just allocated, at {pc:#x} in {function}",
-                            thread.tid
-                        )),
-                        CodeKind::OCaml => view.running = Some(thread.clone()),
-                        CodeKind::System => check.unsafe_reasons.push(format!(
-                            "domain #{index} (thread {}) is in the runtime's OCaml/C glue ({function})",
-                            thread.tid
-                        )),
-                        CodeKind::Other => check.unsafe_reasons.push(format!(
-                            "domain #{index} (thread {}) runs C code holding the runtime ({function})",
-                            thread.tid
-                        )),
-                    }
-                }
+                Some(thread) => match classify_holder(rt, source, thread) {
+                    Holder::Ocaml(state) => view.running = Some(state),
+                    Holder::InRuntime => {}
+                    Holder::Unsafe(why) => check.unsafe_reasons.push(format!("domain #{index} (thread {}) {why}", thread.tid)),
+                },
             }
         }
         check.domains.push(view);

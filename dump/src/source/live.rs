@@ -309,6 +309,25 @@ impl MemorySource for LiveProcess {
         check_interrupted()
     }
 
+    fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
+        let mut ok = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks_mut(MAX_IOVECS) {
+            let remote: Vec<RemoteIoVec> =
+                chunk.iter().map(|r| RemoteIoVec { base: r.address as usize, len: r.buf.len() }).collect();
+            let wanted: usize = remote.iter().map(|r| r.len).sum();
+            let got = {
+                let mut local: Vec<IoSliceMut<'_>> = chunk.iter_mut().map(|r| IoSliceMut::new(r.buf)).collect();
+                process_vm_readv(Pid::from_raw(self.pid as i32), &mut local, &remote)
+            };
+            match got {
+                Ok(n) if n == wanted => ok.extend(std::iter::repeat_n(true, chunk.len())),
+                // Some range is unmapped: read them one by one to know which.
+                _ => ok.extend(chunk.iter_mut().map(|r| self.read(r.address, r.buf).is_ok())),
+            }
+        }
+        ok
+    }
+
     fn threads(&self) -> &[ThreadState] {
         &self.threads
     }

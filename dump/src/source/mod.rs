@@ -88,6 +88,11 @@ pub trait MemorySource {
         Ok(())
     }
 
+    /// Reads many ranges, some of which may be unmapped: says which were read.
+    fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
+        requests.iter_mut().map(|r| self.read(r.address, r.buf).is_ok()).collect()
+    }
+
     /// Every thread of the target, stopped.
     fn threads(&self) -> &[ThreadState];
 
@@ -149,14 +154,22 @@ impl<T: MemorySource + ?Sized> ReadExt for T {}
 /// A zeroed buffer for `len` bytes of target memory at `address`; a clear error instead of an
 /// abort when a corrupt length asks for more memory than we can have.
 pub fn zeroed_buffer(address: u64, len: usize) -> Result<Vec<u8>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).map_err(|_| DumpError::Read {
-        address,
-        len,
-        reason: "more memory than the dumper can allocate (corrupt size?)".into(),
-    })?;
-    v.resize(len, 0);
-    Ok(v)
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let too_big = || DumpError::Read { address, len, reason: "more memory than the dumper can allocate (corrupt size?)".into() };
+    let layout = std::alloc::Layout::array::<u8>(len).map_err(|_| too_big())?;
+    // alloc_zeroed (calloc) gets fresh pages already zero from the kernel: no memset of
+    // memory we are about to overwrite with target bytes anyway.
+    // SAFETY: the layout has a non-zero size; on success the pointer owns `len` zeroed bytes,
+    // allocated by the global allocator with the layout Vec<u8> uses for this capacity.
+    unsafe {
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return Err(too_big());
+        }
+        Ok(Vec::from_raw_parts(ptr, len, len))
+    }
 }
 
 /// The bytes of a word slice (little-endian host).

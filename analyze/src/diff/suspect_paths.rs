@@ -1,0 +1,170 @@
+//! Retainer paths of the members of suspect groups, merged by path signature.
+//!
+//! One breadth-first search from the roots over strong references (as `heapsnap path` does)
+//! gives every reachable object a shortest path; its signature (root, then fields and shapes,
+//! folded as in [`super::trie`]) is built as the search discovers it. Members of the suspect
+//! groups are counted per signature. Done on the first and the last snapshot, the counts say
+//! how many members each chain gained: objects cannot be matched by address across snapshots,
+//! so "new objects" of a chain are the growth of its member count.
+
+use super::classify::{field_pointing, Classified, Scatter, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_SHAPE};
+use super::domtrie::DomTrie;
+use super::shape::FOLD_ABOVE_FIELDS;
+use super::trie::SigTrie;
+use crate::analysis::Analysis;
+use crate::blocks::{BlockRef, NodeId, NO_NODE};
+use crate::graph::SUPER_ROOT;
+use crate::groups::{key_name, kind_key, GroupBy, GroupKey};
+use crate::ocaml;
+use heapsnap_format::RootKind;
+use rayon::prelude::*;
+use rustc_hash::FxHashMap;
+use std::sync::Mutex;
+
+pub const NOT_MEMBER: u32 = u32::MAX;
+
+/// Members of the suspect groups, counted by the signature of their shortest path.
+pub struct MemberChains {
+    pub trie: SigTrie,
+    /// `(suspect index, signature)` -> (members, address of the first member met).
+    pub counts: FxHashMap<(u32, u32), (u64, u64)>,
+}
+
+/// The group key of a block, as [`crate::groups::groups`] computes it (not for `root`).
+fn group_key(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey> {
+    match by {
+        GroupBy::Tag if reserved_bits > 0 => Some(GroupKey::Reserved(b.header.reserved)),
+        GroupBy::Tag | GroupBy::Kind => Some(kind_key(b)),
+        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(b)),
+        GroupBy::Root => None,
+    }
+}
+
+/// The suspect index of every reachable block, by preorder number.
+fn membership(a: &Analysis<'_>, dom: Option<&DomTrie>, by: GroupBy, suspects: &[String]) -> Vec<u32> {
+    let index: FxHashMap<&str, u32> = suspects.iter().enumerate().map(|(i, s)| (s.as_str(), i as u32)).collect();
+    let r = a.tree.reachable_count();
+    if by == GroupBy::Root {
+        // A block's root group is the root of its dominator chain.
+        let Some(dom) = dom else { return vec![NOT_MEMBER; r] };
+        let by_root: Vec<u32> = dom.trie.root_labels.iter().map(|l| index.get(l.as_str()).copied().unwrap_or(NOT_MEMBER)).collect();
+        return dom
+            .sig_pre
+            .par_iter()
+            .map(|&s| match dom.trie.nodes.get(s as usize) {
+                Some(n) if s != 0 => by_root.get(n.root as usize).copied().unwrap_or(NOT_MEMBER),
+                _ => NOT_MEMBER,
+            })
+            .collect();
+    }
+    let blocks = &a.graph.blocks;
+    let reserved_bits = blocks.layout.reserved_bits();
+    let mut member = vec![NOT_MEMBER; r];
+    let named: Mutex<FxHashMap<GroupKey, u32>> = Mutex::new(FxHashMap::default());
+    let out = Scatter(member.as_mut_ptr());
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    regions.par_iter().for_each(|&reg| {
+        let mut local: FxHashMap<GroupKey, u32> = FxHashMap::default();
+        for b in blocks.region_blocks(reg) {
+            let p = a.tree.pre_of[b.node as usize];
+            if p == NO_NODE {
+                continue;
+            }
+            let Some(key) = group_key(by, reserved_bits, &b) else { continue };
+            let m = *local.entry(key).or_insert_with(|| {
+                let mut named = named.lock().expect("no panic while holding the names");
+                *named.entry(key).or_insert_with(|| index.get(key_name(a, &key).as_str()).copied().unwrap_or(NOT_MEMBER))
+            });
+            if m != NOT_MEMBER {
+                // SAFETY: preorder numbers are distinct and in bounds; each block is visited once.
+                unsafe { out.write(p as usize, m) };
+            }
+        }
+    });
+    member
+}
+
+/// The label of a root held by records of `kind` pointing at `v` (as `top --by root` names
+/// roots).
+fn root_label(a: &Analysis<'_>, kind: RootKind, v: NodeId) -> String {
+    let labels: Vec<String> = a
+        .graph
+        .roots_of(v)
+        .iter()
+        .map(|r| &a.snap.roots()[r.record as usize])
+        .filter(|r| r.root_kind() == kind)
+        .map(|r| crate::names::root_label(a.snap, r))
+        .collect();
+    match labels.as_slice() {
+        [] => format!("{kind} (shared)"),
+        [first, rest @ ..] if rest.iter().all(|l| l == first) => first.clone(),
+        [first, rest @ ..] => format!("{first} (+{} roots)", rest.len()),
+    }
+}
+
+/// Counts the members of the suspect groups by the signature of their shortest path.
+pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<&DomTrie>, by: GroupBy, suspects: &[String]) -> MemberChains {
+    let member = membership(a, dom, by, suspects);
+    let g = &a.graph;
+    let tree = &a.tree;
+    let blocks = &g.blocks;
+    let mut trie = SigTrie::new(c.shapes.names.clone());
+    let mut counts: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
+    const UNSEEN: u32 = u32::MAX;
+    const NOT_BLOCK: u32 = u32::MAX - 1;
+    let mut sig = vec![UNSEEN; g.node_count()];
+    sig[SUPER_ROOT as usize] = NOT_BLOCK;
+    let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
+    let mut head = 0;
+    let check = !g.condition_edges.is_empty();
+    while head < queue.len() {
+        let u = queue[head];
+        head += 1;
+        let su = sig[u as usize];
+        let pu = tree.pre_of[u as usize];
+        let kind = g.root_kind_of(u);
+        let mut ublock: Option<Option<BlockRef<'_>>> = None;
+        for &t in g.successors(u) {
+            if sig[t as usize] != UNSEEN || (check && g.is_condition_edge(u, t)) {
+                continue;
+            }
+            queue.push(t);
+            let pt = tree.pre_of[t as usize];
+            let shape = if pt == NO_NODE { NO_SHAPE } else { c.shape_pre[pt as usize] };
+            if u == SUPER_ROOT || shape == NO_SHAPE {
+                sig[t as usize] = NOT_BLOCK;
+                continue;
+            }
+            let s = if let Some(kind) = kind {
+                let root = trie.root(&root_label(a, kind, t));
+                trie.step(root, EDGE_TOP, shape)
+            } else if su == NOT_BLOCK {
+                // A block reached from a non-block that is no root kind: cannot happen.
+                let root = trie.root("?");
+                trie.step(root, EDGE_TOP, shape)
+            } else {
+                let parent = &trie.nodes[su as usize];
+                let folds = parent.edge != EDGE_ROOT && parent.label == shape;
+                let edge = if folds {
+                    EDGE_DOMINATED // unused: the step folds into the parent's
+                } else if tree.idom_pre[pt as usize] == pu && c.edge_pre[pt as usize] != EDGE_DOMINATED {
+                    c.edge_pre[pt as usize]
+                } else {
+                    match ublock.get_or_insert_with(|| blocks.block(u)) {
+                        Some(b) if b.header.wosize > FOLD_ABOVE_FIELDS => EDGE_ANY,
+                        Some(b) => field_pointing(blocks, b, t).map_or(EDGE_DOMINATED, |i| i as u8),
+                        None => EDGE_DOMINATED,
+                    }
+                };
+                trie.step(su, edge, shape)
+            };
+            sig[t as usize] = s;
+            let m = member[pt as usize];
+            if m != NOT_MEMBER {
+                let e = counts.entry((m, s)).or_insert_with(|| (0, a.address(t).unwrap_or(0)));
+                e.0 += 1;
+            }
+        }
+    }
+    MemberChains { trie, counts }
+}

@@ -1,0 +1,154 @@
+//! The analysis commands end to end on synthetic snapshots (`heapsnap_analyze::synth`), through
+//! the binary, with `--json`.
+
+use heapsnap_analyze::synth::{addresses, SynthHeap, Space, Value};
+use heapsnap_format::SymbolKind;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `heapsnap SUBCOMMAND SNAPSHOT ARGS...`
+fn heapsnap(args: &[&str], snapshot: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_heapsnap")).arg(args[0]).arg(snapshot).args(&args[1..]).output().expect("run heapsnap")
+}
+
+fn json(args: &[&str], snapshot: &Path) -> Json {
+    let out = heapsnap(args, snapshot);
+    assert!(out.status.success(), "heapsnap {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+/// A small app: a cache (module field 0) holding a list of records with strings and
+/// closures, a garbage block, free slots, and an unreachable block.
+struct App {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    heap: SynthHeap,
+    list_head: u64,
+    orphan: u64,
+}
+
+fn app() -> App {
+    let mut h = SynthHeap::new();
+    h.free_every = 5;
+    let code = addresses::CODE_BASE + 0x40;
+    h.add_symbol("camlApp.handler_12", code, code + 0x40, SymbolKind::Function);
+    let mut list = Value::Int(0);
+    let mut head = 0;
+    for i in 0..100 {
+        let name = h.alloc_string(Space::Major, format!("entry-{i}").as_bytes());
+        let handler = h.alloc_closure(Space::Major, code, 1, &[Value::Ptr(name)]);
+        let record = h.alloc(Space::Major, 0, &[Value::Int(i), Value::Ptr(name), Value::Ptr(handler)]);
+        head = h.alloc(Space::Major, 0, &[Value::Ptr(record), list]);
+        list = Value::Ptr(head);
+    }
+    let garbage = h.alloc(Space::Major, 0, &[Value::Int(1), Value::Int(2), Value::Int(3)]);
+    h.make_garbage(garbage);
+    let orphan = h.alloc(Space::Major, 0, &[Value::Int(7)]);
+    let config = h.alloc_string(Space::Major, b"config");
+    h.add_module("App", &[list, Value::Ptr(config)]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.heapsnap");
+    h.write(&path).unwrap();
+    App { _dir: dir, path, heap: h, list_head: head, orphan }
+}
+
+#[test]
+fn summary_counts_live_garbage_and_free() {
+    let a = app();
+    let s = json(&["summary", "--json"], &a.path);
+    // 100 x (string, closure, record, cell) + orphan + config string
+    assert_eq!(s["objects"], 402);
+    assert_eq!(s["reachable_objects"], 401);
+    assert_eq!(s["unreachable_objects"], 1);
+    assert_eq!(s["garbage_objects"], 1);
+    assert_eq!(s["garbage_bytes"], 32);
+    assert!(s["free_slots"].as_u64().unwrap() > 50);
+    assert_eq!(s["roots"][0]["kind"], "global");
+    assert_eq!(s["roots"][0]["retained"], s["reachable_bytes"]);
+    let human = heapsnap(&["summary"], &a.path);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("garbage"));
+}
+
+#[test]
+fn top_groups_by_kind_closure_and_root() {
+    let a = app();
+    let kind = json(&["top", "--by", "kind", "--json"], &a.path);
+    let groups = kind["groups"].as_array().unwrap();
+    let cells = groups.iter().find(|g| g["name"] == "block tag 0 size 2").unwrap();
+    assert_eq!(cells["count"], 100);
+    // The list's cells nest: their union retains the whole list, counted once.
+    // names "entry-0".."entry-9" take 16 bytes, the others 24; closure, record 32; cell 24.
+    let whole: u64 = 10 * 16 + 90 * 24 + 100 * (32 + 32 + 24);
+    assert_eq!(cells["retained"], whole);
+    let closures = json(&["top", "--by", "closure", "--json"], &a.path);
+    assert_eq!(closures["groups"].as_array().unwrap().len(), 1);
+    assert_eq!(closures["groups"][0]["name"], "closure camlApp.handler_12");
+    assert_eq!(closures["groups"][0]["count"], 100);
+    let roots = json(&["top", "--by", "root", "--json"], &a.path);
+    assert_eq!(roots["groups"][0]["name"], "App.0");
+    assert_eq!(roots["groups"][0]["retained"], whole);
+    assert_eq!(roots["groups"][1]["name"], "App.1");
+}
+
+#[test]
+fn dominator_tree_report() {
+    let a = app();
+    let tree = json(&["dominators", "--depth", "3", "--min-percent", "0", "--json"], &a.path);
+    assert_eq!(tree["description"], "(all roots)");
+    let globals = &tree["children"][0];
+    assert_eq!(globals["description"], "(global roots)");
+    let head = &globals["children"][0];
+    assert_eq!(head["address"], format!("{:#x}", a.heap.address_of(a.list_head)));
+    assert_eq!(head["root"], "App.0");
+    assert_eq!(head["retained"], 10 * 16 + 90 * 24 + 100 * (32 + 32 + 24));
+}
+
+#[test]
+fn paths_inspect_and_verify() {
+    let a = app();
+    // The last cell of the list (the first allocated) is 100 cells deep.
+    let head = a.heap.address_of(a.list_head);
+    let paths = json(&["path", "--json", &format!("{head:#x}")], &a.path);
+    assert_eq!(paths["paths"][0]["root"], "App.0");
+    let by_kind = json(&["path", "--json", "--kind", "string"], &a.path);
+    assert_eq!(by_kind["targets"], 101);
+    let merged = by_kind["paths"].as_array().unwrap();
+    let through_list: u64 = merged.iter().filter(|p| p["root"] == "App.0").map(|p| p["count"].as_u64().unwrap()).sum();
+    assert_eq!(through_list, 100);
+    // Past the head, the list's tail fields fold into one step repeated 1..99 times.
+    let folded = merged.iter().find(|p| p["count"] == 99).unwrap();
+    let tail = folded["steps"].as_array().unwrap().iter().find(|s| s["repeat_max"] == 99).unwrap();
+    assert_eq!((tail["repeat_min"].as_u64(), tail["field"].as_str()), (Some(1), Some("1")));
+
+    let inspect = json(&["inspect", "--json", &format!("{head:#x}")], &a.path);
+    assert_eq!(inspect["fields"][0]["kind"], "pointer");
+    assert_eq!(inspect["fields"][1]["kind"], "pointer");
+    assert_eq!(inspect["immediate_dominator"], "(global roots)");
+    assert_eq!(inspect["roots"][0], "App.0");
+
+    let ok = heapsnap(&["verify"], &a.path);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stdout));
+    let strict = heapsnap(&["verify", "--strict", "--json"], &a.path);
+    assert_eq!(strict.status.code(), Some(1));
+    let report: Json = serde_json::from_slice(&strict.stdout).unwrap();
+    assert_eq!(report["error_counts"]["unreachable_major_block"], 1);
+    assert_eq!(report["errors"][0]["address"], format!("{:#x}", a.heap.address_of(a.orphan)));
+}
+
+#[test]
+fn bad_input_gets_a_clear_error() {
+    let a = app();
+    let bytes = std::fs::read(&a.path).unwrap();
+    let truncated = a.path.with_extension("truncated");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    for cmd in ["summary", "top", "dominators", "verify"] {
+        let out = heapsnap(&[cmd], &truncated);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("heapsnap: error") && !err.contains("panicked"), "{cmd}: {err}");
+    }
+    let nowhere = heapsnap(&["inspect", "0x10"], &a.path);
+    assert_eq!(nowhere.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&nowhere.stderr).contains("no block at address 0x10"));
+}

@@ -1,0 +1,183 @@
+//! Golden tests of the analyser on real snapshots of the samples, against samples/manifest.json:
+//! each sample is started with `--pause`, dumped at `READY 1` with `heapsnap dump`, and
+//! analysed through the binary with `--json`.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn heapsnap() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
+}
+
+fn samples_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new("bash").arg(repo().join("samples/build.sh")).arg("std").stderr(Stdio::inherit()).output().expect("run samples/build.sh");
+        assert!(out.status.success(), "samples/build.sh std failed");
+        PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+    })
+    .clone()
+}
+
+fn manifest() -> &'static Value {
+    static M: OnceLock<Value> = OnceLock::new();
+    M.get_or_init(|| serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON"))
+}
+
+/// A sample paused at `READY 1`; killed when dropped.
+struct Paused(Child);
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `name` with `--pause`, waits for `READY 1`, dumps it to `dir/name.heapsnap`.
+fn dump_sample(name: &str, args: &[String], dir: &Path) -> PathBuf {
+    let mut child = Command::new(samples_dir().join(name))
+        .arg("--pause")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the sample");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let paused = Paused(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read READY");
+    assert_eq!(line.trim(), "READY 1", "{name} did not get ready");
+    let out = dir.join(format!("{name}.heapsnap"));
+    let status = Command::new(heapsnap())
+        .args(["dump", "--pid", &paused.0.id().to_string(), "-o"])
+        .arg(&out)
+        .stderr(Stdio::null())
+        .status()
+        .expect("run heapsnap dump");
+    assert!(status.success(), "heapsnap dump of {name} failed");
+    drop(paused);
+    out
+}
+
+fn json(args: &[&str], snapshot: &Path) -> Value {
+    let out = Command::new(heapsnap()).args(args).arg(snapshot).arg("--json").output().expect("run heapsnap");
+    assert!(out.status.code().is_some_and(|c| c <= 1), "heapsnap {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("heapsnap {args:?}: bad JSON ({e})"))
+}
+
+fn sample(name: &str) -> &'static Value {
+    manifest()["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest")
+}
+
+fn args_of(s: &Value) -> Vec<String> {
+    s["args"].as_array().map(|a| a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// Retained bytes of each root group (`Module.field`, ...).
+fn root_groups(snapshot: &Path) -> Vec<(String, u64)> {
+    let top = json(&["top", "--by", "root", "--limit", "0"], snapshot);
+    top["groups"].as_array().expect("groups").iter().map(|g| (g["name"].as_str().unwrap().to_string(), g["retained"].as_u64().unwrap())).collect()
+}
+
+#[test]
+fn global_roots_retain_what_the_manifest_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for s in manifest()["samples"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap();
+        if !s["variants"].as_array().unwrap().iter().any(|v| v == "std") {
+            continue;
+        }
+        let snapshot = dump_sample(name, &args_of(s), dir.path());
+        let groups = root_groups(&snapshot);
+        for root in s["roots"].as_array().unwrap().iter().filter(|r| r["kind"] == "global") {
+            let label = format!("{}.{}", root["module"].as_str().unwrap(), root["field"]);
+            let Some(expect) = root["retained_bytes"].as_array().and_then(|a| a.iter().find(|x| x["step"] == 1)) else { continue };
+            let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
+            let got = groups.iter().find(|(n, _)| *n == label).map(|g| g.1);
+            checked += 1;
+            match got {
+                Some(b) if (min..=max).contains(&b) => {}
+                other => failures.push(format!("{name}: {label} ({}) retains {other:?}, expected {min}..={max}", root["ident"])),
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} roots checked");
+    assert!(failures.is_empty(), "{} of {checked} roots off:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn cache_hashtbl_retains_most_of_the_heap() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dump_sample("cache_leak", &[], dir.path());
+    let summary = json(&["summary"], &snapshot);
+    let reachable = summary["reachable_bytes"].as_u64().unwrap();
+    let groups = root_groups(&snapshot);
+    let cache = groups.iter().find(|(n, _)| n == "Cache_leak.1").expect("the cache's root group").1;
+    assert!(cache * 10 >= reachable * 9, "the cache retains {cache} of {reachable} bytes");
+    assert_eq!(groups[0].0, "Cache_leak.1");
+    // Paths to the payloads all go through the cache.
+    let paths = json(&["path", "--kind", "string", "--max-paths", "3"], &snapshot);
+    assert_eq!(paths["paths"][0]["root"], "Cache_leak.1");
+    let verify = json(&["verify", "--strict"], &snapshot);
+    assert_eq!(verify["ok"], true, "{verify:#}");
+}
+
+#[test]
+fn weakly_held_data_is_not_retained_by_weak_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = sample("weak_ephemeron");
+    let snapshot = dump_sample("weak_ephemeron", &[], dir.path());
+    let groups = root_groups(&snapshot);
+    for root in s["roots"].as_array().unwrap() {
+        let label = format!("{}.{}", root["module"].as_str().unwrap(), root["field"]);
+        let max = root["retained_bytes"][0]["max"].as_u64().unwrap();
+        let got = groups.iter().find(|(n, _)| *n == label).map_or(0, |g| g.1);
+        assert!(got <= max, "{label} retains {got}, at most {max} expected (weakly held data counted?)");
+    }
+    // The weak-only objects exist but nothing retains them.
+    let verify = json(&["verify"], &snapshot);
+    let weak_only = verify["weakly_reachable_objects"].as_u64().unwrap();
+    let expected: u64 = s["weak_only"].as_array().unwrap().iter().map(|w| w["count"].as_u64().unwrap()).sum();
+    assert!(weak_only >= expected, "{weak_only} weakly reachable objects, {expected} expected");
+    assert_eq!(verify["error_counts"].as_object().map_or(0, |m| m.len()), 0, "{verify:#}");
+}
+
+#[test]
+fn closures_are_named_by_function_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dump_sample("closure_list", &[], dir.path());
+    let top = json(&["top", "--by", "closure", "--limit", "1"], &snapshot);
+    let name = top["groups"][0]["name"].as_str().unwrap();
+    assert!(name.starts_with("closure camlClosure_list.fun_") && name.ends_with("(closure_list.ml:9)"), "{name}");
+    assert_eq!(top["groups"][0]["count"], 10000);
+}
+
+#[test]
+fn every_sample_verifies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut failures = Vec::new();
+    for s in manifest()["samples"].as_array().unwrap() {
+        let name = s["name"].as_str().unwrap();
+        if !s["variants"].as_array().unwrap().iter().any(|v| v == "std") {
+            continue;
+        }
+        let snapshot = dump_sample(name, &args_of(s), dir.path());
+        let out = Command::new(heapsnap()).args(["verify", "--json"]).arg(&snapshot).output().unwrap();
+        if !out.status.success() {
+            failures.push(format!("{name}: {}", String::from_utf8_lossy(&out.stdout)));
+        }
+        let _ = std::io::stderr().flush();
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
