@@ -181,3 +181,44 @@ fn every_sample_verifies() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The rhb16 variant (16 reserved header bits): `top --by tag` groups by the bits' value.
+#[test]
+fn reserved_header_bits_are_the_tag() {
+    let out = Command::new("bash").arg(repo().join("samples/build.sh")).arg("rhb16").stderr(Stdio::inherit()).output().expect("run samples/build.sh");
+    assert!(out.status.success(), "samples/build.sh rhb16 failed");
+    let dir_rhb16 = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(dir_rhb16.join("reserved_bits"))
+        .arg("--pause")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start reserved_bits");
+    let stdout = child.stdout.take().unwrap();
+    let paused = Paused(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY 1");
+    let snapshot = dir.path().join("reserved_bits.heapsnap");
+    let status = Command::new(heapsnap()).args(["dump", "--pid", &paused.0.id().to_string(), "-o"]).arg(&snapshot).status().unwrap();
+    assert!(status.success());
+    drop(paused);
+    let top = json(&["top", "--by", "tag", "--limit", "0"], &snapshot);
+    let groups = top["groups"].as_array().unwrap();
+    for r in sample("reserved_bits")["reserved"].as_array().unwrap() {
+        let name = format!("reserved {}", r["value"]);
+        let g = groups.iter().find(|g| g["name"] == name.as_str()).unwrap_or_else(|| panic!("no group {name}"));
+        assert_eq!(g["count"], r["count"], "{name}");
+        let bytes = r["count"].as_u64().unwrap() * 8 * (r["wosize"].as_u64().unwrap() + 1);
+        assert_eq!(g["shallow"].as_u64().unwrap(), bytes, "{name}");
+    }
+    let groups = root_groups(&snapshot);
+    for root in sample("reserved_bits")["roots"].as_array().unwrap() {
+        let label = format!("{}.{}", root["module"].as_str().unwrap(), root["field"]);
+        let expect = &root["retained_bytes"][0];
+        let got = groups.iter().find(|(n, _)| *n == label).map(|g| g.1).unwrap_or(0);
+        assert!((expect["min"].as_u64().unwrap()..=expect["max"].as_u64().unwrap()).contains(&got), "{label}: {got}");
+    }
+}

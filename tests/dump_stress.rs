@@ -74,6 +74,11 @@ fn fifty_dumps_of_a_busy_multi_domain_program() {
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
         assert!(snap.metadata().domains.len() >= WORKERS + 2, "dump {i}: {:?}", snap.metadata().domains);
         reachability(&snap).assert_well_formed(&format!("dump {i}"));
+        if i % 5 == 0 {
+            // And the analyser's check (not --strict: a busy program is full of garbage).
+            let v = verify(&path, false);
+            assert_eq!(v["ok"], true, "dump {i}: heapsnap verify: {v}");
+        }
         std::fs::remove_file(&path).unwrap();
     }
     child.stdin.as_mut().unwrap().write_all(b"stop\n").unwrap();

@@ -10,7 +10,8 @@
 //! validate, graph, dominators and retained sizes, a `top --by kind` report; then, on the same
 //! graph, one iterative DFS, one BFS, and petgraph's `simple_fast` (up to `--petgraph-max`
 //! nodes, default 1M: it is quadratic on some heap shapes). Prints the figures and the ratios
-//! the analyser's performance goals are stated in.
+//! the analyser's performance goals are stated in, then times dominators on the adversarial
+//! shapes (a list whose cells a hub array also holds; list cells sharing one referent).
 
 use heapsnap_analyze::dominators::{bfs_baseline, dfs_baseline, Csr};
 use heapsnap_analyze::groups::{groups, GroupBy};
@@ -137,6 +138,55 @@ fn measure(path: &Path, petgraph_max: usize) {
     println!("{out}");
 }
 
+/// Shapes that make other dominator algorithms quadratic: a list whose cells are also held by
+/// a hub array, and a list whose cells all share one referent. Returns seconds for ours.
+fn adversarial(cells: u32) -> (f64, f64) {
+    let csr = |n: usize, edges: &[(u32, u32)]| -> (Vec<u32>, Vec<u32>) {
+        let mut offsets = vec![0u32; n + 1];
+        for &(a, _) in edges {
+            offsets[a as usize + 1] += 1;
+        }
+        for i in 0..n {
+            offsets[i + 1] += offsets[i];
+        }
+        let mut cur = offsets.clone();
+        let mut targets = vec![0u32; edges.len()];
+        for &(a, b) in edges {
+            targets[cur[a as usize] as usize] = b;
+            cur[a as usize] += 1;
+        }
+        (offsets, targets)
+    };
+    // root -> hub, root -> head; hub -> every cell; cell i -> cell i + 1
+    let mut hub_list = vec![(0u32, 1u32), (0, 2)];
+    for i in 0..cells {
+        hub_list.push((1, 2 + i));
+        if i + 1 < cells {
+            hub_list.push((2 + i, 3 + i));
+        }
+    }
+    let (o, t) = csr(cells as usize + 2, &hub_list);
+    drop(hub_list);
+    let start = Instant::now();
+    let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
+    let hub_s = start.elapsed().as_secs_f64();
+    assert_eq!(tree.reachable_count(), cells as usize + 2);
+    // root -> head; cell i -> shared, cell i -> cell i + 1
+    let mut shared = vec![(0u32, 2u32)];
+    for i in 0..cells {
+        shared.push((2 + i, 1));
+        if i + 1 < cells {
+            shared.push((2 + i, 3 + i));
+        }
+    }
+    let (o, t) = csr(cells as usize + 2, &shared);
+    let start = Instant::now();
+    let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
+    let shared_s = start.elapsed().as_secs_f64();
+    assert_eq!(tree.reachable_count(), cells as usize + 2);
+    (hub_s, shared_s)
+}
+
 fn snapshot_for(millions: f64) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target"));
     let dir = target.join("heapsnap-bench");
@@ -219,5 +269,10 @@ fn main() {
     println!();
     println!("scaling (ns per object, end to end): {}", per_object.iter().map(|(o, ns)| format!("{o}: {ns:.0}")).collect::<Vec<_>>().join(", "));
     println!("peak VmHWM (includes the mapped file): {}", rows.iter().map(|v| format!("{:.0} MiB", v["vm_hwm_bytes"].as_f64().unwrap_or(0.0) / 1048576.0)).collect::<Vec<_>>().join(", "));
+    let cells = if args.iter().any(|a| a == "--bench") { 4_000_000 } else { 100_000 };
+    let (hub_s, shared_s) = adversarial(cells);
+    println!(
+        "adversarial shapes, {cells} list cells: also held by a hub array {hub_s:.2}s, all sharing one referent {shared_s:.2}s (dominators only)"
+    );
     println!("goals: >= 5 Mobj/s end to end; <= 40 B/object beyond the file; dom+retained <= 2x DFS and <= 3x BFS; >= 10x faster than petgraph simple_fast");
 }

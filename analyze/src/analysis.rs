@@ -17,8 +17,6 @@ pub struct Analysis<'s> {
     pub names: Names<'s>,
     /// Seconds spent in each step.
     pub timings: Vec<(&'static str, f64)>,
-    /// Reachable nodes in preorder, built on first use (4 bytes per reachable node).
-    preorder: std::sync::OnceLock<Vec<NodeId>>,
     /// Module block address -> module name, from the `global` roots (slot - 8 * field index).
     modules: rustc_hash::FxHashMap<u64, &'s str>,
 }
@@ -50,7 +48,7 @@ impl<'s> Analysis<'s> {
             .filter(|r| r.slot != 0)
             .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, crate::names::module_name(snap.string(r.name)?))))
             .collect();
-        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, preorder: std::sync::OnceLock::new(), modules })
+        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, modules })
     }
 
     pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
@@ -85,12 +83,12 @@ impl<'s> Analysis<'s> {
     }
 
     pub fn idom(&self, node: NodeId) -> Option<NodeId> {
-        Some(self.tree.idom_with(node, self.preorder())).filter(|&d| d != NO_NODE)
+        Some(self.tree.idom(node)).filter(|&d| d != NO_NODE)
     }
 
     /// Reachable nodes in preorder (root first, dominators before the nodes they dominate).
     pub fn preorder(&self) -> &[NodeId] {
-        self.preorder.get_or_init(|| self.tree.preorder())
+        self.tree.preorder()
     }
 
     /// Total heap bytes reachable from the roots (static data excluded).

@@ -132,6 +132,9 @@ pub struct BlockMap<'s> {
     pub malformed_count: u64,
     /// Live part `young_ptr..young_end` excluded: the dead part of each domain's minor heap.
     dead_minor: Vec<(u64, u64)>,
+    /// Pointers from the heap blocks' scanned fields into static data (found during the walk),
+    /// until [`BlockMap::add_static_blocks`].
+    pub static_seeds: Vec<u64>,
 }
 
 const MAX_REPORTED: usize = 1000;
@@ -198,8 +201,13 @@ impl<'s> BlockMap<'s> {
             }
         }
         let headers: Vec<_> = snap.regions().map(|r| *r.header).collect();
-        // (region, counts, malformed headers listed, malformed count, a large block's word)
-        type Walked = (usize, RegionCounts, Vec<Malformed>, u64, Option<u64>);
+        let is_static: Vec<bool> = regions.iter().map(|r| r.kind == RegionKind::Static).collect();
+        let lo = regions.iter().filter(|r| r.kind == RegionKind::Static).map(|r| r.base).min().unwrap_or(0);
+        let hi = regions.iter().filter(|r| r.kind == RegionKind::Static).map(|r| r.end()).max().unwrap_or(0);
+        let statics = StaticSpan { lo, hi, index: &index, is_static };
+        // (region, counts, malformed headers listed, malformed count, a large block's word,
+        // pointers into static data)
+        type Walked = (usize, RegionCounts, Vec<Malformed>, u64, Option<u64>, Vec<u64>);
         let walked: Vec<Walked> = {
             let regions_ref = &regions;
             let mut by_region: Vec<Option<&mut [RankWord]>> = (0..regions.len()).map(|_| None).collect();
@@ -211,7 +219,14 @@ impl<'s> BlockMap<'s> {
                 .enumerate()
                 .map(|(i, bits)| {
                     let rb = &regions_ref[i];
-                    let mut w = Walk { layout: &layout, counts: RegionCounts::default(), malformed: Vec::new(), malformed_count: 0 };
+                    let mut w = Walk {
+                        layout: &layout,
+                        counts: RegionCounts::default(),
+                        malformed: Vec::new(),
+                        malformed_count: 0,
+                        statics: &statics,
+                        static_pointers: Vec::new(),
+                    };
                     let single = match rb.kind {
                         RegionKind::Pool => {
                             w.pool(rb, &headers[i], bits.expect("pools have bitmaps"));
@@ -224,13 +239,15 @@ impl<'s> BlockMap<'s> {
                         RegionKind::Large => w.large(rb, &headers[i]),
                         _ => None,
                     };
-                    (i, w.counts, w.malformed, w.malformed_count, single)
+                    (i, w.counts, w.malformed, w.malformed_count, single, w.static_pointers)
                 })
                 .collect()
         };
         let mut malformed = Vec::new();
         let mut malformed_count = 0;
-        for (i, counts, m, n, single) in walked {
+        let mut static_seeds = Vec::new();
+        for (i, counts, m, n, single, seeds) in walked {
+            static_seeds.extend(seeds);
             regions[i].counts = counts;
             if let Some(word) = single {
                 regions[i].lookup = Lookup::Single { word };
@@ -271,6 +288,7 @@ impl<'s> BlockMap<'s> {
             malformed,
             malformed_count,
             dead_minor,
+            static_seeds,
         };
         map.fill_rank_bases(|k| matches!(k, RegionKind::Pool | RegionKind::MinorHeap));
         map.index_node_regions();
@@ -559,6 +577,41 @@ struct Walk<'a> {
     counts: RegionCounts,
     malformed: Vec<Malformed>,
     malformed_count: u64,
+    /// Where static data is, to collect the pointers into it while the block is in cache.
+    statics: &'a StaticSpan<'a>,
+    static_pointers: Vec<u64>,
+}
+
+/// The static regions, for a quick "does this word point into static data?".
+struct StaticSpan<'a> {
+    lo: u64,
+    hi: u64,
+    index: &'a AddressIndex,
+    is_static: Vec<bool>,
+}
+
+impl StaticSpan<'_> {
+    #[inline]
+    fn contains(&self, v: u64) -> bool {
+        v >= self.lo && v < self.hi && crate::ocaml::is_pointer(v) && self.index.region_of(v).is_some_and(|r| self.is_static[r])
+    }
+}
+
+impl Walk<'_> {
+    /// Pointers from a live block's scanned fields into static data: the seeds of the static
+    /// blocks (abstract blocks are skipped: ephemerons are read apart, the rest is C data).
+    fn collect_static(&mut self, header: &Header, fields: &[u64]) {
+        if self.statics.lo >= self.statics.hi || header.tag == crate::ocaml::ABSTRACT_TAG {
+            return;
+        }
+        let statics = self.statics;
+        let found = &mut self.static_pointers;
+        crate::graph::scanned_fields(header, fields, |_, v| {
+            if statics.contains(v) {
+                found.push(v);
+            }
+        });
+    }
 }
 
 impl Walk<'_> {
@@ -604,6 +657,7 @@ impl Walk<'_> {
                     bits[w / 64].bits |= 1 << (w % 64);
                     self.counts.live_blocks += 1;
                     self.counts.live_bytes += h.bytes();
+                    self.collect_static(&h, &words[w..w + h.wosize as usize]);
                 }
             }
             p += wh;
@@ -629,6 +683,7 @@ impl Walk<'_> {
                 bits[w / 64].bits |= 1 << (w % 64);
                 self.counts.live_blocks += 1;
                 self.counts.live_bytes += h.bytes();
+                self.collect_static(&h, &words[w..end as usize]);
             }
             p = end as usize;
         }
@@ -652,6 +707,7 @@ impl Walk<'_> {
         }
         self.counts.live_blocks += 1;
         self.counts.live_bytes += h.bytes();
+        self.collect_static(&h, &rb.words[p + 1..p + 1 + h.wosize as usize]);
         Some(p as u64 + 1)
     }
 }

@@ -10,7 +10,7 @@
 //! Those key -> data edges ([`HeapGraph::condition_edges`]) serve dominators only; retainer
 //! paths do not follow them.
 
-use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target, NO_NODE};
+use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target};
 use crate::ocaml::{self, Header};
 use crate::progress::Progress;
 use crate::AnalyzeError;
@@ -146,9 +146,17 @@ impl<'s> HeapGraph<'s> {
         root_kinds.sort_by_key(|k| k.code());
         let first_block = 1 + root_kinds.len() as NodeId;
 
-        let step = progress.step("finding blocks", snap.region_count() as u64);
+        let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
+        let t0 = std::time::Instant::now();
+        let lap = |what: &str| {
+            if trace {
+                eprintln!("graph: {what} at {:.3}s", t0.elapsed().as_secs_f64());
+            }
+        };
+        let step = progress.step("finding blocks", 0);
         let mut blocks = BlockMap::build(snap, first_block)?;
         step.finish();
+        lap("blocks");
 
         let mut suspended: HashMap<u64, Vec<u64>> = HashMap::new();
         for r in snap.roots().iter().filter(|r| r.root_kind() == RootKind::SuspendedStack) {
@@ -157,8 +165,10 @@ impl<'s> HeapGraph<'s> {
 
         let step = progress.step("finding static blocks", 0);
         let statics = discover_static(&blocks, snap, &suspended);
+        blocks.static_seeds = Vec::new();
         blocks.add_static_blocks(statics);
         step.finish();
+        lap("static blocks");
 
         let n = blocks.node_count as usize;
         let mut offsets = vec![0u32; n + 1];
@@ -265,13 +275,19 @@ impl<'s> HeapGraph<'s> {
         }
         debug_assert_eq!(total as usize, targets.len());
 
-        let cont_stacks: HashSet<u64> = order
-            .iter()
-            .flat_map(|&r| blocks.region_blocks(r))
-            .filter(|b| b.header.tag == ocaml::CONT_TAG)
-            .filter_map(|b| b.fields.first().map(|&f| f & !1))
-            .collect();
-        let orphan_stack_records = suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64;
+        lap("edges");
+        // Suspended stacks no continuation points to (only worth a pass when there are any).
+        let orphan_stack_records = if suspended.is_empty() {
+            0
+        } else {
+            let cont_stacks: HashSet<u64> = order
+                .iter()
+                .flat_map(|&r| blocks.region_blocks(r))
+                .filter(|b| b.header.tag == ocaml::CONT_TAG)
+                .filter_map(|b| b.fields.first().map(|&f| f & !1))
+                .collect();
+            suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64
+        };
 
         let mut graph = HeapGraph {
             blocks,
@@ -289,6 +305,7 @@ impl<'s> HeapGraph<'s> {
             bad_ephemerons: 0,
         };
         graph.add_ephemerons(snap);
+        lap("continuations and ephemerons");
         Ok(graph)
     }
 
@@ -452,27 +469,8 @@ fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u
         }
         blocks.region_index_of(v).filter(|&r| blocks.regions[r].kind == RegionKind::Static)
     };
-    // Seeds from the heap, in parallel.
-    let mut seeds: Vec<u64> = blocks
-        .block_regions()
-        .collect::<Vec<_>>()
-        .into_par_iter()
-        .flat_map_iter(|r| {
-            let mut found = Vec::new();
-            for b in blocks.region_blocks(r) {
-                if b.header.tag == ocaml::ABSTRACT_TAG {
-                    // Ephemeron contents (checked below) and C data.
-                    continue;
-                }
-                scanned_fields(&b.header, b.fields, |_, v| {
-                    if in_static(v).is_some() {
-                        found.push(v);
-                    }
-                });
-            }
-            found
-        })
-        .collect();
+    // Seeds from the heap (collected while its blocks were walked), roots, stacks, ephemerons.
+    let mut seeds: Vec<u64> = blocks.static_seeds.clone();
     seeds.extend(snap.roots().iter().map(|r| r.value).filter(|&v| in_static(v).is_some()));
     seeds.extend(suspended.values().flatten().copied().filter(|&v| in_static(v).is_some()));
     for &e in snap.ephemerons() {
@@ -524,6 +522,5 @@ fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u
         }
         *words = kept;
     }
-    let _ = NO_NODE;
     out
 }

@@ -23,6 +23,7 @@
 mod address_index;
 pub mod analysis;
 pub mod blocks;
+pub mod diff;
 pub mod dominators;
 mod error;
 pub mod graph;

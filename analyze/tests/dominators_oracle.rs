@@ -57,6 +57,9 @@ fn check(n: usize, edges: &[(u32, u32)]) {
     // preorder lists each reachable node once, dominators first
     let mut pos = vec![usize::MAX; n];
     let preorder = tree.preorder();
+    // Subtree sums by preorder number: the root's counts every reachable node.
+    let counts = heapsnap_analyze::dominators::subtree_sums(&tree, |_| 1);
+    assert_eq!(counts[0] as usize, tree.reachable_count());
     for (i, &v) in preorder.iter().enumerate() {
         assert_eq!(pos[v as usize], usize::MAX);
         pos[v as usize] = i;

@@ -185,7 +185,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     // The target runs again; the rest works on our copy.
     let more_ops = custom_ops_in_heap(&rt, &memory, &cap, format);
     cap.custom_ops.extend(more_ops);
-    keep_plausible_conservative_roots(&mut cap);
+    keep_plausible_conservative_roots(&mut cap, format);
     if options.redact {
         for r in cap.regions.iter_mut() {
             if matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
@@ -232,13 +232,19 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
 }
 
 /// Conservative roots (the words and registers of an OCaml frame caught between call sites)
-/// are kept only when they point into a captured heap or static region.
-fn keep_plausible_conservative_roots(cap: &mut Capture) {
+/// are kept only when they name a block (a register may well hold an interior pointer).
+fn keep_plausible_conservative_roots(cap: &mut Capture, format: crate::runtime::heap::HeaderFormat) {
+    let minor: std::collections::HashSet<u64> = cap
+        .regions
+        .iter()
+        .filter(|r| r.kind == RegionKind::MinorHeap)
+        .flat_map(|r| r.blocks(format).into_iter().map(move |(at, _)| r.base + at as u64 + 8))
+        .collect();
     let index = RegionIndex::new(&cap.regions);
     let keep: Vec<bool> = cap
         .roots
         .iter()
-        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.holds_value(r.value)))
+        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &minor)))
         .collect();
     drop(index);
     let mut keep = keep.into_iter();

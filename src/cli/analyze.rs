@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn open(path: &Path) -> anyhow::Result<Snapshot> {
+    // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
+    heapsnap_analyze::mem::tune_allocator();
     Snapshot::open(path).with_context(|| format!("cannot open {}", path.display()))
 }
 

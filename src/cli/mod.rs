@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each group of subcommands lives in its own module.
 
 mod analyze;
+mod diff;
 mod dump;
 mod info;
 mod run;
@@ -29,6 +30,8 @@ enum Command {
     Inspect(analyze::InspectArgs),
     /// Check a snapshot's consistency (non-zero exit when it fails).
     Verify(analyze::VerifyArgs),
+    /// Compare snapshots of one program: what grew, where it sits, leak suspects (3+ snapshots).
+    Diff(diff::DiffArgs),
     /// Validate a snapshot and print its metadata and sections.
     Info(info::InfoArgs),
     /// Attach to a running OCaml 5 program, take one snapshot, detach.
@@ -48,6 +51,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Path(args) => analyze::path_cmd(args),
         Command::Inspect(args) => analyze::inspect_cmd(args),
         Command::Verify(args) => analyze::verify_cmd(args),
+        Command::Diff(args) => diff::run(args),
         Command::Info(args) => info::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Run(args) => run::run(args),

@@ -1,10 +1,21 @@
-//! One parallel pass over the blocks of an analysed snapshot: the shape of every reachable block
-//! and the edge that links it to its immediate dominator (which field of the dominator points
-//! at it), both by preorder number. The signature tries are built from these.
+//! One parallel pass over the blocks of an analysed snapshot, for everything the diff needs per
+//! block:
+//!
+//! * the block's **class**: its group (as [`crate::groups::groups`] would put it, for `tag`,
+//!   `kind` and `closure`) and its shape (for signatures), as one id by preorder number;
+//! * every group's count and shallow bytes (all live blocks, reachable or not, as `groups`);
+//! * the **edge** that links each reachable block to its immediate dominator: which field of
+//!   the dominator points at it.
+//!
+//! One pass instead of the two of `groups` plus one for shapes: the diff analyses two heaps,
+//! and each pass over ten million blocks costs a tenth of a second.
 
 use super::shape::{shape_key, shape_name, ShapeKey, FOLD_ABOVE_FIELDS};
 use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, Target, NO_NODE};
+use crate::dominators::DominatorTree;
+use crate::graph::HeapGraph;
+use crate::groups::{key_name, kind_key, GroupBy, GroupKey};
 use crate::ocaml;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -22,23 +33,47 @@ pub const EDGE_ROOT: Edge = 18;
 /// The object a root holds (the first object of a chain).
 pub const EDGE_TOP: Edge = 19;
 
-/// No shape: a preorder number that is not a block (super-root, root kinds).
-pub const NO_SHAPE: u32 = u32::MAX;
+/// No class: a preorder number that is not a block (super-root, root kinds).
+pub const NO_CLASS: u32 = u32::MAX;
+/// A class in no group (`--by closure`: blocks that are not closures).
+pub const NO_GROUP: u32 = u32::MAX;
 
-/// Shapes of a snapshot, numbered in the order the pass met them.
+/// What a block is for the diff: its group key (if the grouping has one for it) and its shape.
+type ClassKey = (Option<GroupKey>, ShapeKey);
+
+/// The groups of a snapshot, as the pass found them.
 #[derive(Default)]
-pub struct ShapeTable {
-    pub keys: Vec<ShapeKey>,
+pub struct GroupTable {
+    pub keys: Vec<GroupKey>,
     pub names: Vec<String>,
+    /// Live blocks and their bytes, reachable or not.
+    pub count: Vec<u64>,
+    pub shallow: Vec<u64>,
 }
 
-/// The per-node inputs of the signature tries.
 pub struct Classified {
-    /// Shape id of each reachable node, by preorder number ([`NO_SHAPE`] for non-blocks).
-    pub shape_pre: Vec<u32>,
+    /// Class of each reachable block by preorder number ([`NO_CLASS`] for non-blocks).
+    pub class_pre: Vec<u32>,
     /// Edge from the immediate dominator, by preorder number.
     pub edge_pre: Vec<Edge>,
-    pub shapes: ShapeTable,
+    /// Shape id of each class.
+    pub class_shape: Vec<u32>,
+    /// Group id of each class ([`NO_GROUP`] when in none).
+    pub class_group: Vec<u32>,
+    /// Shape names by shape id.
+    pub shape_names: Vec<String>,
+    pub groups: GroupTable,
+}
+
+impl Classified {
+    /// The shape id of a preorder number ([`NO_CLASS`] for non-blocks).
+    #[inline]
+    pub fn shape(&self, p: usize) -> u32 {
+        match self.class_pre[p] {
+            NO_CLASS => NO_CLASS,
+            c => self.class_shape[c as usize],
+        }
+    }
 }
 
 /// Threads write distinct preorder slots of one vector.
@@ -61,50 +96,128 @@ impl<T: Copy> Scatter<T> {
     }
 }
 
-pub fn classify(a: &Analysis<'_>) -> Classified {
-    let blocks = &a.graph.blocks;
+/// The group key of a block, as `groups::groups` computes it (`root` groups are not per block).
+pub fn group_key(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey> {
+    match by {
+        GroupBy::Tag if reserved_bits > 0 => Some(GroupKey::Reserved(b.header.reserved)),
+        GroupBy::Tag | GroupBy::Kind => Some(kind_key(b)),
+        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(b)),
+        GroupBy::Root => None,
+    }
+}
+
+/// What each worker accumulates: its class ids, and counts and bytes by global class id.
+#[derive(Default)]
+struct Local {
+    ids: FxHashMap<ClassKey, u32>,
+    stats: Vec<(u64, u64)>,
+}
+
+impl Local {
+    fn add(&mut self, class: u32, bytes: u64) {
+        let c = class as usize;
+        if c >= self.stats.len() {
+            self.stats.resize(c + 1, (0, 0));
+        }
+        self.stats[c].0 += 1;
+        self.stats[c].1 += bytes;
+    }
+}
+
+pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
+    // The names (not thread-safe) are used only after the parallel pass.
+    let graph = &a.graph;
+    let blocks = &graph.blocks;
     let tree = &a.tree;
+    let reserved_bits = blocks.layout.reserved_bits();
     let reachable = tree.reachable_count();
-    let mut shape_pre = vec![NO_SHAPE; reachable];
+    let mut class_pre = vec![NO_CLASS; reachable];
     let mut edge_pre = vec![EDGE_DOMINATED; reachable];
-    let global: Mutex<FxHashMap<ShapeKey, u32>> = Mutex::new(FxHashMap::default());
-    let keys: Mutex<Vec<ShapeKey>> = Mutex::new(Vec::new());
-    {
-        let shapes_out = Scatter(shape_pre.as_mut_ptr());
+    let global: Mutex<(FxHashMap<ClassKey, u32>, Vec<ClassKey>)> = Mutex::new(Default::default());
+    let intern = |key: ClassKey| -> u32 {
+        let mut g = global.lock().expect("no panic while holding the classes");
+        if let Some(&id) = g.0.get(&key) {
+            return id;
+        }
+        g.1.push(key);
+        let id = g.1.len() as u32 - 1;
+        g.0.insert(key, id);
+        id
+    };
+    let stats: Vec<(u64, u64)> = {
+        let classes_out = Scatter(class_pre.as_mut_ptr());
         let edges_out = Scatter(edge_pre.as_mut_ptr());
         let regions: Vec<usize> = blocks.block_regions().collect();
-        regions.par_iter().for_each(|&r| {
-            let mut local: FxHashMap<ShapeKey, u32> = FxHashMap::default();
-            let mut last: Option<(ShapeKey, u32)> = None;
-            for b in blocks.region_blocks(r) {
-                let p = tree.pre_of[b.node as usize];
-                if p == NO_NODE {
-                    continue;
+        regions
+            .par_iter()
+            .fold(Local::default, |mut local, &r| {
+                let mut last: Option<(ClassKey, u32)> = None;
+                for b in blocks.region_blocks(r) {
+                    let key = (group_key(by, reserved_bits, &b), shape_key(blocks, &b));
+                    let id = match last {
+                        Some((k, id)) if k == key => id,
+                        _ => *local.ids.entry(key).or_insert_with(|| intern(key)),
+                    };
+                    last = Some((key, id));
+                    local.add(id, b.header.bytes());
+                    let p = tree.pre_of[b.node as usize];
+                    if p == NO_NODE {
+                        continue;
+                    }
+                    // SAFETY: preorder numbers are distinct and below `reachable`; each block is
+                    // visited once; a node's edge slot is written only by its immediate
+                    // dominator's visit.
+                    unsafe {
+                        classes_out.write(p as usize, id);
+                        dominated_edges(graph, tree, &b, p, &edges_out);
+                    }
                 }
-                let key = shape_key(blocks, &b);
-                let id = match last {
-                    Some((k, id)) if k == key => id,
-                    _ => *local.entry(key).or_insert_with(|| {
-                        let mut g = global.lock().expect("no panic while holding the shape map");
-                        *g.entry(key).or_insert_with(|| {
-                            let mut k = keys.lock().expect("no panic while holding the shape list");
-                            k.push(key);
-                            k.len() as u32 - 1
-                        })
-                    }),
-                };
-                last = Some((key, id));
-                // SAFETY: preorder numbers are distinct and below `reachable`; each block is
-                // visited once.
-                unsafe { shapes_out.write(p as usize, id) };
-                // SAFETY: a node's edge slot is written only by its immediate dominator's visit.
-                unsafe { dominated_edges(a, blocks, &b, p, &edges_out) };
-            }
-        });
+                local
+            })
+            .map(|l| l.stats)
+            .reduce(Vec::new, |mut x, y| {
+                if x.len() < y.len() {
+                    x.resize(y.len(), (0, 0));
+                }
+                for (s, t) in x.iter_mut().zip(y) {
+                    s.0 += t.0;
+                    s.1 += t.1;
+                }
+                x
+            })
+    };
+    let (_, keys) = global.into_inner().expect("no panic while holding the classes");
+
+    // Number the shapes and groups of the classes, and name them.
+    let mut shape_ids: FxHashMap<ShapeKey, u32> = FxHashMap::default();
+    let mut group_ids: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let mut shape_names = Vec::new();
+    let mut groups = GroupTable::default();
+    let mut class_shape = Vec::with_capacity(keys.len());
+    let mut class_group = Vec::with_capacity(keys.len());
+    for (c, (group, shape)) in keys.iter().enumerate() {
+        class_shape.push(*shape_ids.entry(*shape).or_insert_with(|| {
+            shape_names.push(shape_name(a, shape));
+            shape_names.len() as u32 - 1
+        }));
+        let g = match group {
+            None => NO_GROUP,
+            Some(k) => *group_ids.entry(*k).or_insert_with(|| {
+                groups.keys.push(*k);
+                groups.names.push(key_name(a, k));
+                groups.count.push(0);
+                groups.shallow.push(0);
+                groups.keys.len() as u32 - 1
+            }),
+        };
+        class_group.push(g);
+        if g != NO_GROUP {
+            let (n, bytes) = stats.get(c).copied().unwrap_or((0, 0));
+            groups.count[g as usize] += n;
+            groups.shallow[g as usize] += bytes;
+        }
     }
-    let keys = keys.into_inner().expect("no panic while holding the shape list");
-    let names = keys.iter().map(|k| shape_name(a, k)).collect();
-    Classified { shape_pre, edge_pre, shapes: ShapeTable { keys, names } }
+    Classified { class_pre, edge_pre, class_shape, class_group, shape_names, groups }
 }
 
 /// Writes the edge of every child that `b` (preorder `p`) immediately dominates and points at:
@@ -112,9 +225,9 @@ pub fn classify(a: &Analysis<'_>) -> Classified {
 ///
 /// # Safety
 /// Only the immediate dominator of a node writes its slot: callers visit each block once.
-unsafe fn dominated_edges(a: &Analysis<'_>, blocks: &BlockMap<'_>, b: &BlockRef<'_>, p: u32, out: &Scatter<Edge>) {
-    let tree = &a.tree;
-    let succ = a.graph.successors(b.node);
+unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &BlockRef<'_>, p: u32, out: &Scatter<Edge>) {
+    let blocks = &graph.blocks;
+    let succ = graph.successors(b.node);
     if succ.is_empty() {
         return;
     }

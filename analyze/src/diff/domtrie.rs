@@ -1,14 +1,20 @@
 //! The dominator tree aggregated by path signature: every reachable block gets the signature of
 //! its chain of dominators (its root, then one step per dominator), and each signature the
-//! retained bytes of the objects carrying it or a longer one.
+//! retained bytes of the objects carrying it or a longer one. The same pass gives each group its
+//! retained bytes.
 //!
 //! One sequential pass in preorder (a dominator comes before the nodes it dominates). The
 //! signature of a node extends its immediate dominator's by at most one step, so the objects
 //! whose signature lies under trie node `T` are exactly the dominator subtrees of the objects
 //! that start `T` (those whose dominator has another signature): `T`'s retained bytes are the
 //! sum of their retained sizes.
+//!
+//! A group's retained bytes are those of the union of its members' dominator subtrees. In
+//! preorder a subtree is an interval `[p, p + size)`, and two subtrees are nested or apart: a
+//! member starts a new part of the union exactly when it lies past the end of the last member
+//! of its group that did.
 
-use super::classify::{Classified, NO_SHAPE};
+use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
 use crate::blocks::NodeId;
@@ -23,26 +29,47 @@ pub struct DomTrie {
     /// Signature of every reachable node by preorder number ([`NOT_A_BLOCK`] for the super-root
     /// and root kinds).
     pub sig_pre: Vec<u32>,
+    /// Retained bytes of each group of `Classified::groups`.
+    pub group_retained: Vec<u64>,
+}
+
+/// Number of nodes in each dominator subtree, by preorder number.
+fn subtree_sizes(idom_pre: &[u32]) -> Vec<u32> {
+    let mut size = vec![1u32; idom_pre.len()];
+    for p in (1..idom_pre.len()).rev() {
+        size[idom_pre[p] as usize] += size[p];
+    }
+    size
 }
 
 pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
-    let mut trie = SigTrie::new(c.shapes.names.clone());
+    let size = subtree_sizes(&tree.idom_pre);
+    let groups = c.groups.keys.len();
+    let mut group_retained = vec![0u64; groups];
+    let mut group_end = vec![0u32; groups];
+    let mut trie = SigTrie::new(c.shape_names.clone());
     let mut sig_pre = vec![NOT_A_BLOCK; r];
     // Root label of a top object that no root record points at directly: it depends only on
     // its dominator (a root kind, or the super-root), so it is named once per dominator.
     let mut shared_roots: FxHashMap<NodeId, u32> = FxHashMap::default();
     for p in 1..r {
-        let v = preorder[p];
-        let shape = c.shape_pre[p];
-        if shape == NO_SHAPE || a.graph.root_kind_of(v).is_some() {
-            continue;
+        let class = c.class_pre[p];
+        if class == NO_CLASS {
+            continue; // a root kind
         }
+        let retained = tree.retained_pre.get(p);
+        let g = c.class_group[class as usize];
+        if g != NO_GROUP && p as u32 >= group_end[g as usize] {
+            group_retained[g as usize] += retained;
+            group_end[g as usize] = p as u32 + size[p];
+        }
+        let shape = c.class_shape[class as usize];
         let d = tree.idom_pre[p] as usize;
         let (s, head) = if sig_pre[d] == NOT_A_BLOCK {
-            let dn = preorder[d];
+            let (v, dn) = (preorder[p], preorder[d]);
             let root = if dn == SUPER_ROOT || a.graph.roots_of(v).is_empty() {
                 *shared_roots.entry(dn).or_insert_with(|| trie.root(&crate::groups::top_label(a, v)))
             } else {
@@ -58,16 +85,16 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         let node = &mut trie.nodes[s as usize];
         node.count += 1;
         if head {
-            node.retained += tree.retained_pre.get(p);
+            node.retained += retained;
         }
     }
     // A root's node holds what its top objects retain.
     for i in 1..trie.nodes.len() {
         let n = &trie.nodes[i];
-        if n.edge == super::classify::EDGE_TOP {
+        if n.edge == EDGE_TOP {
             let (parent, retained) = (n.parent as usize, n.retained);
             trie.nodes[parent].retained += retained;
         }
     }
-    DomTrie { trie, sig_pre }
+    DomTrie { trie, sig_pre, group_retained }
 }

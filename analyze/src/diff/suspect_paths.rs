@@ -7,19 +7,16 @@
 //! how many members each chain gained: objects cannot be matched by address across snapshots,
 //! so "new objects" of a chain are the growth of its member count.
 
-use super::classify::{field_pointing, Classified, Scatter, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_SHAPE};
-use super::domtrie::DomTrie;
+use super::classify::{field_pointing, Classified, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::shape::FOLD_ABOVE_FIELDS;
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::{key_name, kind_key, GroupBy, GroupKey};
-use crate::ocaml;
+use crate::groups::GroupBy;
 use heapsnap_format::RootKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
-use std::sync::Mutex;
 
 pub const NOT_MEMBER: u32 = u32::MAX;
 
@@ -30,58 +27,25 @@ pub struct MemberChains {
     pub counts: FxHashMap<(u32, u32), (u64, u64)>,
 }
 
-/// The group key of a block, as [`crate::groups::groups`] computes it (not for `root`).
-fn group_key(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey> {
-    match by {
-        GroupBy::Tag if reserved_bits > 0 => Some(GroupKey::Reserved(b.header.reserved)),
-        GroupBy::Tag | GroupBy::Kind => Some(kind_key(b)),
-        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(b)),
-        GroupBy::Root => None,
-    }
-}
-
-/// The suspect index of every reachable block, by preorder number.
-fn membership(a: &Analysis<'_>, dom: Option<&DomTrie>, by: GroupBy, suspects: &[String]) -> Vec<u32> {
+/// The suspect index of every reachable block, by preorder number. `dom` is the dominator
+/// signature of each preorder number and its trie (needed for `root`, whose groups are the
+/// roots of the dominator chains).
+fn membership(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> Vec<u32> {
     let index: FxHashMap<&str, u32> = suspects.iter().enumerate().map(|(i, s)| (s.as_str(), i as u32)).collect();
-    let r = a.tree.reachable_count();
     if by == GroupBy::Root {
-        // A block's root group is the root of its dominator chain.
-        let Some(dom) = dom else { return vec![NOT_MEMBER; r] };
-        let by_root: Vec<u32> = dom.trie.root_labels.iter().map(|l| index.get(l.as_str()).copied().unwrap_or(NOT_MEMBER)).collect();
-        return dom
-            .sig_pre
+        let Some((sig_pre, trie)) = dom else { return vec![NOT_MEMBER; c.class_pre.len()] };
+        let by_root: Vec<u32> = trie.root_labels.iter().map(|l| index.get(l.as_str()).copied().unwrap_or(NOT_MEMBER)).collect();
+        return sig_pre
             .par_iter()
-            .map(|&s| match dom.trie.nodes.get(s as usize) {
+            .map(|&s| match trie.nodes.get(s as usize) {
                 Some(n) if s != 0 => by_root.get(n.root as usize).copied().unwrap_or(NOT_MEMBER),
                 _ => NOT_MEMBER,
             })
             .collect();
     }
-    let blocks = &a.graph.blocks;
-    let reserved_bits = blocks.layout.reserved_bits();
-    let mut member = vec![NOT_MEMBER; r];
-    let named: Mutex<FxHashMap<GroupKey, u32>> = Mutex::new(FxHashMap::default());
-    let out = Scatter(member.as_mut_ptr());
-    let regions: Vec<usize> = blocks.block_regions().collect();
-    regions.par_iter().for_each(|&reg| {
-        let mut local: FxHashMap<GroupKey, u32> = FxHashMap::default();
-        for b in blocks.region_blocks(reg) {
-            let p = a.tree.pre_of[b.node as usize];
-            if p == NO_NODE {
-                continue;
-            }
-            let Some(key) = group_key(by, reserved_bits, &b) else { continue };
-            let m = *local.entry(key).or_insert_with(|| {
-                let mut named = named.lock().expect("no panic while holding the names");
-                *named.entry(key).or_insert_with(|| index.get(key_name(a, &key).as_str()).copied().unwrap_or(NOT_MEMBER))
-            });
-            if m != NOT_MEMBER {
-                // SAFETY: preorder numbers are distinct and in bounds; each block is visited once.
-                unsafe { out.write(p as usize, m) };
-            }
-        }
-    });
-    member
+    let by_group: Vec<u32> = c.groups.names.iter().map(|n| index.get(n.as_str()).copied().unwrap_or(NOT_MEMBER)).collect();
+    let by_class: Vec<u32> = c.class_group.iter().map(|&g| if g == NO_GROUP { NOT_MEMBER } else { by_group[g as usize] }).collect();
+    c.class_pre.par_iter().map(|&k| if k == NO_CLASS { NOT_MEMBER } else { by_class[k as usize] }).collect()
 }
 
 /// The label of a root held by records of `kind` pointing at `v` (as `top --by root` names
@@ -103,12 +67,12 @@ fn root_label(a: &Analysis<'_>, kind: RootKind, v: NodeId) -> String {
 }
 
 /// Counts the members of the suspect groups by the signature of their shortest path.
-pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<&DomTrie>, by: GroupBy, suspects: &[String]) -> MemberChains {
-    let member = membership(a, dom, by, suspects);
+pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> MemberChains {
+    let member = membership(c, dom, by, suspects);
     let g = &a.graph;
     let tree = &a.tree;
     let blocks = &g.blocks;
-    let mut trie = SigTrie::new(c.shapes.names.clone());
+    let mut trie = SigTrie::new(c.shape_names.clone());
     let mut counts: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
     const UNSEEN: u32 = u32::MAX;
     const NOT_BLOCK: u32 = u32::MAX - 1;
@@ -130,8 +94,8 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<&DomTrie>, by
             }
             queue.push(t);
             let pt = tree.pre_of[t as usize];
-            let shape = if pt == NO_NODE { NO_SHAPE } else { c.shape_pre[pt as usize] };
-            if u == SUPER_ROOT || shape == NO_SHAPE {
+            let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
+            if u == SUPER_ROOT || shape == NO_CLASS {
                 sig[t as usize] = NOT_BLOCK;
                 continue;
             }

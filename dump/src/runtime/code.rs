@@ -24,6 +24,8 @@ pub struct CodeMap {
     ocaml_units: Vec<(u64, u64)>,
     system: Option<(u64, u64)>,
     caml_call_gc: Option<u64>,
+    /// caml_alloc1, caml_alloc2, caml_alloc3 (with their sizes in bytes) and caml_allocN (0).
+    alloc_stubs: Vec<(u64, i64)>,
     text_address: u64,
     text: Vec<u8>,
     eh_frame_address: u64,
@@ -55,6 +57,10 @@ impl CodeMap {
             ocaml_units,
             system,
             caml_call_gc: exe.symbol("caml_call_gc").map(|s| s.address),
+            alloc_stubs: [("caml_alloc1", 16), ("caml_alloc2", 24), ("caml_alloc3", 32), ("caml_allocN", 0)]
+                .iter()
+                .filter_map(|&(name, size)| exe.symbol(name).map(|s| (s.address, size)))
+                .collect(),
             text_address,
             text,
             eh_frame_address,
@@ -74,9 +80,10 @@ impl CodeMap {
         }
     }
 
-    /// `CFA - rsp` at `pc`: the return address of the function executing at `pc` is at
-    /// `rsp + offset - 8`. `None` when the unwind table does not say it that simply.
-    pub fn cfa_offset(&self, pc: u64) -> Option<u64> {
+    /// The canonical frame address of the function executing at (link-time) `pc` with
+    /// registers `regs`: its return address is at `CFA - 8`. OCaml's unwind tables follow the
+    /// switch to the C stack around `[@@noalloc]` calls (the CFA is then `rbx`-based).
+    pub fn cfa(&self, pc: u64, regs: &crate::source::Registers) -> Option<u64> {
         if self.eh_frame.is_empty() {
             return None;
         }
@@ -85,8 +92,8 @@ impl CodeMap {
         let mut ctx = UnwindContext::new();
         let row = eh.unwind_info_for_address(&bases, &mut ctx, pc, EhFrame::cie_from_offset).ok()?;
         match row.cfa() {
-            CfaRule::RegisterAndOffset { register, offset } if *register == gimli::X86_64::RSP && *offset >= 8 => {
-                Some(*offset as u64)
+            CfaRule::RegisterAndOffset { register, offset } if *offset >= 8 => {
+                Some(super::unwind::register(regs, register.0)?.wrapping_add(*offset as u64))
             }
             _ => None,
         }
@@ -118,22 +125,44 @@ impl CodeMap {
         let before = (pc - start) as usize;
         let Some(window) = self.code_at(start, before + 8) else { return false };
         // Candidates, nearest first: `sub $imm8,%r15` (49 83 ef ib) or `sub $imm32,%r15`
-        // (49 81 ef id), each followed by `cmp (%r14),%r15` (4d 3b 3e).
-        let mut candidates = Vec::new();
+        // (49 81 ef id), each followed by `cmp (%r14),%r15` (4d 3b 3e); or, in functions
+        // compiled for size (module initialisers), a call to caml_alloc1/2/3 or, after such a
+        // `sub`, to caml_allocN, which bump r15 themselves. (start of the stores, size)
+        let mut candidates: Vec<(u64, i64)> = Vec::new();
+        let sub_at = |i: usize| -> Option<(usize, i64)> {
+            if window.get(i) != Some(&0x49) || window.get(i + 2) != Some(&0xef) {
+                return None;
+            }
+            match window.get(i + 1)? {
+                0x83 => Some((i + 4, *window.get(i + 3)? as i8 as i64)),
+                0x81 => Some((i + 7, i32::from_le_bytes(window.get(i + 3..i + 7)?.try_into().ok()?) as i64)),
+                _ => None,
+            }
+        };
         for i in 0..before.min(window.len().saturating_sub(3)) {
-            if window[i] == 0x49 && window[i + 2] == 0xef {
-                let cmp_at = match window[i + 1] {
-                    0x83 => i + 4,
-                    0x81 => i + 7,
-                    _ => continue,
-                };
-                if window.get(cmp_at..cmp_at + 3) == Some(&[0x4d, 0x3b, 0x3e]) {
-                    candidates.push(start + i as u64);
+            if let Some((next, size)) = sub_at(i) {
+                if window.get(next..next + 3) == Some(&[0x4d, 0x3b, 0x3e]) {
+                    candidates.push((start + next as u64, size));
+                }
+            }
+            if window[i] == 0xe8 && i + 5 <= before {
+                let rel = i32::from_le_bytes(window[i + 1..i + 5].try_into().expect("4 bytes")) as i64;
+                let target = (start as i64 + i as i64 + 5 + rel) as u64;
+                if let Some(&(_, size)) = self.alloc_stubs.iter().find(|(a, _)| *a == target) {
+                    let size = if size > 0 {
+                        size
+                    } else {
+                        // caml_allocN: the size is in the `sub` just before the call.
+                        (i.saturating_sub(7)..i).find_map(|j| sub_at(j).filter(|(n, _)| *n == i).map(|(_, s)| s)).unwrap_or(0)
+                    };
+                    if size > 0 {
+                        candidates.push((start + i as u64 + 5, size));
+                    }
                 }
             }
         }
         match candidates.last() {
-            Some(&site) => self.window_open_at(site, pc),
+            Some(&(site, size)) => self.window_open_at(site, size, pc),
             None => false,
         }
     }
@@ -150,16 +179,21 @@ impl CodeMap {
         calls_gc(pc) || (pc >= 5 && calls_gc(pc - 5))
     }
 
-    /// Decodes from the allocation at `site` up to `pc`; true if some allocated word is still
-    /// unwritten when `pc` is reached.
-    fn window_open_at(&self, site: u64, pc: u64) -> bool {
+    /// Decodes from `site`, just after `size` bytes were allocated by bumping r15, up to `pc`;
+    /// true if some allocated word is still unwritten when `pc` is reached.
+    fn window_open_at(&self, site: u64, size: i64, pc: u64) -> bool {
+        if size <= 0 || size % 8 != 0 {
+            return false;
+        }
+        if pc == site {
+            return true;
+        }
         let Some(bytes) = self.code_at(site, (pc - site) as usize + 16) else { return false };
         let mut decoder = Decoder::with_ip(64, bytes, site, DecoderOptions::NONE);
         let mut insn = Instruction::default();
-        let mut pending: Vec<i64> = Vec::new();
+        let mut pending: Vec<i64> = (0..size / 8).map(|w| w * 8).collect();
         // Registers that hold r15 + offset.
-        let mut aliases: HashMap<Register, i64> = HashMap::new();
-        let mut first = true;
+        let mut aliases: HashMap<Register, i64> = HashMap::from([(Register::R15, 0)]);
         while decoder.can_decode() {
             decoder.decode_out(&mut insn);
             if insn.is_invalid() {
@@ -170,20 +204,6 @@ impl CodeMap {
             }
             if insn.ip() > pc {
                 return false; // not on an instruction boundary from here: not this sequence
-            }
-            if first {
-                first = false;
-                let size = insn.immediate(1) as i64;
-                if !matches!(insn.code(), Code::Sub_rm64_imm8 | Code::Sub_rm64_imm32)
-                    || insn.op0_register() != Register::R15
-                    || size <= 0
-                    || size % 8 != 0
-                {
-                    return false;
-                }
-                pending = (0..size / 8).map(|w| w * 8).collect();
-                aliases.insert(Register::R15, 0);
-                continue;
             }
             match insn.flow_control() {
                 FlowControl::Next | FlowControl::ConditionalBranch => {}
@@ -237,6 +257,7 @@ mod tests {
             ocaml_units: vec![(0x1000, 0x1000 + code.len() as u64)],
             system: None,
             caml_call_gc: Some(0x9000),
+            alloc_stubs: vec![(0x9100, 16), (0x9200, 24), (0x9300, 32), (0x9400, 0)],
             text_address: 0x1000,
             text: code.to_vec(),
             eh_frame_address: 0,
@@ -271,6 +292,25 @@ mod tests {
             assert!(at(inside), "at +{inside:#x}");
         }
         assert!(!at(0x2d), "after the last field store");
+    }
+
+    #[test]
+    fn detects_the_window_after_caml_alloc1() {
+        //   0: call caml_alloc1 (0x9100)   e8 fb 80 00 00
+        //   5: lea 0x8(%r15),%rax          49 8d 47 08
+        //   9: movq $0x400,-0x8(%rax)      48 c7 40 f8 00 04 00 00
+        //  11: mov %rbx,(%rax)             48 89 18
+        //  14: ret                         c3
+        let code = [
+            0xe8, 0xfb, 0x80, 0x00, 0x00, 0x49, 0x8d, 0x47, 0x08, 0x48, 0xc7, 0x40, 0xf8, 0x00, 0x04, 0x00, 0x00, 0x48,
+            0x89, 0x18, 0xc3,
+        ];
+        let m = map(&code);
+        assert!(!m.in_allocation(0x1000));
+        for inside in [0x5, 0x9, 0x11] {
+            assert!(m.in_allocation(0x1000 + inside), "at +{inside:#x}");
+        }
+        assert!(!m.in_allocation(0x1014));
     }
 
     #[test]

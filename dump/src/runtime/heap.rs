@@ -102,12 +102,27 @@ impl<'a> RegionIndex<'a> {
         (offset + 8 <= r.bytes.len()).then(|| r.word(offset))
     }
 
-    /// Whether `value` points into a captured heap or static region (a plausible OCaml block).
-    pub fn holds_value(&self, value: u64) -> bool {
-        value & 7 == 0
-            && self.region_of(value).is_some_and(|r| {
-                matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large | RegionKind::Static)
-            })
+    /// Whether `value` names a block of a captured region: the start of a heap block (minor
+    /// heap blocks are listed in `minor_blocks`), or any word of static data.
+    pub fn names_block(&self, value: u64, minor_blocks: &std::collections::HashSet<u64>) -> bool {
+        if value & 7 != 0 || value < 8 {
+            return false;
+        }
+        let Some(r) = self.region_of(value) else { return false };
+        let header_at = value - 8 - r.base;
+        match r.kind {
+            RegionKind::MinorHeap => minor_blocks.contains(&value),
+            RegionKind::Pool => {
+                let stride = r.block_wsize as u64 * 8;
+                header_at >= r.first_block as u64
+                    && stride > 0
+                    && (header_at - r.first_block as u64) % stride == 0
+                    && r.word(header_at as usize) != 0
+            }
+            RegionKind::Large => header_at == r.first_block as u64,
+            RegionKind::Static => true,
+            _ => false,
+        }
     }
 }
 

@@ -415,11 +415,11 @@ fn current_stack(
         let regs = t.regs;
         let pc = regs.rip;
         let chain = fiber_chain(cx, stack, Some(regs.rsp))?;
-        let in_stack = chain.first().is_some_and(|f| regs.rsp <= f.high);
-        let cfa = cx.rt.code.cfa_offset(pc.wrapping_sub(cx.rt.bias));
-        match (in_stack, cfa) {
-            (true, Some(offset)) => {
-                let ret_slot = regs.rsp + offset - 8;
+        let cfa = cx.rt.code.cfa(pc.wrapping_sub(cx.rt.bias), &regs);
+        let high = chain.first().map_or(0, |f| f.high);
+        match cfa.filter(|&c| regs.rsp < c && c <= high) {
+            Some(cfa) => {
+                let ret_slot = cfa - 8;
                 let mut a = regs.rsp;
                 while a < ret_slot {
                     let v = stack_word(&cx.new_regions, cx.source, a)?;
@@ -428,9 +428,10 @@ fn current_stack(
                 }
                 first_sp = Some(ret_slot);
             }
-            _ => cx.warnings.push(format!(
-                "domain {domain}: cannot find the frame of the running OCaml code at {pc:#x}; its stack was not decoded"
-            )),
+            // Without its frame the stack cannot be decoded: try another stop.
+            None => {
+                return Err(DumpError::UnsafeStop(format!("domain {domain}: no frame for the running OCaml code at {pc:#x}")))
+            }
         }
         for (dwarf, v) in regs.ocaml_value_registers() {
             cx.push(RootKind::Register, domain, thread, 0, v, dwarf, RootName::None, ROOT_FLAG_CONSERVATIVE);

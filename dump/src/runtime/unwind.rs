@@ -33,7 +33,8 @@ pub struct Frame {
 
 const DWARF_RA: u16 = 16;
 
-fn get(regs: &Registers, n: u16) -> Option<u64> {
+/// The value of DWARF register `n` (x86-64 numbering; 16 is the return address/rip).
+pub(crate) fn register(regs: &Registers, n: u16) -> Option<u64> {
     Some(match n {
         0 => regs.rax,
         1 => regs.rdx,
@@ -132,7 +133,7 @@ impl Unwinder {
                 .unwind_info_for_address(&bases, &mut ctx, lookup.wrapping_sub(module.bias), EhFrame::cie_from_offset)
                 .ok()?;
             let cfa = match row.cfa() {
-                CfaRule::RegisterAndOffset { register, offset } => get(&current.regs, register.0)?.wrapping_add(*offset as u64),
+                CfaRule::RegisterAndOffset { register: r, offset } => register(&current.regs, r.0)?.wrapping_add(*offset as u64),
                 CfaRule::Expression(_) => return None,
             };
             let mut next = current.regs;
@@ -146,7 +147,7 @@ impl Unwinder {
                 let value = match value {
                     RegisterRule::Offset(o) => source.read_u64(cfa.wrapping_add(o as u64)).ok()?,
                     RegisterRule::ValOffset(o) => cfa.wrapping_add(o as u64),
-                    RegisterRule::Register(r) => get(&current.regs, r.0)?,
+                    RegisterRule::Register(r) => register(&current.regs, r.0)?,
                     _ => return None,
                 };
                 set(&mut next, reg, value);

@@ -1,0 +1,331 @@
+//! Comparing successive snapshots of one program: what grew, where it sits, and the leak
+//! suspects.
+//!
+//! Objects move (promotion, compaction), so addresses mean nothing from one snapshot to the
+//! next. The diff compares what is stable:
+//!
+//! * **groups** (by tag, kind, closure or root), matched by name: their count, shallow and
+//!   retained bytes in each snapshot ([`groups`]);
+//! * **places** in the dominator tree, matched by path signature: a root's name, then the chain
+//!   of fields and shapes, array indices folded to `[*]` and runs of one shape folded into one
+//!   step ([`trie`], [`domtrie`], [`merge`], [`places`]);
+//! * with three snapshots or more, **leak suspects**: the groups whose count grew at every
+//!   step, each with the shortest retainer paths of its members merged by signature, and how
+//!   many members each path gained from the first snapshot to the last ([`suspect_paths`]).
+//!
+//! Snapshots of different programs, builds, OCaml versions or header layouts are refused
+//! ([`compat`]). Two snapshots are analysed at a time, concurrently.
+//!
+//! ```no_run
+//! use heapsnap_analyze::diff::{diff, DiffOptions, Input};
+//! use heapsnap_analyze::Progress;
+//! let (a, b) = (heapsnap_format::Snapshot::open("1.heapsnap")?, heapsnap_format::Snapshot::open("2.heapsnap")?);
+//! let inputs = [Input { name: "1.heapsnap".into(), snap: &a }, Input { name: "2.heapsnap".into(), snap: &b }];
+//! let report = diff(&inputs, &DiffOptions::default(), &Progress::stderr())?;
+//! for place in &report.growth {
+//!     println!("{:+} bytes  {}", place.delta_retained, place.description);
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod classify;
+pub mod compat;
+pub mod domtrie;
+pub mod groups;
+pub mod merge;
+pub mod places;
+pub mod profile;
+pub mod shape;
+pub mod suspect_paths;
+pub mod trie;
+
+#[cfg(test)]
+mod tests;
+
+use crate::groups::GroupBy;
+use crate::progress::Progress;
+use crate::AnalyzeError;
+use heapsnap_format::Snapshot;
+use merge::MergedTrie;
+use profile::{profile, Kept, Profile};
+use serde::Serialize;
+use std::time::Instant;
+
+pub use compat::Incompatibility;
+pub use groups::GroupDiff;
+pub use places::Place;
+
+/// What can stop a diff.
+#[derive(Debug, thiserror::Error)]
+pub enum DiffError {
+    #[error("a diff needs at least two snapshots (got {0})")]
+    TooFewSnapshots(usize),
+    #[error("cannot compare {first} with {other}: {reason}")]
+    Incompatible { first: String, other: String, reason: Incompatibility },
+    #[error("{name}: {source}")]
+    Analyze { name: String, source: AnalyzeError },
+}
+
+/// A snapshot to compare, and the name the report gives it (its path).
+pub struct Input<'a> {
+    pub name: String,
+    pub snap: &'a Snapshot,
+}
+
+#[derive(Clone, Debug)]
+pub struct DiffOptions {
+    pub by: GroupBy,
+    /// Groups listed (0: all).
+    pub limit: usize,
+    /// Growth (bytes, first to last snapshot) below which a group is no suspect and a place
+    /// not reported.
+    pub min_growth: u64,
+    pub max_suspects: usize,
+    /// Paths per suspect.
+    pub max_paths: usize,
+    pub max_places: usize,
+    /// Accept a different build-id of the same executable.
+    pub allow_rebuilt: bool,
+}
+
+impl Default for DiffOptions {
+    fn default() -> Self {
+        DiffOptions { by: GroupBy::Kind, limit: 30, min_growth: 4096, max_suspects: 10, max_paths: 5, max_places: 10, allow_rebuilt: false }
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapshotInfo {
+    pub name: String,
+    pub pid: Option<u32>,
+    pub time_unix_ns: u64,
+    pub trigger: heapsnap_format::Trigger,
+    pub compactions: Option<u64>,
+    pub objects: u64,
+    pub reachable_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ProgramInfo {
+    pub executable: Option<String>,
+    pub build_id: Option<String>,
+    pub ocaml_version: String,
+    pub reserved_header_bits: u8,
+}
+
+/// A retainer path of a suspect's members, merged by signature.
+#[derive(Clone, Debug, Serialize)]
+pub struct SuspectPath {
+    pub signature: String,
+    pub description: String,
+    pub steps: Vec<trie::StepText>,
+    /// Members with this path in the first and in the last snapshot.
+    pub count: [u64; 2],
+    /// Their difference: the members this path gained.
+    pub new: i64,
+    /// Address of one member in the last snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub example: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Suspect {
+    #[serde(flatten)]
+    pub group: GroupDiff,
+    /// Paths that gained members, most first.
+    pub paths: Vec<SuspectPath>,
+    /// Distinct paths that gained members (before `max_paths`).
+    pub growing_paths: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiffReport {
+    pub by: GroupBy,
+    pub program: ProgramInfo,
+    /// Oldest first.
+    pub snapshots: Vec<SnapshotInfo>,
+    pub warnings: Vec<String>,
+    pub min_growth: u64,
+    /// Groups in any snapshot, and the `limit` that grew most.
+    pub total_groups: u64,
+    pub groups: Vec<GroupDiff>,
+    /// With three snapshots or more; empty otherwise.
+    pub suspects: Vec<Suspect>,
+    /// Where retained bytes grew in the dominator tree.
+    pub growth: Vec<Place>,
+    /// Wall-clock seconds of each step of the diff.
+    pub timings: Vec<(String, f64)>,
+}
+
+/// Compares snapshots, oldest first.
+pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Result<DiffReport, DiffError> {
+    if inputs.len() < 2 {
+        return Err(DiffError::TooFewSnapshots(inputs.len()));
+    }
+    let first = &inputs[0];
+    for other in &inputs[1..] {
+        compat::check_pair(first.snap, other.snap, opts.allow_rebuilt).map_err(|reason| DiffError::Incompatible {
+            first: first.name.clone(),
+            other: other.name.clone(),
+            reason,
+        })?;
+    }
+    let snaps: Vec<&Snapshot> = inputs.iter().map(|i| i.snap).collect();
+    let warnings = compat::warnings(&snaps);
+    let mut timings: Vec<(String, f64)> = Vec::new();
+
+    let t = Instant::now();
+    let bar = progress.step("diff: analysing", inputs.len() as u64);
+    let k = inputs.len();
+    let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'_>>), DiffError> {
+        let r = profile(inputs[i].snap, opts.by, keep).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
+        bar.inc(1);
+        r
+    };
+    let mut profiles: Vec<Option<Profile>> = (0..k).map(|_| None).collect();
+    // The middle snapshots two at a time (only their profiles stay), then the first and the
+    // last, kept analysed when suspects need their paths.
+    let middle: Vec<usize> = (1..k - 1).collect();
+    for pair in middle.chunks(2) {
+        match *pair {
+            [x, y] => {
+                let (px, py) = rayon::join(|| run(x, false), || run(y, false));
+                profiles[x] = Some(px?.0);
+                profiles[y] = Some(py?.0);
+            }
+            [x] => profiles[x] = Some(run(x, false)?.0),
+            _ => unreachable!("chunks of at most two"),
+        }
+    }
+    let keep = k >= 3;
+    let (f, l) = rayon::join(|| run(0, keep), || run(k - 1, keep));
+    let (pf, kept_first) = f?;
+    let (pl, kept_last) = l?;
+    profiles[0] = Some(pf);
+    profiles[k - 1] = Some(pl);
+    let profiles: Vec<Profile> = profiles.into_iter().map(|p| p.expect("every snapshot profiled")).collect();
+    bar.finish_and_clear();
+    timings.push(("analysis".into(), t.elapsed().as_secs_f64()));
+    for (i, p) in profiles.iter().enumerate() {
+        for (step, s) in &p.timings {
+            timings.push((format!("snapshot {}: {step}", i + 1), *s));
+        }
+    }
+
+    let t = Instant::now();
+    let group_lists: Vec<Vec<crate::groups::Group>> = profiles.iter().map(|p| p.groups.clone()).collect();
+    let all_groups = groups::diff_groups(&group_lists);
+    let mut suspect_groups = groups::suspects(&all_groups, opts.min_growth);
+    suspect_groups.truncate(opts.max_suspects);
+    let mut merged = MergedTrie::new(k);
+    for (i, p) in profiles.iter().enumerate() {
+        merged.add(&p.dom, Some(i));
+    }
+    let growth = places::growth_places(&merged, opts.min_growth, opts.max_places);
+    timings.push(("compare".into(), t.elapsed().as_secs_f64()));
+
+    let t = Instant::now();
+    let suspects = match (kept_first, kept_last) {
+        (Some(kf), Some(kl)) if !suspect_groups.is_empty() => {
+            let step = progress.step("diff: paths of the suspects", 0);
+            let s = suspects_with_paths(suspect_groups, opts, (kf, &profiles[0].dom), (kl, &profiles[k - 1].dom));
+            step.finish_and_clear();
+            s
+        }
+        _ => Vec::new(),
+    };
+    timings.push(("suspect paths".into(), t.elapsed().as_secs_f64()));
+
+    let meta = first.snap.metadata();
+    let total_groups = all_groups.len() as u64;
+    let mut listed = all_groups;
+    if opts.limit > 0 {
+        listed.truncate(opts.limit);
+    }
+    Ok(DiffReport {
+        by: opts.by,
+        program: ProgramInfo {
+            executable: meta.executable.clone(),
+            build_id: meta.build_id.clone(),
+            ocaml_version: meta.ocaml_version.clone(),
+            reserved_header_bits: meta.reserved_header_bits,
+        },
+        snapshots: inputs
+            .iter()
+            .zip(&profiles)
+            .map(|(i, p)| {
+                let m = i.snap.metadata();
+                SnapshotInfo {
+                    name: i.name.clone(),
+                    pid: m.pid,
+                    time_unix_ns: m.time_unix_ns,
+                    trigger: m.trigger,
+                    compactions: m.compactions,
+                    objects: p.objects,
+                    reachable_bytes: p.reachable_bytes,
+                }
+            })
+            .collect(),
+        warnings,
+        min_growth: opts.min_growth,
+        total_groups,
+        groups: listed,
+        suspects,
+        growth,
+        timings,
+    })
+}
+
+/// Paths of the suspects' members in the first and last snapshots, matched by signature.
+fn suspects_with_paths(
+    suspect_groups: Vec<GroupDiff>,
+    opts: &DiffOptions,
+    first: (Kept<'_>, &trie::SigTrie),
+    last: (Kept<'_>, &trie::SigTrie),
+) -> Vec<Suspect> {
+    let names: Vec<String> = suspect_groups.iter().map(|g| g.name.clone()).collect();
+    // Each analysis moves to the thread that uses it (they are not shareable between threads).
+    let chains = |(kept, dom): (Kept<'_>, &trie::SigTrie)| {
+        let d = kept.dom_sig_pre.as_deref().map(|s| (s, dom));
+        suspect_paths::member_chains(&kept.analysis, &kept.classified, d, opts.by, &names)
+    };
+    let (cf, cl) = rayon::join(|| chains(first), || chains(last));
+    let mut merged = MergedTrie::new(0);
+    let map_first = merged.add(&cf.trie, None);
+    let map_last = merged.add(&cl.trie, None);
+    // (suspect, merged signature) -> ([first, last], example in the last)
+    let mut per: std::collections::HashMap<(u32, u32), ([u64; 2], u64)> = std::collections::HashMap::new();
+    for (&(s, sig), &(n, _)) in &cf.counts {
+        per.entry((s, map_first[sig as usize])).or_insert(([0, 0], 0)).0[0] += n;
+    }
+    for (&(s, sig), &(n, example)) in &cl.counts {
+        let e = per.entry((s, map_last[sig as usize])).or_insert(([0, 0], 0));
+        e.0[1] += n;
+        e.1 = example;
+    }
+    suspect_groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, group)| {
+            let mut paths: Vec<SuspectPath> = per
+                .iter()
+                .filter(|(&(s, _), (c, _))| s == i as u32 && c[1] > c[0])
+                .map(|(&(_, sig), &(count, example))| {
+                    let steps = merged.steps(sig);
+                    SuspectPath {
+                        signature: trie::signature_text(&steps, false),
+                        description: trie::signature_text(&steps, true),
+                        steps,
+                        count,
+                        new: count[1] as i64 - count[0] as i64,
+                        example: (example != 0).then(|| format!("{example:#x}")),
+                    }
+                })
+                .collect();
+            paths.sort_by(|x, y| y.new.cmp(&x.new).then(x.signature.cmp(&y.signature)));
+            let growing_paths = paths.len() as u64;
+            paths.truncate(opts.max_paths);
+            Suspect { group, paths, growing_paths }
+        })
+        .collect()
+}

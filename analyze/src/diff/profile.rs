@@ -1,0 +1,68 @@
+//! What the diff keeps of each snapshot: its groups and its dominator tree aggregated by
+//! signature (a few kilobytes to megabytes, whatever the heap's size). The first and last
+//! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
+
+use super::classify::{classify, Classified};
+use super::domtrie::dominator_trie;
+use super::trie::SigTrie;
+use crate::analysis::Analysis;
+use crate::groups::{Group, GroupBy};
+use crate::progress::Progress;
+use crate::AnalyzeError;
+use heapsnap_format::Snapshot;
+use std::time::Instant;
+
+pub struct Profile {
+    pub groups: Vec<Group>,
+    /// The dominator tree by signature (retained bytes per signature).
+    pub dom: SigTrie,
+    /// Live blocks, static data included.
+    pub objects: u64,
+    pub reachable_bytes: u64,
+    /// Seconds spent in each step.
+    pub timings: Vec<(&'static str, f64)>,
+}
+
+/// An analysed snapshot kept for the suspects' paths.
+pub struct Kept<'s> {
+    pub analysis: Analysis<'s>,
+    pub classified: Classified,
+    /// Dominator signature of each preorder number (for `--by root` membership).
+    pub dom_sig_pre: Option<Vec<u32>>,
+}
+
+/// Analyses a snapshot and extracts its profile; with `keep`, also returns the analysis.
+pub fn profile(snap: &Snapshot, by: GroupBy, keep: bool) -> Result<(Profile, Option<Kept<'_>>), AnalyzeError> {
+    let t = Instant::now();
+    let analysis = Analysis::new(snap, &Progress::hidden())?;
+    let mut timings = vec![("analysis", t.elapsed().as_secs_f64())];
+    let t = Instant::now();
+    let classified = classify(&analysis, by);
+    timings.push(("classes", t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    let dom = dominator_trie(&analysis, &classified);
+    timings.push(("signatures", t.elapsed().as_secs_f64()));
+    let groups = if by == GroupBy::Root {
+        let t = Instant::now();
+        let g = crate::groups::groups(&analysis, by);
+        timings.push(("root groups", t.elapsed().as_secs_f64()));
+        g
+    } else {
+        group_list(&classified, &dom.group_retained)
+    };
+    let objects = analysis.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
+    let reachable_bytes = analysis.reachable_bytes();
+    let profile = Profile { groups, dom: dom.trie, objects, reachable_bytes, timings };
+    let kept = keep.then(|| Kept { analysis, classified, dom_sig_pre: (by == GroupBy::Root).then_some(dom.sig_pre) });
+    Ok((profile, kept))
+}
+
+/// The groups, as `groups::groups` lists them: largest retained first.
+pub(super) fn group_list(c: &Classified, retained: &[u64]) -> Vec<Group> {
+    let t = &c.groups;
+    let mut out: Vec<Group> = (0..t.keys.len())
+        .map(|g| Group { name: t.names[g].clone(), count: t.count[g], shallow: t.shallow[g], retained: retained[g] })
+        .collect();
+    out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
+    out
+}

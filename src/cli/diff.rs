@@ -1,0 +1,179 @@
+//! `heapsnap diff OLD NEW [MORE...]`: what grew between snapshots, where it sits in the
+//! dominator tree, and (three snapshots or more) the leak suspects. JSON schema in
+//! analyze/REPORTS.md.
+
+use anyhow::Context;
+use clap::Args;
+use heapsnap_analyze::diff::{diff, DiffOptions, DiffReport, Input};
+use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::Progress;
+use heapsnap_format::Snapshot;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct DiffArgs {
+    /// Snapshots of one program, oldest first (two or more; three or more for leak suspects).
+    #[arg(required = true, num_args = 2.., value_name = "SNAPSHOT")]
+    snapshots: Vec<PathBuf>,
+    /// Group by: tag (reserved header bits, or the kind without them), kind, closure, root.
+    #[arg(long, default_value = "kind")]
+    by: GroupBy,
+    /// How many groups to list (0: all).
+    #[arg(long, default_value_t = 30)]
+    limit: usize,
+    /// Growth in bytes, first snapshot to last, below which a group is no suspect and a place
+    /// of the dominator tree is not shown.
+    #[arg(long, default_value_t = 4096)]
+    min_growth: u64,
+    /// At most this many leak suspects.
+    #[arg(long, default_value_t = 10)]
+    max_suspects: usize,
+    /// At most this many retainer paths per suspect.
+    #[arg(long, default_value_t = 5)]
+    max_paths: usize,
+    /// At most this many places of the dominator tree.
+    #[arg(long, default_value_t = 10)]
+    max_places: usize,
+    /// Compare snapshots of different builds of the same executable path (closures and
+    /// symbols then rarely match).
+    #[arg(long)]
+    allow_rebuilt: bool,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    heapsnap_analyze::mem::tune_allocator();
+    let snaps: Vec<Snapshot> =
+        args.snapshots.iter().map(|p| Snapshot::open(p).with_context(|| format!("cannot open {}", p.display()))).collect::<anyhow::Result<_>>()?;
+    let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+    let opts = DiffOptions {
+        by: args.by,
+        limit: args.limit,
+        min_growth: args.min_growth,
+        max_suspects: args.max_suspects,
+        max_paths: args.max_paths,
+        max_places: args.max_places,
+        allow_rebuilt: args.allow_rebuilt,
+    };
+    let report = diff(&inputs, &opts, &Progress::stderr())?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `+1.5 MiB`, `-24 B`, `0 B`.
+fn signed_bytes(d: i64) -> String {
+    match d {
+        0 => "0 B".into(),
+        d if d > 0 => format!("+{}", human_bytes(d.unsigned_abs())),
+        d => format!("-{}", human_bytes(d.unsigned_abs())),
+    }
+}
+
+fn signed(d: i64) -> String {
+    if d > 0 {
+        format!("+{d}")
+    } else {
+        d.to_string()
+    }
+}
+
+fn by_name(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Tag => "tag",
+        GroupBy::Kind => "kind",
+        GroupBy::Closure => "closure",
+        GroupBy::Root => "root",
+    }
+}
+
+fn print_report(r: &DiffReport) {
+    let k = r.snapshots.len();
+    let program = r.program.executable.as_deref().unwrap_or("an unknown program");
+    println!("{k} snapshots of {program} (OCaml {}), oldest first", r.program.ocaml_version);
+    println!("{:>3}  {:>10} {:>12} {:>12}  snapshot", "#", "objects", "reachable", "change");
+    for (i, s) in r.snapshots.iter().enumerate() {
+        let change = if i == 0 { String::new() } else { signed_bytes(s.reachable_bytes as i64 - r.snapshots[i - 1].reachable_bytes as i64) };
+        println!("{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name);
+    }
+    for w in &r.warnings {
+        println!("warning: {w}");
+    }
+
+    println!();
+    if k < 3 {
+        println!("Leak suspects: take three snapshots or more (groups that grow at every step).");
+    } else if r.suspects.is_empty() {
+        println!("Leak suspects: none (no group by {} grew at every step by {} or more).", by_name(r.by), human_bytes(r.min_growth));
+    } else {
+        println!("Leak suspects: groups by {} whose count grew at every step, by retained growth", by_name(r.by));
+        for (i, s) in r.suspects.iter().enumerate() {
+            let g = &s.group;
+            println!(
+                "{:>3}. {}: {} -> {} objects ({}), retained {} -> {} ({})",
+                i + 1,
+                g.name,
+                g.count[0],
+                g.count[k - 1],
+                signed(g.delta_count),
+                human_bytes(g.retained[0]),
+                human_bytes(g.retained[k - 1]),
+                signed_bytes(g.delta_retained)
+            );
+            for p in &s.paths {
+                println!("       {:>8} new ({} -> {})  {}", signed(p.new), p.count[0], p.count[1], p.description);
+            }
+            if s.growing_paths > s.paths.len() as u64 {
+                println!("       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64);
+            }
+        }
+    }
+
+    println!();
+    if r.growth.is_empty() {
+        println!("Growth in the dominator tree: no place grew by {} or more.", human_bytes(r.min_growth));
+    } else {
+        println!("Growth in the dominator tree (retained bytes, first -> last snapshot):");
+        for p in &r.growth {
+            let every = if k >= 3 && p.grew_every_step { ", every step" } else { "" };
+            let what = match p.reason {
+                "own" => "its own objects".to_string(),
+                _ => format!("{} objects", signed(p.delta_count)),
+            };
+            println!(
+                "  {:>10}  retained {} -> {}, {what}{every}",
+                signed_bytes(p.growth),
+                human_bytes(p.retained[0]),
+                human_bytes(p.retained[k - 1]),
+            );
+            println!("      {}", p.description);
+            for c in p.children.iter().filter(|_| p.reason != "own") {
+                let edge = if c.step.edge.is_empty() { String::new() } else { format!("{} ", c.step.edge) };
+                println!("        {:>10}  {edge}{}{}", signed_bytes(c.delta_retained), c.step.label, if c.step.folded { "+" } else { "" });
+            }
+        }
+    }
+
+    println!();
+    println!("Groups by {}, most grown first ({} of {}):", by_name(r.by), r.groups.len(), r.total_groups);
+    println!("{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  group", "count", "change", "shallow", "change", "retained", "change");
+    for g in &r.groups {
+        println!(
+            "{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  {}",
+            g.count[k - 1],
+            signed(g.delta_count),
+            human_bytes(g.shallow[k - 1]),
+            signed_bytes(g.delta_shallow),
+            human_bytes(g.retained[k - 1]),
+            signed_bytes(g.delta_retained),
+            g.name
+        );
+    }
+}

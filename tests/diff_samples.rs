@@ -1,0 +1,238 @@
+//! `heapsnap diff` on real OCaml samples, each run under `heapsnap run --on-compaction` and
+//! snapshotted after each of three steps while it grows (or stays steady), against
+//! samples/manifest.json.
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn heapsnap() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
+}
+
+fn samples_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let out = Command::new("bash").arg(repo().join("samples/build.sh")).arg("std").stderr(Stdio::inherit()).output().expect("run samples/build.sh");
+        assert!(out.status.success(), "samples/build.sh std failed");
+        PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+    })
+    .clone()
+}
+
+fn manifest_sample(name: &str) -> Value {
+    static M: OnceLock<Value> = OnceLock::new();
+    let m = M.get_or_init(|| serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON"));
+    m["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest").clone()
+}
+
+/// A child process killed and reaped when dropped (a failing test leaves nothing running).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> =
+        std::fs::read_dir(dir).expect("snapshot directory").map(|e| e.expect("entry").path()).filter(|p| p.extension().is_some_and(|e| e == "heapsnap")).collect();
+    found.sort();
+    found
+}
+
+/// Runs `name --steps 3 --pause` under `heapsnap run --on-compaction` and returns its three
+/// snapshots, oldest first: at each `READY i`, waits for the i-th snapshot before letting the
+/// sample go on, so that each snapshot shows one step.
+fn three_snapshots(name: &str, dir: &Path) -> Vec<PathBuf> {
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-compaction", "-o"])
+        .arg(dir)
+        .arg("--")
+        .arg(samples_dir().join(name))
+        .args(["--steps", "3", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start heapsnap run");
+    let mut running = Running(child);
+    let mut stdin = running.0.stdin.take();
+    let stdout = running.0.stdout.take().expect("piped stdout");
+    // Lines arrive through a channel so that a silent sample times out instead of hanging.
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut ready = 0;
+    while ready < 3 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx.recv_timeout(left).unwrap_or_else(|e| panic!("{name}: no READY line ({e})")).expect("read stdout");
+        let Some(step) = line.strip_prefix("READY ") else { continue };
+        ready = step.trim().parse().expect("READY <step>");
+        while snapshots_in(dir).len() < ready {
+            assert!(Instant::now() < deadline, "{name}: snapshot {ready} never appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if ready < 3 {
+            writeln!(stdin.as_mut().expect("stdin")).expect("resume the sample");
+        } else {
+            stdin = None; // EOF: the sample runs to its end
+        }
+    }
+    drop(stdin);
+    while running.0.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "{name} did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let found = snapshots_in(dir);
+    assert_eq!(found.len(), 3, "{name}: {found:?}");
+    found
+}
+
+/// Three snapshots of a sample, taken once per test binary (under the target's temporary
+/// directory, replaced at each run).
+fn series(name: &'static str) -> Vec<PathBuf> {
+    static TAKEN: OnceLock<std::sync::Mutex<std::collections::HashMap<&'static str, Vec<PathBuf>>>> = OnceLock::new();
+    let taken = TAKEN.get_or_init(Default::default);
+    let mut taken = taken.lock().unwrap_or_else(|e| e.into_inner());
+    taken
+        .entry(name)
+        .or_insert_with(|| {
+            let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diff_samples").join(name);
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).expect("sample directory");
+            three_snapshots(name, &d)
+        })
+        .clone()
+}
+
+fn diff_json(snapshots: &[PathBuf], args: &[&str]) -> Value {
+    let out = Command::new(heapsnap()).arg("diff").args(snapshots).args(args).arg("--json").output().expect("run heapsnap diff");
+    assert!(out.status.success(), "heapsnap diff {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("heapsnap diff {args:?}: bad JSON ({e})"))
+}
+
+fn within(got: f64, expected: f64, tolerance: f64) -> bool {
+    (got - expected).abs() <= expected * tolerance
+}
+
+#[test]
+fn cache_leak_top_suspect_is_its_hashtbl() {
+    let sample = manifest_sample("cache_leak");
+    let root = &sample["roots"][0];
+    let label = format!("{}.{}", root["module"].as_str().unwrap(), root["field"]);
+    assert_eq!(label, "Cache_leak.1");
+    // What the sample allocates per step (manifest note: 5000 entries x 1104 B).
+    let per_step = (root["growth_per_step_bytes"]["min"].as_f64().unwrap() + root["growth_per_step_bytes"]["max"].as_f64().unwrap()) / 2.0;
+    let snaps = series("cache_leak");
+
+    // By root: the Hashtbl's root grew at every step, by what the sample allocated.
+    let r = diff_json(&snaps, &["--by", "root"]);
+    let top = &r["suspects"][0];
+    assert_eq!(top["name"], label.as_str(), "{:#}", r["suspects"]);
+    let retained: Vec<f64> = top["retained"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    for w in retained.windows(2) {
+        assert!(within(w[1] - w[0], per_step, 0.10), "step growth {} vs {per_step}", w[1] - w[0]);
+    }
+    let path = &top["paths"][0];
+    assert!(path["signature"].as_str().unwrap().starts_with("Cache_leak.1 -> Hashtbl -> .1 "), "{path:#}");
+
+    // By kind (the default): the top suspect's members are new in the Hashtbl's bucket chains.
+    let r = diff_json(&snaps, &[]);
+    let top = &r["suspects"][0];
+    let path = &top["paths"][0];
+    assert_eq!(path["steps"][0]["shape"], label.as_str());
+    assert_eq!(path["steps"][1]["shape"], "Hashtbl");
+    assert!(path["description"].as_str().unwrap().contains("Hashtbl bucket chains"), "{path:#}");
+    assert!(path["new"].as_i64().unwrap() >= 10000, "{path:#}");
+
+    // The dominator tree: the growth sits in the bucket chains, every step.
+    let place = &r["growth"][0];
+    assert_eq!(place["reason"], "members");
+    assert_eq!(place["grew_every_step"], true);
+    assert!(place["signature"].as_str().unwrap().starts_with("Cache_leak.1 -> Hashtbl -> .1 block tag 0 size >16 -> [*] "), "{place:#}");
+    let growth = place["growth"].as_f64().unwrap();
+    assert!(within(growth, 2.0 * per_step, 0.10), "the chains grew by {growth}, the sample allocated {}", 2.0 * per_step);
+}
+
+#[test]
+fn closure_list_grows_closures_of_the_right_function_and_line() {
+    let sample = manifest_sample("closure_list");
+    let closure = &sample["closures"][0];
+    let location = closure["code_location"].as_str().unwrap().rsplit('/').next().unwrap().to_string();
+    let counts: Vec<u64> = closure["count_by_step"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let snaps = series("closure_list");
+
+    let r = diff_json(&snaps, &["--by", "closure"]);
+    let suspects = r["suspects"].as_array().unwrap();
+    assert_eq!(suspects.len(), 1, "{suspects:#?}");
+    let name = suspects[0]["name"].as_str().unwrap();
+    assert!(name.starts_with("closure camlClosure_list.fun_") && name.ends_with(&format!("({location})")), "{name}");
+    let count: Vec<u64> = suspects[0]["count"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(count, counts);
+    let path = &suspects[0]["paths"][0];
+    assert_eq!(path["steps"][0]["shape"], format!("{}.{}", sample["roots"][0]["module"].as_str().unwrap(), sample["roots"][0]["field"]));
+    assert_eq!(path["new"].as_u64(), Some(counts[2] - counts[0]));
+
+    // By kind, the closures are among the suspects too, and the list's cells hold the growth.
+    let r = diff_json(&snaps, &[]);
+    assert!(r["suspects"].as_array().unwrap().iter().any(|s| s["name"] == name), "{:#}", r["suspects"]);
+    let place = &r["growth"][0];
+    assert!(place["signature"].as_str().unwrap().starts_with("Closure_list.0 -> "), "{place:#}");
+    assert_eq!(place["delta_count"].as_u64(), Some(counts[2] - counts[0]));
+}
+
+#[test]
+fn steady_state_has_no_suspect() {
+    let snaps = series("steady_state");
+    for by in ["kind", "closure", "root", "tag"] {
+        let r = diff_json(&snaps, &["--by", by]);
+        assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "--by {by}: {:#}", r["suspects"]);
+        assert_eq!(r["growth"].as_array().map(Vec::len), Some(0), "--by {by}: {:#}", r["growth"]);
+    }
+}
+
+#[test]
+fn human_report_names_the_suspect_and_where_it_grows() {
+    let snaps = series("cache_leak");
+    let out = Command::new(heapsnap()).arg("diff").args(&snaps).output().expect("run heapsnap diff");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Leak suspects: groups by kind whose count grew at every step"), "{text}");
+    assert!(text.contains("Cache_leak.1 -> Hashtbl -> .1 Hashtbl data"), "{text}");
+    assert!(text.contains("Growth in the dominator tree"), "{text}");
+}
+
+#[test]
+fn snapshots_of_different_programs_are_refused() {
+    let (a, b) = (series("cache_leak"), series("closure_list"));
+    let out = Command::new(heapsnap()).arg("diff").arg(&a[0]).arg(&b[1]).output().expect("run heapsnap diff");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("different programs") && err.contains("cache_leak") && err.contains("closure_list"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    // A synthetic snapshot is of no known program.
+    let synthetic = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diff_samples").join("synthetic.heapsnap");
+    heapsnap_analyze::synth::large_heap_shape(100).heap.write(&synthetic).expect("write a synthetic snapshot");
+    let out = Command::new(heapsnap()).arg("diff").arg(&a[0]).arg(&synthetic).output().expect("run heapsnap diff");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown program"), "{err}");
+}
