@@ -198,3 +198,11 @@ fn reserved_header_bits_are_detected_and_kept() {
     assert_eq!(reserved.get(&1000), Some(&10), "{reserved:?}");
     assert_eq!(reserved.get(&65535), Some(&5), "{reserved:?}");
 }
+
+/// The oracle is not vacuous: without the module globals' roots, cache_leak's cache is missed.
+#[test]
+fn the_oracle_notices_a_missing_root() {
+    let snaps = check_sample("cache_leak", &[]);
+    let r = reachability_from(&snaps[0], |root| root.root_kind() != RootKind::Global);
+    assert!(r.missed.len() > 15_000, "only {} blocks missed without the globals", r.missed.len());
+}

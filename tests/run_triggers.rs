@@ -90,6 +90,8 @@ fn check_snapshot(path: &Path, trigger: Trigger) -> Snapshot {
     assert_eq!(mode, 0o600, "{}", path.display());
     let snap = Snapshot::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     assert_eq!(snap.metadata().trigger, trigger, "{}", path.display());
+    // Every trigger here fires while the program is at rest: the stop must have been consistent.
+    assert!(snap.metadata().warnings.is_empty(), "{}: {:?}", path.display(), snap.metadata().warnings);
     assert!(snap.region_count() > 0);
     assert!(!snap.roots().is_empty());
     snap

@@ -34,17 +34,28 @@ fn snapshot_for(items: u64) -> PathBuf {
     path
 }
 
+/// CPU seconds (user and system) this process has used: unlike wall-clock time, barely
+/// changed by other work on the machine.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 /// The child: one measurement, printed as one JSON line.
 fn measure(what: &str, paths: &[PathBuf]) {
     heapsnap_analyze::mem::tune_allocator();
     let t = Instant::now();
+    let cpu0 = cpu_seconds();
     let out = match what {
         "analysis" => {
             let snap = Snapshot::open(&paths[0]).expect("open");
             let a = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
             let top = groups(&a, GroupBy::Kind);
             let objects: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
-            serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "objects": objects, "groups": top.len()})
+            serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "cpu": cpu_seconds() - cpu0, "objects": objects, "groups": top.len()})
         }
         _ => {
             let snaps: Vec<Snapshot> = paths.iter().map(|p| Snapshot::open(p).expect("open")).collect();
@@ -52,7 +63,7 @@ fn measure(what: &str, paths: &[PathBuf]) {
             let r = diff(&inputs, &DiffOptions::default(), &Progress::hidden()).expect("diff");
             let seconds = t.elapsed().as_secs_f64();
             let growth = r.growth.first().map(|p| (p.description.clone(), p.growth));
-            serde_json::json!({"seconds": seconds, "objects": r.snapshots.iter().map(|s| s.objects).collect::<Vec<_>>(),
+            serde_json::json!({"seconds": seconds, "cpu": cpu_seconds() - cpu0, "objects": r.snapshots.iter().map(|s| s.objects).collect::<Vec<_>>(),
                 "top_growth": growth, "timings": r.timings})
         }
     };
@@ -82,32 +93,47 @@ fn main() {
     let items = (millions * 1e6 / 7.0).round() as u64;
     let (old, new) = (snapshot_for(items), snapshot_for(items + items / 50));
 
-    let (mut analysis_old, mut analysis_new, mut diffs) = (f64::MAX, f64::MAX, f64::MAX);
+    // Best (lowest) wall-clock and CPU seconds of each measurement over the runs.
+    let mut best = [[f64::MAX; 2]; 3];
     let mut last_diff = serde_json::Value::Null;
     let mut objects = (0, 0);
     for run in 0..runs {
         let a = child("analysis", &[&old]);
         let b = child("analysis", &[&new]);
         let d = child("diff", &[&old, &new]);
-        let s = |v: &serde_json::Value| v["seconds"].as_f64().unwrap_or(f64::NAN);
-        eprintln!("run {}: analysis {:.2}s / {:.2}s, diff {:.2}s", run + 1, s(&a), s(&b), s(&d));
-        analysis_old = analysis_old.min(s(&a));
-        analysis_new = analysis_new.min(s(&b));
-        diffs = diffs.min(s(&d));
+        let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+        eprintln!(
+            "run {}: analysis {:.2}s / {:.2}s (CPU {:.2}s / {:.2}s), diff {:.2}s (CPU {:.2}s)",
+            run + 1,
+            f(&a, "seconds"),
+            f(&b, "seconds"),
+            f(&a, "cpu"),
+            f(&b, "cpu"),
+            f(&d, "seconds"),
+            f(&d, "cpu")
+        );
+        for (i, v) in [&a, &b, &d].into_iter().enumerate() {
+            best[i][0] = best[i][0].min(f(v, "seconds"));
+            best[i][1] = best[i][1].min(f(v, "cpu"));
+        }
         objects = (a["objects"].as_u64().unwrap_or(0), b["objects"].as_u64().unwrap_or(0));
         last_diff = d;
     }
-    let one = (analysis_old + analysis_new) / 2.0;
+    let [a, b, d] = best;
     println!("heapsnap diff benchmark: synthetic large_heap-shaped snapshots, {} threads, best of {runs}", rayon::current_num_threads());
-    println!("  snapshot A: {} objects, analysed (open, graph, dominators, top --by kind) in {analysis_old:.2}s", objects.0);
-    println!("  snapshot B: {} objects, analysed in {analysis_new:.2}s", objects.1);
-    println!("  diff A B:   {diffs:.2}s");
-    println!("  ratio diff / analysis of one (mean of A and B): {:.2}x  (goal: <= 2x)", diffs / one);
+    println!("  snapshot A: {} objects, analysed (open, graph, dominators, top --by kind) in {:.2}s (CPU {:.2}s)", objects.0, a[0], a[1]);
+    println!("  snapshot B: {} objects, analysed in {:.2}s (CPU {:.2}s)", objects.1, b[0], b[1]);
+    println!("  diff A B:   {:.2}s (CPU {:.2}s)", d[0], d[1]);
+    println!(
+        "  ratio diff / analysis of one (mean of A and B): {:.2}x wall-clock (goal: <= 2x), {:.2}x CPU",
+        d[0] / ((a[0] + b[0]) / 2.0),
+        d[1] / ((a[1] + b[1]) / 2.0)
+    );
     if let Some(g) = last_diff["top_growth"].as_array() {
         println!("  top growth: {} bytes at {}", g.get(1).unwrap_or(&serde_json::Value::Null), g.first().and_then(|v| v.as_str()).unwrap_or("?"));
     }
     if let Some(t) = last_diff["timings"].as_array() {
         let steps: Vec<String> = t.iter().filter_map(|p| Some(format!("{} {:.2}s", p[0].as_str()?, p[1].as_f64()?))).collect();
-        println!("  diff steps (last run): {}", steps.join(", "));
+        println!("  diff steps (last run, wall-clock): {}", steps.join(", "));
     }
 }

@@ -17,7 +17,8 @@
 //! * [`graph`]: the CSR object graph under a super-root with one node per root kind, edges
 //!   following OCaml's scanning rules, ephemerons handled as the GC does.
 //! * [`dominators`]: Lengauer-Tarjan with the single-referrer shortcut, retained sizes.
-//! * [`analysis`], [`groups`], [`reports`], [`paths`], [`inspect`], [`verify`]: the reports.
+//! * [`analysis`], [`groups`], [`reports`], [`paths`], [`inspect`], [`mod@verify`]: the reports
+//!   (JSON schemas in `REPORTS.md`); [`verify()`] is the consistency check the dumper's tests use.
 //! * [`synth`]: synthetic OCaml 5.3 heaps written as real snapshots, for tests and benchmarks.
 
 mod address_index;

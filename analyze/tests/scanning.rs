@@ -332,3 +332,23 @@ fn a_long_list_goes_through_every_report() {
     assert_eq!(paths.unreachable, 0);
     assert_eq!(paths.paths.iter().map(|p| p.count).sum::<u64>(), paths.sampled);
 }
+
+#[test]
+fn a_heap_without_roots_or_blocks() {
+    let empty = write(&SynthHeap::new());
+    let a = Analysis::new(&empty.snap, &Progress::hidden()).unwrap();
+    assert_eq!(a.reachable_bytes(), 0);
+    assert!(groups(&a, GroupBy::Root).is_empty());
+    assert!(verify(&empty.snap, true).unwrap().ok);
+    let tree = heapsnap_analyze::reports::dominator_report(&a, 3, 0.0, 3);
+    assert!(tree.children.is_empty());
+
+    let mut h = SynthHeap::new();
+    let lonely = h.alloc(Space::Major, 0, &[Value::Int(1)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    assert!(!a.tree.is_reachable(node_of(&a, &h, lonely)));
+    let s = heapsnap_analyze::reports::summary(&a, 3);
+    assert_eq!((s.objects, s.unreachable_objects, s.reachable_bytes), (1, 1, 0));
+    assert!(!verify(&w.snap, true).unwrap().ok);
+}

@@ -75,6 +75,12 @@ fn wosize(header: u64, reserved: u8) -> u64 {
 
 /// Marks from the roots and compares with the blocks found in the regions.
 pub fn reachability(snap: &Snapshot) -> Reachability {
+    reachability_from(snap, |_| true)
+}
+
+/// [`reachability`] from the roots `keep` accepts only (to check that the oracle notices a
+/// missing root).
+pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRecord) -> bool) -> Reachability {
     let meta = snap.metadata();
     let reserved = meta.reserved_header_bits;
     let garbage = meta.colours.garbage as u64;
@@ -140,7 +146,7 @@ pub fn reachability(snap: &Snapshot) -> Reachability {
     let ephemerons: HashSet<u64> = snap.ephemerons().iter().copied().collect();
     let mut stack: Vec<(u64, u64, bool)> = Vec::new(); // (from, value, weak)
     for r in snap.roots() {
-        if r.root_kind() == RootKind::SuspendedStack || r.is_conservative() {
+        if r.root_kind() == RootKind::SuspendedStack || r.is_conservative() || !keep(r) {
             continue;
         }
         stack.push((r.slot, r.value, r.is_weak()));

@@ -106,20 +106,57 @@ pub fn group_key(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<Gr
     }
 }
 
+/// What identifies a block's class without naming it: tag, size where the class depends on it,
+/// the code or operations pointer of closures and custom blocks, the reserved bits when they
+/// group, whether a 4-field block is a `Hashtbl`. Cheap to compare: neighbouring blocks are
+/// often of one class.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct RawKey {
+    tag_size: u64,
+    extra: u64,
+    reserved: u32,
+}
+
+fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey {
+    let tag = b.header.tag;
+    let first = || b.fields.first().copied().unwrap_or(0);
+    let (size, extra) = match tag {
+        ocaml::CLOSURE_TAG | ocaml::CUSTOM_TAG => (0, first()),
+        t if t >= ocaml::NO_SCAN_TAG || t == ocaml::CONT_TAG => (0, 0),
+        0 if b.header.wosize == 4 => (4, u64::from(super::shape::is_hashtbl(blocks, b.fields))),
+        _ => (b.header.wosize, 0),
+    };
+    RawKey { tag_size: u64::from(tag) | (size << 8), extra, reserved: if by_reserved { b.header.reserved } else { 0 } }
+}
+
 /// What each worker accumulates: its class ids, and counts and bytes by global class id.
 #[derive(Default)]
 struct Local {
-    ids: FxHashMap<ClassKey, u32>,
+    ids: FxHashMap<RawKey, u32>,
+    /// A direct-mapped cache in front of `ids` (blocks of a few classes alternate in pools).
+    recent: [Option<(RawKey, u32)>; 16],
     stats: Vec<(u64, u64)>,
 }
 
 impl Local {
-    fn add(&mut self, class: u32, bytes: u64) {
+    fn class(&mut self, raw: RawKey, make: impl FnOnce() -> u32) -> u32 {
+        let slot = ((raw.tag_size ^ (raw.extra >> 3) ^ u64::from(raw.reserved)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize;
+        match self.recent[slot] {
+            Some((k, id)) if k == raw => id,
+            _ => {
+                let id = *self.ids.entry(raw).or_insert_with(make);
+                self.recent[slot] = Some((raw, id));
+                id
+            }
+        }
+    }
+
+    fn add(&mut self, class: u32, count: u64, bytes: u64) {
         let c = class as usize;
         if c >= self.stats.len() {
             self.stats.resize(c + 1, (0, 0));
         }
-        self.stats[c].0 += 1;
+        self.stats[c].0 += count;
         self.stats[c].1 += bytes;
     }
 }
@@ -130,6 +167,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
     let blocks = &graph.blocks;
     let tree = &a.tree;
     let reserved_bits = blocks.layout.reserved_bits();
+    let by_reserved = by == GroupBy::Tag && reserved_bits > 0;
     let reachable = tree.reachable_count();
     let mut class_pre = vec![NO_CLASS; reachable];
     let mut edge_pre = vec![EDGE_DOMINATED; reachable];
@@ -151,15 +189,25 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
         regions
             .par_iter()
             .fold(Local::default, |mut local, &r| {
-                let mut last: Option<(ClassKey, u32)> = None;
+                // The current run of blocks of one class: its raw key, class, count and bytes.
+                let mut run: Option<(RawKey, u32)> = None;
+                let (mut count, mut bytes) = (0u64, 0u64);
                 for b in blocks.region_blocks(r) {
-                    let key = (group_key(by, reserved_bits, &b), shape_key(blocks, &b));
-                    let id = match last {
-                        Some((k, id)) if k == key => id,
-                        _ => *local.ids.entry(key).or_insert_with(|| intern(key)),
+                    let raw = raw_key(blocks, by_reserved, &b);
+                    let id = match run {
+                        Some((k, id)) if k == raw => id,
+                        _ => {
+                            if let Some((_, id)) = run {
+                                local.add(id, count, bytes);
+                            }
+                            (count, bytes) = (0, 0);
+                            let id = local.class(raw, || intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
+                            run = Some((raw, id));
+                            id
+                        }
                     };
-                    last = Some((key, id));
-                    local.add(id, b.header.bytes());
+                    count += 1;
+                    bytes += b.header.bytes();
                     let p = tree.pre_of[b.node as usize];
                     if p == NO_NODE {
                         continue;
@@ -171,6 +219,9 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                         classes_out.write(p as usize, id);
                         dominated_edges(graph, tree, &b, p, &edges_out);
                     }
+                }
+                if let Some((_, id)) = run {
+                    local.add(id, count, bytes);
                 }
                 local
             })

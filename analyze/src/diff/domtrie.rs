@@ -17,7 +17,7 @@
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
-use crate::blocks::NodeId;
+use crate::blocks::{NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use rustc_hash::FxHashMap;
 
@@ -55,6 +55,12 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
     // Root label of a top object that no root record points at directly: it depends only on
     // its dominator (a root kind, or the super-root), so it is named once per dominator.
     let mut shared_roots: FxHashMap<NodeId, u32> = FxHashMap::default();
+    // Preorder numbers of the objects root records point at, ascending: the loop meets them in
+    // that order, so a cursor tells whether a top object is one of them.
+    let mut rooted: Vec<u32> = a.graph.roots.iter().map(|r| tree.pre_of[r.node as usize]).filter(|&p| p != NO_NODE).collect();
+    rooted.sort_unstable();
+    rooted.dedup();
+    let mut next_rooted = 0usize;
     for p in 1..r {
         let class = c.class_pre[p];
         if class == NO_CLASS {
@@ -69,8 +75,12 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         let shape = c.class_shape[class as usize];
         let d = tree.idom_pre[p] as usize;
         let (s, head) = if sig_pre[d] == NOT_A_BLOCK {
+            while next_rooted < rooted.len() && (rooted[next_rooted] as usize) < p {
+                next_rooted += 1;
+            }
+            let has_roots = rooted.get(next_rooted) == Some(&(p as u32));
             let (v, dn) = (preorder[p], preorder[d]);
-            let root = if dn == SUPER_ROOT || a.graph.roots_of(v).is_empty() {
+            let root = if dn == SUPER_ROOT || !has_roots {
                 *shared_roots.entry(dn).or_insert_with(|| trie.root(&crate::groups::top_label(a, v)))
             } else {
                 trie.root(&crate::groups::top_label(a, v))

@@ -55,7 +55,7 @@ pub const HASHTBL: &str = "Hashtbl";
 /// `initial_size`; `seed` an int; `initial_size` an int whose absolute value is a power of two
 /// of at least 16 (`power_2_above 16 n`). A record of four fields of these types and values is
 /// possible elsewhere, but rare: the name is a hint, the shape stays a 4-field block.
-fn is_hashtbl(blocks: &BlockMap<'_>, fields: &[u64]) -> bool {
+pub(super) fn is_hashtbl(blocks: &BlockMap<'_>, fields: &[u64]) -> bool {
     let [size, data, seed, initial] = match fields {
         &[a, b, c, d] => [a, b, c, d],
         _ => return false,

@@ -46,12 +46,23 @@ pub struct SigTrie {
     pub root_labels: Vec<String>,
     root_ids: FxHashMap<String, u32>,
     index: FxHashMap<u64, u32>,
+    /// A direct-mapped cache in front of `index`: most steps repeat a recent one.
+    recent: Vec<(u64, u32)>,
 }
+
+const RECENT_BITS: u32 = 12;
 
 impl SigTrie {
     pub fn new(shape_names: Vec<String>) -> Self {
         let top = SigNode { parent: 0, edge: EDGE_ROOT, label: u32::MAX, depth: 0, folded: false, root: u32::MAX, count: 0, retained: 0 };
-        SigTrie { nodes: vec![top], shape_names, root_labels: Vec::new(), root_ids: FxHashMap::default(), index: FxHashMap::default() }
+        SigTrie {
+            nodes: vec![top],
+            shape_names,
+            root_labels: Vec::new(),
+            root_ids: FxHashMap::default(),
+            index: FxHashMap::default(),
+            recent: vec![(u64::MAX, 0); 1 << RECENT_BITS],
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -81,7 +92,12 @@ impl SigTrie {
     pub fn child(&mut self, parent: u32, edge: Edge, label: u32) -> Option<u32> {
         debug_assert!(label < 1 << 24, "labels fit 24 bits");
         let key = (u64::from(parent) << 32) | (u64::from(edge) << 24) | u64::from(label & 0xff_ffff);
+        let slot = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_BITS)) as usize;
+        if self.recent[slot].0 == key {
+            return Some(self.recent[slot].1);
+        }
         if let Some(&id) = self.index.get(&key) {
+            self.recent[slot] = (key, id);
             return Some(id);
         }
         let p = &self.nodes[parent as usize];
@@ -93,6 +109,7 @@ impl SigTrie {
         self.nodes.push(SigNode { parent, edge, label, depth, folded: false, root, count: 0, retained: 0 });
         let id = self.nodes.len() as u32 - 1;
         self.index.insert(key, id);
+        self.recent[slot] = (key, id);
         Some(id)
     }
 

@@ -95,8 +95,19 @@ fn launched_by_heapsnap_run(control: &OsStr) {
     CONTROL_FD.store(control_fd, Ordering::Relaxed);
     ACK_FD.store(ack_fd, Ordering::Relaxed);
     if at_exit == 1 {
-        unsafe { libc::atexit(at_exit_hook) };
+        register_at_exit();
     }
+}
+
+extern "C" {
+    fn __cxa_atexit(f: extern "C" fn(*mut libc::c_void), arg: *mut libc::c_void, dso: *mut libc::c_void) -> libc::c_int;
+}
+
+/// Registers the exit hook as a process-wide exit handler. (`atexit` called from a shared
+/// library ties the handler to the library, and glibc would run it late, from the library's
+/// destructors, where the dumper cannot unwind the stack back to the OCaml code that exited.)
+fn register_at_exit() {
+    unsafe { __cxa_atexit(at_exit_hook, std::ptr::null_mut(), std::ptr::null_mut()) };
 }
 
 fn start_watcher() {
@@ -168,7 +179,7 @@ fn start_watcher() {
     CONTROL_FD.store(control_write, Ordering::Relaxed);
     ACK_FD.store(ack_read, Ordering::Relaxed);
     if hooks.at_exit {
-        unsafe { libc::atexit(at_exit_hook) };
+        register_at_exit();
     }
     if hooks.signal > 0 {
         unsafe {
@@ -258,7 +269,7 @@ extern "C" fn on_signal(_signal: libc::c_int) {
 }
 
 /// Runs inside exit(), after OCaml's own at_exit functions: the heap is still whole.
-extern "C" fn at_exit_hook() {
+extern "C" fn at_exit_hook(_: *mut libc::c_void) {
     if !send(MSG_EXITING) {
         return;
     }

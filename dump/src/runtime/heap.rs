@@ -116,7 +116,7 @@ impl<'a> RegionIndex<'a> {
                 let stride = r.block_wsize as u64 * 8;
                 header_at >= r.first_block as u64
                     && stride > 0
-                    && (header_at - r.first_block as u64) % stride == 0
+                    && (header_at - r.first_block as u64).is_multiple_of(stride)
                     && r.word(header_at as usize) != 0
             }
             RegionKind::Large => header_at == r.first_block as u64,

@@ -2,9 +2,11 @@
 //! only talks to a [`MemorySource`]: a live, stopped process today ([`LiveProcess`]), a core
 //! file tomorrow.
 
+mod core;
 mod live;
 mod maps;
 
+pub use self::core::{CoreFile, MissingRegion};
 pub use live::{install_interrupt_guard, interrupted, LiveProcess, ProcessMemory};
 pub use maps::{parse_maps, Mapping};
 
