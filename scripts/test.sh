@@ -22,7 +22,7 @@ samples/build.sh std
 samples/build.sh rhb16
 
 step "Rust tests"
-cargo test --workspace --all-targets --release 2>&1
+cargo test --workspace --release 2>&1
 
 step "bounded fuzzing of the snapshot reader"
 if [ "${FUZZ_SECONDS:-60}" -gt 0 ]; then

@@ -236,3 +236,32 @@ fn snapshots_of_different_programs_are_refused() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown program"), "{err}");
 }
+
+#[test]
+fn diff_groups_are_the_groups_top_reports() {
+    let snaps = series("closure_list");
+    for by in ["kind", "closure", "tag"] {
+        let r = diff_json(&snaps, &["--by", by, "--limit", "0"]);
+        for (i, snap) in snaps.iter().enumerate() {
+            let out = Command::new(heapsnap()).args(["top", "--by", by, "--limit", "0", "--json"]).arg(snap).output().expect("run heapsnap top");
+            assert!(out.status.success());
+            let top: Value = serde_json::from_slice(&out.stdout).expect("top JSON");
+            let mut expected: Vec<(String, u64, u64, u64)> = top["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|g| (g["name"].as_str().unwrap().to_string(), g["count"].as_u64().unwrap(), g["shallow"].as_u64().unwrap(), g["retained"].as_u64().unwrap()))
+                .collect();
+            let mut got: Vec<(String, u64, u64, u64)> = r["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|g| g["count"][i].as_u64() != Some(0))
+                .map(|g| (g["name"].as_str().unwrap().to_string(), g["count"][i].as_u64().unwrap(), g["shallow"][i].as_u64().unwrap(), g["retained"][i].as_u64().unwrap()))
+                .collect();
+            expected.sort();
+            got.sort();
+            assert_eq!(got, expected, "--by {by}, snapshot {}", i + 1);
+        }
+    }
+}

@@ -133,7 +133,7 @@ fn main() {
         println!("  top growth: {} bytes at {}", g.get(1).unwrap_or(&serde_json::Value::Null), g.first().and_then(|v| v.as_str()).unwrap_or("?"));
     }
     if let Some(t) = last_diff["timings"].as_array() {
-        let steps: Vec<String> = t.iter().filter_map(|p| Some(format!("{} {:.2}s", p[0].as_str()?, p[1].as_f64()?))).collect();
+        let steps: Vec<String> = t.iter().filter_map(|p| Some(format!("{} {:.2}s", p["step"].as_str()?, p["seconds"].as_f64()?))).collect();
         println!("  diff steps (last run, wall-clock): {}", steps.join(", "));
     }
 }

@@ -209,7 +209,8 @@ impl<'s> HeapGraph<'s> {
         }
         roots.sort_by_key(|r| (r.node, r.record));
 
-        // Blocks, region by region, in batches of about 64 MiB of region memory.
+        // Blocks, region by region, in batches of about 8 MiB of region memory (small: the
+        // per-region edge vectors of a batch are transient memory).
         let ctx = EdgeContext { blocks: &blocks, suspended: &suspended };
         let mut order: Vec<usize> = blocks.block_regions().collect();
         order.sort_by_key(|&r| blocks.regions[r].nodes.start);
@@ -236,7 +237,7 @@ impl<'s> HeapGraph<'s> {
                 .iter()
                 .position(|(r, _)| {
                     words += blocks.regions[*r].words.len();
-                    words > 8 << 20
+                    words > 1 << 20
                 })
                 .map_or(jobs.len(), |p| p + 1);
             let batch: Vec<(usize, &mut [u32])> = jobs.drain(..take).collect();

@@ -7,10 +7,10 @@ use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, Runtime};
 use crate::snapshot;
-use crate::source::{interrupted, LiveProcess, ProcessMemory};
+use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory};
 use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// What to dump and how.
@@ -72,6 +72,9 @@ pub struct DumpReport {
     /// Where the pause went: the steps of the copy, in ns.
     pub pause_phases: Vec<(String, u64)>,
     pub warnings: Vec<String>,
+    /// Memory a core file does not hold (always empty for a live process).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<MissingRegion>,
 }
 
 impl DumpReport {
@@ -103,20 +106,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     // Everything static is read while the target runs.
     let rt = Runtime::discover(&memory)?;
     let mut warnings = Vec::new();
-    let reserved_bits = match (rt.detected_reserved_bits, options.reserved_bits) {
-        (Some(found), Some(given)) if found != given => {
-            warnings.push(format!("--reserved-bits {given} overrides the {found} detected in the target"));
-            given
-        }
-        (_, Some(given)) => given,
-        (Some(found), None) => found,
-        (None, None) => {
-            return Err(DumpError::ReservedBitsUnknown("the runtime function caml_sys_const_max_wosize was not found or not understood".into()))
-        }
-    };
-    if reserved_bits > 31 {
-        return Err(DumpError::ReservedBitsUnknown(format!("{reserved_bits} reserved bits is more than 31")));
-    }
+    let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
     // Buffers for the pools, prepared while the target runs (a little more than it has now).
@@ -183,34 +173,9 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     drop(spare);
 
     // The target runs again; the rest works on our copy.
-    let more_ops = custom_ops_in_heap(&rt, &memory, &cap, format);
-    cap.custom_ops.extend(more_ops);
-    keep_plausible_conservative_roots(&mut cap, format);
-    if options.redact {
-        for r in cap.regions.iter_mut() {
-            if matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
-                redact_strings(r, format);
-            }
-        }
-    }
-    warnings.append(&mut cap.warnings);
-    let metadata = Metadata {
-        ocaml_version: rt.version.clone(),
-        word_size: 8,
-        reserved_header_bits: reserved_bits,
-        colours: cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL),
-        pid: Some(pid),
-        executable: std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string()),
-        build_id: rt.exe.build_id.clone(),
-        time_unix_ns: wall_at_stop.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
-        trigger: options.trigger,
-        dumper: format!("heapsnap {}", env!("CARGO_PKG_VERSION")),
-        domains: cap.domains.iter().map(|d| d.info.clone()).collect(),
-        compactions: cap.compactions,
-        redacted: options.redact,
-        warnings: warnings.clone(),
-    };
-    let (path, file_bytes) = snapshot::write(&rt, &cap, &metadata, &options.output, options.include_dwarf)?;
+    let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
+    let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
+    let (path, file_bytes) = finish(&rt, &memory, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
     Ok(DumpReport {
         path,
         pid,
@@ -228,7 +193,192 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         elapsed_ns: started.elapsed().as_nanos() as u64,
         pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
         warnings,
+        missing: Vec::new(),
     })
+}
+
+/// Takes the snapshot a live dump would have taken, from the ELF core file `core` of an OCaml
+/// process. The executable is `exe`, or the one the core says was running; its build id must
+/// be the one the core holds. A core taken at an inconsistent moment still gives a snapshot
+/// (with a warning), unless `options.require_consistent`.
+pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Result<DumpReport> {
+    let started = Instant::now();
+    let source = CoreFile::open(core, exe)?;
+    let mut warnings = Vec::new();
+    warnings.extend(check_build_id(&source)?);
+    let rt = Runtime::discover(&source)?;
+    let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
+    let format = header_format(reserved_bits);
+
+    if let Some((declared, actual)) = source.truncation() {
+        warnings.push(format!("the core file is truncated: {actual} bytes of the {declared} its headers describe"));
+    }
+    let lost: Vec<_> = source.missing().iter().filter(|m| !m.read_from_file).cloned().collect();
+    if !lost.is_empty() {
+        let bytes: u64 = lost.iter().map(|m| m.bytes()).sum();
+        warnings.push(format!(
+            "the core lacks {bytes} bytes of the process's memory in {} region(s): {}",
+            lost.len(),
+            lost.iter().map(|m| m.to_string()).collect::<Vec<_>>().join("; ")
+        ));
+    }
+    let checked_at = Instant::now();
+    let check = check_world(&rt, &source)?;
+    let consistent = check.is_safe();
+    if !consistent {
+        let why = check.unsafe_reasons.join("; ");
+        if options.require_consistent {
+            return Err(DumpError::Inconsistent(format!("the core was taken at an inconsistent moment: {why}")));
+        }
+        warnings.push(format!("the core was taken at an inconsistent moment; the snapshot may be wrong there: {why}"));
+    }
+    let checked = checked_at.elapsed();
+    let mut cap = match capture(&rt, &source, &check, format, &mut SpareBuffers::none()) {
+        Ok(cap) => cap,
+        // A core cannot be retried at a better moment.
+        Err(DumpError::UnsafeStop(why)) => {
+            return Err(DumpError::Inconsistent(format!("the core was taken while the runtime was changing its heap: {why}")))
+        }
+        Err(e) => return Err(e),
+    };
+    cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
+    // The core's own modification time is the best guess of when it was taken.
+    let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
+    let pid = source.core_pid();
+    let origin = Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core };
+    let (path, file_bytes) = finish(&rt, &source, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
+    Ok(DumpReport {
+        path,
+        pid,
+        ocaml_version: rt.version.clone(),
+        reserved_header_bits: reserved_bits,
+        pause_ns: 0,
+        total_stopped_ns: 0,
+        attempts: 1,
+        consistent,
+        domains: cap.domains.len(),
+        regions: cap.regions.len(),
+        region_bytes: cap.regions.iter().map(|r| r.bytes.len() as u64).sum(),
+        roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
+        file_bytes,
+        elapsed_ns: started.elapsed().as_nanos() as u64,
+        pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+        warnings,
+        missing: source.missing().to_vec(),
+    })
+}
+
+/// The executable must be the one the core was taken from: its build-id note, where the
+/// process had it mapped, must hold the same bytes in the core. A core without that page
+/// cannot be checked: a warning.
+fn check_build_id(source: &CoreFile) -> Result<Option<String>> {
+    let exe_path = source.executable_path();
+    let mismatch = |message: String| crate::source::bad_core(&exe_path, message);
+    let exe = crate::elf::Executable::open(&exe_path)?;
+    let Some(want) = exe.build_id.clone() else {
+        return Err(mismatch("the executable has no build id: cannot check that the core comes from it".into()));
+    };
+    let bias = exe.load_bias(&source.mappings()?, &exe_path)?;
+    let (note_at, note) =
+        exe.section_data(".note.gnu.build-id").ok_or_else(|| mismatch("no .note.gnu.build-id section".into()))?;
+    let mut in_core = vec![0u8; note.len()];
+    match source.read_from_core(note_at.wrapping_add(bias), &mut in_core) {
+        Ok(()) if in_core == *note => Ok(None),
+        Ok(()) => {
+            // The note's descriptor is the id: skip its 16-byte header (namesz, descsz, type, "GNU\0").
+            let found: String = in_core.iter().skip(16).map(|b| format!("{b:02x}")).collect();
+            Err(mismatch(format!(
+                "build id {want} does not match the core's {found}: the core was not taken from this executable (pass the right one with --exe)"
+            )))
+        }
+        // No copy of the note in the core: compare with the file the core names, if still there.
+        Err(e) => {
+            let recorded = source.recorded_executable().and_then(|p| crate::elf::Executable::open(p).ok());
+            if let Some(recorded) = recorded {
+                if let Some(found) = recorded.build_id.as_ref().filter(|found| **found != want) {
+                    return Err(mismatch(format!(
+                        "build id {want} does not match the build id {found} of {}, the executable the core names (pass the right one with --exe)",
+                        recorded.path.display()
+                    )));
+                }
+            }
+            Ok(Some(format!(
+                "cannot check that the core comes from {} (build id {want}): the core does not hold its build-id note ({e})",
+                exe_path.display()
+            )))
+        }
+    }
+}
+
+/// The number of reserved header bits: detected, or given (a difference is a warning).
+fn reserved_bits_for(rt: &Runtime, options: &DumpOptions, warnings: &mut Vec<String>) -> Result<u8> {
+    let reserved_bits = match (rt.detected_reserved_bits, options.reserved_bits) {
+        (Some(found), Some(given)) if found != given => {
+            warnings.push(format!("--reserved-bits {given} overrides the {found} detected in the target"));
+            given
+        }
+        (_, Some(given)) => given,
+        (Some(found), None) => found,
+        (None, None) => {
+            return Err(DumpError::ReservedBitsUnknown("the runtime function caml_sys_const_max_wosize was not found or not understood".into()))
+        }
+    };
+    if reserved_bits > 31 {
+        return Err(DumpError::ReservedBitsUnknown(format!("{reserved_bits} reserved bits is more than 31")));
+    }
+    Ok(reserved_bits)
+}
+
+/// Where a capture came from, for the metadata.
+struct Origin {
+    pid: u32,
+    executable: Option<String>,
+    time: SystemTime,
+    trigger: Trigger,
+}
+
+/// Everything after the copy, shared by live and core dumps: custom operations found in the
+/// heap, conservative roots filtered, redaction, metadata, and the file. Returns the file's
+/// path and size; `warnings` gets the capture's own.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    rt: &Runtime,
+    source: &dyn MemorySource,
+    cap: &mut Capture,
+    format: crate::runtime::heap::HeaderFormat,
+    reserved_bits: u8,
+    options: &DumpOptions,
+    origin: Origin,
+    warnings: &mut Vec<String>,
+) -> Result<(PathBuf, u64)> {
+    let more_ops = custom_ops_in_heap(rt, source, cap, format);
+    cap.custom_ops.extend(more_ops);
+    keep_plausible_conservative_roots(cap, format);
+    if options.redact {
+        for r in cap.regions.iter_mut() {
+            if matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
+                redact_strings(r, format);
+            }
+        }
+    }
+    warnings.append(&mut cap.warnings);
+    let metadata = Metadata {
+        ocaml_version: rt.version.clone(),
+        word_size: 8,
+        reserved_header_bits: reserved_bits,
+        colours: cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL),
+        pid: Some(origin.pid),
+        executable: origin.executable,
+        build_id: rt.exe.build_id.clone(),
+        time_unix_ns: origin.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
+        trigger: origin.trigger,
+        dumper: format!("heapsnap {}", env!("CARGO_PKG_VERSION")),
+        domains: cap.domains.iter().map(|d| d.info.clone()).collect(),
+        compactions: cap.compactions,
+        redacted: options.redact,
+        warnings: warnings.clone(),
+    };
+    snapshot::write(rt, cap, &metadata, &options.output, options.include_dwarf)
 }
 
 /// Conservative roots (the words and registers of an OCaml frame caught between call sites)

@@ -22,6 +22,10 @@ pub enum DumpError {
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 
+    /// A core file that cannot be used, or an executable that is not the core's.
+    #[error("{path}: {message}")]
+    BadCore { path: PathBuf, message: String },
+
     #[error("{path}: not a readable ELF executable: {message}")]
     Elf { path: PathBuf, message: String },
 

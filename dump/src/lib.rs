@@ -1,9 +1,10 @@
 //! Stop-the-world heap dumper for OCaml 5 native processes.
 //!
 //! The crate is split between *where memory comes from* ([`source`]: a live process stopped
-//! with ptrace today, a core file later) and *what the OCaml runtime looks like*
-//! ([`runtime`]: symbols, DWARF layouts, domains, regions and roots), so that another memory
-//! source reuses all the runtime knowledge. [`dump_process`] puts them together.
+//! with ptrace, or an ELF core file) and *what the OCaml runtime looks like*
+//! ([`runtime`]: symbols, DWARF layouts, domains, regions and roots), so that every memory
+//! source reuses all the runtime knowledge. [`dump_process`] and [`dump_core`] put them
+//! together.
 
 pub mod dump;
 pub mod dwarf;
@@ -15,6 +16,6 @@ pub mod source;
 pub mod triggers;
 pub mod watch;
 
-pub use dump::{compactions_counter_address, dump_process, DumpOptions, DumpReport};
+pub use dump::{compactions_counter_address, dump_core, dump_process, DumpOptions, DumpReport};
 pub use error::{DumpError, Result};
 pub use source::install_interrupt_guard;

@@ -1,16 +1,26 @@
-//! `heapsnap dump --pid PID`: one snapshot of a running OCaml 5 program.
+//! `heapsnap dump --pid PID`: one snapshot of a running OCaml 5 program; `heapsnap dump --core
+//! CORE [--exe EXE]`: the same snapshot from a core file of one.
 
 use clap::Args;
-use heapsnap_dump::{dump_process, install_interrupt_guard, DumpError, DumpOptions};
+use heapsnap_dump::{dump_core, dump_process, install_interrupt_guard, DumpError, DumpOptions};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["pid", "core"])))]
 pub struct DumpArgs {
     /// The process to dump.
     #[arg(long)]
-    pid: i32,
-    /// Where to write the snapshot (default: heapsnap-PID.snap in the current directory).
+    pid: Option<i32>,
+    /// An ELF core file (gcore, or a crash) of an OCaml process to dump instead of a process.
+    #[arg(long, value_name = "CORE")]
+    core: Option<PathBuf>,
+    /// The executable the core was taken from (default: the one the core names; its build id
+    /// must match the core's).
+    #[arg(long, value_name = "EXE", requires = "core", conflicts_with = "pid")]
+    exe: Option<PathBuf>,
+    /// Where to write the snapshot (default: heapsnap-PID.snap, or CORE.snap for --core, in the
+    /// current directory).
     #[arg(short, long)]
     output: Option<PathBuf>,
     /// Zero the contents of strings and bytes before anything reaches the disk.
@@ -33,18 +43,26 @@ pub struct DumpArgs {
 pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
     // SIGINT/SIGTERM stop the dump cleanly (the target is released unchanged).
     install_interrupt_guard();
+    let default_name = match (&args.core, args.pid) {
+        (Some(core), _) => format!("{}.snap", core.file_name().map_or("core".into(), |n| n.to_string_lossy())),
+        (None, pid) => format!("heapsnap-{}.snap", pid.unwrap_or(0)),
+    };
     let options = DumpOptions {
-        output: args.output.unwrap_or_else(|| PathBuf::from(format!("heapsnap-{}.snap", args.pid))),
+        output: args.output.unwrap_or_else(|| PathBuf::from(default_name)),
         redact: args.redact,
         reserved_bits: args.reserved_bits,
         require_consistent: args.strict,
         include_dwarf: !args.no_dwarf,
         ..DumpOptions::default()
     };
-    let report = match dump_process(args.pid, &options) {
+    if let Some(core) = &args.core {
+        return run_core(core, args.exe.as_deref(), &options, args.json);
+    }
+    let Some(pid) = args.pid else { anyhow::bail!("give --pid PID or --core CORE") };
+    let report = match dump_process(pid, &options) {
         Ok(report) => report,
         Err(DumpError::Interrupted) => {
-            eprintln!("heapsnap: interrupted; process {} was released unchanged, no snapshot written", args.pid);
+            eprintln!("heapsnap: interrupted; process {pid} was released unchanged, no snapshot written");
             return Ok(ExitCode::from(130));
         }
         Err(e) => return Err(e.into()),
@@ -65,6 +83,26 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         report.roots,
     );
     if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &DumpOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let report = dump_core(core, exe, options)?;
+    for w in &report.warnings {
+        eprintln!("heapsnap: warning: {w}");
+    }
+    eprintln!(
+        "heapsnap: read core {} of process {}; wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",
+        core.display(),
+        report.pid,
+        report.path.display(),
+        report.regions,
+        report.region_bytes,
+        report.roots,
+    );
+    if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     }
     Ok(ExitCode::SUCCESS)

@@ -133,24 +133,10 @@ fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey
 #[derive(Default)]
 struct Local {
     ids: FxHashMap<RawKey, u32>,
-    /// A direct-mapped cache in front of `ids` (blocks of a few classes alternate in pools).
-    recent: [Option<(RawKey, u32)>; 16],
     stats: Vec<(u64, u64)>,
 }
 
 impl Local {
-    fn class(&mut self, raw: RawKey, make: impl FnOnce() -> u32) -> u32 {
-        let slot = ((raw.tag_size ^ (raw.extra >> 3) ^ u64::from(raw.reserved)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize;
-        match self.recent[slot] {
-            Some((k, id)) if k == raw => id,
-            _ => {
-                let id = *self.ids.entry(raw).or_insert_with(make);
-                self.recent[slot] = Some((raw, id));
-                id
-            }
-        }
-    }
-
     fn add(&mut self, class: u32, count: u64, bytes: u64) {
         let c = class as usize;
         if c >= self.stats.len() {
@@ -201,7 +187,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                                 local.add(id, count, bytes);
                             }
                             (count, bytes) = (0, 0);
-                            let id = local.class(raw, || intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
+                            let id = *local.ids.entry(raw).or_insert_with(|| intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
                             run = Some((raw, id));
                             id
                         }

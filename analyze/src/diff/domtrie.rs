@@ -9,10 +9,12 @@
 //! that start `T` (those whose dominator has another signature): `T`'s retained bytes are the
 //! sum of their retained sizes.
 //!
-//! A group's retained bytes are those of the union of its members' dominator subtrees. In
-//! preorder a subtree is an interval `[p, p + size)`, and two subtrees are nested or apart: a
-//! member starts a new part of the union exactly when it lies past the end of the last member
-//! of its group that did.
+//! A group's retained bytes are those of the union of its members' dominator subtrees: a
+//! member counts unless another member dominates it. The preorder numbers are those of the
+//! graph's depth-first search, in which a dominator subtree need not be contiguous, so
+//! [`group_retained`] numbers the nodes in a preorder of the dominator tree itself, where each
+//! subtree is an interval `[i, i + size)`: walking that order, a member starts a new part of
+//! the union exactly when it lies past the end of the last member of its group that did.
 
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
@@ -42,14 +44,49 @@ fn subtree_sizes(idom_pre: &[u32]) -> Vec<u32> {
     size
 }
 
+/// Retained bytes of each group of `c` (the union of its members' dominator subtrees).
+pub fn group_retained(a: &Analysis<'_>, c: &Classified) -> Vec<u64> {
+    let tree = &a.tree;
+    let idom = &tree.idom_pre;
+    let r = idom.len();
+    let size = subtree_sizes(idom);
+    // A preorder of the dominator tree: a node's children are laid out after it, one subtree
+    // after the other. `next[d]` is where d's next child goes (dominators come first).
+    let mut order = vec![0u32; r];
+    {
+        let mut next = vec![0u32; r];
+        if r > 0 {
+            next[0] = 1;
+        }
+        for p in 1..r {
+            let d = idom[p] as usize;
+            let at = next[d];
+            next[d] += size[p];
+            next[p] = at + 1;
+            order[at as usize] = p as u32;
+        }
+    }
+    let groups = c.groups.keys.len();
+    let mut retained = vec![0u64; groups];
+    let mut end = vec![0u32; groups];
+    for (i, &p) in order.iter().enumerate().skip(1) {
+        let class = c.class_pre[p as usize];
+        if class == NO_CLASS {
+            continue;
+        }
+        let g = c.class_group[class as usize];
+        if g != NO_GROUP && i as u32 >= end[g as usize] {
+            retained[g as usize] += tree.retained_pre.get(p as usize);
+            end[g as usize] = i as u32 + size[p as usize];
+        }
+    }
+    retained
+}
+
 pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
-    let size = subtree_sizes(&tree.idom_pre);
-    let groups = c.groups.keys.len();
-    let mut group_retained = vec![0u64; groups];
-    let mut group_end = vec![0u32; groups];
     let mut trie = SigTrie::new(c.shape_names.clone());
     let mut sig_pre = vec![NOT_A_BLOCK; r];
     // Root label of a top object that no root record points at directly: it depends only on
@@ -65,12 +102,6 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         let class = c.class_pre[p];
         if class == NO_CLASS {
             continue; // a root kind
-        }
-        let retained = tree.retained_pre.get(p);
-        let g = c.class_group[class as usize];
-        if g != NO_GROUP && p as u32 >= group_end[g as usize] {
-            group_retained[g as usize] += retained;
-            group_end[g as usize] = p as u32 + size[p];
         }
         let shape = c.class_shape[class as usize];
         let d = tree.idom_pre[p] as usize;
@@ -95,7 +126,7 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         let node = &mut trie.nodes[s as usize];
         node.count += 1;
         if head {
-            node.retained += retained;
+            node.retained += tree.retained_pre.get(p);
         }
     }
     // A root's node holds what its top objects retain.
@@ -106,5 +137,5 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
             trie.nodes[parent].retained += retained;
         }
     }
-    DomTrie { trie, sig_pre, group_retained }
+    DomTrie { trie, sig_pre, group_retained: group_retained(a, c) }
 }

@@ -154,7 +154,13 @@ pub struct DiffReport {
     /// Where retained bytes grew in the dominator tree.
     pub growth: Vec<Place>,
     /// Wall-clock seconds of each step of the diff.
-    pub timings: Vec<(String, f64)>,
+    pub timings: Vec<Timing>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Timing {
+    pub step: String,
+    pub seconds: f64,
 }
 
 /// Compares snapshots, oldest first.
@@ -172,7 +178,8 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     }
     let snaps: Vec<&Snapshot> = inputs.iter().map(|i| i.snap).collect();
     let warnings = compat::warnings(&snaps);
-    let mut timings: Vec<(String, f64)> = Vec::new();
+    let mut timings: Vec<Timing> = Vec::new();
+    let mut time = |step: String, seconds: f64| timings.push(Timing { step, seconds });
 
     let t = Instant::now();
     let bar = progress.step("diff: analysing", inputs.len() as u64);
@@ -205,10 +212,10 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     profiles[k - 1] = Some(pl);
     let profiles: Vec<Profile> = profiles.into_iter().map(|p| p.expect("every snapshot profiled")).collect();
     bar.finish_and_clear();
-    timings.push(("analysis".into(), t.elapsed().as_secs_f64()));
+    time("analysis".into(), t.elapsed().as_secs_f64());
     for (i, p) in profiles.iter().enumerate() {
         for (step, s) in &p.timings {
-            timings.push((format!("snapshot {}: {step}", i + 1), *s));
+            time(format!("snapshot {}: {step}", i + 1), *s);
         }
     }
 
@@ -222,7 +229,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         merged.add(&p.dom, Some(i));
     }
     let growth = places::growth_places(&merged, opts.min_growth, opts.max_places);
-    timings.push(("compare".into(), t.elapsed().as_secs_f64()));
+    time("compare".into(), t.elapsed().as_secs_f64());
 
     let t = Instant::now();
     let suspects = match (kept_first, kept_last) {
@@ -234,7 +241,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         }
         _ => Vec::new(),
     };
-    timings.push(("suspect paths".into(), t.elapsed().as_secs_f64()));
+    time("suspect paths".into(), t.elapsed().as_secs_f64());
 
     let meta = first.snap.metadata();
     let total_groups = all_groups.len() as u64;

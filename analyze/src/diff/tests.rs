@@ -183,16 +183,20 @@ fn objects_dominated_without_a_direct_pointer_get_a_tilde_edge() {
 }
 
 fn minimal_snapshot(path: &Path, ocaml: &str, executable: Option<&str>, build_id: Option<&str>) {
+    minimal_snapshot_of(path, ocaml, executable, build_id, 1, 1);
+}
+
+fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build_id: Option<&str>, pid: u32, time: u64) {
     let mut w = SnapshotWriter::create(path).unwrap();
     w.write_metadata(&Metadata {
         ocaml_version: ocaml.into(),
         word_size: 8,
         reserved_header_bits: 0,
         colours: heapsnap_format::ColourEncoding::OCAML5_INITIAL,
-        pid: Some(1),
+        pid: Some(pid),
         executable: executable.map(String::from),
         build_id: build_id.map(String::from),
-        time_unix_ns: 1,
+        time_unix_ns: time,
         trigger: Trigger::Manual,
         dumper: "test".into(),
         domains: vec![],
@@ -260,7 +264,14 @@ fn groups_agree_with_the_analysers_groups() {
                 h.set_reserved(f, (i % 3) as u32);
             }
         }
-        let young = h.alloc(Space::Minor, 0, &[list]);
+        // A dominator subtree that is not contiguous in the graph's depth-first order: the
+        // search meets Z (dominated by T, shared with B) between A and W, which A dominates.
+        let z = h.alloc(Space::Major, 0, &[Value::Int(0)]);
+        let w = h.alloc(Space::Major, 0, &[Value::Int(1), Value::Int(2), Value::Int(3)]);
+        let a3 = h.alloc(Space::Major, 0, &[Value::Ptr(z), Value::Ptr(w), Value::Int(4)]);
+        let b1 = h.alloc(Space::Major, 0, &[Value::Ptr(z)]);
+        let t = h.alloc(Space::Major, 0, &[Value::Ptr(a3), Value::Ptr(b1)]);
+        let young = h.alloc(Space::Minor, 0, &[list, Value::Ptr(t)]);
         // Unreachable: counted in groups, retained by nothing.
         let lost = h.alloc(Space::Major, 0, &[Value::Int(1), Value::Int(2)]);
         let _ = h.alloc(Space::Major, 0, &[Value::Ptr(lost)]);
@@ -274,4 +285,41 @@ fn groups_agree_with_the_analysers_groups() {
             assert_eq!(profile::group_list(&c, &dom.group_retained), groups(&a, by), "{by:?} with {reserved} reserved bits");
         }
     }
+}
+
+#[test]
+fn other_processes_and_reversed_order_are_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str, pid: u32, time: u64| {
+        let path = dir.path().join(name);
+        minimal_snapshot_of(&path, "5.3.0", Some("/bin/app"), Some("aa"), pid, time);
+        Snapshot::open(&path).unwrap()
+    };
+    let (a, b, c) = (p("a", 7, 100), p("b", 7, 200), p("c", 8, 300));
+    assert!(compat::warnings(&[&a, &b]).is_empty());
+    let w = compat::warnings(&[&b, &a]);
+    assert!(w.len() == 1 && w[0].contains("snapshot 2 was taken before snapshot 1"), "{w:?}");
+    let w = compat::warnings(&[&a, &c]);
+    assert!(w.len() == 1 && w[0].contains("different processes"), "{w:?}");
+}
+
+#[test]
+fn longer_series_need_growth_at_every_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let series = |name: &str, sizes: &[u64]| -> Vec<PathBuf> {
+        sizes.iter().enumerate().map(|(i, &n)| write(dir.path(), &format!("{name}{i}.heapsnap"), &cache_heap(n, 0, 0))).collect()
+    };
+    // Four and five snapshots: the middle ones are analysed two at a time, or one alone.
+    for sizes in [&[100u64, 200, 300, 400][..], &[100, 200, 300, 400, 500]] {
+        let r = run(&series("up", sizes), &DiffOptions { by: GroupBy::Root, ..Default::default() }).unwrap();
+        assert_eq!(r.snapshots.len(), sizes.len());
+        assert_eq!(r.suspects[0].group.name, "Leak.0");
+        let counts: Vec<u64> = r.suspects[0].group.count.clone();
+        assert!(counts.windows(2).all(|w| w[1] > w[0]), "{counts:?}");
+        assert_eq!(r.suspects[0].paths[0].new as u64, 2 * (sizes[sizes.len() - 1] - sizes[0]));
+    }
+    // A dip in the middle: not a suspect, though the last snapshot is the largest.
+    let r = run(&series("dip", &[100, 200, 150, 400]), &DiffOptions::default()).unwrap();
+    assert!(r.suspects.is_empty());
+    assert!(r.growth.iter().all(|p| !p.grew_every_step));
 }

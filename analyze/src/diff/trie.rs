@@ -45,9 +45,9 @@ pub struct SigTrie {
     /// Root labels by id.
     pub root_labels: Vec<String>,
     root_ids: FxHashMap<String, u32>,
-    index: FxHashMap<u64, u32>,
+    index: FxHashMap<u128, u32>,
     /// A direct-mapped cache in front of `index`: most steps repeat a recent one.
-    recent: Vec<(u64, u32)>,
+    recent: Vec<(u128, u32)>,
 }
 
 const RECENT_BITS: u32 = 12;
@@ -61,7 +61,7 @@ impl SigTrie {
             root_labels: Vec::new(),
             root_ids: FxHashMap::default(),
             index: FxHashMap::default(),
-            recent: vec![(u64::MAX, 0); 1 << RECENT_BITS],
+            recent: vec![(u128::MAX, 0); 1 << RECENT_BITS],
         }
     }
 
@@ -90,9 +90,8 @@ impl SigTrie {
     /// The signature `parent` extended by one step; `None` when the trie is full or the chain
     /// too deep (the caller then keeps `parent`).
     pub fn child(&mut self, parent: u32, edge: Edge, label: u32) -> Option<u32> {
-        debug_assert!(label < 1 << 24, "labels fit 24 bits");
-        let key = (u64::from(parent) << 32) | (u64::from(edge) << 24) | u64::from(label & 0xff_ffff);
-        let slot = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_BITS)) as usize;
+        let key = (u128::from(parent) << 64) | (u128::from(edge) << 32) | u128::from(label);
+        let slot = ((key as u64 ^ (key >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - RECENT_BITS)) as usize;
         if self.recent[slot].0 == key {
             return Some(self.recent[slot].1);
         }

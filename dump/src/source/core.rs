@@ -27,6 +27,11 @@ const USER_REGS_WORDS: usize = 27;
 /// `AT_ENTRY` in the auxiliary vector: the executable's entry point.
 const AT_ENTRY: u64 = 9;
 
+/// A clear error about a file that is not what it should be: "PATH: MESSAGE".
+pub fn bad_core(path: &Path, message: String) -> DumpError {
+    DumpError::BadCore { path: path.to_path_buf(), message }
+}
+
 /// One `PT_LOAD` segment of the core.
 #[derive(Clone, Debug)]
 struct Segment {
@@ -52,8 +57,10 @@ pub struct MissingRegion {
     pub end: u64,
     /// The file mapped there, if any.
     pub file: Option<PathBuf>,
-    /// Why: "left out of the core (coredump_filter or size limit)" or "the core file is truncated".
+    /// Why: left out of the core (coredump_filter, size limit) or the core file is truncated.
     pub reason: String,
+    /// Whether its bytes are read from the mapped file instead (a read-only file mapping).
+    pub read_from_file: bool,
 }
 
 impl MissingRegion {
@@ -68,7 +75,11 @@ impl std::fmt::Display for MissingRegion {
         if let Some(p) = &self.file {
             write!(f, ", {}", p.display())?;
         }
-        write!(f, "): {}", self.reason)
+        write!(f, "): {}", self.reason)?;
+        if self.read_from_file {
+            write!(f, "; read from the mapped file instead")?;
+        }
+        Ok(())
     }
 }
 
@@ -81,7 +92,11 @@ pub struct CoreFile {
     threads: Vec<ThreadState>,
     pid: u32,
     executable: PathBuf,
+    /// The executable the core names (from NT_FILE and the entry point), if it does.
+    recorded_executable: Option<PathBuf>,
     missing: Vec<MissingRegion>,
+    /// How long the headers say the file is, when it is shorter: the core is truncated.
+    declared_len: Option<u64>,
     /// Files opened to read mapped bytes left out of the core.
     backing: Mutex<HashMap<PathBuf, Option<Mmap>>>,
 }
@@ -90,7 +105,7 @@ impl CoreFile {
     /// Opens the core `path`. The executable is `exe` when given, otherwise the file the core
     /// says was mapped at the entry point.
     pub fn open(path: &Path, exe: Option<&Path>) -> Result<CoreFile> {
-        let bad = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
+        let bad = |message: String| bad_core(path, message);
         let file = std::fs::File::open(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
         // SAFETY: the core is opened read-only; a core file is not changed while we read it
         // (if it were, we would read wrong bytes, which every read here bounds-checks).
@@ -116,6 +131,12 @@ impl CoreFile {
         for ph in headers {
             let p_type = ph.p_type(endian);
             if p_type == PT_NOTE {
+                let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
+                if end > file_len {
+                    return Err(bad(format!(
+                        "the core file is truncated: its notes end at byte {end} but the file has {file_len} bytes"
+                    )));
+                }
                 let Some(iter) = ph.notes(endian, &*map).map_err(|e| bad(format!("note segment (truncated core?): {e}")))? else {
                     continue;
                 };
@@ -142,6 +163,16 @@ impl CoreFile {
             }
         }
         segments.sort_by_key(|s| s.start);
+        // What the headers say the file holds: segments and the section header table.
+        let section_table_end = header
+            .e_shoff(endian)
+            .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
+        let declared_len = headers
+            .iter()
+            .map(|ph| ph.p_offset(endian).saturating_add(ph.p_filesz(endian)))
+            .chain([section_table_end])
+            .max()
+            .unwrap_or(0);
         if notes.threads.is_empty() {
             return Err(bad("no NT_PRSTATUS note: the core holds no thread (truncated core?)".into()));
         }
@@ -152,13 +183,33 @@ impl CoreFile {
                 .find(|f| f.start <= s.start && s.start < f.end)
                 .map(|f| (f.path.clone(), f.offset + (s.start - f.start)));
         }
+        // gdb (and the kernel, by coredump_filter) leave read-only file mappings out of the
+        // core altogether, code included: they are known only from NT_FILE.
+        let mut left_out = Vec::new();
+        for f in &files {
+            if !segments.iter().any(|s| s.start < f.end && f.start < s.end) {
+                left_out.push(Segment {
+                    start: f.start,
+                    end: f.end,
+                    file_offset: 0,
+                    declared: 0,
+                    present: 0,
+                    readable: true,
+                    writable: false,
+                    executable: maps_code(&f.path, f.offset),
+                    file: Some((f.path.clone(), f.offset)),
+                });
+            }
+        }
+        segments.extend(left_out);
+        segments.sort_by_key(|s| s.start);
 
         let missing = missing_regions(&segments);
         let recorded_exe = notes
             .entry
             .and_then(|entry| files.iter().find(|f| f.start <= entry && entry < f.end))
             .map(|f| f.path.clone());
-        let executable = match (exe, recorded_exe) {
+        let executable = match (exe, recorded_exe.clone()) {
             (Some(given), recorded) => {
                 let given = std::fs::canonicalize(given).map_err(|source| DumpError::Io { path: given.to_path_buf(), source })?;
                 // The runtime code finds the executable's load address from the mappings of
@@ -186,7 +237,9 @@ impl CoreFile {
             threads,
             pid,
             executable,
+            recorded_executable: recorded_exe,
             missing,
+            declared_len: (declared_len > file_len).then_some(declared_len),
             backing: Mutex::new(HashMap::new()),
         })
     }
@@ -198,6 +251,16 @@ impl CoreFile {
     /// The pid of the process the core was taken from (its first thread's).
     pub fn core_pid(&self) -> u32 {
         self.pid
+    }
+
+    /// The executable the core says was running (its path then), if it says.
+    pub fn recorded_executable(&self) -> Option<&Path> {
+        self.recorded_executable.as_deref()
+    }
+
+    /// When the core file is shorter than its headers say: (declared, actual) length.
+    pub fn truncation(&self) -> Option<(u64, u64)> {
+        self.declared_len.map(|d| (d, self.map.len() as u64))
     }
 
     /// What memory the core does not hold, by region.
@@ -216,12 +279,13 @@ impl CoreFile {
     }
 
     fn read_with(&self, address: u64, buf: &mut [u8], from_files: bool) -> Result<()> {
+        let len = buf.len();
+        let fail = |reason: String| DumpError::Read { address, len, reason };
         let mut done = 0usize;
-        while done < buf.len() {
+        while done < len {
             let at = address + done as u64;
-            let fail = |reason: String| DumpError::Read { address, len: buf.len(), reason };
             let s = self.segment_at(at).ok_or_else(|| fail(format!("{at:#x} was not mapped in the process the core was taken from")))?;
-            let n = ((s.end - at) as usize).min(buf.len() - done);
+            let n = ((s.end - at) as usize).min(len - done);
             let into = at - s.start;
             let dest = &mut buf[done..done + n];
             if into + n as u64 <= s.present {
@@ -230,6 +294,8 @@ impl CoreFile {
             } else if from_files && !s.writable && s.file.is_some() {
                 let (file, offset) = s.file.as_ref().expect("checked");
                 self.read_mapped_file(file, offset + into, dest).map_err(fail)?;
+            } else if !s.readable {
+                return Err(fail(format!("{at:#x} was not readable in the process the core was taken from")));
             } else {
                 let region = self.missing.iter().find(|m| m.start <= at.max(s.start + s.present) && at < m.end);
                 return Err(fail(match region {
@@ -296,8 +362,10 @@ impl MemorySource for CoreFile {
 fn missing_regions(segments: &[Segment]) -> Vec<MissingRegion> {
     segments
         .iter()
-        .filter(|s| s.present < s.end - s.start)
+        // Memory the process could not read (PROT_NONE reservations) has no contents to lose.
+        .filter(|s| s.readable && s.present < s.end - s.start)
         .map(|s| MissingRegion {
+            read_from_file: !s.writable && s.file.is_some(),
             start: s.start + s.present,
             end: s.end,
             file: s.file.as_ref().map(|f| f.0.clone()),
@@ -308,6 +376,20 @@ fn missing_regions(segments: &[Segment]) -> Vec<MissingRegion> {
             },
         })
         .collect()
+}
+
+/// Whether the ELF file `path`, mapped from `offset`, maps code there (a `PF_X` segment).
+fn maps_code(path: &Path, offset: u64) -> bool {
+    use object::{Object, ObjectSegment, SegmentFlags};
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    // SAFETY: read-only mapping of a file the target had mapped.
+    let Ok(map) = (unsafe { Mmap::map(&file) }) else { return false };
+    let Ok(elf) = object::File::parse(&*map) else { return false };
+    elf.segments().any(|seg| {
+        let (start, size) = seg.file_range();
+        let executable = matches!(seg.flags(), SegmentFlags::Elf { p_flags, .. } if p_flags.0 & PF_X.0 != 0);
+        executable && (start & !0xfff) <= offset && offset < start + size
+    })
 }
 
 /// What the notes of a core say.

@@ -1,12 +1,12 @@
 //! Where target memory and thread state come from. The OCaml-runtime knowledge in this crate
-//! only talks to a [`MemorySource`]: a live, stopped process today ([`LiveProcess`]), a core
-//! file tomorrow.
+//! only talks to a [`MemorySource`]: a live, stopped process ([`LiveProcess`]) or an ELF core
+//! file ([`CoreFile`]).
 
 mod core;
 mod live;
 mod maps;
 
-pub use self::core::{CoreFile, MissingRegion};
+pub use self::core::{bad_core, CoreFile, MissingRegion};
 pub use live::{install_interrupt_guard, interrupted, LiveProcess, ProcessMemory};
 pub use maps::{parse_maps, Mapping};
 
