@@ -240,7 +240,7 @@ fn snapshots_of_different_programs_are_refused() {
 #[test]
 fn diff_groups_are_the_groups_top_reports() {
     let snaps = series("closure_list");
-    for by in ["kind", "closure", "tag"] {
+    for by in ["kind", "closure", "tag", "root"] {
         let r = diff_json(&snaps, &["--by", by, "--limit", "0"]);
         for (i, snap) in snaps.iter().enumerate() {
             let out = Command::new(heapsnap()).args(["top", "--by", by, "--limit", "0", "--json"]).arg(snap).output().expect("run heapsnap top");

@@ -63,6 +63,9 @@ pub struct Classified {
     /// Shape names by shape id.
     pub shape_names: Vec<String>,
     pub groups: GroupTable,
+    /// For `--by root`: `(preorder, bytes)` of every top object (one a root kind or the
+    /// super-root immediately dominates), by preorder. Root groups count their bytes.
+    pub top_bytes: Vec<(u32, u64)>,
 }
 
 impl Classified {
@@ -129,11 +132,13 @@ fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey
     RawKey { tag_size: u64::from(tag) | (size << 8), extra, reserved: if by_reserved { b.header.reserved } else { 0 } }
 }
 
-/// What each worker accumulates: its class ids, and counts and bytes by global class id.
+/// What each worker accumulates: its class ids, counts and bytes by global class id, and the
+/// top objects it met (`--by root` only).
 #[derive(Default)]
 struct Local {
     ids: FxHashMap<RawKey, u32>,
     stats: Vec<(u64, u64)>,
+    tops: Vec<(u32, u64)>,
 }
 
 impl Local {
@@ -155,6 +160,9 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
     let reserved_bits = blocks.layout.reserved_bits();
     let by_reserved = by == GroupBy::Tag && reserved_bits > 0;
     let reachable = tree.reachable_count();
+    // Preorder numbers of the super-root and the root kinds: what top objects hang from.
+    let rootish: Vec<u32> =
+        if by == GroupBy::Root { (0..=graph.root_kinds.len() as NodeId).map(|n| tree.pre_of[n as usize]).collect() } else { Vec::new() };
     let mut class_pre = vec![NO_CLASS; reachable];
     let mut edge_pre = vec![EDGE_DOMINATED; reachable];
     let global: Mutex<(FxHashMap<ClassKey, u32>, Vec<ClassKey>)> = Mutex::new(Default::default());
@@ -168,7 +176,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
         g.0.insert(key, id);
         id
     };
-    let stats: Vec<(u64, u64)> = {
+    let (stats, mut top_bytes): (Vec<(u64, u64)>, Vec<(u32, u64)>) = {
         let classes_out = Scatter(class_pre.as_mut_ptr());
         let edges_out = Scatter(edge_pre.as_mut_ptr());
         let regions: Vec<usize> = blocks.block_regions().collect();
@@ -198,6 +206,9 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                     if p == NO_NODE {
                         continue;
                     }
+                    if !rootish.is_empty() && rootish.contains(&tree.idom_pre[p as usize]) {
+                        local.tops.push((p, b.header.bytes()));
+                    }
                     // SAFETY: preorder numbers are distinct and below `reachable`; each block is
                     // visited once; a node's edge slot is written only by its immediate
                     // dominator's visit.
@@ -211,8 +222,8 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                 }
                 local
             })
-            .map(|l| l.stats)
-            .reduce(Vec::new, |mut x, y| {
+            .map(|l| (l.stats, l.tops))
+            .reduce(Default::default, |(mut x, mut xt), (y, yt)| {
                 if x.len() < y.len() {
                     x.resize(y.len(), (0, 0));
                 }
@@ -220,9 +231,11 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                     s.0 += t.0;
                     s.1 += t.1;
                 }
-                x
+                xt.extend(yt);
+                (x, xt)
             })
     };
+    top_bytes.sort_unstable();
     let (_, keys) = global.into_inner().expect("no panic while holding the classes");
 
     // Number the shapes and groups of the classes, and name them.
@@ -254,7 +267,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
             groups.shallow[g as usize] += bytes;
         }
     }
-    Classified { class_pre, edge_pre, class_shape, class_group, shape_names, groups }
+    Classified { class_pre, edge_pre, class_shape, class_group, shape_names, groups, top_bytes }
 }
 
 /// Writes the edge of every child that `b` (preorder `p`) immediately dominates and points at:

@@ -33,6 +33,8 @@ pub struct DomTrie {
     pub sig_pre: Vec<u32>,
     /// Retained bytes of each group of `Classified::groups`.
     pub group_retained: Vec<u64>,
+    /// Bytes of the top objects of each root (by root label id), from `Classified::top_bytes`.
+    pub root_shallow: Vec<u64>,
 }
 
 /// Number of nodes in each dominator subtree, by preorder number.
@@ -98,6 +100,8 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
     rooted.sort_unstable();
     rooted.dedup();
     let mut next_rooted = 0usize;
+    let mut root_shallow: Vec<u64> = Vec::new();
+    let mut next_top = 0usize;
     for p in 1..r {
         let class = c.class_pre[p];
         if class == NO_CLASS {
@@ -116,6 +120,18 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
             } else {
                 trie.root(&crate::groups::top_label(a, v))
             };
+            while next_top < c.top_bytes.len() && (c.top_bytes[next_top].0 as usize) < p {
+                next_top += 1;
+            }
+            if let Some(&(q, bytes)) = c.top_bytes.get(next_top) {
+                if q as usize == p {
+                    let label = trie.nodes[root as usize].label as usize;
+                    if root_shallow.len() <= label {
+                        root_shallow.resize(label + 1, 0);
+                    }
+                    root_shallow[label] += bytes;
+                }
+            }
             (trie.step(root, c.edge_pre[p], shape), true)
         } else {
             let parent = sig_pre[d];
@@ -137,5 +153,6 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
             trie.nodes[parent].retained += retained;
         }
     }
-    DomTrie { trie, sig_pre, group_retained: group_retained(a, c) }
+    root_shallow.resize(trie.root_labels.len(), 0);
+    DomTrie { trie, sig_pre, group_retained: group_retained(a, c), root_shallow }
 }

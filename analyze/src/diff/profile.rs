@@ -3,7 +3,8 @@
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
 use super::classify::{classify, Classified};
-use super::domtrie::dominator_trie;
+use super::classify::EDGE_ROOT;
+use super::domtrie::{dominator_trie, DomTrie};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
 use crate::groups::{Group, GroupBy};
@@ -42,19 +43,30 @@ pub fn profile(snap: &Snapshot, by: GroupBy, keep: bool) -> Result<(Profile, Opt
     let t = Instant::now();
     let dom = dominator_trie(&analysis, &classified);
     timings.push(("signatures", t.elapsed().as_secs_f64()));
-    let groups = if by == GroupBy::Root {
-        let t = Instant::now();
-        let g = crate::groups::groups(&analysis, by);
-        timings.push(("root groups", t.elapsed().as_secs_f64()));
-        g
-    } else {
-        group_list(&classified, &dom.group_retained)
-    };
+    let groups = if by == GroupBy::Root { root_group_list(&dom) } else { group_list(&classified, &dom.group_retained) };
     let objects = analysis.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
     let reachable_bytes = analysis.reachable_bytes();
     let profile = Profile { groups, dom: dom.trie, objects, reachable_bytes, timings };
     let kept = keep.then(|| Kept { analysis, classified, dom_sig_pre: (by == GroupBy::Root).then_some(dom.sig_pre) });
     Ok((profile, kept))
+}
+
+/// The root groups, as `groups::root_groups` lists them (largest retained first): each root's
+/// objects are those whose dominator chain starts at it.
+pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
+    let t = &dom.trie;
+    let mut out: Vec<Group> =
+        t.root_labels.iter().zip(&dom.root_shallow).map(|(name, &shallow)| Group { name: name.clone(), count: 0, shallow, retained: 0 }).collect();
+    for n in t.nodes.iter().skip(1) {
+        let g = &mut out[n.root as usize];
+        if n.edge == EDGE_ROOT {
+            g.retained = n.retained;
+        } else {
+            g.count += n.count;
+        }
+    }
+    out.sort_by(|x, y| y.retained.cmp(&x.retained).then(x.name.cmp(&y.name)));
+    out
 }
 
 /// The groups, as `groups::groups` lists them: largest retained first.

@@ -279,10 +279,11 @@ fn groups_agree_with_the_analysers_groups() {
         let path = write(dir.path(), &format!("g{reserved}.heapsnap"), &h);
         let snap = Snapshot::open(&path).unwrap();
         let a = crate::Analysis::new(&snap, &Progress::hidden()).unwrap();
-        for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Tag] {
+        for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Tag, GroupBy::Root] {
             let c = classify::classify(&a, by);
             let dom = domtrie::dominator_trie(&a, &c);
-            assert_eq!(profile::group_list(&c, &dom.group_retained), groups(&a, by), "{by:?} with {reserved} reserved bits");
+            let ours = if by == GroupBy::Root { profile::root_group_list(&dom) } else { profile::group_list(&c, &dom.group_retained) };
+            assert_eq!(ours, groups(&a, by), "{by:?} with {reserved} reserved bits");
         }
     }
 }

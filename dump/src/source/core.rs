@@ -115,64 +115,8 @@ impl CoreFile {
             Ok(kind) => return Err(bad(format!("not a 64-bit ELF core file ({kind:?})"))),
             Err(e) => return Err(bad(format!("not an ELF core file: {e}"))),
         }
-        let header = FileHeader64::<Endianness>::parse(&*map).map_err(|e| bad(e.to_string()))?;
-        let endian = header.endian().map_err(|e| bad(e.to_string()))?;
-        if header.e_type(endian) != ET_CORE {
-            return Err(bad("an ELF file but not a core file".into()));
-        }
-        if header.e_machine(endian) != object::elf::EM_X86_64 {
-            return Err(bad("not an x86-64 core file".into()));
-        }
-        let headers = header.program_headers(endian, &*map).map_err(|e| bad(format!("segment table: {e}")))?;
+        let Headers { mut segments, notes, declared_len } = parse_headers(&map, &bad)?;
         let file_len = map.len() as u64;
-
-        let mut notes = Notes::default();
-        let mut segments = Vec::new();
-        for ph in headers {
-            let p_type = ph.p_type(endian);
-            if p_type == PT_NOTE {
-                let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
-                if end > file_len {
-                    return Err(bad(format!(
-                        "the core file is truncated: its notes end at byte {end} but the file has {file_len} bytes"
-                    )));
-                }
-                let Some(iter) = ph.notes(endian, &*map).map_err(|e| bad(format!("note segment (truncated core?): {e}")))? else {
-                    continue;
-                };
-                let mut iter = iter;
-                while let Some(note) = iter.next().map_err(|e| bad(format!("bad note: {e}")))? {
-                    notes.add(note.n_type(endian).0, note.name(), note.desc());
-                }
-            } else if p_type == PT_LOAD {
-                let (start, memsz, offset, filesz) =
-                    (ph.p_vaddr(endian), ph.p_memsz(endian), ph.p_offset(endian), ph.p_filesz(endian));
-                let flags = ph.p_flags(endian).0;
-                let present = filesz.min(memsz).min(file_len.saturating_sub(offset));
-                segments.push(Segment {
-                    start,
-                    end: start.checked_add(memsz).ok_or_else(|| bad(format!("segment at {start:#x} wraps around")))?,
-                    file_offset: offset,
-                    declared: filesz.min(memsz),
-                    present,
-                    readable: flags & PF_R.0 != 0,
-                    writable: flags & PF_W.0 != 0,
-                    executable: flags & PF_X.0 != 0,
-                    file: None,
-                });
-            }
-        }
-        segments.sort_by_key(|s| s.start);
-        // What the headers say the file holds: segments and the section header table.
-        let section_table_end = header
-            .e_shoff(endian)
-            .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
-        let declared_len = headers
-            .iter()
-            .map(|ph| ph.p_offset(endian).saturating_add(ph.p_filesz(endian)))
-            .chain([section_table_end])
-            .max()
-            .unwrap_or(0);
         if notes.threads.is_empty() {
             return Err(bad("no NT_PRSTATUS note: the core holds no thread (truncated core?)".into()));
         }
@@ -183,26 +127,7 @@ impl CoreFile {
                 .find(|f| f.start <= s.start && s.start < f.end)
                 .map(|f| (f.path.clone(), f.offset + (s.start - f.start)));
         }
-        // gdb (and the kernel, by coredump_filter) leave read-only file mappings out of the
-        // core altogether, code included: they are known only from NT_FILE.
-        let mut left_out = Vec::new();
-        for f in &files {
-            if !segments.iter().any(|s| s.start < f.end && f.start < s.end) {
-                left_out.push(Segment {
-                    start: f.start,
-                    end: f.end,
-                    file_offset: 0,
-                    declared: 0,
-                    present: 0,
-                    readable: true,
-                    writable: false,
-                    executable: maps_code(&f.path, f.offset),
-                    file: Some((f.path.clone(), f.offset)),
-                });
-            }
-        }
-        segments.extend(left_out);
-        segments.sort_by_key(|s| s.start);
+        add_left_out_mappings(&mut segments, &files);
 
         let missing = missing_regions(&segments);
         let recorded_exe = notes
@@ -356,6 +281,101 @@ impl MemorySource for CoreFile {
             })
             .collect())
     }
+}
+
+/// What a core's headers say: its memory segments (sorted), its notes, and how long the file
+/// should be.
+struct Headers {
+    segments: Vec<Segment>,
+    notes: Notes,
+    declared_len: u64,
+}
+
+fn parse_headers(map: &[u8], bad: &dyn Fn(String) -> DumpError) -> Result<Headers> {
+    let header = FileHeader64::<Endianness>::parse(map).map_err(|e| bad(e.to_string()))?;
+    let endian = header.endian().map_err(|e| bad(e.to_string()))?;
+    if header.e_type(endian) != ET_CORE {
+        return Err(bad("an ELF file but not a core file".into()));
+    }
+    if header.e_machine(endian) != object::elf::EM_X86_64 {
+        return Err(bad("not an x86-64 core file".into()));
+    }
+    let headers = header.program_headers(endian, map).map_err(|e| bad(format!("segment table: {e}")))?;
+    let file_len = map.len() as u64;
+
+    let mut notes = Notes::default();
+    let mut segments = Vec::new();
+    for ph in headers {
+        let p_type = ph.p_type(endian);
+        if p_type == PT_NOTE {
+            let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
+            if end > file_len {
+                return Err(bad(format!(
+                    "the core file is truncated: its notes end at byte {end} but the file has {file_len} bytes"
+                )));
+            }
+            let Some(iter) = ph.notes(endian, map).map_err(|e| bad(format!("note segment (truncated core?): {e}")))? else {
+                continue;
+            };
+            let mut iter = iter;
+            while let Some(note) = iter.next().map_err(|e| bad(format!("bad note: {e}")))? {
+                notes.add(note.n_type(endian).0, note.name(), note.desc());
+            }
+        } else if p_type == PT_LOAD {
+            let (start, memsz, offset, filesz) =
+                (ph.p_vaddr(endian), ph.p_memsz(endian), ph.p_offset(endian), ph.p_filesz(endian));
+            let flags = ph.p_flags(endian).0;
+            let present = filesz.min(memsz).min(file_len.saturating_sub(offset));
+            segments.push(Segment {
+                start,
+                end: start.checked_add(memsz).ok_or_else(|| bad(format!("segment at {start:#x} wraps around")))?,
+                file_offset: offset,
+                declared: filesz.min(memsz),
+                present,
+                readable: flags & PF_R.0 != 0,
+                writable: flags & PF_W.0 != 0,
+                executable: flags & PF_X.0 != 0,
+                file: None,
+            });
+        }
+    }
+    segments.sort_by_key(|s| s.start);
+    // What the headers say the file holds: segments and the section header table.
+    let section_table_end = header
+        .e_shoff(endian)
+        .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
+    let declared_len = headers
+        .iter()
+        .map(|ph| ph.p_offset(endian).saturating_add(ph.p_filesz(endian)))
+        .chain([section_table_end])
+        .max()
+        .unwrap_or(0);
+    Ok(Headers { segments, notes, declared_len })
+}
+
+/// Adds, as segments without bytes, the file mappings the core names (NT_FILE) but holds no
+/// segment of.
+fn add_left_out_mappings(segments: &mut Vec<Segment>, files: &[MappedFile]) {
+    // gdb (and the kernel, by coredump_filter) leave read-only file mappings out of the
+    // core altogether, code included: they are known only from NT_FILE.
+    let mut left_out = Vec::new();
+    for f in files {
+        if !segments.iter().any(|s| s.start < f.end && f.start < s.end) {
+            left_out.push(Segment {
+                start: f.start,
+                end: f.end,
+                file_offset: 0,
+                declared: 0,
+                present: 0,
+                readable: true,
+                writable: false,
+                executable: maps_code(&f.path, f.offset),
+                file: Some((f.path.clone(), f.offset)),
+            });
+        }
+    }
+    segments.extend(left_out);
+    segments.sort_by_key(|s| s.start);
 }
 
 /// The parts of `segments` the core does not hold: one region per segment that lacks bytes.
