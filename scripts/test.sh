@@ -22,9 +22,22 @@ samples/build.sh std
 samples/build.sh rhb16
 
 step "Rust tests"
-cargo test --workspace --release 2>&1
+mkdir -p target
+log=target/test-output.log
+cargo test --workspace --release 2>&1 | tee "$log"
+passed=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
+failed=$(grep -oE '; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
 
-step "bounded fuzzing of the snapshot reader"
 if [ "${FUZZ_SECONDS:-60}" -gt 0 ]; then
-  format/fuzz/run.sh "${FUZZ_SECONDS:-60}"
+  step "bounded fuzzing of the snapshot reader (${FUZZ_SECONDS:-60}s; log in target/fuzz-output.log)"
+  if format/fuzz/run.sh "${FUZZ_SECONDS:-60}" >target/fuzz-output.log 2>&1; then
+    grep -E '^Done|stat::(number_of_executed_units|new_units_added|peak_rss_mb)' target/fuzz-output.log
+    passed=$((passed + 1))
+  else
+    tail -n 60 target/fuzz-output.log
+    failed=$((failed + 1))
+  fi
 fi
+
+echo "tests: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

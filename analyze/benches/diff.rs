@@ -10,10 +10,13 @@
 //! aggregate both dominator trees by path signature, match and compare. Each measurement runs in
 //! a fresh child process; the best of `--runs` is kept. Snapshots are generated once and cached
 //! under `<target>/heapsnap-bench/` (the analysis benchmark's files are reused).
-//! Goal: diff <= 2x the analysis of one snapshot.
+//! Goal: diff <= 2x the analysis of one snapshot. CPU seconds are printed too: on a busy
+//! machine wall-clock times mostly measure the other work; `heapsnap summary` (which does a
+//! little more than `top`) is printed for reference.
 
 use heapsnap_analyze::diff::{diff, DiffOptions, Input};
 use heapsnap_analyze::groups::{groups, GroupBy};
+use heapsnap_analyze::reports::summary;
 use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};
@@ -50,12 +53,12 @@ fn measure(what: &str, paths: &[PathBuf]) {
     let t = Instant::now();
     let cpu0 = cpu_seconds();
     let out = match what {
-        "analysis" => {
+        "analysis" | "summary" => {
             let snap = Snapshot::open(&paths[0]).expect("open");
             let a = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
-            let top = groups(&a, GroupBy::Kind);
+            let groups = if what == "summary" { summary(&a, 10).top_groups.len() } else { groups(&a, GroupBy::Kind).len() };
             let objects: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
-            serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "cpu": cpu_seconds() - cpu0, "objects": objects, "groups": top.len()})
+            serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "cpu": cpu_seconds() - cpu0, "objects": objects, "groups": groups})
         }
         _ => {
             let snaps: Vec<Snapshot> = paths.iter().map(|p| Snapshot::open(p).expect("open")).collect();
@@ -94,13 +97,14 @@ fn main() {
     let (old, new) = (snapshot_for(items), snapshot_for(items + items / 50));
 
     // Best (lowest) wall-clock and CPU seconds of each measurement over the runs.
-    let mut best = [[f64::MAX; 2]; 3];
+    let mut best = [[f64::MAX; 2]; 4];
     let mut last_diff = serde_json::Value::Null;
     let mut objects = (0, 0);
     for run in 0..runs {
         let a = child("analysis", &[&old]);
         let b = child("analysis", &[&new]);
         let d = child("diff", &[&old, &new]);
+        let sa = child("summary", &[&old]);
         let f = |v: &serde_json::Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
         eprintln!(
             "run {}: analysis {:.2}s / {:.2}s (CPU {:.2}s / {:.2}s), diff {:.2}s (CPU {:.2}s)",
@@ -112,14 +116,14 @@ fn main() {
             f(&d, "seconds"),
             f(&d, "cpu")
         );
-        for (i, v) in [&a, &b, &d].into_iter().enumerate() {
+        for (i, v) in [&a, &b, &d, &sa].into_iter().enumerate() {
             best[i][0] = best[i][0].min(f(v, "seconds"));
             best[i][1] = best[i][1].min(f(v, "cpu"));
         }
         objects = (a["objects"].as_u64().unwrap_or(0), b["objects"].as_u64().unwrap_or(0));
         last_diff = d;
     }
-    let [a, b, d] = best;
+    let [a, b, d, sa] = best;
     println!("heapsnap diff benchmark: synthetic large_heap-shaped snapshots, {} threads, best of {runs}", rayon::current_num_threads());
     println!("  snapshot A: {} objects, analysed (open, graph, dominators, top --by kind) in {:.2}s (CPU {:.2}s)", objects.0, a[0], a[1]);
     println!("  snapshot B: {} objects, analysed in {:.2}s (CPU {:.2}s)", objects.1, b[0], b[1]);
@@ -128,6 +132,13 @@ fn main() {
         "  ratio diff / analysis of one (mean of A and B): {:.2}x wall-clock (goal: <= 2x), {:.2}x CPU",
         d[0] / ((a[0] + b[0]) / 2.0),
         d[1] / ((a[1] + b[1]) / 2.0)
+    );
+    println!(
+        "  for reference, `heapsnap summary` of A: {:.2}s (CPU {:.2}s); diff / summary: {:.2}x wall-clock, {:.2}x CPU",
+        sa[0],
+        sa[1],
+        d[0] / sa[0],
+        d[1] / sa[1]
     );
     if let Some(g) = last_diff["top_growth"].as_array() {
         println!("  top growth: {} bytes at {}", g.get(1).unwrap_or(&serde_json::Value::Null), g.first().and_then(|v| v.as_str()).unwrap_or("?"));

@@ -36,7 +36,7 @@ pub struct DumpOptions {
 impl Default for DumpOptions {
     fn default() -> Self {
         DumpOptions {
-            output: PathBuf::from("heapsnap.snap"),
+            output: PathBuf::from("heapsnap.heapsnap"),
             trigger: Trigger::Manual,
             redact: false,
             reserved_bits: None,

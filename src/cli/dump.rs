@@ -19,7 +19,7 @@ pub struct DumpArgs {
     /// must match the core's).
     #[arg(long, value_name = "EXE", requires = "core", conflicts_with = "pid")]
     exe: Option<PathBuf>,
-    /// Where to write the snapshot (default: heapsnap-PID.snap, or CORE.snap for --core, in the
+    /// Where to write the snapshot (default: heapsnap-PID.heapsnap, or CORE.heapsnap for --core, in the
     /// current directory).
     #[arg(short, long)]
     output: Option<PathBuf>,
@@ -44,8 +44,8 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
     // SIGINT/SIGTERM stop the dump cleanly (the target is released unchanged).
     install_interrupt_guard();
     let default_name = match (&args.core, args.pid) {
-        (Some(core), _) => format!("{}.snap", core.file_name().map_or("core".into(), |n| n.to_string_lossy())),
-        (None, pid) => format!("heapsnap-{}.snap", pid.unwrap_or(0)),
+        (Some(core), _) => format!("{}.heapsnap", core.file_name().map_or("core".into(), |n| n.to_string_lossy())),
+        (None, pid) => format!("heapsnap-{}.heapsnap", pid.unwrap_or(0)),
     };
     let options = DumpOptions {
         output: args.output.unwrap_or_else(|| PathBuf::from(default_name)),

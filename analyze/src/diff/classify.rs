@@ -176,7 +176,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
         g.0.insert(key, id);
         id
     };
-    let (stats, mut top_bytes): (Vec<(u64, u64)>, Vec<(u32, u64)>) = {
+    let Local { stats, tops: mut top_bytes, .. } = {
         let classes_out = Scatter(class_pre.as_mut_ptr());
         let edges_out = Scatter(edge_pre.as_mut_ptr());
         let regions: Vec<usize> = blocks.block_regions().collect();
@@ -222,17 +222,16 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                 }
                 local
             })
-            .map(|l| (l.stats, l.tops))
-            .reduce(Default::default, |(mut x, mut xt), (y, yt)| {
-                if x.len() < y.len() {
-                    x.resize(y.len(), (0, 0));
+            .reduce(Local::default, |mut x, y| {
+                if x.stats.len() < y.stats.len() {
+                    x.stats.resize(y.stats.len(), (0, 0));
                 }
-                for (s, t) in x.iter_mut().zip(y) {
+                for (s, t) in x.stats.iter_mut().zip(y.stats) {
                     s.0 += t.0;
                     s.1 += t.1;
                 }
-                xt.extend(yt);
-                (x, xt)
+                x.tops.extend(y.tops);
+                x
             })
     };
     top_bytes.sort_unstable();

@@ -19,6 +19,7 @@
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
+use crate::dominators::DominatorTree;
 use crate::blocks::{NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use rustc_hash::FxHashMap;
@@ -47,8 +48,7 @@ fn subtree_sizes(idom_pre: &[u32]) -> Vec<u32> {
 }
 
 /// Retained bytes of each group of `c` (the union of its members' dominator subtrees).
-pub fn group_retained(a: &Analysis<'_>, c: &Classified) -> Vec<u64> {
-    let tree = &a.tree;
+pub fn group_retained(tree: &DominatorTree, c: &Classified) -> Vec<u64> {
     let idom = &tree.idom_pre;
     let r = idom.len();
     let size = subtree_sizes(idom);
@@ -85,23 +85,64 @@ pub fn group_retained(a: &Analysis<'_>, c: &Classified) -> Vec<u64> {
     retained
 }
 
+/// The signature trie and the groups' retained bytes: two sequential passes, run side by side.
 pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
+    // The analysis is not shareable between threads (its names are not); its tree is.
     let tree = &a.tree;
-    let preorder = a.preorder();
+    std::thread::scope(|s| {
+        let groups = s.spawn(|| group_retained(tree, c));
+        let (trie, sig_pre, root_shallow) = signatures(a, c);
+        let group_retained = groups.join().expect("the groups' pass does not panic");
+        DomTrie { trie, sig_pre, group_retained, root_shallow }
+    })
+}
+
+/// The root of each top object (one that a root kind or the super-root immediately dominates),
+/// named as `top --by root` names it.
+struct TopRoots {
+    /// Preorder numbers of the objects root records point at, ascending: the signature pass
+    /// meets them in that order, so a cursor tells whether a top object is one of them.
+    rooted: Vec<u32>,
+    next: usize,
+    /// The root of a top object no record points at depends only on its dominator: named once.
+    shared: FxHashMap<NodeId, u32>,
+}
+
+impl TopRoots {
+    fn new(a: &Analysis<'_>) -> Self {
+        let pre_of = &a.tree.pre_of;
+        let mut rooted: Vec<u32> = a.graph.roots.iter().map(|r| pre_of[r.node as usize]).filter(|&p| p != NO_NODE).collect();
+        rooted.sort_unstable();
+        rooted.dedup();
+        TopRoots { rooted, next: 0, shared: FxHashMap::default() }
+    }
+
+    /// The trie node of the root of top object `p` (dominated by `d`); calls come in increasing `p`.
+    fn root(&mut self, a: &Analysis<'_>, trie: &mut SigTrie, p: usize, d: usize) -> u32 {
+        while self.next < self.rooted.len() && (self.rooted[self.next] as usize) < p {
+            self.next += 1;
+        }
+        let pointed_at = self.rooted.get(self.next) == Some(&(p as u32));
+        let preorder = a.preorder();
+        let (v, dn) = (preorder[p], preorder[d]);
+        if dn == SUPER_ROOT || !pointed_at {
+            *self.shared.entry(dn).or_insert_with(|| trie.root(&crate::groups::top_label(a, v)))
+        } else {
+            trie.root(&crate::groups::top_label(a, v))
+        }
+    }
+}
+
+/// Every reachable block's dominator signature, the trie, and the bytes of each root's top
+/// objects (from `Classified::top_bytes`, for `--by root`).
+fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>) {
+    let tree = &a.tree;
     let r = tree.reachable_count();
     let mut trie = SigTrie::new(c.shape_names.clone());
     let mut sig_pre = vec![NOT_A_BLOCK; r];
-    // Root label of a top object that no root record points at directly: it depends only on
-    // its dominator (a root kind, or the super-root), so it is named once per dominator.
-    let mut shared_roots: FxHashMap<NodeId, u32> = FxHashMap::default();
-    // Preorder numbers of the objects root records point at, ascending: the loop meets them in
-    // that order, so a cursor tells whether a top object is one of them.
-    let mut rooted: Vec<u32> = a.graph.roots.iter().map(|r| tree.pre_of[r.node as usize]).filter(|&p| p != NO_NODE).collect();
-    rooted.sort_unstable();
-    rooted.dedup();
-    let mut next_rooted = 0usize;
+    let mut roots = TopRoots::new(a);
     let mut root_shallow: Vec<u64> = Vec::new();
-    let mut next_top = 0usize;
+    let mut top_bytes = c.top_bytes.iter().peekable();
     for p in 1..r {
         let class = c.class_pre[p];
         if class == NO_CLASS {
@@ -110,27 +151,14 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         let shape = c.class_shape[class as usize];
         let d = tree.idom_pre[p] as usize;
         let (s, head) = if sig_pre[d] == NOT_A_BLOCK {
-            while next_rooted < rooted.len() && (rooted[next_rooted] as usize) < p {
-                next_rooted += 1;
-            }
-            let has_roots = rooted.get(next_rooted) == Some(&(p as u32));
-            let (v, dn) = (preorder[p], preorder[d]);
-            let root = if dn == SUPER_ROOT || !has_roots {
-                *shared_roots.entry(dn).or_insert_with(|| trie.root(&crate::groups::top_label(a, v)))
-            } else {
-                trie.root(&crate::groups::top_label(a, v))
-            };
-            while next_top < c.top_bytes.len() && (c.top_bytes[next_top].0 as usize) < p {
-                next_top += 1;
-            }
-            if let Some(&(q, bytes)) = c.top_bytes.get(next_top) {
-                if q as usize == p {
-                    let label = trie.nodes[root as usize].label as usize;
-                    if root_shallow.len() <= label {
-                        root_shallow.resize(label + 1, 0);
-                    }
-                    root_shallow[label] += bytes;
+            let root = roots.root(a, &mut trie, p, d);
+            while top_bytes.next_if(|&&(q, _)| (q as usize) < p).is_some() {}
+            if let Some(&(_, bytes)) = top_bytes.next_if(|&&(q, _)| q as usize == p) {
+                let label = trie.nodes[root as usize].label as usize;
+                if root_shallow.len() <= label {
+                    root_shallow.resize(label + 1, 0);
                 }
+                root_shallow[label] += bytes;
             }
             (trie.step(root, c.edge_pre[p], shape), true)
         } else {
@@ -154,5 +182,5 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
         }
     }
     root_shallow.resize(trie.root_labels.len(), 0);
-    DomTrie { trie, sig_pre, group_retained: group_retained(a, c), root_shallow }
+    (trie, sig_pre, root_shallow)
 }

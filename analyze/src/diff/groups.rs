@@ -27,12 +27,12 @@ fn delta(v: &[u64]) -> i64 {
 
 /// Lines up the groups of each snapshot by name; sorted by growth: retained bytes, then
 /// shallow bytes, then count, then name.
-pub fn diff_groups(per_snapshot: &[Vec<Group>]) -> Vec<GroupDiff> {
+pub fn diff_groups(per_snapshot: &[&[Group]]) -> Vec<GroupDiff> {
     let k = per_snapshot.len();
     let mut index: HashMap<&str, usize> = HashMap::new();
     let mut out: Vec<GroupDiff> = Vec::new();
     for (i, groups) in per_snapshot.iter().enumerate() {
-        for g in groups {
+        for g in groups.iter() {
             let at = *index.entry(g.name.as_str()).or_insert_with(|| {
                 out.push(GroupDiff {
                     name: g.name.clone(),
@@ -93,12 +93,13 @@ mod tests {
 
     #[test]
     fn growth_every_step_and_ranking() {
-        let snaps = vec![
+        let snaps = [
             vec![g("a", 10, 100), g("b", 5, 500), g("c", 1, 10)],
             vec![g("a", 20, 200), g("b", 4, 400), g("c", 2, 20), g("d", 1, 5000)],
             vec![g("a", 30, 300), g("b", 6, 900), g("c", 3, 30_000), g("d", 1, 5000)],
         ];
-        let d = diff_groups(&snaps);
+        let lists: Vec<&[Group]> = snaps.iter().map(Vec::as_slice).collect();
+        let d = diff_groups(&lists);
         let names: Vec<&str> = d.iter().map(|x| x.name.as_str()).collect();
         assert_eq!(names, ["c", "d", "b", "a"]);
         let dd = &d[1];
@@ -108,6 +109,6 @@ mod tests {
         // b dipped at step 2, d stopped growing; a grew by 200 >= 150.
         assert_eq!(names, ["c", "a"]);
         assert!(suspects(&d, 1_000_000).is_empty());
-        assert!(suspects(&diff_groups(&snaps[..2]), 0).is_empty(), "two snapshots make no suspects");
+        assert!(suspects(&diff_groups(&lists[..2]), 0).is_empty(), "two snapshots make no suspects");
     }
 }

@@ -182,36 +182,8 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     let mut time = |step: String, seconds: f64| timings.push(Timing { step, seconds });
 
     let t = Instant::now();
-    let bar = progress.step("diff: analysing", inputs.len() as u64);
-    let k = inputs.len();
-    let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'_>>), DiffError> {
-        let r = profile(inputs[i].snap, opts.by, keep).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
-        bar.inc(1);
-        r
-    };
-    let mut profiles: Vec<Option<Profile>> = (0..k).map(|_| None).collect();
-    // The middle snapshots two at a time (only their profiles stay), then the first and the
-    // last, kept analysed when suspects need their paths.
-    let middle: Vec<usize> = (1..k - 1).collect();
-    for pair in middle.chunks(2) {
-        match *pair {
-            [x, y] => {
-                let (px, py) = rayon::join(|| run(x, false), || run(y, false));
-                profiles[x] = Some(px?.0);
-                profiles[y] = Some(py?.0);
-            }
-            [x] => profiles[x] = Some(run(x, false)?.0),
-            _ => unreachable!("chunks of at most two"),
-        }
-    }
-    let keep = k >= 3;
-    let (f, l) = rayon::join(|| run(0, keep), || run(k - 1, keep));
-    let (pf, kept_first) = f?;
-    let (pl, kept_last) = l?;
-    profiles[0] = Some(pf);
-    profiles[k - 1] = Some(pl);
-    let profiles: Vec<Profile> = profiles.into_iter().map(|p| p.expect("every snapshot profiled")).collect();
-    bar.finish_and_clear();
+    let (profiles, kept) = analyse_all(inputs, opts.by, progress)?;
+    let k = profiles.len();
     time("analysis".into(), t.elapsed().as_secs_f64());
     for (i, p) in profiles.iter().enumerate() {
         for (step, s) in &p.timings {
@@ -220,7 +192,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     }
 
     let t = Instant::now();
-    let group_lists: Vec<Vec<crate::groups::Group>> = profiles.iter().map(|p| p.groups.clone()).collect();
+    let group_lists: Vec<&[crate::groups::Group]> = profiles.iter().map(|p| p.groups.as_slice()).collect();
     let all_groups = groups::diff_groups(&group_lists);
     let mut suspect_groups = groups::suspects(&all_groups, opts.min_growth);
     suspect_groups.truncate(opts.max_suspects);
@@ -232,8 +204,8 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     time("compare".into(), t.elapsed().as_secs_f64());
 
     let t = Instant::now();
-    let suspects = match (kept_first, kept_last) {
-        (Some(kf), Some(kl)) if !suspect_groups.is_empty() => {
+    let suspects = match kept {
+        Some((kf, kl)) if !suspect_groups.is_empty() => {
             let step = progress.step("diff: paths of the suspects", 0);
             let s = suspects_with_paths(suspect_groups, opts, (kf, &profiles[0].dom), (kl, &profiles[k - 1].dom));
             step.finish_and_clear();
@@ -281,6 +253,42 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         growth,
         timings,
     })
+}
+
+/// Analyses every snapshot, two at a time: the middle ones first (only their profiles stay),
+/// then the first and the last, kept analysed when there are three snapshots or more (the
+/// suspects' paths need them).
+#[allow(clippy::type_complexity)]
+fn analyse_all<'s>(inputs: &[Input<'s>], by: GroupBy, progress: &Progress) -> Result<(Vec<Profile>, Option<(Kept<'s>, Kept<'s>)>), DiffError> {
+    let k = inputs.len();
+    let bar = progress.step("diff: analysing", k as u64);
+    let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'s>>), DiffError> {
+        let r = profile(inputs[i].snap, by, keep).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
+        bar.inc(1);
+        r
+    };
+    let mut profiles: Vec<Option<Profile>> = (0..k).map(|_| None).collect();
+    let middle: Vec<usize> = (1..k - 1).collect();
+    for pair in middle.chunks(2) {
+        match *pair {
+            [x, y] => {
+                let (px, py) = rayon::join(|| run(x, false), || run(y, false));
+                profiles[x] = Some(px?.0);
+                profiles[y] = Some(py?.0);
+            }
+            [x] => profiles[x] = Some(run(x, false)?.0),
+            _ => unreachable!("chunks of at most two"),
+        }
+    }
+    let keep = k >= 3;
+    let (first, last) = rayon::join(|| run(0, keep), || run(k - 1, keep));
+    let (first, kept_first) = first?;
+    let (last, kept_last) = last?;
+    profiles[0] = Some(first);
+    profiles[k - 1] = Some(last);
+    bar.finish_and_clear();
+    let profiles = profiles.into_iter().map(|p| p.expect("every snapshot profiled")).collect();
+    Ok((profiles, kept_first.zip(kept_last)))
 }
 
 /// Paths of the suspects' members in the first and last snapshots, matched by signature.
