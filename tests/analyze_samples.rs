@@ -8,23 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn heapsnap() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
-}
-
-fn samples_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let out = Command::new("bash").arg(repo().join("samples/build.sh")).arg("std").stderr(Stdio::inherit()).output().expect("run samples/build.sh");
-        assert!(out.status.success(), "samples/build.sh std failed");
-        PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
-    })
-    .clone()
-}
+mod dump_support;
+use dump_support::{heapsnap, repo, samples_dir};
 
 fn manifest() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();

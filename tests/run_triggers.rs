@@ -9,24 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn heapsnap() -> &'static str {
-    env!("CARGO_BIN_EXE_heapsnap")
-}
-
-fn sample(name: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = std::env::var_os("HEAPSNAP_SAMPLES_DIR").map_or_else(|| root.join("target/samples"), PathBuf::from);
-    let path = dir.join("std").join(name);
-    if !path.exists() {
-        let status = Command::new(root.join("samples/build.sh")).arg("std").stdout(Stdio::null()).status().expect("samples/build.sh");
-        assert!(status.success(), "samples/build.sh failed");
-    }
-    assert!(path.exists(), "{} was not built", path.display());
-    path
-}
+mod dump_support;
+use dump_support::{heapsnap, sample_path as sample};
 
 fn preload_library() -> PathBuf {
-    let path = Path::new(heapsnap()).with_file_name("libheapsnap_preload.so");
+    let path = heapsnap().with_file_name("libheapsnap_preload.so");
     if !path.exists() {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "heapsnap-preload"])

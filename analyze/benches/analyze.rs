@@ -142,22 +142,6 @@ fn measure(path: &Path, petgraph_max: usize) {
 /// Shapes that make other dominator algorithms quadratic: a list whose cells are also held by
 /// a hub array, and a list whose cells all share one referent. Returns seconds for ours.
 fn adversarial(cells: u32) -> (f64, f64) {
-    let csr = |n: usize, edges: &[(u32, u32)]| -> (Vec<u32>, Vec<u32>) {
-        let mut offsets = vec![0u32; n + 1];
-        for &(a, _) in edges {
-            offsets[a as usize + 1] += 1;
-        }
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
-        }
-        let mut cur = offsets.clone();
-        let mut targets = vec![0u32; edges.len()];
-        for &(a, b) in edges {
-            targets[cur[a as usize] as usize] = b;
-            cur[a as usize] += 1;
-        }
-        (offsets, targets)
-    };
     // root -> hub, root -> head; hub -> every cell; cell i -> cell i + 1
     let mut hub_list = vec![(0u32, 1u32), (0, 2)];
     for i in 0..cells {
@@ -166,7 +150,7 @@ fn adversarial(cells: u32) -> (f64, f64) {
             hub_list.push((2 + i, 3 + i));
         }
     }
-    let (o, t) = csr(cells as usize + 2, &hub_list);
+    let (o, t) = heapsnap_analyze::dominators::csr_from_edges(cells as usize + 2, &hub_list);
     drop(hub_list);
     let start = Instant::now();
     let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
@@ -180,7 +164,7 @@ fn adversarial(cells: u32) -> (f64, f64) {
             shared.push((2 + i, 3 + i));
         }
     }
-    let (o, t) = csr(cells as usize + 2, &shared);
+    let (o, t) = heapsnap_analyze::dominators::csr_from_edges(cells as usize + 2, &shared);
     let start = Instant::now();
     let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
     let shared_s = start.elapsed().as_secs_f64();

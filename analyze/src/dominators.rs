@@ -39,6 +39,24 @@ pub struct Csr<'a> {
     pub targets: &'a [u32],
 }
 
+/// Offsets and targets of a CSR graph with `n` nodes built from an edge list (tests, benchmarks).
+pub fn csr_from_edges(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
+    let mut offsets = vec![0u32; n + 1];
+    for &(a, _) in edges {
+        offsets[a as usize + 1] += 1;
+    }
+    for i in 0..n {
+        offsets[i + 1] += offsets[i];
+    }
+    let mut cur = offsets.clone();
+    let mut targets = vec![0u32; edges.len()];
+    for &(a, b) in edges {
+        targets[cur[a as usize] as usize] = b;
+        cur[a as usize] += 1;
+    }
+    (offsets, targets)
+}
+
 impl<'a> Csr<'a> {
     pub fn node_count(&self) -> usize {
         self.offsets.len() - 1
@@ -430,27 +448,10 @@ pub fn bfs_baseline(graph: Csr<'_>, root: u32) -> usize {
 mod tests {
     use super::*;
 
-    fn csr(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
-        let mut offsets = vec![0u32; n + 1];
-        for &(a, _) in edges {
-            offsets[a as usize + 1] += 1;
-        }
-        for i in 0..n {
-            offsets[i + 1] += offsets[i];
-        }
-        let mut cur = offsets.clone();
-        let mut targets = vec![0u32; edges.len()];
-        for &(a, b) in edges {
-            targets[cur[a as usize] as usize] = b;
-            cur[a as usize] += 1;
-        }
-        (offsets, targets)
-    }
-
     #[test]
     fn diamond_and_chain() {
         // 0 -> 1 -> 2 -> 4, 0 -> 3 -> 4, 4 -> 5, 5 -> 4 (cycle)
-        let (o, t) = csr(7, &[(0, 1), (1, 2), (2, 4), (0, 3), (3, 4), (4, 5), (5, 4)]);
+        let (o, t) = csr_from_edges(7, &[(0, 1), (1, 2), (2, 4), (0, 3), (3, 4), (4, 5), (5, 4)]);
         let tree = dominators_and_retained(Csr { offsets: &o, targets: &t }, 0, |v| u64::from(v) * 10);
         assert_eq!((0..7).map(|v| tree.idom(v)).collect::<Vec<_>>(), vec![NONE, 0, 1, 0, 0, 4, NONE]);
         assert_eq!(tree.retained(4), 40 + 50);
@@ -464,7 +465,7 @@ mod tests {
     fn long_list_does_not_overflow() {
         let n = 10_000_000u32;
         let edges: Vec<(u32, u32)> = (0..n - 1).map(|i| (i, i + 1)).chain([(0, n - 1)]).collect();
-        let (o, t) = csr(n as usize, &edges);
+        let (o, t) = csr_from_edges(n as usize, &edges);
         let tree = dominators(Csr { offsets: &o, targets: &t }, 0);
         assert_eq!(tree.idom(n - 1), 0);
         assert_eq!(tree.idom(n - 2), n - 3);

@@ -1,29 +1,12 @@
 //! Dominators against petgraph's `simple_fast` (the oracle) on random and adversarial graphs,
 //! and the retained-size identity: retained(n) = shallow(n) + sum of retained(children).
 
-use heapsnap_analyze::dominators::{dominators_and_retained, Csr, NONE};
+use heapsnap_analyze::dominators::{csr_from_edges, dominators_and_retained, Csr, NONE};
 use petgraph::graph::{DiGraph, NodeIndex};
 use proptest::prelude::*;
 
-fn to_csr(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
-    let mut offsets = vec![0u32; n + 1];
-    for &(a, _) in edges {
-        offsets[a as usize + 1] += 1;
-    }
-    for i in 0..n {
-        offsets[i + 1] += offsets[i];
-    }
-    let mut cur = offsets.clone();
-    let mut targets = vec![0u32; edges.len()];
-    for &(a, b) in edges {
-        targets[cur[a as usize] as usize] = b;
-        cur[a as usize] += 1;
-    }
-    (offsets, targets)
-}
-
 fn check(n: usize, edges: &[(u32, u32)]) {
-    let (offsets, targets) = to_csr(n, edges);
+    let (offsets, targets) = csr_from_edges(n, edges);
     let shallow = |v: u32| u64::from(v % 7) * 8 + 16;
     let tree = dominators_and_retained(Csr { offsets: &offsets, targets: &targets }, 0, shallow);
 

@@ -1,4 +1,4 @@
-//! Shared by the `dump_*` tests: building and driving the sample programs, running the dumper,
+//! Shared by the end-to-end tests: building and driving the sample programs, running the dumper,
 //! and a minimal reachability oracle over a snapshot (until `heapsnap verify --strict` exists).
 #![allow(dead_code)]
 
