@@ -2,7 +2,7 @@
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{candidate_pools, capture, custom_ops_in_heap, Capture, SpareBuffers};
+use crate::runtime::capture::{candidate_pools, capture, custom_ops_in_heap, Capture, SpareBuffers, TornMinorHeap};
 use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, Runtime};
@@ -126,7 +126,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         let last = attempts >= options.max_attempts.max(1);
         if check.is_safe() || last {
             let checked = stopped_at.elapsed();
-            match capture(&rt, &process, &check, format, &mut spare) {
+            match capture(&rt, &process, &check, format, &mut spare, TornMinorHeap::Fail) {
                 Ok(mut cap) => {
                     cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
                     break cap;
@@ -233,9 +233,9 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
         warnings.push(format!("the core was taken at an inconsistent moment; the snapshot may be wrong there: {why}"));
     }
     let checked = checked_at.elapsed();
-    let mut cap = match capture(&rt, &source, &check, format, &mut SpareBuffers::none()) {
+    // A core cannot be taken again at a better moment: skip a block caught mid-allocation.
+    let mut cap = match capture(&rt, &source, &check, format, &mut SpareBuffers::none(), TornMinorHeap::SkipTornBlock) {
         Ok(cap) => cap,
-        // A core cannot be retried at a better moment.
         Err(DumpError::UnsafeStop(why)) => {
             return Err(DumpError::Inconsistent(format!("the core was taken while the runtime was changing its heap: {why}")))
         }

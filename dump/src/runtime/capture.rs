@@ -49,6 +49,17 @@ pub struct Capture {
     pub phases: Vec<(&'static str, u64)>,
 }
 
+/// What to do with a minor heap that does not parse (a domain caught between the bump of its
+/// allocation pointer and the write of the new block's header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TornMinorHeap {
+    /// Fail with `UnsafeStop`: a live process is stopped again a moment later.
+    Fail,
+    /// Start the region's walk at the first header from which it parses to its end, and say so
+    /// in a warning: a core cannot be taken again.
+    SkipTornBlock,
+}
+
 /// Copies the world. `world` is the verdict of [`super::safety::check_world`] for this stop.
 pub fn capture(
     rt: &Runtime,
@@ -56,6 +67,7 @@ pub fn capture(
     world: &WorldCheck,
     format: HeaderFormat,
     spare: &mut SpareBuffers,
+    torn: TornMinorHeap,
 ) -> Result<Capture> {
     let mut cap = Capture::default();
     let l = &rt.layout;
@@ -97,7 +109,10 @@ pub fn capture(
         clock = std::time::Instant::now();
     };
     capture_minor_heaps(source, &mut cap)?;
-    check_minor_heaps(&cap, format)?;
+    match torn {
+        TornMinorHeap::Fail => check_minor_heaps(&cap, format)?,
+        TornMinorHeap::SkipTornBlock => skip_torn_blocks(&mut cap, format),
+    }
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
     lap(&mut cap, "pools and large allocations");
@@ -242,6 +257,44 @@ fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The largest block a minor heap holds, in words (`Max_young_wosize` + its header): a torn block
+/// at the allocation pointer is never longer.
+const MAX_YOUNG_WHSIZE: usize = 257;
+
+/// Whether the minor heap `r` parses from byte `from` exactly to its end.
+fn parses_from(r: &CapturedRegion, format: HeaderFormat, from: usize) -> bool {
+    let mut at = from;
+    while at + 8 <= r.bytes.len() {
+        let header = r.word(at);
+        if header == 0 {
+            return false;
+        }
+        at += 8 * (format.wosize(header) as usize + 1);
+    }
+    at == r.bytes.len()
+}
+
+/// For each minor heap that does not parse from its allocation pointer, moves `first_block`
+/// past the torn block (to the first word, within one maximal young block, from which the walk
+/// reaches the end exactly) and records what was skipped.
+fn skip_torn_blocks(cap: &mut Capture, format: HeaderFormat) {
+    for r in cap.regions.iter_mut().filter(|r| r.kind == RegionKind::MinorHeap) {
+        let start = r.first_block as usize;
+        if parses_from(r, format, start) {
+            continue;
+        }
+        let limit = r.bytes.len().min(start + 8 * MAX_YOUNG_WHSIZE);
+        let resumed = (start + 8..=limit).step_by(8).find(|&at| parses_from(r, format, at)).unwrap_or(r.bytes.len());
+        r.first_block = resumed as u32;
+        cap.warnings.push(format!(
+            "domain {}: the minor heap was caught mid-allocation; {} bytes at {:#x} were skipped",
+            r.domain,
+            resumed - start,
+            r.base + start as u64
+        ));
+    }
 }
 
 /// Every pool and large allocation of every domain, and those orphaned by terminated domains.
@@ -486,4 +539,50 @@ pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture
 /// Builds an index over the captured regions.
 pub fn index(cap: &Capture) -> RegionIndex<'_> {
     RegionIndex::new(&cap.regions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minor_heap(words: &[u64]) -> CapturedRegion {
+        CapturedRegion {
+            kind: RegionKind::MinorHeap,
+            domain: 0,
+            base: 0x1000,
+            block_wsize: 0,
+            first_block: 0,
+            owner: 0,
+            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    fn header(wosize: u64) -> u64 {
+        wosize << 10 // tag 0, colour 0
+    }
+
+    #[test]
+    fn a_block_caught_mid_allocation_is_skipped_with_a_warning() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        // Three words bumped but not yet written (a fresh minor heap is zeroed), then two
+        // complete blocks.
+        let words = [0, 0, 0, header(1), 0x11, header(2), 0x21, 0x23];
+        let mut cap = Capture { regions: vec![minor_heap(&words)], ..Capture::default() };
+        assert!(matches!(check_minor_heaps(&cap, format), Err(DumpError::UnsafeStop(_))));
+        skip_torn_blocks(&mut cap, format);
+        assert_eq!(cap.regions[0].first_block, 24);
+        assert_eq!(cap.regions[0].blocks(format).len(), 2);
+        assert_eq!(cap.warnings.len(), 1);
+        assert!(cap.warnings[0].contains("24 bytes at 0x1000"), "{}", cap.warnings[0]);
+    }
+
+    #[test]
+    fn a_whole_minor_heap_is_left_alone() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        let mut cap = Capture { regions: vec![minor_heap(&[header(1), 0x11, header(1), 0x21])], ..Capture::default() };
+        check_minor_heaps(&cap, format).unwrap();
+        skip_torn_blocks(&mut cap, format);
+        assert_eq!(cap.regions[0].first_block, 0);
+        assert!(cap.warnings.is_empty());
+    }
 }
