@@ -52,5 +52,7 @@ step "heapsnap dominators: where the retained memory sits"
 step "heapsnap path: why the largest objects are alive"
 biggest_kind="$("$heapsnap" top "$last" --by kind --json | python3 -c 'import json,sys; r=json.load(sys.stdin); g=max(r["groups"], key=lambda g: g["shallow"]); print(g["name"])')"
 "$heapsnap" path "$last" --kind "$biggest_kind" --max-paths 3
+step "heapsnap diff: what grew between the $steps snapshots, and the leak suspects"
+"$heapsnap" diff "${snaps[@]}" --by root --limit 5
 step "heapsnap verify --strict: every live block reached from the recorded roots"
 "$heapsnap" verify --strict "$last"
