@@ -158,11 +158,7 @@ fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<(
         let d = cap.domains.iter().find(|d| d.id == r.domain).expect("region of a domain");
         r.bytes = zeroed_buffer(r.base, (d.info.minor_end - r.base) as usize)?;
     }
-    let mut requests: Vec<ReadRequest<'_>> =
-        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
-    source.read_many(&mut requests)?;
-    cap.regions.extend(regions);
-    Ok(())
+    read_regions(source, cap, regions)
 }
 
 /// Pool-sized buffers allocated and touched before the world stops, so that the pause is
@@ -256,6 +252,15 @@ fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
             return Err(DumpError::UnsafeStop(format!("domain {}: the minor heap does not parse up to its end", r.domain)));
         }
     }
+    Ok(())
+}
+
+/// Fills `regions` from the target in one batched read and adds them to the capture.
+fn read_regions(source: &dyn MemorySource, cap: &mut Capture, mut regions: Vec<CapturedRegion>) -> Result<()> {
+    let mut requests: Vec<ReadRequest<'_>> =
+        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
+    source.read_many(&mut requests)?;
+    cap.regions.extend(regions);
     Ok(())
 }
 
@@ -386,7 +391,7 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             node = link[(h.large_next / 8) as usize];
         }
     }
-    let mut regions: Vec<CapturedRegion> = larges
+    let regions: Vec<CapturedRegion> = larges
         .into_iter()
         .map(|(domain, base, len)| {
             Ok(CapturedRegion {
@@ -400,11 +405,7 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             })
         })
         .collect::<Result<_>>()?;
-    let mut requests: Vec<ReadRequest<'_>> =
-        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
-    source.read_many(&mut requests)?;
-    cap.regions.extend(regions);
-    Ok(())
+    read_regions(source, cap, regions)
 }
 
 /// The static data of every OCaml compilation unit (`caml_data_segments`).
@@ -439,7 +440,7 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
             _ => merged.push((b, e)),
         }
     }
-    let mut regions: Vec<CapturedRegion> = merged
+    let regions: Vec<CapturedRegion> = merged
         .into_iter()
         .map(|(b, e)| {
             Ok(CapturedRegion {
@@ -453,11 +454,7 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
             })
         })
         .collect::<Result<_>>()?;
-    let mut requests: Vec<ReadRequest<'_>> =
-        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
-    source.read_many(&mut requests)?;
-    cap.regions.extend(regions);
-    Ok(())
+    read_regions(source, cap, regions)
 }
 
 /// Continuation blocks (`Cont_tag`, always 2 fields) in the captured heap: minor heaps and
