@@ -13,6 +13,13 @@
 //! nodes, default 1M: it is quadratic on some heap shapes). Prints the figures and the ratios
 //! the analyser's performance goals are stated in, then times dominators on the adversarial
 //! shapes (a list whose cells a hub array also holds; list cells sharing one referent).
+//!
+//! Warm timings (dominators again, DFS, BFS) are the best of `--repeat` runs (default 3). The
+//! same graph is then renumbered in a random order (`--shuffle-max` nodes at most, default 10M)
+//! and dominators (without retained sizes), DFS and BFS are timed again: node ids follow
+//! addresses, and in a snapshot's layout a traversal walks memory almost in order, which makes
+//! the DFS and BFS baselines very cheap; a random order shows the ratios when every step of a
+//! traversal is a cache miss (as in the reference figures of the analyser's issue).
 
 use heapsnap_analyze::dominators::{bfs_baseline, dfs_baseline, Csr};
 use heapsnap_analyze::groups::{groups, GroupBy};
@@ -72,7 +79,7 @@ impl AnonPeak {
 }
 
 /// The child: measures one snapshot and prints one JSON line.
-fn measure(path: &Path, petgraph_max: usize) {
+fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) {
     // As the heapsnap command does.
     heapsnap_analyze::mem::tune_allocator();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -96,17 +103,21 @@ fn measure(path: &Path, petgraph_max: usize) {
     assert!(top.len() > 3);
 
     let csr = Csr { offsets: &analysis.graph.offsets, targets: &analysis.graph.targets };
-    // Warm, like the analysis's own passes were: then the baselines, then dominators again.
-    let t = Instant::now();
-    let tree = heapsnap_analyze::analysis::dominator_tree(&analysis.graph);
-    let dom_warm_s = t.elapsed().as_secs_f64();
-    drop(tree);
-    let t = Instant::now();
-    let reached_dfs = dfs_baseline(csr, 0);
-    let dfs_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let reached_bfs = bfs_baseline(csr, 0);
-    let bfs_s = t.elapsed().as_secs_f64();
+    // Warm, like the analysis's own passes were: dominators again, then the baselines, each the
+    // best of `repeat` runs (the ratios compare like with like, and a busy machine adds noise
+    // to single runs).
+    let best = |f: &mut dyn FnMut() -> usize| -> (f64, usize) {
+        let mut out = (f64::INFINITY, 0);
+        for _ in 0..repeat.max(1) {
+            let t = Instant::now();
+            let reached = f();
+            out = (out.0.min(t.elapsed().as_secs_f64()), reached);
+        }
+        out
+    };
+    let (dom_warm_s, _) = best(&mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count());
+    let (dfs_s, reached_dfs) = best(&mut || dfs_baseline(csr, 0));
+    let (bfs_s, reached_bfs) = best(&mut || bfs_baseline(csr, 0));
     assert_eq!(reached_dfs, reached_bfs);
 
     let mut petgraph_s = None;
@@ -129,10 +140,34 @@ fn measure(path: &Path, petgraph_max: usize) {
             assert_eq!(theirs, analysis.idom(v as u32), "idom of node {v}");
         }
     }
+    // The same graph with its nodes renumbered at random (the super-root stays node 0).
+    let mut shuffled = serde_json::Value::Null;
+    if nodes <= shuffle_max && nodes > 2 {
+        let mut perm: Vec<u32> = (0..nodes as u32).collect();
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for i in (2..nodes).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            perm.swap(i, 1 + (seed as usize % i));
+        }
+        let mut edges = Vec::with_capacity(edges);
+        for u in 0..nodes as u32 {
+            edges.extend(csr.successors(u).iter().map(|&t| (perm[u as usize], perm[t as usize])));
+        }
+        drop(perm);
+        let (o, t) = heapsnap_analyze::dominators::csr_from_edges(nodes, &edges);
+        drop(edges);
+        let g = Csr { offsets: &o, targets: &t };
+        let (dom, _) = best(&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count());
+        let (dfs, _) = best(&mut || dfs_baseline(g, 0));
+        let (bfs, _) = best(&mut || bfs_baseline(g, 0));
+        shuffled = serde_json::json!({ "dominators_s": dom, "dfs_s": dfs, "bfs_s": bfs });
+    }
     let out = serde_json::json!({
         "objects": objects, "nodes": nodes, "edges": edges, "file_bytes": file_bytes,
         "open_s": t_open, "graph_s": graph_s, "dominators_s": dom_s, "analysis_s": t_analysis, "total_s": t_total,
-        "dfs_s": dfs_s, "bfs_s": bfs_s, "dominators_warm_s": dom_warm_s, "petgraph_s": petgraph_s,
+        "dfs_s": dfs_s, "bfs_s": bfs_s, "dominators_warm_s": dom_warm_s, "petgraph_s": petgraph_s, "shuffled": shuffled,
         "anon_peak_bytes": anon_peak.saturating_sub(anon_before), "anon_peak_analysis_bytes": anon_analysis.saturating_sub(anon_before), "vm_hwm_bytes": hwm,
         "reachable": reached_dfs,
     });
@@ -173,7 +208,10 @@ fn adversarial(cells: u32) -> (f64, f64) {
 }
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("target"));
+    // The workspace's target directory (cargo runs benchmarks from the package's directory).
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("heapsnap-bench");
     std::fs::create_dir_all(&dir).expect("bench directory");
     let items = (millions * 1e6 / 7.0).round() as u64;
@@ -193,7 +231,9 @@ fn main() {
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let petgraph_max: usize = value("--petgraph-max").and_then(|v| v.parse().ok()).unwrap_or(1_100_000);
     if let Some(path) = value("--measure") {
-        measure(Path::new(&path), petgraph_max);
+        let repeat = value("--repeat").and_then(|v| v.parse().ok()).unwrap_or(3);
+        let shuffle_max = value("--shuffle-max").and_then(|v| v.parse().ok()).unwrap_or(10_000_002);
+        measure(Path::new(&path), petgraph_max, repeat, shuffle_max);
         return;
     }
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
@@ -205,6 +245,8 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let repeat: usize = value("--repeat").and_then(|v| v.parse().ok()).unwrap_or(3);
+    let shuffle_max: usize = value("--shuffle-max").and_then(|v| v.parse().ok()).unwrap_or(10_000_002);
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     // --snapshots A,B: measure these files (e.g. real dumps) instead of synthetic ones.
@@ -214,7 +256,7 @@ fn main() {
     };
     for path in files {
         let out = Command::new(&exe)
-            .args(["--measure", path.to_str().expect("utf-8 path"), "--petgraph-max", &petgraph_max.to_string()])
+            .args(["--measure", path.to_str().expect("utf-8 path"), "--petgraph-max", &petgraph_max.to_string(), "--repeat", &repeat.to_string(), "--shuffle-max", &shuffle_max.to_string()])
             .output()
             .expect("run the measuring child");
         if !out.status.success() {
@@ -261,6 +303,19 @@ fn main() {
     }
     println!();
     println!("scaling (ns per object, end to end): {}", per_object.iter().map(|(o, ns)| format!("{o}: {ns:.0}")).collect::<Vec<_>>().join(", "));
+    for v in rows.iter().filter(|v| !v["shuffled"].is_null()) {
+        let sh = &v["shuffled"];
+        let f = |k: &str| sh[k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "random node order, {} objects: dominators {:.2}s, DFS {:.2}s, BFS {:.2}s: dom/DFS {:.2}x, dom/BFS {:.2}x (dominators without retained sizes)",
+            v["objects"],
+            f("dominators_s"),
+            f("dfs_s"),
+            f("bfs_s"),
+            f("dominators_s") / f("dfs_s"),
+            f("dominators_s") / f("bfs_s")
+        );
+    }
     println!("peak VmHWM (includes the mapped file): {}", rows.iter().map(|v| format!("{:.0} MiB", v["vm_hwm_bytes"].as_f64().unwrap_or(0.0) / 1048576.0)).collect::<Vec<_>>().join(", "));
     let cells = if args.iter().any(|a| a == "--bench") { 4_000_000 } else { 100_000 };
     let (hub_s, shared_s) = adversarial(cells);
