@@ -67,12 +67,13 @@ pub struct PathsReport {
     pub paths: Vec<MergedPath>,
 }
 
-/// BFS parents from the super-root, over strong edges only.
-pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
+/// One breadth-first search from the super-root over strong edges (weak and ephemeron edges
+/// never retain): `discover(u, t)` is called once for every node `t` the search reaches, with
+/// the node `u` it was first reached from, in BFS order (so `u` was discovered before).
+pub fn strong_bfs(a: &Analysis<'_>, mut discover: impl FnMut(NodeId, NodeId)) {
     let g = &a.graph;
-    let n = g.node_count();
-    let mut parent = vec![NO_NODE; n];
-    parent[SUPER_ROOT as usize] = SUPER_ROOT;
+    let mut seen = vec![0u64; g.node_count().div_ceil(64)];
+    seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
     let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
     let mut head = 0;
     let check = !g.condition_edges.is_empty();
@@ -80,12 +81,21 @@ pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
         let u = queue[head];
         head += 1;
         for &t in g.successors(u) {
-            if parent[t as usize] == NO_NODE && !(check && g.is_condition_edge(u, t)) {
-                parent[t as usize] = u;
+            let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
+            if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
+                seen[word] |= bit;
                 queue.push(t);
+                discover(u, t);
             }
         }
     }
+}
+
+/// BFS parents from the super-root, over strong edges only (the super-root is its own).
+pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
+    let mut parent = vec![NO_NODE; a.graph.node_count()];
+    parent[SUPER_ROOT as usize] = SUPER_ROOT;
+    strong_bfs(a, |u, t| parent[t as usize] = u);
     parent
 }
 

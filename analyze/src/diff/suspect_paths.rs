@@ -78,57 +78,48 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
     const NOT_BLOCK: u32 = u32::MAX - 1;
     let mut sig = vec![UNSEEN; g.node_count()];
     sig[SUPER_ROOT as usize] = NOT_BLOCK;
-    let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
-    let mut head = 0;
-    let check = !g.condition_edges.is_empty();
-    while head < queue.len() {
-        let u = queue[head];
-        head += 1;
-        let su = sig[u as usize];
-        let pu = tree.pre_of[u as usize];
-        let kind = g.root_kind_of(u);
-        let mut ublock: Option<Option<BlockRef<'_>>> = None;
-        for &t in g.successors(u) {
-            if sig[t as usize] != UNSEEN || (check && g.is_condition_edge(u, t)) {
-                continue;
-            }
-            queue.push(t);
-            let pt = tree.pre_of[t as usize];
-            let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
-            if u == SUPER_ROOT || shape == NO_CLASS {
-                sig[t as usize] = NOT_BLOCK;
-                continue;
-            }
-            let s = if let Some(kind) = kind {
-                let root = trie.root(&root_label(a, kind, t));
-                trie.step(root, EDGE_TOP, shape)
-            } else if su == NOT_BLOCK {
-                // A block reached from a non-block that is no root kind: cannot happen.
-                let root = trie.root("?");
-                trie.step(root, EDGE_TOP, shape)
-            } else {
-                let parent = &trie.nodes[su as usize];
-                let folds = parent.edge != EDGE_ROOT && parent.label == shape;
-                let edge = if folds {
-                    EDGE_DOMINATED // unused: the step folds into the parent's
-                } else if tree.idom_pre[pt as usize] == pu && c.edge_pre[pt as usize] != EDGE_DOMINATED {
-                    c.edge_pre[pt as usize]
-                } else {
-                    match ublock.get_or_insert_with(|| blocks.block(u)) {
-                        Some(b) if b.header.wosize > FOLD_ABOVE_FIELDS => EDGE_ANY,
-                        Some(b) => field_pointing(blocks, b, t).map_or(EDGE_DOMINATED, |i| i as u8),
-                        None => EDGE_DOMINATED,
-                    }
-                };
-                trie.step(su, edge, shape)
-            };
-            sig[t as usize] = s;
-            let m = member[pt as usize];
-            if m != NOT_MEMBER {
-                let e = counts.entry((m, s)).or_insert_with(|| (0, a.address(t).unwrap_or(0)));
-                e.0 += 1;
-            }
+    // The block of the last referrer whose fields were needed (a BFS meets its children in a row).
+    let mut ublock: Option<(NodeId, Option<BlockRef<'_>>)> = None;
+    crate::paths::strong_bfs(a, |u, t| {
+        let pt = tree.pre_of[t as usize];
+        let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
+        if u == SUPER_ROOT || shape == NO_CLASS {
+            sig[t as usize] = NOT_BLOCK;
+            return;
         }
-    }
+        let su = sig[u as usize];
+        let s = if let Some(kind) = g.root_kind_of(u) {
+            let root = trie.root(&root_label(a, kind, t));
+            trie.step(root, EDGE_TOP, shape)
+        } else if su == NOT_BLOCK {
+            // A block reached from a non-block that is no root kind: cannot happen.
+            let root = trie.root("?");
+            trie.step(root, EDGE_TOP, shape)
+        } else {
+            let parent = &trie.nodes[su as usize];
+            let folds = parent.edge != EDGE_ROOT && parent.label == shape;
+            let edge = if folds {
+                EDGE_DOMINATED // unused: the step folds into the parent's
+            } else if tree.idom_pre[pt as usize] == tree.pre_of[u as usize] && c.edge_pre[pt as usize] != EDGE_DOMINATED {
+                c.edge_pre[pt as usize]
+            } else {
+                if ublock.as_ref().is_none_or(|(v, _)| *v != u) {
+                    ublock = Some((u, blocks.block(u)));
+                }
+                match ublock.as_ref().and_then(|(_, b)| b.as_ref()) {
+                    Some(b) if b.header.wosize > FOLD_ABOVE_FIELDS => EDGE_ANY,
+                    Some(b) => field_pointing(blocks, b, t).map_or(EDGE_DOMINATED, |i| i as u8),
+                    None => EDGE_DOMINATED,
+                }
+            };
+            trie.step(su, edge, shape)
+        };
+        sig[t as usize] = s;
+        let m = member[pt as usize];
+        if m != NOT_MEMBER {
+            let e = counts.entry((m, s)).or_insert_with(|| (0, a.address(t).unwrap_or(0)));
+            e.0 += 1;
+        }
+    });
     MemberChains { trie, counts }
 }
