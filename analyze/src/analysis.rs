@@ -137,7 +137,12 @@ impl<'s> Analysis<'s> {
 
 /// Dominators and retained sizes of a graph, from the super-root.
 pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
+    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
+    let t0 = Instant::now();
     let mut tree = dominators::dominators(Csr { offsets: &graph.offsets, targets: &graph.targets }, SUPER_ROOT);
+    if trace {
+        eprintln!("retained sizes: dominators done at {:.3}s", t0.elapsed().as_secs_f64());
+    }
     // Shallow sizes straight from the headers, region by region, into preorder slots: in
     // words (u32) when the whole heap's words fit one, else in bytes. Static data is never
     // freed, so it retains nothing (its blocks stay nodes, with a size of 0 here).
@@ -160,6 +165,9 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
         let out = Scatter(by_pre.as_mut_ptr());
         // SAFETY: preorder numbers are distinct and below the vector's length.
         fill(&|p, words| unsafe { out.write(p, words as u32) });
+        if trace {
+            eprintln!("retained sizes: shallow sizes at {:.3}s", t0.elapsed().as_secs_f64());
+        }
         let fits = tree.set_retained_words(by_pre);
         debug_assert!(fits);
     } else {
@@ -168,6 +176,9 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
         // SAFETY: as above.
         fill(&|p, words| unsafe { out.write(p, words * 8) });
         tree.set_retained(by_pre);
+    }
+    if trace {
+        eprintln!("retained sizes: sums at {:.3}s", t0.elapsed().as_secs_f64());
     }
     tree
 }
