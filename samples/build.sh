@@ -10,6 +10,8 @@
 # directory is printed on stdout.
 #   std   : every sample except reserved_bits
 #   rhb16 : every sample, including reserved_bits (which needs 16 reserved header bits)
+# Plugins (ocamlopt -shared) go next to the executables as NAME.cmxs: dynlink_plugin
+# loads plugin_data.cmxs from its own directory.
 set -euo pipefail
 
 variant="${1:-std}"
@@ -48,7 +50,10 @@ samples=(
   "large_array||-"
   "large_heap||-"
   "steady_state||-"
+  "dynlink_plugin|dynlink|-"
 )
+# Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
+plugins=(plugin_data)
 if [ "$variant" = rhb16 ]; then
   samples+=("reserved_bits||reserved_bits_stubs.c")
 fi
@@ -84,6 +89,9 @@ for entry in "${samples[@]}"; do
   if [ "$libs" = threads ]; then
     inc+=(-I +threads -I +unix)
     libargs=(unix.cmxa threads.cmxa)
+  elif [ "$libs" = dynlink ]; then
+    inc+=(-I +dynlink)
+    libargs=(dynlink.cmxa)
   fi
   objs=()
   if [ "$stub" != - ]; then
@@ -99,5 +107,16 @@ for entry in "${samples[@]}"; do
   mv -f "$build/$name.exe" "$out/$name"   # atomic replace
   built=$((built + 1))
 done
-echo "samples: [$variant] $built built, $(( ${#samples[@]} - built )) up to date in $out" >&2
+for name in "${plugins[@]}"; do
+  if newer_than_all "$out/$name.cmxs" "$here/$name.ml" "${common_deps[@]}"; then
+    continue
+  fi
+  echo "samples: [$variant] building plugin $name.cmxs" >&2
+  (cd "$build" &&
+     "$ocamlopt" "${flags[@]}" -I "$build" -c -o "$build/$name.cmx" "$here/$name.ml" &&
+     "$ocamlopt" "${flags[@]}" -shared "$build/$name.cmx" -o "$build/$name.cmxs")
+  mv -f "$build/$name.cmxs" "$out/$name.cmxs"   # atomic replace
+  built=$((built + 1))
+done
+echo "samples: [$variant] $built built, $(( ${#samples[@]} + ${#plugins[@]} - built )) up to date in $out" >&2
 echo "$out"

@@ -203,8 +203,9 @@ samples.append({
   "note": ("weak_arr: Weak.create 1000 = Abstract_tag (251) block of 2+1000 fields = 8024 B; its keys are weak. strong_blobs: 4008 + 500 x 272 = %d. "
            "eph_table: record 40 + bucket array 1024 (8200) + 500 Cons x 32 + 500 containers x 32 = %d B, plus %d B of data whose key is alive "
            "(min = ephemeron data not counted, max = counted). strong_keys: 1608 + 200 x 24 = %d. Weak-only (must NOT count as retained): "
-           "500 x 528 = %d B in the weak array, 300 x (24 + 816) = %d B in the table; total %d B. They are allocated each step, kept by the "
-           "global 'pending' (field 7) through Gc.compact, and dropped just before READY, so they exist in the snapshot but only weak pointers reach them. "
+           "500 x 528 = %d B in the weak array, 300 x (24 + 816) = %d B in the table; total %d B. They are allocated each step, kept in the "
+           "slots of the global array 'pending' (field 7, 800 slots, allocated once and never dropped: 6408 B) through Gc.compact, and the slots are "
+           "cleared just before READY, so they exist in the snapshot but only weak pointers reach them, and no garbage is left. "
            "Ephemeron field 0 (link) points to other ephemerons: not a strong edge. Field layout (module-fields.sh): 0 Key, 1 Eph_table, 2 weak_slots, "
            "3 weak_arr, 4 strong_blobs, 5 eph_table, 6 strong_keys, 7 pending, 8 rebuild, 9 Key.equal, 10 Key.hash (a submodule's bindings get fields of the outer block).") %
           (strong_blobs, eph_struct, eph_live_data, strong_keys, weak_only_blobs, weak_only_eph, weak_only_blobs + weak_only_eph),
@@ -355,6 +356,40 @@ samples.append({
            "100000-string temporary list); total live heap after Gc.compact is the same at every step.") % (ring, table),
 })
 
+# ---------------- dynlink_plugin (loads plugin_data.cmxs)
+PI = 2000
+plugin_items = blk(1) + PI * (blk(2) + blk(3) + blk(strw(100)))
+palette = [("list cons", 0, 2), ("record {cname; rgb}", 0, 2), ("rgb triple", 0, 3), ("colour name string (3..5 chars)", 252, strw(5))]
+plugin_static = blk(2) + sum(3 * blk(w) for (_, _, w) in palette) + blk(2) + blk(strw(12))
+samples.append({
+  "name": "dynlink_plugin", "source": "samples/dynlink_plugin.ml", "variants": ["std", "rhb16"],
+  "args": [], "steps": 3, "pattern": "data of a natdynlinked plugin (Dynlink.loadfile of a .cmxs): its static data is in the plugin's own data segment",
+  "plugin": {"file": "plugin_data.cmxs", "source": "samples/plugin_data.ml", "unit": "Plugin_data", "symbol": "camlPlugin_data", "loaded_at_step": 1},
+  "roots": [
+    {"kind": "dyn_global", "module": "Plugin_data", "symbol": "camlPlugin_data", "field": 1, "ident": "items",
+     "type": "item list ref",
+     "retained_bytes": const_steps(rng(plugin_items)),
+     "objects": [obj("ref cell", 0, 1, [1] * 3), obj("list cons", 0, 2, [PI] * 3),
+                 obj("item record {id; colour; payload}", 0, 3, [PI] * 3), obj("payload Bytes (100 bytes)", 252, strw(100), [PI] * 3)]},
+    {"kind": "dyn_global", "module": "Plugin_data", "symbol": "camlPlugin_data", "field": 0, "ident": "palette",
+     "type": "colour list (a structured constant: static data of the plugin)",
+     "retained_bytes": const_steps(rng(0))},
+  ],
+  "static_objects": [obj("module block camlPlugin_data (palette, items)", 0, 2, [1] * 3)]
+                    + [obj("palette " + d, t, w, [3] * 3) for (d, t, w) in palette]
+                    + [obj("constant closure passed to Heapsnap_sample.debug_root", 247, 2, [1] * 3),
+                       obj("constant string \"plugin_items\" passed to Heapsnap_sample.debug_root", 252, strw(12), [1] * 3)],
+  "static_bytes": plugin_static,
+  "heap_to_static_pointers": PI + 2,
+  "note": ("The plugin's heap data: ref 16 + %d x (cons 24 + record 32 + payload 112 (100 bytes -> wosize 13)) = %d B, held only by field 1 of the "
+           "plugin's module block (a dynlinked global: caml_dyn_globals). Static data of the plugin (never retained): module block 24 + palette "
+           "(3 cons 24, 3 records 24, 3 triples 32, 3 strings 16) 288 + constant closure 24 + string \"plugin_items\" 24 = %d B (-dcmm), all in "
+           "camlPlugin_data.data_begin..data_end. Heap pointers into it: each item's colour field (%d) and the host's debug_root tuple "
+           "(Heapsnap_sample.debug_roots) -> the plugin's name string and closure (2). HEAPSNAP_SAMPLE_DEBUG=1 prints 336216 B for "
+           "plugin_items: Obj.reachable_words of the list (not the ref: -16 B) counts the static records, triples and strings it reaches (+216 B).") %
+          (PI, plugin_items, plugin_static, PI),
+})
+
 # ---------------- reserved_bits
 groups = [(7, 100, 2, "Alloc_small_with_reserved (minor heap, then promoted)"), (42, 50, 4, "caml_alloc_shr_reserved (pool)"),
           (1000, 10, 300, "caml_alloc_shr_reserved (large allocation)"), (65535, 5, 3, "caml_alloc_shr_reserved (pool)")]
@@ -387,7 +422,7 @@ manifest = {
     "field": "index of the binding in the module block (symbol caml<Module>, static data; header wosize = number of toplevel bindings incl. functions, constants and submodule members). Determined with samples/module-fields.sh (ocamlopt -dlambda: '(setfield_ptr(root-init) FIELD (global Module!) ident)'), confirmed against -dcmm and at run time by reading camlWeak_ephemeron[i] from C.",
     "objects": "blocks reached from the root: desc, tag, wosize, bytes_each, count_by_step (count at each checkpoint)",
     "symbols": "OCaml 5.3 native symbols are caml<Module>.<name>_<stamp>; stamps change with the source, so *_symbol_regex fields are regexes. Locations are file:line of samples/ sources (DWARF line info from -g points there).",
-    "kinds": "global = field of a module block; thread_stack = stack of a blocked systhread; domain_stack = stack of another domain's main fiber; continuations are reached from a global through a Cont_tag (245) block",
+    "kinds": "global = field of a module block; dyn_global = field of the module block of a unit loaded with Dynlink (caml_dyn_globals); thread_stack = stack of a blocked systhread; domain_stack = stack of another domain's main fiber; continuations are reached from a global through a Cont_tag (245) block",
     "weak_only": "objects present in the snapshot but reachable only through weak/ephemeron pointers: they must not count as retained by anything"
   },
   "samples": samples,

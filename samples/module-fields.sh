@@ -24,7 +24,7 @@ if [ ${#names[@]} -eq 0 ]; then
   done
 fi
 for n in "${names[@]}"; do
-  "$prefix/bin/ocamlopt" -I "$build" -I +threads -I +unix -dlambda -c \
+  "$prefix/bin/ocamlopt" -I "$build" -I +threads -I +unix -I +dynlink -dlambda -c \
       -o "$tmp/$n.cmx" "$here/$n.ml" 2>&1 >/dev/null |
     tr '\n' ' ' |
     grep -oE "setfield_ptr\(root-init\) [0-9]+ \(global [A-Za-z0-9_]+!\) +[A-Za-z_][A-Za-z0-9_']*/" |

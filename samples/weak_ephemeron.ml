@@ -8,9 +8,13 @@
    the table, with 800-byte data (both dead as far as retention goes).
 
    The weak-only objects must still exist at the snapshot, so each step keeps
-   them in [pending] through Gc.compact and drops [pending] just before printing
-   READY: afterwards they are reachable only through weak pointers and survive
-   until the next major cycle completes (none runs while paused). Each step
+   them in the slots of [pending] through Gc.compact and clears the slots just
+   before printing READY: afterwards they are reachable only through weak
+   pointers and survive until the next major cycle completes (none runs while
+   paused). [pending] is one array allocated once and kept, not a list dropped
+   after the compaction: dropping a holder would leave the holder itself as
+   garbage no collection could remove without also clearing the weak pointers
+   (a cycle that finds the holder dead finds the data dead too). Each step
    rebuilds the weak-only data, so every checkpoint sees the same shape. *)
 
 module Key = struct
@@ -26,14 +30,17 @@ let weak_arr : Bytes.t Weak.t = Weak.create weak_slots
 let strong_blobs : Bytes.t array = Array.init 500 (fun _ -> Bytes.make 256 's')
 let eph_table : Bytes.t Eph_table.t = Eph_table.create 1024
 let strong_keys : string array = Array.init 200 (fun i -> Printf.sprintf "strong-key-%04d" i)
-let pending : Obj.t list ref = ref []
+(* One slot per weak-only object: 500 blobs, 300 keys. *)
+let pending : Obj.t array = Array.make ((weak_slots - 500) + 300) (Obj.repr 0)
 
 let rebuild () =
+  let held = ref 0 in
+  let hold x = pending.(!held) <- x; incr held in
   (* weak array *)
   Array.iteri (fun i b -> Weak.set weak_arr i (Some b)) strong_blobs;
   for i = 500 to weak_slots - 1 do
     let b = Bytes.make 512 'w' in
-    pending := Obj.repr b :: !pending;
+    hold (Obj.repr b);
     Weak.set weak_arr i (Some b)
   done;
   (* ephemeron table *)
@@ -41,7 +48,7 @@ let rebuild () =
   Array.iter (fun k -> Eph_table.replace eph_table k (Bytes.make 1000 'S')) strong_keys;
   for i = 0 to 299 do
     let k = Printf.sprintf "weak-key-%04d" i in
-    pending := Obj.repr k :: !pending;
+    hold (Obj.repr k);
     Eph_table.replace eph_table k (Bytes.make 800 'W')
   done
 
@@ -53,7 +60,7 @@ let () =
   Heapsnap_sample.run
     (fun _cfg _step -> rebuild ())
     ~before_ready:(fun step ->
-        pending := [];
+        Array.fill pending 0 (Array.length pending) (Obj.repr 0);
         (* sanity: the weak-only data is still there at the checkpoint *)
         let alive = ref 0 in
         for i = 0 to weak_slots - 1 do if Weak.check weak_arr i then incr alive done;

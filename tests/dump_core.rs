@@ -4,7 +4,7 @@
 mod dump_support;
 
 use dump_support::*;
-use heapsnap_format::{Snapshot, Trigger};
+use heapsnap_format::{RegionKind, RootKind, Snapshot, Trigger};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Mutex;
@@ -90,41 +90,55 @@ fn assert_same_world(name: &str, live: &Snapshot, core: &Snapshot) {
     assert_eq!(live.symbols().len(), core.symbols().len(), "{name}: symbols");
 }
 
-/// Pauses `name` at its first READY, takes a live dump and a gcore, dumps the core, compares;
-/// then lets the sample finish and checks it was not disturbed.
+/// Pauses the std sample `name` at its first READY, takes a live dump and a gcore, dumps the
+/// core, compares; then lets the sample finish and checks it was not disturbed.
 fn check_sample(name: &str) {
-    check_sample_with(name, true)
+    check_program(name, &sample_path(name), &manifest_args(name));
 }
 
-/// Like [`check_sample`]; `exact` when every live block is reachable at READY (a sample that
-/// drops data just before its READY leaves garbage the strict checks would count).
-fn check_sample_with(name: &str, exact: bool) {
+/// The arguments samples/manifest.json gives sample `name`.
+fn manifest_args(name: &str) -> Vec<String> {
+    let sample = manifest_samples().into_iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} is not in the manifest"));
+    sample["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("string arg").to_string()).collect()
+}
+
+/// The samples of samples/manifest.json.
+fn manifest_samples() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(repo().join("samples/manifest.json")).expect("read samples/manifest.json");
+    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
+    manifest["samples"].as_array().expect("samples").clone()
+}
+
+/// [`check_sample`] for any sample executable: every sample reaches READY right after its
+/// Gc.compact with every live block reachable, so the core's snapshot is checked strictly.
+fn check_program(name: &str, program: &Path, args: &[String]) -> Snapshot {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let program = sample_path(name);
-    let (expected, expected_status) = reference_output(&program, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (expected, expected_status) = reference_output(program, &args);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut sample = Sample::start(&program, &[]);
+    let mut sample = Sample::start(program, &args);
     sample.wait_ready(1);
     let live_path = dir.path().join("live.snap");
     dump_ok(sample.pid(), &live_path, &[]);
     let core = gcore(sample.pid(), dir.path());
     let core_path = dir.path().join("core.snap");
     let report = dump_core_ok(&core, &core_path);
+    // The core is hundreds of MB; the snapshot is all that is checked from here on.
+    std::fs::remove_file(&core).expect("remove core");
     assert_eq!(report["consistent"], true, "{name}: {report}");
     assert_eq!(report["pid"], sample.pid(), "{name}: {report}");
 
     let live = Snapshot::open(&live_path).expect("live snapshot validates");
     let snap = Snapshot::open(&core_path).unwrap_or_else(|e| panic!("{name}: core snapshot does not validate: {e}"));
     assert_same_world(name, &live, &snap);
-    if exact {
-        reachability(&snap).assert_exact(&format!("{name} from its core"));
-    }
-    let v = verify(&core_path, exact);
-    assert_eq!(v["ok"], true, "{name}: heapsnap verify (strict: {exact}) on the core snapshot: {v}");
+    reachability(&snap).assert_exact(&format!("{name} from its core"));
+    let v = verify(&core_path, true);
+    assert_eq!(v["ok"], true, "{name}: heapsnap verify --strict on the core snapshot: {v}");
 
     let (lines, status) = sample.finish();
     assert_eq!(lines, expected, "{name}: output changed by the dumps");
     assert_eq!(status.code(), expected_status.code(), "{name}: exit status");
+    snap
 }
 
 #[test]
@@ -152,12 +166,79 @@ fn domains_shared_core_matches_live_dump() {
     check_sample("domains_shared");
 }
 
+/// Weak-only data (reached only through a weak array and ephemerons) is in the core's snapshot
+/// as in the live one, and is no garbage: checked strictly like every sample.
+#[test]
+fn weak_ephemeron_core_matches_live_dump() {
+    check_sample("weak_ephemeron");
+}
+
+/// 10^6 list cells: the deep chain survives the core path as the live one.
+#[test]
+fn long_list_core_matches_live_dump() {
+    check_sample("long_list");
+}
+
+/// About a million objects of five kinds, a closure per item and a 1 MB bucket array.
+#[test]
+fn large_heap_core_matches_live_dump() {
+    check_sample("large_heap");
+}
+
+/// The samples without a test of their own above.
+const OTHER_SAMPLES: [&str; 6] = ["bigarray_sample", "lazy_sample", "objects_sample", "large_array", "steady_state", "dynlink_plugin"];
+
 #[test]
 fn other_samples_cores_match_live_dumps() {
-    for name in ["bigarray_sample", "lazy_sample", "objects_sample", "large_array", "steady_state"] {
+    for name in OTHER_SAMPLES {
         check_sample(name);
     }
-    check_sample_with("weak_ephemeron", false);
+}
+
+/// Every std sample of the manifest has its core checked by one of the tests above: a sample
+/// added to the manifest must be added here too.
+#[test]
+fn every_sample_of_the_manifest_is_checked_from_a_core() {
+    let mut covered: Vec<&str> = vec![
+        "cache_leak",
+        "closure_list",
+        "effect_cont",
+        "systhread_stack",
+        "domains_shared",
+        "weak_ephemeron",
+        "long_list",
+        "large_heap",
+    ];
+    covered.extend(OTHER_SAMPLES);
+    covered.sort_unstable();
+    let mut std_samples: Vec<String> = manifest_samples()
+        .iter()
+        .filter(|s| s["variants"].as_array().is_some_and(|v| v.iter().any(|v| v == "std")))
+        .map(|s| s["name"].as_str().expect("name").to_string())
+        .collect();
+    std_samples.sort_unstable();
+    assert_eq!(covered, std_samples, "samples of the manifest vs samples checked from a core");
+}
+
+/// With 16 reserved header bits (the rhb16 toolchain): the core's snapshot detects them and
+/// keeps the values in them, as the live one does.
+#[test]
+fn reserved_bits_core_matches_live_dump() {
+    let program = rhb16_samples_dir().join("reserved_bits");
+    let snap = check_program("reserved_bits (rhb16)", &program, &manifest_args("reserved_bits"));
+    assert_eq!(snap.metadata().reserved_header_bits, 16);
+    // 100 + 50 + 10 + 5 blocks carry a value in their reserved bits (samples/reserved_bits.ml).
+    let mut reserved = 0;
+    for r in snap.regions().filter(|r| matches!(r.kind(), RegionKind::Pool | RegionKind::Large)) {
+        let words = r.words();
+        let stride = if r.kind() == RegionKind::Pool { r.header.block_wsize as usize } else { words.len() };
+        let mut i = r.header.first_block as usize / 8;
+        while i < words.len() {
+            reserved += usize::from(words[i] >> 48 != 0);
+            i += stride.max(1);
+        }
+    }
+    assert_eq!(reserved, 165, "blocks with reserved header bits set");
 }
 
 /// A core the kernel writes when the process crashes (`core_pattern` = `core`, when the
@@ -240,6 +321,161 @@ fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
         let v = verify(&out, false);
         assert_eq!(v["ok"], true, "core {i}: {v}");
     }
+}
+
+/// A core caught inside a collection: the thread doing the collection holds pointers into
+/// the heap in its registers and C stack, which become roots flagged CONSERVATIVE, as many as
+/// the snapshot's metadata says; the snapshot still verifies. long_list with a million steps
+/// spends nearly all its time compacting its 10^6 cells, so nearly every core catches it in a
+/// collection; a few cores are taken until one holds such pointers (a sweep of free slots may
+/// hold none).
+#[test]
+fn cores_caught_in_a_collection_get_conservative_roots() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let child = Command::new(sample_path("long_list"))
+        .args(["--steps", "1000000"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("start long_list");
+    let busy = KillOnDrop(child);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut in_collection = 0;
+    for i in 0..10 {
+        let sub = dir.path().join(i.to_string());
+        std::fs::create_dir(&sub).expect("mkdir");
+        let core = gcore(busy.0.id() as i32, &sub);
+        let out = sub.join("busy.snap");
+        let o = dump_core(&core, &out, &[]);
+        std::fs::remove_file(&core).expect("remove core");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        if !o.status.success() {
+            assert!(err.contains("inconsistent") && !err.contains("panicked"), "core {i}: {err}");
+            continue;
+        }
+        let snap = Snapshot::open(&out).unwrap_or_else(|e| panic!("core {i}: snapshot does not validate: {e}"));
+        let warnings = &snap.metadata().warnings;
+        if !warnings.iter().any(|w| w.contains("inconsistent moment")) {
+            continue; // caught between two compactions
+        }
+        in_collection += 1;
+        let said = warnings
+            .iter()
+            .find_map(|w| w.split_once(" conservative roots added for the threads caught inside the runtime"))
+            .map(|(n, _)| n.parse::<usize>().expect("a count"))
+            .unwrap_or_else(|| panic!("core {i}: no conservative-roots warning in {warnings:?}"));
+        assert!(err.contains("conservative roots added"), "core {i}: not said on stderr: {err}");
+        let conservative: Vec<_> = snap.roots().iter().filter(|r| r.is_conservative()).collect();
+        assert_eq!(conservative.len(), said, "core {i}: conservative roots in the snapshot vs the metadata");
+        for r in &conservative {
+            match r.root_kind() {
+                RootKind::Register => assert!(r.origin <= 16 && r.slot == 0, "core {i}: {r:?}"),
+                RootKind::Other => {
+                    assert_ne!(r.slot, 0, "core {i}: {r:?}");
+                    let name = snap.string(r.name).unwrap_or("");
+                    assert!(name.starts_with("C stack of thread"), "core {i}: {name}");
+                }
+                k => panic!("core {i}: a conservative root of kind {k:?}"),
+            }
+            // Each names a heap block (an interior pointer counts for its block).
+            let region = snap.region_of(r.value).unwrap_or_else(|| panic!("core {i}: root {:#x} in no region", r.value));
+            let heap = matches!(region.kind(), RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large);
+            assert!(heap, "core {i}: a conservative root into a {:?} region", region.kind());
+        }
+        let v = verify(&out, false);
+        assert_eq!(v["ok"], true, "core {i}: {v}");
+        if said > 0 {
+            let noted = v["warnings"].as_array().expect("warnings").iter().any(|w| w.as_str().unwrap_or("").contains("conservative scan"));
+            assert!(noted, "core {i}: verify does not mention the conservative roots: {v}");
+            return;
+        }
+    }
+    panic!("none of 10 cores of a program compacting without pause gave conservative roots ({in_collection} caught it in a collection)");
+}
+
+/// A core that catches a domain mid-allocation: its allocation pointer bumped over words that
+/// hold no header yet. Made from a gcore of a paused sample by lowering that domain's
+/// `young_ptr` (in its `caml_domain_state`, found through the dumper's own runtime discovery)
+/// by three words and zeroing them. The snapshot is written, says on stderr and in its
+/// metadata what it skipped, and holds exactly the minor-heap blocks of a live dump.
+#[test]
+fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
+    const TORN_WORDS: u64 = 3;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sample = Sample::start(&sample_path("closure_list"), &[]);
+    sample.wait_ready(1);
+    let live_path = dir.path().join("live.snap");
+    dump_ok(sample.pid(), &live_path, &[]);
+    let core = gcore(sample.pid(), dir.path());
+    drop(sample);
+
+    // Where domain 0's young_ptr is, by the dumper's DWARF layouts, read through the core.
+    let young_ptr_field = {
+        let source = heapsnap_dump::source::CoreFile::open(&core, None).expect("open core");
+        let rt = heapsnap_dump::runtime::Runtime::discover(&source).expect("runtime of the core");
+        let states = heapsnap_dump::runtime::safety::domain_states(&rt, &source).expect("domain states");
+        assert_eq!(states.len(), 1, "closure_list runs one domain");
+        states[0] + rt.layout.domain_state.young_ptr
+    };
+    let mut bytes = std::fs::read(&core).expect("read core");
+    let at = core_file_offset(&bytes, young_ptr_field).expect("young_ptr in the core");
+    let young_ptr = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    let live = Snapshot::open(&live_path).expect("live snapshot validates");
+    assert_eq!(live.metadata().domains[0].young_ptr, young_ptr, "the live dump and the core agree on young_ptr");
+    let torn = young_ptr - 8 * TORN_WORDS;
+    assert!(torn >= live.metadata().domains[0].minor_start, "room below young_ptr");
+    bytes[at..at + 8].copy_from_slice(&torn.to_le_bytes());
+    let words = core_file_offset(&bytes, torn).expect("the minor heap in the core");
+    bytes[words..words + 8 * TORN_WORDS as usize].fill(0);
+    let patched = dir.path().join("torn.core");
+    std::fs::write(&patched, &bytes).expect("write patched core");
+    drop(bytes);
+    std::fs::remove_file(&core).expect("remove core");
+
+    let out = dir.path().join("torn.snap");
+    let o = dump_core(&patched, &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "heapsnap dump --core on a torn minor heap failed: {err}");
+    let said = format!("domain 0: the minor heap was caught mid-allocation; {} bytes at {torn:#x} were skipped", 8 * TORN_WORDS);
+    assert!(err.contains(&said), "stderr does not say {said:?}: {err}");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON report");
+    assert!(report["warnings"].as_array().expect("warnings").iter().any(|w| w.as_str() == Some(said.as_str())), "{report}");
+
+    let snap = Snapshot::open(&out).unwrap_or_else(|e| panic!("snapshot of a torn minor heap does not validate: {e}"));
+    assert!(snap.metadata().warnings.contains(&said), "metadata warnings: {:?}", snap.metadata().warnings);
+    assert_eq!(snap.metadata().domains[0].young_ptr, torn);
+    // The skipped words aside, the minor heap is the live dump's, block for block.
+    let minor = |s: &Snapshot| {
+        let r = s.regions().find(|r| r.kind() == RegionKind::MinorHeap)?;
+        Some((r.base() + r.header.first_block as u64, r.end()))
+    };
+    let (start, end) = minor(&snap).expect("a minor heap region");
+    assert_eq!(start, young_ptr, "the walk starts after the torn block");
+    assert_eq!(Some((start, end)), minor(&live), "minor heap extent");
+    let copy = |s: &Snapshot| {
+        let r = s.regions().find(|r| r.kind() == RegionKind::MinorHeap).expect("minor heap");
+        r.words()[(r.header.first_block / 8) as usize..].to_vec()
+    };
+    assert!(copy(&snap) == copy(&live), "the minor heap's blocks differ from the live dump's");
+    assert_eq!(roots(&snap), roots(&live), "roots");
+    reachability(&snap).assert_exact("closure_list with a torn minor heap");
+    let v = verify(&out, true);
+    assert_eq!(v["ok"], true, "heapsnap verify --strict: {v}");
+}
+
+/// The file offset of target address `address` in an ELF64 core: the `PT_LOAD` segment whose
+/// bytes in the file hold it.
+fn core_file_offset(bytes: &[u8], address: u64) -> Option<usize> {
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+    (0..phnum).map(|i| phoff + i * phentsize).find_map(|h| {
+        let is_load = u32::from_le_bytes(bytes[h..h + 4].try_into().unwrap()) == 1;
+        let (offset, vaddr, filesz) = (u64_at(h + 8), u64_at(h + 16), u64_at(h + 32));
+        (is_load && vaddr <= address && address + 8 <= vaddr + filesz).then(|| (offset + (address - vaddr)) as usize)
+    })
 }
 
 /// A truncated core, a core of another executable, and a file that is no core: each a clear

@@ -2,7 +2,9 @@
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{candidate_pools, capture, custom_ops_in_heap, Capture, SpareBuffers, TornMinorHeap};
+use crate::runtime::capture::{capture, custom_ops_in_heap, Capture, SpareBuffers, TornMinorHeap};
+use crate::runtime::roots::interrupted_thread_roots;
+use crate::source::ReadExt;
 use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, Runtime};
@@ -86,12 +88,7 @@ impl DumpReport {
 /// The address of `caml_compactions_count` in a running OCaml 5 process, read without
 /// stopping it (for a watcher that polls it).
 pub fn compactions_counter_address(pid: i32) -> Result<u64> {
-    let pid = checked_pid(pid)?;
-    let memory = ProcessMemory::new(pid)?;
-    let exe_path = crate::source::MemorySource::executable_path(&memory);
-    let exe = crate::elf::Executable::open(&exe_path)?;
-    let bias = exe.load_bias(&crate::source::MemorySource::mappings(&memory)?, &exe_path)?;
-    Ok(bias + exe.require("caml_compactions_count")?)
+    crate::watch::symbol_address(checked_pid(pid)?, "caml_compactions_count")
 }
 
 fn checked_pid(pid: i32) -> Result<u32> {
@@ -109,11 +106,9 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
-    // Buffers for the pools, prepared while the target runs (a little more than it has now).
+    // Buffers for everything the copy writes, prepared while the target runs.
     let domain_states = crate::runtime::safety::domain_states(&rt, &memory).unwrap_or_default();
-    let candidates = candidate_pools(&rt, &memory, &domain_states);
-    let count = candidates.len() + candidates.len() / 8 + 16;
-    let mut spare = SpareBuffers::new(count, (rt.sizes.pool_wsize * 8) as usize, candidates)?;
+    let mut spare = SpareBuffers::prepare(&rt, &memory, &domain_states, format)?;
 
     wait_outside_stw(&rt, &memory, Duration::from_millis(100));
     let mut process = LiveProcess::attach(pid)?;
@@ -200,7 +195,8 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
 /// Takes the snapshot a live dump would have taken, from the ELF core file `core` of an OCaml
 /// process. The executable is `exe`, or the one the core says was running; its build id must
 /// be the one the core holds. A core taken at an inconsistent moment still gives a snapshot
-/// (with a warning), unless `options.require_consistent`.
+/// (with a warning, and conservative roots for the threads caught inside the runtime), unless
+/// `options.require_consistent`.
 pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Result<DumpReport> {
     let started = Instant::now();
     let source = CoreFile::open(core, exe)?;
@@ -242,30 +238,108 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
         Err(e) => return Err(e),
     };
     cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
+    if !consistent {
+        add_interrupted_thread_roots(&rt, &source, &check, &mut cap, format, &mut warnings)?;
+    }
     // The core's own modification time is the best guess of when it was taken.
     let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
     let pid = source.core_pid();
     let origin = Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core };
-    let (path, file_bytes) = finish(&rt, &source, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
-    Ok(DumpReport {
-        path,
-        pid,
-        ocaml_version: rt.version.clone(),
-        reserved_header_bits: reserved_bits,
-        pause_ns: 0,
-        total_stopped_ns: 0,
-        attempts: 1,
-        consistent,
-        domains: cap.domains.len(),
-        regions: cap.regions.len(),
-        region_bytes: cap.regions.iter().map(|r| r.bytes.len() as u64).sum(),
-        roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
-        file_bytes,
-        elapsed_ns: started.elapsed().as_nanos() as u64,
-        pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
-        warnings,
-        missing: source.missing().to_vec(),
-    })
+    let written = finish(&rt, &source, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
+    // Nothing was stopped: no pause, one "attempt".
+    let report = DumpReport::of_capture(&rt, &cap, pid, reserved_bits, written, started, warnings);
+    Ok(DumpReport { consistent, missing: source.missing().to_vec(), ..report })
+}
+
+impl DumpReport {
+    /// The report of a dump that wrote `written` (path, bytes) from `cap`: what every dump
+    /// reports. A target stopped for the copy overrides the pause, stops and consistency
+    /// (here none, one, and consistent); a core, the memory it lacks.
+    fn of_capture(
+        rt: &Runtime,
+        cap: &Capture,
+        pid: u32,
+        reserved_bits: u8,
+        written: (PathBuf, u64),
+        started: Instant,
+        warnings: Vec<String>,
+    ) -> DumpReport {
+        DumpReport {
+            path: written.0,
+            pid,
+            ocaml_version: rt.version.clone(),
+            reserved_header_bits: reserved_bits,
+            pause_ns: 0,
+            total_stopped_ns: 0,
+            attempts: 1,
+            consistent: true,
+            domains: cap.domains.len(),
+            regions: cap.regions.len(),
+            region_bytes: cap.regions.iter().map(|r| r.bytes.len() as u64).sum(),
+            roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
+            file_bytes: written.1,
+            elapsed_ns: started.elapsed().as_nanos() as u64,
+            pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            warnings,
+            missing: Vec::new(),
+        }
+    }
+}
+
+/// A core taken at an inconsistent moment: the threads that hold a domain without running
+/// OCaml code (inside the runtime: a collection, an allocation, the glue) may keep blocks alive
+/// from their C locals and registers, which no table describes. Their registers and C stacks are
+/// scanned conservatively (see [`interrupted_thread_roots`]); a warning in the metadata says
+/// how many roots that added, from which threads.
+fn add_interrupted_thread_roots(
+    rt: &Runtime,
+    source: &CoreFile,
+    check: &crate::runtime::safety::WorldCheck,
+    cap: &mut Capture,
+    format: crate::runtime::heap::HeaderFormat,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    let l = &rt.layout;
+    let mut added = Vec::new();
+    let mut total = 0;
+    for view in check.domains.iter().filter(|v| v.running.is_none()) {
+        let Some(domain) = cap.domains.iter().find(|d| d.state == view.state).map(|d| d.id) else { continue };
+        let lock = view.internal + l.domains.internal_domain_lock;
+        // A domain whose lock is free is in a blocking section, at rest.
+        if source.read_u32(lock + l.mutex.lock)? == 0 {
+            continue;
+        }
+        let owner = source.read_u32(lock + l.mutex.owner)?;
+        let Some(thread) = source.threads().iter().find(|t| t.tid == owner && owner != 0) else {
+            warnings.push(format!("domain {domain}: its lock is held by no thread of the core: no conservative roots for it"));
+            continue;
+        };
+        // The best snapshot possible: a thread whose stack cannot be scanned costs its roots only.
+        let scan = match interrupted_thread_roots(rt, source, cap, format, domain, thread) {
+            Ok(scan) => scan,
+            Err(e) => {
+                warnings.push(format!("domain {domain}: thread {}: no conservative roots: {e}", thread.tid));
+                continue;
+            }
+        };
+        let stack = match scan.stack {
+            Some((low, high)) => format!("{} from its stack {low:#x}..{high:#x}", scan.roots.len() - scan.registers),
+            None => "none from its stack".into(),
+        };
+        added.push(format!("thread {} (domain {domain}): {} from registers, {stack}", thread.tid, scan.registers));
+        if let Some(problem) = scan.problem {
+            warnings.push(format!("domain {domain}: thread {}: {problem}", thread.tid));
+        }
+        total += scan.roots.len();
+        cap.roots.extend(scan.roots);
+    }
+    if !added.is_empty() {
+        warnings.push(format!(
+            "{total} conservative roots added for the threads caught inside the runtime (words that point into heap blocks): {}",
+            added.join("; ")
+        ));
+    }
+    Ok(())
 }
 
 /// The executable must be the one the core was taken from: its build-id note, where the

@@ -50,19 +50,7 @@ impl Executable {
         let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
         let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
         let file = object::File::parse(&*data).map_err(|e| elf_error(e.to_string()))?;
-        if file.architecture() != object::Architecture::X86_64 {
-            return Err(elf_error(format!("architecture {:?} (only x86-64 is supported)", file.architecture())));
-        }
-        if file.symbol_table().is_none() {
-            return Err(DumpError::Stripped { path: path.to_path_buf() });
-        }
-        let is_pie = file.kind() == object::ObjectKind::Dynamic;
-        let first_segment_vaddr = file
-            .segments()
-            .map(|s| s.address())
-            .min()
-            .ok_or_else(|| elf_error("no loadable segment".into()))?
-            & !0xfff;
+        let (is_pie, first_segment_vaddr) = check_and_place(&file, path)?;
         let mut symbols = Vec::new();
         for sym in file.symbols() {
             let Ok(name) = sym.name() else { continue };
@@ -111,24 +99,7 @@ impl Executable {
 
     /// How far the executable was moved at load time, from the target's mappings of it.
     pub fn load_bias(&self, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
-        if !self.is_pie {
-            return Ok(0);
-        }
-        let real = std::fs::canonicalize(exe_path).ok();
-        let same_file = |m: &Mapping| match (&m.path, &real) {
-            (Some(p), Some(r)) => p == r,
-            _ => false,
-        };
-        let first = mappings
-            .iter()
-            .filter(|m| m.offset == 0 && same_file(m))
-            .map(|m| m.start)
-            .min()
-            .ok_or_else(|| DumpError::Elf {
-                path: self.path.clone(),
-                message: "cannot find where the executable is mapped in the target".into(),
-            })?;
-        Ok(first.wrapping_sub(self.first_segment_vaddr))
+        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, exe_path)
     }
 
     /// Link-time addresses of every symbol called `name`.
@@ -169,5 +140,92 @@ impl Executable {
     /// Every DWARF section present among [`DWARF_SECTIONS`], with its bytes.
     pub fn dwarf_sections(&self) -> Vec<(&'static str, Cow<'_, [u8]>)> {
         DWARF_SECTIONS.iter().filter_map(|&name| self.section_data(name).map(|(_, b)| (name, b))).collect()
+    }
+}
+
+/// An x86-64 file with a symbol table: whether it is position-independent, and the page of its
+/// first loadable segment.
+fn check_and_place(file: &object::File<'_>, path: &Path) -> Result<(bool, u64)> {
+    let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
+    if file.architecture() != object::Architecture::X86_64 {
+        return Err(elf_error(format!("architecture {:?} (only x86-64 is supported)", file.architecture())));
+    }
+    if file.symbol_table().is_none() {
+        return Err(DumpError::Stripped { path: path.to_path_buf() });
+    }
+    let is_pie = file.kind() == object::ObjectKind::Dynamic;
+    let first_segment_vaddr =
+        file.segments().map(|s| s.address()).min().ok_or_else(|| elf_error("no loadable segment".into()))? & !0xfff;
+    Ok((is_pie, first_segment_vaddr))
+}
+
+fn load_bias(path: &Path, is_pie: bool, first_segment_vaddr: u64, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
+    if !is_pie {
+        return Ok(0);
+    }
+    let real = std::fs::canonicalize(exe_path).ok();
+    let same_file = |m: &Mapping| match (&m.path, &real) {
+        (Some(p), Some(r)) => p == r,
+        _ => false,
+    };
+    let first = mappings
+        .iter()
+        .filter(|m| m.offset == 0 && same_file(m))
+        .map(|m| m.start)
+        .min()
+        .ok_or_else(|| DumpError::Elf { path: path.to_path_buf(), message: "cannot find where the executable is mapped in the target".into() })?;
+    Ok(first.wrapping_sub(first_segment_vaddr))
+}
+
+/// One symbol of an executable, found from its symbol table alone.
+pub struct SymbolLocation {
+    path: PathBuf,
+    is_pie: bool,
+    first_segment_vaddr: u64,
+    /// Link-time address.
+    pub address: u64,
+}
+
+impl SymbolLocation {
+    /// How far the executable was moved at load time (see [`Executable::load_bias`]).
+    pub fn load_bias(&self, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
+        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, exe_path)
+    }
+}
+
+/// Finds the symbol `name` (a global definition preferred, as [`Executable::symbol`] does)
+/// without [`Executable::open`]'s cost: the file is mapped, not read, and only its symbol table
+/// is looked at, with no index built. For a watcher, which needs one variable of a program
+/// that may have tens of thousands of symbols and MBs of DWARF.
+pub fn locate_symbol(path: &Path, name: &str) -> Result<SymbolLocation> {
+    let io = |source| DumpError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: a read-only private mapping; the file is a running program's executable, which
+    // the kernel does not let anyone write while it runs (ETXTBSY).
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+    let elf = object::File::parse(&*map).map_err(|e| DumpError::Elf { path: path.to_path_buf(), message: e.to_string() })?;
+    let (is_pie, first_segment_vaddr) = check_and_place(&elf, path)?;
+    let address = elf
+        .symbols()
+        .filter(|s| !s.is_undefined() && s.name_bytes().is_ok_and(|n| n == name.as_bytes()))
+        .max_by_key(|s| s.is_global())
+        .map(|s| s.address())
+        .ok_or_else(|| DumpError::MissingSymbol { name: name.to_string() })?;
+    Ok(SymbolLocation { path: path.to_path_buf(), is_pie, first_segment_vaddr, address })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locating_one_symbol_agrees_with_the_full_index() {
+        let path = std::env::current_exe().unwrap();
+        let exe = Executable::open(&path).unwrap();
+        let maps = crate::source::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let found = locate_symbol(&path, "main").unwrap();
+        assert_eq!(found.address, exe.require("main").unwrap());
+        assert_eq!(found.load_bias(&maps, &path).unwrap(), exe.load_bias(&maps, &path).unwrap());
+        assert!(matches!(locate_symbol(&path, "no_such_symbol_anywhere"), Err(DumpError::MissingSymbol { .. })));
     }
 }

@@ -47,6 +47,8 @@ pub struct Inputs {
 pub struct WatchSummary {
     pub snapshots: Vec<PathBuf>,
     pub failures: usize,
+    /// How many times the compaction counter was read.
+    pub polls: u64,
 }
 
 pub struct Watch<'a> {
@@ -99,6 +101,7 @@ impl Watch<'_> {
             }
             // A compaction seen before an exit message happened before it: take it first.
             if let (Some(addr), Some(last)) = (self.compactions_counter, last_count) {
+                summary.polls += 1;
                 match read_word(self.pid, addr) {
                     Some(count) if count != last => {
                         last_count = Some(count);
@@ -152,6 +155,44 @@ pub fn trigger_label(trigger: Trigger) -> &'static str {
 /// `DIR/NAME-PID-SEQ-TRIGGER.heapsnap`, numbered from 1 in the order taken.
 pub fn snapshot_path(dir: &std::path::Path, program: &str, pid: i32, seq: usize, trigger: Trigger) -> PathBuf {
     dir.join(format!("{program}-{pid}-{seq:04}-{}.heapsnap", trigger_label(trigger)))
+}
+
+/// How long [`symbol_address`] waits for a process still inside execve.
+const EXEC_WAIT: Duration = Duration::from_secs(1);
+
+/// The run-time address of the symbol `name` of process `pid`'s executable, found from its
+/// symbol table alone (see [`crate::elf::locate_symbol`]: a watcher pays this once per program).
+/// Right after a spawn the process may still be inside execve: the parent of a vfork, or of a
+/// close-on-exec pipe, resumes before the new program is mapped, even before /proc/PID/exe
+/// names it. So this waits (up to [`EXEC_WAIT`]) for the exec to be done.
+pub fn symbol_address(pid: u32, name: &str) -> crate::Result<u64> {
+    use crate::source::{MemorySource, ProcessMemory};
+    let memory = ProcessMemory::new(pid)?;
+    let exe_path = memory.executable_path();
+    let deadline = Instant::now() + EXEC_WAIT;
+    let pause = || std::thread::sleep(Duration::from_millis(1));
+    // A vfork child shares our address space (and so names our executable) until its exec
+    // switches programs.
+    while Instant::now() < deadline && shares_our_memory(pid) {
+        pause();
+    }
+    let symbol = crate::elf::locate_symbol(&exe_path, name)?;
+    loop {
+        match symbol.load_bias(&memory.mappings()?, &exe_path) {
+            Ok(bias) => return Ok(bias.wrapping_add(symbol.address)),
+            // The executable is not mapped yet: execve is still loading it.
+            Err(_) if Instant::now() < deadline => pause(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Whether `pid` runs in our address space (kcmp KCMP_VM; false where kcmp is not available).
+fn shares_our_memory(pid: u32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: kcmp only compares kernel objects of the two processes.
+    let same = unsafe { libc::syscall(libc::SYS_kcmp, libc::getpid() as libc::c_long, pid as libc::c_long, KCMP_VM, 0 as libc::c_long, 0 as libc::c_long) };
+    same == 0
 }
 
 /// Reads one native word of the target without stopping it.
@@ -221,6 +262,39 @@ mod tests {
         let hooks = heapsnap_preload::Hooks::parse_line(&hooks_line(42, true, Some(12))).unwrap();
         assert_eq!(hooks, heapsnap_preload::Hooks { watcher_pid: 42, at_exit: true, signal: 12 });
         assert_eq!(heapsnap_preload::Hooks::parse_line(HOOKS_OFF), None);
+    }
+
+    /// Run by [`a_symbol_is_found_right_after_a_spawn`] as a child process: waits for its
+    /// stdin to close.
+    #[test]
+    #[ignore = "a helper process of another test"]
+    fn helper_waits_for_stdin() {
+        use std::io::Read;
+        std::io::stdin().read_to_end(&mut Vec::new()).unwrap();
+    }
+
+    #[test]
+    fn a_symbol_is_found_right_after_a_spawn() {
+        use std::process::{Command, Stdio};
+        let exe = std::env::current_exe().unwrap();
+        let want = crate::elf::Executable::open(&exe).unwrap().require("main").unwrap();
+        for _ in 0..50 {
+            let mut child = Command::new(&exe)
+                .args(["--ignored", "--exact", "watch::tests::helper_waits_for_stdin", "-q"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let pid = child.id();
+            // At once, as `heapsnap run` does: the child may still be inside execve.
+            let found = symbol_address(pid, "main");
+            let maps = crate::source::parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+            let bias = crate::elf::Executable::open(&exe).unwrap().load_bias(&maps, &exe).unwrap();
+            drop(child.stdin.take());
+            child.wait().unwrap();
+            assert_eq!(found.unwrap(), bias + want);
+        }
     }
 
     #[test]

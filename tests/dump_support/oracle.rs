@@ -200,7 +200,7 @@ pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRe
         if tag == CLOSURE_TAG {
             // Field 1 is the closure info: the environment starts at (info << 8) >> 9.
             let info = word_at(block + 8).unwrap_or(0);
-            first = ((info << 8) >> 9) as u64;
+            first = (info << 8) >> 9;
         }
         let field_weak = is_weak || ephemerons.contains(&block);
         for i in first..size {

@@ -6,9 +6,9 @@ use super::roots::{self, CapturedRoot};
 use super::safety::WorldCheck;
 use super::Runtime;
 use crate::error::{DumpError, Result};
-use crate::source::{zeroed_buffer, MemorySource, ReadExt, ReadRequest};
+use crate::source::{bytemuck_words, copy_threads, zeroed_buffer, MemorySource, ReadExt, ReadRequest};
 use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 /// No large allocation is bigger than this (2^40 words, 8 TiB): a bigger header is corrupt.
 const MAX_LARGE_WORDS: u64 = 1 << 40;
@@ -108,7 +108,7 @@ pub fn capture(
         cap.phases.push((name, clock.elapsed().as_nanos() as u64));
         clock = std::time::Instant::now();
     };
-    capture_minor_heaps(source, &mut cap)?;
+    capture_minor_heaps(source, &mut cap, spare)?;
     match torn {
         TornMinorHeap::Fail => check_minor_heaps(&cap, format)?,
         TornMinorHeap::SkipTornBlock => skip_torn_blocks(&mut cap, format),
@@ -116,7 +116,7 @@ pub fn capture(
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
     lap(&mut cap, "pools and large allocations");
-    capture_static_data(rt, source, &mut cap)?;
+    capture_static_data(rt, source, &mut cap, spare)?;
     lap(&mut cap, "static data");
     roots::capture_roots(rt, source, &mut cap, format)?;
     lap(&mut cap, "roots and stacks");
@@ -139,7 +139,7 @@ fn read_colours(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> R
     Ok(())
 }
 
-fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
+fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
     let mut regions: Vec<CapturedRegion> = cap
         .domains
         .iter()
@@ -156,44 +156,117 @@ fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture) -> Result<(
         .collect();
     for r in regions.iter_mut() {
         let d = cap.domains.iter().find(|d| d.id == r.domain).expect("region of a domain");
-        r.bytes = zeroed_buffer(r.base, (d.info.minor_end - r.base) as usize)?;
+        r.bytes = spare.take_region(r.base, (d.info.minor_end - r.base) as usize)?;
     }
     read_regions(source, cap, regions)
 }
 
-/// Pool-sized buffers allocated and touched before the world stops, so that the pause is
-/// spent copying, not allocating and zeroing memory.
+/// Buffers allocated and touched before the world stops, so that the pause is spent copying,
+/// not allocating and faulting in memory (page faults are most of the cost of a copy into
+/// fresh memory). They are guessed from the target while it runs: pool-sized buffers for the
+/// pools, and one buffer for each minor heap, large allocation and static data span. A region
+/// the guess missed gets a fresh buffer during the stop. What was not used is freed with this,
+/// after the target is resumed.
 pub struct SpareBuffers {
-    size: usize,
-    buffers: Vec<Vec<u8>>,
+    pool_size: usize,
+    pools: Vec<Vec<u8>>,
     /// Pools expected on the heap lists (from [`candidate_pools`]).
     pub candidates: Vec<u64>,
+    /// Other regions' buffers, by the target address they were made for.
+    regions: BTreeMap<u64, Vec<u8>>,
 }
 
 impl SpareBuffers {
+    /// Buffers for every region of the running target, listed racily: the pools on its heap
+    /// lists (and some more, for pools it may take before the stop), its minor heaps whole,
+    /// its large allocations and its static data.
+    pub fn prepare(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64], format: HeaderFormat) -> Result<SpareBuffers> {
+        let candidates = candidate_pools(rt, source, domain_states);
+        let count = candidates.len() + candidates.len() / 8 + 16;
+        let mut spare = SpareBuffers::new(count, (rt.sizes.pool_wsize * 8) as usize, candidates)?;
+        let l = &rt.layout.domain_state;
+        let mut spans = Vec::new();
+        let mut heaps = Vec::new();
+        for &state in domain_states {
+            let (Ok(start), Ok(end)) = (source.read_u64(state + l.young_start), source.read_u64(state + l.young_end)) else { continue };
+            if start < end && end - start <= MAX_GUESSED_REGION {
+                spans.push((start, (end - start) as usize));
+            }
+            if let (Ok(heap), Ok(id)) = (source.read_u64(state + l.shared_heap), source.read_u32(state + l.id)) {
+                heaps.push((id as u16, heap));
+            }
+        }
+        for (_, head) in large_list_heads(rt, &heaps) {
+            // The lists may change under us: stop at anything implausible.
+            let mut node = source.read_u64(head).unwrap_or(0);
+            let mut n = 0;
+            while node != 0 && n < 10_000_000 {
+                n += 1;
+                let Ok(link) = read_large_link(rt, source, node, format) else { break };
+                if link.bytes as u64 <= MAX_GUESSED_REGION {
+                    spans.push((node, link.bytes));
+                }
+                node = link.next;
+            }
+        }
+        // Also parses the mapped plugins' files now, not during the stop (they are cached).
+        let plugins = super::plugins::data_spans(rt, source).spans;
+        spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().chain(plugins).map(|(b, e)| (b, (e - b) as usize)));
+        for (address, len) in spans {
+            // A guess too big to allocate is no reason to fail: the stop allocates if needed.
+            if let Ok(buf) = faulted_buffer(len) {
+                spare.regions.insert(address, buf);
+            }
+        }
+        Ok(spare)
+    }
+
     /// `count` buffers of `size` bytes, every page already faulted in.
     pub fn new(count: usize, size: usize, candidates: Vec<u64>) -> Result<SpareBuffers> {
-        let mut buffers = Vec::with_capacity(count);
-        for _ in 0..count {
-            let mut b = zeroed_buffer(0, size)?;
-            for page in b.chunks_mut(4096) {
-                page[0] = 0;
-            }
-            buffers.push(b);
-        }
-        Ok(SpareBuffers { size, buffers, candidates })
+        let pools = (0..count).map(|_| faulted_buffer(size)).collect::<Result<_>>()?;
+        Ok(SpareBuffers { pool_size: size, pools, candidates, regions: BTreeMap::new() })
     }
 
     pub fn none() -> SpareBuffers {
-        SpareBuffers { size: 0, buffers: Vec::new(), candidates: Vec::new() }
+        SpareBuffers { pool_size: 0, pools: Vec::new(), candidates: Vec::new(), regions: BTreeMap::new() }
     }
 
     fn take(&mut self, address: u64, size: usize) -> Result<Vec<u8>> {
-        match self.buffers.pop() {
-            Some(b) if size == self.size => Ok(b),
-            _ => zeroed_buffer(address, size),
+        if size == self.pool_size {
+            if let Some(b) = self.pools.pop() {
+                return Ok(b);
+            }
         }
+        zeroed_buffer(address, size)
     }
+
+    /// A buffer for `len` bytes at `address`: the one prepared for a span that holds them (a
+    /// minor heap's buffer serves the part from its allocation pointer), else a new one.
+    fn take_region(&mut self, address: u64, len: usize) -> Result<Vec<u8>> {
+        let covering = self.regions.range(..=address).next_back().map(|(&start, buf)| (start, buf.len()));
+        if let Some((start, size)) = covering {
+            if address + len as u64 <= start + size as u64 {
+                let mut buf = self.regions.remove(&start).expect("listed");
+                // From the front: those are the pages `faulted_buffer` touched like the rest.
+                buf.truncate(len);
+                return Ok(buf);
+            }
+        }
+        zeroed_buffer(address, len)
+    }
+}
+
+/// Regions guessed before the stop are prepared up to this size (64 GiB); a bigger guess is a
+/// torn read of a changing list.
+const MAX_GUESSED_REGION: u64 = 64 << 30;
+
+/// A zeroed buffer of `len` bytes with every page faulted in.
+fn faulted_buffer(len: usize) -> Result<Vec<u8>> {
+    let mut b = zeroed_buffer(0, len)?;
+    for page in b.chunks_mut(4096) {
+        page[0] = 0;
+    }
+    Ok(b)
 }
 
 /// The pools on the target's heap lists, read while it runs: a racy list of candidates that
@@ -307,55 +380,71 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
     let h = &rt.layout.heap;
     let states: Vec<u64> = cap.domains.iter().map(|d| d.state).collect();
     let pool_lists = pool_list_heads(rt, source, &states);
-    let mut large_lists: Vec<(u16, u64)> = Vec::new();
-    for d in &cap.domains {
-        let heap = d.field(rt.layout.domain_state.shared_heap);
-        if heap != 0 {
-            large_lists.push((d.id, heap + h.swept_large));
-            large_lists.push((d.id, heap + h.unswept_large));
-        }
-    }
-    large_lists.push((NO_DOMAIN, rt.addr(h.pool_freelist) + h.global_large));
+    let heaps: Vec<(u16, u64)> = cap.domains.iter().map(|d| (d.id, d.field(rt.layout.domain_state.shared_heap))).collect();
+    let large_lists = large_list_heads(rt, &heaps);
 
     // Copy the candidate pools in one batch, then follow the lists in our copy; a pool the
     // candidates missed (the lists moved since) is read on its own.
     let pool_bytes = (rt.sizes.pool_wsize * 8) as usize;
-    let mut copies: std::collections::HashMap<u64, Vec<u8>> = std::collections::HashMap::new();
+    let mut candidates = std::mem::take(&mut spare.candidates);
+    candidates.sort_unstable();
+    candidates.dedup();
+    let mut copies: Vec<Option<Vec<u8>>> = candidates.iter().map(|&a| spare.take(a, pool_bytes).map(Some)).collect::<Result<_>>()?;
     {
-        let candidates = std::mem::take(&mut spare.candidates);
-        let mut buffers: Vec<(u64, Vec<u8>)> =
-            candidates.into_iter().map(|a| Ok((a, spare.take(a, pool_bytes)?))).collect::<Result<_>>()?;
-        let mut requests: Vec<ReadRequest<'_>> =
-            buffers.iter_mut().map(|(address, buf)| ReadRequest { address: *address, buf }).collect();
+        let mut requests: Vec<ReadRequest<'_>> = candidates
+            .iter()
+            .zip(copies.iter_mut())
+            .map(|(&address, buf)| ReadRequest { address, buf: buf.as_mut().expect("just made") })
+            .collect();
         let read = source.read_many_partial(&mut requests);
         drop(requests);
-        for ((address, buf), ok) in buffers.into_iter().zip(read) {
-            if ok {
-                copies.insert(address, buf);
+        for (copy, ok) in copies.iter_mut().zip(read) {
+            if !ok {
+                *copy = None;
             }
         }
     }
+    // The header words the walk needs, from every copy in one pass: these loads are
+    // independent and overlap, where the walk down a list would wait for each pool's in turn
+    // (a cache and TLB miss each, ~1 us in a VM: 30 ms for 1 GB of pools).
+    let headers: Vec<(u32, u64)> = copies.iter().map(|c| c.as_deref().map_or((0, 0), |b| pool_header(b, h))).collect();
+    let mut taken = vec![false; candidates.len()];
+    // Every list head in one batched read.
+    let mut heads = vec![0u64; pool_lists.len()];
+    {
+        let mut requests: Vec<ReadRequest<'_>> = pool_lists
+            .iter()
+            .zip(heads.iter_mut())
+            .map(|(&(_, address, _), word)| ReadRequest { address, buf: bytemuck_words(std::slice::from_mut(word)) })
+            .collect();
+        source.read_many(&mut requests)?;
+    }
+    // Pools seen that were not copied with the candidates, and large allocations.
     let mut seen = HashSet::new();
-    for (domain, head, sz) in pool_lists {
-        let mut pool = source.read_u64(head)?;
+    let twice = |pool: u64| DumpError::Inconsistent(format!("pool {pool:#x} is on two lists, or a list loops"));
+    for ((domain, _, sz), mut pool) in pool_lists.into_iter().zip(heads) {
         while pool != 0 {
-            if !seen.insert(pool) {
-                return Err(DumpError::Inconsistent(format!("pool {pool:#x} is on two lists, or a list loops")));
-            }
-            let bytes = match copies.remove(&pool) {
-                Some(b) => b,
+            let copied = candidates.binary_search(&pool).ok().filter(|&i| copies[i].is_some() || taken[i]);
+            let (bytes, (pool_sz, next)) = match copied {
+                Some(i) => {
+                    if std::mem::replace(&mut taken[i], true) {
+                        return Err(twice(pool));
+                    }
+                    (copies[i].take().expect("copied"), headers[i])
+                }
                 None => {
+                    if !seen.insert(pool) {
+                        return Err(twice(pool));
+                    }
                     let mut b = spare.take(pool, pool_bytes)?;
                     source.read(pool, &mut b)?;
-                    b
+                    let header = pool_header(&b, h);
+                    (b, header)
                 }
             };
-            let word = |o: u64| u64::from_le_bytes(bytes[o as usize..o as usize + 8].try_into().expect("8 bytes"));
-            let pool_sz = (word(h.pool_sz & !7) >> (8 * (h.pool_sz % 8))) as u32;
             if pool_sz as u64 != sz {
                 return Err(DumpError::Inconsistent(format!("pool {pool:#x} of size class {pool_sz} is on the list of class {sz}")));
             }
-            let next = word(h.pool_next);
             cap.regions.push(CapturedRegion {
                 kind: RegionKind::Pool,
                 domain,
@@ -375,20 +464,13 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
     for (domain, head) in large_lists {
         let mut node = source.read_u64(head)?;
         while node != 0 {
-            if !seen.insert(node) {
+            let a_pool = candidates.binary_search(&node).is_ok_and(|i| taken[i]);
+            if a_pool || !seen.insert(node) {
                 return Err(DumpError::Inconsistent(format!("large allocation {node:#x} is on two lists, or a list loops")));
             }
-            let link = source.read_words(node, (h.large_header_bytes / 8) as usize + 1)?;
-            let header = *link.last().expect("header word");
-            let words = format.wosize(header) + 1;
-            if words > MAX_LARGE_WORDS {
-                return Err(DumpError::Inconsistent(format!(
-                    "large allocation at {node:#x} has a header {header:#x} of {words} words (wrong number of reserved header bits?)"
-                )));
-            }
-            let bytes = 8 * words as usize;
-            larges.push((domain, node, h.large_header_bytes as usize + bytes));
-            node = link[(h.large_next / 8) as usize];
+            let link = read_large_link(rt, source, node, format)?;
+            larges.push((domain, node, link.bytes));
+            node = link.next;
         }
     }
     let regions: Vec<CapturedRegion> = larges
@@ -401,15 +483,79 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
                 block_wsize: 0,
                 first_block: h.large_header_bytes as u32,
                 owner: 0,
-                bytes: zeroed_buffer(base, len)?,
+                bytes: spare.take_region(base, len)?,
             })
         })
         .collect::<Result<_>>()?;
     read_regions(source, cap, regions)
 }
 
-/// The static data of every OCaml compilation unit (`caml_data_segments`).
-fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
+/// A pool's size class and the next pool on its list, from the pool's first bytes.
+fn pool_header(bytes: &[u8], h: &super::layout::HeapLayout) -> (u32, u64) {
+    let word = |o: u64| u64::from_le_bytes(bytes[o as usize..o as usize + 8].try_into().expect("8 bytes"));
+    ((word(h.pool_sz & !7) >> (8 * (h.pool_sz % 8))) as u32, word(h.pool_next))
+}
+
+/// The lists of large allocations: each domain's (from the address of its `caml_heap_state`)
+/// and the global one of terminated domains.
+fn large_list_heads(rt: &Runtime, heaps: &[(u16, u64)]) -> Vec<(u16, u64)> {
+    let h = &rt.layout.heap;
+    let mut lists = Vec::new();
+    for &(id, heap) in heaps.iter().filter(|(_, heap)| *heap != 0) {
+        lists.push((id, heap + h.swept_large));
+        lists.push((id, heap + h.unswept_large));
+    }
+    lists.push((NO_DOMAIN, rt.addr(h.pool_freelist) + h.global_large));
+    lists
+}
+
+/// A large allocation's `large_alloc` link, read with the block's header.
+struct LargeLink {
+    /// The link and the block, in bytes.
+    bytes: usize,
+    /// The next allocation on the list.
+    next: u64,
+}
+
+fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: HeaderFormat) -> Result<LargeLink> {
+    let h = &rt.layout.heap;
+    let link = source.read_words(node, (h.large_header_bytes / 8) as usize + 1)?;
+    let header = *link.last().expect("header word");
+    let words = format.wosize(header) + 1;
+    if words > MAX_LARGE_WORDS {
+        return Err(DumpError::Inconsistent(format!(
+            "large allocation at {node:#x} has a header {header:#x} of {words} words (wrong number of reserved header bits?)"
+        )));
+    }
+    Ok(LargeLink { bytes: h.large_header_bytes as usize + 8 * words as usize, next: link[(h.large_next / 8) as usize] })
+}
+
+/// The static data of every OCaml compilation unit (`caml_data_segments`) and of the units of
+/// loaded Dynlink plugins (see [`super::plugins`]).
+fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
+    let plugins = super::plugins::data_spans(rt, source);
+    cap.warnings.extend(plugins.warnings);
+    let regions: Vec<CapturedRegion> = static_spans(rt, source)?
+        .into_iter()
+        .chain(plugins.spans)
+        .map(|(b, e)| {
+            Ok(CapturedRegion {
+                kind: RegionKind::Static,
+                domain: NO_DOMAIN,
+                base: b,
+                block_wsize: 0,
+                first_block: 0,
+                owner: 0,
+                bytes: spare.take_region(b, (e - b) as usize)?,
+            })
+        })
+        .collect::<Result<_>>()?;
+    read_regions(source, cap, regions)
+}
+
+/// The spans of static data, merged where they touch (they do not change while the program
+/// runs, so they may be listed before the stop).
+fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
     let table = rt.symbol("caml_data_segments")?;
     let mut spans = Vec::new();
     for i in 0..100_000u64 {
@@ -440,26 +586,60 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
             _ => merged.push((b, e)),
         }
     }
-    let regions: Vec<CapturedRegion> = merged
-        .into_iter()
-        .map(|(b, e)| {
-            Ok(CapturedRegion {
-                kind: RegionKind::Static,
-                domain: NO_DOMAIN,
-                base: b,
-                block_wsize: 0,
-                first_block: 0,
-                owner: 0,
-                bytes: zeroed_buffer(b, (e - b) as usize)?,
-            })
-        })
-        .collect::<Result<_>>()?;
-    read_regions(source, cap, regions)
+    Ok(merged)
 }
 
 /// Continuation blocks (`Cont_tag`, always 2 fields) in the captured heap: minor heaps and
-/// the pools of the size class that holds 3-word blocks.
+/// the pools of the size class that holds 3-word blocks. This runs while the target is
+/// stopped and reads a good part of the heap, so the regions are scanned by
+/// [`copy_threads`] threads (the result is in region order all the same).
 pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> Vec<u64> {
+    // Only the size class of 3-word blocks can hold one.
+    let scanned: Vec<&CapturedRegion> = regions
+        .iter()
+        .filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == 3))
+        .collect();
+    let total: usize = scanned.iter().map(|r| r.bytes.len()).sum();
+    let threads = copy_threads().min(total / MIN_SCAN_BYTES_PER_THREAD).max(1);
+    if threads == 1 {
+        return continuations_in(&scanned, format);
+    }
+    // Contiguous runs of regions of about equal bytes.
+    let share = total.div_ceil(threads);
+    let mut runs: Vec<&[&CapturedRegion]> = Vec::with_capacity(threads);
+    let (mut start, mut bytes) = (0, 0);
+    for (i, r) in scanned.iter().enumerate() {
+        bytes += r.bytes.len();
+        if bytes >= share && runs.len() + 1 < threads {
+            runs.push(&scanned[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    runs.push(&scanned[start..]);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs[1..]
+            .iter()
+            .map(|&run| (run, std::thread::Builder::new().name("heapsnap-scan".into()).spawn_scoped(scope, move || continuations_in(run, format))))
+            .collect();
+        let mut out = continuations_in(runs[0], format);
+        for (run, handle) in handles {
+            match handle {
+                Ok(handle) => match handle.join() {
+                    Ok(found) => out.extend(found),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                // No thread to be had: scan that run here.
+                Err(_) => out.extend(continuations_in(run, format)),
+            }
+        }
+        out
+    })
+}
+
+/// Below this many bytes a thread's share, fewer threads scan for continuations.
+const MIN_SCAN_BYTES_PER_THREAD: usize = 8 << 20;
+
+fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat) -> Vec<u64> {
     let mut out = Vec::new();
     let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == 2;
     for r in regions {
@@ -471,8 +651,7 @@ pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> V
                     }
                 }
             }
-            // Only the size class of 3-word blocks can hold one. A tight loop over the headers:
-            // this runs while the target is stopped.
+            // A tight loop over the headers (their low byte is the tag).
             RegionKind::Pool if r.block_wsize == 3 => {
                 let mut at = r.first_block as usize;
                 while at + 24 <= r.bytes.len() {
@@ -571,6 +750,90 @@ mod tests {
         assert_eq!(cap.regions[0].blocks(format).len(), 2);
         assert_eq!(cap.warnings.len(), 1);
         assert!(cap.warnings[0].contains("24 bytes at 0x1000"), "{}", cap.warnings[0]);
+    }
+
+    #[test]
+    fn prepared_buffers_serve_the_regions_they_cover_once() {
+        let mut spare = SpareBuffers::none();
+        spare.regions.insert(0x10_000, faulted_buffer(0x4000).unwrap()); // a minor heap, whole
+        spare.regions.insert(0x80_000, faulted_buffer(0x2000).unwrap()); // a large allocation
+        let ptr_of = |b: &Vec<u8>| b.as_ptr() as usize;
+        let minor_ptr = ptr_of(&spare.regions[&0x10_000]);
+        // The minor heap from its allocation pointer: the front of the prepared buffer.
+        let minor = spare.take_region(0x13_000, 0x1000).unwrap();
+        assert_eq!((minor.len(), ptr_of(&minor)), (0x1000, minor_ptr));
+        // Taken once: the same span again gets a new buffer.
+        let again = spare.take_region(0x13_000, 0x1000).unwrap();
+        assert_ne!(ptr_of(&again), minor_ptr);
+        // A region larger than the guess, or outside it, gets a new zeroed buffer.
+        let grown = spare.take_region(0x80_000, 0x3000).unwrap();
+        assert_eq!(grown.len(), 0x3000);
+        assert!(grown.iter().all(|&b| b == 0));
+        assert!(spare.regions.contains_key(&0x80_000));
+        let large = spare.take_region(0x80_000, 0x2000).unwrap();
+        assert_eq!(large.len(), 0x2000);
+        assert!(spare.regions.is_empty());
+    }
+
+    #[test]
+    fn pool_buffers_are_handed_out_then_allocated() {
+        let mut spare = SpareBuffers::new(1, 64, Vec::new()).unwrap();
+        assert_eq!(spare.take(0x1000, 64).unwrap().len(), 64);
+        assert_eq!(spare.take(0x2000, 64).unwrap().len(), 64);
+        // Another size never takes a pool buffer.
+        let mut spare = SpareBuffers::new(1, 64, Vec::new()).unwrap();
+        assert_eq!(spare.take(0x1000, 32).unwrap().len(), 32);
+        assert_eq!(spare.pools.len(), 1);
+    }
+
+    fn cont_header() -> u64 {
+        (2 << 10) | CONT_TAG as u64
+    }
+
+    fn pool(base: u64, blocks: &[u64]) -> CapturedRegion {
+        let mut words = vec![0u64; 2]; // a pool header stand-in; blocks start at byte 16
+        for &hd in blocks {
+            words.extend([hd, 0x11, 0x13]);
+        }
+        CapturedRegion {
+            kind: RegionKind::Pool,
+            domain: 0,
+            base,
+            block_wsize: 3,
+            first_block: 16,
+            owner: 0,
+            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn continuations_are_found_in_region_order_by_several_threads() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        // Enough 3-word pools for several threads' shares, with continuations here and there.
+        let blocks_per_pool = 2000;
+        let pools = 4 * MIN_SCAN_BYTES_PER_THREAD / (24 * blocks_per_pool) + 1;
+        let mut regions = Vec::new();
+        let mut expected = Vec::new();
+        for p in 0..pools as u64 {
+            let base = 0x1000_0000 + p * 0x10_0000;
+            let mut blocks = vec![header(2); blocks_per_pool];
+            for i in [0, 7 * p as usize % blocks_per_pool, blocks_per_pool - 1] {
+                if blocks[i] != cont_header() {
+                    blocks[i] = cont_header();
+                }
+            }
+            for (i, &hd) in blocks.iter().enumerate() {
+                if hd == cont_header() {
+                    expected.push(base + 16 + 24 * i as u64 + 8);
+                }
+            }
+            regions.push(pool(base, &blocks));
+        }
+        // A pool of another size class is not looked at.
+        let mut other = pool(0x9000_0000, &[cont_header()]);
+        other.block_wsize = 4;
+        regions.push(other);
+        assert_eq!(find_continuations(&regions, format), expected);
     }
 
     #[test]

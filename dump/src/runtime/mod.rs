@@ -7,6 +7,7 @@ pub mod code;
 pub mod frames;
 pub mod heap;
 pub mod layout;
+pub mod plugins;
 pub mod roots;
 pub mod safety;
 pub mod unwind;

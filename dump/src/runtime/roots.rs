@@ -464,6 +464,179 @@ fn suspended_stack(cx: &mut Ctx<'_>, head: u64) -> Result<()> {
     })
 }
 
+/// Below a thread's stack pointer, a leaf function may keep values in the 128-byte red zone
+/// (System V x86-64 ABI).
+const RED_ZONE: u64 = 128;
+
+/// The longest C stack scanned for a thread caught inside the runtime (the used part, from
+/// its stack pointer up): deeper than any real one; a bound on a corrupt stack pointer.
+const MAX_C_STACK: u64 = 64 << 20;
+
+/// What [`interrupted_thread_roots`] found.
+#[derive(Debug, Default)]
+pub struct ConservativeScan {
+    pub roots: Vec<CapturedRoot>,
+    /// How many of the roots come from registers (the rest from the stack).
+    pub registers: usize,
+    /// The stack range scanned, if any.
+    pub stack: Option<(u64, u64)>,
+    /// Why the stack could not be scanned (or was cut short), when it could not.
+    pub problem: Option<String>,
+}
+
+/// The roots of a thread caught inside the runtime (a core taken in a collection): its C locals
+/// and registers may be the only references to blocks the runtime is working on, and no table
+/// says which words hold values. Every general register and every word of its stack, from its
+/// stack pointer (less the red zone) to the top of the stack it runs on (its domain's OCaml
+/// fiber, or the mapping that holds its stack pointer), that points into a heap block (minor
+/// heap, pool or large allocation; not free or garbage) becomes a root flagged CONSERVATIVE:
+/// registers as `register` roots, stack words as `other` roots named after the thread. The root's
+/// value is the block's (an interior pointer counts for the block it points into, and is kept
+/// as the root's origin).
+pub fn interrupted_thread_roots(
+    rt: &Runtime,
+    source: &dyn MemorySource,
+    cap: &Capture,
+    format: HeaderFormat,
+    domain: u16,
+    thread: &crate::source::ThreadState,
+) -> Result<ConservativeScan> {
+    let blocks = HeapBlocks::new(&cap.regions, format, cap.colours.map(|c| c.garbage));
+    let mut scan = ConservativeScan::default();
+    let regs = thread.regs;
+    let all_registers = [(15, regs.r15), (14, regs.r14)].into_iter().chain(regs.ocaml_value_registers());
+    for (dwarf, v) in all_registers {
+        if let Some(block) = blocks.block_of(v) {
+            scan.roots.push(CapturedRoot {
+                kind: RootKind::Register,
+                domain,
+                flags: ROOT_FLAG_CONSERVATIVE,
+                thread: 0,
+                slot: 0,
+                value: block,
+                origin: dwarf,
+                name: RootName::None,
+            });
+        }
+    }
+    scan.registers = scan.roots.len();
+
+    let rsp = regs.rsp;
+    let range = match fiber_of(rt, source, cap, domain, rsp)? {
+        Some((base, end)) => Some((rsp.saturating_sub(RED_ZONE).max(base), end)),
+        None => {
+            let mapping = source.mappings()?.into_iter().find(|m| m.start <= rsp && rsp < m.end);
+            mapping.map(|m| (rsp.saturating_sub(RED_ZONE).max(m.start), m.end))
+        }
+    };
+    let Some((low, mut high)) = range.map(|(l, h)| (l & !7, h & !7)) else {
+        scan.problem = Some(format!("its stack pointer {rsp:#x} is in no mapping"));
+        return Ok(scan);
+    };
+    if high - low > MAX_C_STACK {
+        scan.problem =
+            Some(format!("its stack from {low:#x} to {high:#x} is longer than {MAX_C_STACK} bytes: only the first are scanned"));
+        high = low + MAX_C_STACK;
+    }
+    let bytes = match source.read_bytes(low, (high - low) as usize) {
+        Ok(b) => b,
+        Err(e) => {
+            scan.problem = Some(format!("its stack {low:#x}..{high:#x} cannot be read: {e}"));
+            return Ok(scan);
+        }
+    };
+    scan.stack = Some((low, high));
+    let name = RootName::Text(format!("C stack of thread {} (caught in the runtime)", thread.tid));
+    for (i, w) in bytes.chunks_exact(8).enumerate() {
+        let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if let Some(block) = blocks.block_of(word) {
+            scan.roots.push(CapturedRoot {
+                kind: RootKind::Other,
+                domain,
+                flags: ROOT_FLAG_CONSERVATIVE,
+                thread: 0,
+                slot: low + 8 * i as u64,
+                value: block,
+                origin: word,
+                name: name.clone(),
+            });
+        }
+    }
+    Ok(scan)
+}
+
+/// The extent `[stack_info base, end of its handler)` of the fiber of `domain`'s current stack
+/// chain that holds `address`, if one does (a thread caught in OCaml code or the runtime's
+/// glue runs on it, not on a C stack).
+fn fiber_of(rt: &Runtime, source: &dyn MemorySource, cap: &Capture, domain: u16, address: u64) -> Result<Option<(u64, u64)>> {
+    let Some(d) = cap.domains.iter().find(|d| d.id == domain) else { return Ok(None) };
+    let f = &rt.layout.fiber;
+    let mut stack = d.field(rt.layout.domain_state.current_stack);
+    for _ in 0..100_000 {
+        if stack == 0 {
+            break;
+        }
+        let high = source.read_u64(stack + f.stack_handler)?;
+        let (base, end) = (stack + f.stack_info_size, high.saturating_add(f.handler_size));
+        if base <= address && address < end {
+            return Ok(Some((base, end)));
+        }
+        stack = source.read_u64(high + f.handler_parent)?;
+    }
+    Ok(None)
+}
+
+/// The blocks of the captured heap, to tell which block a word points into.
+struct HeapBlocks<'a> {
+    index: RegionIndex<'a>,
+    /// Header offsets of each minor heap's blocks, by region base.
+    minor: HashMap<u64, Vec<usize>>,
+    format: HeaderFormat,
+    /// The colour of garbage blocks awaiting sweep, when known.
+    garbage: Option<u8>,
+}
+
+impl<'a> HeapBlocks<'a> {
+    fn new(regions: &'a [CapturedRegion], format: HeaderFormat, garbage: Option<u8>) -> Self {
+        let minor = regions
+            .iter()
+            .filter(|r| r.kind == RegionKind::MinorHeap)
+            .map(|r| (r.base, r.blocks(format).into_iter().map(|(at, _)| at).collect()))
+            .collect();
+        HeapBlocks { index: RegionIndex::new(regions), minor, format, garbage }
+    }
+
+    /// The block (address of its first field) whose header or fields hold `address`, if it is
+    /// an allocated heap block: not a free pool slot, not garbage awaiting sweep.
+    fn block_of(&self, address: u64) -> Option<u64> {
+        if address & 7 != 0 {
+            return None;
+        }
+        let r = self.index.region_of(address)?;
+        let offset = (address - r.base) as usize;
+        let header_at = match r.kind {
+            RegionKind::Pool => {
+                let (first, stride) = (r.first_block as usize, r.block_wsize as usize * 8);
+                if stride == 0 || offset < first {
+                    return None;
+                }
+                let at = first + (offset - first) / stride * stride;
+                (at + stride <= r.bytes.len()).then_some(at)?
+            }
+            RegionKind::Large => (offset >= r.first_block as usize).then_some(r.first_block as usize)?,
+            RegionKind::MinorHeap => {
+                let starts = self.minor.get(&r.base)?;
+                *starts.get(starts.partition_point(|&at| at <= offset).checked_sub(1)?)?
+            }
+            _ => return None,
+        };
+        let header = r.word(header_at);
+        let end = header_at + 8 * (self.format.wosize(header) as usize + 1);
+        let garbage = r.kind != RegionKind::MinorHeap && self.garbage.is_some_and(|g| (header >> 8) & 3 == g as u64);
+        (header != 0 && offset < end && !garbage).then_some(r.base + header_at as u64 + 8)
+    }
+}
+
 /// finalise.c `caml_final_do_roots`: the functions are roots; the values of the `first` and
 /// `last` sets are weak (they are finalised when unreachable); those already due are roots.
 fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
@@ -564,4 +737,55 @@ fn ephemeron_chain(cx: &Ctx<'_>, regions: &[CapturedRegion], head: u64) -> Resul
         };
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn region(kind: RegionKind, base: u64, block_wsize: u32, first_block: u32, words: &[u64]) -> CapturedRegion {
+        let bytes = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        CapturedRegion { kind, domain: 0, base, block_wsize, first_block, owner: 0, bytes }
+    }
+
+    /// Header of a block of `wosize` fields, tag 0, colour `colour`.
+    fn header(wosize: u64, colour: u64) -> u64 {
+        (wosize << 10) | (colour << 8)
+    }
+
+    #[test]
+    fn conservative_words_name_the_heap_block_they_point_into() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        const GARBAGE: u8 = 2;
+        // A pool of 3-word blocks after a 2-word pool header: a live block, a free slot, a
+        // garbage block.
+        let pool = region(RegionKind::Pool, 0x1000, 3, 16, &[0, 0, header(2, 0), 0xa, 0xb, 0, 0, 0, header(2, GARBAGE as u64), 0, 0]);
+        // A minor heap: a 1-field then a 2-field block.
+        let minor = region(RegionKind::MinorHeap, 0x2000, 0, 0, &[header(1, 0), 0x1, header(2, 0), 0x2, 0x3]);
+        // A large allocation: a 2-word link, then one block of 2 fields.
+        let large = region(RegionKind::Large, 0x3000, 0, 16, &[0, 0, header(2, 0), 0x4, 0x5]);
+        let statics = region(RegionKind::Static, 0x4000, 0, 0, &[header(1, 3), 0x6]);
+        let regions = [pool, minor, large, statics];
+        let blocks = HeapBlocks::new(&regions, format, Some(GARBAGE));
+        // Pool: the block itself, its header, an interior pointer; not the pool header, a free
+        // slot, a garbage block, or an unaligned word.
+        assert_eq!(blocks.block_of(0x1018), Some(0x1018));
+        assert_eq!(blocks.block_of(0x1010), Some(0x1018));
+        assert_eq!(blocks.block_of(0x1020), Some(0x1018));
+        assert_eq!(blocks.block_of(0x1008), None);
+        assert_eq!(blocks.block_of(0x1028), None);
+        assert_eq!(blocks.block_of(0x1048), None);
+        assert_eq!(blocks.block_of(0x101c), None);
+        // Minor heap: blocks of different sizes.
+        assert_eq!(blocks.block_of(0x2008), Some(0x2008));
+        assert_eq!(blocks.block_of(0x2010), Some(0x2018));
+        assert_eq!(blocks.block_of(0x2020), Some(0x2018));
+        assert_eq!(blocks.block_of(0x2028), None);
+        // Large allocation: not its link.
+        assert_eq!(blocks.block_of(0x3020), Some(0x3018));
+        assert_eq!(blocks.block_of(0x3008), None);
+        // Static data and unmapped words are no heap blocks.
+        assert_eq!(blocks.block_of(0x4008), None);
+        assert_eq!(blocks.block_of(0x9000), None);
+    }
 }

@@ -6,6 +6,10 @@
 //! SIGKILL, the kernel detaches and resumes the tasks and the target goes on unchanged.
 //! A signal that arrives for the target while we hold it is remembered and handed back when
 //! the task is resumed, so the target sees it as if we had not been there.
+//!
+//! While the world is stopped, a batch of ranges is copied by one thread per CPU, each with its
+//! own batched `process_vm_readv` over its share of the bytes ([`read_parallel`]): the pause is
+//! the copy, and one core cannot saturate what the kernel can copy.
 
 use super::{maps::parse_maps, Mapping, MemorySource, ReadRequest, Registers, ThreadState};
 use crate::error::{DumpError, Result};
@@ -222,14 +226,6 @@ impl LiveProcess {
         self.threads = threads;
         Ok(())
     }
-
-    fn read_error(&self, address: u64, len: usize, errno: Errno) -> DumpError {
-        if errno == Errno::ESRCH || !std::path::Path::new(&format!("/proc/{}", self.pid)).exists() {
-            DumpError::TargetExited { pid: self.pid }
-        } else {
-            DumpError::Read { address, len, reason: errno.desc().to_string() }
-        }
-    }
 }
 
 impl Drop for LiveProcess {
@@ -276,56 +272,19 @@ impl MemorySource for LiveProcess {
     }
 
     fn executable_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/exe", self.pid))
+        executable_path(self.pid)
     }
 
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<()> {
-        read_remote(self.pid, address, buf).map_err(|errno| self.read_error(address, buf.len(), errno))
+        read_one(self.pid, address, buf)
     }
 
     fn read_many(&self, requests: &mut [ReadRequest<'_>]) -> Result<()> {
-        for chunk in requests.chunks_mut(MAX_IOVECS) {
-            let remote: Vec<RemoteIoVec> =
-                chunk.iter().map(|r| RemoteIoVec { base: r.address as usize, len: r.buf.len() }).collect();
-            let wanted: usize = remote.iter().map(|r| r.len).sum();
-            let got = {
-                let mut local: Vec<IoSliceMut<'_>> = chunk.iter_mut().map(|r| IoSliceMut::new(r.buf)).collect();
-                process_vm_readv(Pid::from_raw(self.pid as i32), &mut local, &remote)
-            };
-            match got {
-                Ok(n) if n == wanted => {}
-                // A short read stops at the first range that failed: find it and say which.
-                Ok(_) => {
-                    for r in chunk.iter_mut() {
-                        self.read(r.address, r.buf)?;
-                    }
-                }
-                Err(errno) => {
-                    let first = &chunk[0];
-                    return Err(self.read_error(first.address, first.buf.len(), errno));
-                }
-            }
-        }
-        check_interrupted()
+        read_many(self.pid, requests)
     }
 
     fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
-        let mut ok = Vec::with_capacity(requests.len());
-        for chunk in requests.chunks_mut(MAX_IOVECS) {
-            let remote: Vec<RemoteIoVec> =
-                chunk.iter().map(|r| RemoteIoVec { base: r.address as usize, len: r.buf.len() }).collect();
-            let wanted: usize = remote.iter().map(|r| r.len).sum();
-            let got = {
-                let mut local: Vec<IoSliceMut<'_>> = chunk.iter_mut().map(|r| IoSliceMut::new(r.buf)).collect();
-                process_vm_readv(Pid::from_raw(self.pid as i32), &mut local, &remote)
-            };
-            match got {
-                Ok(n) if n == wanted => ok.extend(std::iter::repeat_n(true, chunk.len())),
-                // Some range is unmapped: read them one by one to know which.
-                _ => ok.extend(chunk.iter_mut().map(|r| self.read(r.address, r.buf).is_ok())),
-            }
-        }
-        ok
+        read_many_partial(self.pid, requests)
     }
 
     fn threads(&self) -> &[ThreadState] {
@@ -333,15 +292,193 @@ impl MemorySource for LiveProcess {
     }
 
     fn mappings(&self) -> Result<Vec<Mapping>> {
-        let path = PathBuf::from(format!("/proc/{}/maps", self.pid));
-        let text = std::fs::read_to_string(&path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                DumpError::TargetExited { pid: self.pid }
-            } else {
-                DumpError::Io { path, source }
+        mappings(self.pid)
+    }
+}
+
+// What a stopped `LiveProcess` and a running `ProcessMemory` share: they read the same way.
+
+fn executable_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/exe"))
+}
+
+fn mappings(pid: u32) -> Result<Vec<Mapping>> {
+    let path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let text = std::fs::read_to_string(&path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            DumpError::TargetExited { pid }
+        } else {
+            DumpError::Io { path, source }
+        }
+    })?;
+    Ok(parse_maps(&text))
+}
+
+fn read_error(pid: u32, address: u64, len: usize, errno: Errno) -> DumpError {
+    if errno == Errno::ESRCH || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        DumpError::TargetExited { pid }
+    } else if errno == Errno::EPERM {
+        DumpError::AttachDenied { pid, errno }
+    } else {
+        DumpError::Read { address, len, reason: errno.desc().to_string() }
+    }
+}
+
+fn read_one(pid: u32, address: u64, buf: &mut [u8]) -> Result<()> {
+    read_remote(pid, address, buf).map_err(|errno| read_error(pid, address, buf.len(), errno))
+}
+
+/// All requests or an error naming the first that could not be read.
+fn read_many(pid: u32, requests: &mut [ReadRequest<'_>]) -> Result<()> {
+    // A failed request is read again on its own: that names it precisely, and fills it if
+    // only its batch failed.
+    for index in read_parallel(pid, requests) {
+        let r = &mut requests[index];
+        read_one(pid, r.address, r.buf)?;
+    }
+    check_interrupted()
+}
+
+/// Which requests were read (some ranges may be unmapped).
+fn read_many_partial(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
+    let failed = read_parallel(pid, requests);
+    let mut ok = vec![true; requests.len()];
+    for index in failed {
+        let r = &mut requests[index];
+        ok[index] = read_remote(pid, r.address, r.buf).is_ok();
+    }
+    ok
+}
+
+/// Below this many bytes a thread's share, fewer threads copy: starting one costs more than
+/// it saves.
+const MIN_BYTES_PER_THREAD: usize = 4 << 20;
+
+/// How many threads copy a large batch: one per CPU we may run on.
+pub(crate) fn copy_threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// Part (or all) of request `index`.
+struct Piece<'a> {
+    index: usize,
+    address: u64,
+    buf: &'a mut [u8],
+}
+
+/// Reads `requests` with batched `process_vm_readv`, split across [`copy_threads`] threads by
+/// bytes (a request that straddles two shares is split), so that a stopped target's memory is
+/// copied by every core. Returns the indices (sorted, unique) of the requests not wholly read.
+fn read_parallel(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<usize> {
+    let total: usize = requests.iter().map(|r| r.buf.len()).sum();
+    let threads = copy_threads().min(total / MIN_BYTES_PER_THREAD).max(1);
+    let mut shares = split_balanced(requests, threads, total).into_iter();
+    let mut first = shares.next().unwrap_or_default();
+    let mut failed = Vec::new();
+    std::thread::scope(|scope| {
+        let mut handles = Vec::new();
+        for mut share in shares {
+            let spawned = std::thread::Builder::new().name("heapsnap-copy".into()).spawn_scoped(scope, move || {
+                let mut failed = Vec::new();
+                read_pieces(pid, &mut share, &mut failed);
+                failed
+            });
+            match spawned {
+                Ok(handle) => handles.push(handle),
+                // No thread to be had: the spawn took back nothing, so report that share as
+                // unread; its requests are read one by one.
+                Err(_) => failed.push(usize::MAX),
             }
-        })?;
-        Ok(parse_maps(&text))
+        }
+        read_pieces(pid, &mut first, &mut failed);
+        for handle in handles {
+            match handle.join() {
+                Ok(more) => failed.extend(more),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    if failed.contains(&usize::MAX) {
+        return (0..requests.len()).collect();
+    }
+    failed.sort_unstable();
+    failed.dedup();
+    failed
+}
+
+/// `parts` runs of pieces of about `total / parts` bytes each, in request order.
+fn split_balanced<'a>(requests: &'a mut [ReadRequest<'_>], parts: usize, total: usize) -> Vec<Vec<Piece<'a>>> {
+    let share = total.div_ceil(parts).max(1);
+    let mut out: Vec<Vec<Piece<'a>>> = (0..parts).map(|_| Vec::new()).collect();
+    let (mut part, mut room) = (0, share);
+    for (index, r) in requests.iter_mut().enumerate() {
+        let mut address = r.address;
+        let mut rest: &'a mut [u8] = &mut *r.buf;
+        loop {
+            if room == 0 && part + 1 < parts {
+                part += 1;
+                room = share;
+            }
+            let take = if part + 1 == parts { rest.len() } else { rest.len().min(room) };
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(take);
+            out[part].push(Piece { index, address, buf: head });
+            room = room.saturating_sub(take);
+            address += take as u64;
+            rest = tail;
+            if rest.is_empty() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+/// Reads `pieces` in batches of [`MAX_IOVECS`]; adds to `failed` the request of each piece
+/// not wholly read, and goes on with the next.
+fn read_pieces(pid: u32, pieces: &mut [Piece<'_>], failed: &mut Vec<usize>) {
+    let mut at = 0;
+    while at < pieces.len() {
+        let end = (at + MAX_IOVECS).min(pieces.len());
+        let batch = &mut pieces[at..end];
+        // Adjacent ranges (the runtime maps pools in batches) make one remote iovec: the kernel
+        // pays per remote iovec. The local side keeps one iovec per buffer.
+        let mut remote: Vec<RemoteIoVec> = Vec::with_capacity(batch.len());
+        for p in batch.iter().filter(|p| !p.buf.is_empty()) {
+            match remote.last_mut() {
+                Some(last) if last.base.checked_add(last.len) == Some(p.address as usize) => last.len += p.buf.len(),
+                _ => remote.push(RemoteIoVec { base: p.address as usize, len: p.buf.len() }),
+            }
+        }
+        let got = {
+            let mut local: Vec<IoSliceMut<'_>> = batch.iter_mut().map(|p| IoSliceMut::new(p.buf)).collect();
+            process_vm_readv(Pid::from_raw(pid as i32), &mut local, &remote)
+        };
+        match got {
+            // The kernel stops at the first range it cannot read: the pieces before it are whole.
+            Ok(mut n) => {
+                let whole = batch.iter().take_while(|p| {
+                    let fits = n >= p.buf.len();
+                    n = n.saturating_sub(p.buf.len());
+                    fits
+                });
+                let whole = whole.count();
+                if whole < batch.len() {
+                    failed.push(batch[whole].index);
+                    at += 1;
+                }
+                at += whole;
+            }
+            // The process is gone or out of reach: nothing more can be read.
+            Err(Errno::ESRCH | Errno::EPERM) => {
+                failed.extend(pieces[at..].iter().map(|p| p.index));
+                return;
+            }
+            Err(_) => {
+                failed.push(batch[0].index);
+                at += 1;
+            }
+        }
     }
 }
 
@@ -380,19 +517,19 @@ impl MemorySource for ProcessMemory {
     }
 
     fn executable_path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/exe", self.pid))
+        executable_path(self.pid)
     }
 
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<()> {
-        read_remote(self.pid, address, buf).map_err(|errno| {
-            if errno == Errno::ESRCH {
-                DumpError::TargetExited { pid: self.pid }
-            } else if errno == Errno::EPERM {
-                DumpError::AttachDenied { pid: self.pid, errno }
-            } else {
-                DumpError::Read { address, len: buf.len(), reason: errno.desc().to_string() }
-            }
-        })
+        read_one(self.pid, address, buf)
+    }
+
+    fn read_many(&self, requests: &mut [ReadRequest<'_>]) -> Result<()> {
+        read_many(self.pid, requests)
+    }
+
+    fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
+        read_many_partial(self.pid, requests)
     }
 
     fn threads(&self) -> &[ThreadState] {
@@ -400,14 +537,114 @@ impl MemorySource for ProcessMemory {
     }
 
     fn mappings(&self) -> Result<Vec<Mapping>> {
-        let path = PathBuf::from(format!("/proc/{}/maps", self.pid));
-        let text = std::fs::read_to_string(&path).map_err(|source| {
-            if source.kind() == std::io::ErrorKind::NotFound {
-                DumpError::TargetExited { pid: self.pid }
-            } else {
-                DumpError::Io { path, source }
-            }
-        })?;
-        Ok(parse_maps(&text))
+        mappings(self.pid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reading our own memory: `process_vm_readv` on oneself needs no ptrace.
+    fn own_pid() -> u32 {
+        std::process::id()
+    }
+
+    #[test]
+    fn shares_cover_every_byte_once_in_order_and_are_balanced() {
+        let mut bufs: Vec<Vec<u8>> = [10usize, 1, 0, 35, 7, 0, 19].iter().map(|&n| vec![0; n]).collect();
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        let addresses: Vec<u64> = (0..bufs.len() as u64).map(|i| 0x1000 * (i + 1)).collect();
+        let mut requests: Vec<ReadRequest<'_>> =
+            bufs.iter_mut().zip(&addresses).map(|(b, &address)| ReadRequest { address, buf: b }).collect();
+        let shares = split_balanced(&mut requests, 3, total);
+        assert_eq!(shares.len(), 3);
+        let sizes: Vec<usize> = shares.iter().map(|s| s.iter().map(|p| p.buf.len()).sum()).collect();
+        assert_eq!(sizes, vec![24, 24, 24]);
+        // Concatenated, the pieces are the requests again, in order, each piece where its
+        // request's bytes are.
+        let mut covered = vec![0usize; addresses.len()];
+        let mut last = 0;
+        for p in shares.iter().flatten() {
+            assert!(last <= p.index);
+            last = p.index;
+            assert_eq!(p.address, addresses[p.index] + covered[p.index] as u64);
+            covered[p.index] += p.buf.len();
+        }
+        assert_eq!(covered, vec![10, 1, 0, 35, 7, 0, 19]);
+    }
+
+    #[test]
+    fn a_large_batch_is_read_whole_by_several_threads() {
+        // Bigger than two threads' minimum shares, with one request straddling shares.
+        let source: Vec<u8> = (0..3 * MIN_BYTES_PER_THREAD + 12_345).map(|i| (i * 7 % 251) as u8).collect();
+        let cuts = [0, 100, 4096, MIN_BYTES_PER_THREAD + 3, 3 * MIN_BYTES_PER_THREAD - 1, source.len()];
+        let mut bufs: Vec<Vec<u8>> = cuts.windows(2).map(|w| vec![0; w[1] - w[0]]).collect();
+        let mut requests: Vec<ReadRequest<'_>> = bufs
+            .iter_mut()
+            .zip(cuts.iter())
+            .map(|(b, &at)| ReadRequest { address: source.as_ptr() as u64 + at as u64, buf: b })
+            .collect();
+        read_many(own_pid(), &mut requests).unwrap();
+        assert_eq!(bufs.concat(), source);
+    }
+
+    #[test]
+    fn an_unreadable_range_is_named_and_the_others_are_read() {
+        let source: Vec<u8> = (0..5 * MIN_BYTES_PER_THREAD).map(|i| (i % 253) as u8).collect();
+        let base = source.as_ptr() as u64;
+        let len = MIN_BYTES_PER_THREAD;
+        // Address 8 is never mapped (mmap_min_addr).
+        let addresses = [base, 8, base + len as u64, base + 2 * len as u64];
+        let mut bufs: Vec<Vec<u8>> = addresses.iter().map(|_| vec![0; len]).collect();
+        let mut requests: Vec<ReadRequest<'_>> =
+            bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
+        assert_eq!(read_many_partial(own_pid(), &mut requests), vec![true, false, true, true]);
+        drop(requests);
+        assert_eq!(bufs[0][..], source[..len]);
+        assert_eq!(bufs[2][..], source[len..2 * len]);
+        assert_eq!(bufs[3][..], source[2 * len..3 * len]);
+
+        let mut requests: Vec<ReadRequest<'_>> =
+            bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
+        match read_many(own_pid(), &mut requests) {
+            Err(DumpError::Read { address: 8, len: l, .. }) => assert_eq!(l, len),
+            other => panic!("expected a read error at 0x8, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_hole_between_adjacent_ranges_is_found() {
+        // Three adjacent pages, the middle one unreadable: the three requests make one remote
+        // iovec, which fails in its middle.
+        let page = 4096;
+        // SAFETY: a fresh anonymous mapping that only this test uses (and unmaps below).
+        let base = unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            assert_ne!(p, libc::MAP_FAILED);
+            std::ptr::write_bytes(p as *mut u8, 0xab, 3 * page);
+            assert_eq!(libc::mprotect((p as *mut u8).add(page).cast(), page, libc::PROT_NONE), 0);
+            p as u64
+        };
+        let mut bufs = vec![vec![0u8; page]; 3];
+        let mut requests: Vec<ReadRequest<'_>> =
+            bufs.iter_mut().enumerate().map(|(i, b)| ReadRequest { address: base + (i * page) as u64, buf: b }).collect();
+        assert_eq!(read_many_partial(own_pid(), &mut requests), vec![true, false, true]);
+        assert!(matches!(read_many(own_pid(), &mut requests), Err(DumpError::Read { address, .. }) if address == base + page as u64));
+        drop(requests);
+        assert!(bufs[0].iter().chain(&bufs[2]).all(|&b| b == 0xab));
+        // SAFETY: the mapping made above, no longer borrowed.
+        unsafe { libc::munmap(base as *mut libc::c_void, 3 * page) };
+    }
+
+    #[test]
+    fn a_process_that_is_gone_is_said_to_have_exited() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let mut buf = [0u8; 16];
+        let mut requests = [ReadRequest { address: 0x1000, buf: &mut buf }];
+        assert!(matches!(read_many(pid, &mut requests), Err(DumpError::TargetExited { .. })));
+        assert_eq!(read_many_partial(pid, &mut requests), vec![false]);
     }
 }

@@ -1,0 +1,323 @@
+//! Static data of natdynlinked plugins (`.cmxs` files loaded with `Dynlink`).
+//!
+//! OCaml 5.3 registers a plugin's frametables, global roots and code with the runtime
+//! (dynlink_nat.c `caml_natdynlink_register`), but not its data segments:
+//! `caml_data_segments` lists the executable's units only. So a plugin's module blocks and
+//! structured constants are found here, from the files the target maps: every mapped ELF
+//! shared object whose symbol table pairs `caml<Unit>.data_begin` with `caml<Unit>.data_end`
+//! gives those spans, moved by where the file is loaded. Mappings come from
+//! [`MemorySource::mappings`]: `/proc/PID/maps` for a process, the `NT_FILE` note for a core.
+//!
+//! Nothing is read unless the runtime's `caml_dyn_globals` list is non-empty: a program that
+//! loaded no plugin pays one word read. For a process, the answer found while preparing a
+//! dump serves its stop as long as no plugin was registered in between.
+//!
+//! A file is trusted only if it is the one mapped: its build id must be the bytes the target
+//! has at the note's address, and each span must fall in a mapping of that file at the
+//! matching file offset. A file that is gone, unreadable or different gets a warning, and its
+//! data is left out (pointers into it stay external), never a failure.
+
+use super::Runtime;
+use crate::source::{Mapping, MemorySource, ReadExt};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// What [`data_spans`] found: the spans (target addresses, sorted, disjoint) and what could
+/// not be used.
+#[derive(Clone, Debug, Default)]
+pub struct PluginData {
+    pub spans: Vec<(u64, u64)>,
+    pub warnings: Vec<String>,
+}
+
+/// The OCaml data of one shared object file, at link-time addresses.
+#[derive(Debug, Default)]
+struct PluginFile {
+    /// Page of the first loadable segment: what a mapping at file offset 0 starts with.
+    first_segment_vaddr: u64,
+    /// Each unit's data: (begin, end, file offset of begin).
+    units: Vec<(u64, u64, u64)>,
+    /// Link-time address and bytes of `.note.gnu.build-id`.
+    build_id: Option<(u64, Vec<u8>)>,
+}
+
+/// The spans of static data of every plugin the target has loaded (not the executable's: see
+/// [`super::capture`]'s `static_spans`).
+pub fn data_spans(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
+    // Registering a plugin's units prepends their globals to `caml_dyn_globals` (plugins are
+    // never unloaded): while it is empty no plugin's data can be reached, and while its head
+    // is the same the plugins are those found last time.
+    let head = match rt.layout.roots.dyn_globals.map(|h| source.read_u64(rt.addr(h))) {
+        Some(Ok(0)) => return PluginData::default(),
+        Some(Ok(first)) => Some(first),
+        _ => None,
+    };
+    let key = source.pid().zip(head).map(|(pid, head)| (pid, rt.bias, head));
+    if let Some(key) = key {
+        let last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, found)) = last.as_ref().filter(|(k, _)| *k == key) {
+            // What the stop of a dump finds after its preparation: no file is read again.
+            if found.spans.iter().all(|&(b, _)| source.read_u64(b).is_ok()) {
+                return found.clone();
+            }
+        }
+    }
+    let found = find(rt, source);
+    if let Some(key) = key {
+        *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, found.clone()));
+    }
+    found
+}
+
+/// A process with its plugins: (pid, executable's load bias, head of `caml_dyn_globals`).
+type LoadedPlugins = (u32, u64, u64);
+
+/// The last answer, for the process it was found in.
+static LAST: Mutex<Option<(LoadedPlugins, PluginData)>> = Mutex::new(None);
+
+fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
+    let mut out = PluginData::default();
+    let mappings = match source.mappings() {
+        Ok(m) => m,
+        Err(e) => {
+            out.warnings.push(format!("cannot list the target's mappings to find Dynlink plugins: {e}"));
+            return out;
+        }
+    };
+    // The executable's data is listed by `caml_data_segments`: skip the file that holds it.
+    let exe_path =
+        rt.symbol("caml_data_segments").ok().and_then(|a| mappings.iter().find(|m| m.start <= a && a < m.end)).and_then(|m| m.path.clone());
+    let mut paths: Vec<&PathBuf> = mappings
+        .iter()
+        .filter(|m| m.offset == 0 && m.readable)
+        .filter_map(|m| m.path.as_ref())
+        .filter(|p| Some(*p) != exe_path.as_ref())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    for path in paths {
+        let loads: Vec<&Mapping> = mappings.iter().filter(|m| m.offset == 0 && m.path.as_ref() == Some(path)).collect();
+        let file = match open_mapped(source, path, &mappings) {
+            Ok(Some(f)) => f,
+            Ok(None) => continue,
+            Err(why) => {
+                // A shared object is mapped as several segments, code among them (a core only
+                // knows a segment holds code from the file): a data file that is gone is no loss.
+                let of_file = || mappings.iter().filter(|m| m.path.as_ref() == Some(path));
+                if of_file().any(|m| m.executable) || of_file().count() >= 2 {
+                    out.warnings.push(format!(
+                        "mapped file {}: {why}; if it is an OCaml plugin, its static data is not in the snapshot",
+                        path.display()
+                    ));
+                }
+                continue;
+            }
+        };
+        for load in loads {
+            let bias = load.start.wrapping_sub(file.first_segment_vaddr);
+            if let Err(why) = check_build_id(source, &file, bias) {
+                out.warnings.push(format!(
+                    "plugin {} loaded at {:#x}: {why}; its static data is not in the snapshot",
+                    path.display(),
+                    load.start
+                ));
+                continue;
+            }
+            for &(begin, end, offset) in &file.units {
+                // Word-aligned, as `caml_data_segments` spans are (the bias is page-aligned).
+                let (b, e) = (bias.wrapping_add(begin) & !7, bias.wrapping_add(end).div_ceil(8) * 8);
+                if !mapped_at(&mappings, path, b, e, offset.wrapping_sub(begin & 7)) {
+                    out.warnings.push(format!(
+                        "plugin {}: data at {b:#x}..{e:#x} is not where the file maps it; left out of the snapshot",
+                        path.display()
+                    ));
+                    continue;
+                }
+                if source.read_u64(b).is_err() || source.read_u64(e - 8).is_err() {
+                    out.warnings
+                        .push(format!("plugin {}: data at {b:#x}..{e:#x} cannot be read; left out of the snapshot", path.display()));
+                    continue;
+                }
+                out.spans.push((b, e));
+            }
+        }
+    }
+    out.spans = merge(out.spans);
+    out
+}
+
+/// Whether `b..e` lies in one mapping of `path` that maps file offset `offset` at `b`.
+fn mapped_at(mappings: &[Mapping], path: &Path, b: u64, e: u64, offset: u64) -> bool {
+    b < e
+        && mappings
+            .iter()
+            .any(|m| m.path.as_deref() == Some(path) && m.start <= b && e <= m.end && m.offset.wrapping_add(b - m.start) == offset)
+}
+
+/// Sorted, with touching or overlapping spans merged (units' data follow each other).
+fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    spans.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (b, e) in spans {
+        match merged.last_mut() {
+            Some(last) if b <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((b, e)),
+        }
+    }
+    merged
+}
+
+/// The target's copy of the build id must be the file's: else the file on disk was replaced
+/// since it was loaded.
+fn check_build_id(source: &dyn MemorySource, file: &PluginFile, bias: u64) -> Result<(), String> {
+    let Some((address, bytes)) = &file.build_id else { return Ok(()) };
+    match source.read_bytes(bias.wrapping_add(*address), bytes.len()) {
+        Ok(mapped) if &mapped == bytes => Ok(()),
+        Ok(_) => Err("the file on disk is not the one loaded (its build id differs)".into()),
+        Err(e) => Err(format!("cannot read its build id in the target ({e})")),
+    }
+}
+
+/// The OCaml data of the file mapped as `path`, if it has any: `Ok(None)` for a file that is
+/// not an ELF shared object or holds no OCaml unit. For a live process whose file was deleted
+/// or replaced, the mapped file itself is tried too (`/proc/PID/map_files`, which needs
+/// CAP_SYS_ADMIN).
+fn open_mapped(source: &dyn MemorySource, path: &Path, mappings: &[Mapping]) -> Result<Option<Arc<PluginFile>>, String> {
+    let first = parse_cached(path);
+    let mapped_file = || {
+        let pid = source.pid()?;
+        let m = mappings.iter().find(|m| m.offset == 0 && m.path.as_deref() == Some(path))?;
+        Some(PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)))
+    };
+    match first {
+        Ok(Some(f))
+            if mappings
+                .iter()
+                .filter(|m| m.offset == 0 && m.path.as_deref() == Some(path))
+                .all(|m| check_build_id(source, &f, m.start.wrapping_sub(f.first_segment_vaddr)).is_ok()) =>
+        {
+            Ok(Some(f))
+        }
+        Ok(None) => Ok(None),
+        first => match mapped_file().map(|p| parse_cached(&p)) {
+            Some(Ok(found)) => Ok(found),
+            // Report the problem with the named file, which is what the user knows.
+            _ => first,
+        },
+    }
+}
+
+/// Identity of a file's contents: (device, inode, length, modification time).
+type FileKey = (u64, u64, u64, i64, i64);
+
+/// Parsed files, by identity: the stop of a dump finds here what its preparation parsed.
+static CACHE: Mutex<BTreeMap<FileKey, Option<Arc<PluginFile>>>> = Mutex::new(BTreeMap::new());
+
+/// Entries kept at most: a watcher dumping for days sees a bounded number of files.
+const CACHE_LIMIT: usize = 1024;
+
+fn parse_cached(path: &Path) -> Result<Option<Arc<PluginFile>>, String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it ({e})"))?;
+    let key = (meta.dev(), meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
+    if let Some(found) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return Ok(found.clone());
+    }
+    let parsed = parse(path)?.map(Arc::new);
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if cache.len() >= CACHE_LIMIT {
+        cache.clear();
+    }
+    cache.insert(key, parsed.clone());
+    Ok(parsed)
+}
+
+fn parse(path: &Path) -> Result<Option<PluginFile>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it ({e})"))?;
+    // SAFETY: a read-only private mapping, dropped before we return; a file changed under us
+    // gives wrong bytes, which the build id check and the bounds checks of `object` catch.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map it ({e})"))?;
+    let Ok(elf) = object::File::parse(&*map) else { return Ok(None) };
+    if elf.kind() != object::ObjectKind::Dynamic || elf.architecture() != object::Architecture::X86_64 {
+        return Ok(None);
+    }
+    Ok(ocaml_data(&elf))
+}
+
+/// The units' data spans of a shared object, from `.symtab` (or `.dynsym` if stripped).
+fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
+    let mut begins: HashMap<&[u8], (u64, Option<u64>)> = HashMap::new();
+    let mut ends: HashMap<&[u8], u64> = HashMap::new();
+    for table in [elf.symbol_table(), elf.dynamic_symbol_table()].into_iter().flatten() {
+        for sym in table.symbols() {
+            let Ok(name) = sym.name_bytes() else { continue };
+            if sym.is_undefined() || !name.starts_with(b"caml") {
+                continue;
+            }
+            if let Some(unit) = name.strip_suffix(b".data_begin") {
+                let offset = sym
+                    .section_index()
+                    .and_then(|i| elf.section_by_index(i).ok())
+                    .and_then(|s| Some(s.file_range()?.0 + sym.address().checked_sub(s.address())?));
+                begins.insert(unit, (sym.address(), offset));
+            } else if let Some(unit) = name.strip_suffix(b".data_end") {
+                ends.insert(unit, sym.address());
+            }
+        }
+        if !begins.is_empty() {
+            break;
+        }
+    }
+    let mut units: Vec<(u64, u64, u64)> = begins
+        .iter()
+        .filter_map(|(unit, &(begin, offset))| {
+            let end = *ends.get(unit)?;
+            (begin < end).then_some((begin, end, offset?))
+        })
+        .collect();
+    if units.is_empty() {
+        return None;
+    }
+    units.sort_unstable();
+    let first_segment_vaddr = elf.segments().map(|s| s.address()).min()? & !0xfff;
+    let build_id =
+        elf.section_by_name(".note.gnu.build-id").and_then(|s| Some((s.address(), s.data().ok()?.to_vec()))).filter(|(_, b)| !b.is_empty());
+    Some(PluginFile { first_segment_vaddr, units, build_id })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(start: u64, end: u64, offset: u64, path: &str, executable: bool) -> Mapping {
+        Mapping { start, end, readable: true, executable, offset, path: Some(PathBuf::from(path)) }
+    }
+
+    #[test]
+    fn spans_must_be_mapped_from_their_file_offset() {
+        let p = Path::new("/p/plugin.cmxs");
+        let maps =
+            [map(0x7000_0000, 0x7000_1000, 0, "/p/plugin.cmxs", false), map(0x7000_4000, 0x7000_5000, 0x3000, "/p/plugin.cmxs", false)];
+        // vaddr 0x4390 at file offset 0x3390, loaded at 0x7000_0000.
+        assert!(mapped_at(&maps, p, 0x7000_4390, 0x7000_4510, 0x3390));
+        assert!(!mapped_at(&maps, p, 0x7000_4390, 0x7000_4510, 0x4390), "wrong file offset");
+        assert!(!mapped_at(&maps, p, 0x7000_4390, 0x7000_5010, 0x3390), "runs past the mapping");
+        assert!(!mapped_at(&maps, Path::new("/other.so"), 0x7000_4390, 0x7000_4510, 0x3390), "another file");
+    }
+
+    #[test]
+    fn touching_units_merge() {
+        assert_eq!(merge(vec![(0x30, 0x40), (0x10, 0x20), (0x20, 0x28), (0x38, 0x50)]), vec![(0x10, 0x28), (0x30, 0x50)]);
+    }
+
+    /// This test binary is an ELF file but not a shared object with OCaml units.
+    #[test]
+    fn files_without_ocaml_units_are_not_plugins() {
+        assert!(matches!(parse(&std::env::current_exe().unwrap()), Ok(None)));
+        assert!(matches!(parse(Path::new("/etc/hostname")), Ok(None) | Err(_)));
+        let missing = parse_cached(Path::new("/nonexistent/plugin.cmxs")).unwrap_err();
+        assert!(missing.contains("cannot read"), "{missing}");
+    }
+}
