@@ -285,13 +285,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Cores of a program that allocates without pause catch it anywhere, often inside a
-/// collection: a snapshot is still written (the moment said in its metadata and on stderr) and
-/// it validates; or, when a block header was being written, a clear error and no file.
-#[test]
-fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let dir = tempfile::tempdir().expect("temp dir");
+/// long_list with a million steps, running flat out: it spends nearly all its time compacting
+/// its 10^6 cells.
+fn busy_long_list() -> KillOnDrop {
     let child = Command::new(sample_path("long_list"))
         .args(["--steps", "1000000"])
         .stdin(std::process::Stdio::null())
@@ -300,6 +296,17 @@ fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
         .expect("start long_list");
     let busy = KillOnDrop(child);
     std::thread::sleep(std::time::Duration::from_millis(300));
+    busy
+}
+
+/// Cores of a program that allocates without pause catch it anywhere, often inside a
+/// collection: a snapshot is still written (the moment said in its metadata and on stderr) and
+/// it validates; or, when a block header was being written, a clear error and no file.
+#[test]
+fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let busy = busy_long_list();
     for i in 0..3 {
         let sub = dir.path().join(i.to_string());
         std::fs::create_dir(&sub).expect("mkdir");
@@ -333,14 +340,7 @@ fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
 fn cores_caught_in_a_collection_get_conservative_roots() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
-    let child = Command::new(sample_path("long_list"))
-        .args(["--steps", "1000000"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("start long_list");
-    let busy = KillOnDrop(child);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let busy = busy_long_list();
     let mut in_collection = 0;
     for i in 0..10 {
         let sub = dir.path().join(i.to_string());

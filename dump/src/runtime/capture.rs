@@ -578,15 +578,7 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
         spans.push((rt.addr(dummy.address), rt.addr(dummy.address) + dummy.size.div_ceil(8) * 8));
     }
     // Units' segments follow each other; merge any that touch so regions never overlap.
-    spans.sort_unstable();
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (b, e) in spans {
-        match merged.last_mut() {
-            Some(last) if b <= last.1 => last.1 = last.1.max(e),
-            _ => merged.push((b, e)),
-        }
-    }
-    Ok(merged)
+    Ok(super::plugins::merge(spans))
 }
 
 /// Continuation blocks (`Cont_tag`, always 2 fields) in the captured heap: minor heaps and

@@ -157,7 +157,7 @@ fn mapped_at(mappings: &[Mapping], path: &Path, b: u64, e: u64, offset: u64) -> 
 }
 
 /// Sorted, with touching or overlapping spans merged (units' data follow each other).
-fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+pub(super) fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     spans.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (b, e) in spans {
