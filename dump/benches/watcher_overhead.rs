@@ -6,7 +6,8 @@
 //!
 //! - a deterministic OCaml program built here with the cached toolchain: one domain,
 //!   allocation-heavy (trees and lists, with a live set that keeps the major GC busy), never
-//!   compacting, sized to run about 3 s. Its run-to-run spread is small enough to resolve 1%.
+//!   compacting, sized to run about 3 s. Even so, on a busy or virtualised machine its own CPU
+//!   time may vary by far more than 1% from run to run (1.66-2.37 s on the 2-core VM).
 //! - the OCaml compiler itself (`ocamlopt.opt`) compiling a generated file of a few thousand
 //!   definitions: the real-program row (its own run-to-run noise is several percent).
 //!
