@@ -2,6 +2,7 @@
 //! the static data, the fiber stacks; then the roots (see [`super::roots`]).
 
 use super::heap::{CapturedRegion, HeaderFormat, RegionIndex, CONT_TAG};
+use super::plugins::PluginData;
 use super::roots::{self, CapturedRoot};
 use super::safety::WorldCheck;
 use super::Runtime;
@@ -174,6 +175,8 @@ pub struct SpareBuffers {
     pub candidates: Vec<u64>,
     /// Other regions' buffers, by the target address they were made for.
     regions: BTreeMap<u64, Vec<u8>>,
+    /// The loaded plugins' static data, as found while the target ran (the stop reuses it).
+    plugins: Option<PluginData>,
 }
 
 impl SpareBuffers {
@@ -209,9 +212,10 @@ impl SpareBuffers {
                 node = link.next;
             }
         }
-        // Also parses the mapped plugins' files now, not during the stop (they are cached).
-        let plugins = super::plugins::data_spans(rt, source).spans;
-        spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().chain(plugins).map(|(b, e)| (b, (e - b) as usize)));
+        // The mapped plugins' files are parsed now, not during the stop.
+        let plugins = super::plugins::data_spans(rt, source, None);
+        spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().chain(plugins.spans.iter().copied()).map(|(b, e)| (b, (e - b) as usize)));
+        spare.plugins = Some(plugins);
         for (address, len) in spans {
             // A guess too big to allocate is no reason to fail: the stop allocates if needed.
             if let Ok(buf) = faulted_buffer(len) {
@@ -224,11 +228,11 @@ impl SpareBuffers {
     /// `count` buffers of `size` bytes, every page already faulted in.
     pub fn new(count: usize, size: usize, candidates: Vec<u64>) -> Result<SpareBuffers> {
         let pools = (0..count).map(|_| faulted_buffer(size)).collect::<Result<_>>()?;
-        Ok(SpareBuffers { pool_size: size, pools, candidates, regions: BTreeMap::new() })
+        Ok(SpareBuffers { pool_size: size, pools, candidates, regions: BTreeMap::new(), plugins: None })
     }
 
     pub fn none() -> SpareBuffers {
-        SpareBuffers { pool_size: 0, pools: Vec::new(), candidates: Vec::new(), regions: BTreeMap::new() }
+        SpareBuffers { pool_size: 0, pools: Vec::new(), candidates: Vec::new(), regions: BTreeMap::new(), plugins: None }
     }
 
     fn take(&mut self, address: u64, size: usize) -> Result<Vec<u8>> {
@@ -533,7 +537,7 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
 /// The static data of every OCaml compilation unit (`caml_data_segments`) and of the units of
 /// loaded Dynlink plugins (see [`super::plugins`]).
 fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
-    let plugins = super::plugins::data_spans(rt, source);
+    let plugins = super::plugins::data_spans(rt, source, spare.plugins.as_ref());
     cap.warnings.extend(plugins.warnings);
     let regions: Vec<CapturedRegion> = static_spans(rt, source)?
         .into_iter()

@@ -9,8 +9,9 @@
 //! [`MemorySource::mappings`]: `/proc/PID/maps` for a process, the `NT_FILE` note for a core.
 //!
 //! Nothing is read unless the runtime's `caml_dyn_globals` list is non-empty: a program that
-//! loaded no plugin pays one word read. For a process, the answer found while preparing a
-//! dump serves its stop as long as no plugin was registered in between.
+//! loaded no plugin pays one word read. The answer found while preparing a dump (the target
+//! running) is handed to its stop, which keeps it as long as no plugin was registered in
+//! between: the stop reads no file.
 //!
 //! A file is trusted only if it is the one mapped: its build id must be the bytes the target
 //! has at the note's address, and each span must fall in a mapping of that file at the
@@ -20,9 +21,8 @@
 use super::Runtime;
 use crate::source::{Mapping, MemorySource, ReadExt};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 
 /// What [`data_spans`] found: the spans (target addresses, sorted, disjoint) and what could
 /// not be used.
@@ -30,6 +30,8 @@ use std::sync::{Arc, Mutex};
 pub struct PluginData {
     pub spans: Vec<(u64, u64)>,
     pub warnings: Vec<String>,
+    /// The head of `caml_dyn_globals` this was found for (`None`: not known).
+    head: Option<u64>,
 }
 
 /// The OCaml data of one shared object file, at link-time addresses.
@@ -44,8 +46,9 @@ struct PluginFile {
 }
 
 /// The spans of static data of every plugin the target has loaded (not the executable's: see
-/// [`super::capture`]'s `static_spans`).
-pub fn data_spans(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
+/// [`super::capture`]'s `static_spans`). `earlier` is what a previous call found in the same
+/// process (the preparation of this dump): it is kept when no plugin was registered since.
+pub fn data_spans(rt: &Runtime, source: &dyn MemorySource, earlier: Option<&PluginData>) -> PluginData {
     // Registering a plugin's units prepends their globals to `caml_dyn_globals` (plugins are
     // never unloaded): while it is empty no plugin's data can be reached, and while its head
     // is the same the plugins are those found last time.
@@ -54,28 +57,13 @@ pub fn data_spans(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
         Some(Ok(first)) => Some(first),
         _ => None,
     };
-    let key = source.pid().zip(head).map(|(pid, head)| (pid, rt.bias, head));
-    if let Some(key) = key {
-        let last = LAST.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, found)) = last.as_ref().filter(|(k, _)| *k == key) {
-            // What the stop of a dump finds after its preparation: no file is read again.
-            if found.spans.iter().all(|&(b, _)| source.read_u64(b).is_ok()) {
-                return found.clone();
-            }
+    if let Some(found) = earlier.filter(|e| head.is_some() && e.head == head) {
+        if found.spans.iter().all(|&(b, _)| source.read_u64(b).is_ok()) {
+            return found.clone();
         }
     }
-    let found = find(rt, source);
-    if let Some(key) = key {
-        *LAST.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, found.clone()));
-    }
-    found
+    PluginData { head, ..find(rt, source) }
 }
-
-/// A process with its plugins: (pid, executable's load bias, head of `caml_dyn_globals`).
-type LoadedPlugins = (u32, u64, u64);
-
-/// The last answer, for the process it was found in.
-static LAST: Mutex<Option<(LoadedPlugins, PluginData)>> = Mutex::new(None);
 
 fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
     let mut out = PluginData::default();
@@ -184,8 +172,8 @@ fn check_build_id(source: &dyn MemorySource, file: &PluginFile, bias: u64) -> Re
 /// not an ELF shared object or holds no OCaml unit. For a live process whose file was deleted
 /// or replaced, the mapped file itself is tried too (`/proc/PID/map_files`, which needs
 /// CAP_SYS_ADMIN).
-fn open_mapped(source: &dyn MemorySource, path: &Path, mappings: &[Mapping]) -> Result<Option<Arc<PluginFile>>, String> {
-    let first = parse_cached(path);
+fn open_mapped(source: &dyn MemorySource, path: &Path, mappings: &[Mapping]) -> Result<Option<PluginFile>, String> {
+    let first = parse(path);
     let mapped_file = || {
         let pid = source.pid()?;
         let m = mappings.iter().find(|m| m.offset == 0 && m.path.as_deref() == Some(path))?;
@@ -201,37 +189,12 @@ fn open_mapped(source: &dyn MemorySource, path: &Path, mappings: &[Mapping]) -> 
             Ok(Some(f))
         }
         Ok(None) => Ok(None),
-        first => match mapped_file().map(|p| parse_cached(&p)) {
+        first => match mapped_file().map(|p| parse(&p)) {
             Some(Ok(found)) => Ok(found),
             // Report the problem with the named file, which is what the user knows.
             _ => first,
         },
     }
-}
-
-/// Identity of a file's contents: (device, inode, length, modification time).
-type FileKey = (u64, u64, u64, i64, i64);
-
-/// Parsed files, by identity: the stop of a dump finds here what its preparation parsed.
-static CACHE: Mutex<BTreeMap<FileKey, Option<Arc<PluginFile>>>> = Mutex::new(BTreeMap::new());
-
-/// Entries kept at most: a watcher dumping for days sees a bounded number of files.
-const CACHE_LIMIT: usize = 1024;
-
-fn parse_cached(path: &Path) -> Result<Option<Arc<PluginFile>>, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read it ({e})"))?;
-    let key = (meta.dev(), meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec());
-    if let Some(found) = CACHE.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-        return Ok(found.clone());
-    }
-    let parsed = parse(path)?.map(Arc::new);
-    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
-    if cache.len() >= CACHE_LIMIT {
-        cache.clear();
-    }
-    cache.insert(key, parsed.clone());
-    Ok(parsed)
 }
 
 fn parse(path: &Path) -> Result<Option<PluginFile>, String> {
@@ -317,7 +280,7 @@ mod tests {
     fn files_without_ocaml_units_are_not_plugins() {
         assert!(matches!(parse(&std::env::current_exe().unwrap()), Ok(None)));
         assert!(matches!(parse(Path::new("/etc/hostname")), Ok(None) | Err(_)));
-        let missing = parse_cached(Path::new("/nonexistent/plugin.cmxs")).unwrap_err();
+        let missing = parse(Path::new("/nonexistent/plugin.cmxs")).unwrap_err();
         assert!(missing.contains("cannot read"), "{missing}");
     }
 }
