@@ -3,13 +3,12 @@
 
 use crate::error::{DumpError, Result};
 use crate::runtime::capture::{capture, custom_ops_in_heap, Capture, SpareBuffers, TornMinorHeap};
-use crate::runtime::roots::interrupted_thread_roots;
-use crate::source::ReadExt;
 use crate::runtime::heap::{redact_strings, RegionIndex};
+use crate::runtime::roots::interrupted_thread_roots;
 use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, Runtime};
 use crate::snapshot;
-use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory};
+use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory, ReadExt};
 use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -170,25 +169,14 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     // The target runs again; the rest works on our copy.
     let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
     let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
-    let (path, file_bytes) = finish(&rt, &memory, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
+    let written = finish(&rt, &memory, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
+    let report = DumpReport::of_capture(&rt, &cap, pid, reserved_bits, written, started, warnings);
     Ok(DumpReport {
-        path,
-        pid,
-        ocaml_version: rt.version.clone(),
-        reserved_header_bits: reserved_bits,
         pause_ns: pause.as_nanos() as u64,
         total_stopped_ns: total_stopped.as_nanos() as u64,
         attempts,
         consistent,
-        domains: cap.domains.len(),
-        regions: cap.regions.len(),
-        region_bytes: cap.regions.iter().map(|r| r.bytes.len() as u64).sum(),
-        roots: cap.roots.iter().filter(|r| r.kind.is_root()).count(),
-        file_bytes,
-        elapsed_ns: started.elapsed().as_nanos() as u64,
-        pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
-        warnings,
-        missing: Vec::new(),
+        ..report
     })
 }
 
