@@ -275,16 +275,6 @@ fn kernel_core_after_a_crash_matches_live_dump() {
     assert_eq!(verify(&core_path, true)["ok"], true);
 }
 
-/// Kills the child when the test ends, however it ends.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// long_list with a million steps, running flat out: it spends nearly all its time compacting
 /// its 10^6 cells.
 fn busy_long_list() -> KillOnDrop {

@@ -191,3 +191,14 @@ pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
     None
 }
+
+/// Kills the child when the test ends, however it ends (a failed assertion must not leave a
+/// busy program running, holding the test's output open).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
