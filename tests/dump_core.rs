@@ -455,6 +455,57 @@ fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
     assert_eq!(v["ok"], true, "heapsnap verify --strict: {v}");
 }
 
+/// A C allocation in the runtime lowers `young_ptr` and then writes the new block's header; a
+/// stop between the two leaves stale words at the minor heap's start that may even parse as
+/// blocks, so a thread caught in the code of such an allocator is not at rest. gdb stops a
+/// program at the entry of two of them (a string allocator that is safe while it waits for a
+/// callee, and `caml_copy_double`, which allocates inline) and writes a core there: the dumper
+/// must call that moment inconsistent, name the function, and still give a valid snapshot
+/// (refusing it with `--strict`).
+#[test]
+fn a_core_stopped_in_a_c_allocator_is_inconsistent() {
+    const PROGRAM: &str = r#"
+let () =
+  print_endline "READY";
+  let n = ref (Array.length Sys.argv) in
+  while true do
+    n := !n + String.length (string_of_int !n) + int_of_float (float_of_string "1.5")
+  done
+"#;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let exe = compile_ocaml(dir.path(), "c_alloc", PROGRAM, &[]);
+    for (function, file) in [("caml_alloc_string", "alloc.c"), ("caml_copy_double", "floats.c")] {
+        let mut program = KillOnDrop(
+            Command::new(&exe).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).spawn().expect("start program"),
+        );
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "READY");
+        let core = dir.path().join(format!("{function}.core"));
+        let gdb = Command::new("gdb")
+            .args(["-nx", "-batch", "-p", &program.0.id().to_string()])
+            .args(["-ex", &format!("break {function}"), "-ex", "continue", "-ex", &format!("gcore {}", core.display()), "-ex", "kill"])
+            .output()
+            .expect("run gdb");
+        assert!(core.exists(), "gdb wrote no core at {function}: {}", String::from_utf8_lossy(&gdb.stderr));
+        drop(program);
+
+        let said = format!("is in {function} ({file})");
+        let out = dir.path().join(format!("{function}.snap"));
+        let o = dump_core(&core, &out, &["--strict"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("inconsistent") && err.contains(&said), "--strict at {function}: {err}");
+        assert!(!out.exists(), "--strict at {function} wrote a snapshot");
+        let report = dump_core_ok(&core, &out);
+        assert_eq!(report["consistent"], false, "at {function}: {report}");
+        assert!(report["warnings"].to_string().contains(&said), "at {function}: warnings do not say {said:?}: {report}");
+        let v = verify(&out, false);
+        assert_eq!(v["ok"], true, "at {function}: {v}");
+        std::fs::remove_file(&core).expect("remove core");
+    }
+}
+
 /// The file offset of target address `address` in an ELF64 core: the `PT_LOAD` segment whose
 /// bytes in the file hold it.
 fn core_file_offset(bytes: &[u8], address: u64) -> Option<usize> {

@@ -109,7 +109,8 @@ impl<'a> RegionIndex<'a> {
             return false;
         }
         let Some(r) = self.region_of(value) else { return false };
-        let header_at = value - 8 - r.base;
+        // The first word of a region is a header (or a stack's), never a block.
+        let Some(header_at) = (value - 8).checked_sub(r.base) else { return false };
         match r.kind {
             RegionKind::MinorHeap => minor_blocks.contains(&value),
             RegionKind::Pool => {
@@ -163,6 +164,18 @@ mod tests {
             owner: 0,
             bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
         }
+    }
+
+    /// A conservative word may hold any address of a region, its very first word included.
+    #[test]
+    fn names_block_takes_any_address_of_a_region() {
+        let pool = region(RegionKind::Pool, &[0, header(2, 0, 0), 0x11, 0x21, 0, 0, 0], 3, 8);
+        let minor = CapturedRegion { base: 0x2000, ..region(RegionKind::MinorHeap, &[header(1, 0, 0), 0x11], 0, 0) };
+        let regions = [pool, minor];
+        let index = RegionIndex::new(&regions);
+        let minor_blocks = [0x2008u64].into_iter().collect();
+        let named: Vec<u64> = (0x1000..0x1038).step_by(8).chain((0x2000..0x2010).step_by(8)).filter(|&v| index.names_block(v, &minor_blocks)).collect();
+        assert_eq!(named, [0x1010, 0x2008], "only the blocks' own addresses name them (the free slot at 0x1028 does not)");
     }
 
     #[test]

@@ -19,8 +19,10 @@
 //!   window between the bump of `young_ptr` and the last initialising store is found by
 //!   decoding the code), or it runs C code whose frames, unwound with `.eh_frame` up to the
 //!   OCaml code that called it, include no runtime function that leaves heap structures
-//!   half-updated (a major slice sweeping pools, an allocation, a stack reallocation...).
-//!   The assembly glue between OCaml and C is a transition: unsafe.
+//!   half-updated (a major slice sweeping pools, an allocation, a stack reallocation...), and
+//!   whose innermost frame is not the code of a C allocator (between the lowering of
+//!   `young_ptr` and the header store). The assembly glue between OCaml and C is a
+//!   transition: unsafe.
 //! - and, checked by the capture itself, every minor heap parses from `young_ptr` to its end
 //!   (no block header is being written).
 
@@ -51,10 +53,12 @@ const UNSAFE_RUNTIME_FILES: &[&str] = &[
     "st_stubs.c",
 ];
 
-/// Functions of those files that change nothing half-way themselves (the frames they call are
-/// still checked): allocators of strings, whose contents are never scanned (a torn header is
-/// caught by the minor-heap walk of the capture); the loops that *request* a collection and
-/// wait for the stop-the-world section to start; the write barrier.
+/// Functions of those files that leave nothing half-done while they wait for a function they
+/// call (whose frames are still checked): allocators of strings, which write the new block's
+/// header before calling anything else and whose contents are never scanned; the loops that
+/// *request* a collection and wait for the stop-the-world section to start; the write barrier.
+/// Caught in their own code (innermost frame) they are unsafe all the same: see
+/// [`INLINE_ALLOCATION_FILES`].
 const SAFE_FUNCTIONS: &[&str] = &[
     "caml_alloc_string",
     "caml_alloc_initialized_string",
@@ -64,6 +68,13 @@ const SAFE_FUNCTIONS: &[&str] = &[
     "caml_initialize",
     "caml_modify",
 ];
+
+/// Runtime source files whose own code allocates inline (the `Alloc_small` macro: lower
+/// `young_ptr`, then write the header) besides those already in [`UNSAFE_RUNTIME_FILES`]: a
+/// thread stopped in their code, as its innermost frame, may be between the two stores, and the
+/// stale words below the minor heap's old start can even parse as blocks. (`Alloc_small`
+/// calls nothing on its fast path, so the window is only ever in the innermost frame.)
+const INLINE_ALLOCATION_FILES: &[&str] = &["floats.c"];
 
 /// The runtime glue a C call from OCaml goes through: the domain's state was saved in it.
 const C_CALL_GLUE: &[&str] = &["caml_c_call", "caml_c_call_stack_args"];
@@ -95,11 +106,15 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
         return Holder::Unsafe(format!("runs C code that cannot be unwound ({})", function(pc)));
     };
     let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
-    for f in c_frames {
-        let name = function(f.pc);
-        let file = rt.unit_at(f.pc).unwrap_or("");
+    for (depth, f) in c_frames.iter().enumerate() {
+        // A return address may be the first byte after its function: look the call up.
+        let at = if depth == 0 { f.pc } else { f.pc - 1 };
+        let name = function(at);
+        let file = rt.unit_at(at).unwrap_or("");
         let file = file.rsplit('/').next().unwrap_or(file);
-        if UNSAFE_RUNTIME_FILES.contains(&file) && !SAFE_FUNCTIONS.contains(&name.as_str()) {
+        let innermost = depth == 0;
+        let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && (innermost || !SAFE_FUNCTIONS.contains(&name.as_str()));
+        if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
             return Holder::Unsafe(format!("is in {name} ({file})"));
         }
     }
