@@ -7,14 +7,16 @@
 //! * Single-referrer shortcut. A node with exactly one reachable referrer has that referrer as
 //!   its DFS parent, its semi-dominator and its immediate dominator: it needs no predecessor
 //!   list, no `eval` and no bucket. Most OCaml blocks are like that. The other predecessors are
-//!   exactly the DFS's non-tree edges: recorded as the DFS meets them and sorted by target, they
-//!   are all the predecessor lists LT needs (no reverse graph, no second pass over the edges).
+//!   exactly the DFS's non-tree edges: recorded as the DFS meets them, in one list per target
+//!   whose head waits in the target's `idom` slot, they are all the predecessor lists LT needs
+//!   (no reverse graph, no second pass over the edges, no sort).
 //! * Deferred buckets. The bucket of `s` is drained when `s` itself is processed (all of its
 //!   descendants are linked then, so `eval` gives the same answer as in the textbook order).
 //!   Bucket heads live in `label[s]` until `s` is processed and bucket links in `idom[v]`
-//!   until `v` is drained, so buckets cost no memory.
+//!   once `v`'s own predecessor list is consumed, so buckets cost no memory.
 //! * The DFS parent array doubles as the link-eval forest's `ancestor` array: a vertex is
 //!   linked exactly when its preorder number is above the one being processed.
+
 //!
 //! `HEAPSNAP_TRACE=1` prints the time of each phase on stderr.
 //!
@@ -252,12 +254,14 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     //    referrer: the parent) need nothing more.
     let mut pre_of = vec![NONE; n];
     let mut slots: Vec<Slot> = Vec::with_capacity(n);
-    // (target preorder << 32 | source preorder); most heap edges are tree edges.
-    let mut extra: Vec<u64> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
+    // The non-tree edges as one list per target: (source preorder, next entry), the head in
+    //    the target's `idom` slot (free until the target is processed). Most heap edges are
+    //    tree edges.
+    let mut extra: Vec<(u32, u32)> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
     {
         let mut stack: Vec<(u32, u32, u32)> = Vec::new(); // (node, next edge, preorder)
         pre_of[root as usize] = 0;
-        slots.push(Slot { ancestor: 0, semi: NONE, label: NONE, idom: 0 });
+        slots.push(Slot { ancestor: 0, semi: NONE, label: NONE, idom: NONE });
         stack.push((root, graph.offsets[root as usize], 0));
         while let Some(top) = stack.last_mut() {
             let (u, mut cursor, pu) = *top;
@@ -272,27 +276,38 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
                     break;
                 }
                 if t != u {
-                    extra.push((u64::from(pt) << 32) | u64::from(pu));
+                    let head = &mut slots[pt as usize].idom;
+                    extra.push((pu, *head));
+                    *head = (extra.len() - 1) as u32;
                 }
             }
             top.1 = cursor;
             if child != NONE {
                 let p = slots.len() as u32;
                 pre_of[child as usize] = p;
-                slots.push(Slot { ancestor: pu, semi: NONE, label: NONE, idom: 0 });
+                slots.push(Slot { ancestor: pu, semi: NONE, label: NONE, idom: NONE });
                 stack.push((child, graph.offsets[child as usize], p));
             } else {
                 stack.pop();
             }
         }
     }
-    let r = slots.len();
     lap("dfs");
-    // Sorted by target, the extra predecessors are consumed from the end as the main loop
-    // walks the preorder backwards (a sequential merge, no random access during the DFS).
-    extra.par_sort_unstable();
-    lap("sort");
-    let mut cursor = extra.len();
+    let words = semi_and_idom(slots, extra, &lap);
+    lap("idom");
+    DominatorTree {
+        root,
+        pre_of,
+        idom_pre: words,
+        retained_pre: RetainedSizes::Bytes(Vec::new()),
+        preorder: std::sync::OnceLock::new(),
+    }
+}
+
+/// Steps 2 and 3 of [`dominators`], on the DFS's slots and non-tree edges: the immediate
+/// dominator of every reachable node, by preorder number.
+fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&str)) -> Vec<u32> {
+    let r = slots.len();
 
     // 2. Semi-dominators and relative dominators, in reverse preorder. Linked vertices are
     //    those above the one being processed; `eval` compresses paths without recursion.
@@ -331,16 +346,17 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
             break;
         }
         let p = slots[w as usize].ancestor;
-        if cursor == 0 || (extra[cursor - 1] >> 32) as u32 != w {
+        let mut entry = slots[w as usize].idom;
+        if entry == NONE {
             // One referrer: the DFS parent is the semi-dominator and the immediate dominator.
             slots[w as usize].semi = p;
             slots[w as usize].idom = p;
             continue;
         }
         let mut s = p;
-        while cursor > 0 && (extra[cursor - 1] >> 32) as u32 == w {
-            cursor -= 1;
-            let v = extra[cursor] as u32;
+        while entry != NONE {
+            let (v, next) = extra[entry as usize];
+            entry = next;
             let candidate = if v < w {
                 v
             } else {
@@ -367,14 +383,7 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     }
     words.truncate(r);
     words.shrink_to_fit();
-    lap("idom");
-    DominatorTree {
-        root,
-        pre_of,
-        idom_pre: words,
-        retained_pre: RetainedSizes::Bytes(Vec::new()),
-        preorder: std::sync::OnceLock::new(),
-    }
+    words
 }
 
 /// Sum of `value` over each node's dominator subtree, by preorder number: the generic form of
