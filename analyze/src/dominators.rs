@@ -16,7 +16,6 @@
 //!   once `v`'s own predecessor list is consumed, so buckets cost no memory.
 //! * The DFS parent array doubles as the link-eval forest's `ancestor` array: a vertex is
 //!   linked exactly when its preorder number is above the one being processed.
-
 //!
 //! `HEAPSNAP_TRACE=1` prints the time of each phase on stderr.
 //!
@@ -255,8 +254,8 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     let mut pre_of = vec![NONE; n];
     let mut slots: Vec<Slot> = Vec::with_capacity(n);
     // The non-tree edges as one list per target: (source preorder, next entry), the head in
-    //    the target's `idom` slot (free until the target is processed). Most heap edges are
-    //    tree edges.
+    // the target's `idom` slot (free until the target is processed). Most heap edges are tree
+    // edges.
     let mut extra: Vec<(u32, u32)> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
     {
         let mut stack: Vec<(u32, u32, u32)> = Vec::new(); // (node, next edge, preorder)

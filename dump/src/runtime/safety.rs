@@ -53,21 +53,17 @@ const UNSAFE_RUNTIME_FILES: &[&str] = &[
     "st_stubs.c",
 ];
 
-/// Functions of those files that leave nothing half-done while they wait for a function they
-/// call (whose frames are still checked): allocators of strings, which write the new block's
-/// header before calling anything else and whose contents are never scanned; the loops that
-/// *request* a collection and wait for the stop-the-world section to start; the write barrier.
-/// Caught in their own code (innermost frame) they are unsafe all the same: see
-/// [`INLINE_ALLOCATION_FILES`].
-const SAFE_FUNCTIONS: &[&str] = &[
-    "caml_alloc_string",
-    "caml_alloc_initialized_string",
-    "caml_alloc_sprintf",
-    "caml_copy_string",
-    "caml_empty_minor_heaps_once",
-    "caml_initialize",
-    "caml_modify",
-];
+/// Functions of those files that change nothing half-way themselves (the frames they call are
+/// still checked): the loops that *request* a collection and wait for the stop-the-world
+/// section to start; the write barrier (a field is one store; the remembered set it adds to is
+/// not part of a snapshot).
+const SAFE_FUNCTIONS: &[&str] = &["caml_empty_minor_heaps_once", "caml_initialize", "caml_modify"];
+
+/// Allocators of those files that are safe while they wait for a function they call: they
+/// write the new block's header before calling anything, and a string's contents are never
+/// scanned. In their own code (the innermost frame) they may be between the lowering of
+/// `young_ptr` and the header store: unsafe.
+const SAFE_WHILE_CALLING: &[&str] = &["caml_alloc_string", "caml_alloc_initialized_string", "caml_alloc_sprintf", "caml_copy_string"];
 
 /// Runtime source files whose own code allocates inline (the `Alloc_small` macro: lower
 /// `young_ptr`, then write the header) besides those already in [`UNSAFE_RUNTIME_FILES`]: a
@@ -108,12 +104,13 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
     let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
     for (depth, f) in c_frames.iter().enumerate() {
         // A return address may be the first byte after its function: look the call up.
-        let at = if depth == 0 { f.pc } else { f.pc - 1 };
+        let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
         let name = function(at);
         let file = rt.unit_at(at).unwrap_or("");
         let file = file.rsplit('/').next().unwrap_or(file);
         let innermost = depth == 0;
-        let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && (innermost || !SAFE_FUNCTIONS.contains(&name.as_str()));
+        let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
+        let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
         if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
             return Holder::Unsafe(format!("is in {name} ({file})"));
         }
