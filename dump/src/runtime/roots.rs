@@ -503,20 +503,12 @@ pub fn interrupted_thread_roots(
 ) -> Result<ConservativeScan> {
     let blocks = HeapBlocks::new(&cap.regions, format, cap.colours.map(|c| c.garbage));
     let mut scan = ConservativeScan::default();
+    let conservative = |kind, slot, value, origin, name| CapturedRoot { kind, domain, flags: ROOT_FLAG_CONSERVATIVE, thread: 0, slot, value, origin, name };
     let regs = thread.regs;
     let all_registers = [(15, regs.r15), (14, regs.r14)].into_iter().chain(regs.ocaml_value_registers());
     for (dwarf, v) in all_registers {
         if let Some(block) = blocks.block_of(v) {
-            scan.roots.push(CapturedRoot {
-                kind: RootKind::Register,
-                domain,
-                flags: ROOT_FLAG_CONSERVATIVE,
-                thread: 0,
-                slot: 0,
-                value: block,
-                origin: dwarf,
-                name: RootName::None,
-            });
+            scan.roots.push(conservative(RootKind::Register, 0, block, dwarf, RootName::None));
         }
     }
     scan.registers = scan.roots.len();
@@ -550,16 +542,7 @@ pub fn interrupted_thread_roots(
     for (i, w) in bytes.chunks_exact(8).enumerate() {
         let word = u64::from_le_bytes(w.try_into().expect("8 bytes"));
         if let Some(block) = blocks.block_of(word) {
-            scan.roots.push(CapturedRoot {
-                kind: RootKind::Other,
-                domain,
-                flags: ROOT_FLAG_CONSERVATIVE,
-                thread: 0,
-                slot: low + 8 * i as u64,
-                value: block,
-                origin: word,
-                name: name.clone(),
-            });
+            scan.roots.push(conservative(RootKind::Other, low + 8 * i as u64, block, word, name.clone()));
         }
     }
     Ok(scan)
