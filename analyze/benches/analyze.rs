@@ -5,6 +5,7 @@
 //!     cargo bench -p heapsnap-analyze --bench analyze -- --sizes 1,10,50
 //!     HEAPSNAP_BENCH_SIZES=1,10,50 cargo bench -p heapsnap-analyze --bench analyze
 //!     cargo bench -p heapsnap-analyze --bench analyze -- --snapshots a.heapsnap,b.heapsnap
+//!     scripts/bench-real-heaps.sh 1 10 50   # on real dumps of the large-heap sample
 //!
 //! For each size the snapshot is generated once (cached under `<target>/heapsnap-bench/`), then
 //! measured in a fresh child process (so that peak memory is the analysis's own): open and
@@ -19,7 +20,8 @@
 //! and dominators (without retained sizes), DFS and BFS are timed again: node ids follow
 //! addresses, and in a snapshot's layout a traversal walks memory almost in order, which makes
 //! the DFS and BFS baselines very cheap; a random order shows the ratios when every step of a
-//! traversal is a cache miss (as in the reference figures of the analyser's issue).
+//! traversal is a cache miss (as in the reference figures of the analyser's issue). A real dump
+//! of the sample lies in between: its minor collections promoted blocks in their own order.
 
 use heapsnap_analyze::dominators::{bfs_baseline, dfs_baseline, Csr};
 use heapsnap_analyze::groups::{groups, GroupBy};

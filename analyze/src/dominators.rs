@@ -7,22 +7,28 @@
 //! * Single-referrer shortcut. A node with exactly one reachable referrer has that referrer as
 //!   its DFS parent, its semi-dominator and its immediate dominator: it needs no predecessor
 //!   list, no `eval` and no bucket. Most OCaml blocks are like that. The other predecessors are
-//!   exactly the DFS's non-tree edges: recorded as the DFS meets them, in one list per target
-//!   whose head waits in the target's `idom` slot, they are all the predecessor lists LT needs
-//!   (no reverse graph, no second pass over the edges, no sort).
+//!   exactly the DFS's non-tree edges: recorded as the DFS meets them, then linked into one
+//!   list per target whose head waits in the target's `idom` slot, they are all the
+//!   predecessor lists LT needs (no reverse graph, no second pass over the edges, no sort).
 //! * Deferred buckets. The bucket of `s` is drained when `s` itself is processed (all of its
 //!   descendants are linked then, so `eval` gives the same answer as in the textbook order).
 //!   Bucket heads live in `label[s]` until `s` is processed and bucket links in `idom[v]`
 //!   once `v`'s own predecessor list is consumed, so buckets cost no memory.
 //! * The DFS parent array doubles as the link-eval forest's `ancestor` array: a vertex is
 //!   linked exactly when its preorder number is above the one being processed.
+//! * Cache misses, not instructions, are the cost on a real heap, whose blocks the minor
+//!   collector promoted in its own order: the DFS tests "visited" in a bitset that stays in
+//!   cache, and the passes whose scattered accesses are known ahead of time (linking the
+//!   predecessor lists, the semi-dominator loop) prefetch them. On a dump of the large-heap
+//!   sample this halved the time; on heaps laid out in allocation order it changes little.
 //!
 //! `HEAPSNAP_TRACE=1` prints the time of each phase on stderr.
 //!
-//! Working set: 4 bytes per node (node -> preorder) and 16 per reachable node (the slots:
-//! ancestor, semi, label, idom side by side), plus 8 per non-tree edge; the result keeps the
-//! node -> preorder map, 4 bytes of immediate dominator and 4 or 8 of retained size per
-//! reachable node (the slots' memory is reused in place for the dominators).
+//! Working set: 4 bytes per node (node -> preorder), 1 bit per node during the DFS, and 16 per
+//! reachable node (the slots: ancestor, semi, label, idom side by side), plus 8 per non-tree
+//! edge; the result keeps the node -> preorder map, 4 bytes of immediate dominator and 4 or 8
+//! of retained size per reachable node (the slots' memory is reused in place for the
+//! dominators).
 //!
 //! Cooper-Harvey-Kennedy and semi-NCA are quadratic on shapes that heaps do have (a list whose
 //! cells are also referenced from an array); Lengauer-Tarjan with path compression is
@@ -251,33 +257,42 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     //    the non-tree ones (to an already numbered node) are kept: with the DFS parent they
     //    are all the predecessors of "join" nodes, and nodes with no extra predecessor (one
     //    referrer: the parent) need nothing more.
+    //    The DFS tests "visited" in a bitset (n / 8 bytes: it stays in cache, where `pre_of`
+    //    would not on a real heap's scattered edges) and leaves the lookup of a non-tree edge's
+    //    target preorder to `link_extra`, which can prefetch it.
     let mut pre_of = vec![NONE; n];
+    let mut visited = vec![0u64; n.div_ceil(64)];
     let mut slots: Vec<Slot> = Vec::with_capacity(n);
-    // The non-tree edges as one list per target: (source preorder, next entry), the head in
-    // the target's `idom` slot (free until the target is processed). Most heap edges are tree
-    // edges.
+    // The non-tree edges: (target node, source preorder) until `link_extra`.
     let mut extra: Vec<(u32, u32)> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
     {
         let mut stack: Vec<(u32, u32, u32)> = Vec::new(); // (node, next edge, preorder)
         pre_of[root as usize] = 0;
+        visited[root as usize / 64] |= 1 << (root % 64);
         slots.push(Slot { ancestor: 0, semi: NONE, label: NONE, idom: NONE });
         stack.push((root, graph.offsets[root as usize], 0));
         while let Some(top) = stack.last_mut() {
             let (u, mut cursor, pu) = *top;
             let end = graph.offsets[u as usize + 1];
+            if cursor == graph.offsets[u as usize] {
+                // First visit: the DFS comes back for the later successors after the first
+                // one's subtree, so start loading their edge offsets.
+                for &t in &graph.targets[cursor as usize..end as usize] {
+                    prefetch(graph.offsets, t as usize);
+                }
+            }
             let mut child = NONE;
             while cursor < end {
                 let t = graph.targets[cursor as usize];
                 cursor += 1;
-                let pt = pre_of[t as usize];
-                if pt == NONE {
+                let bit = &mut visited[t as usize / 64];
+                if *bit & (1 << (t % 64)) == 0 {
+                    *bit |= 1 << (t % 64);
                     child = t;
                     break;
                 }
                 if t != u {
-                    let head = &mut slots[pt as usize].idom;
-                    extra.push((pu, *head));
-                    *head = (extra.len() - 1) as u32;
+                    extra.push((t, pu));
                 }
             }
             top.1 = cursor;
@@ -291,7 +306,10 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
             }
         }
     }
+    drop(visited);
     lap("dfs");
+    link_extra(&pre_of, &mut slots, &mut extra);
+    lap("predecessor lists");
     let words = semi_and_idom(slots, extra, &lap);
     lap("idom");
     DominatorTree {
@@ -300,6 +318,26 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
         idom_pre: words,
         retained_pre: RetainedSizes::Bytes(Vec::new()),
         preorder: std::sync::OnceLock::new(),
+    }
+}
+
+/// Turns the DFS's non-tree edges, `(target node, source preorder)` in the order met, into one
+/// list per target: each entry becomes `(source preorder, next entry)`, with the head in the
+/// target's `idom` slot (free until the target is processed). A pass of its own so that its
+/// scattered reads and writes can be prefetched: the target's preorder number first, then its
+/// slot.
+fn link_extra(pre_of: &[u32], slots: &mut [Slot], extra: &mut [(u32, u32)]) {
+    for i in 0..extra.len() {
+        if let Some(&(far, _)) = extra.get(i + PREFETCH_FAR) {
+            prefetch(pre_of, far as usize);
+        }
+        if let Some(&(near, _)) = extra.get(i + PREFETCH_NEAR) {
+            prefetch(slots, pre_of[near as usize] as usize);
+        }
+        let (target, source) = extra[i];
+        let head = &mut slots[pre_of[target as usize] as usize].idom;
+        extra[i] = (source, *head);
+        *head = i as u32;
     }
 }
 
@@ -332,6 +370,17 @@ fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&st
         slots[v as usize].label
     };
     for w in (0..r as u32).rev() {
+        // On real heaps the predecessors are scattered: fetch a later vertex's list entry, and
+        // a nearer one's first predecessor and bucket head, before they are needed.
+        if let Some(far) = (w as usize).checked_sub(PREFETCH_FAR) {
+            prefetch(&extra, slots[far].idom as usize);
+        }
+        if let Some(near) = (w as usize).checked_sub(PREFETCH_NEAR) {
+            if let Some(&(v, _)) = extra.get(slots[near].idom as usize) {
+                prefetch(&slots, v as usize);
+            }
+            prefetch(&slots, slots[near].label as usize);
+        }
         // Drain bucket(w): every v whose semi-dominator is w.
         let mut v = slots[w as usize].label;
         while v != NONE {
@@ -383,6 +432,23 @@ fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&st
     words.truncate(r);
     words.shrink_to_fit();
     words
+}
+
+/// How many vertices ahead [`semi_and_idom`] prefetches predecessor list entries, then the
+/// predecessors' slots.
+const PREFETCH_FAR: usize = 32;
+const PREFETCH_NEAR: usize = 16;
+
+/// Asks the CPU to start loading `slice[i]` (nothing when `i` is out of bounds, or off x86-64).
+#[inline(always)]
+fn prefetch<T>(slice: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(x) = slice.get(i) {
+        // SAFETY: a prefetch is a hint; it never faults, and the address is in bounds anyway.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slice, i);
 }
 
 /// Sum of `value` over each node's dominator subtree, by preorder number: the generic form of
