@@ -232,9 +232,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
     let petgraph_max: usize = value("--petgraph-max").and_then(|v| v.parse().ok()).unwrap_or(1_100_000);
+    let repeat: usize = value("--repeat").and_then(|v| v.parse().ok()).unwrap_or(3);
+    let shuffle_max: usize = value("--shuffle-max").and_then(|v| v.parse().ok()).unwrap_or(10_000_002);
     if let Some(path) = value("--measure") {
-        let repeat = value("--repeat").and_then(|v| v.parse().ok()).unwrap_or(3);
-        let shuffle_max = value("--shuffle-max").and_then(|v| v.parse().ok()).unwrap_or(10_000_002);
         measure(Path::new(&path), petgraph_max, repeat, shuffle_max);
         return;
     }
@@ -247,8 +247,6 @@ fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    let repeat: usize = value("--repeat").and_then(|v| v.parse().ok()).unwrap_or(3);
-    let shuffle_max: usize = value("--shuffle-max").and_then(|v| v.parse().ok()).unwrap_or(10_000_002);
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     // --snapshots A,B: measure these files (e.g. real dumps) instead of synthetic ones.

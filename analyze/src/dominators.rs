@@ -434,8 +434,8 @@ fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&st
     words
 }
 
-/// How many vertices ahead [`semi_and_idom`] prefetches predecessor list entries, then the
-/// predecessors' slots.
+/// How far ahead (vertices in [`semi_and_idom`], non-tree edges in [`link_extra`]) the first
+/// and the second scattered load of an item are prefetched.
 const PREFETCH_FAR: usize = 32;
 const PREFETCH_NEAR: usize = 16;
 

@@ -103,12 +103,12 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
     };
     let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
     for (depth, f) in c_frames.iter().enumerate() {
+        let innermost = depth == 0;
         // A return address may be the first byte after its function: look the call up.
-        let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+        let at = if innermost { f.pc } else { f.pc.wrapping_sub(1) };
         let name = function(at);
         let file = rt.unit_at(at).unwrap_or("");
         let file = file.rsplit('/').next().unwrap_or(file);
-        let innermost = depth == 0;
         let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
         let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
         if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
