@@ -91,6 +91,13 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     if by == GroupBy::Root {
         return root_groups(a);
     }
+    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
+    let t0 = std::time::Instant::now();
+    let lap = |what: &str| {
+        if trace {
+            eprintln!("groups: {what} at {:.3}s", t0.elapsed().as_secs_f64());
+        }
+    };
     let blocks = &a.graph.blocks;
     let reserved_bits = blocks.layout.reserved_bits();
     let regions: Vec<usize> = blocks.block_regions().collect();
@@ -131,6 +138,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             totals[id as usize].2 += s;
         }
     }
+    lap("groups");
     // Pass 2: the group of every reachable node, by preorder number.
     let pre_of = &a.tree.pre_of;
     let mut gid = vec![NO_NODE; a.tree.reachable_count()];
@@ -156,7 +164,9 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             }
         });
     }
+    lap("group of every node");
     let retained = union_retained(a, &gid, totals.len());
+    lap("retained sizes");
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)
