@@ -3,6 +3,7 @@
 use crate::blocks::{NodeId, NO_NODE};
 use crate::dominators::{self, Csr, DominatorTree};
 use crate::graph::{HeapGraph, SUPER_ROOT};
+use crate::mem::Scatter;
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::AnalyzeError;
@@ -181,17 +182,4 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
         eprintln!("retained sizes: sums at {:.3}s", t0.elapsed().as_secs_f64());
     }
     tree
-}
-
-/// A pointer shared by threads that write distinct indices.
-#[derive(Clone, Copy)]
-struct Scatter<T>(*mut T);
-unsafe impl<T> Send for Scatter<T> {}
-unsafe impl<T> Sync for Scatter<T> {}
-impl<T> Scatter<T> {
-    /// # Safety
-    /// `i` is in bounds and no other thread writes it.
-    unsafe fn write(&self, i: usize, v: T) {
-        unsafe { self.0.add(i).write(v) }
-    }
 }

@@ -8,6 +8,7 @@
 use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
+use crate::mem::Scatter;
 use crate::ocaml;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
@@ -143,7 +144,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     let pre_of = &a.tree.pre_of;
     let mut gid = vec![NO_NODE; a.tree.reachable_count()];
     {
-        let out = ScatterU32(gid.as_mut_ptr());
+        let out = Scatter(gid.as_mut_ptr());
         let global = &global;
         regions.par_iter().for_each(|&r| {
             let mut last: Option<(GroupKey, u32)> = None;
@@ -174,18 +175,6 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out
-}
-
-#[derive(Clone, Copy)]
-struct ScatterU32(*mut u32);
-unsafe impl Send for ScatterU32 {}
-unsafe impl Sync for ScatterU32 {}
-impl ScatterU32 {
-    /// # Safety
-    /// `i` is in bounds and no other thread writes it.
-    unsafe fn write(&self, i: usize, v: u32) {
-        unsafe { self.0.add(i).write(v) }
-    }
 }
 
 /// For each group, the retained size of the union of its members: one iterative walk of the

@@ -81,6 +81,19 @@ impl Drop for Prefault {
     }
 }
 
+/// A pointer shared by threads that write distinct indices.
+#[derive(Clone, Copy)]
+pub(crate) struct Scatter<T>(pub(crate) *mut T);
+unsafe impl<T> Send for Scatter<T> {}
+unsafe impl<T> Sync for Scatter<T> {}
+impl<T> Scatter<T> {
+    /// # Safety
+    /// `i` is in bounds and no other thread writes it.
+    pub(crate) unsafe fn write(&self, i: usize, v: T) {
+        unsafe { self.0.add(i).write(v) }
+    }
+}
+
 /// The address range of a vector's spare capacity, for [`Prefault::start`].
 pub fn spare_capacity<T>(v: &mut Vec<T>) -> (usize, usize) {
     let spare = v.spare_capacity_mut();
