@@ -24,7 +24,8 @@
 //! * Fresh memory, not the algorithm, was most of the first run's time on big heaps: the DFS
 //!   fills 16 bytes per node of never-touched pages, one page fault at a time (and on a virtual
 //!   machine the host's first touch behind each one). Another thread faults them in ahead of
-//!   it ([`crate::mem::Prefault`]); at 5 * 10^7 objects this took the DFS from 9.5 s to 4 s.
+//!   it ([`crate::mem::Prefault`]); on a dump of 5 * 10^7 objects, on a 2-core virtual machine,
+//!   this took the first DFS from 9.5 s to 4 s.
 //!
 //! `HEAPSNAP_TRACE=1` prints the time of each phase on stderr.
 //!
@@ -270,9 +271,9 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     let mut slots: Vec<Slot> = Vec::with_capacity(n);
     // The non-tree edges: (target node, source preorder) until `link_extra`.
     let mut extra: Vec<(u32, u32)> = Vec::with_capacity(graph.targets.len().saturating_sub(n) + n / 64 + 1024);
-    // The DFS runs on one core: the other faults in the memory it will fill (fresh pages are
-    // slow to fault, very slow on a virtual machine), once the map from nodes to preorder
-    // numbers is initialised on both.
+    // The map from nodes to preorder numbers is initialised on every core; then the DFS runs on
+    // one while another faults in the memory the DFS will fill (fresh pages are slow to fault,
+    // very slow on a virtual machine).
     pre_of.par_extend(rayon::iter::repeat_n(NONE, n));
     let prefault = Prefault::start(vec![spare_capacity(&mut slots), spare_capacity(&mut extra)]);
     {

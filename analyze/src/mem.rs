@@ -146,6 +146,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn prefault_keeps_contents_and_makes_pages_resident() {
         let mut v: Vec<u64> = Vec::with_capacity(6 << 20); // 48 MiB
         v.extend(0..1000);
@@ -153,7 +154,6 @@ mod tests {
         let populated = advise(whole_pages(start, len).unwrap().0, 4096, MADVISE_POPULATE_WRITE);
         Prefault::start(vec![(start, len)]).finish();
         assert!(v.iter().copied().eq(0..1000));
-        #[cfg(target_os = "linux")]
         if populated {
             // Every whole page of the spare capacity is now in memory.
             let (first, end) = whole_pages(start, len).unwrap();
