@@ -5,7 +5,7 @@ use crate::dominators::{self, Csr, DominatorTree};
 use crate::graph::{HeapGraph, SUPER_ROOT};
 use crate::mem::Scatter;
 use crate::names::Names;
-use crate::progress::Progress;
+use crate::progress::{PhaseTimer, Progress};
 use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, Snapshot};
 use rayon::prelude::*;
@@ -138,12 +138,9 @@ impl<'s> Analysis<'s> {
 
 /// Dominators and retained sizes of a graph, from the super-root.
 pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
-    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
-    let t0 = Instant::now();
+    let timer = PhaseTimer::start("retained sizes");
     let mut tree = dominators::dominators(Csr { offsets: &graph.offsets, targets: &graph.targets }, SUPER_ROOT);
-    if trace {
-        eprintln!("retained sizes: dominators done at {:.3}s", t0.elapsed().as_secs_f64());
-    }
+    timer.lap("dominators done");
     // Shallow sizes straight from the headers, region by region, into preorder slots: in
     // words (u32) when the whole heap's words fit one, else in bytes. Static data is never
     // freed, so it retains nothing (its blocks stay nodes, with a size of 0 here).
@@ -166,9 +163,7 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
         let out = Scatter(by_pre.as_mut_ptr());
         // SAFETY: preorder numbers are distinct and below the vector's length.
         fill(&|p, words| unsafe { out.write(p, words as u32) });
-        if trace {
-            eprintln!("retained sizes: shallow sizes at {:.3}s", t0.elapsed().as_secs_f64());
-        }
+        timer.lap("shallow sizes");
         let fits = tree.set_retained_words(by_pre);
         debug_assert!(fits);
     } else {
@@ -178,8 +173,6 @@ pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
         fill(&|p, words| unsafe { out.write(p, words * 8) });
         tree.set_retained(by_pre);
     }
-    if trace {
-        eprintln!("retained sizes: sums at {:.3}s", t0.elapsed().as_secs_f64());
-    }
+    timer.lap("sums");
     tree
 }

@@ -40,6 +40,7 @@
 //! O(m log n) whatever the shape.
 
 use crate::mem::{spare_capacity, Prefault};
+use crate::progress::PhaseTimer;
 use rayon::prelude::*;
 
 pub const NONE: u32 = u32::MAX;
@@ -251,13 +252,7 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     let n = graph.node_count();
     assert!((root as usize) < n, "root {root} is not a node of a graph of {n} nodes");
     assert!(n < NONE as usize, "at most 2^32 - 1 nodes");
-    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
-    let t0 = std::time::Instant::now();
-    let lap = |what: &str| {
-        if trace {
-            eprintln!("dominators: {what} at {:.3}s", t0.elapsed().as_secs_f64());
-        }
-    };
+    let timer = PhaseTimer::start("dominators");
 
     // 1. Iterative DFS: preorder numbers and DFS parents. Every reachable edge is seen once;
     //    the non-tree ones (to an already numbered node) are kept: with the DFS parent they
@@ -318,11 +313,11 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
         }
     }
     drop((visited, prefault));
-    lap("dfs");
+    timer.lap("dfs");
     link_extra(&pre_of, &mut slots, &mut extra);
-    lap("predecessor lists");
-    let words = semi_and_idom(slots, extra, &lap);
-    lap("idom");
+    timer.lap("predecessor lists");
+    let words = semi_and_idom(slots, extra, &timer);
+    timer.lap("idom");
     DominatorTree {
         root,
         pre_of,
@@ -354,7 +349,7 @@ fn link_extra(pre_of: &[u32], slots: &mut [Slot], extra: &mut [(u32, u32)]) {
 
 /// Steps 2 and 3 of [`dominators`], on the DFS's slots and non-tree edges: the immediate
 /// dominator of every reachable node, by preorder number.
-fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&str)) -> Vec<u32> {
+fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, timer: &PhaseTimer) -> Vec<u32> {
     let r = slots.len();
 
     // 2. Semi-dominators and relative dominators, in reverse preorder. Linked vertices are
@@ -430,7 +425,7 @@ fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, lap: &impl Fn(&st
         slots[s as usize].label = w;
     }
     drop(extra);
-    lap("semi-dominators");
+    timer.lap("semi-dominators");
 
     // 3. Immediate dominators, in preorder, written in place over the slots (the u32 at index
     //    w lies in slot w / 4, already consumed) so that the slots' memory is reused.

@@ -12,7 +12,7 @@
 
 use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target};
 use crate::ocaml::{self, Header};
-use crate::progress::Progress;
+use crate::progress::{PhaseTimer, Progress};
 use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rayon::prelude::*;
@@ -146,17 +146,11 @@ impl<'s> HeapGraph<'s> {
         root_kinds.sort_by_key(|k| k.code());
         let first_block = 1 + root_kinds.len() as NodeId;
 
-        let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
-        let t0 = std::time::Instant::now();
-        let lap = |what: &str| {
-            if trace {
-                eprintln!("graph: {what} at {:.3}s", t0.elapsed().as_secs_f64());
-            }
-        };
+        let timer = PhaseTimer::start("graph");
         let step = progress.step("finding blocks", 0);
         let mut blocks = BlockMap::build(snap, first_block)?;
         step.finish();
-        lap("blocks");
+        timer.lap("blocks");
 
         let mut suspended: HashMap<u64, Vec<u64>> = HashMap::new();
         for r in snap.roots().iter().filter(|r| r.root_kind() == RootKind::SuspendedStack) {
@@ -168,7 +162,7 @@ impl<'s> HeapGraph<'s> {
         blocks.static_seeds = Vec::new();
         blocks.add_static_blocks(statics);
         step.finish();
-        lap("static blocks");
+        timer.lap("static blocks");
 
         let n = blocks.node_count as usize;
         let mut offsets = vec![0u32; n + 1];
@@ -276,7 +270,7 @@ impl<'s> HeapGraph<'s> {
         }
         debug_assert_eq!(total as usize, targets.len());
 
-        lap("edges");
+        timer.lap("edges");
         // Suspended stacks no continuation points to (only worth a pass when there are any).
         let orphan_stack_records = if suspended.is_empty() {
             0
@@ -306,7 +300,7 @@ impl<'s> HeapGraph<'s> {
             bad_ephemerons: 0,
         };
         graph.add_ephemerons(snap);
-        lap("continuations and ephemerons");
+        timer.lap("continuations and ephemerons");
         Ok(graph)
     }
 

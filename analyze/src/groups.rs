@@ -10,6 +10,7 @@ use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use crate::mem::Scatter;
 use crate::ocaml;
+use crate::progress::PhaseTimer;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
@@ -92,13 +93,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     if by == GroupBy::Root {
         return root_groups(a);
     }
-    let trace = std::env::var_os("HEAPSNAP_TRACE").is_some();
-    let t0 = std::time::Instant::now();
-    let lap = |what: &str| {
-        if trace {
-            eprintln!("groups: {what} at {:.3}s", t0.elapsed().as_secs_f64());
-        }
-    };
+    let timer = PhaseTimer::start("groups");
     let blocks = &a.graph.blocks;
     let reserved_bits = blocks.layout.reserved_bits();
     let regions: Vec<usize> = blocks.block_regions().collect();
@@ -139,7 +134,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             totals[id as usize].2 += s;
         }
     }
-    lap("groups");
+    timer.lap("groups");
     // Pass 2: the group of every reachable node, by preorder number.
     let pre_of = &a.tree.pre_of;
     let mut gid = vec![NO_NODE; a.tree.reachable_count()];
@@ -165,9 +160,9 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             }
         });
     }
-    lap("group of every node");
+    timer.lap("group of every node");
     let retained = union_retained(a, &gid, totals.len());
-    lap("retained sizes");
+    timer.lap("retained sizes");
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)

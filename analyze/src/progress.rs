@@ -2,6 +2,27 @@
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
+use std::time::Instant;
+
+/// The time of each phase of a long computation on stderr, as `name: phase at 1.234s`, when
+/// the `HEAPSNAP_TRACE` environment variable is set (to find where the time goes).
+pub struct PhaseTimer {
+    name: &'static str,
+    start: Option<Instant>,
+}
+
+impl PhaseTimer {
+    pub fn start(name: &'static str) -> Self {
+        PhaseTimer { name, start: std::env::var_os("HEAPSNAP_TRACE").is_some().then(Instant::now) }
+    }
+
+    /// Prints that `phase` is over.
+    pub fn lap(&self, phase: &str) {
+        if let Some(t0) = self.start {
+            eprintln!("{}: {phase} at {:.3}s", self.name, t0.elapsed().as_secs_f64());
+        }
+    }
+}
 
 /// Makes one progress bar per step; all of them are hidden when progress is off.
 #[derive(Clone, Copy, Debug, Default)]
