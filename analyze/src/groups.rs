@@ -2,8 +2,8 @@
 //! kind (block tag and size, closure function, custom type), by closure function, by root.
 //!
 //! A group's retained size is the size of the union of its members' dominator subtrees (a
-//! member dominated by another member is not counted twice): one walk of the dominator tree
-//! with a per-group count of the members on the current path.
+//! member dominated by another member is not counted twice), from
+//! [`crate::dominators::DominatorTree::union_retained`].
 
 use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
@@ -161,7 +161,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
         });
     }
     timer.lap("group of every node");
-    let retained = union_retained(a, &gid, totals.len());
+    let retained = a.tree.union_retained(totals.len(), |p| gid[p]);
     timer.lap("retained sizes");
     let mut out: Vec<Group> = totals
         .iter()
@@ -170,38 +170,6 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out
-}
-
-/// For each group, the retained size of the union of its members: one iterative walk of the
-/// dominator tree (in preorder numbers), counting each group's members on the current path.
-fn union_retained(a: &Analysis<'_>, gid: &[u32], groups: usize) -> Vec<u64> {
-    let (offsets, children) = a.tree.children_pre();
-    let mut active = vec![0u32; groups];
-    let mut retained = vec![0u64; groups];
-    // (node, next child index); entering a node happens when it is pushed.
-    let mut stack: Vec<(u32, u32)> = vec![(0, offsets[0])];
-    while let Some(top) = stack.last_mut() {
-        let (v, cursor) = *top;
-        if cursor < offsets[v as usize + 1] {
-            top.1 += 1;
-            let c = children[cursor as usize];
-            let g = gid[c as usize];
-            if g != NO_NODE {
-                if active[g as usize] == 0 {
-                    retained[g as usize] += a.tree.retained_pre.get(c as usize);
-                }
-                active[g as usize] += 1;
-            }
-            stack.push((c, offsets[c as usize]));
-        } else {
-            stack.pop();
-            let g = gid[v as usize];
-            if g != NO_NODE && v != 0 {
-                active[g as usize] -= 1;
-            }
-        }
-    }
-    retained
 }
 
 /// Where a reachable node's retention is attributed: the root at the top of its chain of

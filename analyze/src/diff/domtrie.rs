@@ -9,12 +9,8 @@
 //! that start `T` (those whose dominator has another signature): `T`'s retained bytes are the
 //! sum of their retained sizes.
 //!
-//! A group's retained bytes are those of the union of its members' dominator subtrees: a
-//! member counts unless another member dominates it. The preorder numbers are those of the
-//! graph's depth-first search, in which a dominator subtree need not be contiguous, so
-//! [`group_retained`] numbers the nodes in a preorder of the dominator tree itself, where each
-//! subtree is an interval `[i, i + size)`: walking that order, a member starts a new part of
-//! the union exactly when it lies past the end of the last member of its group that did.
+//! A group's retained bytes are those of the union of its members' dominator subtrees
+//! ([`DominatorTree::union_retained`]).
 
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
@@ -38,51 +34,15 @@ pub struct DomTrie {
     pub root_shallow: Vec<u64>,
 }
 
-/// Number of nodes in each dominator subtree, by preorder number.
-fn subtree_sizes(idom_pre: &[u32]) -> Vec<u32> {
-    let mut size = vec![1u32; idom_pre.len()];
-    for p in (1..idom_pre.len()).rev() {
-        size[idom_pre[p] as usize] += size[p];
-    }
-    size
-}
+// `union_retained` skips the nodes whose group is `NONE`.
+const _: () = assert!(NO_GROUP == crate::dominators::NONE);
 
 /// Retained bytes of each group of `c` (the union of its members' dominator subtrees).
 pub fn group_retained(tree: &DominatorTree, c: &Classified) -> Vec<u64> {
-    let idom = &tree.idom_pre;
-    let r = idom.len();
-    let size = subtree_sizes(idom);
-    // A preorder of the dominator tree: a node's children are laid out after it, one subtree
-    // after the other. `next[d]` is where d's next child goes (dominators come first).
-    let mut order = vec![0u32; r];
-    {
-        let mut next = vec![0u32; r];
-        if r > 0 {
-            next[0] = 1;
-        }
-        for p in 1..r {
-            let d = idom[p] as usize;
-            let at = next[d];
-            next[d] += size[p];
-            next[p] = at + 1;
-            order[at as usize] = p as u32;
-        }
-    }
-    let groups = c.groups.keys.len();
-    let mut retained = vec![0u64; groups];
-    let mut end = vec![0u32; groups];
-    for (i, &p) in order.iter().enumerate().skip(1) {
-        let class = c.class_pre[p as usize];
-        if class == NO_CLASS {
-            continue;
-        }
-        let g = c.class_group[class as usize];
-        if g != NO_GROUP && i as u32 >= end[g as usize] {
-            retained[g as usize] += tree.retained_pre.get(p as usize);
-            end[g as usize] = i as u32 + size[p as usize];
-        }
-    }
-    retained
+    tree.union_retained(c.groups.keys.len(), |p| match c.class_pre[p] {
+        NO_CLASS => NO_GROUP,
+        class => c.class_group[class as usize],
+    })
 }
 
 /// The signature trie and the groups' retained bytes: two sequential passes, run side by side.
