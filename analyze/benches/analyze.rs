@@ -15,9 +15,9 @@
 //! the analyser's performance goals are stated in, then times dominators on the adversarial
 //! shapes (a list whose cells a hub array also holds; list cells sharing one referent).
 //!
-//! Warm timings (dominators again, DFS, BFS) are the best of `--repeat` runs (default 3). The
-//! same graph is then renumbered in a random order (`--shuffle-max` nodes at most, default 10M)
-//! and dominators (without retained sizes), DFS and BFS are timed again: node ids follow
+//! Warm timings (dominators again, DFS, BFS) are the best of `--repeat` rounds (default 3), one
+//! run of each per round. The same graph is then renumbered in a random order (`--shuffle-max`
+//! nodes at most, default 10M) and dominators (without retained sizes), DFS and BFS are timed again: node ids follow
 //! addresses, and in a snapshot's layout a traversal walks memory almost in order, which makes
 //! the DFS and BFS baselines very cheap; a random order shows the ratios when every step of a
 //! traversal is a cache miss (as in the reference figures of the analyser's issue). A real dump
@@ -105,21 +105,17 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
     assert!(top.len() > 3);
 
     let csr = Csr { offsets: &analysis.graph.offsets, targets: &analysis.graph.targets };
-    // Warm, like the analysis's own passes were: dominators again, then the baselines, each the
-    // best of `repeat` runs (the ratios compare like with like, and a busy machine adds noise
-    // to single runs).
-    let best = |f: &mut dyn FnMut() -> usize| -> (f64, usize) {
-        let mut out = (f64::INFINITY, 0);
-        for _ in 0..repeat.max(1) {
-            let t = Instant::now();
-            let reached = f();
-            out = (out.0.min(t.elapsed().as_secs_f64()), reached);
-        }
-        out
-    };
-    let (dom_warm_s, _) = best(&mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count());
-    let (dfs_s, reached_dfs) = best(&mut || dfs_baseline(csr, 0));
-    let (bfs_s, reached_bfs) = best(&mut || bfs_baseline(csr, 0));
+    // Warm, like the analysis's own passes were: dominators again and the baselines, each the
+    // best of `repeat` runs, taken in turns (the ratios compare like with like, and a busy
+    // machine adds noise to single runs).
+    let [(dom_warm_s, _), (dfs_s, reached_dfs), (bfs_s, reached_bfs)] = best_interleaved(
+        repeat,
+        [
+            &mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count(),
+            &mut || dfs_baseline(csr, 0),
+            &mut || bfs_baseline(csr, 0),
+        ],
+    );
     assert_eq!(reached_dfs, reached_bfs);
 
     let mut petgraph_s = None;
@@ -161,9 +157,10 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
         let (o, t) = heapsnap_analyze::dominators::csr_from_edges(nodes, &edges);
         drop(edges);
         let g = Csr { offsets: &o, targets: &t };
-        let (dom, _) = best(&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count());
-        let (dfs, _) = best(&mut || dfs_baseline(g, 0));
-        let (bfs, _) = best(&mut || bfs_baseline(g, 0));
+        let [(dom, _), (dfs, _), (bfs, _)] = best_interleaved(
+            repeat,
+            [&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count(), &mut || dfs_baseline(g, 0), &mut || bfs_baseline(g, 0)],
+        );
         shuffled = serde_json::json!({ "dominators_s": dom, "dfs_s": dfs, "bfs_s": bfs });
     }
     let out = serde_json::json!({
@@ -174,6 +171,20 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
         "reachable": reached_dfs,
     });
     println!("{out}");
+}
+
+/// Best time (and result) of each of `runs` over `repeat` rounds, one run of each per round: a
+/// burst of noise on this shared machine then slows every contender of a round, not one of them.
+fn best_interleaved<const N: usize>(repeat: usize, mut runs: [&mut dyn FnMut() -> usize; N]) -> [(f64, usize); N] {
+    let mut out = [(f64::INFINITY, 0); N];
+    for _ in 0..repeat.max(1) {
+        for (run, best) in runs.iter_mut().zip(out.iter_mut()) {
+            let t = Instant::now();
+            let reached = run();
+            *best = (best.0.min(t.elapsed().as_secs_f64()), reached);
+        }
+    }
+    out
 }
 
 /// Shapes that make other dominator algorithms quadratic: a list whose cells are also held by
