@@ -17,11 +17,12 @@
 //!
 //! Warm timings (dominators again, DFS, BFS) are the best of `--repeat` rounds (default 3), one
 //! run of each per round. The same graph is then renumbered in a random order (`--shuffle-max`
-//! nodes at most, default 10M) and dominators (without retained sizes), DFS and BFS are timed again: node ids follow
-//! addresses, and in a snapshot's layout a traversal walks memory almost in order, which makes
-//! the DFS and BFS baselines very cheap; a random order shows the ratios when every step of a
-//! traversal is a cache miss (as in the reference figures of the analyser's issue). A real dump
-//! of the sample lies in between: its minor collections promoted blocks in their own order.
+//! nodes at most, default 10M) and dominators (without retained sizes), DFS and BFS are timed
+//! again: node ids follow addresses, and in a snapshot's layout a traversal walks memory almost
+//! in order, which makes the DFS and BFS baselines very cheap; a random order shows the ratios
+//! when every step of a traversal is a cache miss (as in the reference figures of the analyser's
+//! issue). A real dump of the sample lies in between: its minor collections promoted blocks in
+//! their own order.
 
 use heapsnap_analyze::dominators::{bfs_baseline, dfs_baseline, Csr};
 use heapsnap_analyze::groups::{groups, GroupBy};
