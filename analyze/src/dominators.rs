@@ -346,6 +346,12 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
                         continue;
                     }
                     child = t;
+                    if cursor < end {
+                        // The DFS comes back to u's next successor after this child's subtree:
+                        // start loading its edges (its offsets were prefetched above).
+                        let next = graph.targets[cursor as usize];
+                        prefetch(graph.targets, graph.offsets[next as usize] as usize);
+                    }
                     break;
                 }
                 if t != u {
