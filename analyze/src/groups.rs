@@ -137,7 +137,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
     timer.lap("groups");
     // Pass 2: the group of every reachable node, by preorder number.
     let pre_of = &a.tree.pre_of;
-    let mut gid = vec![NO_NODE; a.tree.reachable_count()];
+    let mut gid = vec![crate::dominators::NONE; a.tree.reachable_count()];
     {
         let out = Scatter(gid.as_mut_ptr());
         let global = &global;
