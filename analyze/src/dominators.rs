@@ -170,9 +170,7 @@ impl DominatorTree {
     /// Sets retained sizes from shallow sizes in bytes by preorder number (summed in place).
     pub fn set_retained(&mut self, mut shallow_by_pre: Vec<u64>) {
         assert_eq!(shallow_by_pre.len(), self.idom_pre.len());
-        for w in (1..shallow_by_pre.len()).rev() {
-            shallow_by_pre[self.idom_pre[w] as usize] += shallow_by_pre[w];
-        }
+        sum_over_subtrees(&self.idom_pre, &mut shallow_by_pre);
         self.retained_pre = RetainedSizes::Bytes(shallow_by_pre);
     }
 
@@ -185,9 +183,7 @@ impl DominatorTree {
         if total > u64::from(u32::MAX) {
             return false;
         }
-        for w in (1..shallow_words_by_pre.len()).rev() {
-            shallow_words_by_pre[self.idom_pre[w] as usize] += shallow_words_by_pre[w];
-        }
+        sum_over_subtrees(&self.idom_pre, &mut shallow_words_by_pre);
         self.retained_pre = RetainedSizes::Words(shallow_words_by_pre);
         true
     }
@@ -212,9 +208,7 @@ impl DominatorTree {
         // child goes, and in the end where p's interval ends: p, then one child subtree after
         // the other. In preorder, a node's dominator is placed before it.
         let mut span = vec![1u32; r];
-        for p in (1..r).rev() {
-            span[idom[p] as usize] += span[p];
-        }
+        sum_over_subtrees(idom, &mut span);
         let mut order = vec![0u32; r];
         span[0] = 1;
         for p in 1..r {
@@ -514,14 +508,22 @@ fn prefetch<T>(slice: &[T], i: usize) {
     let _ = (slice, i);
 }
 
+/// Turns per-node values (by preorder number) into sums over each node's dominator subtree, in
+/// place: in reverse preorder a node's subtree is complete when it is reached, and is added to
+/// its immediate dominator's (which comes earlier).
+fn sum_over_subtrees<T: Copy + std::ops::AddAssign>(idom_pre: &[u32], values: &mut [T]) {
+    for w in (1..values.len()).rev() {
+        let v = values[w];
+        values[idom_pre[w] as usize] += v;
+    }
+}
+
 /// Sum of `value` over each node's dominator subtree, by preorder number: the generic form of
 /// retained sizes (e.g. retained object counts).
 pub fn subtree_sums(tree: &DominatorTree, value: impl Fn(u32) -> u64 + Sync) -> Vec<u64> {
     let mut sums: Vec<u64> = Vec::new();
     tree.preorder().par_iter().map(|&v| value(v)).collect_into_vec(&mut sums);
-    for w in (1..sums.len()).rev() {
-        sums[tree.idom_pre[w] as usize] += sums[w];
-    }
+    sum_over_subtrees(&tree.idom_pre, &mut sums);
     sums
 }
 
