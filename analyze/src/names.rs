@@ -34,9 +34,24 @@ impl<'s> Names<'s> {
         Names { snap, lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
     }
 
-    /// The symbol covering a code address.
+    /// The symbol covering a code address. A unit's sizeless markers (`camlFoo.code_begin`)
+    /// start where its first function does, and are innermost there by the format's rule: the
+    /// function that starts at the same address, and has a size, names it instead.
     pub fn symbol(&self, address: u64) -> Option<&'s str> {
-        self.snap.symbol_at(address).map(|(_, name)| name).filter(|n| !n.is_empty())
+        let (found, name) = self.snap.symbol_at(address)?;
+        let name = if found.end == found.start {
+            let symbols = self.snap.symbols();
+            let run = symbols.partition_point(|s| s.start < found.start);
+            symbols[run..]
+                .iter()
+                .take_while(|s| s.start == found.start)
+                .find(|s| address < s.end)
+                .and_then(|s| self.snap.string(s.name))
+                .unwrap_or(name)
+        } else {
+            name
+        };
+        Some(name).filter(|n| !n.is_empty())
     }
 
     /// `file:line` of a code address, when the snapshot carries line tables.
