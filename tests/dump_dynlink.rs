@@ -111,12 +111,35 @@ fn check_snapshot(path: &Path, what: &str) -> Snapshot {
     let out = Command::new(heapsnap()).args(["top", "--by", "root", "--limit", "0", "--json"]).arg(path).output().unwrap();
     assert!(out.status.success(), "{what}: heapsnap top failed");
     let top: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let group = top["groups"].as_array().unwrap().iter().find(|g| g["name"].as_str().unwrap().starts_with("dynlink_global"));
-    let retained = group.unwrap_or_else(|| panic!("{what}: no dynlink_global group: {top}"))["retained"].as_u64().unwrap();
+    // Named from the plugin's own symbol table: the unit's module block, field 1.
+    let groups = top["groups"].as_array().unwrap();
+    let group = groups.iter().find(|g| g["name"] == "Plugin_data.1").unwrap_or_else(|| {
+        let first: Vec<&Value> = groups.iter().take(3).map(|g| &g["name"]).collect();
+        panic!("{what}: no group for the plugin's global Plugin_data.1; the biggest are {first:?}")
+    });
+    let retained = group["retained"].as_u64().unwrap();
     let expect = &manifest_sample()["roots"][0]["retained_bytes"][0];
     assert_eq!(manifest_sample()["roots"][0]["ident"], "items");
     let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
     assert!((min..=max).contains(&retained), "{what}: the plugin's globals retain {retained}, expected {min}..={max}");
+    let names: Vec<&str> =
+        snap.roots().iter().filter(|r| r.root_kind() == RootKind::DynGlobal).map(|r| snap.string(r.name).unwrap_or("")).collect();
+    assert_eq!(names, ["camlPlugin_data", "camlPlugin_data"], "{what}: names of the plugin's global roots");
+    // The plugin's constant closure (given to debug_root) is named by the plugin's function.
+    let out = Command::new(heapsnap()).args(["top", "--by", "closure", "--limit", "0", "--json"]).arg(path).output().unwrap();
+    assert!(out.status.success(), "{what}: heapsnap top --by closure failed");
+    let top: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let plugin_closures: Vec<&str> = top["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .filter(|n| n.starts_with("closure camlPlugin_data."))
+        .collect();
+    assert!(
+        plugin_closures.len() == 1 && plugin_closures[0].starts_with("closure camlPlugin_data.fun_"),
+        "{what}: the plugin's closure by its function: {plugin_closures:?}"
+    );
     snap
 }
 

@@ -2,6 +2,7 @@
 
 use crate::error::Result;
 use crate::runtime::capture::Capture;
+use crate::runtime::plugins::PluginSymbol;
 use crate::runtime::roots::RootName;
 use crate::runtime::Runtime;
 use heapsnap_format::{
@@ -29,6 +30,8 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         w.write_region(&header, &r.bytes)?;
     }
 
+    let mut plugin_symbols: Vec<&PluginSymbol> = cap.plugin_symbols.iter().collect();
+    plugin_symbols.sort_by_key(|s| (s.address, std::cmp::Reverse(s.size)));
     let roots: Vec<RootRecord> = cap
         .roots
         .iter()
@@ -36,7 +39,9 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
             let name = match &r.name {
                 RootName::None => None,
                 RootName::Text(t) => Some(t.clone()),
-                RootName::CodeAt(a) | RootName::DataAt(a) => rt.symbol_name_at(*a).map(str::to_string),
+                RootName::CodeAt(a) | RootName::DataAt(a) => {
+                    rt.symbol_name_at(*a).or_else(|| plugin_symbol_at(&plugin_symbols, *a)).map(str::to_string)
+                }
             };
             RootRecord {
                 kind: r.kind.code(),
@@ -53,19 +58,16 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         .collect();
     w.write_roots(&roots)?;
 
-    let mut symbols: Vec<SymbolRecord> = rt
-        .exe
-        .symbols
-        .iter()
-        .filter(|s| s.address != 0)
-        .map(|s| {
-            let start = rt.addr(s.address);
-            SymbolRecord {
-                start,
-                end: start + s.size,
-                name: w.intern(&s.name),
-                kind: if s.is_function { SymbolKind::Function } else { SymbolKind::Data }.code(),
-            }
+    // The executable's symbols (moved by its load bias), then the plugins' (already moved).
+    let exe_symbols = rt.exe.symbols.iter().filter(|s| s.address != 0).map(|s| (rt.addr(s.address), s.size, &s.name, s.is_function));
+    let plugin_symbols = plugin_symbols.iter().map(|s| (s.address, s.size, &s.name, s.is_function));
+    let mut symbols: Vec<SymbolRecord> = exe_symbols
+        .chain(plugin_symbols)
+        .map(|(start, size, name, is_function)| SymbolRecord {
+            start,
+            end: start.saturating_add(size),
+            name: w.intern(name),
+            kind: if is_function { SymbolKind::Function } else { SymbolKind::Data }.code(),
         })
         .collect();
     w.write_symbols(&mut symbols)?;
@@ -87,4 +89,11 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
     let final_path = w.finish()?;
     let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);
     Ok((final_path, size))
+}
+
+/// The name of the plugin symbol holding `address` (as [`Runtime::symbol_name_at`] for the
+/// executable's): `symbols` sorted by address, then longest first.
+fn plugin_symbol_at<'a>(symbols: &[&'a PluginSymbol], address: u64) -> Option<&'a str> {
+    let after = symbols.partition_point(|s| s.address <= address);
+    symbols[..after].iter().rev().take(16).find(|s| address < s.address + s.size.max(1)).map(|s| s.name.as_str())
 }

@@ -45,6 +45,9 @@ pub struct Capture {
     pub compactions: Option<u64>,
     /// Registered custom operations: (address of `struct custom_operations`, identifier).
     pub custom_ops: Vec<(u64, String)>,
+    /// Symbols of the loaded Dynlink plugins, at target addresses (the executable's are in
+    /// [`Runtime`]).
+    pub plugin_symbols: Vec<super::plugins::PluginSymbol>,
     pub warnings: Vec<String>,
     /// How long each step of the copy took (ns), for reports and benchmarks.
     pub phases: Vec<(&'static str, u64)>,
@@ -539,6 +542,7 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
 fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
     let plugins = super::plugins::data_spans(rt, source, spare.plugins.as_ref());
     cap.warnings.extend(plugins.warnings);
+    cap.plugin_symbols = plugins.symbols;
     let regions: Vec<CapturedRegion> = static_spans(rt, source)?
         .into_iter()
         .chain(plugins.spans)

@@ -17,6 +17,10 @@
 //! has at the note's address, and each span must fall in a mapping of that file at the
 //! matching file offset. A file that is gone, unreadable or different gets a warning, and its
 //! data is left out (pointers into it stay external), never a failure.
+//!
+//! The symbols of a trusted file come along, moved to where it is loaded: they name the
+//! plugin's module blocks (its `dynlink_global` roots) and the functions of its closures in the
+//! snapshot, as the executable's symbols do for its own units.
 
 use super::Runtime;
 use crate::source::{Mapping, MemorySource, ReadExt};
@@ -29,9 +33,21 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, Default)]
 pub struct PluginData {
     pub spans: Vec<(u64, u64)>,
+    /// The loaded plugins' symbols, at target addresses.
+    pub symbols: Vec<PluginSymbol>,
     pub warnings: Vec<String>,
     /// The head of `caml_dyn_globals` this was found for (`None`: not known).
     head: Option<u64>,
+}
+
+/// A symbol of a loaded plugin (at a target address, in [`PluginData`]; at a link-time one
+/// in a parsed file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginSymbol {
+    pub name: String,
+    pub address: u64,
+    pub size: u64,
+    pub is_function: bool,
 }
 
 /// The OCaml data of one shared object file, at link-time addresses.
@@ -43,6 +59,8 @@ struct PluginFile {
     units: Vec<(u64, u64, u64)>,
     /// Link-time address and bytes of `.note.gnu.build-id`.
     build_id: Option<(u64, Vec<u8>)>,
+    /// Its defined functions and data objects.
+    symbols: Vec<PluginSymbol>,
 }
 
 /// The spans of static data of every plugin the target has loaded (not the executable's: see
@@ -113,6 +131,9 @@ fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
                 ));
                 continue;
             }
+            out.symbols.extend(
+                file.symbols.iter().map(|s| PluginSymbol { address: bias.wrapping_add(s.address), ..s.clone() }),
+            );
             for &(begin, end, offset) in &file.units {
                 // Word-aligned, as `caml_data_segments` spans are (the bias is page-aligned).
                 let (b, e) = (bias.wrapping_add(begin) & !7, bias.wrapping_add(end).div_ceil(8) * 8);
@@ -209,14 +230,27 @@ fn parse(path: &Path) -> Result<Option<PluginFile>, String> {
     Ok(ocaml_data(&elf))
 }
 
-/// The units' data spans of a shared object, from `.symtab` (or `.dynsym` if stripped).
+/// The units' data spans of a shared object, and its symbols, from `.symtab` (or `.dynsym` if
+/// stripped).
 fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
     let mut begins: HashMap<&[u8], (u64, Option<u64>)> = HashMap::new();
     let mut ends: HashMap<&[u8], u64> = HashMap::new();
+    let mut symbols = Vec::new();
     for table in [elf.symbol_table(), elf.dynamic_symbol_table()].into_iter().flatten() {
         for sym in table.symbols() {
             let Ok(name) = sym.name_bytes() else { continue };
-            if sym.is_undefined() || !name.starts_with(b"caml") {
+            if sym.is_undefined() || name.is_empty() {
+                continue;
+            }
+            if matches!(sym.kind(), object::SymbolKind::Text | object::SymbolKind::Data | object::SymbolKind::Unknown) && sym.address() != 0 {
+                symbols.push(PluginSymbol {
+                    name: String::from_utf8_lossy(name).into_owned(),
+                    address: sym.address(),
+                    size: sym.size(),
+                    is_function: sym.kind() == object::SymbolKind::Text,
+                });
+            }
+            if !name.starts_with(b"caml") {
                 continue;
             }
             if let Some(unit) = name.strip_suffix(b".data_begin") {
@@ -232,6 +266,7 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
         if !begins.is_empty() {
             break;
         }
+        symbols.clear();
     }
     let mut units: Vec<(u64, u64, u64)> = begins
         .iter()
@@ -247,7 +282,7 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
     let first_segment_vaddr = elf.segments().map(|s| s.address()).min()? & !0xfff;
     let build_id =
         elf.section_by_name(".note.gnu.build-id").and_then(|s| Some((s.address(), s.data().ok()?.to_vec()))).filter(|(_, b)| !b.is_empty());
-    Some(PluginFile { first_segment_vaddr, units, build_id })
+    Some(PluginFile { first_segment_vaddr, units, build_id, symbols })
 }
 
 #[cfg(test)]
