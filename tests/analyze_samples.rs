@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir};
+use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
 
 fn manifest() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();
@@ -34,6 +34,7 @@ fn dump_sample(name: &str, args: &[String], dir: &Path) -> PathBuf {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .dies_with_test()
         .spawn()
         .expect("start the sample");
     let stdout = child.stdout.take().expect("piped stdout");
@@ -179,6 +180,7 @@ fn reserved_header_bits_are_the_tag() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .dies_with_test()
         .spawn()
         .expect("start reserved_bits");
     let stdout = child.stdout.take().unwrap();

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir};
+use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
 
 fn manifest_sample(name: &str) -> Value {
     static M: OnceLock<Value> = OnceLock::new();
@@ -49,6 +49,7 @@ fn three_snapshots(name: &str, dir: &Path) -> Vec<PathBuf> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .dies_with_test()
         .spawn()
         .expect("start heapsnap run");
     let mut running = Running(child);

@@ -282,6 +282,7 @@ fn busy_long_list() -> KillOnDrop {
         .args(["--steps", "1000000"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
+        .dies_with_test()
         .spawn()
         .expect("start long_list");
     let busy = KillOnDrop(child);
@@ -477,7 +478,7 @@ let () =
     let exe = compile_ocaml(dir.path(), "c_alloc", PROGRAM, &[]);
     for (function, file) in [("caml_alloc_string", "alloc.c"), ("caml_copy_double", "floats.c")] {
         let mut program = KillOnDrop(
-            Command::new(&exe).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).spawn().expect("start program"),
+            Command::new(&exe).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).dies_with_test().spawn().expect("start program"),
         );
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();

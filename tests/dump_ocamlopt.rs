@@ -40,6 +40,7 @@ fn the_compiler_dumped_mid_compilation() {
     let mut compiler = Command::new(toolchain().join("bin/ocamlopt.opt"))
         .current_dir(dir.path())
         .args(["-g", "big.ml", "-o", "big"])
+        .dies_with_test()
         .spawn()
         .expect("start ocamlopt.opt");
     // Let it get well into the work, then dump it (twice: early and later).

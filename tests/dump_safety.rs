@@ -26,6 +26,7 @@ fn dumper_attached(pid: i32, out: &Path, extra: &[&str]) -> std::process::Child 
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
+        .dies_with_test()
         .spawn()
         .expect("start heapsnap dump");
     let start = Instant::now();
@@ -150,7 +151,7 @@ fn a_stripped_binary_is_refused_clearly() {
 
 #[test]
 fn a_program_that_is_not_ocaml_is_refused_clearly() {
-    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut sleeper = Command::new("sleep").arg("30").dies_with_test().spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dump(sleeper.id() as i32, &dir.path().join("s.snap"), &[]);
     sleeper.kill().unwrap();

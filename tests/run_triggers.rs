@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, sample_path as sample};
+use dump_support::{heapsnap, sample_path as sample, DiesWithTest};
 
 fn preload_library() -> PathBuf {
     let path = heapsnap().with_file_name("libheapsnap_preload.so");
@@ -95,6 +95,7 @@ fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
         .args(["--steps", "3", "--pause"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .dies_with_test()
         .spawn()
         .unwrap();
     let (lines, status) = drive(child, dir.path(), 3, 1, |_| {});
@@ -125,6 +126,7 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
         .args(["--steps", "2", "--pause"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .dies_with_test()
         .spawn()
         .unwrap();
     // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
@@ -198,6 +200,7 @@ fn preload_library_watches_a_program_started_without_heapsnap() {
         .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,on-signal=USR1,dir={}", dir.path().display()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .dies_with_test()
         .spawn()
         .unwrap();
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});

@@ -12,6 +12,26 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// Programs a test starts die with the test (SIGKILL through `PR_SET_PDEATHSIG` when the
+/// thread that started them ends): a test binary killed by a timeout, or a test that panics
+/// before it kills its program, leaves no process behind.
+pub trait DiesWithTest {
+    fn dies_with_test(&mut self) -> &mut Self;
+}
+
+impl DiesWithTest for Command {
+    fn dies_with_test(&mut self) -> &mut Command {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: between fork and exec the closure only makes an async-signal-safe system call.
+        unsafe {
+            self.pre_exec(|| match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            })
+        }
+    }
+}
+
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -86,6 +106,7 @@ impl Sample {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
+            .dies_with_test()
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
         let stdin = child.stdin.take();
