@@ -125,7 +125,8 @@ fn check_snapshot(path: &Path, what: &str) -> Snapshot {
     let names: Vec<&str> =
         snap.roots().iter().filter(|r| r.root_kind() == RootKind::DynGlobal).map(|r| snap.string(r.name).unwrap_or("")).collect();
     assert_eq!(names, ["camlPlugin_data", "camlPlugin_data"], "{what}: names of the plugin's global roots");
-    // The plugin's constant closure (given to debug_root) is named by the plugin's function.
+    // The plugin's constant closure (given to debug_root) is named by the plugin's function and
+    // source line: its symbols and line tables are in the snapshot.
     let out = Command::new(heapsnap()).args(["top", "--by", "closure", "--limit", "0", "--json"]).arg(path).output().unwrap();
     assert!(out.status.success(), "{what}: heapsnap top --by closure failed");
     let top: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -136,9 +137,17 @@ fn check_snapshot(path: &Path, what: &str) -> Snapshot {
         .filter_map(|g| g["name"].as_str())
         .filter(|n| n.starts_with("closure camlPlugin_data."))
         .collect();
+    let line = std::fs::read_to_string(repo().join("samples/plugin_data.ml"))
+        .unwrap()
+        .lines()
+        .position(|l| l.contains("debug_root \"plugin_items\" (fun () ->"))
+        .expect("the closure's line in plugin_data.ml")
+        + 1;
     assert!(
-        plugin_closures.len() == 1 && plugin_closures[0].starts_with("closure camlPlugin_data.fun_"),
-        "{what}: the plugin's closure by its function: {plugin_closures:?}"
+        plugin_closures.len() == 1
+            && plugin_closures[0].starts_with("closure camlPlugin_data.fun_")
+            && plugin_closures[0].ends_with(&format!(" (plugin_data.ml:{line})")),
+        "{what}: the plugin's closure by its function and line {line}: {plugin_closures:?}"
     );
     snap
 }

@@ -14,6 +14,8 @@ type Reader<'s> = EndianSlice<'s, LittleEndian>;
 pub struct Names<'s> {
     snap: &'s Snapshot,
     lines: Option<addr2line::Context<Reader<'s>>>,
+    /// Each loaded Dynlink plugin's line tables, with its load bias.
+    plugin_lines: Vec<(u64, addr2line::Context<Reader<'s>>)>,
     line_cache: Mutex<HashMap<u64, Option<String>>>,
     custom_ops: HashMap<u64, &'s str>,
     /// Target address minus this is the executable's link-time address (PIE).
@@ -23,15 +25,19 @@ pub struct Names<'s> {
 impl<'s> Names<'s> {
     pub fn new(snap: &'s Snapshot) -> Self {
         let custom_ops = snap.custom_ops().iter().filter_map(|o| Some((o.address, snap.string(o.identifier)?))).collect();
-        let lines = if snap.dwarf_section(".debug_line").is_some() || snap.dwarf_section(".debug_info").is_some() {
-            let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
-                Ok(EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), LittleEndian))
-            };
-            gimli::Dwarf::load(load).ok().and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
-        } else {
-            None
-        };
-        Names { snap, lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
+        let lines = line_context(|name| snap.dwarf_section(name));
+        let plugins = snap.plugin_dwarf();
+        let mut biases: Vec<u64> = plugins.iter().map(|d| d.load_bias).collect();
+        biases.sort_unstable();
+        biases.dedup();
+        let plugin_lines = biases
+            .into_iter()
+            .filter_map(|bias| {
+                let section = |name: &str| plugins.iter().find(|d| d.load_bias == bias && d.name == name).map(|d| d.bytes);
+                Some((bias, line_context(section)?))
+            })
+            .collect();
+        Names { snap, lines, plugin_lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
     }
 
     /// The symbol covering a code address. A unit's sizeless markers (`camlFoo.code_begin`)
@@ -54,15 +60,21 @@ impl<'s> Names<'s> {
         Some(name).filter(|n| !n.is_empty())
     }
 
-    /// `file:line` of a code address, when the snapshot carries line tables.
+    /// `file:line` of a code address, when the snapshot carries line tables (the executable's,
+    /// then each plugin's).
     pub fn source_line(&self, address: u64) -> Option<String> {
-        let ctx = self.lines.as_ref()?;
         let mut cache = self.line_cache.lock().expect("no panics while holding the cache");
         cache
             .entry(address)
             .or_insert_with(|| {
-                // DWARF holds link-time addresses: undo the load bias of a PIE executable.
-                let loc = ctx.find_location(address.wrapping_sub(self.load_bias)).ok()??;
+                // DWARF holds link-time addresses: undo the load bias of a PIE executable, or of
+                // the plugin.
+                let loc = self
+                    .lines
+                    .iter()
+                    .map(|ctx| (self.load_bias, ctx))
+                    .chain(self.plugin_lines.iter().map(|(bias, ctx)| (*bias, ctx)))
+                    .find_map(|(bias, ctx)| ctx.find_location(address.wrapping_sub(bias)).ok().flatten())?;
                 let file = loc.file?;
                 let short = file.rsplit('/').next().unwrap_or(file);
                 Some(match loc.line {
@@ -107,6 +119,17 @@ impl<'s> Names<'s> {
             tag => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
         }
     }
+}
+
+/// Line tables from DWARF sections found by name; `None` without `.debug_line` or `.debug_info`.
+fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2line::Context<Reader<'s>>> {
+    if section(".debug_line").is_none() && section(".debug_info").is_none() {
+        return None;
+    }
+    let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
+        Ok(EndianSlice::new(section(id.name()).unwrap_or(&[]), LittleEndian))
+    };
+    gimli::Dwarf::load(load).ok().and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
 }
 
 /// `camlFoo__Bar` -> `Foo__Bar`; other names unchanged.

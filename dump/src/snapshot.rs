@@ -76,6 +76,13 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         for (name, bytes) in rt.exe.dwarf_sections() {
             w.write_dwarf(name, &bytes)?;
         }
+        // A plugin loaded twice at one address (or a hostile file) repeats a section: once is enough.
+        let mut written = std::collections::HashSet::new();
+        for (bias, name, bytes) in &cap.plugin_dwarf {
+            if written.insert((*bias, *name)) {
+                w.write_plugin_dwarf(*bias, name, bytes)?;
+            }
+        }
     }
 
     let ops: Vec<CustomOpsRecord> = cap

@@ -12,6 +12,7 @@ mod error;
 mod layout;
 mod load_bias;
 mod metadata;
+mod plugin_dwarf;
 mod reader;
 mod symbol_index;
 mod writer;
@@ -24,6 +25,7 @@ pub use layout::{
     WORD_SIZE,
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
+pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use metadata::{ColourEncoding, DomainInfo, Metadata, Trigger};
 pub use reader::{ReadOptions, Region, Snapshot};
 pub use writer::{RegionStream, SnapshotWriter};

@@ -23,6 +23,8 @@ pub struct SnapshotWriter {
     region_spans: Vec<(u64, u64)>,
     /// Names of the DWARF sections written: a name may appear once.
     dwarf_names: Vec<String>,
+    /// (load bias, name) of the plugins' DWARF sections written.
+    pub(crate) plugin_dwarf: Vec<(u64, String)>,
     /// Set by a failed write: the file's contents are then unknown, so `finish` refuses.
     failed: bool,
 }
@@ -52,6 +54,7 @@ impl SnapshotWriter {
             string_ids: HashMap::new(),
             region_spans: Vec::new(),
             dwarf_names: Vec::new(),
+            plugin_dwarf: Vec::new(),
             failed: false,
         };
         writer.put(bytemuck::bytes_of(&FileHeader::current()))?;

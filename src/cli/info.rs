@@ -28,6 +28,11 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     for root in snap.roots() {
         *roots.entry(RootKind::from_code(root.kind).label()).or_default() += 1;
     }
+    // The plugins' DWARF section names, by load bias.
+    let mut plugin_dwarf: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
+    for d in snap.plugin_dwarf() {
+        plugin_dwarf.entry(d.load_bias).or_default().push(d.name);
+    }
     let version = format!("{}.{}", snap.header().version_major, snap.header().version_minor);
     if args.json {
         let value = serde_json::json!({
@@ -38,6 +43,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "roots": roots,
             "symbols": snap.symbols().len(),
             "dwarf_sections": snap.dwarf_section_names().collect::<Vec<_>>(),
+            "plugin_dwarf": plugin_dwarf.iter().map(|(bias, names)| serde_json::json!({"load_bias": bias, "sections": names})).collect::<Vec<_>>(),
             "custom_ops": snap.custom_ops().len(),
             "ephemerons": snap.ephemerons().len(),
         });
@@ -61,6 +67,8 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         println!("roots  {kind:<20} {n:>8}");
     }
     println!("symbols         {}", snap.symbols().len());
+    let exe_lines = if snap.dwarf_section(".debug_line").is_some() { "yes" } else { "no" };
+    println!("line tables     executable: {exe_lines}; Dynlink plugins: {}", plugin_dwarf.len());
     for w in &m.warnings {
         println!("warning         {w}");
     }

@@ -48,6 +48,8 @@ pub struct Capture {
     /// Symbols of the loaded Dynlink plugins, at target addresses (the executable's are in
     /// [`Runtime`]).
     pub plugin_symbols: Vec<super::plugins::PluginSymbol>,
+    /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
+    pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,
     pub warnings: Vec<String>,
     /// How long each step of the copy took (ns), for reports and benchmarks.
     pub phases: Vec<(&'static str, u64)>,
@@ -543,6 +545,7 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
     let plugins = super::plugins::data_spans(rt, source, spare.plugins.as_ref());
     cap.warnings.extend(plugins.warnings);
     cap.plugin_symbols = plugins.symbols;
+    cap.plugin_dwarf = plugins.dwarf;
     let regions: Vec<CapturedRegion> = static_spans(rt, source)?
         .into_iter()
         .chain(plugins.spans)

@@ -18,15 +18,16 @@
 //! matching file offset. A file that is gone, unreadable or different gets a warning, and its
 //! data is left out (pointers into it stay external), never a failure.
 //!
-//! The symbols of a trusted file come along, moved to where it is loaded: they name the
-//! plugin's module blocks (its `dynlink_global` roots) and the functions of its closures in the
-//! snapshot, as the executable's symbols do for its own units.
+//! The symbols and DWARF sections of a trusted file come along, with where it is loaded: they
+//! name the plugin's module blocks (its `dynlink_global` roots) and the functions and source
+//! lines of its closures in the snapshot, as the executable's do for its own units.
 
 use super::Runtime;
 use crate::source::{Mapping, MemorySource, ReadExt};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// What [`data_spans`] found: the spans (target addresses, sorted, disjoint) and what could
 /// not be used.
@@ -35,6 +36,9 @@ pub struct PluginData {
     pub spans: Vec<(u64, u64)>,
     /// The loaded plugins' symbols, at target addresses.
     pub symbols: Vec<PluginSymbol>,
+    /// The loaded plugins' DWARF sections: (load bias, section name, bytes). Shared, not
+    /// copied, when the stop reuses what the preparation found.
+    pub dwarf: Vec<(u64, &'static str, Arc<[u8]>)>,
     pub warnings: Vec<String>,
     /// The head of `caml_dyn_globals` this was found for (`None`: not known).
     head: Option<u64>,
@@ -61,6 +65,8 @@ struct PluginFile {
     build_id: Option<(u64, Vec<u8>)>,
     /// Its defined functions and data objects.
     symbols: Vec<PluginSymbol>,
+    /// Its DWARF sections (link-time addresses).
+    dwarf: Vec<(&'static str, Arc<[u8]>)>,
 }
 
 /// The spans of static data of every plugin the target has loaded (not the executable's: see
@@ -134,6 +140,7 @@ fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
             out.symbols.extend(
                 file.symbols.iter().map(|s| PluginSymbol { address: bias.wrapping_add(s.address), ..s.clone() }),
             );
+            out.dwarf.extend(file.dwarf.iter().map(|(name, bytes)| (bias, *name, bytes.clone())));
             for &(begin, end, offset) in &file.units {
                 // Word-aligned, as `caml_data_segments` spans are (the bias is page-aligned).
                 let (b, e) = (bias.wrapping_add(begin) & !7, bias.wrapping_add(end).div_ceil(8) * 8);
@@ -282,7 +289,11 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
     let first_segment_vaddr = elf.segments().map(|s| s.address()).min()? & !0xfff;
     let build_id =
         elf.section_by_name(".note.gnu.build-id").and_then(|s| Some((s.address(), s.data().ok()?.to_vec()))).filter(|(_, b)| !b.is_empty());
-    Some(PluginFile { first_segment_vaddr, units, build_id, symbols })
+    let dwarf = crate::elf::DWARF_SECTIONS
+        .iter()
+        .filter_map(|&name| Some((name, Arc::from(elf.section_by_name(name)?.uncompressed_data().ok()?.as_ref()))))
+        .collect();
+    Some(PluginFile { first_segment_vaddr, units, build_id, symbols, dwarf })
 }
 
 #[cfg(test)]

@@ -117,6 +117,10 @@ fn walk(snapshot: &Snapshot) {
     for name in snapshot.dwarf_section_names() {
         assert!(snapshot.dwarf_section(name).is_some());
     }
+    let _ = snapshot.load_bias();
+    for d in snapshot.plugin_dwarf() {
+        assert!(!d.name.is_empty() && d.name.len() <= heapsnap_format::DWARF_NAME_LEN);
+    }
     // Arbitrary ids must be answered, not panic.
     for id in [0, 1, 7, u32::MAX - 1, snapshot.bytes().len() as u32] {
         let _ = snapshot.string(StrId(id));
