@@ -26,46 +26,93 @@ pub fn tune_allocator() {
 /// writes data), so the memory may be in use meanwhile; huge pages are asked for first
 /// (`MADV_HUGEPAGE`: 512 times fewer faults). Best effort: a kernel without these (Linux < 5.14)
 /// or another OS just leaves the faults to the writes. Dropping it stops the thread.
+///
+/// It keeps at most [`PREFAULT_LEAD`] bytes ahead of what the writer says it has written
+/// ([`Prefault::written`]): an array sized for the worst case (one slot per node, when only
+/// the reachable ones are written) is not made resident beyond what is used.
 pub struct Prefault {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Bytes written so far at the start of each range, as the writer reports them.
+    written: std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Chunk the background thread faults in at a time (it checks for a stop between chunks).
 const PREFAULT_CHUNK: usize = 8 << 20;
 
+/// How far ahead of the writer the thread may fault memory in.
+pub const PREFAULT_LEAD: usize = 32 << 20;
+
 /// Ranges smaller than this are left to the writes: not worth a thread.
 const PREFAULT_MIN: usize = 16 << 20;
 
 impl Prefault {
-    /// Starts faulting in address ranges `(start, bytes)`, in order (see [`spare_capacity`]).
+    /// Starts faulting in address ranges `(start, bytes)` (see [`spare_capacity`]), each as its
+    /// writer progresses: range `i` up to [`PREFAULT_LEAD`] bytes past what
+    /// `written(i, ..)` last reported.
     pub fn start(ranges: Vec<(usize, usize)>) -> Prefault {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let pages: Vec<(usize, usize)> =
-            ranges.into_iter().filter(|&(_, len)| len >= PREFAULT_MIN).filter_map(|(start, len)| whole_pages(start, len)).collect();
-        if pages.is_empty() {
-            return Prefault { stop, thread: None };
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let written: std::sync::Arc<Vec<AtomicUsize>> = std::sync::Arc::new(ranges.iter().map(|_| AtomicUsize::new(0)).collect());
+        // (range start, first whole page, end of the whole pages, faulted in up to).
+        let mut pages: Vec<(usize, usize, usize, usize)> = ranges
+            .iter()
+            .map(|&(start, len)| match whole_pages(start, len).filter(|_| len >= PREFAULT_MIN) {
+                Some((first, end)) => (start, first, end, first),
+                None => (start, 0, 0, 0),
+            })
+            .collect();
+        if pages.iter().all(|p| p.1 == p.2) {
+            return Prefault { stop, written, thread: None };
         }
+        let (flag, progress) = (stop.clone(), written.clone());
         let thread = std::thread::Builder::new()
             .name("heapsnap-prefault".into())
             .spawn(move || {
-                for (start, end) in pages {
-                    let _ = advise(start, end - start, MADVISE_HUGEPAGE);
-                    for chunk in (start..end).step_by(PREFAULT_CHUNK) {
-                        if flag.load(std::sync::atomic::Ordering::Relaxed) {
-                            return;
+                for &(_, first, end, _) in &pages {
+                    if first < end {
+                        let _ = advise(first, end - first, MADVISE_HUGEPAGE);
+                    }
+                }
+                while !flag.load(Relaxed) {
+                    let mut waiting = false;
+                    for (i, (start, _, end, done)) in pages.iter_mut().enumerate() {
+                        let allowed = start.saturating_add(progress[i].load(Relaxed)).saturating_add(PREFAULT_LEAD).min(*end);
+                        if *done < allowed {
+                            let len = PREFAULT_CHUNK.min(*end - *done);
+                            let _ = advise(*done, len, MADVISE_POPULATE_WRITE);
+                            *done += len;
+                        } else if *done < *end {
+                            waiting = true;
                         }
-                        let _ = advise(chunk, PREFAULT_CHUNK.min(end - chunk), MADVISE_POPULATE_WRITE);
+                    }
+                    if pages.iter().all(|p| p.3 >= p.2) {
+                        return;
+                    }
+                    if waiting {
+                        // Ahead of every writer: give them time.
+                        std::thread::sleep(std::time::Duration::from_micros(200));
                     }
                 }
             })
             .ok();
-        Prefault { stop, thread }
+        Prefault { stop, written, thread }
     }
 
-    /// Waits until every range is faulted in (dropping it stops at the next chunk instead).
+    /// The writer of range `i` has written its first `bytes` bytes (call it every few MiB).
+    #[inline]
+    pub fn written(&self, i: usize, bytes: usize) {
+        if let Some(w) = self.written.get(i) {
+            w.store(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Says every range is written whole, and waits until the thread has faulted all of them in
+    /// (dropping it stops at the next chunk instead).
     pub fn finish(mut self) {
+        for w in self.written.iter() {
+            w.store(usize::MAX / 2, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -165,5 +212,33 @@ mod tests {
         }
         v.extend(0..1000);
         assert_eq!(v.len(), 2000);
+    }
+
+    /// Pages resident in `[first, end)` (whole pages).
+    #[cfg(target_os = "linux")]
+    fn resident_pages(first: usize, end: usize) -> usize {
+        let mut resident = vec![0u8; (end - first) / 4096];
+        // SAFETY: the range is mapped (a vector's buffer) and `resident` has a byte per page.
+        let rc = unsafe { libc::mincore(first as *mut libc::c_void, end - first, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        resident.iter().filter(|&&r| r & 1 == 1).count()
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn prefault_stays_a_bounded_distance_ahead_of_the_writer() {
+        let mut v: Vec<u64> = Vec::with_capacity(16 << 20); // 128 MiB, never written
+        let (start, len) = spare_capacity(&mut v);
+        let (first, end) = whole_pages(start, len).unwrap();
+        let prefault = Prefault::start(vec![(start, len)]);
+        let bound = PREFAULT_LEAD + PREFAULT_CHUNK + (2 << 20); // a huge page may round up
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(resident_pages(first, end) * 4096 <= bound, "faulted in beyond the lead with nothing written");
+        // The writer moves on: the limit moves with it.
+        prefault.written(0, 64 << 20);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(resident_pages(first, end) * 4096 <= (64 << 20) + bound);
+        drop(prefault);
+        drop(v);
     }
 }
