@@ -7,7 +7,7 @@
 //! it like any unknown, non-required section (they only lose the plugins' source lines).
 
 use crate::error::FormatError;
-use crate::layout::DWARF_NAME_LEN;
+use crate::layout::{SectionKind, DWARF_NAME_LEN};
 use crate::reader::Snapshot;
 use crate::writer::SnapshotWriter;
 
@@ -40,8 +40,7 @@ impl SnapshotWriter {
         let mut head = [0u8; HEAD];
         head[..8].copy_from_slice(&load_bias.to_le_bytes());
         head[8..8 + name.len()].copy_from_slice(name.as_bytes());
-        let body: Vec<u8> = head.iter().chain(bytes).copied().collect();
-        self.write_raw_section(SECTION_KIND_PLUGIN_DWARF, 0, &body)?;
+        self.write_section(SectionKind::from_code(SECTION_KIND_PLUGIN_DWARF), 0, &[&head, bytes])?;
         self.plugin_dwarf.push((load_bias, name.to_owned()));
         Ok(())
     }

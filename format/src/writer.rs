@@ -205,7 +205,7 @@ impl SnapshotWriter {
         Ok(())
     }
 
-    fn write_section(&mut self, kind: SectionKind, flags: u32, parts: &[&[u8]]) -> Result<(), FormatError> {
+    pub(crate) fn write_section(&mut self, kind: SectionKind, flags: u32, parts: &[&[u8]]) -> Result<(), FormatError> {
         let mut section = self.begin_section(kind, flags)?;
         for part in parts {
             section.write(part)?;
