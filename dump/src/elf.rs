@@ -21,7 +21,8 @@ pub const DWARF_SECTIONS: &[&str] = &[
     ".debug_str_offsets",
 ];
 
-/// One symbol of the executable, at its link-time address.
+/// One symbol of the executable (or of a loaded plugin), at its link-time address (or, for a
+/// plugin's in a capture, at its target address).
 #[derive(Clone, Debug)]
 pub struct Symbol {
     pub name: String,
@@ -120,13 +121,7 @@ impl Executable {
 
     /// The symbol whose extent holds the link-time address `address`.
     pub fn symbol_at(&self, address: u64) -> Option<&Symbol> {
-        let after = self.by_address.partition_point(|&i| self.symbols[i].address <= address);
-        self.by_address[..after]
-            .iter()
-            .rev()
-            .take(16)
-            .map(|&i| &self.symbols[i])
-            .find(|s| address < s.address + s.size.max(1))
+        symbol_holding(&self.by_address, |&i| &self.symbols[i], address)
     }
 
     /// The bytes of a section (decompressed if need be), and its link-time address.
@@ -141,6 +136,13 @@ impl Executable {
     pub fn dwarf_sections(&self) -> Vec<(&'static str, Cow<'_, [u8]>)> {
         DWARF_SECTIONS.iter().filter_map(|&name| self.section_data(name).map(|(_, b)| (name, b))).collect()
     }
+}
+
+/// The symbol whose extent holds `address` (a sizeless one holds its own address only), among
+/// `sorted`, whose symbols (`symbol` of each) are sorted by address, then longest first.
+pub fn symbol_holding<'a, T>(sorted: &[T], symbol: impl Fn(&T) -> &'a Symbol, address: u64) -> Option<&'a Symbol> {
+    let after = sorted.partition_point(|t| symbol(t).address <= address);
+    sorted[..after].iter().rev().take(16).map(symbol).find(|s| address < s.address.saturating_add(s.size.max(1)))
 }
 
 /// An x86-64 file with a symbol table: whether it is position-independent, and the page of its

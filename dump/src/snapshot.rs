@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::runtime::capture::Capture;
-use crate::runtime::plugins::PluginSymbol;
+use crate::elf::{symbol_holding, Symbol};
 use crate::runtime::roots::RootName;
 use crate::runtime::Runtime;
 use heapsnap_format::{
@@ -30,7 +30,7 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         w.write_region(&header, &r.bytes)?;
     }
 
-    let mut plugin_symbols: Vec<&PluginSymbol> = cap.plugin_symbols.iter().collect();
+    let mut plugin_symbols: Vec<&Symbol> = cap.plugin_symbols.iter().collect();
     plugin_symbols.sort_by_key(|s| (s.address, std::cmp::Reverse(s.size)));
     let roots: Vec<RootRecord> = cap
         .roots
@@ -40,7 +40,7 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
                 RootName::None => None,
                 RootName::Text(t) => Some(t.clone()),
                 RootName::CodeAt(a) | RootName::DataAt(a) => {
-                    rt.symbol_name_at(*a).or_else(|| plugin_symbol_at(&plugin_symbols, *a)).map(str::to_string)
+                    rt.symbol_name_at(*a).or_else(|| symbol_holding(&plugin_symbols, |s| *s, *a).map(|s| s.name.as_str())).map(str::to_string)
                 }
             };
             RootRecord {
@@ -98,9 +98,3 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
     Ok((final_path, size))
 }
 
-/// The name of the plugin symbol holding `address` (as [`Runtime::symbol_name_at`] for the
-/// executable's): `symbols` sorted by address, then longest first.
-fn plugin_symbol_at<'a>(symbols: &[&'a PluginSymbol], address: u64) -> Option<&'a str> {
-    let after = symbols.partition_point(|s| s.address <= address);
-    symbols[..after].iter().rev().take(16).find(|s| address < s.address + s.size.max(1)).map(|s| s.name.as_str())
-}

@@ -47,7 +47,7 @@ pub struct Capture {
     pub custom_ops: Vec<(u64, String)>,
     /// Symbols of the loaded Dynlink plugins, at target addresses (the executable's are in
     /// [`Runtime`]).
-    pub plugin_symbols: Vec<super::plugins::PluginSymbol>,
+    pub plugin_symbols: Vec<crate::elf::Symbol>,
     /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
     pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,
     pub warnings: Vec<String>,

@@ -23,6 +23,7 @@
 //! lines of its closures in the snapshot, as the executable's do for its own units.
 
 use super::Runtime;
+use crate::elf::Symbol;
 use crate::source::{Mapping, MemorySource, ReadExt};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::collections::HashMap;
@@ -35,23 +36,13 @@ use std::sync::Arc;
 pub struct PluginData {
     pub spans: Vec<(u64, u64)>,
     /// The loaded plugins' symbols, at target addresses.
-    pub symbols: Vec<PluginSymbol>,
+    pub symbols: Vec<Symbol>,
     /// The loaded plugins' DWARF sections: (load bias, section name, bytes). Shared, not
     /// copied, when the stop reuses what the preparation found.
     pub dwarf: Vec<(u64, &'static str, Arc<[u8]>)>,
     pub warnings: Vec<String>,
     /// The head of `caml_dyn_globals` this was found for (`None`: not known).
     head: Option<u64>,
-}
-
-/// A symbol of a loaded plugin (at a target address, in [`PluginData`]; at a link-time one
-/// in a parsed file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PluginSymbol {
-    pub name: String,
-    pub address: u64,
-    pub size: u64,
-    pub is_function: bool,
 }
 
 /// The OCaml data of one shared object file, at link-time addresses.
@@ -64,7 +55,7 @@ struct PluginFile {
     /// Link-time address and bytes of `.note.gnu.build-id`.
     build_id: Option<(u64, Vec<u8>)>,
     /// Its defined functions and data objects.
-    symbols: Vec<PluginSymbol>,
+    symbols: Vec<Symbol>,
     /// Its DWARF sections (link-time addresses).
     dwarf: Vec<(&'static str, Arc<[u8]>)>,
 }
@@ -138,7 +129,7 @@ fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
                 continue;
             }
             out.symbols.extend(
-                file.symbols.iter().map(|s| PluginSymbol { address: bias.wrapping_add(s.address), ..s.clone() }),
+                file.symbols.iter().map(|s| Symbol { address: bias.wrapping_add(s.address), ..s.clone() }),
             );
             out.dwarf.extend(file.dwarf.iter().map(|(name, bytes)| (bias, *name, bytes.clone())));
             for &(begin, end, offset) in &file.units {
@@ -250,11 +241,12 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
                 continue;
             }
             if matches!(sym.kind(), object::SymbolKind::Text | object::SymbolKind::Data | object::SymbolKind::Unknown) && sym.address() != 0 {
-                symbols.push(PluginSymbol {
+                symbols.push(Symbol {
                     name: String::from_utf8_lossy(name).into_owned(),
                     address: sym.address(),
                     size: sym.size(),
                     is_function: sym.kind() == object::SymbolKind::Text,
+                    is_global: sym.is_global(),
                 });
             }
             if !name.starts_with(b"caml") {
