@@ -139,40 +139,72 @@ impl<'s> Analysis<'s> {
 /// Dominators and retained sizes of a graph, from the super-root.
 pub fn dominator_tree(graph: &HeapGraph<'_>) -> DominatorTree {
     let timer = PhaseTimer::start("retained sizes");
-    let mut tree = dominators::dominators(Csr { offsets: &graph.offsets, targets: &graph.targets }, SUPER_ROOT);
-    timer.lap("dominators done");
-    // Shallow sizes straight from the headers, region by region, into preorder slots: in
-    // words (u32) when the whole heap's words fit one, else in bytes. Static data is never
-    // freed, so it retains nothing (its blocks stay nodes, with a size of 0 here).
-    let total_words: u64 = graph.blocks.regions.iter().map(|r| r.counts.live_bytes / 8).sum();
-    let fill = |write: &(dyn Fn(usize, u64) + Sync)| {
-        let pre_of = &tree.pre_of;
-        let blocks = &graph.blocks;
-        let heap_regions: Vec<usize> = blocks.block_regions().filter(|&r| blocks.regions[r].kind != heapsnap_format::RegionKind::Static).collect();
-        heap_regions.into_par_iter().for_each(|r| {
-            for b in blocks.region_blocks(r) {
-                let p = pre_of[b.node as usize];
-                if p != NO_NODE {
-                    write(p as usize, b.header.wosize + 1);
-                }
-            }
-        });
-    };
-    if total_words < u64::from(u32::MAX) {
-        let mut by_pre = vec![0u32; tree.reachable_count()];
-        let out = Scatter(by_pre.as_mut_ptr());
-        // SAFETY: preorder numbers are distinct and below the vector's length.
-        fill(&|p, words| unsafe { out.write(p, words as u32) });
+    // Shallow sizes straight from the headers, region by region, into preorder slots, gathered
+    // on another core while the dominators' sequential semi-dominator loop runs. Static data is
+    // never freed, so it retains nothing (its blocks stay nodes, with a size of 0 here).
+    let gather = |pre_of: &[u32], reachable: usize| {
+        let shallow = ShallowWords::gather(graph, pre_of, reachable);
         timer.lap("shallow sizes");
-        let fits = tree.set_retained_words(by_pre);
+        shallow
+    };
+    let (mut tree, shallow) = dominators::dominators_with(Csr { offsets: &graph.offsets, targets: &graph.targets }, SUPER_ROOT, gather);
+    timer.lap("dominators done");
+    // In words (u32) when the whole heap's words fit one, else in bytes.
+    let total_words: u64 = graph.blocks.regions.iter().map(|r| r.counts.live_bytes / 8).sum();
+    if total_words < u64::from(u32::MAX) {
+        let fits = tree.set_retained_words(shallow.widen(|w| w as u32));
         debug_assert!(fits);
     } else {
-        let mut by_pre = vec![0u64; tree.reachable_count()];
-        let out = Scatter(by_pre.as_mut_ptr());
-        // SAFETY: as above.
-        fill(&|p, words| unsafe { out.write(p, words * 8) });
-        tree.set_retained(by_pre);
+        tree.set_retained(shallow.widen(|w| w * 8));
     }
     timer.lap("sums");
     tree
+}
+
+/// Shallow sizes in words by preorder number, one byte each while the dominators still need
+/// their memory (the peak of the analysis): sizes of [`ShallowWords::LARGE`] words and more,
+/// rare, are listed apart.
+struct ShallowWords {
+    small: Vec<u8>,
+    large: Vec<(u32, u64)>,
+}
+
+impl ShallowWords {
+    const LARGE: u64 = u8::MAX as u64;
+
+    fn gather(graph: &HeapGraph<'_>, pre_of: &[u32], reachable: usize) -> ShallowWords {
+        let blocks = &graph.blocks;
+        let mut small = vec![0u8; reachable];
+        let out = Scatter(small.as_mut_ptr());
+        let heap_regions: Vec<usize> = blocks.block_regions().filter(|&r| blocks.regions[r].kind != RegionKind::Static).collect();
+        let large = heap_regions
+            .par_iter()
+            .flat_map_iter(|&r| {
+                let mut large = Vec::new();
+                for b in blocks.region_blocks(r) {
+                    let p = pre_of[b.node as usize];
+                    if p != NO_NODE {
+                        let words = b.header.wosize + 1;
+                        // SAFETY: preorder numbers are distinct and below `reachable`.
+                        unsafe { out.write(p as usize, words.min(Self::LARGE) as u8) };
+                        if words >= Self::LARGE {
+                            large.push((p, words));
+                        }
+                    }
+                }
+                large
+            })
+            .collect();
+        ShallowWords { small, large }
+    }
+
+    /// The sizes by preorder number, each as `convert(words)`.
+    fn widen<T: Send + Copy>(self, convert: impl Fn(u64) -> T + Sync) -> Vec<T> {
+        let mut wide = Vec::new();
+        self.small.par_iter().map(|&w| convert(u64::from(w))).collect_into_vec(&mut wide);
+        for (p, words) in self.large {
+            wide[p as usize] = convert(words);
+        }
+        wide
+    }
 }

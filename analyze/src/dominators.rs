@@ -288,6 +288,15 @@ pub fn dominators_and_retained(graph: Csr<'_>, root: u32, shallow: impl Fn(u32) 
 
 /// Dominators (retained sizes come after, from [`DominatorTree::set_retained`]).
 pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
+    dominators_with(graph, root, |_, _| ()).0
+}
+
+/// Dominators, and beside them the result of `beside(pre_of, reachable)`: it runs on another
+/// core while the semi-dominators are computed, as soon as the DFS has numbered the nodes
+/// (`pre_of[node]` is a node's preorder number or [`NONE`]; `reachable` of them are numbered).
+/// The semi-dominator loop is sequential; the work that only needs the numbering (gathering
+/// shallow sizes by preorder number) is done meanwhile.
+pub fn dominators_with<T: Send>(graph: Csr<'_>, root: u32, beside: impl FnOnce(&[u32], usize) -> T + Send) -> (DominatorTree, T) {
     let n = graph.node_count();
     assert!((root as usize) < n, "root {root} is not a node of a graph of {n} nodes");
     assert!(n < NONE as usize, "at most 2^32 - 1 nodes");
@@ -373,17 +382,25 @@ pub fn dominators(graph: Csr<'_>, root: u32) -> DominatorTree {
     }
     drop((visited, prefault));
     timer.lap("dfs");
-    link_extra(&pre_of, &mut slots, &mut extra);
-    timer.lap("predecessor lists");
-    let words = semi_and_idom(slots, extra, &timer);
-    timer.lap("idom");
-    DominatorTree {
+    let reachable = slots.len();
+    let (words, beside) = rayon::join(
+        || {
+            link_extra(&pre_of, &mut slots, &mut extra);
+            timer.lap("predecessor lists");
+            let words = semi_and_idom(slots, extra, &timer);
+            timer.lap("idom");
+            words
+        },
+        || beside(&pre_of, reachable),
+    );
+    let tree = DominatorTree {
         root,
         pre_of,
         idom_pre: words,
         retained_pre: RetainedSizes::Bytes(Vec::new()),
         preorder: std::sync::OnceLock::new(),
-    }
+    };
+    (tree, beside)
 }
 
 /// Turns the DFS's non-tree edges, `(target node, source preorder)` in the order met, into one
