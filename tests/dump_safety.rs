@@ -120,6 +120,30 @@ fn a_target_that_dies_during_the_dump_gives_a_clear_error_and_no_file() {
     }
 }
 
+/// C code holding a block it allocated but has not initialised (its fields are stale words of an
+/// earlier minor cycle): every stop lands in that window, so the dump fails clearly after its
+/// attempts instead of writing pointers to no block, and the program runs on, untraced.
+#[test]
+fn a_block_that_c_code_has_not_initialised_is_never_dumped() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_uninitialised_block_program(dir.path());
+    let mut program = KillOnDrop(Command::new(&exe).stdin(Stdio::null()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start program"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "READY");
+    let snaps = tempfile::tempdir().unwrap();
+    let o = dump(program.0.id() as i32, &snaps.path().join("stale.snap"), &[]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a snapshot was written: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(stderr.contains("no consistent stop") && stderr.contains("has not initialised its fields yet"), "unclear error: {stderr}");
+    no_snapshot_left(snaps.path());
+    assert!(program.0.try_wait().unwrap().is_none(), "the program died");
+    assert_eq!(tracer_of(program.0.id() as i32), 0, "the program is still traced");
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", program.0.id())).unwrap();
+    let state = state.rsplit(')').next().unwrap().trim_start().chars().next();
+    assert!(!matches!(state, Some('t' | 'T')), "the program was left stopped: {state:?}");
+}
+
 #[test]
 fn no_such_process() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,7 @@ const HEAD: usize = 8 + DWARF_NAME_LEN;
 
 fn write(f: impl FnOnce(&mut SnapshotWriter)) -> Snapshot {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = SnapshotWriter::create(&dir.path().join("s.heapsnap")).unwrap();
+    let mut w = SnapshotWriter::create(dir.path().join("s.heapsnap")).unwrap();
     w.write_metadata(&common::metadata()).unwrap();
     f(&mut w);
     let path = w.finish().unwrap();

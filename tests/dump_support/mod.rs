@@ -72,8 +72,18 @@ pub fn toolchain() -> PathBuf {
 
 /// Compiles an OCaml program (with -g) into `dir`; returns the executable.
 pub fn compile_ocaml(dir: &Path, name: &str, source: &str, libs: &[&str]) -> PathBuf {
+    compile_ocaml_with_c(dir, name, source, libs, None)
+}
+
+/// Compiles an OCaml program (with -g), and C stubs for it if given, into `dir`; returns the
+/// executable.
+pub fn compile_ocaml_with_c(dir: &Path, name: &str, source: &str, libs: &[&str], c_stubs: Option<&str>) -> PathBuf {
     let ml = dir.join(format!("{name}.ml"));
     std::fs::write(&ml, source).expect("write source");
+    let c = dir.join(format!("{name}_stubs.c"));
+    if let Some(c_stubs) = c_stubs {
+        std::fs::write(&c, c_stubs).expect("write C stubs");
+    }
     let exe = dir.join(name);
     let ocamlfind_free: Vec<String> = libs.iter().map(|l| format!("{l}.cmxa")).collect();
     let mut cmd = Command::new(toolchain().join("bin/ocamlopt"));
@@ -81,9 +91,44 @@ pub fn compile_ocaml(dir: &Path, name: &str, source: &str, libs: &[&str]) -> Pat
     if libs.contains(&"threads") {
         cmd.args(["-I", "+threads", "-I", "+unix", "unix.cmxa"]);
     }
+    if c_stubs.is_some() {
+        cmd.arg(&c); // ocamlopt hands it to the C compiler, with the runtime's headers
+    }
     let out = cmd.args(&ocamlfind_free).arg(&ml).arg("-o").arg(&exe).output().expect("run ocamlopt");
     assert!(out.status.success(), "ocamlopt failed: {}", String::from_utf8_lossy(&out.stderr));
     exe
+}
+
+/// A program whose C stub allocates a block with `caml_alloc_small` and then, before writing its
+/// fields, prints `READY` and spins until killed: the fields hold what the minor heap held in
+/// its previous cycle, pointers to an array's element that lie in the middle of the new block.
+pub fn compile_uninitialised_block_program(dir: &Path) -> PathBuf {
+    const PROGRAM: &str = r#"
+external alloc_and_wait : unit -> int array = "heapsnap_test_alloc_and_wait"
+let () =
+  Gc.minor ();
+  (* The minor heap's first blocks this cycle: a ref, then an array of 20 pointers to it. *)
+  let r = ref (Array.length Sys.argv) in
+  ignore (Sys.opaque_identity (Array.make 20 r));
+  Gc.minor ();
+  print_int (Array.length (alloc_and_wait ()))
+"#;
+    const STUBS: &str = r#"
+#include <unistd.h>
+#include <caml/mlvalues.h>
+#include <caml/alloc.h>
+volatile int heapsnap_test_release = 0;
+value heapsnap_test_alloc_and_wait(value unit)
+{
+  (void) unit;
+  value b = caml_alloc_small(10, 0); /* where the ref and the array's last elements were */
+  if (write(1, "READY\n", 6) != 6) return Val_unit;
+  while (!heapsnap_test_release) {}
+  for (int i = 0; i < 10; i++) Field(b, i) = Val_int(i);
+  return b;
+}
+"#;
+    compile_ocaml_with_c(dir, "uninitialised_block", PROGRAM, &[], Some(STUBS))
 }
 
 pub fn sample_path(name: &str) -> PathBuf {

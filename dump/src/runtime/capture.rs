@@ -1,7 +1,7 @@
 //! Copying the stopped world: every domain's minor heap, every pool and large allocation,
 //! the static data, the fiber stacks; then the roots (see [`super::roots`]).
 
-use super::heap::{CapturedRegion, HeaderFormat, RegionIndex, CONT_TAG};
+use super::heap::{CapturedRegion, HeaderFormat, RegionIndex, CLOSURE_TAG, CONT_TAG, INFIX_TAG, NO_SCAN_TAG};
 use super::plugins::PluginData;
 use super::roots::{self, CapturedRoot};
 use super::safety::WorldCheck;
@@ -116,8 +116,16 @@ pub fn capture(
     };
     capture_minor_heaps(source, &mut cap, spare)?;
     match torn {
-        TornMinorHeap::Fail => check_minor_heaps(&cap, format)?,
-        TornMinorHeap::SkipTornBlock => skip_torn_blocks(&mut cap, format),
+        TornMinorHeap::Fail => {
+            check_minor_heaps(&cap, format)?;
+            if let Some(f) = stale_youngest_fields(&cap, format).first() {
+                return Err(DumpError::UnsafeStop(f.describe(&cap)));
+            }
+        }
+        TornMinorHeap::SkipTornBlock => {
+            skip_torn_blocks(&mut cap, format);
+            blank_stale_fields(&mut cap, format);
+        }
     }
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
@@ -335,6 +343,70 @@ fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// A field of the youngest block of a minor heap (the one at its allocation pointer) that
+/// points where no block of that minor heap is: below the allocation pointer, where nothing is
+/// allocated yet, or between its blocks. C code that allocates with `caml_alloc_small` or the
+/// `Alloc_small` macro writes the fields after the allocation, and until it does they hold
+/// whatever that memory held in an earlier cycle of the minor heap; the safety check cannot
+/// see that window in C code it does not know. (A stale field that happens to name a block goes
+/// unnoticed; a stale integer or a pointer outside this minor heap is harmless to the walk.)
+struct StaleField {
+    /// Index of the minor heap in `Capture::regions`, and the field's byte offset in it.
+    region: usize,
+    offset: usize,
+    value: u64,
+}
+
+impl StaleField {
+    fn describe(&self, cap: &Capture) -> String {
+        let r = &cap.regions[self.region];
+        format!(
+            "domain {}: the youngest block of its minor heap has a field at {:#x} that holds {:#x}, where no block is: C code allocated it and has not initialised its fields yet",
+            r.domain,
+            r.base + self.offset as u64,
+            self.value
+        )
+    }
+}
+
+fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField> {
+    let mut stale = Vec::new();
+    for (region, r) in cap.regions.iter().enumerate().filter(|(_, r)| r.kind == RegionKind::MinorHeap) {
+        let Some(d) = cap.domains.iter().find(|d| d.id == r.domain) else { continue };
+        let blocks = r.blocks(format);
+        let Some(&(youngest, header)) = blocks.first() else { continue };
+        let fields = format.wosize(header) as usize;
+        if format.tag(header) >= NO_SCAN_TAG || youngest + 8 * (fields + 1) > r.bytes.len() {
+            continue;
+        }
+        // Whether `value` is a block of this minor heap, or an infix pointer into a closure.
+        let names_block = |value: u64| {
+            let Some(at) = value.checked_sub(r.base + 8).map(|a| a as usize) else { return false };
+            let i = blocks.partition_point(|&(b, _)| b <= at);
+            let Some(&(start, hd)) = i.checked_sub(1).map(|i| &blocks[i]) else { return false };
+            start == at || (format.tag(hd) == CLOSURE_TAG && at + 8 <= r.bytes.len() && format.tag(r.word(at)) == INFIX_TAG)
+        };
+        for offset in (youngest + 8..youngest + 8 * (fields + 1)).step_by(8) {
+            let value = r.word(offset);
+            let in_minor_heap = d.info.minor_start <= value && value < d.info.minor_end;
+            if value & 1 == 0 && in_minor_heap && !names_block(value) {
+                stale.push(StaleField { region, offset, value });
+            }
+        }
+    }
+    stale
+}
+
+/// In a core, which cannot be taken again: the stale fields become `()` (what `caml_alloc`
+/// would have put there), and a warning says so.
+fn blank_stale_fields(cap: &mut Capture, format: HeaderFormat) {
+    for f in stale_youngest_fields(cap, format) {
+        let warning = format!("{}; recorded as ()", f.describe(cap));
+        cap.regions[f.region].bytes[f.offset..f.offset + 8].copy_from_slice(&1u64.to_le_bytes());
+        cap.warnings.push(warning);
+    }
 }
 
 /// Fills `regions` from the target in one batched read and adds them to the capture.
@@ -837,6 +909,57 @@ mod tests {
         other.block_wsize = 4;
         regions.push(other);
         assert_eq!(find_continuations(&regions, format), expected);
+    }
+
+    /// A capture of one domain whose minor heap spans 0x800..0x1000 + 8 * words.len(), with its
+    /// allocation pointer at 0x1000.
+    fn one_domain_minor_heap(words: &[u64]) -> Capture {
+        let r = minor_heap(words);
+        let info = DomainInfo { id: 0, minor_start: 0x800, minor_end: r.end(), young_ptr: r.base };
+        let domain = CapturedDomain { id: 0, state: 0, state_bytes: Vec::new(), info, running: None };
+        Capture { regions: vec![r], domains: vec![domain], ..Capture::default() }
+    }
+
+    #[test]
+    fn a_youngest_block_with_stale_fields_is_caught() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        let closure = |wosize: u64| header(wosize) | u64::from(CLOSURE_TAG);
+        let infix = |offset: u64| header(offset) | u64::from(INFIX_TAG);
+        // 0x1000: youngest, 3 fields; 0x1020: a pair; 0x1038: a closure of 5 fields with an
+        // infix header at 0x1050 (its second function at 0x1058).
+        let heap = |fields: [u64; 3]| {
+            let mut words = vec![header(3), fields[0], fields[1], fields[2], header(2), 0x11, 0x13];
+            words.extend([closure(5), 0x5555_0000, 0x0300_0000_0000_0007, infix(3), 0x5555_0100, 0x0100_0000_0000_0005]);
+            words
+        };
+        let stale = |cap: &Capture| stale_youngest_fields(cap, format).iter().map(|f| (f.offset, f.value)).collect::<Vec<_>>();
+        // Ints, pointers outside this minor heap, blocks of it, itself, an infix pointer: fine.
+        for fields in [[0x1, 0x7f00_0000_0000, 0x1028], [0x1008, 0x1040, 0x1058], [0x600, 0x3, 0x2_0000_0000]] {
+            assert_eq!(stale(&one_domain_minor_heap(&heap(fields))), vec![], "{fields:x?}");
+        }
+        // Below the allocation pointer, in the middle of a block, into a closure but not at an
+        // infix header, at the youngest block's own header.
+        for (fields, expected) in [
+            ([0x1, 0x0900, 0x1028], vec![(0x10, 0x900)]),
+            ([0x1030, 0x1, 0x1048], vec![(0x8, 0x1030), (0x18, 0x1048)]),
+            ([0x1000, 0x1, 0x1], vec![(0x8, 0x1000)]),
+        ] {
+            let cap = one_domain_minor_heap(&heap(fields));
+            assert_eq!(stale(&cap), expected, "{fields:x?}");
+            let f = &stale_youngest_fields(&cap, format)[0];
+            assert!(f.describe(&cap).contains(&format!("field at {:#x} that holds {:#x}", 0x1000 + expected[0].0, expected[0].1)));
+        }
+        // Strings are not scanned.
+        let mut words = heap([0x900, 0x900, 0x900]);
+        words[0] = header(3) | u64::from(NO_SCAN_TAG + 1);
+        assert_eq!(stale(&one_domain_minor_heap(&words)), vec![]);
+        // In a core the stale fields become (), with a warning each.
+        let mut cap = one_domain_minor_heap(&heap([0x900, 0x1028, 0x1030]));
+        blank_stale_fields(&mut cap, format);
+        assert_eq!([cap.regions[0].word(8), cap.regions[0].word(16), cap.regions[0].word(24)], [1, 0x1028, 1]);
+        assert_eq!(cap.warnings.len(), 2);
+        assert!(cap.warnings[0].ends_with("recorded as ()"), "{}", cap.warnings[0]);
+        assert_eq!(stale(&cap), vec![]);
     }
 
     #[test]

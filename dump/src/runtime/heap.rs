@@ -3,6 +3,8 @@
 use heapsnap_format::RegionKind;
 
 pub const CONT_TAG: u8 = 245;
+pub const CLOSURE_TAG: u8 = 247;
+pub const INFIX_TAG: u8 = 249;
 pub const NO_SCAN_TAG: u8 = 251;
 pub const STRING_TAG: u8 = 252;
 pub const CUSTOM_TAG: u8 = 255;

@@ -24,7 +24,9 @@
 //!   `young_ptr` and the header store). The assembly glue between OCaml and C is a
 //!   transition: unsafe.
 //! - and, checked by the capture itself, every minor heap parses from `young_ptr` to its end
-//!   (no block header is being written).
+//!   (no block header is being written), and the youngest block of each points only at blocks
+//!   of its minor heap (C code that allocated it has written its fields; until then they hold
+//!   an earlier minor cycle's words).
 
 use super::code::CodeKind;
 use super::Runtime;
