@@ -375,12 +375,23 @@ fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField>
     let mut stale = Vec::new();
     for (region, r) in cap.regions.iter().enumerate().filter(|(_, r)| r.kind == RegionKind::MinorHeap) {
         let Some(d) = cap.domains.iter().find(|d| d.id == r.domain) else { continue };
-        let blocks = r.blocks(format);
-        let Some(&(youngest, header)) = blocks.first() else { continue };
+        let youngest = r.first_block as usize;
+        if youngest + 8 > r.bytes.len() {
+            continue;
+        }
+        let header = r.word(youngest);
         let fields = format.wosize(header) as usize;
         if format.tag(header) >= NO_SCAN_TAG || youngest + 8 * (fields + 1) > r.bytes.len() {
             continue;
         }
+        // The fields that point into this minor heap; the walk over its blocks (in the pause)
+        // only when there are some.
+        let offsets = (youngest + 8..youngest + 8 * (fields + 1)).step_by(8);
+        let inside: Vec<usize> = offsets.filter(|&o| r.word(o) & 1 == 0 && (d.info.minor_start..d.info.minor_end).contains(&r.word(o))).collect();
+        if inside.is_empty() {
+            continue;
+        }
+        let blocks = r.blocks(format);
         // Whether `value` is a block of this minor heap, or an infix pointer into a closure.
         let names_block = |value: u64| {
             let Some(at) = value.checked_sub(r.base + 8).map(|a| a as usize) else { return false };
@@ -388,13 +399,7 @@ fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField>
             let Some(&(start, hd)) = i.checked_sub(1).map(|i| &blocks[i]) else { return false };
             start == at || (format.tag(hd) == CLOSURE_TAG && at + 8 <= r.bytes.len() && format.tag(r.word(at)) == INFIX_TAG)
         };
-        for offset in (youngest + 8..youngest + 8 * (fields + 1)).step_by(8) {
-            let value = r.word(offset);
-            let in_minor_heap = d.info.minor_start <= value && value < d.info.minor_end;
-            if value & 1 == 0 && in_minor_heap && !names_block(value) {
-                stale.push(StaleField { region, offset, value });
-            }
-        }
+        stale.extend(inside.into_iter().filter(|&o| !names_block(r.word(o))).map(|offset| StaleField { region, offset, value: r.word(offset) }));
     }
     stale
 }
