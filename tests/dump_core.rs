@@ -18,13 +18,7 @@ fn gcore(pid: i32, dir: &Path) -> PathBuf {
     let prefix = dir.join("core");
     let out = Command::new("gcore").arg("-o").arg(&prefix).arg(pid.to_string()).output().expect("run gcore (is gdb installed?)");
     assert!(out.status.success(), "gcore failed: {}", String::from_utf8_lossy(&out.stderr));
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("target still there after gcore");
-    let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim).unwrap_or_else(|| panic!("no {name} in status")).to_string()
-    };
-    assert_eq!(field("TracerPid:"), "0", "gcore left the target traced");
-    let state = field("State:");
-    assert!(!state.starts_with('t') && !state.starts_with('T'), "gcore left the target stopped: {state}");
+    assert_running_untraced(pid, "gcore");
     let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
     assert!(core.exists(), "gcore wrote no {}", core.display());
     core
@@ -477,12 +471,7 @@ let () =
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = compile_ocaml(dir.path(), "c_alloc", PROGRAM, &[]);
     for (function, file) in [("caml_alloc_string", "alloc.c"), ("caml_copy_double", "floats.c")] {
-        let mut program = KillOnDrop(
-            Command::new(&exe).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).dies_with_test().spawn().expect("start program"),
-        );
-        let mut line = String::new();
-        std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();
-        assert_eq!(line.trim(), "READY");
+        let program = start_until_ready(&exe);
         let core = dir.path().join(format!("{function}.core"));
         let gdb = Command::new("gdb")
             .args(["-nx", "-batch", "-p", &program.0.id().to_string()])
@@ -516,12 +505,7 @@ fn a_core_with_a_block_that_c_code_has_not_initialised() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = compile_uninitialised_block_program(dir.path());
-    let mut program = KillOnDrop(
-        Command::new(&exe).stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).dies_with_test().spawn().expect("start program"),
-    );
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();
-    assert_eq!(line.trim(), "READY");
+    let program = start_until_ready(&exe);
     let core = gcore(program.0.id() as i32, dir.path());
     drop(program);
     let out = dir.path().join("stale.snap");

@@ -10,12 +10,7 @@ use std::time::{Duration, Instant};
 
 /// The pid tracing `pid` (0 when none), from /proc.
 fn tracer_of(pid: i32) -> i32 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("TracerPid:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    proc_status_field(pid, "TracerPid:").and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Starts `heapsnap dump` on `pid` and returns it as soon as it has seized the target.
@@ -127,10 +122,7 @@ fn a_target_that_dies_during_the_dump_gives_a_clear_error_and_no_file() {
 fn a_block_that_c_code_has_not_initialised_is_never_dumped() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_uninitialised_block_program(dir.path());
-    let mut program = KillOnDrop(Command::new(&exe).stdin(Stdio::null()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start program"));
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(program.0.stdout.take().unwrap()), &mut line).unwrap();
-    assert_eq!(line.trim(), "READY");
+    let mut program = start_until_ready(&exe);
     let snaps = tempfile::tempdir().unwrap();
     let o = dump(program.0.id() as i32, &snaps.path().join("stale.snap"), &[]);
     let stderr = String::from_utf8_lossy(&o.stderr);
@@ -138,10 +130,7 @@ fn a_block_that_c_code_has_not_initialised_is_never_dumped() {
     assert!(stderr.contains("no consistent stop") && stderr.contains("has not initialised its fields yet"), "unclear error: {stderr}");
     no_snapshot_left(snaps.path());
     assert!(program.0.try_wait().unwrap().is_none(), "the program died");
-    assert_eq!(tracer_of(program.0.id() as i32), 0, "the program is still traced");
-    let state = std::fs::read_to_string(format!("/proc/{}/stat", program.0.id())).unwrap();
-    let state = state.rsplit(')').next().unwrap().trim_start().chars().next();
-    assert!(!matches!(state, Some('t' | 'T')), "the program was left stopped: {state:?}");
+    assert_running_untraced(program.0.id() as i32, "the failed dump");
 }
 
 #[test]

@@ -246,6 +246,32 @@ pub fn verify(path: &Path, strict: bool) -> serde_json::Value {
     })
 }
 
+/// Starts `program` (stdin closed) and waits for the `READY` line it prints first.
+pub fn start_until_ready(program: &Path) -> KillOnDrop {
+    let mut child =
+        KillOnDrop(Command::new(program).stdin(Stdio::null()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start program"));
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.take().expect("piped stdout")).read_line(&mut line).expect("read program stdout");
+    assert_eq!(line.trim(), "READY", "{} did not start", program.display());
+    child
+}
+
+/// A field of `/proc/PID/status` (`"TracerPid:"`, `"State:"`), trimmed; `None` when the process
+/// or the field is not there.
+pub fn proc_status_field(pid: i32, name: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_string())
+}
+
+/// Asserts that process `pid` is still there, neither traced nor stopped; `who` is what might
+/// have left it otherwise.
+pub fn assert_running_untraced(pid: i32, who: &str) {
+    let tracer = proc_status_field(pid, "TracerPid:").unwrap_or_else(|| panic!("the target is gone after {who}"));
+    assert_eq!(tracer, "0", "{who} left the target traced");
+    let state = proc_status_field(pid, "State:").expect("State: in /proc/PID/status");
+    assert!(!state.starts_with('t') && !state.starts_with('T'), "{who} left the target stopped: {state}");
+}
+
 /// Waits until `pid` has exited (or the timeout passes); true if it did.
 pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     let start = Instant::now();
