@@ -1,7 +1,7 @@
 //! The analysis commands end to end on synthetic snapshots (`heapsnap_analyze::synth`), through
 //! the binary, with `--json`.
 
-use heapsnap_analyze::synth::{addresses, SynthHeap, Space, Value};
+use heapsnap_analyze::synth::{addresses, Space, SynthHeap, Value};
 use heapsnap_format::SymbolKind;
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};

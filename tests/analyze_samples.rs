@@ -13,7 +13,9 @@ use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
 
 fn manifest() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();
-    M.get_or_init(|| serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON"))
+    M.get_or_init(|| {
+        serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON")
+    })
 }
 
 /// A sample paused at `READY 1`; killed when dropped.
@@ -71,7 +73,12 @@ fn args_of(s: &Value) -> Vec<String> {
 /// Retained bytes of each root group (`Module.field`, ...).
 fn root_groups(snapshot: &Path) -> Vec<(String, u64)> {
     let top = json(&["top", "--by", "root", "--limit", "0"], snapshot);
-    top["groups"].as_array().expect("groups").iter().map(|g| (g["name"].as_str().unwrap().to_string(), g["retained"].as_u64().unwrap())).collect()
+    top["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .map(|g| (g["name"].as_str().unwrap().to_string(), g["retained"].as_u64().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -171,7 +178,12 @@ fn every_sample_verifies() {
 /// The rhb16 variant (16 reserved header bits): `top --by tag` groups by the bits' value.
 #[test]
 fn reserved_header_bits_are_the_tag() {
-    let out = Command::new("bash").arg(repo().join("samples/build.sh")).arg("rhb16").stderr(Stdio::inherit()).output().expect("run samples/build.sh");
+    let out = Command::new("bash")
+        .arg(repo().join("samples/build.sh"))
+        .arg("rhb16")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run samples/build.sh");
     assert!(out.status.success(), "samples/build.sh rhb16 failed");
     let dir_rhb16 = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     let dir = tempfile::tempdir().unwrap();

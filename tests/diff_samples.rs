@@ -15,7 +15,9 @@ use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
 
 fn manifest_sample(name: &str) -> Value {
     static M: OnceLock<Value> = OnceLock::new();
-    let m = M.get_or_init(|| serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON"));
+    let m = M.get_or_init(|| {
+        serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON")
+    });
     m["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest").clone()
 }
 
@@ -30,8 +32,11 @@ impl Drop for Running {
 }
 
 fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> =
-        std::fs::read_dir(dir).expect("snapshot directory").map(|e| e.expect("entry").path()).filter(|p| p.extension().is_some_and(|e| e == "heapsnap")).collect();
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("snapshot directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
+        .collect();
     found.sort();
     found
 }
@@ -229,21 +234,36 @@ fn diff_groups_are_the_groups_top_reports() {
     for by in ["kind", "closure", "tag", "root"] {
         let r = diff_json(&snaps, &["--by", by, "--limit", "0"]);
         for (i, snap) in snaps.iter().enumerate() {
-            let out = Command::new(heapsnap()).args(["top", "--by", by, "--limit", "0", "--json"]).arg(snap).output().expect("run heapsnap top");
+            let out =
+                Command::new(heapsnap()).args(["top", "--by", by, "--limit", "0", "--json"]).arg(snap).output().expect("run heapsnap top");
             assert!(out.status.success());
             let top: Value = serde_json::from_slice(&out.stdout).expect("top JSON");
             let mut expected: Vec<(String, u64, u64, u64)> = top["groups"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|g| (g["name"].as_str().unwrap().to_string(), g["count"].as_u64().unwrap(), g["shallow"].as_u64().unwrap(), g["retained"].as_u64().unwrap()))
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_string(),
+                        g["count"].as_u64().unwrap(),
+                        g["shallow"].as_u64().unwrap(),
+                        g["retained"].as_u64().unwrap(),
+                    )
+                })
                 .collect();
             let mut got: Vec<(String, u64, u64, u64)> = r["groups"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .filter(|g| g["count"][i].as_u64() != Some(0))
-                .map(|g| (g["name"].as_str().unwrap().to_string(), g["count"][i].as_u64().unwrap(), g["shallow"][i].as_u64().unwrap(), g["retained"][i].as_u64().unwrap()))
+                .map(|g| {
+                    (
+                        g["name"].as_str().unwrap().to_string(),
+                        g["count"][i].as_u64().unwrap(),
+                        g["shallow"][i].as_u64().unwrap(),
+                        g["retained"][i].as_u64().unwrap(),
+                    )
+                })
                 .collect();
             expected.sort();
             got.sort();

@@ -193,16 +193,8 @@ fn other_samples_cores_match_live_dumps() {
 /// added to the manifest must be added here too.
 #[test]
 fn every_sample_of_the_manifest_is_checked_from_a_core() {
-    let mut covered: Vec<&str> = vec![
-        "cache_leak",
-        "closure_list",
-        "effect_cont",
-        "systhread_stack",
-        "domains_shared",
-        "weak_ephemeron",
-        "long_list",
-        "large_heap",
-    ];
+    let mut covered: Vec<&str> =
+        vec!["cache_leak", "closure_list", "effect_cont", "systhread_stack", "domains_shared", "weak_ephemeron", "long_list", "large_heap"];
     covered.extend(OTHER_SAMPLES);
     covered.sort_unstable();
     let mut std_samples: Vec<String> = manifest_samples()
@@ -510,7 +502,8 @@ fn a_core_with_a_block_that_c_code_has_not_initialised() {
     drop(program);
     let out = dir.path().join("stale.snap");
     let report = dump_core_ok(&core, &out);
-    let warnings: Vec<String> = report["warnings"].as_array().expect("warnings").iter().map(|w| w.as_str().unwrap_or("").to_string()).collect();
+    let warnings: Vec<String> =
+        report["warnings"].as_array().expect("warnings").iter().map(|w| w.as_str().unwrap_or("").to_string()).collect();
     let stale = warnings.iter().filter(|w| w.contains("has not initialised its fields yet; recorded as ()")).count();
     assert!(stale >= 1, "no warning about the uninitialised block: {warnings:?}");
     let v = verify(&out, false);

@@ -59,7 +59,9 @@ const WORKERS: usize = 1;
 fn fifty_dumps_of_a_busy_multi_domain_program() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_ocaml(dir.path(), "stress", PROGRAM, &[]);
-    let mut guard = KillOnDrop(Command::new(&exe).arg(WORKERS.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().unwrap());
+    let mut guard = KillOnDrop(
+        Command::new(&exe).arg(WORKERS.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().unwrap(),
+    );
     let child = &mut guard.0;
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();

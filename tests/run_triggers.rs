@@ -28,11 +28,8 @@ fn preload_library() -> PathBuf {
 
 /// Snapshots in `dir`, sorted by name (their sequence number).
 fn snapshots(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
+    let mut found: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "heapsnap")).collect();
     found.sort();
     found
 }
@@ -50,7 +47,13 @@ fn wait_for_snapshots(dir: &Path, count: usize) -> Vec<PathBuf> {
 
 /// Drives a sample run with `--pause`: at each `READY i`, waits for `per_step` more snapshots in
 /// `dir`, then lets the sample go on. Returns the sample's stdout lines.
-fn drive(mut child: Child, dir: &Path, steps: usize, per_step: usize, mut at_ready: impl FnMut(&Child)) -> (Vec<String>, std::process::ExitStatus) {
+fn drive(
+    mut child: Child,
+    dir: &Path,
+    steps: usize,
+    per_step: usize,
+    mut at_ready: impl FnMut(&Child),
+) -> (Vec<String>, std::process::ExitStatus) {
     let mut stdin = child.stdin.take();
     let stdout = BufReader::new(child.stdout.take().unwrap());
     let mut lines = Vec::new();
@@ -145,7 +148,8 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
 #[test]
 fn run_passes_exit_codes_and_deaths_by_signal_through() {
     let dir = tempfile::tempdir().unwrap();
-    let status = Command::new(heapsnap()).args(["run", "--at-exit", "-o"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
+    let status =
+        Command::new(heapsnap()).args(["run", "--at-exit", "-o"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
     assert_eq!(status.code(), Some(7));
     let status = Command::new(heapsnap())
         .args(["run", "--every", "1h", "-o"])
@@ -160,11 +164,7 @@ fn run_passes_exit_codes_and_deaths_by_signal_through() {
 
 #[test]
 fn malformed_ocaml_heapsnap_is_rejected_with_the_grammar() {
-    let out = Command::new(heapsnap())
-        .args(["run", "--", "true"])
-        .env("OCAML_HEAPSNAP", "on-compation,dir=x")
-        .output()
-        .unwrap();
+    let out = Command::new(heapsnap()).args(["run", "--", "true"]).env("OCAML_HEAPSNAP", "on-compation,dir=x").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("unknown item 'on-compation'") && stderr.contains("on-compaction, on-signal=SIG"), "{stderr}");

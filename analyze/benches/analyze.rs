@@ -36,12 +36,7 @@ use std::time::Instant;
 
 fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    status.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// Samples anonymous memory (RssAnon) every 2 ms and keeps the peak: the memory beyond the
@@ -111,11 +106,9 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
     // machine adds noise to single runs).
     let [(dom_warm_s, _), (dfs_s, reached_dfs), (bfs_s, reached_bfs)] = best_interleaved(
         repeat,
-        [
-            &mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count(),
-            &mut || dfs_baseline(csr, 0),
-            &mut || bfs_baseline(csr, 0),
-        ],
+        [&mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count(), &mut || dfs_baseline(csr, 0), &mut || {
+            bfs_baseline(csr, 0)
+        }],
     );
     assert_eq!(reached_dfs, reached_bfs);
 
@@ -160,7 +153,9 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
         let g = Csr { offsets: &o, targets: &t };
         let [(dom, _), (dfs, _), (bfs, _)] = best_interleaved(
             repeat,
-            [&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count(), &mut || dfs_baseline(g, 0), &mut || bfs_baseline(g, 0)],
+            [&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count(), &mut || dfs_baseline(g, 0), &mut || {
+                bfs_baseline(g, 0)
+            }],
         );
         shuffled = serde_json::json!({ "dominators_s": dom, "dfs_s": dfs, "bfs_s": bfs });
     }
@@ -223,9 +218,8 @@ fn adversarial(cells: u32) -> (f64, f64) {
 
 fn snapshot_for(millions: f64) -> PathBuf {
     // The workspace's target directory (cargo runs benchmarks from the package's directory).
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("heapsnap-bench");
     std::fs::create_dir_all(&dir).expect("bench directory");
     let items = (millions * 1e6 / 7.0).round() as u64;
@@ -268,7 +262,16 @@ fn main() {
     };
     for path in files {
         let out = Command::new(&exe)
-            .args(["--measure", path.to_str().expect("utf-8 path"), "--petgraph-max", &petgraph_max.to_string(), "--repeat", &repeat.to_string(), "--shuffle-max", &shuffle_max.to_string()])
+            .args([
+                "--measure",
+                path.to_str().expect("utf-8 path"),
+                "--petgraph-max",
+                &petgraph_max.to_string(),
+                "--repeat",
+                &repeat.to_string(),
+                "--shuffle-max",
+                &shuffle_max.to_string(),
+            ])
             .output()
             .expect("run the measuring child");
         if !out.status.success() {
@@ -279,10 +282,28 @@ fn main() {
         let v: serde_json::Value = serde_json::from_str(line.trim()).expect("child JSON");
         rows.push(v);
     }
-    println!("heapsnap-analyze benchmark: {} snapshots, {} threads", if value("--snapshots").is_some() { "given" } else { "synthetic large_heap-shaped" }, rayon::current_num_threads());
+    println!(
+        "heapsnap-analyze benchmark: {} snapshots, {} threads",
+        if value("--snapshots").is_some() { "given" } else { "synthetic large_heap-shaped" },
+        rayon::current_num_threads()
+    );
     println!(
         "{:>10} {:>10} {:>8} {:>7} {:>7} {:>7} {:>7} {:>9} {:>8} {:>8} {:>7} {:>7} {:>8} {:>9} {:>9}",
-        "objects", "edges", "total s", "open", "graph", "dom+ret", "top", "Mobj/s", "B/obj", "dom warm", "DFS s", "BFS s", "dom/DFS", "dom/BFS", "pg/dom"
+        "objects",
+        "edges",
+        "total s",
+        "open",
+        "graph",
+        "dom+ret",
+        "top",
+        "Mobj/s",
+        "B/obj",
+        "dom warm",
+        "DFS s",
+        "BFS s",
+        "dom/DFS",
+        "dom/BFS",
+        "pg/dom"
     );
     let mut per_object = Vec::new();
     for v in &rows {
@@ -314,7 +335,10 @@ fn main() {
         per_object.push((objects, f("total_s") / objects * 1e9));
     }
     println!();
-    println!("scaling (ns per object, end to end): {}", per_object.iter().map(|(o, ns)| format!("{o}: {ns:.0}")).collect::<Vec<_>>().join(", "));
+    println!(
+        "scaling (ns per object, end to end): {}",
+        per_object.iter().map(|(o, ns)| format!("{o}: {ns:.0}")).collect::<Vec<_>>().join(", ")
+    );
     for v in rows.iter().filter(|v| !v["shuffled"].is_null()) {
         let sh = &v["shuffled"];
         let f = |k: &str| sh[k].as_f64().unwrap_or(f64::NAN);
@@ -328,7 +352,10 @@ fn main() {
             f("dominators_s") / f("bfs_s")
         );
     }
-    println!("peak VmHWM (includes the mapped file): {}", rows.iter().map(|v| format!("{:.0} MiB", v["vm_hwm_bytes"].as_f64().unwrap_or(0.0) / 1048576.0)).collect::<Vec<_>>().join(", "));
+    println!(
+        "peak VmHWM (includes the mapped file): {}",
+        rows.iter().map(|v| format!("{:.0} MiB", v["vm_hwm_bytes"].as_f64().unwrap_or(0.0) / 1048576.0)).collect::<Vec<_>>().join(", ")
+    );
     let cells = if args.iter().any(|a| a == "--bench") { 4_000_000 } else { 100_000 };
     let (hub_s, shared_s) = adversarial(cells);
     println!(

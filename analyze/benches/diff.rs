@@ -25,9 +25,8 @@ use std::time::Instant;
 
 fn snapshot_for(items: u64) -> PathBuf {
     // The workspace's target directory (cargo runs benchmarks from the package's directory).
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
     let dir = target.join("heapsnap-bench");
     std::fs::create_dir_all(&dir).expect("bench directory");
     let path = dir.join(format!("large_heap_{items}.heapsnap"));
@@ -144,7 +143,11 @@ fn main() {
         d[1] / sa[1]
     );
     if let Some(g) = last_diff["top_growth"].as_array() {
-        println!("  top growth: {} bytes at {}", g.get(1).unwrap_or(&serde_json::Value::Null), g.first().and_then(|v| v.as_str()).unwrap_or("?"));
+        println!(
+            "  top growth: {} bytes at {}",
+            g.get(1).unwrap_or(&serde_json::Value::Null),
+            g.first().and_then(|v| v.as_str()).unwrap_or("?")
+        );
     }
     if let Some(t) = last_diff["timings"].as_array() {
         let steps: Vec<String> = t.iter().filter_map(|p| Some(format!("{} {:.2}s", p["step"].as_str()?, p["seconds"].as_f64()?))).collect();

@@ -270,12 +270,7 @@ impl<'s> BlockMap<'s> {
                 rb.nodes = start as NodeId..next as NodeId;
             }
         }
-        let dead_minor = meta
-            .domains
-            .iter()
-            .flat_map(|d| [(d.minor_start, d.young_ptr)])
-            .filter(|(a, b)| b > a)
-            .collect();
+        let dead_minor = meta.domains.iter().flat_map(|d| [(d.minor_start, d.young_ptr)]).filter(|(a, b)| b > a).collect();
         let mut map = BlockMap {
             snap,
             layout,
@@ -321,13 +316,8 @@ impl<'s> BlockMap<'s> {
     }
 
     fn index_node_regions(&mut self) {
-        self.node_regions = self
-            .regions
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.nodes.is_empty())
-            .map(|(i, r)| (r.nodes.start, i as u32))
-            .collect();
+        self.node_regions =
+            self.regions.iter().enumerate().filter(|(_, r)| !r.nodes.is_empty()).map(|(i, r)| (r.nodes.start, i as u32)).collect();
         self.node_regions.sort_unstable();
     }
 
@@ -567,7 +557,9 @@ impl<'s> BlockMap<'s> {
 
     /// Bytes this map holds on the heap (for memory accounting).
     pub fn heap_bytes(&self) -> usize {
-        self.rank.len() * std::mem::size_of::<RankWord>() + self.index.heap_bytes() + self.regions.len() * std::mem::size_of::<RegionBlocks<'_>>()
+        self.rank.len() * std::mem::size_of::<RankWord>()
+            + self.index.heap_bytes()
+            + self.regions.len() * std::mem::size_of::<RegionBlocks<'_>>()
     }
 }
 
@@ -697,7 +689,11 @@ impl Walk<'_> {
         };
         let h = self.layout.decode(hd);
         if hd == 0 || h.tag == ocaml::INFIX_TAG || p as u64 + 1 + h.wosize > rb.words.len() as u64 {
-            self.bad(rb.base + p as u64 * 8, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) of a large allocation of {} words", h.wosize, h.tag, rb.words.len()));
+            self.bad(
+                rb.base + p as u64 * 8,
+                rb.kind,
+                format!("header {hd:#x} (wosize {}, tag {}) of a large allocation of {} words", h.wosize, h.tag, rb.words.len()),
+            );
             return None;
         }
         if h.colour == Colour::Garbage {

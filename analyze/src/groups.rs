@@ -206,27 +206,30 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
     let groups = names.len();
     let sums: Vec<Vec<(u64, u64, u64)>> = regions
         .par_iter()
-        .fold(|| vec![(0u64, 0u64, 0u64); groups], |mut acc, &reg| {
-            let is_static = blocks.regions[reg].kind == heapsnap_format::RegionKind::Static;
-            for b in blocks.region_blocks(reg) {
-                let p = tree.pre_of[b.node as usize];
-                if p == NO_NODE {
-                    continue;
+        .fold(
+            || vec![(0u64, 0u64, 0u64); groups],
+            |mut acc, &reg| {
+                let is_static = blocks.regions[reg].kind == heapsnap_format::RegionKind::Static;
+                for b in blocks.region_blocks(reg) {
+                    let p = tree.pre_of[b.node as usize];
+                    if p == NO_NODE {
+                        continue;
+                    }
+                    let t = top[p as usize];
+                    let Some(&g) = group_of_top.get(&t) else { continue };
+                    let e = &mut acc[g as usize];
+                    let bytes = b.header.bytes();
+                    e.0 += 1;
+                    if t == p {
+                        e.1 += bytes;
+                    }
+                    if !is_static {
+                        e.2 += bytes;
+                    }
                 }
-                let t = top[p as usize];
-                let Some(&g) = group_of_top.get(&t) else { continue };
-                let e = &mut acc[g as usize];
-                let bytes = b.header.bytes();
-                e.0 += 1;
-                if t == p {
-                    e.1 += bytes;
-                }
-                if !is_static {
-                    e.2 += bytes;
-                }
-            }
-            acc
-        })
+                acc
+            },
+        )
         .collect();
     let mut out: Vec<Group> = names.into_iter().map(|name| Group { name, count: 0, shallow: 0, retained: 0 }).collect();
     for acc in sums {

@@ -208,7 +208,12 @@ mod tests {
             // SAFETY: the range is mapped (the vector's buffer) and `resident` has a byte per page.
             let rc = unsafe { libc::mincore(first as *mut libc::c_void, end - first, resident.as_mut_ptr()) };
             assert_eq!(rc, 0);
-            assert!(resident.iter().all(|&r| r & 1 == 1), "{} of {} pages resident", resident.iter().filter(|&&r| r & 1 == 1).count(), resident.len());
+            assert!(
+                resident.iter().all(|&r| r & 1 == 1),
+                "{} of {} pages resident",
+                resident.iter().filter(|&&r| r & 1 == 1).count(),
+                resident.len()
+            );
         }
         v.extend(0..1000);
         assert_eq!(v.len(), 2000);

@@ -25,14 +25,11 @@ pub const POOL_HEADER_WSIZE: usize = 4;
 /// Blocks of at most this many words, header included, live in pools; bigger ones are large allocations.
 pub const SIZECLASS_MAX: usize = 128;
 /// `wsize_sizeclass` of caml/sizeclasses.h: words per slot (header included) of each size class.
-pub const WSIZE_SIZECLASS: [u32; 32] = [
-    1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 17, 19, 22, 25, 28, 32, 33, 37, 42, 47, 53, 59, 65, 73, 81, 89, 99,
-    108, 118, 128,
-];
+pub const WSIZE_SIZECLASS: [u32; 32] =
+    [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 17, 19, 22, 25, 28, 32, 33, 37, 42, 47, 53, 59, 65, 73, 81, 89, 99, 108, 118, 128];
 /// `wastage_sizeclass`: words left unused between a pool's header and its first slot.
-pub const WASTAGE_SIZECLASS: [u32; 32] = [
-    0, 0, 0, 0, 2, 0, 4, 4, 2, 0, 4, 12, 12, 7, 0, 17, 4, 28, 0, 22, 18, 3, 11, 21, 62, 4, 42, 87, 33, 96, 80, 124,
-];
+pub const WASTAGE_SIZECLASS: [u32; 32] =
+    [0, 0, 0, 0, 2, 0, 4, 4, 2, 0, 4, 12, 12, 7, 0, 17, 4, 28, 0, 22, 18, 3, 11, 21, 62, 4, 42, 87, 33, 96, 80, 124];
 /// Bytes of `struct large_alloc` (owner, next) before a large block's header.
 pub const LARGE_ALLOC_HEADER_BYTES: usize = 16;
 

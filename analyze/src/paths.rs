@@ -9,8 +9,8 @@ use crate::graph::SUPER_ROOT;
 use crate::groups::{key_name, kind_key};
 use crate::ocaml;
 use rayon::prelude::*;
-use serde::Serialize;
 use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
 
 /// Steps walked at most when following many objects (see `paths`).
 const STEP_BUDGET: usize = 4_000_000;
@@ -311,10 +311,8 @@ pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usiz
 pub fn referrers(a: &Analysis<'_>, v: NodeId, max: usize) -> Vec<NodeId> {
     let g = &a.graph;
     let n = g.node_count();
-    let mut found: Vec<NodeId> = (0..n as NodeId)
-        .into_par_iter()
-        .filter(|&u| g.successors(u).contains(&v) && !g.is_condition_edge(u, v))
-        .collect();
+    let mut found: Vec<NodeId> =
+        (0..n as NodeId).into_par_iter().filter(|&u| g.successors(u).contains(&v) && !g.is_condition_edge(u, v)).collect();
     found.truncate(max);
     found
 }

@@ -21,8 +21,8 @@
 
 use crate::ocaml::{self, Colour, HeaderLayout};
 use heapsnap_format::{
-    ColourEncoding, CustomOpsRecord, DomainInfo, FormatError, Metadata, RegionHeader, RegionKind, RootKind, RootRecord,
-    SnapshotWriter, StrId, SymbolKind, SymbolRecord, Trigger, NO_DOMAIN,
+    ColourEncoding, CustomOpsRecord, DomainInfo, FormatError, Metadata, RegionHeader, RegionKind, RootKind, RootRecord, SnapshotWriter,
+    StrId, SymbolKind, SymbolRecord, Trigger, NO_DOMAIN,
 };
 use std::path::Path;
 
@@ -634,11 +634,8 @@ pub fn large_heap_shape(items: u64) -> LargeHeapShape {
         let vec = h.alloc(Space::Major, 0, &[Value::Int(i as i64), Value::Int(2 * i as i64), Value::Int(3 * i as i64)]);
         let weight = h.alloc_float(Space::Major, i as f64 * 0.5);
         let score = h.alloc_closure(Space::Major, code, 1, &[Value::Int(i as i64), Value::Ptr(name)]);
-        let item = h.alloc(
-            Space::Major,
-            0,
-            &[Value::Int(i as i64), Value::Ptr(name), Value::Ptr(vec), Value::Ptr(score), Value::Ptr(weight)],
-        );
+        let item =
+            h.alloc(Space::Major, 0, &[Value::Int(i as i64), Value::Ptr(name), Value::Ptr(vec), Value::Ptr(score), Value::Ptr(weight)]);
         let cell = h.alloc(Space::Major, 0, &[Value::Ptr(item), list]);
         list = Value::Ptr(cell);
         let b = (i % buckets) as usize;

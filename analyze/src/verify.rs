@@ -130,7 +130,12 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
                             address: format!("{:#x}", b.address),
                             field: None,
                             value: None,
-                            detail: format!("{} ({} bytes, {:?}) is reached by no root", ocaml::tag_name(b.header.tag), b.header.bytes(), b.header.colour),
+                            detail: format!(
+                                "{} ({} bytes, {:?}) is reached by no root",
+                                ocaml::tag_name(b.header.tag),
+                                b.header.bytes(),
+                                b.header.colour
+                            ),
                         });
                     }
                 }

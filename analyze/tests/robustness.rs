@@ -4,7 +4,7 @@
 
 use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::paths::{paths, PathQuery};
-use heapsnap_analyze::synth::{addresses, SynthHeap, Space, Value};
+use heapsnap_analyze::synth::{addresses, Space, SynthHeap, Value};
 use heapsnap_analyze::{verify, Analysis, Progress};
 use heapsnap_format::{ReadOptions, RootKind, Snapshot};
 use proptest::prelude::*;
@@ -38,10 +38,13 @@ fn base() -> &'static (Vec<u8>, Vec<std::ops::Range<usize>>) {
         let bytes = std::fs::read(&path).unwrap();
         let snap = Snapshot::open(&path).unwrap();
         let start = snap.bytes().as_ptr() as usize;
-        let ranges = snap.regions().map(|r| {
-            let at = r.bytes.as_ptr() as usize - start;
-            at..at + r.bytes.len()
-        }).collect();
+        let ranges = snap
+            .regions()
+            .map(|r| {
+                let at = r.bytes.as_ptr() as usize - start;
+                at..at + r.bytes.len()
+            })
+            .collect();
         (bytes, ranges)
     })
 }

@@ -3,7 +3,7 @@
 use heapsnap_analyze::blocks::Target;
 use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::ocaml;
-use heapsnap_analyze::synth::{addresses, large_heap_shape, SynthHeap, Space, Value};
+use heapsnap_analyze::synth::{addresses, large_heap_shape, Space, SynthHeap, Value};
 use heapsnap_analyze::{verify, Analysis, Progress};
 use heapsnap_format::{ColourEncoding, RootKind, Snapshot, SymbolKind};
 
@@ -300,7 +300,7 @@ fn malformed_headers_fail_verify() {
     drop(snap);
     let mut corrupt = bytes.clone();
     corrupt[header_offset + 1] = 0x14; // wosize 5
-    // Checksums would now fail: rebuild the file with the corrupted region instead.
+                                       // Checksums would now fail: rebuild the file with the corrupted region instead.
     let snap = Snapshot::from_bytes_with(&corrupt, &heapsnap_format::ReadOptions { verify_checksums: false }).unwrap();
     let report = verify(&snap, false).unwrap();
     assert!(!report.ok);

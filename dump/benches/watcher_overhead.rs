@@ -166,7 +166,9 @@ fn measure(name: &str, pairs: usize, make: impl Fn() -> Command) {
     let paired: Vec<f64> = pc.iter().zip(&wc).map(|(&p, &w)| pct(p, w)).collect();
     let paired_wall: Vec<f64> = pw.iter().zip(&ww).map(|(&p, &w)| pct(p, w)).collect();
     println!("{name}: {pairs} pairs of runs, plain and watched alternating (poll every 20 ms)");
-    for (label, v) in [("program CPU  plain  ", &pc), ("program CPU  watched", &wc), ("program wall plain  ", &pw), ("program wall watched", &ww)] {
+    for (label, v) in
+        [("program CPU  plain  ", &pc), ("program CPU  watched", &wc), ("program wall plain  ", &pw), ("program wall watched", &ww)]
+    {
         let (lo, hi) = spread(v);
         println!("  {label} median {:.3} s (min {lo:.3}, max {hi:.3}, spread {:.1}%)", median(v.clone()), pct(lo, hi));
     }
@@ -176,7 +178,11 @@ fn measure(name: &str, pairs: usize, make: impl Fn() -> Command) {
         pct(median(pc.clone()), median(wc.clone())),
         median(paired.clone())
     );
-    println!("  overhead on program wall: {:+.2}% (ratio of medians); per pair median {:+.2}%", pct(median(pw.clone()), median(ww.clone())), median(paired_wall));
+    println!(
+        "  overhead on program wall: {:+.2}% (ratio of medians); per pair median {:+.2}%",
+        pct(median(pw.clone()), median(ww.clone())),
+        median(paired_wall)
+    );
     let setup = secs(&watched, |r| r.setup_cpu);
     let poll_cpu: f64 = secs(&watched, |r| r.poll_cpu).iter().sum();
     let polls: u64 = watched.iter().map(|r| r.polls).sum();

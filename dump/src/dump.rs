@@ -147,18 +147,13 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         attempts += 1;
         check = check_world(&rt, &process)?;
         if !check.is_safe() && attempts >= options.max_attempts.max(1) && options.require_consistent {
-            return Err(DumpError::Inconsistent(format!(
-                "no consistent stop in {attempts} attempts: {}",
-                check.unsafe_reasons.join("; ")
-            )));
+            return Err(DumpError::Inconsistent(format!("no consistent stop in {attempts} attempts: {}", check.unsafe_reasons.join("; "))));
         }
     };
     let consistent = check.is_safe();
     if !consistent {
-        warnings.push(format!(
-            "no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}",
-            check.unsafe_reasons.join("; ")
-        ));
+        warnings
+            .push(format!("no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}", check.unsafe_reasons.join("; ")));
     }
     process.detach();
     let pause = stopped_at.elapsed();
@@ -171,13 +166,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
     let written = finish(&rt, &memory, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
     let report = DumpReport::of_capture(&rt, &cap, pid, reserved_bits, written, started, warnings);
-    Ok(DumpReport {
-        pause_ns: pause.as_nanos() as u64,
-        total_stopped_ns: total_stopped.as_nanos() as u64,
-        attempts,
-        consistent,
-        ..report
-    })
+    Ok(DumpReport { pause_ns: pause.as_nanos() as u64, total_stopped_ns: total_stopped.as_nanos() as u64, attempts, consistent, ..report })
 }
 
 /// Takes the snapshot a live dump would have taken, from the ELF core file `core` of an OCaml
@@ -341,8 +330,7 @@ fn check_build_id(source: &CoreFile) -> Result<Option<String>> {
         return Err(mismatch("the executable has no build id: cannot check that the core comes from it".into()));
     };
     let bias = exe.load_bias(&source.mappings()?, &exe_path)?;
-    let (note_at, note) =
-        exe.section_data(".note.gnu.build-id").ok_or_else(|| mismatch("no .note.gnu.build-id section".into()))?;
+    let (note_at, note) = exe.section_data(".note.gnu.build-id").ok_or_else(|| mismatch("no .note.gnu.build-id section".into()))?;
     let mut in_core = vec![0u8; note.len()];
     match source.read_from_core(note_at.wrapping_add(bias), &mut in_core) {
         Ok(()) if in_core == *note => Ok(None),
@@ -382,7 +370,9 @@ fn reserved_bits_for(rt: &Runtime, options: &DumpOptions, warnings: &mut Vec<Str
         (_, Some(given)) => given,
         (Some(found), None) => found,
         (None, None) => {
-            return Err(DumpError::ReservedBitsUnknown("the runtime function caml_sys_const_max_wosize was not found or not understood".into()))
+            return Err(DumpError::ReservedBitsUnknown(
+                "the runtime function caml_sys_const_max_wosize was not found or not understood".into(),
+            ))
         }
     };
     if reserved_bits > 31 {

@@ -1,8 +1,8 @@
 //! Structure layouts and static variables from the executable's DWARF, looked up by name, so
 //! that no offset of the OCaml runtime's structures is hard-coded here.
 
-use crate::error::{DumpError, Result};
 use crate::elf::Executable;
+use crate::error::{DumpError, Result};
 use gimli::{AttributeValue, EndianSlice, LittleEndian};
 use std::collections::HashMap;
 
@@ -21,13 +21,25 @@ struct Member {
 #[derive(Clone, Debug)]
 enum TypeNode {
     /// A struct or union.
-    Record { size: Option<u64>, members: Vec<Member> },
+    Record {
+        size: Option<u64>,
+        members: Vec<Member>,
+    },
     /// typedef, const, volatile, _Atomic, restrict: the same layout as the target.
-    Alias { target: Option<TypeRef> },
+    Alias {
+        target: Option<TypeRef>,
+    },
     Pointer,
-    Base { size: Option<u64> },
-    Array { element: Option<TypeRef>, count: Option<u64> },
-    Other { size: Option<u64> },
+    Base {
+        size: Option<u64>,
+    },
+    Array {
+        element: Option<TypeRef>,
+        count: Option<u64>,
+    },
+    Other {
+        size: Option<u64>,
+    },
 }
 
 /// A variable with a static address.
@@ -108,9 +120,7 @@ impl TypeIndex {
     }
 
     fn load_unit(&mut self, dwarf: &gimli::Dwarf<Reader<'_>>, unit: &gimli::Unit<Reader<'_>>) -> gimli::Result<()> {
-        let global = |o: gimli::UnitOffset| -> Option<TypeRef> {
-            o.to_debug_info_offset(&unit.header).map(|o| o.0)
-        };
+        let global = |o: gimli::UnitOffset| -> Option<TypeRef> { o.to_debug_info_offset(&unit.header).map(|o| o.0) };
         let type_of = |e: &gimli::DebuggingInformationEntry<Reader<'_>>| -> Option<TypeRef> {
             match e.attr_value(gimli::DW_AT_type)? {
                 AttributeValue::UnitRef(o) => global(o),
@@ -123,9 +133,8 @@ impl TypeIndex {
             let s = dwarf.attr_string(unit, v).ok()?;
             Some(String::from_utf8_lossy(s.slice()).into_owned())
         };
-        let udata = |e: &gimli::DebuggingInformationEntry<Reader<'_>>, at| -> Option<u64> {
-            e.attr_value(at).and_then(|v| v.udata_value())
-        };
+        let udata =
+            |e: &gimli::DebuggingInformationEntry<Reader<'_>>, at| -> Option<u64> { e.attr_value(at).and_then(|v| v.udata_value()) };
         let unit_name = unit.name.map(|n| String::from_utf8_lossy(n.slice()).into_owned()).unwrap_or_default();
 
         // The record (struct/union) or array each depth belongs to, to attach members/subranges.
@@ -169,10 +178,7 @@ impl TypeIndex {
                         }
                     }
                 }
-                gimli::DW_TAG_const_type
-                | gimli::DW_TAG_volatile_type
-                | gimli::DW_TAG_atomic_type
-                | gimli::DW_TAG_restrict_type => {
+                gimli::DW_TAG_const_type | gimli::DW_TAG_volatile_type | gimli::DW_TAG_atomic_type | gimli::DW_TAG_restrict_type => {
                     if let Some(r) = here {
                         self.nodes.insert(r, TypeNode::Alias { target: type_of(entry) });
                     }
@@ -196,8 +202,7 @@ impl TypeIndex {
                 gimli::DW_TAG_subrange_type => {
                     if let Some(TypeNode::Array { count, .. }) = parent.and_then(|p| self.nodes.get_mut(&p)) {
                         if count.is_none() {
-                            *count = udata(entry, gimli::DW_AT_count)
-                                .or_else(|| udata(entry, gimli::DW_AT_upper_bound).map(|u| u + 1));
+                            *count = udata(entry, gimli::DW_AT_count).or_else(|| udata(entry, gimli::DW_AT_upper_bound).map(|u| u + 1));
                         }
                     }
                 }
@@ -324,9 +329,7 @@ impl TypeIndex {
     /// The members of a struct, with their offsets (empty if not a struct).
     pub fn members(&self, ty: usize) -> Vec<(String, u64)> {
         match self.nodes.get(&self.strip(ty)) {
-            Some(TypeNode::Record { members, .. }) => {
-                members.iter().filter_map(|m| Some((m.name.clone()?, m.offset))).collect()
-            }
+            Some(TypeNode::Record { members, .. }) => members.iter().filter_map(|m| Some((m.name.clone()?, m.offset))).collect(),
             _ => Vec::new(),
         }
     }

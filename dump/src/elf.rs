@@ -78,16 +78,7 @@ impl Executable {
         by_address.sort_by_key(|&i| (symbols[i].address, std::cmp::Reverse(symbols[i].size)));
         let build_id = file.build_id().ok().flatten().map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
         drop(file);
-        Ok(Executable {
-            path: path.to_path_buf(),
-            data,
-            is_pie,
-            first_segment_vaddr,
-            symbols,
-            by_name,
-            by_address,
-            build_id,
-        })
+        Ok(Executable { path: path.to_path_buf(), data, is_pie, first_segment_vaddr, symbols, by_name, by_address, build_id })
     }
 
     pub fn data(&self) -> &[u8] {
@@ -156,8 +147,7 @@ fn check_and_place(file: &object::File<'_>, path: &Path) -> Result<(bool, u64)> 
         return Err(DumpError::Stripped { path: path.to_path_buf() });
     }
     let is_pie = file.kind() == object::ObjectKind::Dynamic;
-    let first_segment_vaddr =
-        file.segments().map(|s| s.address()).min().ok_or_else(|| elf_error("no loadable segment".into()))? & !0xfff;
+    let first_segment_vaddr = file.segments().map(|s| s.address()).min().ok_or_else(|| elf_error("no loadable segment".into()))? & !0xfff;
     Ok((is_pie, first_segment_vaddr))
 }
 
@@ -170,12 +160,10 @@ fn load_bias(path: &Path, is_pie: bool, first_segment_vaddr: u64, mappings: &[Ma
         (Some(p), Some(r)) => p == r,
         _ => false,
     };
-    let first = mappings
-        .iter()
-        .filter(|m| m.offset == 0 && same_file(m))
-        .map(|m| m.start)
-        .min()
-        .ok_or_else(|| DumpError::Elf { path: path.to_path_buf(), message: "cannot find where the executable is mapped in the target".into() })?;
+    let first = mappings.iter().filter(|m| m.offset == 0 && same_file(m)).map(|m| m.start).min().ok_or_else(|| DumpError::Elf {
+        path: path.to_path_buf(),
+        message: "cannot find where the executable is mapped in the target".into(),
+    })?;
     Ok(first.wrapping_sub(first_segment_vaddr))
 }
 

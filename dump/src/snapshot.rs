@@ -1,13 +1,11 @@
 //! Writing a capture as a snapshot file (after the target has been resumed).
 
+use crate::elf::{symbol_holding, Symbol};
 use crate::error::Result;
 use crate::runtime::capture::Capture;
-use crate::elf::{symbol_holding, Symbol};
 use crate::runtime::roots::RootName;
 use crate::runtime::Runtime;
-use heapsnap_format::{
-    CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord,
-};
+use heapsnap_format::{CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord};
 use std::path::{Path, PathBuf};
 
 /// Writes `cap` to `path` (atomically, mode 0600). Returns the final path and the file size.
@@ -39,9 +37,10 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
             let name = match &r.name {
                 RootName::None => None,
                 RootName::Text(t) => Some(t.clone()),
-                RootName::CodeAt(a) | RootName::DataAt(a) => {
-                    rt.symbol_name_at(*a).or_else(|| symbol_holding(&plugin_symbols, |s| *s, *a).map(|s| s.name.as_str())).map(str::to_string)
-                }
+                RootName::CodeAt(a) | RootName::DataAt(a) => rt
+                    .symbol_name_at(*a)
+                    .or_else(|| symbol_holding(&plugin_symbols, |s| *s, *a).map(|s| s.name.as_str()))
+                    .map(str::to_string),
             };
             RootRecord {
                 kind: r.kind.code(),
@@ -85,11 +84,8 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         }
     }
 
-    let ops: Vec<CustomOpsRecord> = cap
-        .custom_ops
-        .iter()
-        .map(|(address, id)| CustomOpsRecord { address: *address, identifier: w.intern(id), reserved: 0 })
-        .collect();
+    let ops: Vec<CustomOpsRecord> =
+        cap.custom_ops.iter().map(|(address, id)| CustomOpsRecord { address: *address, identifier: w.intern(id), reserved: 0 }).collect();
     w.write_custom_ops(&ops)?;
     w.write_ephemerons(&cap.ephemerons)?;
     w.write_load_bias(rt.bias)?;
@@ -97,4 +93,3 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
     let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);
     Ok((final_path, size))
 }
-

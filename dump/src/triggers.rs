@@ -57,11 +57,9 @@ impl TriggerSpec {
         match std::env::var(ENV_VAR) {
             Ok(value) => Self::parse(&value).map(Some),
             Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(raw)) => Err(TriggerSpecError {
-                var: ENV_VAR,
-                value: raw.to_string_lossy().into_owned(),
-                problem: "not valid UTF-8".into(),
-            }),
+            Err(std::env::VarError::NotUnicode(raw)) => {
+                Err(TriggerSpecError { var: ENV_VAR, value: raw.to_string_lossy().into_owned(), problem: "not valid UTF-8".into() })
+            }
         }
     }
 

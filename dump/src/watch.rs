@@ -64,10 +64,7 @@ pub struct Watch<'a> {
 
 impl Watch<'_> {
     /// Runs until the target exits. `take` writes one snapshot for a trigger and returns its path.
-    pub fn run<E: std::fmt::Display>(
-        mut self,
-        mut take: impl FnMut(Trigger) -> Result<PathBuf, E>,
-    ) -> std::io::Result<WatchSummary> {
+    pub fn run<E: std::fmt::Display>(mut self, mut take: impl FnMut(Trigger) -> Result<PathBuf, E>) -> std::io::Result<WatchSummary> {
         let pidfd = pidfd_open(self.pid)?;
         let mut summary = WatchSummary::default();
         let mut record = |trigger: Trigger, summary: &mut WatchSummary| match take(trigger) {
@@ -93,7 +90,11 @@ impl Watch<'_> {
                 timeout = timeout.min(at.saturating_duration_since(now));
             }
             let ready = poll_fds(
-                &[Some(pidfd.as_raw_fd()), self.inputs.control.as_ref().map(|f| f.as_raw_fd()), self.inputs.signal.as_ref().map(|f| f.as_raw_fd())],
+                &[
+                    Some(pidfd.as_raw_fd()),
+                    self.inputs.control.as_ref().map(|f| f.as_raw_fd()),
+                    self.inputs.signal.as_ref().map(|f| f.as_raw_fd()),
+                ],
                 timeout,
             )?;
             if ready[0] {
@@ -191,7 +192,9 @@ pub fn symbol_address(pid: u32, name: &str) -> crate::Result<u64> {
 fn shares_our_memory(pid: u32) -> bool {
     const KCMP_VM: libc::c_long = 1;
     // SAFETY: kcmp only compares kernel objects of the two processes.
-    let same = unsafe { libc::syscall(libc::SYS_kcmp, libc::getpid() as libc::c_long, pid as libc::c_long, KCMP_VM, 0 as libc::c_long, 0 as libc::c_long) };
+    let same = unsafe {
+        libc::syscall(libc::SYS_kcmp, libc::getpid() as libc::c_long, pid as libc::c_long, KCMP_VM, 0 as libc::c_long, 0 as libc::c_long)
+    };
     same == 0
 }
 

@@ -124,8 +124,5 @@ fn main() {
         black_box(found)
     });
     assert_eq!(found, lookups);
-    println!(
-        "region_of over {pools} regions:             {:>8.1} ns per lookup",
-        time.as_secs_f64() * 1e9 / lookups as f64
-    );
+    println!("region_of over {pools} regions:             {:>8.1} ns per lookup", time.as_secs_f64() * 1e9 / lookups as f64);
 }

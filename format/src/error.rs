@@ -33,14 +33,7 @@ pub enum FormatError {
     Section { index: usize, kind: SectionKind, offset: u64, problem: SectionProblem },
 
     #[error("regions overlap: {first_base:#x}..{first_end:#x} (section {first_index}) and {second_base:#x}..{second_end:#x} (section {second_index})")]
-    OverlappingRegions {
-        first_index: usize,
-        first_base: u64,
-        first_end: u64,
-        second_index: usize,
-        second_base: u64,
-        second_end: u64,
-    },
+    OverlappingRegions { first_index: usize, first_base: u64, first_end: u64, second_index: usize, second_base: u64, second_end: u64 },
 
     #[error("the snapshot has no {0} section")]
     MissingSection(SectionKind),

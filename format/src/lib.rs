@@ -19,13 +19,12 @@ mod writer;
 
 pub use error::{FormatError, SectionProblem};
 pub use layout::{
-    FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId,
-    SymbolKind, SymbolRecord, CustomOpsRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC,
-    NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK, SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR,
-    WORD_SIZE,
+    CustomOpsRecord, FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId, SymbolKind,
+    SymbolRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR, WORD_SIZE,
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
-pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use metadata::{ColourEncoding, DomainInfo, Metadata, Trigger};
+pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use reader::{ReadOptions, Region, Snapshot};
 pub use writer::{RegionStream, SnapshotWriter};

@@ -15,8 +15,7 @@ pub struct ColourEncoding {
 
 impl ColourEncoding {
     /// OCaml 5's encoding before its first major cycle ends (`caml_global_heap_state` initial value).
-    pub const OCAML5_INITIAL: ColourEncoding =
-        ColourEncoding { marked: 0, unmarked: 1, garbage: 2, not_markable: 3 };
+    pub const OCAML5_INITIAL: ColourEncoding = ColourEncoding { marked: 0, unmarked: 1, garbage: 2, not_markable: 3 };
 
     /// The four values must be a permutation of 0..=3.
     pub fn is_valid(&self) -> bool {
@@ -96,7 +95,8 @@ impl Metadata {
         if !self.colours.is_valid() {
             return Some(format!("colours {:?} are not a permutation of 0..=3", self.colours));
         }
-        if let Some(d) = self.domains.iter().find(|d| d.minor_start > d.minor_end || !(d.minor_start..=d.minor_end).contains(&d.young_ptr)) {
+        if let Some(d) = self.domains.iter().find(|d| d.minor_start > d.minor_end || !(d.minor_start..=d.minor_end).contains(&d.young_ptr))
+        {
             return Some(format!(
                 "domain {} minor heap bounds {:#x}..{:#x} with young_ptr {:#x} are inconsistent",
                 d.id, d.minor_start, d.minor_end, d.young_ptr

@@ -35,7 +35,9 @@ impl SnapshotWriter {
             return Err(FormatError::Writer(format!("bad DWARF section name {name:?}")));
         }
         if self.plugin_dwarf.contains(&(load_bias, name.to_owned())) {
-            return Err(FormatError::Writer(format!("the DWARF section {name} of the plugin at bias {load_bias:#x} can only be written once")));
+            return Err(FormatError::Writer(format!(
+                "the DWARF section {name} of the plugin at bias {load_bias:#x} can only be written once"
+            )));
         }
         let mut head = [0u8; HEAD];
         head[..8].copy_from_slice(&load_bias.to_le_bytes());

@@ -31,7 +31,10 @@ impl Default for ReadOptions {
 enum Backing {
     Mapped(Mmap),
     /// Bytes copied into 8-aligned storage, so records can be viewed in place.
-    Owned { words: Vec<u64>, len: usize },
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
 }
 
 impl Backing {
@@ -178,17 +181,10 @@ impl Snapshot {
         }
         let table_ok = trailer.table_offset >= FileHeader::SIZE as u64
             && trailer.table_offset.is_multiple_of(8)
-            && trailer
-                .section_count
-                .checked_mul(SectionEntry::SIZE as u64)
-                .and_then(|n| n.checked_add(trailer.table_offset))
+            && trailer.section_count.checked_mul(SectionEntry::SIZE as u64).and_then(|n| n.checked_add(trailer.table_offset))
                 == Some(trailer_offset);
         if !table_ok {
-            return Err(FormatError::BadSectionTable {
-                offset: trailer.table_offset,
-                count: trailer.section_count,
-                trailer_offset,
-            });
+            return Err(FormatError::BadSectionTable { offset: trailer.table_offset, count: trailer.section_count, trailer_offset });
         }
         let table_bytes = &data[trailer.table_offset as usize..trailer_offset as usize];
         let actual = xxh3_64(table_bytes);
@@ -237,8 +233,8 @@ impl Snapshot {
             if entry.offset % 8 != 0 {
                 return Err(section_error(index, entry, SectionProblem::Misaligned));
             }
-            let in_bounds = entry.offset >= FileHeader::SIZE as u64
-                && entry.offset.checked_add(entry.length).is_some_and(|end| end <= limit);
+            let in_bounds =
+                entry.offset >= FileHeader::SIZE as u64 && entry.offset.checked_add(entry.length).is_some_and(|end| end <= limit);
             if !in_bounds {
                 return Err(section_error(index, entry, SectionProblem::OutOfBounds { length: entry.length, limit }));
             }
@@ -300,7 +296,10 @@ impl Snapshot {
                         return Err(fail(SectionProblem::Invalid("strings do not end with NUL".into())));
                     }
                     if let Err(e) = std::str::from_utf8(bytes) {
-                        return Err(fail(SectionProblem::Invalid(format!("string bytes are not UTF-8 at offset {}", entry.offset + e.valid_up_to() as u64))));
+                        return Err(fail(SectionProblem::Invalid(format!(
+                            "string bytes are not UTF-8 at offset {}",
+                            entry.offset + e.valid_up_to() as u64
+                        ))));
                     }
                     self.strings = body;
                 }
@@ -322,7 +321,11 @@ impl Snapshot {
                         return Err(fail(SectionProblem::Invalid(format!("region base {:#x} is unaligned or its end wraps", header.base))));
                     }
                     if header.first_block as usize > bytes.len() {
-                        return Err(fail(SectionProblem::Invalid(format!("first block offset {} is past the region's {} bytes", header.first_block, bytes.len()))));
+                        return Err(fail(SectionProblem::Invalid(format!(
+                            "first block offset {} is past the region's {} bytes",
+                            header.first_block,
+                            bytes.len()
+                        ))));
                     }
                     self.regions.push(RegionEntry { section: index, base: header.base, bytes });
                 }
@@ -380,12 +383,9 @@ impl Snapshot {
     /// Every string reference names the start of a string; symbols are sorted.
     fn check_records(&self) -> Result<(), FormatError> {
         let strings = &self.backing.bytes()[self.strings.clone()];
-        let string_ok = |id: StrId| {
-            id.is_none() || ((id.0 as usize) < strings.len() && (id.0 == 0 || strings[id.0 as usize - 1] == 0))
-        };
-        let section_of = |kind: SectionKind| {
-            self.sections.iter().position(|s| s.kind == kind.code()).expect("a section with records exists")
-        };
+        let string_ok = |id: StrId| id.is_none() || ((id.0 as usize) < strings.len() && (id.0 == 0 || strings[id.0 as usize - 1] == 0));
+        let section_of =
+            |kind: SectionKind| self.sections.iter().position(|s| s.kind == kind.code()).expect("a section with records exists");
         let bad = |kind: SectionKind, record_size: usize, index: usize, reason: String| {
             let section = section_of(kind);
             let entry = &self.sections[section];

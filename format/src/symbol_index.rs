@@ -53,8 +53,7 @@ impl SymbolIndex {
             return Some(first);
         }
         let half = width / 2;
-        self.descend(2 * node + 1, first + half, half, k, address)
-            .or_else(|| self.descend(2 * node, first, half, k, address))
+        self.descend(2 * node + 1, first + half, half, k, address).or_else(|| self.descend(2 * node, first, half, k, address))
     }
 }
 

@@ -97,10 +97,7 @@ impl SnapshotWriter {
 
     /// Starts a region whose bytes come in pieces; the region ends at [`RegionStream::finish`].
     pub fn begin_region(&mut self, header: &RegionHeader) -> Result<RegionStream<'_>, FormatError> {
-        let mut stream = RegionStream {
-            base: header.base,
-            section: self.begin_section(SectionKind::Region, SECTION_FLAG_REQUIRED)?,
-        };
+        let mut stream = RegionStream { base: header.base, section: self.begin_section(SectionKind::Region, SECTION_FLAG_REQUIRED)? };
         stream.section.write(bytemuck::bytes_of(header))?;
         Ok(stream)
     }
@@ -164,22 +161,15 @@ impl SnapshotWriter {
         let mut spans = std::mem::take(&mut self.region_spans);
         spans.sort_unstable();
         if let Some(w) = spans.windows(2).find(|w| w[1].0 < w[0].1) {
-            return Err(FormatError::Writer(format!(
-                "region {:#x}..{:#x} overlaps region {:#x}..{:#x}",
-                w[0].0, w[0].1, w[1].0, w[1].1
-            )));
+            return Err(FormatError::Writer(format!("region {:#x}..{:#x} overlaps region {:#x}..{:#x}", w[0].0, w[0].1, w[1].0, w[1].1)));
         }
         let strings = std::mem::take(&mut self.strings);
         self.write_section(SectionKind::Strings, 0, &[&strings])?;
 
         let table_offset = self.position;
         let table: &[u8] = bytemuck::cast_slice(&self.sections);
-        let trailer = Trailer {
-            table_offset,
-            section_count: self.sections.len() as u64,
-            table_checksum: xxh3_64(table),
-            end_magic: END_MAGIC,
-        };
+        let trailer =
+            Trailer { table_offset, section_count: self.sections.len() as u64, table_checksum: xxh3_64(table), end_magic: END_MAGIC };
         let table = table.to_vec();
         self.put(&table)?;
         self.put(bytemuck::bytes_of(&trailer))?;
@@ -284,9 +274,8 @@ impl RegionStream<'_> {
         if !payload.is_multiple_of(8) {
             return Err(FormatError::Writer(format!("region at {base:#x}: {payload} bytes is not a whole number of words")));
         }
-        let end = base
-            .checked_add(payload)
-            .ok_or_else(|| FormatError::Writer(format!("region at {base:#x} wraps around the address space")))?;
+        let end =
+            base.checked_add(payload).ok_or_else(|| FormatError::Writer(format!("region at {base:#x} wraps around the address space")))?;
         self.section.writer.region_spans.push((base, end));
         self.section.finish()?;
         Ok(())

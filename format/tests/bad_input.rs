@@ -150,11 +150,8 @@ fn newer_minor_version_is_accepted() {
 #[test]
 fn wrong_word_size_byte_order_or_header_size() {
     type Edit = fn(&mut FileHeader);
-    let cases: [(Edit, &str); 3] = [
-        (|h| h.word_size = 4, "word size 4"),
-        (|h| h.byte_order = 2, "byte order 2"),
-        (|h| h.header_size = 48, "header size 48"),
-    ];
+    let cases: [(Edit, &str); 3] =
+        [(|h| h.word_size = 4, "word size 4"), (|h| h.byte_order = 2, "byte order 2"), (|h| h.header_size = 48, "header size 48")];
     for (edit, expected) in cases {
         let mut file = valid();
         edit_header(&mut file, edit);
@@ -234,12 +231,12 @@ fn section_offset_or_length_out_of_range() {
     let t = trailer(&file);
     let region = table(&file)[3];
     let cases: [(u64, u64); 6] = [
-        (t.table_offset, region.length),         // starts at the table
-        (t.table_offset - 8, region.length),     // runs into the table
-        (region.offset, u64::MAX),               // length overflows u64
-        (u64::MAX - 7, region.length),           // offset + length overflows u64
-        (0, region.length),                      // inside the file header
-        (t.table_offset + 64, 0),                // empty, but past the table
+        (t.table_offset, region.length),     // starts at the table
+        (t.table_offset - 8, region.length), // runs into the table
+        (region.offset, u64::MAX),           // length overflows u64
+        (u64::MAX - 7, region.length),       // offset + length overflows u64
+        (0, region.length),                  // inside the file header
+        (t.table_offset + 64, 0),            // empty, but past the table
     ];
     for (offset, length) in cases {
         let mut damaged = file.clone();
@@ -584,7 +581,10 @@ fn bad_symbols() {
     assert_eq!((kind, index), (SectionKind::Symbols, 1));
     assert!(reason.contains("sorted"));
     // Same start, not sorted by end.
-    let file = with_section(5, records(SectionKind::Symbols, &[symbol(0, 1, StrId(0)), symbol(0x10, 0x40, StrId(0)), symbol(0x10, 0x20, StrId(0))]));
+    let file = with_section(
+        5,
+        records(SectionKind::Symbols, &[symbol(0, 1, StrId(0)), symbol(0x10, 0x40, StrId(0)), symbol(0x10, 0x20, StrId(0))]),
+    );
     assert_eq!(bad_record(&file).2, 2);
     // Ends before it starts.
     let file = with_section(5, records(SectionKind::Symbols, &[symbol(0x10, 0x8, StrId(0))]));

@@ -78,7 +78,15 @@ fn mutated_snapshots_never_panic_or_hang() {
     assert!(done >= 2000.min(iterations), "only {done} inputs in {seconds} s");
     if done >= 20_000 {
         let reached = |prefix: &str| classes.keys().any(|c| c.starts_with(prefix));
-        for deep in ["accepted", "Section/ChecksumMismatch", "Section/BadRecord", "Section/Invalid", "BadSectionTable", "TableChecksum", "OverlappingRegions"] {
+        for deep in [
+            "accepted",
+            "Section/ChecksumMismatch",
+            "Section/BadRecord",
+            "Section/Invalid",
+            "BadSectionTable",
+            "TableChecksum",
+            "OverlappingRegions",
+        ] {
             assert!(reached(deep), "no sampled input reached {deep}: {classes:?}");
         }
     }

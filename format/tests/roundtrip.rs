@@ -81,22 +81,28 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
         (any::<u64>(), trigger, text(), proptest::collection::vec(domain, 0..4), any::<Option<u64>>(), any::<bool>()),
         proptest::collection::vec(text(), 0..3),
     )
-        .prop_map(|((ocaml_version, reserved_header_bits, colours, pid, executable, build_id), (time_unix_ns, trigger, dumper, domains, compactions, redacted), warnings)| Metadata {
-            ocaml_version,
-            word_size: 8,
-            reserved_header_bits,
-            colours,
-            pid,
-            executable,
-            build_id,
-            time_unix_ns,
-            trigger,
-            dumper,
-            domains,
-            compactions,
-            redacted,
-            warnings,
-        })
+        .prop_map(
+            |(
+                (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
+                (time_unix_ns, trigger, dumper, domains, compactions, redacted),
+                warnings,
+            )| Metadata {
+                ocaml_version,
+                word_size: 8,
+                reserved_header_bits,
+                colours,
+                pid,
+                executable,
+                build_id,
+                time_unix_ns,
+                trigger,
+                dumper,
+                domains,
+                compactions,
+                redacted,
+                warnings,
+            },
+        )
 }
 
 fn name(strings: usize) -> impl Strategy<Value = Option<usize>> {
@@ -109,7 +115,8 @@ fn name(strings: usize) -> impl Strategy<Value = Option<usize>> {
 
 fn root_strategy(strings: usize) -> impl Strategy<Value = (RootRecord, Option<usize>)> {
     (any::<u16>(), any::<u16>(), any::<u32>(), any::<[u64; 4]>(), name(strings)).prop_map(|(kind, domain, flags, w, name)| {
-        let record = RootRecord { kind, domain, flags, thread: w[0], slot: w[1], value: w[2], origin: w[3], name: StrId::NONE, reserved: 0 };
+        let record =
+            RootRecord { kind, domain, flags, thread: w[0], slot: w[1], value: w[2], origin: w[3], name: StrId::NONE, reserved: 0 };
         (record, name)
     })
 }
@@ -117,7 +124,17 @@ fn root_strategy(strings: usize) -> impl Strategy<Value = (RootRecord, Option<us
 /// Non-overlapping regions: consecutive (gap, length) pairs from a random start, written in a
 /// shuffled order. Gaps of 0 make regions (and empty ones) touch.
 fn regions_strategy() -> impl Strategy<Value = Vec<RegionSpec>> {
-    let one = (0u64..4, 0usize..24, any::<u16>(), any::<u16>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u8>(), proptest::collection::vec(any::<prop::sample::Index>(), 0..3));
+    let one = (
+        0u64..4,
+        0usize..24,
+        any::<u16>(),
+        any::<u16>(),
+        any::<u32>(),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u8>(),
+        proptest::collection::vec(any::<prop::sample::Index>(), 0..3),
+    );
     ((0u64..1 << 40).prop_map(|b| b * 8), proptest::collection::vec(one, 0..8)).prop_map(|(start, parts)| {
         let mut at = start;
         parts
@@ -190,8 +207,7 @@ fn write(spec: &Spec, path: &std::path::Path) -> (Vec<StrId>, Vec<SymbolRecord>)
         match *part {
             Part::Metadata => w.write_metadata(&spec.metadata).unwrap(),
             Part::Roots => {
-                let roots: Vec<RootRecord> =
-                    spec.roots.as_ref().unwrap().iter().map(|(r, n)| RootRecord { name: id(*n), ..*r }).collect();
+                let roots: Vec<RootRecord> = spec.roots.as_ref().unwrap().iter().map(|(r, n)| RootRecord { name: id(*n), ..*r }).collect();
                 w.write_roots(&roots).unwrap();
             }
             Part::Region(i) => {

@@ -105,7 +105,14 @@ pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
 fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
     println!("{:>10} {:>12} {:>12} {:>7}  group", "count", "shallow", "retained", "%");
     for g in list {
-        println!("{:>10} {:>12} {:>12} {:>6.1}%  {}", g.count, human_bytes(g.shallow), human_bytes(g.retained), pct(g.retained, total), g.name);
+        println!(
+            "{:>10} {:>12} {:>12} {:>6.1}%  {}",
+            g.count,
+            human_bytes(g.shallow),
+            human_bytes(g.retained),
+            pct(g.retained, total),
+            g.name
+        );
     }
 }
 
@@ -174,7 +181,13 @@ pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
         let indent = "  ".repeat(level);
         let addr = n.address.as_deref().map(|x| format!("{x} ")).unwrap_or_default();
         let root = n.root.as_deref().map(|r| format!(" <- {r}")).unwrap_or_default();
-        println!("{:>12} {:>6.1}% {:>10}  {indent}{addr}{}{root}", human_bytes(n.retained), n.percent, human_bytes(n.shallow), n.description);
+        println!(
+            "{:>12} {:>6.1}% {:>10}  {indent}{addr}{}{root}",
+            human_bytes(n.retained),
+            n.percent,
+            human_bytes(n.shallow),
+            n.description
+        );
         if n.omitted_children > 0 {
             println!("{:>12} {:>7} {:>10}  {indent}  ({} smaller children)", human_bytes(n.omitted_retained), "", "", n.omitted_children);
         }
@@ -220,7 +233,10 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         return print_json!(report);
     }
-    println!("{} objects matched, {} followed, {} unreachable through strong references", report.targets, report.sampled, report.unreachable);
+    println!(
+        "{} objects matched, {} followed, {} unreachable through strong references",
+        report.targets, report.sampled, report.unreachable
+    );
     for p in &report.paths {
         println!();
         println!("{} x  from {} root {}", p.count, p.root_kind, p.root);

@@ -47,8 +47,11 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     heapsnap_analyze::mem::tune_allocator();
-    let snaps: Vec<Snapshot> =
-        args.snapshots.iter().map(|p| Snapshot::open(p).with_context(|| format!("cannot open {}", p.display()))).collect::<anyhow::Result<_>>()?;
+    let snaps: Vec<Snapshot> = args
+        .snapshots
+        .iter()
+        .map(|p| Snapshot::open(p).with_context(|| format!("cannot open {}", p.display())))
+        .collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     let opts = DiffOptions {
         by: args.by,
@@ -100,7 +103,8 @@ fn print_report(r: &DiffReport) {
     println!("{k} snapshots of {program} (OCaml {}), oldest first", r.program.ocaml_version);
     println!("{:>3}  {:>10} {:>12} {:>12}  snapshot", "#", "objects", "reachable", "change");
     for (i, s) in r.snapshots.iter().enumerate() {
-        let change = if i == 0 { String::new() } else { signed_bytes(s.reachable_bytes as i64 - r.snapshots[i - 1].reachable_bytes as i64) };
+        let change =
+            if i == 0 { String::new() } else { signed_bytes(s.reachable_bytes as i64 - r.snapshots[i - 1].reachable_bytes as i64) };
         println!("{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name);
     }
     for w in &r.warnings {

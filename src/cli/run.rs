@@ -102,22 +102,31 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let program = Path::new(&args.command[0]).file_name().map_or("program".into(), |n| n.to_string_lossy().into_owned());
     let mut seq = 0;
     let counter = if spec.on_compaction { compactions_counter(pid) } else { None };
-    let summary = Watch { pid, spec: &spec, compactions_counter: counter, compactions_seen: 0, inputs: Inputs { control: Some(control_read), ack: Some(ack_write), signal: signal_pipe } }
-        .run(|trigger| {
-            seq += 1;
-            let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
-            take_snapshot(pid, trigger, &path, spec.redact)
-        })?;
+    let summary = Watch {
+        pid,
+        spec: &spec,
+        compactions_counter: counter,
+        compactions_seen: 0,
+        inputs: Inputs { control: Some(control_read), ack: Some(ack_write), signal: signal_pipe },
+    }
+    .run(|trigger| {
+        seq += 1;
+        let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
+        take_snapshot(pid, trigger, &path, spec.redact)
+    })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
     if args.json {
-        println!("{}", serde_json::json!({
-            "pid": pid,
-            "snapshots": summary.snapshots,
-            "failures": summary.failures,
-            "exit_code": status.code(),
-            "signal": status.signal(),
-        }));
+        println!(
+            "{}",
+            serde_json::json!({
+                "pid": pid,
+                "snapshots": summary.snapshots,
+                "failures": summary.failures,
+                "exit_code": status.code(),
+                "signal": status.signal(),
+            })
+        );
     }
     // The program's exit status passes through unchanged, death by signal included.
     if let Some(sig) = status.signal() {
@@ -242,7 +251,11 @@ fn forward_signals(pid: i32, trigger: Option<i32>) -> anyhow::Result<ForwardGuar
         if Some(sig) == trigger {
             continue;
         }
-        let id = unsafe { signal_hook::low_level::register(sig, move || { libc::kill(pid, sig); }) }?;
+        let id = unsafe {
+            signal_hook::low_level::register(sig, move || {
+                libc::kill(pid, sig);
+            })
+        }?;
         ids.push(id);
     }
     for sig in [libc::SIGINT, libc::SIGQUIT] {

@@ -224,12 +224,7 @@ pub fn dump(pid: i32, out: &Path, extra: &[&str]) -> Output {
 /// Like [`dump`], asserting success; returns the JSON report.
 pub fn dump_ok(pid: i32, out: &Path, extra: &[&str]) -> serde_json::Value {
     let o = dump(pid, out, extra);
-    assert!(
-        o.status.success(),
-        "heapsnap dump failed: {}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
+    assert!(o.status.success(), "heapsnap dump failed: {}\n{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
     serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
 }
 

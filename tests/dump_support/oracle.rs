@@ -224,4 +224,3 @@ pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRe
     out.missed.sort_unstable();
     out
 }
-

@@ -195,7 +195,8 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                                 local.add(id, count, bytes);
                             }
                             (count, bytes) = (0, 0);
-                            let id = *local.ids.entry(raw).or_insert_with(|| intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
+                            let id =
+                                *local.ids.entry(raw).or_insert_with(|| intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
                             run = Some((raw, id));
                             id
                         }

@@ -15,8 +15,8 @@
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
-use crate::dominators::DominatorTree;
 use crate::blocks::{NodeId, NO_NODE};
+use crate::dominators::DominatorTree;
 use crate::graph::SUPER_ROOT;
 use rustc_hash::FxHashMap;
 

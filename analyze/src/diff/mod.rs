@@ -259,7 +259,11 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
 /// then the first and the last, kept analysed when there are three snapshots or more (the
 /// suspects' paths need them).
 #[allow(clippy::type_complexity)]
-fn analyse_all<'s>(inputs: &[Input<'s>], by: GroupBy, progress: &Progress) -> Result<(Vec<Profile>, Option<(Kept<'s>, Kept<'s>)>), DiffError> {
+fn analyse_all<'s>(
+    inputs: &[Input<'s>],
+    by: GroupBy,
+    progress: &Progress,
+) -> Result<(Vec<Profile>, Option<(Kept<'s>, Kept<'s>)>), DiffError> {
     let k = inputs.len();
     let bar = progress.step("diff: analysing", k as u64);
     let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'s>>), DiffError> {

@@ -2,8 +2,8 @@
 //! signature (a few kilobytes to megabytes, whatever the heap's size). The first and last
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
-use super::classify::{classify, Classified};
 use super::classify::EDGE_ROOT;
+use super::classify::{classify, Classified};
 use super::domtrie::{dominator_trie, DomTrie};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
@@ -55,8 +55,12 @@ pub fn profile(snap: &Snapshot, by: GroupBy, keep: bool) -> Result<(Profile, Opt
 /// objects are those whose dominator chain starts at it.
 pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
     let t = &dom.trie;
-    let mut out: Vec<Group> =
-        t.root_labels.iter().zip(&dom.root_shallow).map(|(name, &shallow)| Group { name: name.clone(), count: 0, shallow, retained: 0 }).collect();
+    let mut out: Vec<Group> = t
+        .root_labels
+        .iter()
+        .zip(&dom.root_shallow)
+        .map(|(name, &shallow)| Group { name: name.clone(), count: 0, shallow, retained: 0 })
+        .collect();
     for n in t.nodes.iter().skip(1) {
         let g = &mut out[n.root as usize];
         if n.edge == EDGE_ROOT {

@@ -66,7 +66,11 @@ fn run(paths: &[PathBuf], opts: &DiffOptions) -> Result<DiffReport, DiffError> {
 }
 
 fn leak_series(dir: &Path) -> Vec<PathBuf> {
-    [1000u64, 2000, 3000].iter().enumerate().map(|(i, &n)| write(dir, &format!("leak{i}.heapsnap"), &cache_heap(n, 37 * i as u64, 0))).collect()
+    [1000u64, 2000, 3000]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| write(dir, &format!("leak{i}.heapsnap"), &cache_heap(n, 37 * i as u64, 0)))
+        .collect()
 }
 
 const CHAINS: &str = "Leak.0 -> Hashtbl -> .1 block tag 0 size >16 -> [*] block tag 0 size 3+";
@@ -116,8 +120,11 @@ fn paths_of(dir: &Path) -> Vec<PathBuf> {
 #[test]
 fn the_same_heap_at_other_addresses_shows_no_change() {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> =
-        [(0, 0), (500, 7), (123, 3)].iter().enumerate().map(|(i, &(g, f))| write(dir.path(), &format!("s{i}.heapsnap"), &cache_heap(800, g, f))).collect();
+    let paths: Vec<PathBuf> = [(0, 0), (500, 7), (123, 3)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(g, f))| write(dir.path(), &format!("s{i}.heapsnap"), &cache_heap(800, g, f)))
+        .collect();
     for by in [GroupBy::Kind, GroupBy::Root, GroupBy::Closure, GroupBy::Tag] {
         let r = run(&paths, &DiffOptions { by, min_growth: 1, limit: 0, ..Default::default() }).unwrap();
         assert!(r.suspects.is_empty(), "{by:?}");

@@ -223,7 +223,8 @@ mod tests {
         let s = t.step(chain, 1, 3);
         assert_ne!(s, chain);
         assert_eq!(t.step(chain, 1, 3), s, "interned");
-        let names: Vec<(Edge, String, bool)> = t.chain(s).iter().map(|&id| (t.nodes[id as usize].edge, t.label_name(id).to_string(), t.nodes[id as usize].folded)).collect();
+        let names: Vec<(Edge, String, bool)> =
+            t.chain(s).iter().map(|&id| (t.nodes[id as usize].edge, t.label_name(id).to_string(), t.nodes[id as usize].folded)).collect();
         let steps: Vec<(Edge, &str, bool)> = names.iter().map(|(e, n, f)| (*e, n.as_str(), *f)).collect();
         let text = describe_chain(&steps);
         assert_eq!(signature_text(&text, false), "Cache.0 -> Hashtbl -> .1 block tag 0 size >16 -> [*] block tag 0 size 3+ -> .1 string");

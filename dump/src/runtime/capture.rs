@@ -227,7 +227,13 @@ impl SpareBuffers {
         }
         // The mapped plugins' files are parsed now, not during the stop.
         let plugins = super::plugins::data_spans(rt, source, None);
-        spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().chain(plugins.spans.iter().copied()).map(|(b, e)| (b, (e - b) as usize)));
+        spans.extend(
+            static_spans(rt, source)
+                .unwrap_or_default()
+                .into_iter()
+                .chain(plugins.spans.iter().copied())
+                .map(|(b, e)| (b, (e - b) as usize)),
+        );
         spare.plugins = Some(plugins);
         for (address, len) in spans {
             // A guess too big to allocate is no reason to fail: the stop allocates if needed.
@@ -334,7 +340,11 @@ fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
         while at + 8 <= r.bytes.len() {
             let header = r.word(at);
             if header == 0 {
-                return Err(DumpError::UnsafeStop(format!("domain {}: a zero header at {:#x} in the minor heap", r.domain, r.base + at as u64)));
+                return Err(DumpError::UnsafeStop(format!(
+                    "domain {}: a zero header at {:#x} in the minor heap",
+                    r.domain,
+                    r.base + at as u64
+                )));
             }
             at += 8 * (format.wosize(header) as usize + 1);
         }
@@ -387,7 +397,8 @@ fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField>
         // The fields that point into this minor heap; the walk over its blocks (in the pause)
         // only when there are some.
         let offsets = (youngest + 8..youngest + 8 * (fields + 1)).step_by(8);
-        let inside: Vec<usize> = offsets.filter(|&o| r.word(o) & 1 == 0 && (d.info.minor_start..d.info.minor_end).contains(&r.word(o))).collect();
+        let inside: Vec<usize> =
+            offsets.filter(|&o| r.word(o) & 1 == 0 && (d.info.minor_start..d.info.minor_end).contains(&r.word(o))).collect();
         if inside.is_empty() {
             continue;
         }
@@ -399,7 +410,11 @@ fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField>
             let Some(&(start, hd)) = i.checked_sub(1).map(|i| &blocks[i]) else { return false };
             start == at || (format.tag(hd) == CLOSURE_TAG && at + 8 <= r.bytes.len() && format.tag(r.word(at)) == INFIX_TAG)
         };
-        stale.extend(inside.into_iter().filter(|&o| !names_block(r.word(o))).map(|offset| StaleField { region, offset, value: r.word(offset) }));
+        stale.extend(inside.into_iter().filter(|&o| !names_block(r.word(o))).map(|offset| StaleField {
+            region,
+            offset,
+            value: r.word(offset),
+        }));
     }
     stale
 }
@@ -416,8 +431,7 @@ fn blank_stale_fields(cap: &mut Capture, format: HeaderFormat) {
 
 /// Fills `regions` from the target in one batched read and adds them to the capture.
 fn read_regions(source: &dyn MemorySource, cap: &mut Capture, mut regions: Vec<CapturedRegion>) -> Result<()> {
-    let mut requests: Vec<ReadRequest<'_>> =
-        regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
+    let mut requests: Vec<ReadRequest<'_>> = regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
     source.read_many(&mut requests)?;
     cap.regions.extend(regions);
     Ok(())
@@ -675,10 +689,8 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
 /// [`copy_threads`] threads (the result is in region order all the same).
 pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> Vec<u64> {
     // Only the size class of 3-word blocks can hold one.
-    let scanned: Vec<&CapturedRegion> = regions
-        .iter()
-        .filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == 3))
-        .collect();
+    let scanned: Vec<&CapturedRegion> =
+        regions.iter().filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == 3)).collect();
     let total: usize = scanned.iter().map(|r| r.bytes.len()).sum();
     let threads = copy_threads().min(total / MIN_SCAN_BYTES_PER_THREAD).max(1);
     if threads == 1 {
@@ -699,7 +711,9 @@ pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> V
     std::thread::scope(|scope| {
         let handles: Vec<_> = runs[1..]
             .iter()
-            .map(|&run| (run, std::thread::Builder::new().name("heapsnap-scan".into()).spawn_scoped(scope, move || continuations_in(run, format))))
+            .map(|&run| {
+                (run, std::thread::Builder::new().name("heapsnap-scan".into()).spawn_scoped(scope, move || continuations_in(run, format)))
+            })
             .collect();
         let mut out = continuations_in(runs[0], format);
         for (run, handle) in handles {

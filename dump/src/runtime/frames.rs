@@ -100,12 +100,8 @@ impl FrameTable {
             }
             reader.align(8);
             debug_assert!(reader.position > start);
-            self.descriptors.insert(retaddr, FrameDescr {
-                size: (frame_data & !FRAME_DESCRIPTOR_FLAGS) as u64,
-                return_to_c: false,
-                live,
-                allocation,
-            });
+            self.descriptors
+                .insert(retaddr, FrameDescr { size: (frame_data & !FRAME_DESCRIPTOR_FLAGS) as u64, return_to_c: false, live, allocation });
         }
         Ok(())
     }
@@ -198,13 +194,7 @@ pub struct StackWalk {
 /// Walks the frames of one fiber stack from `sp` (the address of the innermost return address,
 /// as `stack_info.sp` holds it) to `high` (`Stack_high`), reading the stack words with `word`.
 /// `gc_regs` is the register bucket of the innermost chunk.
-pub fn walk_stack(
-    frames: &FrameTable,
-    sp: u64,
-    high: u64,
-    gc_regs: u64,
-    word: &mut dyn FnMut(u64) -> Result<u64>,
-) -> StackWalk {
+pub fn walk_stack(frames: &FrameTable, sp: u64, high: u64, gc_regs: u64, word: &mut dyn FnMut(u64) -> Result<u64>) -> StackWalk {
     let mut walk = StackWalk::default();
     let mut sp = sp;
     let mut regs = gc_regs;
@@ -309,12 +299,7 @@ mod tests {
         let places: Vec<SlotPlace> = walk.slots.iter().map(|s| s.place).collect();
         assert_eq!(
             places,
-            [
-                SlotPlace::Stack(0x108),
-                SlotPlace::Stack(0x110),
-                SlotPlace::Register { bucket: 0xaaaa0, index: 1 },
-                SlotPlace::Stack(0x158),
-            ]
+            [SlotPlace::Stack(0x108), SlotPlace::Stack(0x110), SlotPlace::Register { bucket: 0xaaaa0, index: 1 }, SlotPlace::Stack(0x158),]
         );
         assert_eq!(walk.slots[2].retaddr, 0x2000);
     }

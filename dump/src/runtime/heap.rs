@@ -176,7 +176,8 @@ mod tests {
         let regions = [pool, minor];
         let index = RegionIndex::new(&regions);
         let minor_blocks = [0x2008u64].into_iter().collect();
-        let named: Vec<u64> = (0x1000..0x1038).step_by(8).chain((0x2000..0x2010).step_by(8)).filter(|&v| index.names_block(v, &minor_blocks)).collect();
+        let named: Vec<u64> =
+            (0x1000..0x1038).step_by(8).chain((0x2000..0x2010).step_by(8)).filter(|&v| index.names_block(v, &minor_blocks)).collect();
         assert_eq!(named, [0x1010, 0x2008], "only the blocks' own addresses name them (the free slot at 0x1028 does not)");
     }
 

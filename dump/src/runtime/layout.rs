@@ -245,9 +245,10 @@ fn heap(t: &TypeIndex) -> Result<HeapLayout> {
     let heap_ty = t.type_named("caml_heap_state")?;
     let hf = |m: &str| t.field_of(heap_ty, "caml_heap_state", m);
     let avail = hf("avail_pools")?;
-    let num_sizeclasses = avail.ty.and_then(|ty| t.array_len(ty)).ok_or_else(|| DumpError::MissingType {
-        name: "caml_heap_state.avail_pools (an array with a length)".into(),
-    })?;
+    let num_sizeclasses = avail
+        .ty
+        .and_then(|ty| t.array_len(ty))
+        .ok_or_else(|| DumpError::MissingType { name: "caml_heap_state.avail_pools (an array with a length)".into() })?;
     let freelist = t.variable("pool_freelist", "shared_heap.c")?;
     let ff = |m: &str| t.variable_field(freelist, "pool_freelist", m).map(|f| f.offset);
     let ghs = t.variable("caml_global_heap_state", "shared_heap.c")?;
@@ -274,10 +275,7 @@ fn heap(t: &TypeIndex) -> Result<HeapLayout> {
         marked: gf("MARKED")?,
         unmarked: gf("UNMARKED")?,
         garbage: gf("GARBAGE")?,
-        atoms: t
-            .variable("atoms", "shared_heap.c")
-            .ok()
-            .and_then(|v| Some((v.address, t.variable_type(v).and_then(|ty| t.size_of(ty))?))),
+        atoms: t.variable("atoms", "shared_heap.c").ok().and_then(|v| Some((v.address, t.variable_type(v).and_then(|ty| t.size_of(ty))?))),
     })
 }
 

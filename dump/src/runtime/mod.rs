@@ -44,9 +44,9 @@ impl SizeClasses {
     /// POOL_WSIZE is a C macro, absent from the binary; it is the only pool size for which
     /// `wastage[sz] == (POOL_WSIZE - POOL_HEADER_WSIZE) mod wsize[sz]` for every class.
     fn derive_pool_wsize(wsize: &[u32], wastage: &[u32], header: u64) -> Option<u64> {
-        (1..=1024u64).map(|k| k * 512).find(|&p| {
-            wsize.iter().zip(wastage).all(|(&w, &waste)| w > 0 && (p - header) % w as u64 == waste as u64)
-        })
+        (1..=1024u64)
+            .map(|k| k * 512)
+            .find(|&p| wsize.iter().zip(wastage).all(|(&w, &waste)| w > 0 && (p - header) % w as u64 == waste as u64))
     }
 }
 
@@ -149,8 +149,8 @@ fn sys_fields(exe: &Executable, bias: u64, source: &dyn MemorySource) -> Result<
 /// `Sys.ocaml_version`: the one string field of the `Stdlib__Sys` module that looks like a
 /// version. The native runtime embeds no version string of its own.
 pub fn detect_version(exe: &Executable, bias: u64, source: &dyn MemorySource) -> Result<String> {
-    let fields = sys_fields(exe, bias, source)
-        .map_err(|e| DumpError::UnknownVersion(format!("cannot read Stdlib.Sys ({e}); is it linked in?")))?;
+    let fields =
+        sys_fields(exe, bias, source).map_err(|e| DumpError::UnknownVersion(format!("cannot read Stdlib.Sys ({e}); is it linked in?")))?;
     for v in fields {
         if v & 1 != 0 || v < 4096 {
             continue;
@@ -201,9 +201,7 @@ pub fn detect_reserved_bits(exe: &Executable) -> Option<u8> {
         }
         for op in 0..insn.op_count() {
             let immediate = match insn.op_kind(op) {
-                iced_x86::OpKind::Immediate64 | iced_x86::OpKind::Immediate32to64 | iced_x86::OpKind::Immediate32 => {
-                    insn.immediate(op)
-                }
+                iced_x86::OpKind::Immediate64 | iced_x86::OpKind::Immediate32to64 | iced_x86::OpKind::Immediate32 => insn.immediate(op),
                 _ => continue,
             };
             let value = immediate.wrapping_add(1);
@@ -230,9 +228,8 @@ fn read_size_classes(exe: &Executable, bias: u64, source: &dyn MemorySource, lay
     let wsize = read_table::<4>(exe, bias, source, "wsize_sizeclass", n)?;
     let wastage = read_table::<1>(exe, bias, source, "wastage_sizeclass", n)?;
     let pool_header_wsize = layout.heap.pool_header_bytes / 8;
-    let pool_wsize = SizeClasses::derive_pool_wsize(&wsize, &wastage, pool_header_wsize).ok_or_else(|| {
-        DumpError::Inconsistent(format!("size class tables {wsize:?} / {wastage:?} fit no pool size"))
-    })?;
+    let pool_wsize = SizeClasses::derive_pool_wsize(&wsize, &wastage, pool_header_wsize)
+        .ok_or_else(|| DumpError::Inconsistent(format!("size class tables {wsize:?} / {wastage:?} fit no pool size")))?;
     Ok(SizeClasses { wsize, wastage, pool_wsize, pool_header_wsize })
 }
 
@@ -247,12 +244,9 @@ mod tests {
 
     #[test]
     fn pool_size_from_the_5_3_tables() {
-        let wsize = [
-            1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 17, 19, 22, 25, 28, 32, 33, 37, 42, 47, 53, 59, 65, 73, 81, 89, 99, 108, 118, 128,
-        ];
-        let wastage = [
-            0, 0, 0, 0, 2, 0, 4, 4, 2, 0, 4, 12, 12, 7, 0, 17, 4, 28, 0, 22, 18, 3, 11, 21, 62, 4, 42, 87, 33, 96, 80, 124,
-        ];
+        let wsize =
+            [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 17, 19, 22, 25, 28, 32, 33, 37, 42, 47, 53, 59, 65, 73, 81, 89, 99, 108, 118, 128];
+        let wastage = [0, 0, 0, 0, 2, 0, 4, 4, 2, 0, 4, 12, 12, 7, 0, 17, 4, 28, 0, 22, 18, 3, 11, 21, 62, 4, 42, 87, 33, 96, 80, 124];
         assert_eq!(SizeClasses::derive_pool_wsize(&wsize, &wastage, 4), Some(4096));
     }
 

@@ -128,9 +128,7 @@ fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
                 ));
                 continue;
             }
-            out.symbols.extend(
-                file.symbols.iter().map(|s| Symbol { address: bias.wrapping_add(s.address), ..s.clone() }),
-            );
+            out.symbols.extend(file.symbols.iter().map(|s| Symbol { address: bias.wrapping_add(s.address), ..s.clone() }));
             out.dwarf.extend(file.dwarf.iter().map(|(name, bytes)| (bias, *name, bytes.clone())));
             for &(begin, end, offset) in &file.units {
                 // Word-aligned, as `caml_data_segments` spans are (the bias is page-aligned).
@@ -240,7 +238,8 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
             if sym.is_undefined() || name.is_empty() {
                 continue;
             }
-            if matches!(sym.kind(), object::SymbolKind::Text | object::SymbolKind::Data | object::SymbolKind::Unknown) && sym.address() != 0 {
+            if matches!(sym.kind(), object::SymbolKind::Text | object::SymbolKind::Data | object::SymbolKind::Unknown) && sym.address() != 0
+            {
                 symbols.push(Symbol {
                     name: String::from_utf8_lossy(name).into_owned(),
                     address: sym.address(),

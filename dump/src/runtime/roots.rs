@@ -359,7 +359,13 @@ fn stack_word(regions: &[CapturedRegion], source: &dyn MemorySource, address: u6
 
 /// Walks every stack of a chain precisely, as `caml_scan_stack` does, recording each live
 /// slot and each handler's three closures.
-fn walk_chain(cx: &mut Ctx<'_>, chain: &[Fiber], first_sp: Option<u64>, gc_regs: u64, mut record: impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32)) -> Result<()> {
+fn walk_chain(
+    cx: &mut Ctx<'_>,
+    chain: &[Fiber],
+    first_sp: Option<u64>,
+    gc_regs: u64,
+    mut record: impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32),
+) -> Result<()> {
     let f = cx.rt.layout.fiber.clone();
     for (i, fiber) in chain.iter().enumerate() {
         let sp = if i == 0 { first_sp.unwrap_or(fiber.sp) } else { fiber.sp };
@@ -429,9 +435,7 @@ fn current_stack(
                 first_sp = Some(ret_slot);
             }
             // Without its frame the stack cannot be decoded: try another stop.
-            None => {
-                return Err(DumpError::UnsafeStop(format!("domain {domain}: no frame for the running OCaml code at {pc:#x}")))
-            }
+            None => return Err(DumpError::UnsafeStop(format!("domain {domain}: no frame for the running OCaml code at {pc:#x}"))),
         }
         for (dwarf, v) in regs.ocaml_value_registers() {
             cx.push(RootKind::Register, domain, thread, 0, v, dwarf, RootName::None, ROOT_FLAG_CONSERVATIVE);
@@ -503,7 +507,16 @@ pub fn interrupted_thread_roots(
 ) -> Result<ConservativeScan> {
     let blocks = HeapBlocks::new(&cap.regions, format, cap.colours.map(|c| c.garbage));
     let mut scan = ConservativeScan::default();
-    let conservative = |kind, slot, value, origin, name| CapturedRoot { kind, domain, flags: ROOT_FLAG_CONSERVATIVE, thread: 0, slot, value, origin, name };
+    let conservative = |kind, slot, value, origin, name| CapturedRoot {
+        kind,
+        domain,
+        flags: ROOT_FLAG_CONSERVATIVE,
+        thread: 0,
+        slot,
+        value,
+        origin,
+        name,
+    };
     let regs = thread.regs;
     let all_registers = [(15, regs.r15), (14, regs.r14)].into_iter().chain(regs.ocaml_value_registers());
     for (dwarf, v) in all_registers {
@@ -526,8 +539,7 @@ pub fn interrupted_thread_roots(
         return Ok(scan);
     };
     if high - low > MAX_C_STACK {
-        scan.problem =
-            Some(format!("its stack from {low:#x} to {high:#x} is longer than {MAX_C_STACK} bytes: only the first are scanned"));
+        scan.problem = Some(format!("its stack from {low:#x} to {high:#x} is longer than {MAX_C_STACK} bytes: only the first are scanned"));
         high = low + MAX_C_STACK;
     }
     let bytes = match source.read_bytes(low, (high - low) as usize) {
@@ -624,7 +636,9 @@ impl<'a> HeapBlocks<'a> {
 /// `last` sets are weak (they are finalised when unreachable); those already due are roots.
 fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
     let r = cx.rt.layout.roots.clone();
-    for (table_off, young_off, set) in [(r.final_first_table, r.final_first_young, "first"), (r.final_last_table, r.final_last_young, "last")] {
+    for (table_off, young_off, set) in
+        [(r.final_first_table, r.final_first_young, "first"), (r.final_last_table, r.final_last_young, "last")]
+    {
         let table = cx.word(info + table_off)?;
         let young = cx.word(info + young_off)?;
         if young > 1 << 28 {
@@ -658,7 +672,9 @@ fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
 fn memprof_domain(cx: &mut Ctx<'_>, domain_memprof: u64, domain: u16) -> Result<()> {
     let Some(m) = cx.rt.layout.memprof.clone() else { return Ok(()) };
     memprof_entries(cx, domain_memprof + m.domain_entries, domain)?;
-    for (head_off, entries_off, next_off) in [(m.domain_threads, m.thread_entries, m.thread_next), (m.domain_orphans, m.orphan_entries, m.orphan_next)] {
+    for (head_off, entries_off, next_off) in
+        [(m.domain_threads, m.thread_entries, m.thread_next), (m.domain_orphans, m.orphan_entries, m.orphan_next)]
+    {
         let mut node = cx.word(domain_memprof + head_off)?;
         let mut n = 0;
         while node != 0 && n < MAX_CHAIN {
@@ -698,7 +714,16 @@ fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16) -> Result<()> {
         let word = |o: u64| u64::from_le_bytes(bytes[e + o as usize..e + o as usize + 8].try_into().expect("8 bytes"));
         let entry = table + i * m.entry_size;
         cx.push(RootKind::Memprof, domain, 0, entry + m.entry_user_data, word(m.entry_user_data), 0, RootName::Text("user_data".into()), 0);
-        cx.push(RootKind::Memprof, domain, 0, entry + m.entry_block, word(m.entry_block), 0, RootName::Text("block".into()), ROOT_FLAG_WEAK);
+        cx.push(
+            RootKind::Memprof,
+            domain,
+            0,
+            entry + m.entry_block,
+            word(m.entry_block),
+            0,
+            RootName::Text("block".into()),
+            ROOT_FLAG_WEAK,
+        );
     }
     Ok(())
 }

@@ -114,7 +114,13 @@ impl Unwinder {
 
     /// Unwinds from `regs` while `go_on(frame pc)` says so, up to `max` frames. The frame where
     /// `go_on` said no is included, last. `None` when a frame cannot be unwound.
-    pub fn unwind(&self, source: &dyn MemorySource, regs: &Registers, max: usize, mut go_on: impl FnMut(u64) -> bool) -> Option<Vec<Frame>> {
+    pub fn unwind(
+        &self,
+        source: &dyn MemorySource,
+        regs: &Registers,
+        max: usize,
+        mut go_on: impl FnMut(u64) -> bool,
+    ) -> Option<Vec<Frame>> {
         let mut frames = vec![Frame { pc: regs.rip, regs: *regs }];
         let mut ctx = UnwindContext::new();
         while frames.len() <= max {
@@ -126,12 +132,8 @@ impl Unwinder {
             let lookup = if frames.len() == 1 { current.pc } else { current.pc - 1 };
             let module = self.modules.iter().find(|m| (m.start..m.end).contains(&lookup))?;
             let eh = EhFrame::new(&module.eh_frame, LittleEndian);
-            let bases = BaseAddresses::default()
-                .set_eh_frame(module.eh_frame_address)
-                .set_text(module.text_address);
-            let row = eh
-                .unwind_info_for_address(&bases, &mut ctx, lookup.wrapping_sub(module.bias), EhFrame::cie_from_offset)
-                .ok()?;
+            let bases = BaseAddresses::default().set_eh_frame(module.eh_frame_address).set_text(module.text_address);
+            let row = eh.unwind_info_for_address(&bases, &mut ctx, lookup.wrapping_sub(module.bias), EhFrame::cie_from_offset).ok()?;
             let cfa = match row.cfa() {
                 CfaRule::RegisterAndOffset { register: r, offset } => register(&current.regs, r.0)?.wrapping_add(*offset as u64),
                 CfaRule::Expression(_) => return None,

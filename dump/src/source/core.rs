@@ -122,18 +122,12 @@ impl CoreFile {
         }
         let files = notes.files.ok_or_else(|| bad("no NT_FILE note: the core does not say which files were mapped".into()))?;
         for s in segments.iter_mut() {
-            s.file = files
-                .iter()
-                .find(|f| f.start <= s.start && s.start < f.end)
-                .map(|f| (f.path.clone(), f.offset + (s.start - f.start)));
+            s.file = files.iter().find(|f| f.start <= s.start && s.start < f.end).map(|f| (f.path.clone(), f.offset + (s.start - f.start)));
         }
         add_left_out_mappings(&mut segments, &files);
 
         let missing = missing_regions(&segments);
-        let recorded_exe = notes
-            .entry
-            .and_then(|entry| files.iter().find(|f| f.start <= entry && entry < f.end))
-            .map(|f| f.path.clone());
+        let recorded_exe = notes.entry.and_then(|entry| files.iter().find(|f| f.start <= entry && entry < f.end)).map(|f| f.path.clone());
         let executable = match (exe, recorded_exe.clone()) {
             (Some(given), recorded) => {
                 let given = std::fs::canonicalize(given).map_err(|source| DumpError::Io { path: given.to_path_buf(), source })?;
@@ -310,9 +304,7 @@ fn parse_headers(map: &[u8], bad: &dyn Fn(String) -> DumpError) -> Result<Header
         if p_type == PT_NOTE {
             let end = ph.p_offset(endian).saturating_add(ph.p_filesz(endian));
             if end > file_len {
-                return Err(bad(format!(
-                    "the core file is truncated: its notes end at byte {end} but the file has {file_len} bytes"
-                )));
+                return Err(bad(format!("the core file is truncated: its notes end at byte {end} but the file has {file_len} bytes")));
             }
             let Some(iter) = ph.notes(endian, map).map_err(|e| bad(format!("note segment (truncated core?): {e}")))? else {
                 continue;
@@ -322,8 +314,7 @@ fn parse_headers(map: &[u8], bad: &dyn Fn(String) -> DumpError) -> Result<Header
                 notes.add(note.n_type(endian).0, note.name(), note.desc());
             }
         } else if p_type == PT_LOAD {
-            let (start, memsz, offset, filesz) =
-                (ph.p_vaddr(endian), ph.p_memsz(endian), ph.p_offset(endian), ph.p_filesz(endian));
+            let (start, memsz, offset, filesz) = (ph.p_vaddr(endian), ph.p_memsz(endian), ph.p_offset(endian), ph.p_filesz(endian));
             let flags = ph.p_flags(endian).0;
             let present = filesz.min(memsz).min(file_len.saturating_sub(offset));
             segments.push(Segment {
@@ -341,15 +332,10 @@ fn parse_headers(map: &[u8], bad: &dyn Fn(String) -> DumpError) -> Result<Header
     }
     segments.sort_by_key(|s| s.start);
     // What the headers say the file holds: segments and the section header table.
-    let section_table_end = header
-        .e_shoff(endian)
-        .saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
-    let declared_len = headers
-        .iter()
-        .map(|ph| ph.p_offset(endian).saturating_add(ph.p_filesz(endian)))
-        .chain([section_table_end])
-        .max()
-        .unwrap_or(0);
+    let section_table_end =
+        header.e_shoff(endian).saturating_add(u64::from(header.e_shnum(endian)) * u64::from(header.e_shentsize(endian)));
+    let declared_len =
+        headers.iter().map(|ph| ph.p_offset(endian).saturating_add(ph.p_filesz(endian))).chain([section_table_end]).max().unwrap_or(0);
     Ok(Headers { segments, notes, declared_len })
 }
 
@@ -550,7 +536,8 @@ mod tests {
             executable: false,
             file: None,
         };
-        let missing = missing_regions(&[seg(0x1000, 0x2000, 0x2000, 0x2000), seg(0x4000, 0x2000, 0x2000, 0x800), seg(0x8000, 0x1000, 0, 0)]);
+        let missing =
+            missing_regions(&[seg(0x1000, 0x2000, 0x2000, 0x2000), seg(0x4000, 0x2000, 0x2000, 0x800), seg(0x8000, 0x1000, 0, 0)]);
         assert_eq!(missing.len(), 2);
         assert_eq!((missing[0].start, missing[0].bytes()), (0x4800, 0x1800));
         assert!(missing[0].reason.contains("truncated"));

@@ -97,9 +97,7 @@ impl LiveProcess {
                         self.tasks.insert(tid, Task { stopped: false, pending_signal: None });
                     }
                     Err(Errno::ESRCH) => continue, // exited meanwhile
-                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => {
-                        return Err(DumpError::AttachDenied { pid: self.pid, errno })
-                    }
+                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(DumpError::AttachDenied { pid: self.pid, errno }),
                     Err(errno) => return Err(DumpError::Ptrace { op: "SEIZE", tid, errno }),
                 }
             }
@@ -580,11 +578,8 @@ mod tests {
         let source: Vec<u8> = (0..3 * MIN_BYTES_PER_THREAD + 12_345).map(|i| (i * 7 % 251) as u8).collect();
         let cuts = [0, 100, 4096, MIN_BYTES_PER_THREAD + 3, 3 * MIN_BYTES_PER_THREAD - 1, source.len()];
         let mut bufs: Vec<Vec<u8>> = cuts.windows(2).map(|w| vec![0; w[1] - w[0]]).collect();
-        let mut requests: Vec<ReadRequest<'_>> = bufs
-            .iter_mut()
-            .zip(cuts.iter())
-            .map(|(b, &at)| ReadRequest { address: source.as_ptr() as u64 + at as u64, buf: b })
-            .collect();
+        let mut requests: Vec<ReadRequest<'_>> =
+            bufs.iter_mut().zip(cuts.iter()).map(|(b, &at)| ReadRequest { address: source.as_ptr() as u64 + at as u64, buf: b }).collect();
         read_many(own_pid(), &mut requests).unwrap();
         assert_eq!(bufs.concat(), source);
     }
@@ -620,7 +615,14 @@ mod tests {
         let page = 4096;
         // SAFETY: a fresh anonymous mapping that only this test uses (and unmaps below).
         let base = unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
             assert_ne!(p, libc::MAP_FAILED);
             std::ptr::write_bytes(p as *mut u8, 0xab, 3 * page);
             assert_eq!(libc::mprotect((p as *mut u8).add(page).cast(), page, libc::PROT_NONE), 0);

@@ -7,8 +7,8 @@ mod live;
 mod maps;
 
 pub use self::core::{bad_core, CoreFile, MissingRegion};
-pub use live::{install_interrupt_guard, interrupted, LiveProcess, ProcessMemory};
 pub(crate) use live::copy_threads;
+pub use live::{install_interrupt_guard, interrupted, LiveProcess, ProcessMemory};
 pub use maps::{parse_maps, Mapping};
 
 use crate::error::{DumpError, Result};

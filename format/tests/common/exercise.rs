@@ -15,10 +15,7 @@ pub fn reseal(bytes: &mut [u8]) {
     }
     let trailer_at = len - Trailer::SIZE;
     let mut trailer: Trailer = bytemuck::pod_read_unaligned(&bytes[trailer_at..]);
-    let table_end = trailer
-        .section_count
-        .checked_mul(SectionEntry::SIZE as u64)
-        .and_then(|n| n.checked_add(trailer.table_offset));
+    let table_end = trailer.section_count.checked_mul(SectionEntry::SIZE as u64).and_then(|n| n.checked_add(trailer.table_offset));
     if trailer.end_magic != END_MAGIC || table_end != Some(trailer_at as u64) {
         return;
     }

@@ -218,8 +218,7 @@ pub fn temp_path() -> (tempfile::TempDir, PathBuf) {
 
 /// The names of the files in `dir`.
 pub fn files_in(dir: &std::path::Path) -> Vec<String> {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
 }

@@ -49,19 +49,31 @@ pub fn seeds() -> Vec<Vec<u8>> {
     // Nested and sizeless symbols, many strings, several domains.
     seeds.push(written(|w| {
         let m = Metadata {
-            domains: (0..3).map(|i| DomainInfo { id: i, minor_start: 0x1000 * i as u64, minor_end: 0x1000 * i as u64 + 0x800, young_ptr: 0x1000 * i as u64 + 0x400 }).collect(),
+            domains: (0..3)
+                .map(|i| DomainInfo {
+                    id: i,
+                    minor_start: 0x1000 * i as u64,
+                    minor_end: 0x1000 * i as u64 + 0x800,
+                    young_ptr: 0x1000 * i as u64 + 0x400,
+                })
+                .collect(),
             warnings: vec!["domain 2 was mid-collection".into()],
             ..metadata()
         };
         w.write_metadata(&m).unwrap();
         let names: Vec<StrId> = (0..12).map(|i| w.intern(&format!("caml_fn_{i}"))).collect();
-        let mut symbols: Vec<SymbolRecord> = (0..12u64).map(|i| symbol(0x100 + i * 8, 0x100 + i * 8 + (12 - i) * 16, names[i as usize])).collect();
+        let mut symbols: Vec<SymbolRecord> =
+            (0..12u64).map(|i| symbol(0x100 + i * 8, 0x100 + i * 8 + (12 - i) * 16, names[i as usize])).collect();
         symbols.push(symbol(0x140, 0x140, names[0]));
         w.write_symbols(&mut symbols).unwrap();
         let roots: Vec<RootRecord> = (0..6).map(|i| root(RootKind::from_code(1 + i as u16), 0x8000 + i * 16, names[i as usize])).collect();
         w.write_roots(&roots).unwrap();
         for i in 0..4u64 {
-            let header = RegionHeader { block_wsize: 2 + i as u32, first_block: 8 * i as u32, ..region_header(RegionKind::Pool, 0x8000 + i * 0x100) };
+            let header = RegionHeader {
+                block_wsize: 2 + i as u32,
+                first_block: 8 * i as u32,
+                ..region_header(RegionKind::Pool, 0x8000 + i * 0x100)
+            };
             w.write_region(&header, &[i as u8; 0x80]).unwrap();
         }
         w.write_custom_ops(&[CustomOpsRecord { address: 0x9000, identifier: names[3], reserved: 0 }]).unwrap();
@@ -78,7 +90,14 @@ fn interesting_u64(rng: &mut Rng, file: &[u8]) -> u64 {
     let table_offset = if file.len() >= 32 { trailer(file).table_offset } else { 0 };
     match rng.below(4) {
         0 => rng.pick(&[0, 1, 7, 8, 31, 32, 48, 64, u32::MAX as u64, u64::MAX, u64::MAX - 7, 1 << 60, 1 << 63, i64::MAX as u64]),
-        1 => rng.pick(&[len, len.wrapping_sub(32), len.wrapping_sub(64), table_offset, table_offset.wrapping_add(8), table_offset.wrapping_sub(8)]),
+        1 => rng.pick(&[
+            len,
+            len.wrapping_sub(32),
+            len.wrapping_sub(64),
+            table_offset,
+            table_offset.wrapping_add(8),
+            table_offset.wrapping_sub(8),
+        ]),
         2 => rng.next() % (len + 64),
         _ => rng.next(),
     }
@@ -107,10 +126,7 @@ fn entries(file: &[u8]) -> Vec<SectionEntry> {
     if !fits {
         return Vec::new();
     }
-    table(file)
-        .into_iter()
-        .filter(|e| e.offset.checked_add(e.length).is_some_and(|end| end <= file.len() as u64))
-        .collect()
+    table(file).into_iter().filter(|e| e.offset.checked_add(e.length).is_some_and(|end| end <= file.len() as u64)).collect()
 }
 
 /// Structure-aware: overwrite a word inside one section's body; for regions, often move the
@@ -133,7 +149,11 @@ fn damage_body(rng: &mut Rng, file: &mut [u8]) {
         return;
     }
     let at = entry.offset as usize + rng.below(entry.length as usize / 8) * 8 + rng.pick(&[0, 0, 4]);
-    let value = if rng.chance(2) { rng.pick(&[0u64, 1, 2, 3, 8, 16, 0xffff_ffff, u64::MAX, entry.length, entry.length + 1]) } else { interesting_u64(rng, file) };
+    let value = if rng.chance(2) {
+        rng.pick(&[0u64, 1, 2, 3, 8, 16, 0xffff_ffff, u64::MAX, entry.length, entry.length + 1])
+    } else {
+        interesting_u64(rng, file)
+    };
     write_le(file, at, rng.pick(&[4, 8]), value);
 }
 
@@ -199,7 +219,11 @@ pub fn mutate(rng: &mut Rng, input: &[u8], seeds: &[Vec<u8>]) -> Vec<u8> {
             _ => {
                 // Structure-aware: damage one field of one section table entry.
                 if let Some((at, width)) = table_field(rng, &file) {
-                    let value = if width == 4 { rng.pick(&[0u64, 1, 2, 3, 4, 5, 6, 7, 8, 9, 99, 0xffff_ffff]) } else { interesting_u64(rng, &file) };
+                    let value = if width == 4 {
+                        rng.pick(&[0u64, 1, 2, 3, 4, 5, 6, 7, 8, 9, 99, 0xffff_ffff])
+                    } else {
+                        interesting_u64(rng, &file)
+                    };
                     write_le(&mut file, at, width, value);
                 }
             }
