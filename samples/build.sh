@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# Builds the heapsnap sample programs with the OCaml 5.3.0 toolchain.
+# Builds the heapsnap sample programs with one OCaml toolchain.
 #
-#   samples/build.sh [std|rhb16]      (default: std)
+#   samples/build.sh [TOOLCHAIN]      (default: 5.3.0; see scripts/ocaml-toolchain.sh)
 #
-# The toolchain comes from scripts/ocaml-toolchain.sh VARIANT (built on first use).
-# Executables go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/VARIANT/NAME;
-# intermediate files go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/.build/VARIANT.
+# The toolchain comes from scripts/ocaml-toolchain.sh TOOLCHAIN (built on first use; exit
+# status 3, passed on, when its source is not on this machine).
+# Executables go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/TOOLCHAIN/NAME;
+# intermediate files go to ${HEAPSNAP_SAMPLES_DIR:-<repo>/target/samples}/.build/TOOLCHAIN.
 # Up-to-date executables are not rebuilt. Progress goes to stderr; the output
 # directory is printed on stdout.
-#   std   : every sample except reserved_bits
-#   rhb16 : every sample, including reserved_bits (which needs 16 reserved header bits)
+#   every toolchain : every sample except reserved_bits
+#   5.3.0-rhb16     : reserved_bits too (it needs 16 reserved header bits)
 # Plugins (ocamlopt -shared) go next to the executables as NAME.cmxs: dynlink_plugin
 # loads plugin_data.cmxs from its own directory.
 set -euo pipefail
 
-variant="${1:-std}"
+variant="${1:-5.3.0}"
 case "$variant" in
-  std|rhb16) ;;
-  *) echo "samples/build.sh: unknown variant '$variant' (expected: std, rhb16)" >&2; exit 2 ;;
+  std) variant=5.3.0 ;;
+  rhb16) variant=5.3.0-rhb16 ;;
+esac
+case "$variant" in
+  5.3.0|5.3.0-rhb16|5.2.0|5.1.0) ;;
+  *) echo "samples/build.sh: unknown toolchain '$variant' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0)" >&2; exit 2 ;;
 esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
-prefix="$("$repo/scripts/ocaml-toolchain.sh" "$variant")"
+status=0
+prefix="$("$repo/scripts/ocaml-toolchain.sh" "$variant")" || status=$?
+[ "$status" -eq 0 ] || exit "$status"
 export PATH="$prefix/bin:$PATH"
 ocamlopt="$prefix/bin/ocamlopt"
 
@@ -54,7 +61,7 @@ samples=(
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)
-if [ "$variant" = rhb16 ]; then
+if [ "$variant" = 5.3.0-rhb16 ]; then
   samples+=("reserved_bits||reserved_bits_stubs.c")
 fi
 

@@ -3,7 +3,7 @@
    Command line:  NAME [--steps K] [--pause] [sample-specific args]
 
    The sample runs steps 1..K (K defaults per sample, usually 3). After building
-   or growing its data for step i it calls [Gc.compact ()], runs its optional
+   or growing its data for step i it calls [compact ()] (Gc.compact), runs its optional
    [before_ready] hook, prints exactly "READY i" on stdout and flushes. With
    --pause it then blocks reading one line from stdin (EOF = stop pausing, run
    to the end). After the last step it runs its [finish] hook, prints "DONE"
@@ -51,8 +51,14 @@ let debug_root name get = debug_roots := (name, get) :: !debug_roots
 
 let stdin_eof = ref false
 
+(* OCaml 5.1's Gc.compact is one major cycle, which leaves blocks that died during it
+   unswept; Gc.full_major's three cycles free them, as 5.2's compaction does. *)
+let compact () =
+  if String.length Sys.ocaml_version >= 4 && String.sub Sys.ocaml_version 0 4 = "5.1." then Gc.full_major ();
+  Gc.compact ()
+
 let checkpoint cfg ?(before_ready = fun _ -> ()) step =
-  Gc.compact ();
+  compact ();
   before_ready step;
   if debug then begin
     let st = Gc.quick_stat () in

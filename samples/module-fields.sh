@@ -2,7 +2,7 @@
 # Prints, for each sample, where its toplevel bindings live in the native module
 # block: "SYMBOL FIELD IDENT" (e.g. "camlCache_leak 1 cache").
 #
-#   samples/module-fields.sh [std|rhb16] [NAME...]
+#   samples/module-fields.sh [TOOLCHAIN] [NAME...]   (see samples/build.sh)
 #
 # Method: ocamlopt -dlambda (closure, non-flambda mode) compiles a toplevel
 # structure into stores "(setfield_ptr(root-init) FIELD (global Module!) ident/N)"
@@ -14,7 +14,7 @@ set -euo pipefail
 variant="${1:-std}"; shift || true
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 build_dir="$("$here/build.sh" "$variant" 2>/dev/null)"
-build="$(dirname "$build_dir")/.build/$variant"
+build="$(dirname "$build_dir")/.build/$(basename "$build_dir")"
 prefix="$("$here/../scripts/ocaml-toolchain.sh" "$variant")"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 names=("$@")

@@ -1,56 +1,93 @@
 #!/usr/bin/env bash
-# Makes OCaml 5.3.0 available and prints its install prefix on stdout.
+# Makes one OCaml toolchain available and prints its install prefix on stdout.
 #
-#   scripts/ocaml-toolchain.sh            # the standard toolchain
-#   scripts/ocaml-toolchain.sh rhb16      # configured with --enable-reserved-header-bits=16
+#   scripts/ocaml-toolchain.sh [TOOLCHAIN]
 #
-# The compiler source comes from the npm registry package ocaml@5.3.0 (`npm pack`).
-# It is built once and cached outside the repository, in
-# ${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}/ocaml-5.3.0[-rhb16].
+# TOOLCHAIN (default 5.3.0):
+#   5.3.0         OCaml 5.3.0, from the npm registry's ocaml@5.3.0
+#   5.3.0-rhb16   the same, configured with --enable-reserved-header-bits=16
+#   5.2.0         OCaml 5.2.0, from ../shared/sources/ocaml-5.2.0.tar.gz (checksum verified)
+#   5.1.0         OCaml 5.1.0, from the npm registry's ocaml@5.1.4 (which holds 5.1.0)
+#   std, rhb16    older names of 5.3.0 and 5.3.0-rhb16
 #
-# Races: every build of one variant holds an exclusive flock on the variant's lock file,
-# so two concurrent runs build it once. A failed build never looks complete: the
-# prefix only counts once the `.heapsnap-complete` stamp is written, after `make install`.
+# Exit status 3 means the toolchain's source is not available on this machine (5.2.0 without
+# ../shared/sources); callers say plainly that it was not covered.
+#
+# A toolchain is built once and cached outside the repository, in
+# ${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}/ocaml-TOOLCHAIN. Only what heapsnap's tests need is
+# built (no ocamldoc, debugger, ocamltest, debug runtime or man pages); the .cmt/.cmti files
+# are installed, because heapsnap reads types from them.
+#
+# Races: every build of one toolchain holds an exclusive flock on its lock file, so two
+# concurrent runs build it once. A failed build never looks complete: the prefix only counts
+# once the `.heapsnap-complete` stamp is written, after `make install`.
 set -euo pipefail
 
-OCAML_VERSION=5.3.0
-variant="${1:-std}"
-case "$variant" in
-  std) suffix=""; configure_extra=() ;;
-  rhb16) suffix="-rhb16"; configure_extra=(--enable-reserved-header-bits=16) ;;
-  *) echo "ocaml-toolchain: unknown variant '$variant' (expected: std, rhb16)" >&2; exit 2 ;;
+toolchain="${1:-5.3.0}"
+case "$toolchain" in
+  std) toolchain=5.3.0 ;;
+  rhb16) toolchain=5.3.0-rhb16 ;;
+esac
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+shared_sources="$here/../../shared/sources"
+configure_extra=()
+case "$toolchain" in
+  5.3.0) version=5.3.0; origin=npm:ocaml@5.3.0 ;;
+  5.3.0-rhb16) version=5.3.0; origin=npm:ocaml@5.3.0; configure_extra=(--enable-reserved-header-bits=16) ;;
+  5.2.0) version=5.2.0; origin=file:ocaml-5.2.0.tar.gz ;;
+  5.1.0) version=5.1.0; origin=npm:ocaml@5.1.4 ;;
+  *) echo "ocaml-toolchain: unknown toolchain '$toolchain' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0)" >&2; exit 2 ;;
 esac
 
 cache="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}"
-prefix="$cache/ocaml-$OCAML_VERSION$suffix"
+prefix="$cache/ocaml-$toolchain"
 stamp="$prefix/.heapsnap-complete"
 mkdir -p "$cache"
 
 if [ -f "$stamp" ]; then echo "$prefix"; exit 0; fi
+
+if [ "${origin%%:*}" = file ] && [ ! -f "$shared_sources/${origin#file:}" ]; then
+  echo "ocaml-toolchain: OCaml $version's source ($shared_sources/${origin#file:}) is not on this machine" >&2
+  exit 3
+fi
 
 exec 9>"$prefix.lock"
 flock 9
 # Another run may have finished while we waited for the lock.
 if [ -f "$stamp" ]; then echo "$prefix"; exit 0; fi
 
-for tool in npm make cc tar; do
+for tool in npm make cc tar sha256sum; do
   command -v "$tool" >/dev/null || { echo "ocaml-toolchain: '$tool' is required" >&2; exit 1; }
 done
 
 rm -rf "$prefix"
-work="$(mktemp -d "$cache/build$suffix.XXXXXX")"
+work="$(mktemp -d "$cache/build-$toolchain.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
-echo "ocaml-toolchain: building OCaml $OCAML_VERSION$suffix into $prefix (a few minutes; log in $work/build.log)" >&2
+echo "ocaml-toolchain: building OCaml $toolchain into $prefix (a few minutes; log in $work/build.log)" >&2
 (
   cd "$work"
-  npm pack --silent "ocaml@$OCAML_VERSION" >/dev/null
-  tar xzf "ocaml-$OCAML_VERSION.tgz"
+  case "$origin" in
+    npm:*)
+      npm pack --silent "${origin#npm:}" >/dev/null
+      tar xzf ocaml-*.tgz
+      ;;
+    file:*)
+      archive="${origin#file:}"
+      (cd "$shared_sources" && grep " $archive\$" SHA256SUMS | sha256sum -c --quiet -)
+      mkdir package
+      tar xzf "$shared_sources/$archive" -C package --strip-components=1
+      ;;
+  esac
   cd package
-  ./configure --prefix="$prefix" "${configure_extra[@]}"
+  actual="$(head -n1 VERSION)"
+  [ "${actual%%+*}" = "$version" ] || { echo "source says OCaml $actual, expected $version" >&2; exit 1; }
+  ./configure --prefix="$prefix" --disable-ocamldoc --disable-ocamltest --disable-debugger \
+    --disable-debug-runtime --disable-stdlib-manpages --enable-installing-source-artifacts \
+    "${configure_extra[@]}"
   make -j"$(nproc)"
   make install
 ) >"$work/build.log" 2>&1 || {
-  echo "ocaml-toolchain: build failed; last lines of the log:" >&2
+  echo "ocaml-toolchain: build of $toolchain failed; last lines of the log:" >&2
   tail -n 40 "$work/build.log" >&2
   rm -rf "$prefix"
   exit 1

@@ -4,135 +4,14 @@
 mod dump_support;
 
 use dump_support::*;
-use heapsnap_format::{RegionKind, RootKind, Snapshot, Trigger};
-use std::path::{Path, PathBuf};
+use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::Mutex;
-
-/// gcore writes hundreds of MB per core: one test at a time (the machine is small).
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// `gcore -o DIR/core PID`; returns the core's path. Checks that gcore left the target running
-/// and detached (not traced, not stopped).
-fn gcore(pid: i32, dir: &Path) -> PathBuf {
-    let prefix = dir.join("core");
-    let out = Command::new("gcore").arg("-o").arg(&prefix).arg(pid.to_string()).output().expect("run gcore (is gdb installed?)");
-    assert!(out.status.success(), "gcore failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert_running_untraced(pid, "gcore");
-    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
-    assert!(core.exists(), "gcore wrote no {}", core.display());
-    core
-}
-
-/// `heapsnap dump --core CORE [EXTRA...] -o OUT --json`.
-fn dump_core(core: &Path, out: &Path, extra: &[&str]) -> Output {
-    Command::new(heapsnap())
-        .arg("dump")
-        .arg("--core")
-        .arg(core)
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .arg("--json")
-        .output()
-        .expect("run heapsnap dump --core")
-}
-
-fn dump_core_ok(core: &Path, out: &Path) -> serde_json::Value {
-    let o = dump_core(core, out, &[]);
-    assert!(o.status.success(), "heapsnap dump --core failed: {}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
-}
-
-/// A root as a comparable tuple, its name resolved.
-type RootKey = (u16, u16, u32, u64, u64, u64, u64, String);
-
-fn roots(snap: &Snapshot) -> Vec<RootKey> {
-    let mut v: Vec<RootKey> = snap
-        .roots()
-        .iter()
-        .map(|r| (r.kind, r.domain, r.flags, r.thread, r.slot, r.value, r.origin, snap.string(r.name).unwrap_or("").to_string()))
-        .collect();
-    v.sort();
-    v
-}
-
-/// The two snapshots hold the same world: same regions word for word (so the same blocks and
-/// the same edges), same roots, same static tables. Only what says *how* the snapshot was
-/// taken may differ: the trigger and the time.
-fn assert_same_world(name: &str, live: &Snapshot, core: &Snapshot) {
-    let (ml, mc) = (live.metadata(), core.metadata());
-    assert_eq!(mc.trigger, Trigger::Core, "{name}: trigger");
-    assert_eq!(
-        (&ml.ocaml_version, ml.reserved_header_bits, ml.colours, ml.pid, &ml.build_id, &ml.domains, ml.compactions),
-        (&mc.ocaml_version, mc.reserved_header_bits, mc.colours, mc.pid, &mc.build_id, &mc.domains, mc.compactions),
-        "{name}: metadata"
-    );
-    assert_eq!(ml.executable, mc.executable, "{name}: executable");
-    assert_eq!(live.region_count(), core.region_count(), "{name}: region count");
-    for (a, b) in live.regions().zip(core.regions()) {
-        assert_eq!((a.kind(), a.base(), a.end()), (b.kind(), b.base(), b.end()), "{name}: region");
-        assert!(a.words() == b.words(), "{name}: region {:?} at {:#x} differs", a.kind(), a.base());
-    }
-    let (rl, rc) = (roots(live), roots(core));
-    assert_eq!(rl.len(), rc.len(), "{name}: root count");
-    if let Some(i) = (0..rl.len()).find(|&i| rl[i] != rc[i]) {
-        panic!("{name}: roots differ, first: live {:?} core {:?}", rl[i], rc[i]);
-    }
-    assert_eq!(live.ephemerons(), core.ephemerons(), "{name}: ephemerons");
-    assert_eq!(live.custom_ops().len(), core.custom_ops().len(), "{name}: custom ops");
-    assert_eq!(live.symbols().len(), core.symbols().len(), "{name}: symbols");
-}
 
 /// Pauses the std sample `name` at its first READY, takes a live dump and a gcore, dumps the
 /// core, compares; then lets the sample finish and checks it was not disturbed.
 fn check_sample(name: &str) {
     check_program(name, &sample_path(name), &manifest_args(name));
-}
-
-/// The arguments samples/manifest.json gives sample `name`.
-fn manifest_args(name: &str) -> Vec<String> {
-    let sample = manifest_samples().into_iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} is not in the manifest"));
-    sample["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("string arg").to_string()).collect()
-}
-
-/// The samples of samples/manifest.json.
-fn manifest_samples() -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(repo().join("samples/manifest.json")).expect("read samples/manifest.json");
-    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
-    manifest["samples"].as_array().expect("samples").clone()
-}
-
-/// [`check_sample`] for any sample executable: every sample reaches READY right after its
-/// Gc.compact with every live block reachable, so the core's snapshot is checked strictly.
-fn check_program(name: &str, program: &Path, args: &[String]) -> Snapshot {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (expected, expected_status) = reference_output(program, &args);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut sample = Sample::start(program, &args);
-    sample.wait_ready(1);
-    let live_path = dir.path().join("live.snap");
-    dump_ok(sample.pid(), &live_path, &[]);
-    let core = gcore(sample.pid(), dir.path());
-    let core_path = dir.path().join("core.snap");
-    let report = dump_core_ok(&core, &core_path);
-    // The core is hundreds of MB; the snapshot is all that is checked from here on.
-    std::fs::remove_file(&core).expect("remove core");
-    assert_eq!(report["consistent"], true, "{name}: {report}");
-    assert_eq!(report["pid"], sample.pid(), "{name}: {report}");
-
-    let live = Snapshot::open(&live_path).expect("live snapshot validates");
-    let snap = Snapshot::open(&core_path).unwrap_or_else(|e| panic!("{name}: core snapshot does not validate: {e}"));
-    assert_same_world(name, &live, &snap);
-    reachability(&snap).assert_exact(&format!("{name} from its core"));
-    let v = verify(&core_path, true);
-    assert_eq!(v["ok"], true, "{name}: heapsnap verify --strict on the core snapshot: {v}");
-
-    let (lines, status) = sample.finish();
-    assert_eq!(lines, expected, "{name}: output changed by the dumps");
-    assert_eq!(status.code(), expected_status.code(), "{name}: exit status");
-    snap
 }
 
 #[test]
@@ -237,7 +116,7 @@ fn kernel_core_after_a_crash_matches_live_dump() {
         eprintln!("skipped: kernel.core_pattern is {pattern:?}, not \"core\"");
         return;
     }
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let program = sample_path("closure_list");
     // The core is written in the crashed process's directory, if its size limit allows.
@@ -281,7 +160,7 @@ fn busy_long_list() -> KillOnDrop {
 /// it validates; or, when a block header was being written, a clear error and no file.
 #[test]
 fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let busy = busy_long_list();
     for i in 0..3 {
@@ -315,7 +194,7 @@ fn cores_of_a_busy_program_give_a_snapshot_or_a_clear_error() {
 /// hold none).
 #[test]
 fn cores_caught_in_a_collection_get_conservative_roots() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let busy = busy_long_list();
     let mut in_collection = 0;
@@ -379,7 +258,7 @@ fn cores_caught_in_a_collection_get_conservative_roots() {
 #[test]
 fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
     const TORN_WORDS: u64 = 3;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut sample = Sample::start(&sample_path("closure_list"), &[]);
     sample.wait_ready(1);
@@ -391,7 +270,7 @@ fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
     // Where domain 0's young_ptr is, by the dumper's DWARF layouts, read through the core.
     let young_ptr_field = {
         let source = heapsnap_dump::source::CoreFile::open(&core, None).expect("open core");
-        let rt = heapsnap_dump::runtime::Runtime::discover(&source).expect("runtime of the core");
+        let rt = heapsnap_dump::runtime::Runtime::discover(&source, &Default::default()).expect("runtime of the core");
         let states = heapsnap_dump::runtime::safety::domain_states(&rt, &source).expect("domain states");
         assert_eq!(states.len(), 1, "closure_list runs one domain");
         states[0] + rt.layout.domain_state.young_ptr
@@ -459,7 +338,7 @@ let () =
     n := !n + String.length (string_of_int !n) + int_of_float (float_of_string "1.5")
   done
 "#;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = compile_ocaml(dir.path(), "c_alloc", PROGRAM, &[]);
     for (function, file) in [("caml_alloc_string", "alloc.c"), ("caml_copy_double", "floats.c")] {
@@ -494,7 +373,7 @@ let () =
 /// passes `heapsnap verify`.
 #[test]
 fn a_core_with_a_block_that_c_code_has_not_initialised() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = compile_uninitialised_block_program(dir.path());
     let program = start_until_ready(&exe);
@@ -527,7 +406,7 @@ fn core_file_offset(bytes: &[u8], address: u64) -> Option<usize> {
 /// error, no snapshot.
 #[test]
 fn bad_cores_are_clear_errors() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_core_at_a_time();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut sample = Sample::start(&sample_path("closure_list"), &[]);
     sample.wait_ready(1);

@@ -56,9 +56,26 @@ let () =
 const WORKERS: usize = 1;
 
 #[test]
-fn fifty_dumps_of_a_busy_multi_domain_program() {
+fn fifty_dumps_of_a_busy_multi_domain_program_5_3() {
+    fifty_dumps("5.3.0");
+}
+
+#[test]
+fn fifty_dumps_of_a_busy_multi_domain_program_5_2() {
+    fifty_dumps("5.2.0");
+}
+
+#[test]
+fn fifty_dumps_of_a_busy_multi_domain_program_5_1() {
+    fifty_dumps("5.1.0");
+}
+
+fn fifty_dumps(toolchain: &str) {
+    if toolchain_samples(toolchain).is_none() {
+        return; // said on stderr: not covered
+    }
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile_ocaml(dir.path(), "stress", PROGRAM, &[]);
+    let exe = compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM, &[], None);
     let mut guard = KillOnDrop(
         Command::new(&exe).arg(WORKERS.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().unwrap(),
     );
@@ -72,7 +89,7 @@ fn fifty_dumps_of_a_busy_multi_domain_program() {
     for i in 0..50 {
         let path = dir.path().join(format!("stress-{i}.snap"));
         let report = dump_ok(pid, &path, &["--strict", "--no-dwarf"]);
-        assert_eq!(report["consistent"], true, "dump {i}: {report}");
+        assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
         assert!(snap.metadata().domains.len() >= WORKERS + 2, "dump {i}: {:?}", snap.metadata().domains);
@@ -90,5 +107,5 @@ fn fifty_dumps_of_a_busy_multi_domain_program() {
     let status = child.wait().unwrap();
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
-    eprintln!("stops needed per dump: {attempts:?}");
+    eprintln!("{toolchain}: stops needed per dump: {attempts:?}");
 }

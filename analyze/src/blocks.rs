@@ -12,7 +12,7 @@
 //! per region and never become nodes.
 
 use crate::address_index::AddressIndex;
-use crate::ocaml::{self, Colour, Header, HeaderLayout};
+use crate::ocaml::{self, Colour, Header, HeaderLayout, PoolGeometry};
 use heapsnap_format::{RegionKind, Snapshot, NO_DOMAIN};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -155,6 +155,7 @@ impl<'s> BlockMap<'s> {
     pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::AnalyzeError> {
         let meta = snap.metadata();
         let layout = HeaderLayout::new(meta.reserved_header_bits, meta.colours);
+        let pools = meta.pools.clone().unwrap_or_else(PoolGeometry::ocaml_5_2);
         let index = AddressIndex::new(snap);
         let mut regions = Vec::with_capacity(snap.region_count());
         let mut rank_len = 0usize;
@@ -221,6 +222,7 @@ impl<'s> BlockMap<'s> {
                     let rb = &regions_ref[i];
                     let mut w = Walk {
                         layout: &layout,
+                        pools: &pools,
                         counts: RegionCounts::default(),
                         malformed: Vec::new(),
                         malformed_count: 0,
@@ -566,6 +568,8 @@ impl<'s> BlockMap<'s> {
 /// The walk of one region's blocks (pass 1).
 struct Walk<'a> {
     layout: &'a HeaderLayout,
+    /// The snapshot's pool geometry (5.3's for snapshots that predate its recording).
+    pools: &'a PoolGeometry,
     counts: RegionCounts,
     malformed: Vec<Malformed>,
     malformed_count: u64,
@@ -621,10 +625,10 @@ impl Walk<'_> {
             self.bad(rb.base, rb.kind, format!("pool with block size {wh} words and first block at byte {first}"));
             return;
         }
-        if rb.words.len() == ocaml::POOL_WSIZE {
+        if rb.words.len() == self.pools.pool_wsize as usize {
             // The pool's own header says which size class it is (`struct pool`, field `sz`).
             let sz = (rb.words[3] & 0xffff_ffff) as usize;
-            let expected = ocaml::WSIZE_SIZECLASS.get(sz).map(|&w| (w as usize, ocaml::pool_first_block_bytes(sz)));
+            let expected = self.pools.size_classes.get(sz).map(|c| (c.wsize as usize, c.first_block as usize));
             if expected != Some((wh, first)) {
                 self.bad(rb.base, rb.kind, format!("pool header says size class {sz}, region says {wh} words per block from byte {first}"));
             }

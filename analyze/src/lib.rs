@@ -32,7 +32,8 @@ pub mod groups;
 pub mod inspect;
 pub mod mem;
 pub mod names;
-pub mod ocaml;
+/// Facts about OCaml values (the shared `heapsnap-values` crate).
+pub use heapsnap_values as ocaml;
 pub mod paths;
 pub mod progress;
 pub mod reports;

@@ -19,7 +19,7 @@
 //! [`SynthHeap::write`]. [`large_heap_shape`] builds the benchmark heap: the shape of
 //! `samples/large_heap.ml`.
 
-use crate::ocaml::{self, Colour, HeaderLayout};
+use crate::ocaml::{self, Colour, HeaderLayout, PoolGeometry};
 use heapsnap_format::{
     ColourEncoding, CustomOpsRecord, DomainInfo, FormatError, Metadata, RegionHeader, RegionKind, RootKind, RootRecord, SnapshotWriter,
     StrId, SymbolKind, SymbolRecord, Trigger, NO_DOMAIN,
@@ -330,6 +330,9 @@ impl SynthHeap {
             compactions: Some(1),
             redacted: self.redacted,
             warnings: vec![],
+            pools: Some(PoolGeometry::ocaml_5_2()),
+            forced_version: false,
+            layouts_from: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {
@@ -380,17 +383,19 @@ impl SynthHeap {
         w.write_roots(&roots)?;
 
         // Pools.
-        let mut pool = vec![0u64; ocaml::POOL_WSIZE];
+        let geometry = PoolGeometry::ocaml_5_2();
+        let pool_wsize = geometry.pool_wsize as usize;
+        let mut pool = vec![0u64; pool_wsize];
         for (p, &sz) in plan.pool_classes.iter().enumerate() {
-            let base = addresses::POOL_BASE + p as u64 * (ocaml::POOL_WSIZE as u64 * 8);
-            let wh = ocaml::WSIZE_SIZECLASS[sz] as usize;
-            let first = ocaml::pool_first_block_bytes(sz) / 8;
+            let base = addresses::POOL_BASE + p as u64 * (pool_wsize as u64 * 8);
+            let wh = geometry.size_classes[sz].wsize as usize;
+            let first = geometry.size_classes[sz].first_block as usize / 8;
             pool.fill(0);
             pool[2] = 0x5555_5570_0000; // owner: a domain state somewhere in C memory
             pool[3] = sz as u64;
             let mut free_head = 0u64;
             let mut slot = first;
-            while slot + wh <= ocaml::POOL_WSIZE {
+            while slot + wh <= pool_wsize {
                 pool[slot] = 0;
                 pool[slot + 1] = free_head;
                 slot += wh;
@@ -403,7 +408,7 @@ impl SynthHeap {
             }
             // Link the free slots (zero headers) into the pool's free list, as sweeping does.
             let mut slot = first;
-            while slot + wh <= ocaml::POOL_WSIZE {
+            while slot + wh <= pool_wsize {
                 if pool[slot] == 0 {
                     pool[slot + 1] = free_head;
                     free_head = base + slot as u64 * 8;
@@ -514,6 +519,7 @@ struct Plan {
 
 impl Plan {
     fn new(heap: &SynthHeap) -> Plan {
+        let geometry = PoolGeometry::ocaml_5_2();
         let n = heap.objs.len();
         let mut address = vec![0u64; n];
         // Pools: one open pool per size class; a pool is numbered when opened.
@@ -528,15 +534,15 @@ impl Plan {
         for (id, o) in heap.objs.iter().enumerate() {
             let whsize = o.wosize as usize + 1;
             match o.space {
-                0 if whsize <= ocaml::SIZECLASS_MAX => {
-                    let sz = ocaml::sizeclass_of_whsize(whsize).expect("fits a size class");
-                    let wh = ocaml::WSIZE_SIZECLASS[sz] as usize;
+                0 if whsize <= geometry.sizeclass_max() => {
+                    let sz = geometry.sizeclass_of_whsize(whsize).expect("fits a size class");
+                    let wh = geometry.size_classes[sz].wsize as usize;
                     loop {
                         let (p, slot) = *open[sz].get_or_insert_with(|| {
                             pool_classes.push(sz);
-                            (pool_classes.len() - 1, ocaml::pool_first_block_bytes(sz) / 8)
+                            (pool_classes.len() - 1, geometry.size_classes[sz].first_block as usize / 8)
                         });
-                        if slot + wh > ocaml::POOL_WSIZE {
+                        if slot + wh > geometry.pool_wsize as usize {
                             open[sz] = None;
                             continue;
                         }
@@ -546,7 +552,7 @@ impl Plan {
                         if skip {
                             continue; // leave this slot free
                         }
-                        let base = addresses::POOL_BASE + p as u64 * (ocaml::POOL_WSIZE as u64 * 8);
+                        let base = addresses::POOL_BASE + p as u64 * (geometry.pool_wsize as u64 * 8);
                         address[id] = base + (slot as u64 + 1) * 8;
                         pool_of[id] = p as u32;
                         break;

@@ -6,7 +6,7 @@ use crate::runtime::capture::{capture, custom_ops_in_heap, Capture, SpareBuffers
 use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::roots::interrupted_thread_roots;
 use crate::runtime::safety::{check_world, wait_outside_stw};
-use crate::runtime::{header_format, Runtime};
+use crate::runtime::{header_format, DiscoverOptions, Runtime};
 use crate::snapshot;
 use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory, ReadExt};
 use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
@@ -32,6 +32,8 @@ pub struct DumpOptions {
     pub require_consistent: bool,
     /// Copy the executable's DWARF line and debug-info sections into the snapshot.
     pub include_dwarf: bool,
+    /// Which executable and debug file to read, and whether to force an unknown version.
+    pub discover: DiscoverOptions,
 }
 
 impl Default for DumpOptions {
@@ -44,6 +46,7 @@ impl Default for DumpOptions {
             max_attempts: 200,
             require_consistent: false,
             include_dwarf: true,
+            discover: DiscoverOptions::default(),
         }
     }
 }
@@ -73,6 +76,15 @@ pub struct DumpReport {
     /// Where the pause went: the steps of the copy, in ns.
     pub pause_phases: Vec<(String, u64)>,
     pub warnings: Vec<String>,
+    /// What the snapshot lacks because of how the executable was built or shipped (said once:
+    /// no source lines without DWARF, no static names without `.symtab`).
+    pub notes: Vec<String>,
+    /// The OCaml version is not one heapsnap knows; it was read as `read_as` (`--force`).
+    pub forced_version: bool,
+    /// The release whose knowledge was used ("5.3").
+    pub read_as: String,
+    /// Where the structure layouts came from: `dwarf`, `debug_file` or `tables`.
+    pub layouts_from: String,
     /// Memory a core file does not hold (always empty for a live process).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<MissingRegion>,
@@ -100,7 +112,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let pid = checked_pid(pid)?;
     let memory = ProcessMemory::new(pid)?;
     // Everything static is read while the target runs.
-    let rt = Runtime::discover(&memory)?;
+    let rt = Runtime::discover(&memory, &options.discover)?;
     let mut warnings = Vec::new();
     let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
@@ -179,7 +191,7 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     let source = CoreFile::open(core, exe)?;
     let mut warnings = Vec::new();
     warnings.extend(check_build_id(&source)?);
-    let rt = Runtime::discover(&source)?;
+    let rt = Runtime::discover(&source, &options.discover)?;
     let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
@@ -258,6 +270,10 @@ impl DumpReport {
             elapsed_ns: started.elapsed().as_nanos() as u64,
             pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
             warnings,
+            notes: rt.notes.clone(),
+            forced_version: rt.forced,
+            read_as: rt.release.series.to_string(),
+            layouts_from: rt.layouts_from.to_string(),
             missing: Vec::new(),
         }
     }
@@ -273,7 +289,7 @@ fn add_interrupted_thread_roots(
     source: &CoreFile,
     check: &crate::runtime::safety::WorldCheck,
     cap: &mut Capture,
-    format: crate::runtime::heap::HeaderFormat,
+    format: heapsnap_values::HeaderFormat,
     warnings: &mut Vec<String>,
 ) -> Result<()> {
     let l = &rt.layout;
@@ -397,7 +413,7 @@ fn finish(
     rt: &Runtime,
     source: &dyn MemorySource,
     cap: &mut Capture,
-    format: crate::runtime::heap::HeaderFormat,
+    format: heapsnap_values::HeaderFormat,
     reserved_bits: u8,
     options: &DumpOptions,
     origin: Origin,
@@ -414,6 +430,10 @@ fn finish(
         }
     }
     warnings.append(&mut cap.warnings);
+    if rt.forced {
+        warnings
+            .push(format!("OCaml {} is not a version heapsnap knows: it was read as OCaml {} (--force)", rt.version, rt.release.series));
+    }
     let metadata = Metadata {
         ocaml_version: rt.version.clone(),
         word_size: 8,
@@ -428,14 +448,17 @@ fn finish(
         domains: cap.domains.iter().map(|d| d.info.clone()).collect(),
         compactions: cap.compactions,
         redacted: options.redact,
-        warnings: warnings.clone(),
+        warnings: warnings.iter().chain(&rt.notes).cloned().collect(),
+        pools: Some(rt.pools.clone()),
+        forced_version: rt.forced,
+        layouts_from: Some(rt.layouts_from.to_string()),
     };
     snapshot::write(rt, cap, &metadata, &options.output, options.include_dwarf)
 }
 
 /// Conservative roots (the words and registers of an OCaml frame caught between call sites)
 /// are kept only when they name a block (a register may well hold an interior pointer).
-fn keep_plausible_conservative_roots(cap: &mut Capture, format: crate::runtime::heap::HeaderFormat) {
+fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values::HeaderFormat) {
     let minor: std::collections::HashSet<u64> = cap
         .regions
         .iter()

@@ -72,7 +72,7 @@ pub struct Field {
 
 impl TypeIndex {
     pub fn load(exe: &Executable) -> Result<TypeIndex> {
-        if exe.section_data(".debug_info").is_none() {
+        if !exe.has_dwarf() {
             return Err(DumpError::NoDebugInfo { path: exe.path.clone() });
         }
         let sections: HashMap<&str, std::borrow::Cow<'_, [u8]>> = [
@@ -87,7 +87,7 @@ impl TypeIndex {
             ".debug_line",
         ]
         .into_iter()
-        .filter_map(|n| exe.section_data(n).map(|(_, b)| (n, b)))
+        .filter_map(|n| exe.debug_section_data(n).map(|b| (n, b)))
         .collect();
         let dwarf = gimli::Dwarf::load(|id| -> std::result::Result<Reader<'_>, gimli::Error> {
             let bytes = sections.get(id.name()).map(|b| &b[..]).unwrap_or(&[]);
@@ -283,6 +283,11 @@ impl TypeIndex {
             TypeNode::Array { count, .. } => *count,
             _ => None,
         }
+    }
+
+    /// Whether a type is a pointer (through typedefs and qualifiers).
+    pub fn is_pointer(&self, ty: usize) -> bool {
+        matches!(self.nodes.get(&self.strip(ty)), Some(TypeNode::Pointer))
     }
 
     /// Element type of an array type.

@@ -30,6 +30,8 @@ pub struct Symbol {
     pub size: u64,
     pub is_function: bool,
     pub is_global: bool,
+    /// For a file-local symbol of `.symtab`, the source file its `STT_FILE` entry names.
+    pub file: Option<String>,
 }
 
 /// The executable file, parsed once.
@@ -44,41 +46,106 @@ pub struct Executable {
     /// Function and data symbols with a size, sorted by address (indices into `symbols`).
     by_address: Vec<usize>,
     pub build_id: Option<String>,
+    /// Where `symbols` came from.
+    pub symbols_from: SymbolTable,
+    /// The separate debug-info file in use, if any (see [`crate::debuginfo`]).
+    pub debug_file: Option<DebugFile>,
+}
+
+/// Which symbol table the executable's symbols were read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SymbolTable {
+    /// `.symtab`: every symbol, file-local ones included.
+    Symtab,
+    /// `.dynsym` only (a stripped executable; OCaml links with `-Wl,-E`, so the runtime's and
+    /// the program's global symbols are there, but not the runtime's file-static ones).
+    Dynsym,
+}
+
+/// A separate debug-info file: its path, how it was found, and its bytes.
+pub struct DebugFile {
+    pub path: PathBuf,
+    pub found_by: &'static str,
+    data: Vec<u8>,
+}
+
+impl DebugFile {
+    pub fn new(path: PathBuf, found_by: &'static str, data: Vec<u8>) -> DebugFile {
+        DebugFile { path, found_by, data }
+    }
 }
 
 impl Executable {
     pub fn open(path: &Path) -> Result<Executable> {
         let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
+        // Messages name the file, not the process's `/proc/PID/exe` link to it.
+        let shown = if path.starts_with("/proc") { std::fs::read_link(path).ok() } else { None };
+        let path = shown.as_deref().unwrap_or(path);
         let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
         let file = object::File::parse(&*data).map_err(|e| elf_error(e.to_string()))?;
         let (is_pie, first_segment_vaddr) = check_and_place(&file, path)?;
-        let mut symbols = Vec::new();
-        for sym in file.symbols() {
-            let Ok(name) = sym.name() else { continue };
-            if name.is_empty() || sym.is_undefined() {
-                continue;
-            }
-            let is_function = sym.kind() == SymbolKind::Text;
-            if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Data | SymbolKind::Unknown) {
-                continue;
-            }
-            symbols.push(Symbol {
-                name: name.to_string(),
-                address: sym.address(),
-                size: sym.size(),
-                is_function,
-                is_global: sym.is_global(),
-            });
+        if is_debug_only(&file) {
+            return Err(DumpError::DebugFileOnly { path: path.to_path_buf() });
         }
+        let (symbols, symbols_from) = match file.symbol_table() {
+            Some(_) => (read_symbols(file.symbols()), SymbolTable::Symtab),
+            None => (read_symbols(file.dynamic_symbols()), SymbolTable::Dynsym),
+        };
+        let build_id = build_id_of(&file);
+        drop(file);
+        let mut exe = Executable {
+            path: path.to_path_buf(),
+            data,
+            is_pie,
+            first_segment_vaddr,
+            symbols: Vec::new(),
+            by_name: HashMap::new(),
+            by_address: Vec::new(),
+            build_id,
+            symbols_from,
+            debug_file: None,
+        };
+        exe.set_symbols(symbols);
+        Ok(exe)
+    }
+
+    fn set_symbols(&mut self, symbols: Vec<Symbol>) {
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, s) in symbols.iter().enumerate() {
             by_name.entry(s.name.clone()).or_default().push(i);
         }
         let mut by_address: Vec<usize> = (0..symbols.len()).collect();
         by_address.sort_by_key(|&i| (symbols[i].address, std::cmp::Reverse(symbols[i].size)));
-        let build_id = file.build_id().ok().flatten().map(|id| id.iter().map(|b| format!("{b:02x}")).collect());
+        (self.symbols, self.by_name, self.by_address) = (symbols, by_name, by_address);
+    }
+
+    /// Uses `debug` (a separate debug-info file of this very build) for DWARF and, when this
+    /// executable has no `.symtab`, for symbols.
+    pub fn attach_debug_file(&mut self, debug: DebugFile) -> Result<()> {
+        let file = object::File::parse(&*debug.data).map_err(|e| DumpError::Elf { path: debug.path.clone(), message: e.to_string() })?;
+        if self.symbols_from == SymbolTable::Dynsym && file.symbol_table().is_some() {
+            let symbols = read_symbols(file.symbols());
+            self.set_symbols(symbols);
+            self.symbols_from = SymbolTable::Symtab;
+        }
         drop(file);
-        Ok(Executable { path: path.to_path_buf(), data, is_pie, first_segment_vaddr, symbols, by_name, by_address, build_id })
+        self.debug_file = Some(debug);
+        Ok(())
+    }
+
+    /// Whether DWARF debug info is at hand (in the executable or its debug file).
+    pub fn has_dwarf(&self) -> bool {
+        self.debug_section_data(".debug_info").is_some()
+    }
+
+    /// A DWARF section's bytes, from the debug file when one is attached, else the executable.
+    pub fn debug_section_data(&self, name: &str) -> Option<Cow<'_, [u8]>> {
+        if let Some(d) = &self.debug_file {
+            if let Some(bytes) = section_bytes(&d.data, name) {
+                return Some(bytes);
+            }
+        }
+        self.section_data(name).map(|(_, b)| b)
     }
 
     pub fn data(&self) -> &[u8] {
@@ -125,12 +192,59 @@ impl Executable {
 
     /// Every DWARF section present among [`DWARF_SECTIONS`], with its bytes.
     pub fn dwarf_sections(&self) -> Vec<(&'static str, Cow<'_, [u8]>)> {
-        DWARF_SECTIONS.iter().filter_map(|&name| self.section_data(name).map(|(_, b)| (name, b))).collect()
+        DWARF_SECTIONS.iter().filter_map(|&name| self.debug_section_data(name).map(|b| (name, b))).collect()
     }
 }
 
 /// The symbol whose extent holds `address` (a sizeless one holds its own address only), among
 /// `sorted`, whose symbols (`symbol` of each) are sorted by address, then longest first.
+/// The bytes of section `name` of an ELF file, if it has them (a section that occupies no
+/// bytes in the file, as code in a debug-info file, has none).
+fn section_bytes<'d>(data: &'d [u8], name: &str) -> Option<Cow<'d, [u8]>> {
+    let file = object::File::parse(data).ok()?;
+    let section = file.section_by_name(name)?;
+    if section.kind() == object::SectionKind::UninitializedData {
+        return None;
+    }
+    match section.uncompressed_data().ok()? {
+        Cow::Borrowed(b) => Some(Cow::Borrowed(b)),
+        Cow::Owned(b) => Some(Cow::Owned(b)),
+    }
+}
+
+/// A file whose code sections occupy no bytes: what `objcopy --only-keep-debug` writes.
+fn is_debug_only(file: &object::File<'_>) -> bool {
+    file.section_by_name(".text").is_some_and(|s| s.kind() == object::SectionKind::UninitializedData)
+}
+
+pub(crate) fn build_id_of(file: &object::File<'_>) -> Option<String> {
+    file.build_id().ok().flatten().map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn read_symbols<'d>(table: impl Iterator<Item = impl ObjectSymbol<'d>>) -> Vec<Symbol> {
+    let mut symbols = Vec::new();
+    // `.symtab` lists each file's local symbols after an STT_FILE entry naming it.
+    let mut file: Option<String> = None;
+    for sym in table {
+        let Ok(name) = sym.name() else { continue };
+        if sym.kind() == SymbolKind::File {
+            file = (!name.is_empty()).then(|| name.to_string());
+            continue;
+        }
+        if name.is_empty() || sym.is_undefined() {
+            continue;
+        }
+        let is_function = sym.kind() == SymbolKind::Text;
+        if !matches!(sym.kind(), SymbolKind::Text | SymbolKind::Data | SymbolKind::Unknown) {
+            continue;
+        }
+        let is_global = sym.is_global();
+        let file = if is_global { None } else { file.clone() };
+        symbols.push(Symbol { name: name.to_string(), address: sym.address(), size: sym.size(), is_function, is_global, file });
+    }
+    symbols
+}
+
 pub fn symbol_holding<'a, T>(sorted: &[T], symbol: impl Fn(&T) -> &'a Symbol, address: u64) -> Option<&'a Symbol> {
     let after = sorted.partition_point(|t| symbol(t).address <= address);
     sorted[..after].iter().rev().take(16).map(symbol).find(|s| address < s.address.saturating_add(s.size.max(1)))
@@ -142,9 +256,6 @@ fn check_and_place(file: &object::File<'_>, path: &Path) -> Result<(bool, u64)> 
     let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
     if file.architecture() != object::Architecture::X86_64 {
         return Err(elf_error(format!("architecture {:?} (only x86-64 is supported)", file.architecture())));
-    }
-    if file.symbol_table().is_none() {
-        return Err(DumpError::Stripped { path: path.to_path_buf() });
     }
     let is_pie = file.kind() == object::ObjectKind::Dynamic;
     let first_segment_vaddr = file.segments().map(|s| s.address()).min().ok_or_else(|| elf_error("no loadable segment".into()))? & !0xfff;
@@ -197,6 +308,7 @@ pub fn locate_symbol(path: &Path, name: &str) -> Result<SymbolLocation> {
     let (is_pie, first_segment_vaddr) = check_and_place(&elf, path)?;
     let address = elf
         .symbols()
+        .chain(elf.dynamic_symbols())
         .filter(|s| !s.is_undefined() && s.name_bytes().is_ok_and(|n| n == name.as_bytes()))
         .max_by_key(|s| s.is_global())
         .map(|s| s.address())

@@ -29,8 +29,17 @@ pub enum DumpError {
     #[error("{path}: not a readable ELF executable: {message}")]
     Elf { path: PathBuf, message: String },
 
-    #[error("{path}: executable has no .symtab (stripped?); heapsnap needs the OCaml runtime's symbols")]
-    Stripped { path: PathBuf },
+    #[error("{path} is a separate debug-info file (its code sections are empty), not an executable: pass the executable, and this file with --debug-file")]
+    DebugFileOnly { path: PathBuf },
+
+    #[error("{debug} is not a debug file of {executable}: {why}")]
+    DebugFileMismatch { executable: PathBuf, debug: PathBuf, why: String },
+
+    #[error("{given} is not a copy of the executable the target runs ({actual}): {why}")]
+    ExecutableMismatch { given: PathBuf, actual: PathBuf, why: String },
+
+    #[error("{path} is not an OCaml 5 native program (it has no symbol caml_start_program, in .symtab or .dynsym)")]
+    NotOcaml { path: PathBuf },
 
     #[error("{path}: executable has no DWARF debug info (.debug_info); heapsnap needs the OCaml runtime's structure layouts (was the runtime built without -g, or the binary stripped?)")]
     NoDebugInfo { path: PathBuf },
@@ -50,11 +59,21 @@ pub enum DumpError {
     #[error("no DWARF variable {name} in the executable's debug info")]
     MissingVariable { name: String },
 
+    #[error("cannot find the OCaml runtime's variable {name}: {how}; give its debug file with --debug-file, or an unstripped copy of the same build with --exe")]
+    MissingStatic { name: String, how: String },
+
+    /// What the executable shows contradicts what heapsnap knows of its OCaml version.
+    #[error("the executable does not look like the OCaml version it says it is: {0}")]
+    VersionMismatch(String),
+
     #[error("cannot find the OCaml version of the target ({0})")]
     UnknownVersion(String),
 
-    #[error("OCaml version {version} is not supported (heapsnap supports OCaml {supported})")]
-    UnsupportedVersion { version: String, supported: &'static str },
+    #[error("OCaml version {version} is not supported (heapsnap supports OCaml {supported}); --force reads it as the newest of those and checks the snapshot, but the result may be wrong")]
+    UnsupportedVersion { version: String, supported: String },
+
+    #[error("{path} has no debug info, and heapsnap's layout tables are for OCaml {tables}, not {version}: give its debug file with --debug-file, or an unstripped copy of the same build with --exe")]
+    NoLayoutTables { path: PathBuf, version: String, tables: &'static str },
 
     #[error("cannot detect the number of reserved header bits ({0}); pass --reserved-bits N")]
     ReservedBitsUnknown(String),

@@ -6,6 +6,7 @@
 //! source reuses all the runtime knowledge. [`dump_process`] and [`dump_core`] put them
 //! together.
 
+pub mod debuginfo;
 pub mod dump;
 pub mod dwarf;
 pub mod elf;

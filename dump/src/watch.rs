@@ -166,6 +166,31 @@ const EXEC_WAIT: Duration = Duration::from_secs(1);
 /// Right after a spawn the process may still be inside execve: the parent of a vfork, or of a
 /// close-on-exec pipe, resumes before the new program is mapped, even before /proc/PID/exe
 /// names it. So this waits (up to [`EXEC_WAIT`]) for the exec to be done.
+/// What an executable offers the `on-compaction` trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactionCounter {
+    /// `caml_compactions_count` (OCaml 5.2 and later).
+    Present,
+    /// An OCaml 5 program without one: OCaml 5.1, whose `Gc.compact` is a major collection.
+    Absent,
+    /// Not an OCaml 5 native program.
+    NotOcaml,
+}
+
+/// Why `on-compaction` cannot watch an OCaml program without a compaction counter.
+pub const NO_COMPACTION_COUNTER: &str = "on-compaction cannot work on this program: its OCaml (5.1) does not compact (Gc.compact is a major collection) and has no caml_compactions_count; use on-signal=SIG, every=DURATION or at-exit";
+
+/// Whether the executable at `path` has a compaction counter.
+pub fn compaction_counter_in(path: &std::path::Path) -> CompactionCounter {
+    if crate::elf::locate_symbol(path, "caml_start_program").is_err() {
+        return CompactionCounter::NotOcaml;
+    }
+    match crate::elf::locate_symbol(path, "caml_compactions_count") {
+        Ok(_) => CompactionCounter::Present,
+        Err(_) => CompactionCounter::Absent,
+    }
+}
+
 pub fn symbol_address(pid: u32, name: &str) -> crate::Result<u64> {
     use crate::source::{MemorySource, ProcessMemory};
     let memory = ProcessMemory::new(pid)?;

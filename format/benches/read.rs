@@ -33,6 +33,9 @@ fn metadata() -> Metadata {
         compactions: None,
         redacted: false,
         warnings: vec![],
+        pools: None,
+        forced_version: false,
+        layouts_from: None,
     }
 }
 

@@ -18,13 +18,14 @@ mod symbol_index;
 mod writer;
 
 pub use error::{FormatError, SectionProblem};
+pub use heapsnap_values::{ColourEncoding, PoolGeometry};
 pub use layout::{
     CustomOpsRecord, FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId, SymbolKind,
     SymbolRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
     SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR, WORD_SIZE,
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
-pub use metadata::{ColourEncoding, DomainInfo, Metadata, Trigger};
+pub use metadata::{DomainInfo, Metadata, Trigger};
 pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use reader::{ReadOptions, Region, Snapshot};
 pub use writer::{RegionStream, SnapshotWriter};

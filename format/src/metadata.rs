@@ -1,34 +1,8 @@
 //! The metadata section: what the snapshot is of. Stored as JSON (small, and open to new fields:
 //! a reader ignores the fields it does not know).
 
+use heapsnap_values::{ColourEncoding, PoolGeometry};
 use serde::{Deserialize, Serialize};
-
-/// Which 2-bit header colour means what. OCaml 5 rotates the meaning of three of the four
-/// values at each major cycle, so a snapshot must say which assignment was in force.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ColourEncoding {
-    pub marked: u8,
-    pub unmarked: u8,
-    pub garbage: u8,
-    pub not_markable: u8,
-}
-
-impl ColourEncoding {
-    /// OCaml 5's encoding before its first major cycle ends (`caml_global_heap_state` initial value).
-    pub const OCAML5_INITIAL: ColourEncoding = ColourEncoding { marked: 0, unmarked: 1, garbage: 2, not_markable: 3 };
-
-    /// The four values must be a permutation of 0..=3.
-    pub fn is_valid(&self) -> bool {
-        let mut seen = [false; 4];
-        for c in [self.marked, self.unmarked, self.garbage, self.not_markable] {
-            if c > 3 || seen[c as usize] {
-                return false;
-            }
-            seen[c as usize] = true;
-        }
-        true
-    }
-}
 
 /// What made the dumper take this snapshot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,6 +55,19 @@ pub struct Metadata {
     /// Anything the dumper wants a reader to know (e.g. a domain caught mid-collection).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// The runtime's pool geometry (size classes and where their blocks start). Absent in
+    /// snapshots written before format 1.1, which were all of OCaml 5.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolGeometry>,
+    /// The version was not one the dumper knows, and the dump was forced (`--force`): the
+    /// runtime was read as the newest known version, and `warnings` says what looked wrong.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub forced_version: bool,
+    /// Where the runtime's structure layouts came from: `dwarf` (the executable's own debug
+    /// info), `debug_file` (a separate debug file: build-id, debuglink or `--debug-file`), or
+    /// `tables` (heapsnap's tables for the version, for an executable without debug info).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layouts_from: Option<String>,
 }
 
 impl Metadata {
@@ -91,6 +78,9 @@ impl Metadata {
         }
         if self.reserved_header_bits > 31 {
             return Some(format!("reserved_header_bits {} (at most 31)", self.reserved_header_bits));
+        }
+        if let Some(problem) = self.pools.as_ref().and_then(|p| p.problem()) {
+            return Some(format!("pools: {problem}"));
         }
         if !self.colours.is_valid() {
             return Some(format!("colours {:?} are not a permutation of 0..=3", self.colours));

@@ -80,12 +80,18 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
         (text(), 0u8..=31, colours, any::<Option<u32>>(), proptest::option::of(text()), proptest::option::of("[0-9a-f]{0,40}")),
         (any::<u64>(), trigger, text(), proptest::collection::vec(domain, 0..4), any::<Option<u64>>(), any::<bool>()),
         proptest::collection::vec(text(), 0..3),
+        (
+            proptest::option::of(prop_oneof![Just(PoolGeometry::ocaml_5_1()), Just(PoolGeometry::ocaml_5_2())]),
+            any::<bool>(),
+            proptest::option::of(text()),
+        ),
     )
         .prop_map(
             |(
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
                 warnings,
+                (pools, forced_version, layouts_from),
             )| Metadata {
                 ocaml_version,
                 word_size: 8,
@@ -101,6 +107,9 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 compactions,
                 redacted,
                 warnings,
+                pools,
+                forced_version,
+                layouts_from,
             },
         )
 }

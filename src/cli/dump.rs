@@ -2,7 +2,8 @@
 //! CORE [--exe EXE]`: the same snapshot from a core file of one.
 
 use clap::Args;
-use heapsnap_dump::{dump_core, dump_process, install_interrupt_guard, DumpError, DumpOptions};
+use heapsnap_dump::runtime::DiscoverOptions;
+use heapsnap_dump::{dump_core, dump_process, install_interrupt_guard, DumpError, DumpOptions, DumpReport};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -15,10 +16,13 @@ pub struct DumpArgs {
     /// An ELF core file (gcore, or a crash) of an OCaml process to dump instead of a process.
     #[arg(long, value_name = "CORE")]
     core: Option<PathBuf>,
-    /// The executable the core was taken from (default: the one the core names; its build id
-    /// must match the core's).
-    #[arg(long, value_name = "EXE", requires = "core", conflicts_with = "pid")]
+    /// The executable to read (its build id must match): for --core, the executable the core was
+    /// taken from (default: the one the core names); for --pid, an unstripped copy of the
+    /// program's executable (default: the file the process runs).
+    #[arg(long, value_name = "EXE")]
     exe: Option<PathBuf>,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
     /// Where to write the snapshot (default: heapsnap-PID.heapsnap, or CORE.heapsnap for --core, in the
     /// current directory).
     #[arg(short, long)]
@@ -40,6 +44,54 @@ pub struct DumpArgs {
     json: bool,
 }
 
+/// How to read the target's runtime: shared by `dump` and `run`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct RuntimeArgs {
+    /// The executable's separate debug-info file (default: found as gdb does, by build id under
+    /// /usr/lib/debug/.build-id or by the executable's .gnu_debuglink).
+    #[arg(long, value_name = "FILE")]
+    pub debug_file: Option<PathBuf>,
+    /// Dump an OCaml version heapsnap does not know, reading it as the newest one it knows; the
+    /// snapshot says so and is checked at once.
+    #[arg(long)]
+    pub force: bool,
+}
+
+impl RuntimeArgs {
+    pub fn discover_options(&self, exe: Option<PathBuf>) -> DiscoverOptions {
+        DiscoverOptions { exe, debug_file: self.debug_file.clone(), force: self.force }
+    }
+}
+
+/// A dump of a version heapsnap does not know is checked at once: what the verifier finds
+/// wrong is printed, so that a wrong reading is never silent.
+pub fn check_forced(report: &DumpReport) {
+    if !report.forced_version {
+        return;
+    }
+    let problems = heapsnap_format::Snapshot::open(&report.path)
+        .map_err(anyhow::Error::from)
+        .and_then(|snap| Ok(heapsnap_analyze::verify::verify(&snap, false)?));
+    match problems {
+        Ok(v) if v.ok => eprintln!(
+            "heapsnap: warning: OCaml {} was read as {}: the snapshot passed verification ({} objects)",
+            report.ocaml_version, report.read_as, v.objects
+        ),
+        Ok(v) => {
+            eprintln!(
+                "heapsnap: warning: OCaml {} was read as {}, and the snapshot looks wrong: {}",
+                report.ocaml_version,
+                report.read_as,
+                v.error_counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
+            );
+        }
+        Err(e) => eprintln!(
+            "heapsnap: warning: OCaml {} was read as {}, and the snapshot cannot be analysed: {e:#}",
+            report.ocaml_version, report.read_as
+        ),
+    }
+}
+
 pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
     // SIGINT/SIGTERM stop the dump cleanly (the target is released unchanged).
     install_interrupt_guard();
@@ -53,6 +105,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         reserved_bits: args.reserved_bits,
         require_consistent: args.strict,
         include_dwarf: !args.no_dwarf,
+        discover: args.runtime.discover_options(if args.core.is_some() { None } else { args.exe.clone() }),
         ..DumpOptions::default()
     };
     if let Some(core) = &args.core {
@@ -67,9 +120,13 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
+    for n in &report.notes {
+        eprintln!("heapsnap: note: {n}");
+    }
     for w in &report.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
+    check_forced(&report);
     eprintln!(
         "heapsnap: paused process {} for {:.3} ms ({} stop{}, {:.3} ms stopped in all); wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",
         report.pid,
@@ -90,9 +147,13 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
 
 fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &DumpOptions, json: bool) -> anyhow::Result<ExitCode> {
     let report = dump_core(core, exe, options)?;
+    for n in &report.notes {
+        eprintln!("heapsnap: note: {n}");
+    }
     for w in &report.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
+    check_forced(&report);
     eprintln!(
         "heapsnap: read core {} of process {}; wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",
         core.display(),

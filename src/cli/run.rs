@@ -34,6 +34,8 @@ pub struct RunArgs {
     /// Print a JSON summary of the snapshots taken on stdout when the program ends.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    runtime: super::dump::RuntimeArgs,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<std::ffi::OsString>,
@@ -57,6 +59,13 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = merged_spec(&args)?;
+    if spec.on_compaction {
+        if let Some(program) = find_program(&args.command[0]) {
+            if watch::compaction_counter_in(&program) == watch::CompactionCounter::Absent {
+                bail!("{}: {}", program.display(), watch::NO_COMPACTION_COUNTER);
+            }
+        }
+    }
     let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
 
@@ -112,7 +121,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     .run(|trigger| {
         seq += 1;
         let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
-        take_snapshot(pid, trigger, &path, spec.redact)
+        take_snapshot(pid, trigger, &path, spec.redact, &args.runtime)
     })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
@@ -174,10 +183,23 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     };
     // A preloaded library goes into every program a supervisor starts: stay out of the way of
     // the ones that are not OCaml 5 programs.
-    let counter = compactions_counter(args.pid);
-    if counter.is_none() {
+    let exe = PathBuf::from(format!("/proc/{}/exe", args.pid));
+    let counter = match watch::compaction_counter_in(&exe) {
+        watch::CompactionCounter::NotOcaml => {
+            answer(watch::HOOKS_OFF);
+            return Ok(ExitCode::SUCCESS);
+        }
+        watch::CompactionCounter::Absent if spec.on_compaction => {
+            let real = std::fs::read_link(&exe).unwrap_or(exe);
+            eprintln!("heapsnap: {}: {}", real.display(), watch::NO_COMPACTION_COUNTER);
+            None
+        }
+        _ => compactions_counter(args.pid),
+    };
+    let spec = TriggerSpec { on_compaction: spec.on_compaction && counter.is_some(), ..spec };
+    if !spec.has_trigger() {
         answer(watch::HOOKS_OFF);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(ExitCode::from(2));
     }
     let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
     if let Err(err) = std::fs::create_dir_all(&dir) {
@@ -200,7 +222,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     .run(|trigger| {
         seq += 1;
-        take_snapshot(pid, trigger, &watch::snapshot_path(&dir, &program, pid, seq, trigger), spec.redact)
+        take_snapshot(pid, trigger, &watch::snapshot_path(&dir, &program, pid, seq, trigger), spec.redact, &Default::default())
     })?;
     Ok(if summary.failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -274,13 +296,28 @@ impl Drop for ForwardGuard {
     }
 }
 
-/// The address of `caml_compactions_count` in the target; `None` when it is not an OCaml 5 program.
+/// The program `command` names, as `execvp` would find it.
+fn find_program(command: &std::ffi::OsStr) -> Option<PathBuf> {
+    let path = Path::new(command);
+    if path.components().count() > 1 {
+        return Some(path.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(path)).find(|p| p.is_file())
+}
+
+/// The address of `caml_compactions_count` in the target; `None` when it has none.
 fn compactions_counter(pid: i32) -> Option<u64> {
     heapsnap_dump::compactions_counter_address(pid).ok()
 }
 
-fn take_snapshot(pid: i32, trigger: Trigger, path: &Path, redact: bool) -> anyhow::Result<PathBuf> {
-    let options = heapsnap_dump::DumpOptions { output: path.to_path_buf(), trigger, redact, ..Default::default() };
+fn take_snapshot(pid: i32, trigger: Trigger, path: &Path, redact: bool, runtime: &super::dump::RuntimeArgs) -> anyhow::Result<PathBuf> {
+    let options = heapsnap_dump::DumpOptions {
+        output: path.to_path_buf(),
+        trigger,
+        redact,
+        discover: runtime.discover_options(None),
+        ..Default::default()
+    };
     heapsnap_dump::dump_process(pid, &options)?;
     Ok(path.to_path_buf())
 }

@@ -2,14 +2,16 @@
 //! and a minimal reachability oracle over a snapshot (until `heapsnap verify --strict` exists).
 #![allow(dead_code)]
 
+mod checks;
 mod oracle;
+#[allow(unused_imports)]
+pub use checks::*;
 #[allow(unused_imports)]
 pub use oracle::*;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// Programs a test starts die with the test (SIGKILL through `PR_SET_PDEATHSIG` when the
@@ -40,33 +42,65 @@ pub fn heapsnap() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
 }
 
-/// The directory of the std sample executables, built by samples/build.sh when missing.
+/// Every toolchain the tests build samples with (scripts/ocaml-toolchain.sh): one per OCaml
+/// release heapsnap supports, and 5.3.0 with 16 reserved header bits.
+pub const TOOLCHAINS: [&str; 4] = ["5.1.0", "5.2.0", "5.3.0", "5.3.0-rhb16"];
+
+/// The OCaml version a toolchain builds ("5.3.0" for "5.3.0-rhb16").
+pub fn version_of(toolchain: &str) -> &str {
+    toolchain.split('-').next().unwrap_or(toolchain)
+}
+
+/// The directory of the 5.3.0 sample executables, built by samples/build.sh when missing.
 pub fn samples_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| build_samples("std")).clone()
+    toolchain_samples("5.3.0").expect("the 5.3.0 toolchain is always available")
 }
 
-/// The samples built with 16 reserved header bits (the rhb16 toolchain).
+/// The samples built with 16 reserved header bits (the 5.3.0-rhb16 toolchain).
 pub fn rhb16_samples_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| build_samples("rhb16")).clone()
+    toolchain_samples("5.3.0-rhb16").expect("the 5.3.0-rhb16 toolchain is always available")
 }
 
-fn build_samples(variant: &str) -> PathBuf {
+/// The samples built by `toolchain`, or `None` when its source is not on this machine (OCaml
+/// 5.2.0 comes from ../shared/sources): then a line on stderr says it was not covered.
+pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
+    static DIRS: std::sync::Mutex<Vec<(String, Option<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
+    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, dir)) = dirs.iter().find(|(t, _)| t == toolchain) {
+        return dir.clone();
+    }
     let out = Command::new("bash")
         .arg(repo().join("samples/build.sh"))
-        .arg(variant)
+        .arg(toolchain)
         .stderr(Stdio::inherit())
         .output()
         .expect("run samples/build.sh");
-    assert!(out.status.success(), "samples/build.sh {variant} failed");
-    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
+    let dir = match out.status.code() {
+        Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())),
+        Some(3) => {
+            eprintln!("NOT COVERED: OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)");
+            None
+        }
+        _ => panic!("samples/build.sh {toolchain} failed"),
+    };
+    dirs.push((toolchain.to_string(), dir.clone()));
+    dir
 }
 
-/// The OCaml toolchain's prefix (scripts/ocaml-toolchain.sh).
+/// The toolchains whose samples could be built here, with their sample directories.
+pub fn available_toolchains() -> Vec<(&'static str, PathBuf)> {
+    TOOLCHAINS.iter().filter_map(|&t| Some((t, toolchain_samples(t)?))).collect()
+}
+
+/// The OCaml 5.3.0 toolchain's prefix (scripts/ocaml-toolchain.sh).
 pub fn toolchain() -> PathBuf {
-    let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).output().expect("run ocaml-toolchain.sh");
-    assert!(out.status.success(), "scripts/ocaml-toolchain.sh failed");
+    toolchain_prefix("5.3.0")
+}
+
+/// A toolchain's prefix (scripts/ocaml-toolchain.sh TOOLCHAIN).
+pub fn toolchain_prefix(toolchain: &str) -> PathBuf {
+    let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(toolchain).output().expect("run ocaml-toolchain.sh");
+    assert!(out.status.success(), "scripts/ocaml-toolchain.sh {toolchain} failed");
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
 }
 
@@ -78,6 +112,11 @@ pub fn compile_ocaml(dir: &Path, name: &str, source: &str, libs: &[&str]) -> Pat
 /// Compiles an OCaml program (with -g), and C stubs for it if given, into `dir`; returns the
 /// executable.
 pub fn compile_ocaml_with_c(dir: &Path, name: &str, source: &str, libs: &[&str], c_stubs: Option<&str>) -> PathBuf {
+    compile_ocaml_by(&toolchain(), dir, name, source, libs, c_stubs)
+}
+
+/// Compiles an OCaml program with the toolchain at `prefix`.
+pub fn compile_ocaml_by(prefix: &Path, dir: &Path, name: &str, source: &str, libs: &[&str], c_stubs: Option<&str>) -> PathBuf {
     let ml = dir.join(format!("{name}.ml"));
     std::fs::write(&ml, source).expect("write source");
     let c = dir.join(format!("{name}_stubs.c"));
@@ -86,7 +125,7 @@ pub fn compile_ocaml_with_c(dir: &Path, name: &str, source: &str, libs: &[&str],
     }
     let exe = dir.join(name);
     let ocamlfind_free: Vec<String> = libs.iter().map(|l| format!("{l}.cmxa")).collect();
-    let mut cmd = Command::new(toolchain().join("bin/ocamlopt"));
+    let mut cmd = Command::new(prefix.join("bin/ocamlopt"));
     cmd.current_dir(dir).arg("-g");
     if libs.contains(&"threads") {
         cmd.args(["-I", "+threads", "-I", "+unix", "unix.cmxa"]);

@@ -210,6 +210,9 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         compactions: None,
         redacted: false,
         warnings: vec![],
+        pools: None,
+        forced_version: false,
+        layouts_from: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

@@ -1,7 +1,7 @@
 //! Copying the stopped world: every domain's minor heap, every pool and large allocation,
 //! the static data, the fiber stacks; then the roots (see [`super::roots`]).
 
-use super::heap::{CapturedRegion, HeaderFormat, RegionIndex, CLOSURE_TAG, CONT_TAG, INFIX_TAG, NO_SCAN_TAG};
+use super::heap::{CapturedRegion, RegionIndex};
 use super::plugins::PluginData;
 use super::roots::{self, CapturedRoot};
 use super::safety::WorldCheck;
@@ -9,6 +9,7 @@ use super::Runtime;
 use crate::error::{DumpError, Result};
 use crate::source::{bytemuck_words, copy_threads, zeroed_buffer, MemorySource, ReadExt, ReadRequest};
 use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
+use heapsnap_values::{HeaderFormat, CLOSURE_TAG, CONT_TAG, INFIX_TAG, NO_SCAN_TAG};
 use std::collections::{BTreeMap, HashSet};
 
 /// No large allocation is bigger than this (2^40 words, 8 TiB): a bigger header is corrupt.
@@ -78,7 +79,7 @@ pub fn capture(
     let mut cap = Capture::default();
     let l = &rt.layout;
     for view in &world.domains {
-        let state_bytes = source.read_bytes(view.state, l.domain_state.size.max(l.domain_state.memprof + 8) as usize)?;
+        let state_bytes = source.read_bytes(view.state, l.domain_state.size.max(l.domain_state.memprof.map_or(0, |m| m + 8)) as usize)?;
         let mut d = CapturedDomain {
             id: 0,
             state: view.state,
@@ -107,7 +108,10 @@ pub fn capture(
     cap.domains.sort_by_key(|d| d.id);
 
     read_colours(rt, source, &mut cap)?;
-    cap.compactions = source.read_u64(rt.symbol("caml_compactions_count")?).ok();
+    cap.compactions = match rt.release.compaction {
+        true => source.read_u64(rt.symbol("caml_compactions_count")?).ok(),
+        false => None,
+    };
 
     let mut clock = std::time::Instant::now();
     let mut lap = |cap: &mut Capture, name: &'static str| {
@@ -140,7 +144,7 @@ pub fn capture(
 
 fn read_colours(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> Result<()> {
     let h = &rt.layout.heap;
-    let base = rt.addr(h.global_heap_state);
+    let base = rt.symbol("caml_global_heap_state")?;
     // Each status is a header colour already shifted by HEADER_COLOR_SHIFT (8).
     let colour = |off: u64| -> Result<u8> { Ok(((source.read_u64(base + off)? >> 8) & 3) as u8) };
     let (marked, unmarked, garbage) = (colour(h.marked)?, colour(h.unmarked)?, colour(h.garbage)?);
@@ -199,7 +203,7 @@ impl SpareBuffers {
     pub fn prepare(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64], format: HeaderFormat) -> Result<SpareBuffers> {
         let candidates = candidate_pools(rt, source, domain_states);
         let count = candidates.len() + candidates.len() / 8 + 16;
-        let mut spare = SpareBuffers::new(count, (rt.sizes.pool_wsize * 8) as usize, candidates)?;
+        let mut spare = SpareBuffers::new(count, rt.pools.pool_wsize as usize * 8, candidates)?;
         let l = &rt.layout.domain_state;
         let mut spans = Vec::new();
         let mut heaps = Vec::new();
@@ -324,7 +328,7 @@ fn pool_list_heads(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64
             lists.extend((0..h.num_sizeclasses).map(|sz| (id, heap + list + 8 * sz, sz)));
         }
     }
-    let freelist = rt.addr(h.pool_freelist);
+    let freelist = rt.addr(rt.statics.pool_freelist);
     for list in [h.global_avail_pools, h.global_full_pools] {
         lists.extend((0..h.num_sizeclasses).map(|sz| (NO_DOMAIN, freelist + list + 8 * sz, sz)));
     }
@@ -485,7 +489,7 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
 
     // Copy the candidate pools in one batch, then follow the lists in our copy; a pool the
     // candidates missed (the lists moved since) is read on its own.
-    let pool_bytes = (rt.sizes.pool_wsize * 8) as usize;
+    let pool_bytes = rt.pools.pool_wsize as usize * 8;
     let mut candidates = std::mem::take(&mut spare.candidates);
     candidates.sort_unstable();
     candidates.dedup();
@@ -545,12 +549,15 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             if pool_sz as u64 != sz {
                 return Err(DumpError::Inconsistent(format!("pool {pool:#x} of size class {pool_sz} is on the list of class {sz}")));
             }
+            let class = rt.pools.size_classes.get(sz as usize).ok_or_else(|| {
+                DumpError::Inconsistent(format!("pool {pool:#x} is on the list of size class {sz}, which the runtime does not have"))
+            })?;
             cap.regions.push(CapturedRegion {
                 kind: RegionKind::Pool,
                 domain,
                 base: pool,
-                block_wsize: rt.sizes.wsize[sz as usize],
-                first_block: rt.sizes.first_block(sz as usize) as u32,
+                block_wsize: class.wsize,
+                first_block: class.first_block,
                 owner: 0,
                 bytes,
             });
@@ -605,7 +612,7 @@ fn large_list_heads(rt: &Runtime, heaps: &[(u16, u64)]) -> Vec<(u16, u64)> {
         lists.push((id, heap + h.swept_large));
         lists.push((id, heap + h.unswept_large));
     }
-    lists.push((NO_DOMAIN, rt.addr(h.pool_freelist) + h.global_large));
+    lists.push((NO_DOMAIN, rt.addr(rt.statics.pool_freelist) + h.global_large));
     lists
 }
 
@@ -671,7 +678,7 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
         }
     }
     // The runtime's atoms are static blocks too (what `caml_alloc(0, tag)` returns).
-    if let Some((atoms, size)) = rt.layout.heap.atoms {
+    if let Some((atoms, size)) = rt.statics.atoms {
         spans.push((rt.addr(atoms), rt.addr(atoms) + size.div_ceil(8) * 8));
     }
     // weak.c's `caml_dummy`: `caml_ephe_none`, the value of an empty weak or ephemeron slot,
@@ -683,18 +690,34 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
     Ok(super::plugins::merge(spans))
 }
 
-/// Continuation blocks (`Cont_tag`, always 2 fields) in the captured heap: minor heaps and
-/// the pools of the size class that holds 3-word blocks. This runs while the target is
-/// stopped and reads a good part of the heap, so the regions are scanned by
-/// [`copy_threads`] threads (the result is in region order all the same).
-pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> Vec<u64> {
-    // Only the size class of 3-word blocks can hold one.
-    let scanned: Vec<&CapturedRegion> =
-        regions.iter().filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == 3)).collect();
+/// The shape of continuation blocks (`Cont_tag`): how many fields they have (the release
+/// says), and the words per slot of the pools that hold them.
+#[derive(Clone, Copy, Debug)]
+pub struct ContinuationShape {
+    pub fields: u64,
+    pub slot_wsize: u32,
+}
+
+impl ContinuationShape {
+    pub fn of(rt: &Runtime) -> ContinuationShape {
+        let fields = rt.release.continuation_fields;
+        let class = rt.pools.sizeclass_of_whsize(fields as usize + 1);
+        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| rt.pools.size_classes[sz].wsize) }
+    }
+}
+
+/// Continuation blocks in the captured heap: minor heaps and the pools of the size class that
+/// holds them. This runs while the target is stopped and reads a good part of the heap, so the
+/// regions are scanned by [`copy_threads`] threads (the result is in region order all the same).
+pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
+    let scanned: Vec<&CapturedRegion> = regions
+        .iter()
+        .filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == shape.slot_wsize))
+        .collect();
     let total: usize = scanned.iter().map(|r| r.bytes.len()).sum();
     let threads = copy_threads().min(total / MIN_SCAN_BYTES_PER_THREAD).max(1);
     if threads == 1 {
-        return continuations_in(&scanned, format);
+        return continuations_in(&scanned, format, shape);
     }
     // Contiguous runs of regions of about equal bytes.
     let share = total.div_ceil(threads);
@@ -712,10 +735,15 @@ pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> V
         let handles: Vec<_> = runs[1..]
             .iter()
             .map(|&run| {
-                (run, std::thread::Builder::new().name("heapsnap-scan".into()).spawn_scoped(scope, move || continuations_in(run, format)))
+                (
+                    run,
+                    std::thread::Builder::new()
+                        .name("heapsnap-scan".into())
+                        .spawn_scoped(scope, move || continuations_in(run, format, shape)),
+                )
             })
             .collect();
-        let mut out = continuations_in(runs[0], format);
+        let mut out = continuations_in(runs[0], format, shape);
         for (run, handle) in handles {
             match handle {
                 Ok(handle) => match handle.join() {
@@ -723,7 +751,7 @@ pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> V
                     Err(panic) => std::panic::resume_unwind(panic),
                 },
                 // No thread to be had: scan that run here.
-                Err(_) => out.extend(continuations_in(run, format)),
+                Err(_) => out.extend(continuations_in(run, format, shape)),
             }
         }
         out
@@ -733,9 +761,10 @@ pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat) -> V
 /// Below this many bytes a thread's share, fewer threads scan for continuations.
 const MIN_SCAN_BYTES_PER_THREAD: usize = 8 << 20;
 
-fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat) -> Vec<u64> {
+fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
     let mut out = Vec::new();
-    let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == 2;
+    let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == shape.fields;
+    let stride = shape.slot_wsize as usize * 8;
     for r in regions {
         match r.kind {
             RegionKind::MinorHeap => {
@@ -746,13 +775,13 @@ fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat) -> Vec<u6
                 }
             }
             // A tight loop over the headers (their low byte is the tag).
-            RegionKind::Pool if r.block_wsize == 3 => {
+            RegionKind::Pool if r.block_wsize == shape.slot_wsize && stride > 0 => {
                 let mut at = r.first_block as usize;
-                while at + 24 <= r.bytes.len() {
+                while at + stride <= r.bytes.len() {
                     if r.bytes[at] == CONT_TAG && is_cont(r.word(at)) {
                         out.push(r.base + at as u64 + 8);
                     }
-                    at += 24;
+                    at += stride;
                 }
             }
             _ => {}
@@ -763,8 +792,8 @@ fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat) -> Vec<u6
 
 /// The custom operations the runtime registered (`custom_ops_table`).
 fn capture_custom_ops(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) {
-    let Some(c) = &rt.layout.custom else { return };
-    let mut cell = source.read_u64(rt.addr(c.table)).unwrap_or(0);
+    let c = &rt.layout.custom;
+    let mut cell = source.read_u64(rt.addr(rt.statics.custom_ops_table)).unwrap_or(0);
     let mut guard = 0;
     while cell != 0 && guard < 100_000 {
         guard += 1;
@@ -786,7 +815,7 @@ pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture
             continue;
         }
         for (at, hd) in r.blocks(format) {
-            if format.tag(hd) == super::heap::CUSTOM_TAG && format.wosize(hd) >= 1 && at + 16 <= r.bytes.len() {
+            if format.tag(hd) == heapsnap_values::CUSTOM_TAG && format.wosize(hd) >= 1 && at + 16 <= r.bytes.len() {
                 let ops = r.word(at + 8);
                 if !known.contains(&ops) {
                     found.insert(ops);
@@ -794,7 +823,7 @@ pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture
             }
         }
     }
-    let Some(c) = &rt.layout.custom else { return Vec::new() };
+    let c = &rt.layout.custom;
     let mut out: Vec<(u64, String)> = found
         .into_iter()
         .filter_map(|ops| {
@@ -927,7 +956,7 @@ mod tests {
         let mut other = pool(0x9000_0000, &[cont_header()]);
         other.block_wsize = 4;
         regions.push(other);
-        assert_eq!(find_continuations(&regions, format), expected);
+        assert_eq!(find_continuations(&regions, format, ContinuationShape { fields: 2, slot_wsize: 3 }), expected);
     }
 
     /// A capture of one domain whose minor heap spans 0x800..0x1000 + 8 * words.len(), with its

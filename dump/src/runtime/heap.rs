@@ -1,30 +1,7 @@
 //! Block headers (runtime/caml/mlvalues.h) and walks over the blocks of captured regions.
 
 use heapsnap_format::RegionKind;
-
-pub const CONT_TAG: u8 = 245;
-pub const CLOSURE_TAG: u8 = 247;
-pub const INFIX_TAG: u8 = 249;
-pub const NO_SCAN_TAG: u8 = 251;
-pub const STRING_TAG: u8 = 252;
-pub const CUSTOM_TAG: u8 = 255;
-
-/// How headers are laid out: `| reserved (R bits) | wosize | colour (2) | tag (8) |`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HeaderFormat {
-    pub reserved_bits: u8,
-}
-
-impl HeaderFormat {
-    pub fn wosize(self, header: u64) -> u64 {
-        let bits = 54 - self.reserved_bits as u32;
-        (header >> 10) & ((1u64 << bits) - 1)
-    }
-
-    pub fn tag(self, header: u64) -> u8 {
-        header as u8
-    }
-}
+use heapsnap_values::{HeaderFormat, STRING_TAG};
 
 /// A memory region copied from the target.
 #[derive(Clone, Debug)]
@@ -179,15 +156,6 @@ mod tests {
         let named: Vec<u64> =
             (0x1000..0x1038).step_by(8).chain((0x2000..0x2010).step_by(8)).filter(|&v| index.names_block(v, &minor_blocks)).collect();
         assert_eq!(named, [0x1010, 0x2008], "only the blocks' own addresses name them (the free slot at 0x1028 does not)");
-    }
-
-    #[test]
-    fn header_fields_with_reserved_bits() {
-        let f = HeaderFormat { reserved_bits: 8 };
-        let hd = (0xabu64 << 56) | header(5, 2, 252);
-        assert_eq!(f.wosize(hd), 5);
-        assert_eq!(f.tag(hd), 252);
-        assert_eq!(HeaderFormat { reserved_bits: 0 }.wosize(header(7, 0, 0)), 7);
     }
 
     #[test]

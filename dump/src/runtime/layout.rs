@@ -1,11 +1,16 @@
-//! Offsets and sizes of the OCaml runtime structures the dumper reads, all taken from the
-//! executable's DWARF by name. A missing structure or member is a clear error, never a guess.
+//! Offsets and sizes of the OCaml runtime structures the dumper reads: taken from the
+//! executable's DWARF by name, or, for an executable without debug info, from the tables
+//! heapsnap carries for its version (generated from DWARF by `scripts/gen-layout-tables.sh`).
+//! A missing structure or member is a clear error, never a guess. Addresses of the runtime's
+//! variables are not layouts: see [`super::statics`].
 
+use super::versions::{Indirection, Release};
 use crate::dwarf::TypeIndex;
 use crate::error::{DumpError, Result};
+use serde::{Deserialize, Serialize};
 
 /// `caml_domain_state` (runtime/caml/domain_state.tbl).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DomainStateLayout {
     pub young_ptr: u64,
     pub young_start: u64,
@@ -17,35 +22,33 @@ pub struct DomainStateLayout {
     pub final_info: u64,
     pub shared_heap: u64,
     pub id: u64,
-    pub memprof: u64,
+    /// `Caml_state->memprof` (5.3: statmemprof's per-domain tables).
+    pub memprof: Option<u64>,
     /// Every member, to name global roots that live inside a domain state.
     pub members: Vec<(String, u64)>,
     pub size: u64,
 }
 
-/// `struct dom_internal` and the domain tables of domain.c.
-#[derive(Clone, Debug)]
+/// `struct dom_internal` and domain.c's `stw_domains`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DomainsLayout {
     pub internal_state: u64,
     pub internal_domain_lock: u64,
-    /// Link-time address of `stw_domains`.
-    pub stw_domains: u64,
     pub stw_participating: u64,
+    /// `stw_domains.domains`: an array of `dom_internal*` inline in 5.1 and 5.2, a pointer to
+    /// one in 5.3 (see [`Release::domain_table`]).
     pub stw_domains_array: u64,
-    /// Link-time address of `stw_leader` (nonzero while a stop-the-world section runs).
-    pub stw_leader: u64,
-    pub all_domains_lock: u64,
 }
 
 /// glibc's `pthread_mutex_t` (the runtime's `caml_plat_mutex`).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MutexLayout {
     pub lock: u64,
     pub owner: u64,
 }
 
 /// shared_heap.c: pools and large allocations.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HeapLayout {
     pub avail_pools: u64,
     pub full_pools: u64,
@@ -59,24 +62,19 @@ pub struct HeapLayout {
     pub pool_header_bytes: u64,
     pub large_next: u64,
     pub large_header_bytes: u64,
-    /// Link-time address of `pool_freelist` and its members.
-    pub pool_freelist: u64,
+    /// Members of `pool_freelist`.
     pub freelist_lock: u64,
     pub global_avail_pools: u64,
     pub global_full_pools: u64,
     pub global_large: u64,
-    /// Link-time address of `caml_global_heap_state` and its members.
-    pub global_heap_state: u64,
+    /// Members of `caml_global_heap_state`.
     pub marked: u64,
     pub unmarked: u64,
     pub garbage: u64,
-    /// Link-time address and size of shared_heap.c's `atoms` (the zero-sized blocks that
-    /// `caml_atom` returns, e.g. empty arrays made by C).
-    pub atoms: Option<(u64, u64)>,
 }
 
 /// caml/fiber.h.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FiberLayout {
     pub stack_sp: u64,
     pub stack_handler: u64,
@@ -89,7 +87,7 @@ pub struct FiberLayout {
 }
 
 /// Global roots, local roots, finalisers, ephemerons.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootsLayout {
     pub roots_block_next: u64,
     pub roots_block_ntables: u64,
@@ -99,9 +97,7 @@ pub struct RootsLayout {
     pub skiplist_forward: u64,
     pub skipcell_key: u64,
     pub skipcell_forward: u64,
-    /// globroots.c `roots_mutex`, `caml_dyn_globals` and its `struct link`.
-    pub roots_mutex: u64,
-    pub dyn_globals: Option<u64>,
+    /// globroots.c's `struct link` (the list `caml_dyn_globals`).
     pub link_data: u64,
     pub link_next: u64,
     pub final_first_table: u64,
@@ -118,18 +114,17 @@ pub struct RootsLayout {
     pub final_info_next: u64,
     pub ephe_todo: u64,
     pub ephe_live: u64,
-    /// major_gc.c `orph_structs` and `orphaned_lock`.
+    /// Members of major_gc.c's `orph_structs`.
     pub orph_ephe_live: u64,
     pub orph_final_info: u64,
-    pub orphaned_lock: u64,
     /// frame_descriptors.c `current_frame_descrs.frametables` and the list cell layout.
-    pub frametables_list: u64,
+    pub frametables: u64,
     pub frametable_list_table: u64,
     pub frametable_list_next: u64,
 }
 
 /// memprof.c.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemprofLayout {
     pub domain_entries: u64,
     pub domain_orphans: u64,
@@ -144,16 +139,13 @@ pub struct MemprofLayout {
     pub entry_block: u64,
     pub entry_user_data: u64,
     pub entry_size: u64,
-    /// Link-time address of memprof.c's global `orphans` list, and its lock.
-    pub global_orphans: u64,
-    pub orphans_lock: u64,
 }
 
 /// otherlibs/systhreads/st_stubs.c, present only when the threads library is linked.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadsLayout {
-    /// Link-time address of `thread_table` (a pointer to one `caml_thread_table` per domain).
-    pub thread_table: u64,
+    /// `thread_table` holds one `caml_thread_table` per domain: inline in 5.1 and 5.2, through
+    /// a pointer in 5.3 (see [`Release::thread_table`]).
     pub table_active_thread: u64,
     pub table_size: u64,
     pub descr: u64,
@@ -162,19 +154,17 @@ pub struct ThreadsLayout {
     pub local_roots: u64,
     pub backtrace_last_exn: u64,
     pub gc_regs: u64,
-    pub memprof: u64,
 }
 
-/// custom.c's registered custom operations.
-#[derive(Clone, Debug)]
+/// custom.c's registered custom operations (`custom_ops_table`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CustomLayout {
-    pub table: u64,
     pub list_ops: u64,
     pub list_next: u64,
     pub ops_identifier: u64,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
     pub domain_state: DomainStateLayout,
     pub domains: DomainsLayout,
@@ -182,15 +172,28 @@ pub struct Layout {
     pub heap: HeapLayout,
     pub fiber: FiberLayout,
     pub roots: RootsLayout,
+    /// statmemprof's tables (5.3 and later).
     pub memprof: Option<MemprofLayout>,
+    /// systhreads, when the threads library is linked in.
     pub threads: Option<ThreadsLayout>,
-    pub custom: Option<CustomLayout>,
+    pub custom: CustomLayout,
 }
 
 impl Layout {
-    pub fn load(t: &TypeIndex) -> Result<Layout> {
+    /// The layouts, from DWARF. What the release says about the runtime (which structures it
+    /// has, which tables are inline) is checked against the DWARF: a difference means the
+    /// version was misread, and is an error.
+    pub fn load(t: &TypeIndex, release: &Release) -> Result<Layout> {
+        check_indirection(t, "stw_domains", "domain.c", "domains", release.domain_table)?;
+        let threads = match t.variable("thread_table", "st_stubs.c") {
+            Ok(_) => {
+                check_indirection(t, "thread_table", "st_stubs.c", "", release.thread_table)?;
+                Some(threads(t)?)
+            }
+            Err(_) => None,
+        };
         Ok(Layout {
-            domain_state: domain_state(t)?,
+            domain_state: domain_state(t, release)?,
             domains: domains(t)?,
             mutex: MutexLayout {
                 lock: t.offset_of("pthread_mutex_t", "__data.__lock")?,
@@ -199,14 +202,33 @@ impl Layout {
             heap: heap(t)?,
             fiber: fiber(t)?,
             roots: roots(t)?,
-            memprof: memprof(t).ok(),
-            threads: threads(t).ok(),
-            custom: custom(t).ok(),
+            memprof: if release.memprof { Some(memprof(t)?) } else { None },
+            threads,
+            custom: custom(t)?,
         })
     }
 }
 
-fn domain_state(t: &TypeIndex) -> Result<DomainStateLayout> {
+/// Checks that variable `var` (or its member `member`, when not empty) is an inline array or a
+/// pointer, as the release says.
+fn check_indirection(t: &TypeIndex, var: &str, file: &str, member: &str, expected: Indirection) -> Result<()> {
+    let v = t.variable(var, file)?;
+    let ty = if member.is_empty() { t.variable_type(v) } else { t.variable_field(v, var, member)?.ty };
+    let found = match ty {
+        Some(ty) if t.array_len(ty).is_some() => Indirection::InlineArray,
+        Some(ty) if t.is_pointer(ty) => Indirection::Pointer,
+        _ => return Err(DumpError::MissingType { name: format!("type of {var} {member}") }),
+    };
+    if found != expected {
+        return Err(DumpError::VersionMismatch(format!(
+            "{var}{}{member} is {found:?} in the executable's DWARF, {expected:?} in this version",
+            if member.is_empty() { "" } else { "." }
+        )));
+    }
+    Ok(())
+}
+
+fn domain_state(t: &TypeIndex, release: &Release) -> Result<DomainStateLayout> {
     let ty = t.type_named("caml_domain_state")?;
     let f = |m: &str| Ok::<u64, DumpError>(t.field_of(ty, "caml_domain_state", m)?.offset);
     Ok(DomainStateLayout {
@@ -220,7 +242,7 @@ fn domain_state(t: &TypeIndex) -> Result<DomainStateLayout> {
         final_info: f("final_info")?,
         shared_heap: f("shared_heap")?,
         id: f("id")?,
-        memprof: f("memprof")?,
+        memprof: if release.memprof { Some(f("memprof")?) } else { None },
         members: t.members(ty),
         size: t.size_of(ty).unwrap_or(0),
     })
@@ -228,16 +250,11 @@ fn domain_state(t: &TypeIndex) -> Result<DomainStateLayout> {
 
 fn domains(t: &TypeIndex) -> Result<DomainsLayout> {
     let stw_domains = t.variable("stw_domains", "domain.c")?;
-    let stw_leader = t.variable("stw_leader", "domain.c")?;
-    let all_domains_lock = t.variable("all_domains_lock", "domain.c")?;
     Ok(DomainsLayout {
         internal_state: t.offset_of("dom_internal", "state")?,
         internal_domain_lock: t.offset_of("dom_internal", "domain_lock")?,
-        stw_domains: stw_domains.address,
         stw_participating: t.variable_field(stw_domains, "stw_domains", "participating_domains")?.offset,
         stw_domains_array: t.variable_field(stw_domains, "stw_domains", "domains")?.offset,
-        stw_leader: stw_leader.address,
-        all_domains_lock: all_domains_lock.address,
     })
 }
 
@@ -266,16 +283,13 @@ fn heap(t: &TypeIndex) -> Result<HeapLayout> {
         pool_header_bytes: t.size_of_named("pool")?,
         large_next: t.offset_of("large_alloc", "next")?,
         large_header_bytes: t.size_of_named("large_alloc")?,
-        pool_freelist: freelist.address,
         freelist_lock: ff("lock")?,
         global_avail_pools: ff("global_avail_pools")?,
         global_full_pools: ff("global_full_pools")?,
         global_large: ff("global_large")?,
-        global_heap_state: ghs.address,
         marked: gf("MARKED")?,
         unmarked: gf("UNMARKED")?,
         garbage: gf("GARBAGE")?,
-        atoms: t.variable("atoms", "shared_heap.c").ok().and_then(|v| Some((v.address, t.variable_type(v).and_then(|ty| t.size_of(ty))?))),
     })
 }
 
@@ -307,8 +321,6 @@ fn roots(t: &TypeIndex) -> Result<RootsLayout> {
         skiplist_forward: t.field_of(skiplist, "skiplist", "forward")?.offset,
         skipcell_key: t.offset_of("skipcell", "key")?,
         skipcell_forward: t.offset_of("skipcell", "forward")?,
-        roots_mutex: t.variable("roots_mutex", "globroots.c")?.address,
-        dyn_globals: t.variable("caml_dyn_globals", "globroots.c").ok().map(|v| v.address),
         link_data: t.offset_of("link", "data").unwrap_or(0),
         link_next: t.offset_of("link", "next").unwrap_or(8),
         final_first_table: t.offset_of("caml_final_info", "first.table")?,
@@ -325,10 +337,9 @@ fn roots(t: &TypeIndex) -> Result<RootsLayout> {
         final_info_next: t.offset_of("caml_final_info", "next")?,
         ephe_todo: t.offset_of("caml_ephe_info", "todo")?,
         ephe_live: t.offset_of("caml_ephe_info", "live")?,
-        orph_ephe_live: orph.address + t.variable_field(orph, "orph_structs", "ephe_list_live")?.offset,
-        orph_final_info: orph.address + t.variable_field(orph, "orph_structs", "final_info")?.offset,
-        orphaned_lock: t.variable("orphaned_lock", "major_gc.c")?.address,
-        frametables_list: fd.address + t.variable_field(fd, "current_frame_descrs", "frametables")?.offset,
+        orph_ephe_live: t.variable_field(orph, "orph_structs", "ephe_list_live")?.offset,
+        orph_final_info: t.variable_field(orph, "orph_structs", "final_info")?.offset,
+        frametables: t.variable_field(fd, "current_frame_descrs", "frametables")?.offset,
         frametable_list_table: t.offset_of("caml_frametable_list", "frametable")?,
         frametable_list_next: t.offset_of("caml_frametable_list", "next")?,
     })
@@ -349,14 +360,11 @@ fn memprof(t: &TypeIndex) -> Result<MemprofLayout> {
         entry_block: t.offset_of("entry_s", "block")?,
         entry_user_data: t.offset_of("entry_s", "user_data")?,
         entry_size: t.size_of_named("entry_s")?,
-        global_orphans: t.variable("orphans", "memprof.c")?.address,
-        orphans_lock: t.variable("orphans_lock", "memprof.c")?.address,
     })
 }
 
 fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
     Ok(ThreadsLayout {
-        thread_table: t.variable("thread_table", "st_stubs.c")?.address,
         table_active_thread: t.offset_of("caml_thread_table", "active_thread")?,
         table_size: t.size_of_named("caml_thread_table")?,
         descr: t.offset_of("caml_thread_struct", "descr")?,
@@ -365,13 +373,11 @@ fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
         local_roots: t.offset_of("caml_thread_struct", "local_roots")?,
         backtrace_last_exn: t.offset_of("caml_thread_struct", "backtrace_last_exn")?,
         gc_regs: t.offset_of("caml_thread_struct", "gc_regs")?,
-        memprof: t.offset_of("caml_thread_struct", "memprof")?,
     })
 }
 
 fn custom(t: &TypeIndex) -> Result<CustomLayout> {
     Ok(CustomLayout {
-        table: t.variable("custom_ops_table", "custom.c")?.address,
         list_ops: t.offset_of("custom_operations_list", "ops")?,
         list_next: t.offset_of("custom_operations_list", "next")?,
         ops_identifier: t.offset_of("custom_operations", "identifier")?,

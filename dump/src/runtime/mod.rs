@@ -1,94 +1,151 @@
-//! Knowledge of the OCaml 5.3 runtime, read through any [`MemorySource`]: what is found once
+//! Knowledge of the OCaml 5 runtime, read through any [`MemorySource`]: what is found once
 //! per target before the world stops ([`Runtime`]), what is checked when it is stopped
-//! ([`safety`]), and what is copied while it is stopped ([`capture`]).
+//! ([`safety`]), and what is copied while it is stopped ([`capture`]). What differs between
+//! OCaml releases is in [`versions`], one file each; everything else here is shared.
 
 pub mod capture;
 pub mod code;
 pub mod frames;
 pub mod heap;
 pub mod layout;
+pub mod locate;
 pub mod plugins;
 pub mod roots;
 pub mod safety;
+pub mod statics;
+pub mod tables;
 pub mod unwind;
+pub mod versions;
 
 use crate::dwarf::TypeIndex;
-use crate::elf::Executable;
+use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use code::CodeMap;
 use frames::FrameTable;
-use heap::{HeaderFormat, STRING_TAG};
+use heapsnap_values::{HeaderFormat, PoolGeometry, STRING_TAG};
 use layout::Layout;
+use statics::Statics;
+use std::path::PathBuf;
+use tables::Tables;
+use versions::Release;
 
-/// The OCaml versions whose runtime layout this dumper knows (major.minor).
-pub const SUPPORTED_VERSIONS: &[&str] = &["5.3"];
-
-/// Size classes of the shared heap (runtime/caml/sizeclasses.h, read from the target).
-#[derive(Clone, Debug)]
-pub struct SizeClasses {
-    /// Words per block, header included, of each size class.
-    pub wsize: Vec<u32>,
-    /// Words wasted at the start of a pool of each size class, after the pool header.
-    pub wastage: Vec<u32>,
-    pub pool_wsize: u64,
-    pub pool_header_wsize: u64,
+/// How to read the target's runtime: which files to trust, and whether to go on with a
+/// version heapsnap does not know.
+#[derive(Clone, Debug, Default)]
+pub struct DiscoverOptions {
+    /// The executable to read symbols and debug info from, instead of the target's own file
+    /// (an unstripped copy of the same build; its build id must match).
+    pub exe: Option<PathBuf>,
+    /// A separate debug-info file of the executable.
+    pub debug_file: Option<PathBuf>,
+    /// Read an OCaml version heapsnap does not know as the newest one it knows.
+    pub force: bool,
 }
 
-impl SizeClasses {
-    /// Byte offset of the first block header in a pool of class `sz`.
-    pub fn first_block(&self, sz: usize) -> u64 {
-        (self.pool_header_wsize + self.wastage[sz] as u64) * 8
-    }
+/// Where the structure layouts came from (recorded in the snapshot's metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutsFrom {
+    Dwarf,
+    DebugFile,
+    Tables,
+}
 
-    /// POOL_WSIZE is a C macro, absent from the binary; it is the only pool size for which
-    /// `wastage[sz] == (POOL_WSIZE - POOL_HEADER_WSIZE) mod wsize[sz]` for every class.
-    fn derive_pool_wsize(wsize: &[u32], wastage: &[u32], header: u64) -> Option<u64> {
-        (1..=1024u64)
-            .map(|k| k * 512)
-            .find(|&p| wsize.iter().zip(wastage).all(|(&w, &waste)| w > 0 && (p - header) % w as u64 == waste as u64))
+impl std::fmt::Display for LayoutsFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutsFrom::Dwarf => "dwarf",
+            LayoutsFrom::DebugFile => "debug_file",
+            LayoutsFrom::Tables => "tables",
+        })
     }
 }
 
 /// Everything about the target's runtime that does not change while it runs: executable,
-/// layouts, version, header format, size classes and frame tables. Addresses in the
-/// `Layout` and the executable's symbols are link-time; add [`Runtime::bias`].
+/// version, layouts, variables, header format, pools and frame tables. Addresses in
+/// [`Statics`] and the executable's symbols are link-time; add [`Runtime::bias`].
 pub struct Runtime {
     pub exe: Executable,
+    pub release: &'static Release,
     pub layout: Layout,
+    pub statics: Statics,
+    pub layouts_from: LayoutsFrom,
     pub code: CodeMap,
     pub bias: u64,
     pub version: String,
+    /// The version is not one heapsnap knows; it is read as [`Runtime::release`] (`--force`).
+    pub forced: bool,
     /// Reserved header bits, when the runtime's code says it (see [`detect_reserved_bits`]).
     pub detected_reserved_bits: Option<u8>,
-    pub sizes: SizeClasses,
+    pub pools: PoolGeometry,
     pub frames: FrameTable,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
-    /// The executable's compilation units: (begin, end, source file), link-time, sorted.
+    /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
+    /// they are exact; from the tables they cover the runtime's files only, and approximately.
     pub units: Vec<(u64, u64, String)>,
+    pub units_exact: bool,
+    /// What the report should say once about what is missing (e.g. source lines).
+    pub notes: Vec<String>,
 }
 
 impl Runtime {
     /// Reads what the dump needs to know about the target before stopping it. `source` need
     /// not be stopped: only static data is read.
-    pub fn discover(source: &dyn MemorySource) -> Result<Runtime> {
-        let exe_path = source.executable_path();
-        let exe = Executable::open(&exe_path)?;
+    pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Runtime> {
+        let target_exe = source.executable_path();
+        let mut exe = match &options.exe {
+            Some(given) => {
+                let exe = Executable::open(given)?;
+                check_same_build(&exe, &target_exe)?;
+                exe
+            }
+            None => Executable::open(&target_exe)?,
+        };
+        crate::debuginfo::attach(&mut exe, options.debug_file.as_deref())?;
+        if exe.symbol("caml_start_program").is_none() {
+            return Err(DumpError::NotOcaml { path: exe.path.clone() });
+        }
         let mappings = source.mappings()?;
-        let bias = exe.load_bias(&mappings, &exe_path)?;
-        for required in ["caml_start_program", "caml_globals", "caml_data_segments"] {
+        let bias = exe.load_bias(&mappings, &target_exe)?;
+        for required in ["caml_globals", "caml_data_segments"] {
             exe.require(required)?;
         }
-        let types = TypeIndex::load(&exe)?;
-        let layout = Layout::load(&types)?;
         let version = detect_version(&exe, bias, source)?;
-        check_version(&version)?;
+        let (release, forced) = match (versions::find(&version), options.force) {
+            (Some(r), _) => (r, false),
+            (None, true) => (versions::newest(), true),
+            (None, false) => return Err(DumpError::UnsupportedVersion { version, supported: versions::supported() }),
+        };
+        let mut notes = Vec::new();
+        let (layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
+            let types = TypeIndex::load(&exe)?;
+            let layout = Layout::load(&types, release)?;
+            let statics = Statics::find(&exe, Some(&types), release, None)?;
+            let from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
+            (layout, statics, from, types.code_units(), true)
+        } else {
+            if release.tables_version != version && !forced {
+                return Err(DumpError::NoLayoutTables { path: exe.path.clone(), version, tables: release.tables_version });
+            }
+            let tables = Tables::parse(release)?;
+            let statics = Statics::find(&exe, None, release, Some(&tables))?;
+            notes.push(format!(
+                "{} has no DWARF debug info: structure layouts come from heapsnap's tables for OCaml {}, and snapshots have no source lines",
+                exe.path.display(),
+                release.tables_version
+            ));
+            (tables.layout.clone(), statics, LayoutsFrom::Tables, tables.file_ranges(&exe), false)
+        };
+        if exe.symbols_from == SymbolTable::Dynsym {
+            notes.push(format!("{} has no .symtab: only exported symbols name functions and data", exe.path.display()));
+        }
         let detected_reserved_bits = detect_reserved_bits(&exe);
-        let sizes = read_size_classes(&exe, bias, source, &layout)?;
+        let pools = pool_geometry(&exe, bias, source, &layout, release)?;
         let code = CodeMap::new(&exe);
         let r = &layout.roots;
-        let mut frames = FrameTable::read(source, bias + r.frametables_list, r.frametable_list_table, r.frametable_list_next)?;
+        let frametables = bias + statics.current_frame_descrs + r.frametables;
+        let mut frames = FrameTable::read(source, frametables, r.frametable_list_table, r.frametable_list_next)?;
         if frames.is_empty() {
             // The runtime has not built its table yet: read the executable's own frametables.
             let array = bias + exe.require("caml_frametable")?;
@@ -101,8 +158,24 @@ impl Runtime {
             }
         }
         let unwinder = unwind::Unwinder::new(&mappings);
-        let units = types.code_units();
-        Ok(Runtime { exe, layout, code, bias, version, detected_reserved_bits, sizes, frames, unwinder, units })
+        Ok(Runtime {
+            exe,
+            release,
+            layout,
+            statics,
+            layouts_from,
+            code,
+            bias,
+            version,
+            forced,
+            detected_reserved_bits,
+            pools,
+            frames,
+            unwinder,
+            units,
+            units_exact,
+            notes,
+        })
     }
 
     /// Target address of a link-time address.
@@ -115,16 +188,39 @@ impl Runtime {
         Ok(self.addr(self.exe.require(name)?))
     }
 
-    /// The source file of the compilation unit holding target code address `address`.
-    pub fn unit_at(&self, address: u64) -> Option<&str> {
+    /// The source files whose code may hold target code address `address`: the compilation
+    /// unit holding it, or, where units are only known approximately (from the tables), the
+    /// runtime files on either side of a gap between them.
+    pub fn unit_files_at(&self, address: u64) -> Vec<&str> {
         let link = address.wrapping_sub(self.bias);
         let after = self.units.partition_point(|u| u.0 <= link);
-        self.units[..after].iter().rev().take(8).find(|u| link < u.1).map(|u| u.2.as_str())
+        if let Some(u) = self.units[..after].iter().rev().take(8).find(|u| link < u.1) {
+            return vec![u.2.as_str()];
+        }
+        if self.units_exact {
+            return Vec::new();
+        }
+        let before = after.checked_sub(1).map(|i| self.units[i].2.as_str());
+        before.into_iter().chain(self.units.get(after).map(|u| u.2.as_str())).collect()
     }
 
     /// The executable's symbol holding target address `address`, if any.
     pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
         self.exe.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
+    }
+}
+
+/// An executable given in place of the target's own file must be the same build.
+fn check_same_build(given: &Executable, target: &std::path::Path) -> Result<()> {
+    let theirs = std::fs::read(target).ok().and_then(|data| object::File::parse(&*data).ok().and_then(|f| crate::elf::build_id_of(&f)));
+    let real = std::fs::read_link(target).unwrap_or_else(|_| target.to_path_buf());
+    match (&given.build_id, &theirs) {
+        (Some(a), Some(b)) if a == b => Ok(()),
+        (a, b) => Err(DumpError::ExecutableMismatch {
+            given: given.path.clone(),
+            actual: real,
+            why: format!("build id {} against {}", a.as_deref().unwrap_or("(none)"), b.as_deref().unwrap_or("(none)")),
+        }),
     }
 }
 
@@ -174,16 +270,6 @@ pub fn detect_version(exe: &Executable, bias: u64, source: &dyn MemorySource) ->
     Err(DumpError::UnknownVersion("no version string among the fields of Stdlib.Sys".into()))
 }
 
-pub fn check_version(version: &str) -> Result<()> {
-    let major_minor: String = version.split('.').take(2).collect::<Vec<_>>().join(".");
-    let major_minor = major_minor.split(['+', '~']).next().unwrap_or("");
-    if SUPPORTED_VERSIONS.contains(&major_minor) {
-        Ok(())
-    } else {
-        Err(DumpError::UnsupportedVersion { version: version.to_string(), supported: "5.3" })
-    }
-}
-
 /// The number of reserved header bits of the target's runtime, from the code of
 /// `caml_sys_const_max_wosize` (sys.c), which returns `Val_long(Max_wosize)` with
 /// `Max_wosize = 2^(54 - R) - 1`: its only immediate is `2^(55 - R) - 1`. (The `Sys` module's
@@ -216,21 +302,42 @@ pub fn detect_reserved_bits(exe: &Executable) -> Option<u8> {
     None
 }
 
-fn read_table<const N: usize>(exe: &Executable, bias: u64, source: &dyn MemorySource, name: &str, count: usize) -> Result<Vec<u32>> {
+fn read_table<const N: usize>(
+    exe: &Executable,
+    bias: u64,
+    source: &dyn MemorySource,
+    name: &str,
+    count: usize,
+) -> Result<Option<Vec<u32>>> {
     // The tables are `static const` in a header: every C file that uses them has a copy.
-    let address = exe.addresses_of(name).into_iter().next().ok_or_else(|| DumpError::MissingSymbol { name: name.into() })?;
+    let Some(address) = exe.addresses_of(name).into_iter().next() else { return Ok(None) };
     let bytes = source.read_bytes(bias + address, N * count)?;
-    Ok(bytes.chunks(N).map(|c| c.iter().rev().fold(0u32, |acc, &b| (acc << 8) | b as u32)).collect())
+    Ok(Some(bytes.chunks(N).map(|c| c.iter().rev().fold(0u32, |acc, &b| (acc << 8) | b as u32)).collect()))
 }
 
-fn read_size_classes(exe: &Executable, bias: u64, source: &dyn MemorySource, layout: &Layout) -> Result<SizeClasses> {
+/// The release's pool geometry, checked against the target's own size-class tables and pool
+/// header size where the executable names them: a difference means the version was misread.
+fn pool_geometry(exe: &Executable, bias: u64, source: &dyn MemorySource, layout: &Layout, release: &Release) -> Result<PoolGeometry> {
+    let geometry = (release.pools)();
     let n = layout.heap.num_sizeclasses as usize;
     let wsize = read_table::<4>(exe, bias, source, "wsize_sizeclass", n)?;
-    let wastage = read_table::<1>(exe, bias, source, "wastage_sizeclass", n)?;
-    let pool_header_wsize = layout.heap.pool_header_bytes / 8;
-    let pool_wsize = SizeClasses::derive_pool_wsize(&wsize, &wastage, pool_header_wsize)
-        .ok_or_else(|| DumpError::Inconsistent(format!("size class tables {wsize:?} / {wastage:?} fit no pool size")))?;
-    Ok(SizeClasses { wsize, wastage, pool_wsize, pool_header_wsize })
+    let expected: Vec<u32> = geometry.size_classes.iter().map(|c| c.wsize).collect();
+    if wsize.as_ref().is_some_and(|w| *w != expected) || n != expected.len() {
+        return Err(DumpError::VersionMismatch(format!(
+            "its size classes {:?} are not OCaml {}'s {expected:?}",
+            wsize.unwrap_or_default(),
+            release.series
+        )));
+    }
+    if layout.heap.pool_header_bytes != 8 * u64::from(geometry.header_wsize) {
+        return Err(DumpError::VersionMismatch(format!(
+            "its pool header is {} bytes, OCaml {}'s is {}",
+            layout.heap.pool_header_bytes,
+            release.series,
+            8 * geometry.header_wsize
+        )));
+    }
+    Ok(geometry)
 }
 
 /// How block headers are laid out in this target.
@@ -241,22 +348,6 @@ pub fn header_format(reserved_bits: u8) -> HeaderFormat {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pool_size_from_the_5_3_tables() {
-        let wsize =
-            [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 17, 19, 22, 25, 28, 32, 33, 37, 42, 47, 53, 59, 65, 73, 81, 89, 99, 108, 118, 128];
-        let wastage = [0, 0, 0, 0, 2, 0, 4, 4, 2, 0, 4, 12, 12, 7, 0, 17, 4, 28, 0, 22, 18, 3, 11, 21, 62, 4, 42, 87, 33, 96, 80, 124];
-        assert_eq!(SizeClasses::derive_pool_wsize(&wsize, &wastage, 4), Some(4096));
-    }
-
-    #[test]
-    fn versions() {
-        assert!(check_version("5.3.0").is_ok());
-        assert!(check_version("5.3.1+dev").is_ok());
-        assert!(matches!(check_version("5.2.1"), Err(DumpError::UnsupportedVersion { .. })));
-        assert!(matches!(check_version("4.14.2"), Err(DumpError::UnsupportedVersion { .. })));
-    }
 
     #[test]
     fn string_padding() {

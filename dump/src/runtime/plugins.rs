@@ -67,7 +67,7 @@ pub fn data_spans(rt: &Runtime, source: &dyn MemorySource, earlier: Option<&Plug
     // Registering a plugin's units prepends their globals to `caml_dyn_globals` (plugins are
     // never unloaded): while it is empty no plugin's data can be reached, and while its head
     // is the same the plugins are those found last time.
-    let head = match rt.layout.roots.dyn_globals.map(|h| source.read_u64(rt.addr(h))) {
+    let head = match rt.statics.dyn_globals.map(|h| source.read_u64(rt.addr(h))) {
         Some(Ok(0)) => return PluginData::default(),
         Some(Ok(first)) => Some(first),
         _ => None,
@@ -246,6 +246,7 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
                     size: sym.size(),
                     is_function: sym.kind() == object::SymbolKind::Text,
                     is_global: sym.is_global(),
+                    file: None,
                 });
             }
             if !name.starts_with(b"caml") {

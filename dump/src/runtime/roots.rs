@@ -2,13 +2,15 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
-use super::capture::{find_continuations, Capture};
+use super::capture::{find_continuations, Capture, ContinuationShape};
 use super::frames::{walk_stack, SlotPlace};
-use super::heap::{CapturedRegion, HeaderFormat, RegionIndex};
+use super::heap::{CapturedRegion, RegionIndex};
+use super::versions::Indirection;
 use super::Runtime;
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{RegionKind, RootKind, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK};
+use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
 
 /// How a root will be named in the snapshot (resolved after the target is resumed).
@@ -103,7 +105,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         if final_info != 0 {
             finalisers(&mut cx, final_info, d.id)?;
         }
-        let memprof = d.field(l.domain_state.memprof);
+        let memprof = l.domain_state.memprof.map_or(0, |m| d.field(m));
         if memprof != 0 {
             memprof_domain(&mut cx, memprof, d.id)?;
         }
@@ -117,17 +119,18 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     }
 
     // Work left by terminated domains.
-    let mut orphan = cx.word(rt.addr(l.roots.orph_final_info))?;
+    let orph_structs = rt.addr(rt.statics.orph_structs);
+    let mut orphan = cx.word(orph_structs + l.roots.orph_final_info)?;
     let mut n = 0;
     while orphan != 0 && n < MAX_CHAIN {
         finalisers(&mut cx, orphan, NO_DOMAIN)?;
         orphan = cx.word(orphan + l.roots.final_info_next)?;
         n += 1;
     }
-    let orphans = cx.word(rt.addr(l.roots.orph_ephe_live))?;
+    let orphans = cx.word(orph_structs + l.roots.orph_ephe_live)?;
     cap.ephemerons.extend(ephemeron_chain(&cx, &cap.regions, orphans)?);
-    if let Some(m) = &l.memprof {
-        let mut table = cx.word(rt.addr(m.global_orphans))?;
+    if let (Some(m), Some((memprof_orphans, _))) = (&l.memprof, rt.statics.memprof_orphans) {
+        let mut table = cx.word(rt.addr(memprof_orphans))?;
         let mut n = 0;
         while table != 0 && n < MAX_CHAIN {
             memprof_entries(&mut cx, table + m.orphan_entries, NO_DOMAIN)?;
@@ -138,7 +141,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
 
     // Suspended continuations own their fiber stacks: what those reference is attributed to
     // the continuation (kind SuspendedStack, origin = the stack), not made a root.
-    let conts = find_continuations(&cap.regions, format);
+    let conts = find_continuations(&cap.regions, format, ContinuationShape::of(rt));
     let index = RegionIndex::new(&cap.regions);
     let fibers: Vec<u64> = conts.iter().filter_map(|&c| index.word(c)).filter(|&f| f & 1 == 1 && f > 1).map(|f| f - 1).collect();
     drop(index);
@@ -161,7 +164,11 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
         return Ok(());
     }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
-    if name != "caml_thread_scan_roots" || cx.rt.layout.threads.is_none() {
+    // Without .symtab the hook (a static function) has no name: systhreads' file is enough,
+    // since it installs no other hook.
+    let systhreads = name == "caml_thread_scan_roots"
+        || (cx.rt.exe.symbols_from == crate::elf::SymbolTable::Dynsym && cx.rt.unit_files_at(hook) == ["st_stubs.c"]);
+    if !systhreads || cx.rt.layout.threads.is_none() {
         cx.warnings.push(format!("unknown root-scanning hook {name} at {hook:#x}: the roots it scans are missing"));
     }
     Ok(())
@@ -198,7 +205,7 @@ fn unit_roots(cx: &mut Ctx<'_>, gc_roots: u64, kind: RootKind, format: HeaderFor
 
 /// Globals of natdynlinked units (globroots.c `caml_dyn_globals`).
 fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let Some(head) = cx.rt.layout.roots.dyn_globals else { return Ok(()) };
+    let Some(head) = cx.rt.statics.dyn_globals else { return Ok(()) };
     let (data, next) = (cx.rt.layout.roots.link_data, cx.rt.layout.roots.link_next);
     let mut link = cx.word(cx.rt.addr(head))?;
     let mut n = 0;
@@ -245,8 +252,11 @@ fn global_root_lists(cx: &mut Ctx<'_>, cap: &Capture) -> Result<()> {
 
 /// The systhreads of domain `domain` (empty without the threads library).
 fn systhreads(cx: &mut Ctx<'_>, domain: u16) -> Result<Vec<SysThread>> {
-    let Some(t) = cx.rt.layout.threads.clone() else { return Ok(Vec::new()) };
-    let table = cx.word(cx.rt.addr(t.thread_table))?;
+    let (Some(t), Some(thread_table)) = (cx.rt.layout.threads.clone(), cx.rt.statics.thread_table) else { return Ok(Vec::new()) };
+    let table = match cx.rt.release.thread_table {
+        Indirection::InlineArray => cx.rt.addr(thread_table),
+        Indirection::Pointer => cx.word(cx.rt.addr(thread_table))?,
+    };
     if table == 0 {
         return Ok(Vec::new());
     }

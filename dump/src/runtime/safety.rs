@@ -29,6 +29,7 @@
 //!   an earlier minor cycle's words).
 
 use super::code::CodeKind;
+use super::versions::Indirection;
 use super::Runtime;
 use crate::error::Result;
 use crate::source::{MemorySource, ReadExt, ThreadState};
@@ -109,12 +110,15 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
         // A return address may be the first byte after its function: look the call up.
         let at = if innermost { f.pc } else { f.pc.wrapping_sub(1) };
         let name = function(at);
-        let file = rt.unit_at(at).unwrap_or("");
-        let file = file.rsplit('/').next().unwrap_or(file);
         let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
-        let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
-        if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
-            return Holder::Unsafe(format!("is in {name} ({file})"));
+        // Where source files are known only approximately, a frame between two of them counts
+        // as in either.
+        for file in rt.unit_files_at(at) {
+            let file = file.rsplit('/').next().unwrap_or(file);
+            let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
+            if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
+                return Holder::Unsafe(format!("is in {name} ({file})"));
+            }
         }
     }
     match kind(boundary.pc) {
@@ -166,7 +170,7 @@ fn mutex_state(rt: &Runtime, source: &dyn MemorySource, address: u64) -> Result<
 /// Waits (reading the target as it runs, without stopping it) until no stop-the-world section
 /// is in progress, so that the next stop is likely consistent. Gives up after `timeout`.
 pub fn wait_outside_stw(rt: &Runtime, running: &dyn MemorySource, timeout: std::time::Duration) -> bool {
-    let leader = rt.addr(rt.layout.domains.stw_leader);
+    let leader = rt.addr(rt.statics.stw_leader);
     let start = std::time::Instant::now();
     loop {
         match running.read_u64(leader) {
@@ -177,30 +181,46 @@ pub fn wait_outside_stw(rt: &Runtime, running: &dyn MemorySource, timeout: std::
     }
 }
 
+/// The `dom_internal` address of every domain taking part in stop-the-world sections
+/// (`stw_domains.domains[0 .. participating_domains]`).
+fn participating_domains(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<u64>> {
+    let l = &rt.layout.domains;
+    let stw = rt.addr(rt.statics.stw_domains);
+    let count = source.read_i32(stw + l.stw_participating)?;
+    if !(0..=4096).contains(&count) {
+        return Err(crate::error::DumpError::Inconsistent(format!("{count} domains take part in stop-the-world sections")));
+    }
+    let array = match rt.release.domain_table {
+        Indirection::InlineArray => stw + l.stw_domains_array,
+        Indirection::Pointer => source.read_u64(stw + l.stw_domains_array)?,
+    };
+    if count == 0 {
+        return Ok(Vec::new());
+    }
+    source.read_words(array, count as usize)
+}
+
 /// The `caml_domain_state` address of every domain taking part in stop-the-world sections.
 pub fn domain_states(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<u64>> {
     let l = &rt.layout.domains;
-    let stw = rt.addr(l.stw_domains);
-    let count = source.read_i32(stw + l.stw_participating)?.clamp(0, 4096) as usize;
-    let array = source.read_u64(stw + l.stw_domains_array)?;
-    let internals = if count > 0 { source.read_words(array, count)? } else { Vec::new() };
-    internals.into_iter().map(|d| source.read_u64(d + l.internal_state)).collect()
+    participating_domains(rt, source)?.into_iter().map(|d| source.read_u64(d + l.internal_state)).collect()
 }
 
 pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck> {
     let l = &rt.layout;
     let mut check = WorldCheck::default();
-    if source.read_u64(rt.addr(l.domains.stw_leader))? != 0 {
+    let st = &rt.statics;
+    if source.read_u64(rt.addr(st.stw_leader))? != 0 {
         check.unsafe_reasons.push("a stop-the-world section (minor GC, major GC phase change or compaction) is in progress".into());
     }
     let mut locks = vec![
-        ("all_domains_lock", l.domains.all_domains_lock),
-        ("pool_freelist.lock", l.heap.pool_freelist + l.heap.freelist_lock),
-        ("roots_mutex", l.roots.roots_mutex),
-        ("orphaned_lock", l.roots.orphaned_lock),
+        ("all_domains_lock", st.all_domains_lock),
+        ("pool_freelist.lock", st.pool_freelist + l.heap.freelist_lock),
+        ("roots_mutex", st.roots_mutex),
+        ("orphaned_lock", st.orphaned_lock),
     ];
-    if let Some(m) = &l.memprof {
-        locks.push(("memprof orphans_lock", m.orphans_lock));
+    if let Some((_, orphans_lock)) = st.memprof_orphans {
+        locks.push(("memprof orphans_lock", orphans_lock));
     }
     for (name, link) in locks {
         if mutex_state(rt, source, rt.addr(link))?.0 != 0 {
@@ -208,14 +228,7 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         }
     }
 
-    let stw = rt.addr(l.domains.stw_domains);
-    let count = source.read_i32(stw + l.domains.stw_participating)?;
-    if !(0..=4096).contains(&count) {
-        return Err(crate::error::DumpError::Inconsistent(format!("{count} domains take part in stop-the-world sections")));
-    }
-    let array = source.read_u64(stw + l.domains.stw_domains_array)?;
-    let internals = if count > 0 { source.read_words(array, count as usize)? } else { Vec::new() };
-    for (index, internal) in internals.into_iter().enumerate() {
+    for (index, internal) in participating_domains(rt, source)?.into_iter().enumerate() {
         let state = source.read_u64(internal + l.domains.internal_state)?;
         let (lock, owner) = mutex_state(rt, source, internal + l.domains.internal_domain_lock)?;
         let mut view = DomainView { internal, state, running: None };

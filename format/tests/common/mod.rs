@@ -28,6 +28,9 @@ pub fn metadata() -> Metadata {
         compactions: Some(1),
         redacted: false,
         warnings: vec![],
+        pools: None,
+        forced_version: false,
+        layouts_from: None,
     }
 }
 

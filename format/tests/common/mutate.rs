@@ -58,6 +58,9 @@ pub fn seeds() -> Vec<Vec<u8>> {
                 })
                 .collect(),
             warnings: vec!["domain 2 was mid-collection".into()],
+            pools: None,
+            forced_version: false,
+            layouts_from: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();

@@ -1,0 +1,203 @@
+//! The checks several end-to-end test files share: a sample dumped at each READY point, and a
+//! core of a sample compared with a live dump of the same moment.
+
+use super::*;
+use heapsnap_format::{RegionKind, RootKind, Snapshot, Trigger};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::{Mutex, MutexGuard};
+
+/// gcore writes hundreds of MB per core: one at a time (the machine is small).
+pub fn one_core_at_a_time() -> MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Dumps sample `name` of 5.3.0 at each of its READY points and checks everything.
+pub fn check_sample(name: &str, args: &[&str]) -> Vec<Snapshot> {
+    check_sample_at(&sample_path(name), "5.3.0", name, args)
+}
+
+/// Dumps `program` (sample `name`, built by OCaml `version`) at each of its READY points and
+/// checks everything: the snapshot validates, is owner-only, holds exactly the live blocks,
+/// passes `heapsnap verify --strict`; the sample's output and exit status are unchanged.
+pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str]) -> Vec<Snapshot> {
+    let program = program.to_path_buf();
+    let (expected, expected_status) = reference_output(&program, args);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sample = Sample::start(&program, args);
+    let steps = expected.iter().filter(|l| l.starts_with("READY ")).count() as u32;
+    assert!(steps >= 1, "{name} printed no READY line: {expected:?}");
+    let mut snaps = Vec::new();
+    for step in 1..=steps {
+        sample.wait_ready(step);
+        let path = dir.path().join(format!("{name}-{step}.snap"));
+        let report = dump_ok(sample.pid(), &path, &[]);
+        assert_eq!(report["consistent"], true, "{name}: {report}");
+        let mode = std::fs::metadata(&path).expect("snapshot written").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{name}: snapshot mode {mode:o}");
+        let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("{name}: snapshot does not validate: {e}"));
+        sanity(name, version, &snap, sample.pid() as u32);
+        let r = reachability(&snap);
+        r.assert_exact(&format!("{name} step {step}"));
+        // And the analyser's oracle, `heapsnap verify --strict`.
+        let v = verify(&path, true);
+        assert_eq!(v["ok"], true, "{name} step {step}: heapsnap verify --strict: {v}");
+        assert!(r.major_live > 0 && r.reachable > 0, "{name}: {r:?}");
+        snaps.push(snap);
+        sample.release();
+    }
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected, "{name}: output changed by the dumps");
+    assert_eq!(status.code(), expected_status.code(), "{name}: exit status changed");
+    snaps
+}
+
+/// What every snapshot of a sample must hold.
+fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
+    let m = snap.metadata();
+    assert_eq!(m.ocaml_version, version);
+    assert_eq!(m.pid, Some(pid));
+    assert!(!m.domains.is_empty(), "{name}: no domain");
+    for d in &m.domains {
+        assert!(d.minor_start <= d.young_ptr && d.young_ptr <= d.minor_end, "{name}: {d:?}");
+    }
+    let kinds: Vec<RegionKind> = snap.regions().map(|r| r.kind()).collect();
+    for k in [RegionKind::Pool, RegionKind::Static, RegionKind::FiberStack] {
+        assert!(kinds.contains(&k), "{name}: no {k} region");
+    }
+    for r in snap.regions().filter(|r| r.kind() == RegionKind::Pool) {
+        assert!(r.header.block_wsize > 0 && r.header.first_block >= 32, "{name}: pool {:?}", r.header);
+    }
+    for r in snap.regions().filter(|r| r.kind() == RegionKind::FiberStack) {
+        assert_ne!(r.header.owner, 0, "{name}: fiber stack without owner");
+    }
+    // The sample's own module block is a global root, named after its unit.
+    let unit = format!("caml{}{}", name[..1].to_uppercase(), &name[1..]);
+    assert!(
+        snap.roots().iter().any(|r| r.root_kind() == RootKind::Global && snap.string(r.name) == Some(unit.as_str())),
+        "{name}: no global root named {unit}"
+    );
+    // Stack frames are named after their function.
+    let stack: Vec<_> = snap.roots().iter().filter(|r| r.root_kind() == RootKind::Stack && r.origin != 0).collect();
+    assert!(!stack.is_empty(), "{name}: no stack root");
+    assert!(stack.iter().all(|r| snap.string(r.name).is_some_and(|n| n.starts_with("caml"))), "{name}: unnamed stack roots");
+    assert!(snap.symbols().len() > 1000, "{name}: symbols missing");
+    assert!(snap.dwarf_section(".debug_line").is_some(), "{name}: no .debug_line");
+}
+
+/// `gcore -o DIR/core PID`; returns the core's path. Checks that gcore left the target running
+/// and detached (not traced, not stopped).
+pub fn gcore(pid: i32, dir: &Path) -> PathBuf {
+    let prefix = dir.join("core");
+    let out = Command::new("gcore").arg("-o").arg(&prefix).arg(pid.to_string()).output().expect("run gcore (is gdb installed?)");
+    assert!(out.status.success(), "gcore failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_running_untraced(pid, "gcore");
+    let core = PathBuf::from(format!("{}.{pid}", prefix.display()));
+    assert!(core.exists(), "gcore wrote no {}", core.display());
+    core
+}
+
+/// `heapsnap dump --core CORE [EXTRA...] -o OUT --json`.
+pub fn dump_core(core: &Path, out: &Path, extra: &[&str]) -> Output {
+    Command::new(heapsnap())
+        .arg("dump")
+        .arg("--core")
+        .arg(core)
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg("--json")
+        .output()
+        .expect("run heapsnap dump --core")
+}
+
+pub fn dump_core_ok(core: &Path, out: &Path) -> serde_json::Value {
+    let o = dump_core(core, out, &[]);
+    assert!(o.status.success(), "heapsnap dump --core failed: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
+}
+
+/// A root as a comparable tuple, its name resolved.
+pub type RootKey = (u16, u16, u32, u64, u64, u64, u64, String);
+
+pub fn roots(snap: &Snapshot) -> Vec<RootKey> {
+    let mut v: Vec<RootKey> = snap
+        .roots()
+        .iter()
+        .map(|r| (r.kind, r.domain, r.flags, r.thread, r.slot, r.value, r.origin, snap.string(r.name).unwrap_or("").to_string()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The two snapshots hold the same world: same regions word for word (so the same blocks and
+/// the same edges), same roots, same static tables. Only what says *how* the snapshot was
+/// taken may differ: the trigger and the time.
+pub fn assert_same_world(name: &str, live: &Snapshot, core: &Snapshot) {
+    let (ml, mc) = (live.metadata(), core.metadata());
+    assert_eq!(mc.trigger, Trigger::Core, "{name}: trigger");
+    assert_eq!(
+        (&ml.ocaml_version, ml.reserved_header_bits, ml.colours, ml.pid, &ml.build_id, &ml.domains, ml.compactions),
+        (&mc.ocaml_version, mc.reserved_header_bits, mc.colours, mc.pid, &mc.build_id, &mc.domains, mc.compactions),
+        "{name}: metadata"
+    );
+    assert_eq!(ml.executable, mc.executable, "{name}: executable");
+    assert_eq!(live.region_count(), core.region_count(), "{name}: region count");
+    for (a, b) in live.regions().zip(core.regions()) {
+        assert_eq!((a.kind(), a.base(), a.end()), (b.kind(), b.base(), b.end()), "{name}: region");
+        assert!(a.words() == b.words(), "{name}: region {:?} at {:#x} differs", a.kind(), a.base());
+    }
+    let (rl, rc) = (roots(live), roots(core));
+    assert_eq!(rl.len(), rc.len(), "{name}: root count");
+    if let Some(i) = (0..rl.len()).find(|&i| rl[i] != rc[i]) {
+        panic!("{name}: roots differ, first: live {:?} core {:?}", rl[i], rc[i]);
+    }
+    assert_eq!(live.ephemerons(), core.ephemerons(), "{name}: ephemerons");
+    assert_eq!(live.custom_ops().len(), core.custom_ops().len(), "{name}: custom ops");
+    assert_eq!(live.symbols().len(), core.symbols().len(), "{name}: symbols");
+}
+
+/// The arguments samples/manifest.json gives sample `name`.
+pub fn manifest_args(name: &str) -> Vec<String> {
+    let sample = manifest_samples().into_iter().find(|s| s["name"] == name).unwrap_or_else(|| panic!("{name} is not in the manifest"));
+    sample["args"].as_array().expect("args").iter().map(|a| a.as_str().expect("string arg").to_string()).collect()
+}
+
+/// The samples of samples/manifest.json.
+pub fn manifest_samples() -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(repo().join("samples/manifest.json")).expect("read samples/manifest.json");
+    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
+    manifest["samples"].as_array().expect("samples").clone()
+}
+
+/// [`check_sample`] for any sample executable: every sample reaches READY right after its
+/// Gc.compact with every live block reachable, so the core's snapshot is checked strictly.
+pub fn check_program(name: &str, program: &Path, args: &[String]) -> Snapshot {
+    let _one = one_core_at_a_time();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (expected, expected_status) = reference_output(program, &args);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sample = Sample::start(program, &args);
+    sample.wait_ready(1);
+    let live_path = dir.path().join("live.snap");
+    dump_ok(sample.pid(), &live_path, &[]);
+    let core = gcore(sample.pid(), dir.path());
+    let core_path = dir.path().join("core.snap");
+    let report = dump_core_ok(&core, &core_path);
+    // The core is hundreds of MB; the snapshot is all that is checked from here on.
+    std::fs::remove_file(&core).expect("remove core");
+    assert_eq!(report["consistent"], true, "{name}: {report}");
+    assert_eq!(report["pid"], sample.pid(), "{name}: {report}");
+
+    let live = Snapshot::open(&live_path).expect("live snapshot validates");
+    let snap = Snapshot::open(&core_path).unwrap_or_else(|e| panic!("{name}: core snapshot does not validate: {e}"));
+    assert_same_world(name, &live, &snap);
+    reachability(&snap).assert_exact(&format!("{name} from its core"));
+    let v = verify(&core_path, true);
+    assert_eq!(v["ok"], true, "{name}: heapsnap verify --strict on the core snapshot: {v}");
+
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected, "{name}: output changed by the dumps");
+    assert_eq!(status.code(), expected_status.code(), "{name}: exit status");
+    snap
+}

@@ -1,0 +1,348 @@
+//! Every OCaml release heapsnap supports, and executables as they are deployed:
+//! - every sample of the manifest on 5.1, 5.2 and 5.3 with reserved header bits (5.3.0 itself is
+//!   covered by dump_samples.rs and dump_core.rs): each READY point dumped live and checked
+//!   (exact reachability, `verify --strict`), and its first READY point from a core too, which
+//!   must equal the live dump;
+//! - the layout tables carried for executables without debug info equal what each toolchain's
+//!   DWARF says;
+//! - a stripped executable, one with split debug info, and an unstripped copy give the same
+//!   snapshot of the same process;
+//! - versions heapsnap does not know, and debug files of another build, are clear errors.
+
+mod dump_support;
+
+use dump_support::*;
+use heapsnap_format::Snapshot;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The manifest's samples that exist for `toolchain`, with their arguments. `large_heap` is a
+/// benchmark (its objects are checked in dump_core.rs on 5.3.0).
+fn samples_for(toolchain: &str) -> Vec<(String, Vec<String>)> {
+    let variant = if toolchain.ends_with("-rhb16") { "rhb16" } else { "std" };
+    manifest_samples()
+        .into_iter()
+        .filter(|s| s["variants"].as_array().is_some_and(|v| v.iter().any(|x| x == variant)))
+        .map(|s| s["name"].as_str().expect("name").to_string())
+        .filter(|name| name != "large_heap")
+        .map(|name| {
+            let args = manifest_args(&name);
+            (name, args)
+        })
+        .collect()
+}
+
+fn every_sample_on(toolchain: &str) {
+    let Some(dir) = toolchain_samples(toolchain) else { return };
+    let samples = samples_for(toolchain);
+    assert!(samples.len() >= 13, "{toolchain}: {samples:?}");
+    for (name, args) in samples {
+        let program = dir.join(&name);
+        eprintln!("{toolchain}: {name}");
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        check_sample_at(&program, version_of(toolchain), &name, &arg_refs);
+        check_program(&name, &program, &args);
+    }
+}
+
+#[test]
+fn every_sample_on_5_1() {
+    every_sample_on("5.1.0");
+}
+
+#[test]
+fn every_sample_on_5_2() {
+    every_sample_on("5.2.0");
+}
+
+#[test]
+fn every_sample_on_5_3_with_reserved_header_bits() {
+    every_sample_on("5.3.0-rhb16");
+}
+
+/// The committed tables equal what `scripts/gen-layout-tables.sh` makes from each toolchain's
+/// DWARF now.
+#[test]
+fn layout_tables_match_the_dwarf_of_every_toolchain() {
+    use heapsnap_dump::runtime::{tables::Tables, versions};
+    for release in versions::RELEASES {
+        let Some(dir) = toolchain_samples(release.tables_version) else { continue };
+        let exe = heapsnap_dump::elf::Executable::open(&dir.join("systhread_stack")).expect("open sample");
+        let types = heapsnap_dump::dwarf::TypeIndex::load(&exe).expect("DWARF");
+        let generated = Tables::generate(&exe, &types, release, release.tables_version).expect("generate");
+        let committed = Tables::parse(release).expect("committed tables parse");
+        assert!(
+            generated == committed,
+            "the layout tables of OCaml {} are out of date: run scripts/gen-layout-tables.sh {}",
+            release.tables_version,
+            release.tables_version
+        );
+        // Every static variable can be found by at least one locator, at its DWARF address.
+        for (name, entry) in &committed.statics {
+            assert!(!entry.locators.is_empty(), "{}: no locator for {name}", release.tables_version);
+            for l in &entry.locators {
+                let found = heapsnap_dump::runtime::locate::resolve(&exe, l);
+                let file = heapsnap_dump::runtime::statics::STATIC_VARIABLES.iter().find(|v| v.0 == name).unwrap().1;
+                assert_eq!(found, Some(types.variable(name, file).unwrap().address), "{}: {name} by {l:?}", release.tables_version);
+            }
+        }
+    }
+}
+
+/// `EXE` copied to `dir` three ways: stripped (no .symtab, no DWARF), split (DWARF and .symtab
+/// in `NAME.debug`, found through the executable's debuglink), and as it was.
+struct Deployed {
+    stripped: PathBuf,
+    split: PathBuf,
+    debug_file: PathBuf,
+    full: PathBuf,
+}
+
+fn deploy(exe: &Path, dir: &Path) -> Deployed {
+    let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+    let full = dir.join(format!("{name}.full"));
+    let stripped = dir.join(format!("{name}.stripped"));
+    let split = dir.join(format!("{name}.split"));
+    let debug_file = dir.join(format!("{name}.split.debug"));
+    for copy in [&full, &stripped, &split] {
+        std::fs::copy(exe, copy).expect("copy executable");
+    }
+    let run = |cmd: &mut Command| {
+        let o = cmd.output().expect("run binutils");
+        assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(Command::new("strip").arg(&stripped));
+    run(Command::new("objcopy").arg("--only-keep-debug").arg(&split).arg(&debug_file));
+    run(Command::new("objcopy")
+        .args(["--strip-debug", "--strip-unneeded"])
+        .arg(format!("--add-gnu-debuglink={}", debug_file.display()))
+        .arg(&split));
+    // A sample that loads a plugin finds it next to itself.
+    for entry in std::fs::read_dir(exe.parent().unwrap()).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "cmxs") {
+            std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+        }
+    }
+    Deployed { stripped, split, debug_file, full }
+}
+
+/// A region as (kind, base, words).
+type RegionWords = (String, u64, Vec<u64>);
+
+/// Objects of a snapshot, as each region's words, and the roots' (kind, slot, value).
+fn objects(snap: &Snapshot) -> (Vec<RegionWords>, Vec<(u16, u64, u64)>) {
+    let regions = snap.regions().map(|r| (r.kind().to_string(), r.base(), r.words().to_vec())).collect();
+    let mut roots: Vec<_> = snap.roots().iter().map(|r| (r.kind, r.slot, r.value)).collect();
+    roots.sort();
+    (regions, roots)
+}
+
+fn dump_json(pid: i32, out: &Path, extra: &[&str]) -> serde_json::Value {
+    dump_ok(pid, out, extra)
+}
+
+/// One paused process of a stripped executable dumped three ways: by heapsnap's tables, with
+/// its debug file, and through an unstripped copy; and a process of the split executable,
+/// whose debug file is found by its debuglink.
+fn deployed_executables_give_the_same_snapshot(toolchain: &str, name: &str) {
+    let Some(dir) = toolchain_samples(toolchain) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = deploy(&dir.join(name), tmp.path());
+    let args = manifest_args(name);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let label = format!("{name} ({toolchain})");
+
+    let mut sample = Sample::start(&d.stripped, &args);
+    sample.wait_ready(1);
+    let pid = sample.pid();
+    let by_tables = tmp.path().join("tables.snap");
+    let report = dump_json(pid, &by_tables, &[]);
+    assert_eq!(report["layouts_from"], "tables", "{label}: {report}");
+    assert!(report["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("no DWARF")), "{label}: {report}");
+    let with_debug = tmp.path().join("debug.snap");
+    let report = dump_json(pid, &with_debug, &["--debug-file", d.debug_file.to_str().unwrap()]);
+    assert_eq!(report["layouts_from"], "debug_file", "{label}: {report}");
+    let with_exe = tmp.path().join("exe.snap");
+    let report = dump_json(pid, &with_exe, &["--exe", d.full.to_str().unwrap()]);
+    assert_eq!(report["layouts_from"], "dwarf", "{label}: {report}");
+    let snaps: Vec<Snapshot> = [&by_tables, &with_debug, &with_exe].iter().map(|p| Snapshot::open(p).expect("validates")).collect();
+    let reference = objects(&snaps[2]);
+    for (snap, how) in snaps.iter().zip(["stripped", "debug file"]) {
+        let o = objects(snap);
+        assert_eq!(o.0.len(), reference.0.len(), "{label}: regions {how}");
+        for (a, b) in o.0.iter().zip(&reference.0) {
+            assert!(a == b, "{label}: region {} at {:#x} differs {how}", a.0, a.1);
+        }
+        assert_eq!(o.1, reference.1, "{label}: roots {how}");
+    }
+    // Without .symtab, exported names remain: the sample's module block names its global roots.
+    let unit = format!("caml{}{}", name[..1].to_uppercase(), &name[1..]);
+    let global_named = |s: &Snapshot| {
+        s.roots().iter().any(|r| r.root_kind() == heapsnap_format::RootKind::Global && s.string(r.name) == Some(unit.as_str()))
+    };
+    assert!(global_named(&snaps[0]) && global_named(&snaps[2]), "{label}: globals unnamed");
+    assert!(snaps[0].dwarf_section(".debug_line").is_none() && snaps[1].dwarf_section(".debug_line").is_some(), "{label}: line tables");
+    for p in [&by_tables, &with_debug, &with_exe] {
+        let v = verify(p, true);
+        assert_eq!(v["ok"], true, "{label}: {}: {v}", p.display());
+    }
+    sample.release();
+    sample.finish();
+
+    // The split executable: its debug file is found by debuglink, with no flag.
+    let mut sample = Sample::start(&d.split, &args);
+    sample.wait_ready(1);
+    let split = tmp.path().join("split.snap");
+    let report = dump_json(sample.pid(), &split, &[]);
+    assert_eq!(report["layouts_from"], "debug_file", "{label}: {report}");
+    assert_eq!(verify(&split, true)["ok"], true, "{label}: split");
+    sample.release();
+    sample.finish();
+}
+
+#[test]
+fn deployed_executables_give_the_same_snapshot_5_3() {
+    for name in ["cache_leak", "systhread_stack", "effect_cont", "domains_shared"] {
+        deployed_executables_give_the_same_snapshot("5.3.0", name);
+    }
+}
+
+#[test]
+fn deployed_executables_give_the_same_snapshot_5_2_and_5_1() {
+    for toolchain in ["5.2.0", "5.1.0"] {
+        for name in ["cache_leak", "systhread_stack", "effect_cont"] {
+            deployed_executables_give_the_same_snapshot(toolchain, name);
+        }
+    }
+}
+
+/// A copy of `exe` whose `Sys.ocaml_version` says `version` instead of 5.3.0 (same length).
+fn relabelled(exe: &Path, dir: &Path, version: &str) -> PathBuf {
+    let mut bytes = std::fs::read(exe).unwrap();
+    let from = b"5.3.0\0";
+    assert_eq!(version.len(), 5);
+    let at: Vec<usize> = bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from).map(|(i, _)| i).collect();
+    assert!(!at.is_empty(), "no version string in {}", exe.display());
+    for i in at {
+        bytes[i..i + 5].copy_from_slice(version.as_bytes());
+    }
+    let out = dir.join(format!("{}-{version}", exe.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&out, bytes).unwrap();
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    out
+}
+
+#[test]
+fn unknown_versions_are_refused_and_forced_dumps_are_checked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let program = relabelled(&sample_path("cache_leak"), tmp.path(), "5.9.1");
+    let mut sample = Sample::start(&program, &[]);
+    sample.wait_ready(1);
+    let out = tmp.path().join("x.snap");
+    let o = dump(sample.pid(), &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(err.contains("OCaml version 5.9.1 is not supported") && err.contains("5.1, 5.2, 5.3") && err.contains("--force"), "{err}");
+    assert_running_untraced(sample.pid(), "after a refused dump");
+
+    let report = dump_ok(sample.pid(), &out, &["--force"]);
+    assert_eq!(report["forced_version"], true, "{report}");
+    assert_eq!(report["read_as"], "5.3", "{report}");
+    let o = dump(sample.pid(), &out, &["--force"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("was read as 5.3") && err.contains("passed verification"), "{err}");
+    let snap = Snapshot::open(&out).unwrap();
+    assert!(snap.metadata().forced_version);
+    assert!(snap.metadata().warnings.iter().any(|w| w.contains("not a version heapsnap knows")), "{:?}", snap.metadata().warnings);
+    sample.release();
+    sample.finish();
+
+    // Stripped, and of a version without tables: even the layouts are unknown.
+    let d = deploy(&program, tmp.path());
+    let mut sample = Sample::start(&d.stripped, &[]);
+    sample.wait_ready(1);
+    let o = dump(sample.pid(), &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("5.9.1 is not supported"), "{err}");
+    let o = dump(sample.pid(), &tmp.path().join("y.snap"), &["--force"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "a forced dump of a stripped unknown version reads it by the newest tables: {err}");
+    sample.release();
+    sample.finish();
+}
+
+#[test]
+fn stripped_patch_releases_without_tables_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let program = relabelled(&sample_path("cache_leak"), tmp.path(), "5.3.7");
+    let d = deploy(&program, tmp.path());
+    let mut sample = Sample::start(&d.stripped, &[]);
+    sample.wait_ready(1);
+    let out = tmp.path().join("x.snap");
+    let o = dump(sample.pid(), &out, &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(
+        err.contains("has no debug info") && err.contains("tables are for OCaml 5.3.0, not 5.3.7") && err.contains("--debug-file"),
+        "{err}"
+    );
+    assert!(err.contains(&d.stripped.display().to_string()), "the message names the executable, not /proc: {err}");
+    // Its debug file makes it work.
+    dump_ok(sample.pid(), &out, &["--debug-file", d.debug_file.to_str().unwrap()]);
+    sample.release();
+    sample.finish();
+}
+
+#[test]
+fn debug_files_of_another_build_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ours = deploy(&sample_path("cache_leak"), tmp.path());
+    let other_dir = tmp.path().join("other");
+    std::fs::create_dir(&other_dir).unwrap();
+    let other = deploy(&sample_path("closure_list"), &other_dir);
+    let mut sample = Sample::start(&ours.stripped, &[]);
+    sample.wait_ready(1);
+    let out = tmp.path().join("x.snap");
+    let o = dump(sample.pid(), &out, &["--debug-file", other.debug_file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !out.exists(), "{err}");
+    assert!(err.contains("is not a debug file of") && err.contains("build id"), "{err}");
+    // An unstripped copy of another build.
+    let o = dump(sample.pid(), &out, &["--exe", other.full.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("is not a copy of the executable the target runs")
+            && err.contains(&ours.stripped.display().to_string()),
+        "{err}"
+    );
+    // A debug-only file where an executable is expected.
+    let o = dump(sample.pid(), &out, &["--exe", ours.debug_file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("is a separate debug-info file") && err.contains("--debug-file"), "{err}");
+    assert_running_untraced(sample.pid(), "after refused dumps");
+    sample.release();
+    sample.finish();
+}
+
+#[test]
+fn a_program_that_is_not_ocaml_is_named_so() {
+    let mut child = Command::new("sleep").arg("30").dies_with_test().spawn().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let o = dump(child.id() as i32, &tmp.path().join("x.snap"), &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("is not an OCaml 5 native program"), "{err}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn on_compaction_is_refused_on_5_1_with_what_works_instead() {
+    let Some(dir) = toolchain_samples("5.1.0") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let o = Command::new(heapsnap()).args(["run", "--on-compaction", "-o"]).arg(tmp.path()).arg(dir.join("cache_leak")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("does not compact") && err.contains("on-signal") && err.contains("at-exit"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).is_empty(), "the program must not have been started");
+}
