@@ -415,7 +415,7 @@ manifest = {
   "ocaml_version": "5.3.0",
   "word_bytes": 8,
   "protocol": "NAME [--steps K] [--pause] [ARGS...]; after building step i's data: Gc.compact, then stdout line 'READY i' (i = 1..K); with --pause, read one stdin line (EOF = stop pausing); after step K: 'DONE', exit 0. Debug: HEAPSNAP_SAMPLE_DEBUG=1 prints '# step i root NAME reachable_bytes B' on stderr.",
-  "build": "samples/build.sh [std|rhb16] prints the directory holding the executables (VARIANT/NAME under ${HEAPSNAP_SAMPLES_DIR:-target/samples})",
+  "build": "samples/build.sh [TOOLCHAIN] prints the directory holding the executables (TOOLCHAIN/NAME under ${HEAPSNAP_SAMPLES_DIR:-target/samples}); variant std is every standard toolchain (5.1.0, 5.2.0, 5.3.0), rhb16 is 5.3.0-rhb16",
   "conventions": {
     "bytes": "heap bytes including the 8-byte header of every block: 8 * (wosize + 1). Strings/Bytes of n bytes have wosize n/8 + 1.",
     "retained_bytes": "bytes of the heap blocks dominated by the root (freed if that root's reference were cleared), weak and ephemeron references not counting as strong, static data (module blocks, constant closures) excluded; one {step, expected, min, max} per checkpoint with the sample's 'args' and 'steps'. 'expected' is exact arithmetic (cross-checked with Obj.reachable_words where possible); min/max = expected -/+ 1% (at least 64 B), widened where the note says so (policy-dependent parts); tests should check min <= measured <= max.",

@@ -22,7 +22,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do sizes+=("$1"); shift; done
 [ ${#sizes[@]} -gt 0 ] || sizes=(1 10)
 
 toolchain="$(scripts/ocaml-toolchain.sh)"
-samples_dir="$(samples/build.sh std)"
+samples_dir="$(samples/build.sh 5.3.0)"
 cargo build --release --quiet --bin heapsnap
 out=target/heapsnap-bench/real
 mkdir -p "$out"

@@ -19,7 +19,7 @@ step() { printf '\n== %s\n' "$*" >&2; }
 step "setting up (system packages, OCaml toolchain, samples, heapsnap)"
 scripts/install-deps.sh
 scripts/ocaml-toolchain.sh >/dev/null
-samples_dir="$(samples/build.sh std)"
+samples_dir="$(samples/build.sh 5.3.0)"
 program="$samples_dir/$sample"
 [ -x "$program" ] || { echo "demo: no sample named '$sample' in $samples_dir" >&2; exit 2; }
 cargo build --release --workspace --quiet

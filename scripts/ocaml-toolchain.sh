@@ -8,6 +8,8 @@
 #   5.3.0-rhb16   the same, configured with --enable-reserved-header-bits=16
 #   5.2.0         OCaml 5.2.0, from ../shared/sources/ocaml-5.2.0.tar.gz (checksum verified)
 #   5.1.0         OCaml 5.1.0, from the npm registry's ocaml@5.1.4 (which holds 5.1.0)
+#   4.14.0        OCaml 4.14.0, from the npm registry's ocaml@4.14.0
+#   4.14.0-rhb16  the same, configured with --enable-reserved-header-bits=16 (4.14's profinfo bits)
 #   std, rhb16    older names of 5.3.0 and 5.3.0-rhb16
 #
 # Exit status 3 means the toolchain's source is not available on this machine (5.2.0 without
@@ -36,7 +38,9 @@ case "$toolchain" in
   5.3.0-rhb16) version=5.3.0; origin=npm:ocaml@5.3.0; configure_extra=(--enable-reserved-header-bits=16) ;;
   5.2.0) version=5.2.0; origin=file:ocaml-5.2.0.tar.gz ;;
   5.1.0) version=5.1.0; origin=npm:ocaml@5.1.4 ;;
-  *) echo "ocaml-toolchain: unknown toolchain '$toolchain' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0)" >&2; exit 2 ;;
+  4.14.0) version=4.14.0; origin=npm:ocaml@4.14.0 ;;
+  4.14.0-rhb16) version=4.14.0; origin=npm:ocaml@4.14.0; configure_extra=(--enable-reserved-header-bits=16) ;;
+  *) echo "ocaml-toolchain: unknown toolchain '$toolchain' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0, 4.14.0, 4.14.0-rhb16)" >&2; exit 2 ;;
 esac
 
 cache="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}"

@@ -326,17 +326,6 @@ fn debug_files_of_another_build_are_refused() {
 }
 
 #[test]
-fn a_program_that_is_not_ocaml_is_named_so() {
-    let mut child = Command::new("sleep").arg("30").dies_with_test().spawn().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let o = dump(child.id() as i32, &tmp.path().join("x.snap"), &[]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("is not an OCaml 5 native program"), "{err}");
-    child.kill().unwrap();
-    child.wait().unwrap();
-}
-
-#[test]
 fn on_compaction_is_refused_on_5_1_with_what_works_instead() {
     let Some(dir) = toolchain_samples("5.1.0") else { return };
     let tmp = tempfile::tempdir().unwrap();
@@ -345,4 +334,58 @@ fn on_compaction_is_refused_on_5_1_with_what_works_instead() {
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("does not compact") && err.contains("on-signal") && err.contains("at-exit"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).is_empty(), "the program must not have been started");
+}
+
+/// `heapsnap COMMAND ARGS... --json` on snapshots, as JSON.
+fn analyse(command: &str, args: &[&str], snapshots: &[&Path]) -> serde_json::Value {
+    let out = Command::new(heapsnap()).arg(command).args(snapshots).args(args).arg("--json").output().expect("run heapsnap");
+    assert!(out.status.success(), "heapsnap {command} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("heapsnap {command}: bad JSON ({e})"))
+}
+
+/// The analysis commands give the manifest's answers on snapshots of every release: the
+/// cache's retained size at each step, the suspect of `diff`, and the dominator, path and
+/// inspect views of it.
+fn analysis_on(toolchain: &str) {
+    let Some(dir) = toolchain_samples(toolchain) else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let root = &manifest_samples().into_iter().find(|s| s["name"] == "cache_leak").unwrap()["roots"][0];
+    let label = format!("{}.{}", root["module"].as_str().unwrap(), root["field"]);
+    let mut sample = Sample::start(&dir.join("cache_leak"), &[]);
+    let mut snaps = Vec::new();
+    for step in 1..=3u64 {
+        sample.wait_ready(step as u32);
+        let path = tmp.path().join(format!("{step}.snap"));
+        dump_ok(sample.pid(), &path, &[]);
+        let top = analyse("top", &["--by", "root", "--limit", "0"], &[&path]);
+        let got = top["groups"].as_array().unwrap().iter().find(|g| g["name"] == label.as_str()).map(|g| g["retained"].as_u64().unwrap());
+        let expect = root["retained_bytes"].as_array().unwrap().iter().find(|x| x["step"] == step).unwrap();
+        let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
+        assert!(got.is_some_and(|g| (min..=max).contains(&g)), "{toolchain} step {step}: {label} retains {got:?}, not {min}..={max}");
+        snaps.push(path);
+        sample.release();
+    }
+    sample.finish();
+    let paths: Vec<&Path> = snaps.iter().map(PathBuf::as_path).collect();
+    let diff = analyse("diff", &["--by", "root"], &paths);
+    assert_eq!(diff["suspects"][0]["name"], label.as_str(), "{toolchain}: {:#}", diff["suspects"]);
+    let summary = analyse("summary", &[], &[paths[2]]);
+    assert!(summary["objects"].as_u64().unwrap() > 45_000, "{toolchain}: {summary:#}");
+    let dominators = analyse("dominators", &[], &[paths[2]]);
+    // The largest object of the tree: below the super-root and the root kinds.
+    let mut biggest = &dominators;
+    while biggest.get("address").is_none() {
+        biggest = &biggest["children"][0];
+    }
+    assert!(biggest["retained"].as_u64().unwrap() >= root["retained_bytes"][2]["min"].as_u64().unwrap(), "{toolchain}: {dominators:#}");
+    let inspect = analyse("inspect", &[biggest["address"].as_str().unwrap()], &[paths[2]]);
+    assert_eq!(inspect["retained"], biggest["retained"], "{toolchain}: {inspect:#}");
+    let path = analyse("path", &[biggest["address"].as_str().unwrap()], &[paths[2]]);
+    assert!(!path["paths"].as_array().unwrap().is_empty(), "{toolchain}: {path:#}");
+}
+
+#[test]
+fn analysis_commands_answer_the_manifest_on_5_1_and_5_2() {
+    analysis_on("5.1.0");
+    analysis_on("5.2.0");
 }

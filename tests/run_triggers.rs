@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, sample_path as sample, DiesWithTest};
+use dump_support::{heapsnap, sample_path as sample, toolchain_samples, DiesWithTest};
 
 fn preload_library() -> PathBuf {
     let path = heapsnap().with_file_name("libheapsnap_preload.so");
@@ -238,4 +238,98 @@ fn preload_library_ignores_programs_that_are_not_ocaml() {
     assert!(out.status.success());
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\n");
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+/// OCaml 5.2 compacts, and counts it: `run --on-compaction` and the preload library's
+/// `on-compaction` dump after each step's Gc.compact, as on 5.3.
+#[test]
+fn compaction_triggers_on_5_2() {
+    let Some(samples) = toolchain_samples("5.2.0") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-compaction", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(samples.join("cache_leak"))
+        .args(["--steps", "2", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
+    assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = snapshots(dir.path());
+    assert_eq!(found.len(), 2, "{found:?}");
+    for (i, path) in found.iter().enumerate() {
+        let snap = check_snapshot(path, Trigger::Compaction);
+        assert_eq!(snap.metadata().ocaml_version, "5.2.0");
+        assert_eq!(snap.metadata().compactions, Some(i as u64 + 1));
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(samples.join("cache_leak"))
+        .args(["--steps", "2", "--pause"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,dir={}", dir.path().display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
+    assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = wait_for_snapshots(dir.path(), 3);
+    let triggers: Vec<Trigger> = found.iter().map(|p| Snapshot::open(p).unwrap().metadata().trigger).collect();
+    assert_eq!(triggers, [Trigger::Compaction, Trigger::Compaction, Trigger::Exit], "{found:?}");
+}
+
+/// OCaml 5.1 has no compaction counter: `run` and the preload library dump on a signal and at
+/// exit; the preload library's `on-compaction` says why it cannot work and the rest goes on.
+#[test]
+fn signal_and_exit_triggers_on_5_1() {
+    let Some(samples) = toolchain_samples("5.1.0") else { return };
+    preload_library(); // `run --at-exit` preloads it
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-signal", "USR2", "--at-exit", "-o"])
+        .arg(dir.path())
+        .arg("--")
+        .arg(samples.join("closure_list"))
+        .args(["--steps", "2", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
+        libc::kill(c.id() as i32, libc::SIGUSR2);
+    });
+    assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
+    assert!(status.success(), "{status:?}");
+    let found = wait_for_snapshots(dir.path(), 3);
+    assert_eq!(found.len(), 3, "{found:?}");
+    for path in &found[..2] {
+        let snap = check_snapshot(path, Trigger::Signal);
+        assert_eq!(snap.metadata().ocaml_version, "5.1.0");
+        assert_eq!(snap.metadata().compactions, None);
+    }
+    check_snapshot(&found[2], Trigger::Exit);
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(samples.join("long_list"))
+        .args(["--steps", "1"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,dir={}", dir.path().display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "READY 1\nDONE\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("does not compact") && stderr.contains("on-signal"), "{stderr}");
+    let found = wait_for_snapshots(dir.path(), 1);
+    assert_eq!(found.len(), 1, "the exit snapshot is still taken: {found:?}");
+    check_snapshot(&found[0], Trigger::Exit);
 }

@@ -6,11 +6,13 @@
 //!
 //!     cargo bench -p heapsnap-dump --bench pause            # 100 MB and 1 GB
 //!     HEAPSNAP_BENCH_SIZES_MB=100 HEAPSNAP_BENCH_ROUNDS=5 cargo bench -p heapsnap-dump --bench pause
+//!     HEAPSNAP_BENCH_TOOLCHAIN=5.1.0 cargo bench -p heapsnap-dump --bench pause   # another release
 //!
 //! Dumps and plain copies alternate (ROUNDS of each, medians; the fastest of each is shown
 //! too); gcore runs once per size.
 //!
-//! Needs the OCaml toolchain (scripts/ocaml-toolchain.sh) and, for the gcore column, gdb.
+//! Needs the OCaml toolchain (scripts/ocaml-toolchain.sh; `HEAPSNAP_BENCH_TOOLCHAIN`, default
+//! 5.3.0) and, for the gcore column, gdb.
 
 use heapsnap_dump::source::LiveProcess;
 use heapsnap_dump::{dump_process, DumpOptions};
@@ -47,7 +49,9 @@ fn repo() -> PathBuf {
 }
 
 fn compile(dir: &Path) -> PathBuf {
-    let prefix = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).output().expect("toolchain");
+    let toolchain = std::env::var("HEAPSNAP_BENCH_TOOLCHAIN").unwrap_or_else(|_| "5.3.0".into());
+    eprintln!("toolchain: OCaml {toolchain}");
+    let prefix = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(&toolchain).output().expect("toolchain");
     assert!(prefix.status.success(), "scripts/ocaml-toolchain.sh failed");
     let ocamlopt = PathBuf::from(String::from_utf8(prefix.stdout).unwrap().trim()).join("bin/ocamlopt");
     std::fs::write(dir.join("bench_heap.ml"), HEAP_PROGRAM).unwrap();

@@ -53,6 +53,19 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     let m = snap.metadata();
     println!("snapshot        {} (format {version})", args.snapshot.display());
     println!("ocaml           {} ({} reserved header bits)", m.ocaml_version, m.reserved_header_bits);
+    if m.forced_version {
+        println!("                not a version heapsnap knows: read as the newest one it knows (--force)");
+    }
+    match m.layouts_from.as_deref() {
+        Some("tables") => println!("layouts         heapsnap's tables (the executable had no debug info)"),
+        Some("debug_file") => println!("layouts         DWARF of a separate debug file"),
+        Some(_) => println!("layouts         DWARF of the executable"),
+        None => {}
+    }
+    match &m.pools {
+        Some(p) => println!("pools           {} size classes in pools of {} words", p.size_classes.len(), p.pool_wsize),
+        None => println!("pools           not recorded (a format 1.0 file: OCaml 5.3's geometry)"),
+    }
     println!("taken by        {} on {:?}", m.dumper, m.trigger);
     if let Some(exe) = &m.executable {
         println!("executable      {exe} (pid {})", m.pid.map_or("-".into(), |p| p.to_string()));
