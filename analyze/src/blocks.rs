@@ -602,7 +602,7 @@ impl Walk<'_> {
         }
         let statics = self.statics;
         let found = &mut self.static_pointers;
-        crate::graph::scanned_fields(header, fields, |_, v| {
+        header.scanned_fields(fields, |_, v| {
             if statics.contains(v) {
                 found.push(v);
             }

@@ -1,5 +1,5 @@
 //! The object graph: nodes are the super-root, one node per root kind and every live block;
-//! edges follow OCaml 5's own scanning rules (see [`scanned_fields`]). Stored as a CSR (`u32`
+//! edges follow OCaml 5's own scanning rules (see `Header::scanned_fields`). Stored as a CSR (`u32`
 //! offsets and targets), built region by region in parallel.
 //!
 //! Weak references never become edges: the keys of ephemerons and weak arrays are kept apart
@@ -11,7 +11,7 @@
 //! paths do not follow them.
 
 use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target};
-use crate::ocaml::{self, Header};
+use crate::ocaml;
 use crate::progress::{PhaseTimer, Progress};
 use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
@@ -19,20 +19,6 @@ use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 
 pub const SUPER_ROOT: NodeId = 0;
-
-/// Calls `f(field_index, word)` for every field of a block that the GC would scan and that holds
-/// a pointer (an even, non-zero word). No-scan tags have none; closures start at their
-/// environment (code pointers and infix headers skipped); continuations are scanned through
-/// their stack, not as blocks.
-#[inline]
-pub fn scanned_fields(header: &Header, fields: &[u64], mut f: impl FnMut(usize, u64)) {
-    let Some(start) = header.first_scanned_field(fields) else { return };
-    for (i, &v) in fields.iter().enumerate().skip(start) {
-        if ocaml::is_pointer(v) {
-            f(i, v);
-        }
-    }
-}
 
 /// How many scanned pointers went where.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -135,7 +121,7 @@ impl EdgeContext<'_, '_> {
             }
             return;
         }
-        scanned_fields(&block.header, block.fields, |_, v| self.push(v, out, sink));
+        block.header.scanned_fields(block.fields, |_, v| self.push(v, out, sink));
     }
 }
 
@@ -489,7 +475,7 @@ fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u
         let rb = &blocks.regions[r];
         let header = blocks.layout.decode(rb.words[w as usize - 1]);
         let fields = &rb.words[w as usize..(w + header.wosize) as usize];
-        scanned_fields(&header, fields, |_, v| {
+        header.scanned_fields(fields, |_, v| {
             if in_static(v).is_some() {
                 pending.push(v);
             }

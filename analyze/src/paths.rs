@@ -296,7 +296,7 @@ pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usiz
         }
     }
     let mut found = None;
-    crate::graph::scanned_fields(&b.header, b.fields, |i, v| {
+    b.header.scanned_fields(b.fields, |i, v| {
         if found.is_none() && a.graph.blocks.resolve(v) == Target::Node(to) {
             found = Some(i);
         }

@@ -14,7 +14,7 @@
 //! `Gc.finalise`d values) reach it: that is a missed root.
 
 use crate::blocks::{BadPointer, Target, NO_NODE};
-use crate::graph::{scanned_fields, HeapGraph, SUPER_ROOT};
+use crate::graph::{HeapGraph, SUPER_ROOT};
 use crate::ocaml::{self, Colour};
 use crate::progress::Progress;
 use crate::AnalyzeError;
@@ -254,7 +254,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
                     report(None, v);
                 }
             } else {
-                scanned_fields(&b.header, b.fields, |i, v| report(Some(i), v));
+                b.header.scanned_fields(b.fields, |i, v| report(Some(i), v));
             }
         }
     }

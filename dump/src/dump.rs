@@ -1,8 +1,9 @@
 //! One dump of a live process: discover its runtime while it runs, stop it, wait for a
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
-use crate::error::{DumpError, Result};
-use crate::runtime::capture::{capture, custom_ops_in_heap, Capture, SpareBuffers, TornMinorHeap};
+use crate::error::{describe, DumpError, Result};
+use crate::runtime::capture::{capture, custom_ops_in_heap, SpareBuffers, TornMinorHeap};
+use crate::runtime::captured::Capture;
 use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::roots::interrupted_thread_roots;
 use crate::runtime::safety::{check_world, wait_outside_stw};
@@ -159,13 +160,13 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         attempts += 1;
         check = check_world(&rt, &process)?;
         if !check.is_safe() && attempts >= options.max_attempts.max(1) && options.require_consistent {
-            return Err(DumpError::Inconsistent(format!("no consistent stop in {attempts} attempts: {}", check.unsafe_reasons.join("; "))));
+            return Err(DumpError::Inconsistent(format!("no consistent stop in {attempts} attempts: {}", describe(&check.unsafe_reasons))));
         }
     };
     let consistent = check.is_safe();
     if !consistent {
         warnings
-            .push(format!("no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}", check.unsafe_reasons.join("; ")));
+            .push(format!("no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}", describe(&check.unsafe_reasons)));
     }
     process.detach();
     let pause = stopped_at.elapsed();
@@ -211,7 +212,7 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     let check = check_world(&rt, &source)?;
     let consistent = check.is_safe();
     if !consistent {
-        let why = check.unsafe_reasons.join("; ");
+        let why = describe(&check.unsafe_reasons);
         if options.require_consistent {
             return Err(DumpError::Inconsistent(format!("the core was taken at an inconsistent moment: {why}")));
         }

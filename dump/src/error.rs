@@ -87,10 +87,52 @@ pub enum DumpError {
     /// The world was stopped at a moment the copy found inconsistent (e.g. a block header
     /// being written): the dump resumes the target and tries again.
     #[error("the target was stopped at an inconsistent moment: {0}")]
-    UnsafeStop(String),
+    UnsafeStop(#[from] UnsafeStop),
 
     #[error(transparent)]
     Format(#[from] heapsnap_format::FormatError),
 }
 
 pub type Result<T, E = DumpError> = std::result::Result<T, E>;
+
+/// Why a stopped world is not a consistent moment to copy it. A live dump resumes the target and
+/// stops it again; a core, which cannot be taken again, says it in its warnings.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeStop {
+    #[error("a stop-the-world section (minor GC, major GC phase change or compaction) is in progress")]
+    StopTheWorld,
+    #[error("the runtime lock {0} is held")]
+    LockHeld(&'static str),
+    #[error("domain #{0}'s lock is being taken or released")]
+    DomainLockChanging(usize),
+    #[error("domain #{domain} (thread {thread}) {place}")]
+    DomainBusy { domain: usize, thread: u32, place: BusyPlace },
+    #[error("domain {domain}: a zero header at {address:#x} in the minor heap")]
+    ZeroMinorHeader { domain: u16, address: u64 },
+    #[error("domain {0}: the minor heap does not parse up to its end")]
+    MinorHeapUnparsed(u16),
+    #[error("domain {domain}: the youngest block of its minor heap has a field at {address:#x} that holds {value:#x}, where no block is: C code allocated it and has not initialised its fields yet")]
+    UninitialisedField { domain: u16, address: u64, value: u64 },
+    #[error("domain {domain}: no frame for the running OCaml code at {pc:#x}")]
+    NoFrame { domain: u16, pc: u64 },
+}
+
+/// Where the thread holding a domain was caught, when that is not at rest.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BusyPlace {
+    #[error("is initialising a block it just allocated, at {pc:#x} in {function}")]
+    InitialisingBlock { pc: u64, function: String },
+    #[error("is in the runtime's OCaml/C glue ({0})")]
+    Glue(String),
+    #[error("runs C code that cannot be unwound ({0})")]
+    NotUnwound(String),
+    #[error("is in {function} ({file})")]
+    RuntimeCode { function: String, file: String },
+    #[error("is in C code entered through {0}")]
+    EnteredThrough(String),
+}
+
+/// Several reasons, as one line.
+pub fn describe(reasons: &[UnsafeStop]) -> String {
+    reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}

@@ -2,8 +2,7 @@
 
 use crate::elf::{symbol_holding, Symbol};
 use crate::error::Result;
-use crate::runtime::capture::Capture;
-use crate::runtime::roots::RootName;
+use crate::runtime::captured::{Capture, RootName};
 use crate::runtime::Runtime;
 use heapsnap_format::{CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord};
 use std::path::{Path, PathBuf};

@@ -152,6 +152,20 @@ impl Header {
         (self.wosize + 1) * 8
     }
 
+    /// Calls `f(field_index, word)` for every field the GC would scan that holds a pointer (an
+    /// even, non-zero word). No-scan tags have none; closures start at their environment (code
+    /// pointers and infix headers skipped); continuations are scanned through their stack, not
+    /// as blocks.
+    #[inline]
+    pub fn scanned_fields(&self, fields: &[u64], mut f: impl FnMut(usize, u64)) {
+        let Some(start) = self.first_scanned_field(fields) else { return };
+        for (i, &v) in fields.iter().enumerate().skip(start) {
+            if crate::is_pointer(v) {
+                f(i, v);
+            }
+        }
+    }
+
     /// Index of the first field the GC scans, or `None` when no field is scanned. Closures are
     /// scanned from their environment; continuations are not scanned as blocks (their stack is).
     pub fn first_scanned_field(&self, fields: &[u64]) -> Option<usize> {

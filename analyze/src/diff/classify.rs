@@ -288,7 +288,7 @@ unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &Block
     let mut ordinal_ok = false;
     if !large {
         let mut n = 0usize;
-        crate::graph::scanned_fields(&b.header, b.fields, |i, _| {
+        b.header.scanned_fields(b.fields, |i, _| {
             if n < fields.len() {
                 fields[n] = i as u8;
             }
@@ -320,7 +320,7 @@ unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &Block
 /// abstract block: ephemerons hold their data there).
 pub fn field_pointing(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId) -> Option<usize> {
     let mut found = None;
-    crate::graph::scanned_fields(&b.header, b.fields, |i, v| {
+    b.header.scanned_fields(b.fields, |i, v| {
         if found.is_none() && blocks.resolve(v) == Target::Node(to) {
             found = Some(i);
         }

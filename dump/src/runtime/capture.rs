@@ -1,60 +1,20 @@
 //! Copying the stopped world: every domain's minor heap, every pool and large allocation,
 //! the static data, the fiber stacks; then the roots (see [`super::roots`]).
 
+use super::captured::{Capture, CapturedDomain};
 use super::heap::{CapturedRegion, RegionIndex};
 use super::plugins::PluginData;
-use super::roots::{self, CapturedRoot};
+use super::roots;
 use super::safety::WorldCheck;
 use super::Runtime;
-use crate::error::{DumpError, Result};
-use crate::source::{bytemuck_words, copy_threads, zeroed_buffer, MemorySource, ReadExt, ReadRequest};
+use crate::error::{DumpError, Result, UnsafeStop};
+use crate::source::{bytemuck_words, zeroed_buffer, MemorySource, ReadExt, ReadRequest};
 use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
-use heapsnap_values::{HeaderFormat, CLOSURE_TAG, CONT_TAG, INFIX_TAG, NO_SCAN_TAG};
+use heapsnap_values::{HeaderFormat, CLOSURE_TAG, INFIX_TAG, NO_SCAN_TAG};
 use std::collections::{BTreeMap, HashSet};
 
 /// No large allocation is bigger than this (2^40 words, 8 TiB): a bigger header is corrupt.
 const MAX_LARGE_WORDS: u64 = 1 << 40;
-
-/// A domain as captured.
-#[derive(Clone, Debug)]
-pub struct CapturedDomain {
-    pub id: u16,
-    pub state: u64,
-    /// The whole `caml_domain_state`, as it was.
-    pub state_bytes: Vec<u8>,
-    pub info: DomainInfo,
-    /// Registers of the thread running OCaml code in this domain, if one was.
-    pub running: Option<crate::source::ThreadState>,
-}
-
-impl CapturedDomain {
-    pub fn field(&self, offset: u64) -> u64 {
-        let o = offset as usize;
-        u64::from_le_bytes(self.state_bytes[o..o + 8].try_into().expect("8 bytes"))
-    }
-}
-
-/// Everything copied while the world was stopped.
-#[derive(Debug, Default)]
-pub struct Capture {
-    pub domains: Vec<CapturedDomain>,
-    pub regions: Vec<CapturedRegion>,
-    pub roots: Vec<CapturedRoot>,
-    /// Ephemerons and weak arrays the runtime knows.
-    pub ephemerons: Vec<u64>,
-    pub colours: Option<ColourEncoding>,
-    pub compactions: Option<u64>,
-    /// Registered custom operations: (address of `struct custom_operations`, identifier).
-    pub custom_ops: Vec<(u64, String)>,
-    /// Symbols of the loaded Dynlink plugins, at target addresses (the executable's are in
-    /// [`Runtime`]).
-    pub plugin_symbols: Vec<crate::elf::Symbol>,
-    /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
-    pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,
-    pub warnings: Vec<String>,
-    /// How long each step of the copy took (ns), for reports and benchmarks.
-    pub phases: Vec<(&'static str, u64)>,
-}
 
 /// What to do with a minor heap that does not parse (a domain caught between the bump of its
 /// allocation pointer and the write of the new block's header).
@@ -123,7 +83,7 @@ pub fn capture(
         TornMinorHeap::Fail => {
             check_minor_heaps(&cap, format)?;
             if let Some(f) = stale_youngest_fields(&cap, format).first() {
-                return Err(DumpError::UnsafeStop(f.describe(&cap)));
+                return Err(f.unsafe_stop(&cap).into());
             }
         }
         TornMinorHeap::SkipTornBlock => {
@@ -344,16 +304,12 @@ fn check_minor_heaps(cap: &Capture, format: HeaderFormat) -> Result<()> {
         while at + 8 <= r.bytes.len() {
             let header = r.word(at);
             if header == 0 {
-                return Err(DumpError::UnsafeStop(format!(
-                    "domain {}: a zero header at {:#x} in the minor heap",
-                    r.domain,
-                    r.base + at as u64
-                )));
+                return Err(UnsafeStop::ZeroMinorHeader { domain: r.domain, address: r.base + at as u64 }.into());
             }
             at += 8 * (format.wosize(header) as usize + 1);
         }
         if at != r.bytes.len() {
-            return Err(DumpError::UnsafeStop(format!("domain {}: the minor heap does not parse up to its end", r.domain)));
+            return Err(UnsafeStop::MinorHeapUnparsed(r.domain).into());
         }
     }
     Ok(())
@@ -374,14 +330,9 @@ struct StaleField {
 }
 
 impl StaleField {
-    fn describe(&self, cap: &Capture) -> String {
+    fn unsafe_stop(&self, cap: &Capture) -> UnsafeStop {
         let r = &cap.regions[self.region];
-        format!(
-            "domain {}: the youngest block of its minor heap has a field at {:#x} that holds {:#x}, where no block is: C code allocated it and has not initialised its fields yet",
-            r.domain,
-            r.base + self.offset as u64,
-            self.value
-        )
+        UnsafeStop::UninitialisedField { domain: r.domain, address: r.base + self.offset as u64, value: self.value }
     }
 }
 
@@ -427,7 +378,7 @@ fn stale_youngest_fields(cap: &Capture, format: HeaderFormat) -> Vec<StaleField>
 /// would have put there), and a warning says so.
 fn blank_stale_fields(cap: &mut Capture, format: HeaderFormat) {
     for f in stale_youngest_fields(cap, format) {
-        let warning = format!("{}; recorded as ()", f.describe(cap));
+        let warning = format!("{}; recorded as ()", f.unsafe_stop(cap));
         cap.regions[f.region].bytes[f.offset..f.offset + 8].copy_from_slice(&1u64.to_le_bytes());
         cap.warnings.push(warning);
     }
@@ -690,106 +641,6 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
     Ok(super::plugins::merge(spans))
 }
 
-/// The shape of continuation blocks (`Cont_tag`): how many fields they have (the release
-/// says), and the words per slot of the pools that hold them.
-#[derive(Clone, Copy, Debug)]
-pub struct ContinuationShape {
-    pub fields: u64,
-    pub slot_wsize: u32,
-}
-
-impl ContinuationShape {
-    pub fn of(rt: &Runtime) -> ContinuationShape {
-        let fields = rt.release.continuation_fields;
-        let class = rt.pools.sizeclass_of_whsize(fields as usize + 1);
-        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| rt.pools.size_classes[sz].wsize) }
-    }
-}
-
-/// Continuation blocks in the captured heap: minor heaps and the pools of the size class that
-/// holds them. This runs while the target is stopped and reads a good part of the heap, so the
-/// regions are scanned by [`copy_threads`] threads (the result is in region order all the same).
-pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
-    let scanned: Vec<&CapturedRegion> = regions
-        .iter()
-        .filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == shape.slot_wsize))
-        .collect();
-    let total: usize = scanned.iter().map(|r| r.bytes.len()).sum();
-    let threads = copy_threads().min(total / MIN_SCAN_BYTES_PER_THREAD).max(1);
-    if threads == 1 {
-        return continuations_in(&scanned, format, shape);
-    }
-    // Contiguous runs of regions of about equal bytes.
-    let share = total.div_ceil(threads);
-    let mut runs: Vec<&[&CapturedRegion]> = Vec::with_capacity(threads);
-    let (mut start, mut bytes) = (0, 0);
-    for (i, r) in scanned.iter().enumerate() {
-        bytes += r.bytes.len();
-        if bytes >= share && runs.len() + 1 < threads {
-            runs.push(&scanned[start..=i]);
-            (start, bytes) = (i + 1, 0);
-        }
-    }
-    runs.push(&scanned[start..]);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = runs[1..]
-            .iter()
-            .map(|&run| {
-                (
-                    run,
-                    std::thread::Builder::new()
-                        .name("heapsnap-scan".into())
-                        .spawn_scoped(scope, move || continuations_in(run, format, shape)),
-                )
-            })
-            .collect();
-        let mut out = continuations_in(runs[0], format, shape);
-        for (run, handle) in handles {
-            match handle {
-                Ok(handle) => match handle.join() {
-                    Ok(found) => out.extend(found),
-                    Err(panic) => std::panic::resume_unwind(panic),
-                },
-                // No thread to be had: scan that run here.
-                Err(_) => out.extend(continuations_in(run, format, shape)),
-            }
-        }
-        out
-    })
-}
-
-/// Below this many bytes a thread's share, fewer threads scan for continuations.
-const MIN_SCAN_BYTES_PER_THREAD: usize = 8 << 20;
-
-fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
-    let mut out = Vec::new();
-    let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == shape.fields;
-    let stride = shape.slot_wsize as usize * 8;
-    for r in regions {
-        match r.kind {
-            RegionKind::MinorHeap => {
-                for (at, hd) in r.blocks(format) {
-                    if is_cont(hd) {
-                        out.push(r.base + at as u64 + 8);
-                    }
-                }
-            }
-            // A tight loop over the headers (their low byte is the tag).
-            RegionKind::Pool if r.block_wsize == shape.slot_wsize && stride > 0 => {
-                let mut at = r.first_block as usize;
-                while at + stride <= r.bytes.len() {
-                    if r.bytes[at] == CONT_TAG && is_cont(r.word(at)) {
-                        out.push(r.base + at as u64 + 8);
-                    }
-                    at += stride;
-                }
-            }
-            _ => {}
-        }
-    }
-    out
-}
-
 /// The custom operations the runtime registered (`custom_ops_table`).
 fn capture_custom_ops(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) {
     let c = &rt.layout.custom;
@@ -909,56 +760,6 @@ mod tests {
         assert_eq!(spare.pools.len(), 1);
     }
 
-    fn cont_header() -> u64 {
-        (2 << 10) | CONT_TAG as u64
-    }
-
-    fn pool(base: u64, blocks: &[u64]) -> CapturedRegion {
-        let mut words = vec![0u64; 2]; // a pool header stand-in; blocks start at byte 16
-        for &hd in blocks {
-            words.extend([hd, 0x11, 0x13]);
-        }
-        CapturedRegion {
-            kind: RegionKind::Pool,
-            domain: 0,
-            base,
-            block_wsize: 3,
-            first_block: 16,
-            owner: 0,
-            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        }
-    }
-
-    #[test]
-    fn continuations_are_found_in_region_order_by_several_threads() {
-        let format = HeaderFormat { reserved_bits: 0 };
-        // Enough 3-word pools for several threads' shares, with continuations here and there.
-        let blocks_per_pool = 2000;
-        let pools = 4 * MIN_SCAN_BYTES_PER_THREAD / (24 * blocks_per_pool) + 1;
-        let mut regions = Vec::new();
-        let mut expected = Vec::new();
-        for p in 0..pools as u64 {
-            let base = 0x1000_0000 + p * 0x10_0000;
-            let mut blocks = vec![header(2); blocks_per_pool];
-            for i in [0, 7 * p as usize % blocks_per_pool, blocks_per_pool - 1] {
-                if blocks[i] != cont_header() {
-                    blocks[i] = cont_header();
-                }
-            }
-            for (i, &hd) in blocks.iter().enumerate() {
-                if hd == cont_header() {
-                    expected.push(base + 16 + 24 * i as u64 + 8);
-                }
-            }
-            regions.push(pool(base, &blocks));
-        }
-        // A pool of another size class is not looked at.
-        let mut other = pool(0x9000_0000, &[cont_header()]);
-        other.block_wsize = 4;
-        regions.push(other);
-        assert_eq!(find_continuations(&regions, format, ContinuationShape { fields: 2, slot_wsize: 3 }), expected);
-    }
-
     /// A capture of one domain whose minor heap spans 0x800..0x1000 + 8 * words.len(), with its
     /// allocation pointer at 0x1000.
     fn one_domain_minor_heap(words: &[u64]) -> Capture {
@@ -995,7 +796,11 @@ mod tests {
             let cap = one_domain_minor_heap(&heap(fields));
             assert_eq!(stale(&cap), expected, "{fields:x?}");
             let f = &stale_youngest_fields(&cap, format)[0];
-            assert!(f.describe(&cap).contains(&format!("field at {:#x} that holds {:#x}", 0x1000 + expected[0].0, expected[0].1)));
+            assert!(f.unsafe_stop(&cap).to_string().contains(&format!(
+                "field at {:#x} that holds {:#x}",
+                0x1000 + expected[0].0,
+                expected[0].1
+            )));
         }
         // Strings are not scanned.
         let mut words = heap([0x900, 0x900, 0x900]);

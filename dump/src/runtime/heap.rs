@@ -1,7 +1,9 @@
 //! Block headers (runtime/caml/mlvalues.h) and walks over the blocks of captured regions.
 
+use super::Runtime;
+use crate::source::copy_threads;
 use heapsnap_format::RegionKind;
-use heapsnap_values::{HeaderFormat, STRING_TAG};
+use heapsnap_values::{HeaderFormat, CONT_TAG, STRING_TAG};
 
 /// A memory region copied from the target.
 #[derive(Clone, Debug)]
@@ -125,6 +127,106 @@ pub fn redact_strings(region: &mut CapturedRegion, format: HeaderFormat) -> usiz
     count
 }
 
+/// The shape of continuation blocks (`Cont_tag`): how many fields they have (the release
+/// says), and the words per slot of the pools that hold them.
+#[derive(Clone, Copy, Debug)]
+pub struct ContinuationShape {
+    pub fields: u64,
+    pub slot_wsize: u32,
+}
+
+impl ContinuationShape {
+    pub fn of(rt: &Runtime) -> ContinuationShape {
+        let fields = rt.release.continuation_fields;
+        let class = rt.pools.sizeclass_of_whsize(fields as usize + 1);
+        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| rt.pools.size_classes[sz].wsize) }
+    }
+}
+
+/// Continuation blocks in the captured heap: minor heaps and the pools of the size class that
+/// holds them. This runs while the target is stopped and reads a good part of the heap, so the
+/// regions are scanned by [`copy_threads`] threads (the result is in region order all the same).
+pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
+    let scanned: Vec<&CapturedRegion> = regions
+        .iter()
+        .filter(|r| r.kind == RegionKind::MinorHeap || (r.kind == RegionKind::Pool && r.block_wsize == shape.slot_wsize))
+        .collect();
+    let total: usize = scanned.iter().map(|r| r.bytes.len()).sum();
+    let threads = copy_threads().min(total / MIN_SCAN_BYTES_PER_THREAD).max(1);
+    if threads == 1 {
+        return continuations_in(&scanned, format, shape);
+    }
+    // Contiguous runs of regions of about equal bytes.
+    let share = total.div_ceil(threads);
+    let mut runs: Vec<&[&CapturedRegion]> = Vec::with_capacity(threads);
+    let (mut start, mut bytes) = (0, 0);
+    for (i, r) in scanned.iter().enumerate() {
+        bytes += r.bytes.len();
+        if bytes >= share && runs.len() + 1 < threads {
+            runs.push(&scanned[start..=i]);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    runs.push(&scanned[start..]);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = runs[1..]
+            .iter()
+            .map(|&run| {
+                (
+                    run,
+                    std::thread::Builder::new()
+                        .name("heapsnap-scan".into())
+                        .spawn_scoped(scope, move || continuations_in(run, format, shape)),
+                )
+            })
+            .collect();
+        let mut out = continuations_in(runs[0], format, shape);
+        for (run, handle) in handles {
+            match handle {
+                Ok(handle) => match handle.join() {
+                    Ok(found) => out.extend(found),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                },
+                // No thread to be had: scan that run here.
+                Err(_) => out.extend(continuations_in(run, format, shape)),
+            }
+        }
+        out
+    })
+}
+
+/// Below this many bytes a thread's share, fewer threads scan for continuations.
+const MIN_SCAN_BYTES_PER_THREAD: usize = 8 << 20;
+
+fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
+    let mut out = Vec::new();
+    let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == shape.fields;
+    let stride = shape.slot_wsize as usize * 8;
+    for r in regions {
+        match r.kind {
+            RegionKind::MinorHeap => {
+                for (at, hd) in r.blocks(format) {
+                    if is_cont(hd) {
+                        out.push(r.base + at as u64 + 8);
+                    }
+                }
+            }
+            // A tight loop over the headers (their low byte is the tag).
+            RegionKind::Pool if r.block_wsize == shape.slot_wsize && stride > 0 => {
+                let mut at = r.first_block as usize;
+                while at + stride <= r.bytes.len() {
+                    if r.bytes[at] == CONT_TAG && is_cont(r.word(at)) {
+                        out.push(r.base + at as u64 + 8);
+                    }
+                    at += stride;
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +277,55 @@ mod tests {
         let f = HeaderFormat { reserved_bits: 0 };
         let r = region(RegionKind::Pool, &[9, 9, header(1, 0, 0), 1, 0, 0, header(1, 0, 3), 5], 2, 16);
         assert_eq!(r.blocks(f), vec![(16, header(1, 0, 0)), (48, header(1, 0, 3))]);
+    }
+
+    fn cont_header() -> u64 {
+        header(2, 0, CONT_TAG)
+    }
+
+    fn pool(base: u64, blocks: &[u64]) -> CapturedRegion {
+        let mut words = vec![0u64; 2]; // a pool header stand-in; blocks start at byte 16
+        for &hd in blocks {
+            words.extend([hd, 0x11, 0x13]);
+        }
+        CapturedRegion {
+            kind: RegionKind::Pool,
+            domain: 0,
+            base,
+            block_wsize: 3,
+            first_block: 16,
+            owner: 0,
+            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn continuations_are_found_in_region_order_by_several_threads() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        // Enough 3-word pools for several threads' shares, with continuations here and there.
+        let blocks_per_pool = 2000;
+        let pools = 4 * MIN_SCAN_BYTES_PER_THREAD / (24 * blocks_per_pool) + 1;
+        let mut regions = Vec::new();
+        let mut expected = Vec::new();
+        for p in 0..pools as u64 {
+            let base = 0x1000_0000 + p * 0x10_0000;
+            let mut blocks = vec![header(2, 0, 0); blocks_per_pool];
+            for i in [0, 7 * p as usize % blocks_per_pool, blocks_per_pool - 1] {
+                if blocks[i] != cont_header() {
+                    blocks[i] = cont_header();
+                }
+            }
+            for (i, &hd) in blocks.iter().enumerate() {
+                if hd == cont_header() {
+                    expected.push(base + 16 + 24 * i as u64 + 8);
+                }
+            }
+            regions.push(pool(base, &blocks));
+        }
+        // A pool of another size class is not looked at.
+        let mut other = pool(0x9000_0000, &[cont_header()]);
+        other.block_wsize = 4;
+        regions.push(other);
+        assert_eq!(find_continuations(&regions, format, ContinuationShape { fields: 2, slot_wsize: 3 }), expected);
     }
 }

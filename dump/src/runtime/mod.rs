@@ -4,6 +4,7 @@
 //! OCaml releases is in [`versions`], one file each; everything else here is shared.
 
 pub mod capture;
+pub mod captured;
 pub mod code;
 pub mod frames;
 pub mod heap;

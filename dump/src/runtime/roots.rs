@@ -2,39 +2,16 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
-use super::capture::{find_continuations, Capture, ContinuationShape};
+use super::captured::{Capture, CapturedRoot, RootName};
 use super::frames::{walk_stack, SlotPlace};
-use super::heap::{CapturedRegion, RegionIndex};
+use super::heap::{find_continuations, CapturedRegion, ContinuationShape, RegionIndex};
 use super::versions::Indirection;
 use super::Runtime;
-use crate::error::{DumpError, Result};
+use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{RegionKind, RootKind, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK};
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
-
-/// How a root will be named in the snapshot (resolved after the target is resumed).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RootName {
-    None,
-    Text(String),
-    /// The function containing this code address.
-    CodeAt(u64),
-    /// The data symbol containing this address.
-    DataAt(u64),
-}
-
-#[derive(Clone, Debug)]
-pub struct CapturedRoot {
-    pub kind: RootKind,
-    pub domain: u16,
-    pub flags: u32,
-    pub thread: u64,
-    pub slot: u64,
-    pub value: u64,
-    pub origin: u64,
-    pub name: RootName,
-}
 
 /// amd64 gc_regs bucket order (runtime/amd64.S SAVE_ALL_REGS): rax rbx rdi rsi rdx rcx r8 r9
 /// r12 r13 r10 r11 rbp, as DWARF register numbers.
@@ -445,7 +422,7 @@ fn current_stack(
                 first_sp = Some(ret_slot);
             }
             // Without its frame the stack cannot be decoded: try another stop.
-            None => return Err(DumpError::UnsafeStop(format!("domain {domain}: no frame for the running OCaml code at {pc:#x}"))),
+            None => return Err(UnsafeStop::NoFrame { domain, pc }.into()),
         }
         for (dwarf, v) in regs.ocaml_value_registers() {
             cx.push(RootKind::Register, domain, thread, 0, v, dwarf, RootName::None, ROOT_FLAG_CONSERVATIVE);

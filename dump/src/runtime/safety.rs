@@ -31,7 +31,7 @@
 use super::code::CodeKind;
 use super::versions::Indirection;
 use super::Runtime;
-use crate::error::Result;
+use crate::error::{BusyPlace, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 
 /// Runtime source files whose functions leave heap structures half-updated while they run
@@ -84,7 +84,7 @@ enum Holder {
     Ocaml(ThreadState),
     /// In C code called through `caml_c_call`, none of it unsafe: Caml_state holds all.
     InRuntime,
-    Unsafe(String),
+    Unsafe(BusyPlace),
 }
 
 /// Where the thread holding a domain is, and whether the domain is at rest there.
@@ -94,15 +94,15 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
     let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
     match kind(pc) {
         CodeKind::OCaml if rt.code.in_allocation(pc.wrapping_sub(rt.bias)) => {
-            return Holder::Unsafe(format!("is initialising a block it just allocated, at {pc:#x} in {}", function(pc)))
+            return Holder::Unsafe(BusyPlace::InitialisingBlock { pc, function: function(pc) })
         }
         CodeKind::OCaml => return Holder::Ocaml(thread.clone()),
-        CodeKind::System => return Holder::Unsafe(format!("is in the runtime's OCaml/C glue ({})", function(pc))),
+        CodeKind::System => return Holder::Unsafe(BusyPlace::Glue(function(pc))),
         CodeKind::Other => {}
     }
     // C code: unwind to the OCaml code that called it.
     let Some(frames) = rt.unwinder.unwind(source, &thread.regs, 128, |pc| kind(pc) == CodeKind::Other) else {
-        return Holder::Unsafe(format!("runs C code that cannot be unwound ({})", function(pc)));
+        return Holder::Unsafe(BusyPlace::NotUnwound(function(pc)));
     };
     let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
     for (depth, f) in c_frames.iter().enumerate() {
@@ -117,7 +117,7 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
             let file = file.rsplit('/').next().unwrap_or(file);
             let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
             if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
-                return Holder::Unsafe(format!("is in {name} ({file})"));
+                return Holder::Unsafe(BusyPlace::RuntimeCode { function: name, file: file.to_string() });
             }
         }
     }
@@ -131,7 +131,7 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
             Holder::Ocaml(ThreadState { tid: thread.tid, regs })
         }
         CodeKind::System if C_CALL_GLUE.contains(&function(boundary.pc).as_str()) => Holder::InRuntime,
-        _ => Holder::Unsafe(format!("is in C code entered through {}", function(boundary.pc))),
+        _ => Holder::Unsafe(BusyPlace::EnteredThrough(function(boundary.pc))),
     }
 }
 
@@ -152,7 +152,7 @@ pub struct DomainView {
 pub struct WorldCheck {
     pub domains: Vec<DomainView>,
     /// Why the stop is not consistent; empty when it is.
-    pub unsafe_reasons: Vec<String>,
+    pub unsafe_reasons: Vec<UnsafeStop>,
 }
 
 impl WorldCheck {
@@ -211,7 +211,7 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
     let mut check = WorldCheck::default();
     let st = &rt.statics;
     if source.read_u64(rt.addr(st.stw_leader))? != 0 {
-        check.unsafe_reasons.push("a stop-the-world section (minor GC, major GC phase change or compaction) is in progress".into());
+        check.unsafe_reasons.push(UnsafeStop::StopTheWorld);
     }
     let mut locks = vec![
         ("all_domains_lock", st.all_domains_lock),
@@ -224,7 +224,7 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
     }
     for (name, link) in locks {
         if mutex_state(rt, source, rt.addr(link))?.0 != 0 {
-            check.unsafe_reasons.push(format!("the runtime lock {name} is held"));
+            check.unsafe_reasons.push(UnsafeStop::LockHeld(name));
         }
     }
 
@@ -234,11 +234,11 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         let mut view = DomainView { internal, state, running: None };
         if lock != 0 {
             match source.threads().iter().find(|t| t.tid == owner && owner != 0) {
-                None => check.unsafe_reasons.push(format!("domain #{index}'s lock is being taken or released")),
+                None => check.unsafe_reasons.push(UnsafeStop::DomainLockChanging(index)),
                 Some(thread) => match classify_holder(rt, source, thread) {
                     Holder::Ocaml(state) => view.running = Some(state),
                     Holder::InRuntime => {}
-                    Holder::Unsafe(why) => check.unsafe_reasons.push(format!("domain #{index} (thread {}) {why}", thread.tid)),
+                    Holder::Unsafe(place) => check.unsafe_reasons.push(UnsafeStop::DomainBusy { domain: index, thread: thread.tid, place }),
                 },
             }
         }
