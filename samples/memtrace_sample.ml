@@ -27,9 +27,8 @@ let[@inline never] rec churn depth =
 
 let[@inline never] big_block () = Array.make big_words 1 (* SITE big_block *)
 
-let[@inline never] external_alloc () =
-  Memtrace.External.alloc ~bytes:external_bytes (* SITE external *)
-;;
+(* A tail call: memtrace's backtrace of it starts at the caller. *)
+let[@inline never] external_alloc () = Memtrace.External.alloc ~bytes:external_bytes
 
 let () =
   Memtrace.trace_if_requested ~context:"heapsnap-memtrace sample" ();
@@ -44,7 +43,7 @@ let () =
       let b = big_block () in
       if !big mod 2 = 0 then kept_big := b :: !kept_big;
       incr big;
-      match external_alloc () with
+      match external_alloc () (* SITE external *) with
       | Stdlib_shim.This token ->
         if List.length !ext_tokens mod 2 = 0 then Memtrace.External.free token;
         ext_tokens := token :: !ext_tokens
