@@ -22,6 +22,7 @@ mod events;
 mod index;
 mod location;
 mod packet;
+pub mod write;
 
 pub use error::{Error, Problem};
 pub use events::{Alloc, AllocSource, Backtrace, Event, EventReader, Frame};

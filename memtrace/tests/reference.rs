@@ -44,3 +44,14 @@ fn sample_traces_decode_as_memtrace_does() {
         assert!(events > 100, "{events} events at rate {rate}");
     }
 }
+
+/// Our writer's traces (used by the benchmark and the fuzz test) are real memtrace traces.
+#[test]
+fn synthetic_traces_decode_as_memtrace_does() {
+    let Some(programs) = ocaml_programs() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("synthetic.ctf");
+    std::fs::write(&path, synthetic::trace(50_000, 3)).unwrap();
+    let events = assert_same_as_memtrace(&programs, &path);
+    assert!(events >= 50_000, "{events} events");
+}

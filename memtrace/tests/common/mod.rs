@@ -118,3 +118,5 @@ pub fn dump_like_memtrace(trace: &Trace<'_>) -> String {
     }
     out
 }
+
+pub mod synthetic;
