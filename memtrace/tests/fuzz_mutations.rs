@@ -95,7 +95,7 @@ fn read_everything(bytes: &[u8]) -> Result<usize, heapsnap_memtrace::Error> {
     let mut frames = 0;
     while let Some(event) = events.next_event()? {
         if let Event::Alloc(alloc) = event {
-            frames += alloc.backtrace.frames().map(|f| f.location.map_or(0, |l| l.filename.len())).count();
+            frames += alloc.backtrace.frames().map(|f| f.location.map_or(0, |l| l.filename.len())).sum::<usize>();
         }
     }
     let index = trace.index()?;

@@ -30,11 +30,15 @@ fn backtrace() -> impl Strategy<Value = Vec<u64>> {
     prop::collection::vec(piece, 0..8).prop_map(|pieces| pieces.concat())
 }
 
-fn step() -> impl Strategy<Value = (u8, u64, u64, u64, AllocSource, Vec<u64>, u64)> {
+/// kind (0 short-able allocation, 1 allocation, 2 promotion, 3 collection), time step, length,
+/// samples, source, backtrace, which earlier id.
+type Step = (u8, u64, u64, u64, AllocSource, Vec<u64>, u64);
+
+fn step() -> impl Strategy<Value = Step> {
     (0u8..4, 0u64..40_000_000, 0u64..70_000, 1u64..4, source(), backtrace(), any::<u64>())
 }
 
-fn write(steps: &[(u8, u64, u64, u64, AllocSource, Vec<u64>, u64)]) -> (Vec<u8>, Vec<Written>) {
+fn write(steps: &[Step]) -> (Vec<u8>, Vec<Written>) {
     let mut writer = TraceWriter::new(&info(7));
     for c in 0..30 {
         let code = c * 0x100 + 0x1000;
