@@ -1,0 +1,100 @@
+//! A reader for the trace files of Jane Street's memtrace (`Memtrace.trace_if_requested`):
+//! the header (pid, executable, sampling rate...), the source locations, and the sampled
+//! allocations with their call stacks, promotions and collections.
+//!
+//! ```no_run
+//! let trace = heapsnap_memtrace::Trace::open("prog.ctf")?;
+//! println!("pid {} rate {}", trace.info().pid, trace.info().sample_rate);
+//! let live = trace.index()?;
+//! for alloc in live.allocations() {
+//!     let top = live.frames(alloc).next();
+//!     println!("{} words at {:?}", alloc.length_words, top.and_then(|f| f.location).map(|l| l.to_string()));
+//! }
+//! # Ok::<(), heapsnap_memtrace::Error>(())
+//! ```
+//!
+//! The format is described in `README.md`, as read from memtrace's `src/trace.ml`.
+
+mod backtrace;
+mod cursor;
+mod error;
+mod events;
+mod index;
+mod location;
+mod packet;
+pub mod write;
+
+pub use error::{Error, Problem};
+pub use events::{Alloc, AllocSource, Backtrace, Event, EventReader, Frame};
+pub use index::{AllocInfo, LiveIndex, TraceStats};
+pub use location::{Location, LocationCode, LocationTable};
+pub use packet::TraceInfo;
+
+use std::path::Path;
+
+/// The newest format version this reader knows (memtrace's `memtrace_version`).
+pub const MAX_VERSION: u16 = 3;
+/// memtrace writes packets of at most 32 KiB; larger ones are corrupt.
+pub const MAX_PACKET_SIZE: usize = 1 << 15;
+/// Distinct domains accepted in one trace (memtrace itself traces the main domain only); each
+/// costs a 160 KiB backtrace cache.
+pub const MAX_DOMAINS: usize = 128;
+/// Backtraces longer than this many frames are refused: it bounds the memory a hostile file
+/// can make the decoder use (a few bytes of trace can extend a backtrace by 256 frames).
+pub const MAX_BACKTRACE: usize = 1 << 22;
+
+enum Data<'t> {
+    Borrowed(&'t [u8]),
+    Mapped(memmap2::Mmap),
+}
+
+/// An opened trace: its header is read and checked; events are read on demand.
+pub struct Trace<'t> {
+    data: Data<'t>,
+    info: TraceInfo,
+    first_packet_end: usize,
+}
+
+impl Trace<'static> {
+    /// Maps the file and reads its header. The file must not shrink while it is mapped.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref();
+        let io = |source| Error::Io { path: path.to_path_buf(), source };
+        let file = std::fs::File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.len() == 0 {
+            return Err(Error::NotMemtrace { reason: "the file is empty" });
+        }
+        // SAFETY: the map is read-only; memtrace only appends whole packets to a trace.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let (info, first_packet_end) = packet::read_trace_info(&map)?;
+        Ok(Trace { data: Data::Mapped(map), info, first_packet_end })
+    }
+}
+
+impl<'t> Trace<'t> {
+    pub fn from_bytes(bytes: &'t [u8]) -> Result<Self, Error> {
+        let (info, first_packet_end) = packet::read_trace_info(bytes)?;
+        Ok(Trace { data: Data::Borrowed(bytes), info, first_packet_end })
+    }
+
+    pub fn info(&self) -> &TraceInfo {
+        &self.info
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        match &self.data {
+            Data::Borrowed(bytes) => bytes,
+            Data::Mapped(map) => map,
+        }
+    }
+
+    /// Streams the events from the start.
+    pub fn events(&self) -> EventReader<'_> {
+        EventReader::new(self.bytes(), &self.info, self.first_packet_end)
+    }
+
+    /// Reads every event once and keeps the allocations not collected by the end of the trace.
+    pub fn index(&self) -> Result<LiveIndex<'_>, Error> {
+        LiveIndex::build(self.events())
+    }
+}
