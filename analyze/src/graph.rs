@@ -35,7 +35,7 @@ pub fn scanned_fields(header: &Header, fields: &[u64], mut f: impl FnMut(usize, 
 }
 
 /// How many scanned pointers went where.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PointerCounts {
     pub to_blocks: u64,
     /// Outside every block-holding region (code, C data, atoms...): not OCaml heap.

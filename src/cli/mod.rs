@@ -3,6 +3,7 @@
 mod analyze;
 mod diff;
 mod dump;
+mod indexed;
 mod info;
 mod run;
 
