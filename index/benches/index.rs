@@ -10,6 +10,16 @@
 //! runs it (open and check the snapshot, graph, dominators, every grouping, index written),
 //! then, best of 3 with the index in place, each report as a command runs it: open the
 //! snapshot and the index, check the sections the report reads, answer.
+//!
+//! Figures on the development machine (2 shared cores, loaded), `--sizes 1,10`:
+//!
+//!     objects  analysis   first  index MiB | summary    top  domin. inspect   path | worst %
+//!       1.00M    0.173s  0.526s         52 | 0.0014s 0.0014s 0.0064s 0.0061s 0.0060s |  3.69%
+//!      10.00M    1.130s  6.284s        518 | 0.0063s 0.0065s 0.0462s 0.0459s 0.0457s |  4.09%
+//!
+//! The reports that read the dominator tree check the checksums of its sections (about 40 ms of
+//! the 46 at 10M); building and writing the index makes the first analysis slower (every
+//! grouping, referrers, 518 MiB written).
 
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;

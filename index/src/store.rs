@@ -99,7 +99,11 @@ pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, S
     for path in candidates(snapshot) {
         match save(&path, &bytes) {
             Ok(()) => {
-                let index = IndexFile::parse(Bytes::copied(&bytes), id)?;
+                // Mapped back rather than copied: the file is in the page cache already.
+                let index = match read(&path, id)? {
+                    Some(index) => index,
+                    None => IndexFile::parse(Bytes::copied(&bytes), id)?,
+                };
                 return Ok(Indexed { snap, index, path: Some(path), built: true });
             }
             Err(e) => last_error = Some((path, e)),
