@@ -9,6 +9,9 @@ command -v npm >/dev/null || need+=(npm)
 command -v flock >/dev/null || need+=(util-linux)
 command -v strip >/dev/null || need+=(binutils)
 command -v gdb >/dev/null || need+=(gdb)
+# The web UI's browser test (tests/web_ui.rs) drives a headless Chromium through chromedriver.
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "install-deps: installing ${need[*]}" >&2

@@ -40,7 +40,7 @@ enum Lookup {
 }
 
 /// Counts for one region.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct RegionCounts {
     pub live_blocks: u64,
     pub live_bytes: u64,

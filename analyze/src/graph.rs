@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 pub const SUPER_ROOT: NodeId = 0;
 
 /// How many scanned pointers went where.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct PointerCounts {
     pub to_blocks: u64,
     /// Outside every block-holding region (code, C data, atoms...): not OCaml heap.

@@ -4,10 +4,10 @@ use crate::analysis::{Analysis, NodeKind};
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::graph::{PointerCounts, SUPER_ROOT};
 use crate::groups::{self, Group, GroupBy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-#[derive(Serialize, Default, Clone, Debug)]
+#[derive(Serialize, Deserialize, Default, Clone, Debug)]
 pub struct RegionTotals {
     pub regions: u64,
     pub bytes: u64,
@@ -15,7 +15,7 @@ pub struct RegionTotals {
     pub counts: RegionCounts,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct RootKindTotal {
     pub kind: String,
     pub roots: u64,
@@ -23,7 +23,7 @@ pub struct RootKindTotal {
     pub retained: u64,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Summary {
     pub ocaml_version: String,
     pub reserved_header_bits: u8,

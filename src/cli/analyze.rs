@@ -1,13 +1,15 @@
 //! The analysis subcommands: `summary`, `top`, `dominators`, `path`, `inspect`, `verify`.
 //! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md).
 
+use super::indexed;
 use anyhow::Context;
 use clap::Args;
-use heapsnap_analyze::groups::{groups, GroupBy};
+use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::reports::{dominator_report, human_bytes, summary, TreeNode};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::reports::{human_bytes, TreeNode};
+use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
+use heapsnap_index::Needs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -15,10 +17,6 @@ fn open(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::mem::tune_allocator();
     Snapshot::open(path).with_context(|| format!("cannot open {}", path.display()))
-}
-
-fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
-    Ok(Analysis::new(snap, &Progress::stderr())?)
 }
 
 /// Prints any serialisable report as pretty JSON (a macro: the binary does not name serde).
@@ -59,9 +57,8 @@ pub struct SummaryArgs {
 }
 
 pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let s = summary(&a, args.top);
+    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
+    let s = ix.view(Needs::Meta)?.summary(args.top);
     if args.json {
         return print_json!(s);
     }
@@ -130,9 +127,9 @@ pub struct TopArgs {
 }
 
 pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let mut list = groups(&a, args.by);
+    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
+    let a = ix.view(Needs::Meta)?;
+    let mut list = a.groups(args.by).to_vec();
     let total_groups = list.len();
     if args.limit > 0 {
         list.truncate(args.limit);
@@ -169,9 +166,8 @@ pub struct DominatorsArgs {
 }
 
 pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let tree = dominator_report(&a, args.depth, args.min_percent, args.max_children);
+    let ix = indexed::load(&args.snapshot, Needs::Tree)?;
+    let tree = ix.view(Needs::Tree)?.dominator_report(args.depth, args.min_percent, args.max_children);
     if args.json {
         return print_json!(tree);
     }
@@ -221,15 +217,15 @@ pub struct PathArgs {
 }
 
 pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
+    let ix = indexed::load(&args.snapshot, Needs::All)?;
+    let a = ix.view(Needs::All)?;
     let query = match (args.address, args.tag, args.kind) {
         (Some(x), _, _) => PathQuery::Address(x),
         (_, Some(t), _) => PathQuery::Tag(t),
         (_, _, Some(k)) => PathQuery::Kind(k),
         _ => anyhow::bail!("give an address, --tag or --kind"),
     };
-    let report = heapsnap_analyze::paths::paths(&a, &query, args.limit.max(1), args.max_paths)?;
+    let report = a.paths(&query, args.limit.max(1), args.max_paths)?;
     if args.json {
         return print_json!(report);
     }
@@ -266,9 +262,8 @@ pub struct InspectArgs {
 }
 
 pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let i = heapsnap_analyze::inspect::inspect(&a, args.address, args.max_fields)?;
+    let ix = indexed::load(&args.snapshot, Needs::All)?;
+    let i = ix.view(Needs::All)?.inspect(args.address, args.max_fields)?;
     if args.json {
         return print_json!(i);
     }

@@ -3,8 +3,10 @@
 mod analyze;
 mod diff;
 mod dump;
+mod indexed;
 mod info;
 mod run;
+mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -36,6 +38,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Attach to a running OCaml 5 program, take one snapshot, detach.
     Dump(dump::DumpArgs),
+    /// A local web UI: summary, groups, dominator tree, objects and paths, and the diff of 2+ snapshots.
+    Serve(serve::ServeArgs),
     /// Launch a program and take numbered snapshots when triggers fire (also honours OCAML_HEAPSNAP).
     Run(run::RunArgs),
     /// Watch a program for the preload library (started by libheapsnap_preload.so, not by hand).
@@ -54,6 +58,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => diff::run(args),
         Command::Info(args) => info::run(args),
         Command::Dump(args) => dump::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Run(args) => run::run(args),
         Command::Watch(args) => run::watch(args),
     }

@@ -1,0 +1,153 @@
+//! Builds an index from a full analysis: everything the reports and the web UI read.
+
+use crate::file::{IndexBuilder, SnapshotId};
+use crate::sections::*;
+use heapsnap_analyze::blocks::{NodeId, NO_NODE};
+use heapsnap_analyze::groups::{groups, top_label, GroupBy};
+use heapsnap_analyze::paths::bfs_parents;
+use heapsnap_analyze::Analysis;
+use rayon::prelude::*;
+use std::collections::BTreeMap;
+
+pub const ALL_GROUPINGS: [GroupBy; 4] = [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root];
+
+pub fn grouping_name(by: GroupBy) -> &'static str {
+    match by {
+        GroupBy::Tag => "tag",
+        GroupBy::Kind => "kind",
+        GroupBy::Closure => "closure",
+        GroupBy::Root => "root",
+    }
+}
+
+/// The index file's bytes for an analysed snapshot.
+pub fn build(a: &Analysis<'_>) -> Vec<u8> {
+    let n = a.graph.node_count();
+    let tree = &a.tree;
+    let preorder = a.preorder();
+    let r = tree.reachable_count();
+
+    let mut summary = heapsnap_analyze::reports::summary(a, 0);
+    summary.top_groups.clear();
+    let groups: BTreeMap<String, Vec<_>> = ALL_GROUPINGS.iter().map(|&by| (grouping_name(by).to_string(), groups(a, by))).collect();
+
+    // The nodes right below the super-root and the root kinds, with the labels reports give them.
+    let first_block = a.graph.blocks.first_block_node;
+    let mut top_nodes: Vec<NodeId> =
+        (1..r).filter(|&p| preorder[tree.idom_pre[p] as usize] < first_block && preorder[p] >= first_block).map(|p| preorder[p]).collect();
+    top_nodes.sort_unstable();
+    let mut label_names: Vec<String> = Vec::new();
+    let mut label_ids: rustc_hash::FxHashMap<String, u32> = Default::default();
+    let top_label_ids: Vec<u32> = top_nodes
+        .iter()
+        .map(|&v| {
+            let label = top_label(a, v);
+            *label_ids.entry(label.clone()).or_insert_with(|| {
+                label_names.push(label);
+                label_names.len() as u32 - 1
+            })
+        })
+        .collect();
+
+    let meta = Meta {
+        node_count: n as u32,
+        reachable_count: r as u32,
+        first_block_node: first_block,
+        root_kinds: a.graph.root_kinds.iter().map(|k| RootKindNames { label: k.label().to_string(), display: k.to_string() }).collect(),
+        summary,
+        groups,
+    };
+
+    let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
+    // Children of every reachable node, largest retained first (as the reports list them).
+    let (offsets, kids) = tree.children_pre();
+    let mut sorted_kids = kids;
+    {
+        let mut slices: Vec<&mut [u32]> = Vec::with_capacity(r);
+        let mut rest: &mut [u32] = &mut sorted_kids;
+        for p in 0..r {
+            let len = (offsets[p + 1] - offsets[p]) as usize;
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(len);
+            slices.push(mine);
+            rest = tail;
+        }
+        slices.par_iter_mut().for_each(|s| {
+            s.sort_by(|&x, &y| retained[y as usize].cmp(&retained[x as usize]).then(preorder[x as usize].cmp(&preorder[y as usize])))
+        });
+    }
+
+    let blocks = &a.graph.blocks;
+    let mut addr = vec![0u64; n];
+    for r in blocks.block_regions() {
+        for b in blocks.region_blocks(r) {
+            addr[b.node as usize] = b.address;
+        }
+    }
+    let mut by_addr: Vec<u32> = (first_block..n as NodeId).filter(|&v| addr[v as usize] != 0).collect();
+    by_addr.par_sort_unstable_by_key(|&v| addr[v as usize]);
+
+    // Who points to whom, reversed, strong edges only (ephemeron key -> data edges serve the
+    // dominators only): the referrers of an object.
+    let g = &a.graph;
+    let check = !g.condition_edges.is_empty();
+    let mut in_degree = vec![0u32; n + 1];
+    for u in 0..n as NodeId {
+        let mut last = NO_NODE;
+        for &t in g.successors(u) {
+            if t != last && !(check && g.is_condition_edge(u, t)) {
+                in_degree[t as usize + 1] += 1;
+            }
+            last = t;
+        }
+    }
+    let mut total = 0u32;
+    for d in in_degree.iter_mut() {
+        total += *d;
+        *d = total;
+    }
+    let ref_offsets = in_degree;
+    let mut fill = ref_offsets.clone();
+    let mut refs = vec![0u32; total as usize];
+    for u in 0..n as NodeId {
+        let mut last = NO_NODE;
+        for &t in g.successors(u) {
+            if t != last && !(check && g.is_condition_edge(u, t)) {
+                let at = &mut fill[t as usize];
+                // A node may list the same target twice (two fields): keep one.
+                if *at == ref_offsets[t as usize] || refs[*at as usize - 1] != u {
+                    refs[*at as usize] = u;
+                    *at += 1;
+                }
+            }
+            last = t;
+        }
+    }
+    // Compact (duplicates removed above leave gaps).
+    let mut compact_offsets = vec![0u32; n + 1];
+    let mut compact = Vec::with_capacity(refs.len());
+    for v in 0..n {
+        compact.extend_from_slice(&refs[ref_offsets[v] as usize..fill[v] as usize]);
+        compact_offsets[v + 1] = compact.len() as u32;
+    }
+
+    let root_edges: Vec<u32> = g.roots.iter().flat_map(|e| [e.node, e.record]).collect();
+
+    let mut b = IndexBuilder::default();
+    b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
+    b.add_u32(PRE_OF, &tree.pre_of);
+    b.add_u32(PREORDER, preorder);
+    b.add_u32(IDOM_PRE, &tree.idom_pre);
+    b.add_u64(RETAINED, &retained);
+    b.add_u32(KID_OFFSETS, &offsets);
+    b.add_u32(KIDS, &sorted_kids);
+    b.add_u64(ADDRESS, &addr);
+    b.add_u32(BY_ADDRESS, &by_addr);
+    b.add_u32(BFS_PARENT, &bfs_parents(a));
+    b.add_u32(REF_OFFSETS, &compact_offsets);
+    b.add_u32(REFS, &compact);
+    b.add_u32(ROOT_EDGES, &root_edges);
+    b.add_u32(TOP_NODES, &top_nodes);
+    b.add_u32(TOP_LABEL_IDS, &top_label_ids);
+    b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    b.finish(SnapshotId::of(a.snap))
+}

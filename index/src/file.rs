@@ -1,0 +1,229 @@
+//! The index container: a header, a section table and 8-byte aligned sections, each with its
+//! own xxh3-64 checksum (see INDEX.md). Opening checks the header and the table; a section's
+//! checksum is checked the first time it is read, so a report touches only what it needs.
+//! Nothing in the file is trusted before it is checked.
+
+use std::sync::OnceLock;
+use xxhash_rust::xxh3::xxh3_64;
+
+pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
+/// Bumped whenever what the index holds, or how it is computed, changes.
+pub const INDEX_VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 48;
+pub const ENTRY_SIZE: usize = 32;
+/// Far more sections than any index holds: a table claiming more is foreign.
+const MAX_SECTIONS: u32 = 256;
+
+/// Why an index file was not used (the caller then rebuilds it).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum IndexError {
+    #[error("not a heapsnap index (bad magic)")]
+    Magic,
+    #[error("index version {0}, this heapsnap writes {INDEX_VERSION}")]
+    Version(u32),
+    #[error("the index is of another snapshot")]
+    OtherSnapshot,
+    #[error("the index is truncated ({0} bytes)")]
+    Truncated(usize),
+    #[error("the index's section table is corrupt: {0}")]
+    Table(String),
+    #[error("index section {0} is corrupt (checksum)")]
+    Checksum(u32),
+    #[error("index section {0} is missing or malformed")]
+    Section(u32),
+    #[error("index contents are inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+/// What ties an index to its snapshot: the xxh3-64 of the snapshot's section table (which holds
+/// every section's checksum) and the snapshot's length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotId {
+    pub table_hash: u64,
+    pub length: u64,
+}
+
+impl SnapshotId {
+    pub fn of(snap: &heapsnap_format::Snapshot) -> SnapshotId {
+        let table: &[u8] = bytemuck::cast_slice(snap.sections());
+        SnapshotId { table_hash: xxh3_64(table), length: snap.bytes().len() as u64 }
+    }
+}
+
+/// Builds an index file in memory, section by section.
+#[derive(Default)]
+pub struct IndexBuilder {
+    sections: Vec<(u32, Vec<u8>)>,
+}
+
+impl IndexBuilder {
+    pub fn add(&mut self, kind: u32, body: Vec<u8>) {
+        self.sections.push((kind, body));
+    }
+
+    pub fn add_u32(&mut self, kind: u32, values: &[u32]) {
+        self.add(kind, bytemuck::cast_slice(values).to_vec());
+    }
+
+    pub fn add_u64(&mut self, kind: u32, values: &[u64]) {
+        self.add(kind, bytemuck::cast_slice(values).to_vec());
+    }
+
+    /// The whole file: header, table, sections.
+    pub fn finish(self, id: SnapshotId) -> Vec<u8> {
+        let table_len = self.sections.len() * ENTRY_SIZE;
+        let mut at = (HEADER_SIZE + table_len) as u64;
+        let mut table = Vec::with_capacity(table_len);
+        for (kind, body) in &self.sections {
+            table.extend_from_slice(&kind.to_le_bytes());
+            table.extend_from_slice(&0u32.to_le_bytes());
+            table.extend_from_slice(&at.to_le_bytes());
+            table.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            table.extend_from_slice(&xxh3_64(body).to_le_bytes());
+            at += (body.len() as u64).next_multiple_of(8);
+        }
+        let mut out = Vec::with_capacity(at as usize);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
+        out.extend_from_slice(&(self.sections.len() as u32).to_le_bytes());
+        out.extend_from_slice(&id.table_hash.to_le_bytes());
+        out.extend_from_slice(&id.length.to_le_bytes());
+        out.extend_from_slice(&xxh3_64(&table).to_le_bytes());
+        out.extend_from_slice(&0u64.to_le_bytes());
+        out.extend_from_slice(&table);
+        for (_, body) in &self.sections {
+            out.extend_from_slice(body);
+            out.resize(out.len().next_multiple_of(8), 0);
+        }
+        out
+    }
+}
+
+struct Entry {
+    kind: u32,
+    offset: usize,
+    length: usize,
+    checksum: u64,
+    checked: OnceLock<bool>,
+}
+
+/// The bytes of an index (a mapped file or a vector), validated.
+pub enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u64>, usize),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v, len) => &bytemuck::cast_slice(v)[..*len],
+        }
+    }
+}
+
+impl Bytes {
+    /// Copies into 8-byte aligned memory (sections are read as `u32`/`u64` slices).
+    pub fn copied(bytes: &[u8]) -> Bytes {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Bytes::Owned(words, bytes.len())
+    }
+}
+
+pub struct IndexFile {
+    bytes: Bytes,
+    entries: Vec<Entry>,
+}
+
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+impl IndexFile {
+    /// Checks the header, that the index belongs to `id`, and the section table.
+    pub fn parse(bytes: Bytes, id: SnapshotId) -> Result<IndexFile, IndexError> {
+        let b: &[u8] = &bytes;
+        if b.len() < HEADER_SIZE {
+            return if b.len() >= 8 && b[..8] != MAGIC { Err(IndexError::Magic) } else { Err(IndexError::Truncated(b.len())) };
+        }
+        if b[..8] != MAGIC {
+            return Err(IndexError::Magic);
+        }
+        let version = le32(b, 8);
+        if version != INDEX_VERSION {
+            return Err(IndexError::Version(version));
+        }
+        let count = le32(b, 12);
+        if (SnapshotId { table_hash: le64(b, 16), length: le64(b, 24) }) != id {
+            return Err(IndexError::OtherSnapshot);
+        }
+        if le64(b, 40) != 0 {
+            return Err(IndexError::Table("reserved header field".into()));
+        }
+        if count > MAX_SECTIONS {
+            return Err(IndexError::Table(format!("{count} sections")));
+        }
+        let table_end = HEADER_SIZE + count as usize * ENTRY_SIZE;
+        if b.len() < table_end {
+            return Err(IndexError::Truncated(b.len()));
+        }
+        let table = &b[HEADER_SIZE..table_end];
+        if xxh3_64(table) != le64(b, 32) {
+            return Err(IndexError::Table("checksum".into()));
+        }
+        let mut entries = Vec::with_capacity(count as usize);
+        for e in table.chunks_exact(ENTRY_SIZE) {
+            let (kind, offset, length, checksum) = (le32(e, 0), le64(e, 8), le64(e, 16), le64(e, 24));
+            let end = offset.checked_add(length).ok_or_else(|| IndexError::Table(format!("section {kind} overflows")))?;
+            if offset % 8 != 0 || offset < table_end as u64 {
+                return Err(IndexError::Table(format!("section {kind} at {offset}")));
+            }
+            if end > b.len() as u64 {
+                return Err(IndexError::Truncated(b.len()));
+            }
+            if entries.iter().any(|x: &Entry| x.kind == kind) {
+                return Err(IndexError::Table(format!("section {kind} twice")));
+            }
+            entries.push(Entry { kind, offset: offset as usize, length: length as usize, checksum, checked: OnceLock::new() });
+        }
+        Ok(IndexFile { bytes, entries })
+    }
+
+    /// A section's bytes, its checksum checked on first use.
+    pub fn section(&self, kind: u32) -> Result<&[u8], IndexError> {
+        let e = self.entries.iter().find(|e| e.kind == kind).ok_or(IndexError::Section(kind))?;
+        let body = &self.bytes[e.offset..e.offset + e.length];
+        if *e.checked.get_or_init(|| xxh3_64(body) == e.checksum) {
+            Ok(body)
+        } else {
+            Err(IndexError::Checksum(kind))
+        }
+    }
+
+    pub fn u32s(&self, kind: u32) -> Result<&[u32], IndexError> {
+        bytemuck::try_cast_slice(self.section(kind)?).map_err(|_| IndexError::Section(kind))
+    }
+
+    pub fn u64s(&self, kind: u32) -> Result<&[u64], IndexError> {
+        bytemuck::try_cast_slice(self.section(kind)?).map_err(|_| IndexError::Section(kind))
+    }
+
+    /// Checks every section's checksum now.
+    pub fn verify_all(&self) -> Result<(), IndexError> {
+        self.entries.iter().try_for_each(|e| self.section(e.kind).map(|_| ()))
+    }
+
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}

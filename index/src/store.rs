@@ -1,0 +1,159 @@
+//! Where an index lives and how it is opened: `SNAP.hsidx` next to the snapshot, or, when that
+//! directory is not writable, `$XDG_CACHE_HOME/heapsnap/index/` (default `~/.cache`). Written
+//! owner-only (0600) to a temporary file renamed into place, so a reader never sees half an
+//! index. Any index that fails a check is reported on stderr and rebuilt.
+
+use crate::file::{Bytes, IndexError, IndexFile, SnapshotId};
+use heapsnap_analyze::{Analysis, AnalyzeError, Progress};
+use heapsnap_format::{ReadOptions, Snapshot};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A snapshot with its index.
+pub struct Indexed {
+    pub snap: Snapshot,
+    pub index: IndexFile,
+    /// Where the index was read or written (None: kept in memory only).
+    pub path: Option<PathBuf>,
+    /// Whether this call built it.
+    pub built: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open {path}: {source}")]
+    Snapshot { path: PathBuf, source: heapsnap_format::FormatError },
+    #[error(transparent)]
+    Analyze(#[from] AnalyzeError),
+    #[error("the index just built does not read back: {0}")]
+    Index(#[from] IndexError),
+}
+
+/// `SNAP.hsidx`, next to the snapshot.
+pub fn beside(snapshot: &Path) -> PathBuf {
+    let mut name = snapshot.file_name().unwrap_or_default().to_os_string();
+    name.push(".hsidx");
+    snapshot.with_file_name(name)
+}
+
+/// The cache location: one file per snapshot path (its canonical path hashed).
+pub fn in_cache(snapshot: &Path) -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
+    };
+    let canonical = std::fs::canonicalize(snapshot).unwrap_or_else(|_| snapshot.to_path_buf());
+    let hash = xxhash_rust::xxh3::xxh3_64(canonical.as_os_str().as_encoded_bytes());
+    let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
+    Some(base.join("heapsnap").join("index").join(format!("{hash:016x}-{name}.hsidx")))
+}
+
+fn candidates(snapshot: &Path) -> Vec<PathBuf> {
+    std::iter::once(beside(snapshot)).chain(in_cache(snapshot)).collect()
+}
+
+fn read(path: &Path, id: SnapshotId) -> Result<Option<IndexFile>, IndexError> {
+    let Ok(file) = std::fs::File::open(path) else { return Ok(None) };
+    // SAFETY: the index is only read; a concurrent writer replaces it by renaming a new file
+    // over it, which leaves this mapping's file untouched.
+    let map = match unsafe { memmap2::Mmap::map(&file) } {
+        Ok(m) => Bytes::Mapped(m),
+        Err(_) => return Ok(None),
+    };
+    IndexFile::parse(map, id).map(Some)
+}
+
+/// Opens the snapshot and its index, building (and saving) the index when there is no valid
+/// one. With a valid index the snapshot's sections are not re-hashed: the index ties itself to
+/// the hash of their checksums, which were all checked when the index was built.
+pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {
+    let err = |source| StoreError::Snapshot { path: snapshot.to_path_buf(), source };
+    let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).map_err(err)?;
+    let id = SnapshotId::of(&snap);
+    for path in candidates(snapshot) {
+        match read(&path, id) {
+            Ok(Some(index)) => match crate::IndexView::open(&snap, &index, crate::Needs::Meta) {
+                Ok(_) => return Ok(Indexed { snap, index, path: Some(path), built: false }),
+                Err(e) => eprintln!("heapsnap: ignoring the index {}: {e}; rebuilding it", path.display()),
+            },
+            Ok(None) => {}
+            Err(e) => eprintln!("heapsnap: ignoring the index {}: {e}; rebuilding it", path.display()),
+        }
+    }
+    drop(snap);
+    build_and_save(snapshot, progress)
+}
+
+/// Analyses the snapshot and saves its index (the first writable location wins).
+pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {
+    let snap = Snapshot::open(snapshot).map_err(|source| StoreError::Snapshot { path: snapshot.to_path_buf(), source })?;
+    let bytes = {
+        let analysis = Analysis::new(&snap, progress)?;
+        let step = progress.step("writing the analysis index", 0);
+        let bytes = crate::build::build(&analysis);
+        step.finish_and_clear();
+        bytes
+    };
+    let id = SnapshotId::of(&snap);
+    let mut last_error = None;
+    for path in candidates(snapshot) {
+        match save(&path, &bytes) {
+            Ok(()) => {
+                // Mapped back rather than copied: the file is in the page cache already.
+                let index = match read(&path, id)? {
+                    Some(index) => index,
+                    None => IndexFile::parse(Bytes::copied(&bytes), id)?,
+                };
+                return Ok(Indexed { snap, index, path: Some(path), built: true });
+            }
+            Err(e) => last_error = Some((path, e)),
+        }
+    }
+    if let Some((path, e)) = last_error {
+        eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
+    }
+    let index = IndexFile::parse(Bytes::copied(&bytes), id)?;
+    Ok(Indexed { snap, index, path: None, built: true })
+}
+
+/// Writes owner-only to a temporary file in the same directory, then renames it into place.
+/// Not synced to disk: a crash may leave a short or empty index, which fails its checks and is
+/// rebuilt.
+pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+    // tempfile creates the file with O_EXCL and mode 0600.
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(&dir)?;
+    tmp.write_all(bytes)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+impl Indexed {
+    /// The view of the snapshot through its index, `needs` deciding which sections are checked.
+    pub fn view(&self, needs: crate::Needs) -> Result<crate::IndexView<'_>, IndexError> {
+        crate::IndexView::open(&self.snap, &self.index, needs)
+    }
+}
+
+/// [`open_or_build`], and a rebuild when a section the caller needs fails its check.
+pub fn load(snapshot: &Path, needs: crate::Needs, progress: &Progress) -> Result<Indexed, StoreError> {
+    let ix = open_or_build(snapshot, progress)?;
+    if let Err(e) = ix.view(needs) {
+        if ix.built {
+            return Err(e.into());
+        }
+        let at = ix.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+        eprintln!("heapsnap: ignoring the index {at}: {e}; rebuilding it");
+        drop(ix);
+        return build_and_save(snapshot, progress);
+    }
+    Ok(ix)
+}

@@ -1,0 +1,212 @@
+//! The index answers as the full analysis does, and never trusts a bad file.
+
+use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::paths::PathQuery;
+use heapsnap_analyze::synth::{large_heap_shape, Space, Value};
+use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
+use heapsnap_index::store::{beside, open_or_build};
+use heapsnap_index::{IndexView, Needs};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+
+/// The large-heap shape plus what else reports must get right: a minor heap, an ephemeron
+/// whose data lives, mutually recursive closures (infix pointers), a stack root.
+fn write_heap(dir: &Path) -> PathBuf {
+    let mut h = large_heap_shape(300).heap;
+    let key = h.alloc_string(Space::Major, b"key");
+    let data = h.alloc(Space::Major, 0, &[Value::Int(7), Value::Ptr(key)]);
+    let eph = h.alloc_ephemeron(Some(Value::Ptr(data)), &[Value::Ptr(key)]);
+    let young = h.alloc(Space::Minor, 0, &[Value::Ptr(eph), Value::Ptr(key)]);
+    let (pair, infix) = h.alloc_closure_pair(Space::Major, [0x1000, 0x2000], &[Value::Ptr(young)]);
+    let holder = h.alloc(Space::Major, 1, &[infix, Value::Ptr(pair)]);
+    h.add_root(RootKind::Stack, Value::Ptr(holder), "main", 0);
+    let path = dir.join("mixed.heapsnap");
+    h.write(&path).expect("write the snapshot");
+    path
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).expect("serialises")
+}
+
+#[test]
+fn index_reports_equal_the_full_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    assert!(ix.built);
+    let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
+
+    assert_eq!(json(&heapsnap_analyze::reports::summary(&a, 10)), json(&view.summary(10)));
+    for by in [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        assert_eq!(json(&heapsnap_analyze::groups::groups(&a, by)), json(&view.groups(by)), "groups by {by:?}");
+    }
+    for (depth, min) in [(4, 1.0), (10, 0.0), (1, 0.0)] {
+        assert_eq!(
+            json(&heapsnap_analyze::reports::dominator_report(&a, depth, min, 20)),
+            json(&view.dominator_report(depth, min, 20)),
+            "dominators depth {depth} min {min}"
+        );
+    }
+    let mut queries = vec![PathQuery::Tag(0), PathQuery::Tag(252), PathQuery::Kind("closure".into()), PathQuery::Kind("string".into())];
+    // Every block by address: paths and inspect.
+    let addresses: Vec<u64> = a.graph.blocks.block_regions().flat_map(|r| a.graph.blocks.region_blocks(r)).map(|b| b.address).collect();
+    assert!(addresses.len() > 2000);
+    for &x in addresses.iter().step_by(37).chain(addresses.iter().rev().take(12)) {
+        queries.push(PathQuery::Address(x));
+        assert_eq!(json(&heapsnap_analyze::inspect::inspect(&a, x, 64).unwrap()), json(&view.inspect(x, 64).unwrap()), "inspect {x:#x}");
+    }
+    for q in &queries {
+        assert_eq!(json(&heapsnap_analyze::paths::paths(&a, q, 1000, 10).unwrap()), json(&view.paths(q, 1000, 10).unwrap()), "paths {q:?}");
+    }
+    assert!(view.inspect(0x10, 64).is_err());
+}
+
+#[test]
+fn a_second_open_reads_the_index_written_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let first = open_or_build(&path, &Progress::hidden()).unwrap();
+    assert!(first.built);
+    assert_eq!(first.path.as_deref(), Some(beside(&path).as_path()));
+    let mode = std::fs::metadata(beside(&path)).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Nothing else was left in the directory (the temporary file was renamed).
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    let second = open_or_build(&path, &Progress::hidden()).unwrap();
+    assert!(!second.built);
+}
+
+#[test]
+fn an_index_of_another_snapshot_or_version_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    open_or_build(&path, &Progress::hidden()).unwrap();
+    let index_bytes = std::fs::read(beside(&path)).unwrap();
+
+    // Another snapshot at the same path: the old index is foreign now.
+    let mut other = large_heap_shape(40).heap;
+    other.add_root(RootKind::Stack, Value::Int(1), "x", 0);
+    other.write(&path).unwrap();
+    let snap = Snapshot::open(&path).unwrap();
+    let err = IndexFile::parse(Bytes::copied(&index_bytes), SnapshotId::of(&snap)).err();
+    assert_eq!(err, Some(IndexError::OtherSnapshot));
+    let again = open_or_build(&path, &Progress::hidden()).unwrap();
+    assert!(again.built, "a stale index must be rebuilt");
+    let view = IndexView::open(&again.snap, &again.index, Needs::All).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    assert_eq!(view.reachable_bytes(), a.reachable_bytes());
+
+    // A future version.
+    let mut bytes = std::fs::read(beside(&path)).unwrap();
+    bytes[8] = 99;
+    std::fs::write(beside(&path), &bytes).unwrap();
+    assert!(open_or_build(&path, &Progress::hidden()).unwrap().built);
+}
+
+/// Opens an index from bytes and uses every part of it; must not panic.
+fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
+    let file = IndexFile::parse(Bytes::copied(bytes), SnapshotId::of(snap))?;
+    let view = IndexView::open(snap, &file, Needs::All)?;
+    let _ = view.summary(5);
+    let _ = view.dominator_report(6, 0.0, 50);
+    for v in (0..view.node_count() as u32 + 3).step_by(7) {
+        let _ = view.dominator_chain(v);
+        let _ = view.tree_node(v);
+        if let Some(x) = view.address(v) {
+            let _ = view.inspect(x, 8);
+            let _ = view.paths(&PathQuery::Address(x), 10, 4);
+        }
+    }
+    let _ = view.paths(&PathQuery::Kind("closure".into()), 100, 4);
+    Ok(())
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    snap: Snapshot,
+    bytes: Vec<u8>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = large_heap_shape(30).heap;
+    let s = h.alloc_string(Space::Major, b"x");
+    h.add_root(RootKind::Stack, Value::Ptr(s), "main", 0);
+    let path = dir.path().join("small.heapsnap");
+    h.write(&path).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let bytes = std::fs::read(ix.path.unwrap()).unwrap();
+    Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let f = fixture();
+    use_index(&f.snap, &f.bytes).expect("the intact index");
+    // Past the last section only padding is cut.
+    for len in (0..f.bytes.len() - 8).step_by(3) {
+        assert!(use_index(&f.snap, &f.bytes[..len]).is_err(), "truncated to {len} bytes");
+    }
+}
+
+#[test]
+fn a_flipped_bit_is_caught_by_a_checksum() {
+    let f = fixture();
+    for at in (0..f.bytes.len()).step_by(29) {
+        let mut b = f.bytes.clone();
+        b[at] ^= 0x10;
+        // Padding bytes are not checksummed: a flip there may pass, but must not panic.
+        let r = use_index(&f.snap, &b);
+        if at < 48 + 16 * 32 {
+            assert!(r.is_err(), "flip at {at}");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// Hostile indexes whose checksums were fixed up after the mutation: wrong answers at
+    /// worst, never a panic or a hang.
+    #[test]
+    fn mutated_sections_with_valid_checksums_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20)) {
+        let f = FIXTURE.with(|f| (f.snap.bytes().to_vec(), f.bytes.clone()));
+        let snap = Snapshot::from_bytes(&f.0).unwrap();
+        let mut b = f.1;
+        let header = 48 + 16 * 32;
+        for (at, byte) in edits {
+            let at = header + at % (b.len() - header);
+            b[at] = byte;
+        }
+        let b = reseal(&b);
+        let _ = use_index(&snap, &b);
+    }
+}
+
+thread_local! {
+    static FIXTURE: Fixture = fixture();
+}
+
+/// Recomputes every section checksum and the table checksum (as a hostile writer would).
+fn reseal(bytes: &[u8]) -> Vec<u8> {
+    use xxhash_rust::xxh3::xxh3_64;
+    let mut b = bytes.to_vec();
+    let count = u32::from_le_bytes(b[12..16].try_into().unwrap()) as usize;
+    for i in 0..count {
+        let e = 48 + i * 32;
+        let off = u64::from_le_bytes(b[e + 8..e + 16].try_into().unwrap()) as usize;
+        let len = u64::from_le_bytes(b[e + 16..e + 24].try_into().unwrap()) as usize;
+        let sum = xxh3_64(&b[off..off + len]);
+        b[e + 24..e + 32].copy_from_slice(&sum.to_le_bytes());
+    }
+    let table = xxh3_64(&b[48..48 + count * 32]);
+    b[32..40].copy_from_slice(&table.to_le_bytes());
+    b
+}

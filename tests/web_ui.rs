@@ -1,0 +1,257 @@
+//! `heapsnap serve` in a real headless Chromium, driven over WebDriver (chromedriver): what a
+//! person sees on three snapshots of the cache_leak sample. Screenshots go to
+//! `target/web_ui/*.png`. Needs Debian's `chromium` and `chromium-driver` (scripts/install-deps.sh).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+mod dump_support;
+use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("snapshot directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them).
+fn three_snapshots(dir: &Path) -> Vec<PathBuf> {
+    let child = Command::new(heapsnap())
+        .args(["run", "--on-compaction", "-o"])
+        .arg(dir)
+        .arg("--")
+        .arg(samples_dir().join("cache_leak"))
+        .args(["--steps", "3", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .dies_with_test()
+        .spawn()
+        .expect("start heapsnap run");
+    let mut running = Running(child);
+    let mut stdin = running.0.stdin.take();
+    let lines = lines_of(running.0.stdout.take().expect("piped stdout"));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut ready = 0;
+    while ready < 3 {
+        let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a READY line");
+        let Some(step) = line.strip_prefix("READY ") else { continue };
+        ready = step.trim().parse().expect("READY <step>");
+        while snapshots_in(dir).len() < ready {
+            assert!(Instant::now() < deadline, "snapshot {ready} never appeared");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if ready < 3 {
+            writeln!(stdin.as_mut().expect("stdin")).expect("resume the sample");
+        } else {
+            stdin = None;
+        }
+    }
+    drop(stdin);
+    while running.0.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "the sample did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    snapshots_in(dir)
+}
+
+fn lines_of(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A WebDriver session on a headless Chromium.
+struct Browser {
+    _driver: Running,
+    base: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = free_port();
+        let driver = Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .dies_with_test()
+            .spawn()
+            .expect("chromedriver (Debian package chromium-driver; scripts/install-deps.sh installs it)");
+        let driver = Running(driver);
+        let url = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while ureq::get(&format!("{url}/status")).call().is_err() {
+            assert!(Instant::now() < deadline, "chromedriver did not start");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
+            "--window-size=1280,900",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--user-data-dir={}", profile.path().display())])
+        .collect::<Vec<_>>();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {"binary": "/usr/bin/chromium", "args": args}}}});
+        let session = post(&format!("{url}/session"), &caps);
+        let id = session["value"]["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {session}")).to_string();
+        Browser { _driver: driver, base: format!("{url}/session/{id}"), _profile: profile }
+    }
+
+    fn goto(&self, url: &str) {
+        post(&format!("{}/url", self.base), &json!({ "url": url }));
+    }
+
+    fn run(&self, script: &str) -> Value {
+        post(&format!("{}/execute/sync", self.base), &json!({ "script": script, "args": [] }))["value"].clone()
+    }
+
+    /// Waits until `script` returns something other than null or false.
+    fn wait_for(&self, script: &str, what: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let v = self.run(script);
+            if !v.is_null() && v != json!(false) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; page: {}", self.run("return document.body.innerText"));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn screenshot(&self, path: &Path) {
+        use base64::Engine;
+        let shot = ureq::get(&format!("{}/screenshot", self.base)).call().expect("screenshot").into_string().unwrap();
+        let v: Value = serde_json::from_str(&shot).unwrap();
+        let png = base64::engine::general_purpose::STANDARD.decode(v["value"].as_str().unwrap()).unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = ureq::delete(&self.base).call();
+    }
+}
+
+fn post(url: &str, body: &Value) -> Value {
+    match ureq::post(url).set("Content-Type", "application/json").send_string(&body.to_string()) {
+        Ok(r) => serde_json::from_str(&r.into_string().unwrap()).unwrap(),
+        Err(ureq::Error::Status(code, r)) => panic!("{url}: {code} {}", r.into_string().unwrap_or_default()),
+        Err(e) => panic!("{url}: {e}"),
+    }
+}
+
+/// Starts `heapsnap serve` and returns it with the URL it prints.
+fn serve(snapshots: &[PathBuf]) -> (Running, String) {
+    let mut child = Command::new(heapsnap())
+        .arg("serve")
+        .args(snapshots)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let running = Running(child);
+    let line = lines.recv_timeout(Duration::from_secs(300)).expect("the URL line");
+    let url = line.split_whitespace().last().unwrap().to_string();
+    assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{line}");
+    (running, url)
+}
+
+#[test]
+fn the_web_ui_shows_the_leak() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web_ui");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let snaps = three_snapshots(&dir);
+    assert_eq!(snaps.len(), 3);
+    let (_server, url) = serve(&snaps);
+    let shots = repo().join("target/web_ui");
+
+    // Without the token, nothing.
+    let bare = url.split("?token=").next().unwrap().to_string();
+    for u in [bare.clone(), format!("{bare}api/summary?s=0"), format!("{bare}?token=0000")] {
+        match ureq::get(&u).call() {
+            Err(ureq::Error::Status(403, _)) => {}
+            other => panic!("{u}: {:?}", other.map(|r| r.status())),
+        }
+    }
+
+    // What heapsnap itself says is the largest object below the roots of the last snapshot.
+    let out = Command::new(heapsnap()).arg("dominators").arg(&snaps[2]).args(["--json", "--depth", "2"]).output().unwrap();
+    let tree: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let global = tree["children"].as_array().unwrap().iter().find(|k| k["description"] == "(global roots)").expect("global roots");
+    let top = &global["children"][0];
+    assert_eq!(top["root"], "Cache_leak.1", "{top:#}");
+    let top_address = top["address"].as_str().unwrap().to_string();
+
+    let browser = Browser::start();
+    browser.goto(&format!("{url}#dominators"));
+    // The first object row of the tree (rows with an address), as displayed.
+    let first = browser.wait_for(
+        "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
+         return rows.length ? rows[0].innerText : null;",
+        "the dominator tree",
+    );
+    browser.screenshot(&shots.join("dominators.png"));
+    let first = first.as_str().unwrap();
+    assert!(first.contains(&top_address) && first.contains("Cache_leak.1") && first.contains("tag 0 size 4"), "top row: {first}");
+
+    // Its object view: fields link to objects, the chain goes up to the roots, a path from Cache_leak.1.
+    browser.run("document.querySelector('#dominator-tree a.obj').click(); return null;");
+    let text = browser.wait_for("return document.querySelector('#fields') ? document.body.innerText : null;", "the object view");
+    browser.screenshot(&shots.join("object.png"));
+    let text = text.as_str().unwrap();
+    assert!(text.contains("Dominator chain") && text.contains("(global roots)") && text.contains("global root Cache_leak.1"), "{text}");
+    let links = browser.run("return document.querySelectorAll('#fields a.obj').length;");
+    assert!(links.as_u64().unwrap() >= 1, "no field links");
+
+    // The diff: the suspect and its path through the Hashtbl.
+    browser.goto(&format!("{url}#diff"));
+    let suspect = browser.wait_for("const s = document.querySelector('.suspect'); return s ? s.innerText : null;", "a leak suspect");
+    browser.screenshot(&shots.join("diff.png"));
+    let suspect = suspect.as_str().unwrap();
+    assert!(suspect.contains("Cache_leak.1") && suspect.contains("Hashtbl"), "suspect: {suspect}");
+
+    browser.goto(&format!("{url}#summary"));
+    browser.wait_for("return document.body.innerText.includes('Largest groups') || null;", "the summary");
+    browser.screenshot(&shots.join("summary.png"));
+}

@@ -1,0 +1,114 @@
+//! The JSON answers of `/api/...`, each from a snapshot's index.
+
+use crate::App;
+use heapsnap_analyze::blocks::NodeId;
+use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::paths::PathQuery;
+use heapsnap_index::IndexView;
+use serde_json::{json, Value};
+
+type Answer = Result<Value, (u16, String)>;
+
+fn bad(message: impl Into<String>) -> (u16, String) {
+    (400, message.into())
+}
+
+fn param<'q>(query: &'q [(String, String)], name: &str) -> Option<&'q str> {
+    query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+fn number<T: std::str::FromStr>(query: &[(String, String)], name: &str, default: T) -> Result<T, (u16, String)> {
+    match param(query, name) {
+        None => Ok(default),
+        Some(v) => v.parse().map_err(|_| bad(format!("bad {name}: {v:?}"))),
+    }
+}
+
+pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
+    if route == "snapshots" {
+        return Ok(json!({
+            "snapshots": app.snapshots.iter().enumerate().map(|(i, s)| json!({
+                "index": i,
+                "name": s.name,
+                "objects": s.view.meta.summary.objects,
+                "reachable_bytes": s.view.reachable_bytes(),
+            })).collect::<Vec<_>>(),
+            "diff": app.diff.is_some(),
+        }));
+    }
+    if route == "diff" {
+        return app.diff.clone().ok_or((404, "the diff needs two snapshots or more".into()));
+    }
+    let s: usize = number(query, "s", 0)?;
+    let view = &app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?.view;
+    match route {
+        "summary" => Ok(serde_json::to_value(view.summary(15)).expect("serialises")),
+        "groups" => {
+            let by: GroupBy = param(query, "by").unwrap_or("kind").parse().map_err(bad)?;
+            Ok(json!({ "reachable_bytes": view.reachable_bytes(), "groups": view.groups(by) }))
+        }
+        "tree" => {
+            let node: NodeId = number(query, "node", 0)?;
+            let limit: usize = number(query, "limit", 50)?;
+            let offset: usize = number(query, "offset", 0)?;
+            Ok(tree(view, node, offset, limit.min(1000)))
+        }
+        "object" => {
+            let node: NodeId = match param(query, "address") {
+                Some(a) => {
+                    let x = u64::from_str_radix(a.trim_start_matches("0x"), 16).map_err(|_| bad(format!("bad address {a:?}")))?;
+                    view.node_at(x).ok_or((404, format!("no block at {a}")))?
+                }
+                None => number(query, "node", 0)?,
+            };
+            object(view, node)
+        }
+        _ => Err((404, format!("no such view: {route}"))),
+    }
+}
+
+fn tree_row(view: &IndexView<'_>, v: NodeId) -> Value {
+    let mut row = serde_json::to_value(view.tree_node(v)).expect("serialises");
+    row["children_count"] = json!(view.children_count(v));
+    row
+}
+
+/// A node and one page of its children in the dominator tree, largest first.
+fn tree(view: &IndexView<'_>, node: NodeId, offset: usize, limit: usize) -> Value {
+    let children: Vec<Value> = view.children(node).skip(offset).take(limit).map(|c| tree_row(view, c)).collect();
+    let total = view.children_count(node);
+    json!({ "node": tree_row(view, node), "children": children, "offset": offset, "total": total })
+}
+
+/// One object: what `inspect` says, its fields' targets as nodes, its dominator chain and its
+/// merged retainer paths.
+fn object(view: &IndexView<'_>, node: NodeId) -> Answer {
+    let chain: Vec<Value> = view.dominator_chain(node).into_iter().map(|v| tree_row(view, v)).collect();
+    let Some(address) = view.address(node) else {
+        // The super-root and the root kinds: no block, their children are the view.
+        return Ok(json!({ "node": tree_row(view, node), "chain": chain }));
+    };
+    let inspection = view.inspect(address, 256).map_err(|e| (404, e.to_string()))?;
+    let links: Vec<Value> = inspection
+        .fields
+        .iter()
+        .filter_map(|f| {
+            let raw = u64::from_str_radix(f.raw.trim_start_matches("0x"), 16).ok()?;
+            if raw & 1 == 1 || raw == 0 || !matches!(f.kind.as_str(), "pointer" | "weak" | "ephemeron_data") {
+                return None;
+            }
+            view.resolve(raw).ok().map(|n| json!({ "index": f.index, "node": n }))
+        })
+        .collect();
+    let referrers: Vec<Value> =
+        view.referrers(node).iter().take(16).map(|&u| json!({ "node": u, "description": view.with_address(u) })).collect();
+    let paths = view.paths(&PathQuery::Address(address), 1, 10).map_err(|e| (404, e.to_string()))?;
+    Ok(json!({
+        "node": tree_row(view, node),
+        "inspection": inspection,
+        "links": links,
+        "referrers": referrers,
+        "chain": chain,
+        "paths": paths,
+    }))
+}
