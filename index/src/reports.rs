@@ -135,7 +135,7 @@ impl<'s> IndexView<'s> {
             }
         }
         let mut found = None;
-        heapsnap_analyze::graph::scanned_fields(&b.header, b.fields, |i, v| {
+        b.header.scanned_fields(b.fields, |i, v| {
             if found.is_none() && self.resolve(v) == Ok(to) {
                 found = Some(i);
             }
