@@ -389,3 +389,49 @@ fn analysis_commands_answer_the_manifest_on_5_1_and_5_2() {
     analysis_on("5.1.0");
     analysis_on("5.2.0");
 }
+
+/// A stripped executable whose debug file sits where gdb looks by build id
+/// (`DIR/.build-id/xx/rest.debug`, DIR given by `--debug-dir`, /usr/lib/debug by default).
+#[test]
+fn debug_files_are_found_by_build_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = deploy(&sample_path("cache_leak"), tmp.path());
+    let id = heapsnap_dump::elf::Executable::open(&d.full).unwrap().build_id.expect("samples have a build id");
+    let debug_dir = tmp.path().join("debug");
+    let by_id = debug_dir.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
+    std::fs::create_dir_all(by_id.parent().unwrap()).unwrap();
+    std::fs::copy(&d.debug_file, &by_id).unwrap();
+    let mut sample = Sample::start(&d.stripped, &[]);
+    sample.wait_ready(1);
+    let out = tmp.path().join("x.snap");
+    let report = dump_ok(sample.pid(), &out, &["--debug-dir", debug_dir.to_str().unwrap()]);
+    assert_eq!(report["layouts_from"], "debug_file", "{report}");
+    assert!(Snapshot::open(&out).unwrap().dwarf_section(".debug_line").is_some());
+    // Without the directory, the tables.
+    let report = dump_ok(sample.pid(), &out, &[]);
+    assert_eq!(report["layouts_from"], "tables", "{report}");
+    sample.release();
+    sample.finish();
+}
+
+/// `dump --core CORE --exe FILE` with the debug file instead of the executable says so, rather
+/// than blaming the core.
+#[test]
+fn a_debug_file_given_for_a_core_is_named_so() {
+    let _one = one_core_at_a_time();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = deploy(&sample_path("closure_list"), tmp.path());
+    let mut sample = Sample::start(&d.split, &[]);
+    sample.wait_ready(1);
+    let core = gcore(sample.pid(), tmp.path());
+    let out = tmp.path().join("x.snap");
+    let o = dump_core(&core, &out, &["--exe", d.debug_file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("is a separate debug-info file"), "{err}");
+    // With the executable and the debug file, the core dumps.
+    let o = dump_core(&core, &out, &["--exe", d.split.to_str().unwrap(), "--debug-file", d.debug_file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(&core).unwrap();
+    sample.release();
+    sample.finish();
+}

@@ -11,13 +11,14 @@ use crate::error::{DumpError, Result};
 use object::{Object, ObjectSection};
 use std::path::{Path, PathBuf};
 
-/// The root of the system's debug files.
-const DEBUG_ROOT: &str = "/usr/lib/debug";
+/// The root of the system's debug files (gdb's `debug-file-directory`).
+pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 
 /// Finds and attaches `exe`'s debug file: `given` if set (an error if it is not of this build),
-/// else the first of the usual places that holds a matching one. Nothing is attached when the
-/// executable has its own DWARF, unless a file is given.
-pub fn attach(exe: &mut Executable, given: Option<&Path>) -> Result<()> {
+/// else the first of the usual places under `debug_root` (or next to the executable) that holds
+/// a matching one. Nothing is attached when the executable has its own DWARF, unless a file is
+/// given.
+pub fn attach(exe: &mut Executable, given: Option<&Path>, debug_root: &Path) -> Result<()> {
     if let Some(path) = given {
         let debug = open_matching(exe, path, "--debug-file")?.map_err(|why| DumpError::DebugFileMismatch {
             executable: exe.path.clone(),
@@ -29,7 +30,7 @@ pub fn attach(exe: &mut Executable, given: Option<&Path>) -> Result<()> {
     if exe.has_dwarf() {
         return Ok(());
     }
-    for (path, found_by) in candidates(exe) {
+    for (path, found_by) in candidates(exe, debug_root) {
         if let Ok(Ok(debug)) = open_matching(exe, &path, found_by) {
             return exe.attach_debug_file(debug);
         }
@@ -38,10 +39,10 @@ pub fn attach(exe: &mut Executable, given: Option<&Path>) -> Result<()> {
 }
 
 /// Where a debug file of `exe` may be, with how each place was found.
-fn candidates(exe: &Executable) -> Vec<(PathBuf, &'static str)> {
+fn candidates(exe: &Executable, debug_root: &Path) -> Vec<(PathBuf, &'static str)> {
     let mut out = Vec::new();
     if let Some(id) = exe.build_id.as_deref().filter(|id| id.len() > 2) {
-        out.push((Path::new(DEBUG_ROOT).join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..])), "build id"));
+        out.push((debug_root.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..])), "build id"));
     }
     if let Some((name, _)) = debuglink(exe.data()) {
         let real = std::fs::canonicalize(&exe.path).unwrap_or_else(|_| exe.path.clone());
@@ -49,7 +50,7 @@ fn candidates(exe: &Executable) -> Vec<(PathBuf, &'static str)> {
         out.push((dir.join(&name), "debuglink"));
         out.push((dir.join(".debug").join(&name), "debuglink"));
         let relative = dir.strip_prefix("/").unwrap_or(&dir);
-        out.push((Path::new(DEBUG_ROOT).join(relative).join(&name), "debuglink"));
+        out.push((debug_root.join(relative).join(&name), "debuglink"));
     }
     out
 }

@@ -51,6 +51,10 @@ pub struct RuntimeArgs {
     /// /usr/lib/debug/.build-id or by the executable's .gnu_debuglink).
     #[arg(long, value_name = "FILE")]
     pub debug_file: Option<PathBuf>,
+    /// Where to look for debug files by build id (DIR/.build-id/xx/rest.debug) and by debuglink
+    /// (default /usr/lib/debug, as gdb's debug-file-directory).
+    #[arg(long, value_name = "DIR")]
+    pub debug_dir: Option<PathBuf>,
     /// Dump an OCaml version heapsnap does not know, reading it as the newest one it knows; the
     /// snapshot says so and is checked at once.
     #[arg(long)]
@@ -59,7 +63,7 @@ pub struct RuntimeArgs {
 
 impl RuntimeArgs {
     pub fn discover_options(&self, exe: Option<PathBuf>) -> DiscoverOptions {
-        DiscoverOptions { exe, debug_file: self.debug_file.clone(), force: self.force }
+        DiscoverOptions { exe, debug_file: self.debug_file.clone(), debug_dir: self.debug_dir.clone(), force: self.force }
     }
 }
 

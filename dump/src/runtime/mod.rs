@@ -40,6 +40,9 @@ pub struct DiscoverOptions {
     pub exe: Option<PathBuf>,
     /// A separate debug-info file of the executable.
     pub debug_file: Option<PathBuf>,
+    /// Where separate debug files are looked for by build id and debuglink (default
+    /// `/usr/lib/debug`, gdb's `debug-file-directory`).
+    pub debug_dir: Option<PathBuf>,
     /// Read an OCaml version heapsnap does not know as the newest one it knows.
     pub force: bool,
 }
@@ -103,7 +106,8 @@ impl Runtime {
             }
             None => Executable::open(&target_exe)?,
         };
-        crate::debuginfo::attach(&mut exe, options.debug_file.as_deref())?;
+        let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
+        crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
         if exe.symbol("caml_start_program").is_none() {
             return Err(DumpError::NotOcaml { path: exe.path.clone() });
         }
