@@ -9,9 +9,12 @@
 //! without any per-node table: 16 bytes per 64 heap words.
 //!
 //! Free slots (zero headers) and unswept garbage (the snapshot's GARBAGE colour) are counted
-//! per region and never become nodes.
+//! per region and never become nodes. OCaml 4.14's heap chunks hold blocks one after another;
+//! their free blocks (blue, or listed in the snapshot's free-block section) and the blocks the
+//! GC's phase shows dead (see `ocaml4::Ocaml4Gc`) are counted the same way.
 
 use crate::address_index::AddressIndex;
+use crate::ocaml::ocaml4::Ocaml4Gc;
 use crate::ocaml::{self, Colour, Header, HeaderLayout, PoolGeometry};
 use heapsnap_format::{RegionKind, Snapshot, NO_DOMAIN};
 use rayon::prelude::*;
@@ -119,6 +122,10 @@ pub enum BadPointer {
 pub struct BlockMap<'s> {
     pub snap: &'s Snapshot,
     pub layout: HeaderLayout,
+    /// OCaml 4.14's GC state, which gives heap-chunk colours their meaning.
+    pub gc4: Option<Ocaml4Gc>,
+    /// Free blocks whose colour does not show it (first fields, sorted).
+    free_blocks: Vec<u64>,
     pub index: AddressIndex,
     /// In the snapshot's region order (address order).
     pub regions: Vec<RegionBlocks<'s>>,
@@ -156,6 +163,8 @@ impl<'s> BlockMap<'s> {
         let meta = snap.metadata();
         let layout = HeaderLayout::new(meta.reserved_header_bits, meta.colours);
         let pools = meta.pools.clone().unwrap_or_else(PoolGeometry::ocaml_5_2);
+        let gc4 = meta.ocaml4_gc;
+        let free_blocks = snap.free_blocks();
         let index = AddressIndex::new(snap);
         let mut regions = Vec::with_capacity(snap.region_count());
         let mut rank_len = 0usize;
@@ -165,7 +174,7 @@ impl<'s> BlockMap<'s> {
                 return Err(crate::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
             }
             let lookup = match r.kind() {
-                RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static => {
+                RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => {
                     let start = rank_len;
                     rank_len += words.len().div_ceil(64);
                     Lookup::Bitmap { start }
@@ -223,6 +232,8 @@ impl<'s> BlockMap<'s> {
                     let mut w = Walk {
                         layout: &layout,
                         pools: &pools,
+                        gc4: gc4.as_ref(),
+                        free_blocks: &free_blocks,
                         counts: RegionCounts::default(),
                         malformed: Vec::new(),
                         malformed_count: 0,
@@ -239,6 +250,10 @@ impl<'s> BlockMap<'s> {
                             None
                         }
                         RegionKind::Large => w.large(rb, &headers[i]),
+                        RegionKind::HeapChunk => {
+                            w.chunk(rb, &headers[i], bits.expect("heap chunks have bitmaps"));
+                            None
+                        }
                         _ => None,
                     };
                     (i, w.counts, w.malformed, w.malformed_count, single, w.static_pointers)
@@ -263,7 +278,7 @@ impl<'s> BlockMap<'s> {
         // Node ids: heap regions in address order.
         let mut next = u64::from(first_block_node);
         for rb in regions.iter_mut() {
-            if matches!(rb.kind, RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Large) {
+            if matches!(rb.kind, RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Large | RegionKind::HeapChunk) {
                 let start = next;
                 next += rb.counts.live_blocks;
                 if next >= u64::from(NO_NODE >> 1) {
@@ -276,6 +291,8 @@ impl<'s> BlockMap<'s> {
         let mut map = BlockMap {
             snap,
             layout,
+            gc4,
+            free_blocks,
             index,
             regions,
             rank,
@@ -287,7 +304,7 @@ impl<'s> BlockMap<'s> {
             dead_minor,
             static_seeds,
         };
-        map.fill_rank_bases(|k| matches!(k, RegionKind::Pool | RegionKind::MinorHeap));
+        map.fill_rank_bases(|k| matches!(k, RegionKind::Pool | RegionKind::MinorHeap | RegionKind::HeapChunk));
         map.index_node_regions();
         Ok(map)
     }
@@ -449,8 +466,33 @@ impl<'s> BlockMap<'s> {
                 }
             }
             RegionKind::Static => BadPointer::NoHeader,
+            RegionKind::HeapChunk => {
+                // The block holding the word: walk the chunk (the slow path is rare).
+                let mut p = region.header.first_block as usize / 8;
+                while p < word && p < rb.words.len() {
+                    let hd = rb.words[p];
+                    let end = p + 1 + self.layout.wosize(hd) as usize;
+                    if word < end {
+                        if self.chunk_colour(rb.base, p, hd) == Colour::Garbage {
+                            return BadPointer::Garbage;
+                        }
+                        return if self.is_free(rb.base + 8 * (p as u64 + 1), hd) { BadPointer::FreeSlot } else { BadPointer::Interior };
+                    }
+                    p = end;
+                }
+                BadPointer::BetweenBlocks
+            }
             _ => BadPointer::Interior,
         }
+    }
+
+    /// The colour of the heap-chunk block whose header is word `p` of a region at `base`.
+    fn chunk_colour(&self, base: u64, p: usize, hd: u64) -> Colour {
+        chunk_colour(&self.layout, self.gc4.as_ref(), base + 8 * p as u64, hd)
+    }
+
+    fn is_free(&self, block: u64, hd: u64) -> bool {
+        self.chunk_colour(block - 8, 0, hd) == Colour::Free || self.free_blocks.binary_search(&block).is_ok()
     }
 
     /// Checks that a pointer into a static region lands on a plausible block (resolving infix
@@ -522,7 +564,11 @@ impl<'s> BlockMap<'s> {
     }
 
     fn block_at(&self, r: u32, rb: &RegionBlocks<'s>, node: NodeId, word: u64) -> BlockRef<'s> {
-        let header = self.layout.decode(rb.words[word as usize - 1]);
+        let hd = rb.words[word as usize - 1];
+        let mut header = self.layout.decode(hd);
+        if rb.kind == RegionKind::HeapChunk {
+            header.colour = self.chunk_colour(rb.base, word as usize - 1, hd);
+        }
         let end = (word + header.wosize).min(rb.words.len() as u64);
         BlockRef { node, address: rb.base + word * 8, header, fields: &rb.words[word as usize..end as usize], region: r }
     }
@@ -565,11 +611,22 @@ impl<'s> BlockMap<'s> {
     }
 }
 
+/// The colour of a heap-chunk block whose header, `hd`, is at `header_at`: from 4.14's GC state
+/// when the snapshot records it, else from the colour encoding.
+fn chunk_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, header_at: u64, hd: u64) -> Colour {
+    match gc4 {
+        Some(gc) => gc.colour(layout.format().colour_bits(hd), header_at),
+        None => layout.decode(hd).colour,
+    }
+}
+
 /// The walk of one region's blocks (pass 1).
 struct Walk<'a> {
     layout: &'a HeaderLayout,
     /// The snapshot's pool geometry (5.3's for snapshots that predate its recording).
     pools: &'a PoolGeometry,
+    gc4: Option<&'a Ocaml4Gc>,
+    free_blocks: &'a [u64],
     counts: RegionCounts,
     malformed: Vec<Malformed>,
     malformed_count: u64,
@@ -680,6 +737,41 @@ impl Walk<'_> {
                 self.counts.live_blocks += 1;
                 self.counts.live_bytes += h.bytes();
                 self.collect_static(&h, &words[w..end as usize]);
+            }
+            p = end as usize;
+        }
+    }
+
+    /// An OCaml 4.14 heap chunk: blocks one after another from `first_block` to the end, some
+    /// free and some dead, which get no node; a header of size 0 is a free fragment.
+    fn chunk(&mut self, rb: &RegionBlocks<'_>, hdr: &heapsnap_format::RegionHeader, bits: &mut [RankWord]) {
+        let words = rb.words;
+        let mut p = hdr.first_block as usize / 8;
+        while p < words.len() {
+            let hd = words[p];
+            let h = self.layout.decode(hd);
+            let end = p as u64 + 1 + h.wosize;
+            let header_at = rb.base + 8 * p as u64;
+            if end > words.len() as u64 || h.tag == ocaml::INFIX_TAG {
+                self.bad(header_at, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) in a heap chunk", h.wosize, h.tag));
+                if end > words.len() as u64 {
+                    return; // nothing after a broken size can be trusted
+                }
+            } else {
+                let colour = chunk_colour(self.layout, self.gc4, header_at, hd);
+                if h.wosize == 0 || colour == Colour::Free || self.free_blocks.binary_search(&(header_at + 8)).is_ok() {
+                    self.counts.free_slots += 1;
+                    self.counts.free_bytes += h.bytes();
+                } else if colour == Colour::Garbage {
+                    self.counts.garbage_blocks += 1;
+                    self.counts.garbage_bytes += h.bytes();
+                } else {
+                    let w = p + 1;
+                    bits[w / 64].bits |= 1 << (w % 64);
+                    self.counts.live_blocks += 1;
+                    self.counts.live_bytes += h.bytes();
+                    self.collect_static(&h, &words[w..end as usize]);
+                }
             }
             p = end as usize;
         }

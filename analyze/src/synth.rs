@@ -333,6 +333,7 @@ impl SynthHeap {
             pools: Some(PoolGeometry::ocaml_5_2()),
             forced_version: false,
             layouts_from: None,
+            ocaml4_gc: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {

@@ -117,7 +117,7 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
             }
             match kind {
                 RegionKind::MinorHeap => unreachable_minor += 1,
-                RegionKind::Pool | RegionKind::Large => {
+                RegionKind::Pool | RegionKind::Large | RegionKind::HeapChunk => {
                     if weakly[b.node as usize] {
                         weak_only += 1;
                         continue;

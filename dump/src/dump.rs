@@ -453,6 +453,7 @@ fn finish(
         pools: Some(rt.pools.clone()),
         forced_version: rt.forced,
         layouts_from: Some(rt.layouts_from.to_string()),
+        ocaml4_gc: None,
     };
     snapshot::write(rt, cap, &metadata, &options.output, options.include_dwarf)
 }

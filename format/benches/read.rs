@@ -36,6 +36,7 @@ fn metadata() -> Metadata {
         pools: None,
         forced_version: false,
         layouts_from: None,
+        ocaml4_gc: None,
     }
 }
 

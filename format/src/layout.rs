@@ -200,6 +200,8 @@ code_enum! {
         Static = 4 => "static",
         FiberStack = 5 => "fiber_stack",
         Other = 6 => "other",
+        /// A chunk of OCaml 4.14's major heap (format 1.1).
+        HeapChunk = 7 => "heap_chunk",
     }
 }
 

@@ -9,6 +9,7 @@
 compile_error!("heapsnap-format reads and writes little-endian records in place; big-endian hosts are not supported");
 
 mod error;
+mod free_blocks;
 mod layout;
 mod load_bias;
 mod metadata;
@@ -18,6 +19,7 @@ mod symbol_index;
 mod writer;
 
 pub use error::{FormatError, SectionProblem};
+pub use free_blocks::SECTION_KIND_FREE_BLOCKS;
 pub use heapsnap_values::{ColourEncoding, PoolGeometry};
 pub use layout::{
     CustomOpsRecord, FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId, SymbolKind,

@@ -1,6 +1,7 @@
 //! The metadata section: what the snapshot is of. Stored as JSON (small, and open to new fields:
 //! a reader ignores the fields it does not know).
 
+use heapsnap_values::ocaml4::Ocaml4Gc;
 use heapsnap_values::{ColourEncoding, PoolGeometry};
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +69,9 @@ pub struct Metadata {
     /// `tables` (heapsnap's tables for the version, for an executable without debug info).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layouts_from: Option<String>,
+    /// OCaml 4.14's major GC state, which gives its heap chunks' colours their meaning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ocaml4_gc: Option<Ocaml4Gc>,
 }
 
 impl Metadata {

@@ -84,6 +84,10 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
             proptest::option::of(prop_oneof![Just(PoolGeometry::ocaml_5_1()), Just(PoolGeometry::ocaml_5_2())]),
             any::<bool>(),
             proptest::option::of(text()),
+            proptest::option::of((0u64..4, any::<u64>()).prop_map(|(phase, sweep_pointer)| heapsnap_values::ocaml4::Ocaml4Gc {
+                phase: heapsnap_values::ocaml4::GcPhase::from_code(phase).unwrap(),
+                sweep_pointer,
+            })),
         ),
     )
         .prop_map(
@@ -91,7 +95,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
                 warnings,
-                (pools, forced_version, layouts_from),
+                (pools, forced_version, layouts_from, ocaml4_gc),
             )| Metadata {
                 ocaml_version,
                 word_size: 8,
@@ -110,6 +114,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 pools,
                 forced_version,
                 layouts_from,
+                ocaml4_gc,
             },
         )
 }

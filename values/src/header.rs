@@ -79,6 +79,8 @@ pub enum Colour {
     Unmarked,
     Garbage,
     NotMarkable,
+    /// A free block between live ones (OCaml 4.14's heap chunks).
+    Free,
 }
 
 /// How to take a header apart, given the number of reserved header bits and the colour encoding

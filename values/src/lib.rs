@@ -9,6 +9,7 @@
 
 mod closure;
 mod header;
+pub mod ocaml4;
 mod pools;
 mod tags;
 

@@ -213,6 +213,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         pools: None,
         forced_version: false,
         layouts_from: None,
+        ocaml4_gc: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

@@ -31,6 +31,7 @@ pub fn metadata() -> Metadata {
         pools: None,
         forced_version: false,
         layouts_from: None,
+        ocaml4_gc: None,
     }
 }
 

@@ -61,6 +61,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             pools: None,
             forced_version: false,
             layouts_from: None,
+            ocaml4_gc: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();
