@@ -104,7 +104,10 @@ impl<'s> Analysis<'s> {
             Some(NodeKind::Roots(k)) => format!("({k} roots)"),
             Some(NodeKind::Block(_)) => {
                 let b = self.graph.blocks.block(node).expect("block node");
-                let mut d = self.names.describe(&b);
+                let mut d = match crate::structures::recognise(&self.graph.blocks, &b) {
+                    Some(s) => crate::structures::describe(s, &b),
+                    None => self.names.describe(&b),
+                };
                 if let Some(m) = self.module_of(node) {
                     d = format!("module {m} ({d})");
                 }

@@ -70,11 +70,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
     let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
     let reachable_bytes = a.reachable_bytes();
-    let (unreachable_objects, unreachable_bytes) = blocks
-        .block_regions()
-        .flat_map(|r| blocks.region_blocks(r))
-        .filter(|b| !a.tree.is_reachable(b.node))
-        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()));
+    let (unreachable_objects, unreachable_bytes) = unreachable(a);
     let roots = a
         .graph
         .root_kinds
@@ -86,7 +82,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
             retained: a.retained(1 + i as NodeId),
         })
         .collect();
-    let mut top_groups = groups::groups(a, GroupBy::Kind);
+    let mut top_groups = groups::groups(a, GroupBy::Kind).expect("every snapshot groups by kind");
     top_groups.truncate(top);
     Summary {
         ocaml_version: a.snap.metadata().ocaml_version.clone(),
@@ -109,6 +105,17 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
         roots,
         top_groups,
     }
+}
+
+/// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
+/// and their bytes: counted apart from every group.
+pub fn unreachable(a: &Analysis<'_>) -> (u64, u64) {
+    let blocks = &a.graph.blocks;
+    blocks
+        .block_regions()
+        .flat_map(|r| blocks.region_blocks(r))
+        .filter(|b| !a.tree.is_reachable(b.node))
+        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()))
 }
 
 /// A node of the dominator tree report.

@@ -88,7 +88,9 @@ pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
-    println!("{:<14} {:>8} {:>12} {:>12}", "domain", "regions", "live objects", "live bytes");
+    // Pools and minor heaps belong to a domain; an object may have been allocated by another
+    // one (promotion, sharing), so the table says who owns the memory, not who allocated it.
+    println!("{:<14} {:>8} {:>12} {:>12}", "pool owner", "regions", "live objects", "live bytes");
     for (d, t) in &s.by_domain {
         println!("{d:<14} {:>8} {:>12} {:>12}", t.regions, t.counts.live_blocks, human_bytes(t.counts.live_bytes));
     }
@@ -119,8 +121,8 @@ fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
 #[derive(Args)]
 pub struct TopArgs {
     snapshot: PathBuf,
-    /// Group by: tag (reserved header bits, or the kind without them), kind, closure, root.
-    #[arg(long, default_value = "kind")]
+    /// How to group the reachable objects.
+    #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
     by: GroupBy,
     /// How many groups to list (0: all).
     #[arg(long, default_value_t = 30)]
@@ -132,15 +134,18 @@ pub struct TopArgs {
 pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
     let snap = open(&args.snapshot)?;
     let a = analyse(&snap)?;
-    let mut list = groups(&a, args.by);
+    let mut list = groups(&a, args.by)?;
     let total_groups = list.len();
     if args.limit > 0 {
         list.truncate(args.limit);
     }
+    let (unreachable_objects, unreachable_bytes) = heapsnap_analyze::reports::unreachable(&a);
     if args.json {
         return print_json!(serde_json::json!({
             "by": args.by,
             "reachable_bytes": a.reachable_bytes(),
+            "unreachable_objects": unreachable_objects,
+            "unreachable_bytes": unreachable_bytes,
             "total_groups": total_groups,
             "groups": list,
         }));
@@ -148,6 +153,20 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
     print_groups(&list, a.reachable_bytes());
     if total_groups > list.len() {
         println!("({} more groups)", total_groups - list.len());
+    }
+    println!();
+    if args.by == GroupBy::Root {
+        println!("Each reachable object is in exactly one group: the retained column adds up to the reachable bytes.");
+    } else {
+        println!("Retained: what freeing every member of the group would free. Groups nest (a Hashtbl retains its");
+        println!("bucket chains, which retain their strings), so this column adds up to more than 100%; `--by root`");
+        println!("partitions the heap.");
+    }
+    if unreachable_objects > 0 {
+        println!(
+            "Not counted above: {unreachable_objects} unreachable objects ({}), garbage the GC has not swept yet.",
+            human_bytes(unreachable_bytes)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
