@@ -7,7 +7,6 @@
 
 use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, NO_NODE};
-use crate::graph::SUPER_ROOT;
 use crate::mem::Scatter;
 use crate::ocaml;
 use crate::progress::PhaseTimer;
@@ -65,7 +64,7 @@ pub struct Group {
 }
 
 /// What a block is, for grouping. Cheap to hash; named only once per group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupKey {
     Reserved(u32),
     /// A standard-library structure ([`crate::structures`]).
@@ -278,26 +277,11 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
 }
 
 /// The label of a top node (one whose immediate dominator is the super-root or a root kind):
-/// its root (`Module.field` for globals), `<kind> (shared)` when several roots of that kind
-/// reach it, `(several root kinds)` when roots of different kinds do.
+/// its most stable roots ([`crate::retainers`]): `Module.field` for a global, `shared: A, B`
+/// when several roots of the same stability reach it.
 pub fn top_label(a: &Analysis<'_>, v: NodeId) -> String {
-    let d = a.idom(v).unwrap_or(SUPER_ROOT);
-    if d == SUPER_ROOT {
-        return "(several root kinds)".into();
-    }
-    let Some(kind) = a.graph.root_kind_of(d) else { return a.describe(v) };
-    let records: Vec<&heapsnap_format::RootRecord> =
-        a.graph.roots_of(v).iter().map(|r| &a.snap.roots()[r.record as usize]).filter(|r| r.root_kind() == kind).collect();
-    match records.as_slice() {
-        [] => format!("{kind} (shared)"),
-        [r] => crate::names::root_label(a.snap, r),
-        [r, rest @ ..] => {
-            let first = crate::names::root_label(a.snap, r);
-            if rest.iter().all(|x| crate::names::root_label(a.snap, x) == first) {
-                first
-            } else {
-                format!("{first} (+{} roots)", rest.len())
-            }
-        }
+    match a.retainers().label(a, v) {
+        Some(label) => label.to_string(),
+        None => a.describe(v),
     }
 }

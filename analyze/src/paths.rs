@@ -203,8 +203,11 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     }
     for c in chains {
         // c = [super-root, kind node, top, ..., target]
-        let kind = a.graph.root_kind_of(c[1]).map_or("?".into(), |k| k.label().to_string());
-        let root = crate::groups::top_label(a, c[2]);
+        // The root the chain starts from: the records of its kind that hold its first object.
+        let (kind, root) = match a.graph.root_kind_of(c[1]) {
+            Some(k) => (k.label().to_string(), crate::retainers::held_by(a, k, c[2])),
+            None => ("?".into(), "?".into()),
+        };
         let mut steps: Vec<Step> = Vec::new();
         for (i, &v) in c.iter().enumerate().skip(2) {
             // What a step shows depends on the node only (its BFS parent is fixed): computed

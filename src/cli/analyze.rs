@@ -1,7 +1,6 @@
 //! The analysis subcommands: `summary`, `top`, `dominators`, `path`, `inspect`, `verify`.
 //! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md).
 
-use anyhow::Context;
 use clap::Args;
 use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::paths::PathQuery;
@@ -14,7 +13,7 @@ use std::process::ExitCode;
 fn open(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::mem::tune_allocator();
-    Snapshot::open(path).with_context(|| format!("cannot open {}", path.display()))
+    super::errors::open_snapshot(path)
 }
 
 fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
@@ -140,19 +139,37 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
         list.truncate(args.limit);
     }
     let (unreachable_objects, unreachable_bytes) = heapsnap_analyze::reports::unreachable(&a);
+    // With --by root: what each root retains alone, and what it shares with others.
+    let mut shares = if args.by == GroupBy::Root { a.retainers().per_root.clone() } else { Vec::new() };
+    if args.limit > 0 {
+        shares.truncate(args.limit);
+    }
     if args.json {
-        return print_json!(serde_json::json!({
+        let mut report = serde_json::json!({
             "by": args.by,
             "reachable_bytes": a.reachable_bytes(),
             "unreachable_objects": unreachable_objects,
             "unreachable_bytes": unreachable_bytes,
             "total_groups": total_groups,
             "groups": list,
-        }));
+        });
+        if args.by == GroupBy::Root {
+            report["roots"] = serde_json::to_value(&shares)?;
+        }
+        return print_json!(report);
     }
     print_groups(&list, a.reachable_bytes());
     if total_groups > list.len() {
         println!("({} more groups)", total_groups - list.len());
+    }
+    if !shares.is_empty() {
+        println!();
+        println!("Per root: what it retains alone, and what it shares with other roots (freed only when all let go)");
+        println!("{:>12} {:>12}  root", "alone", "shared");
+        for r in &shares {
+            let with = if r.shared_with.is_empty() { String::new() } else { format!("  (shared with {})", r.shared_with.join(", ")) };
+            println!("{:>12} {:>12}  {}{with}", human_bytes(r.alone), human_bytes(r.shared), r.root);
+        }
     }
     println!();
     if args.by == GroupBy::Root {
@@ -197,7 +214,19 @@ pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
     println!("{:>12} {:>7} {:>10}  object", "retained", "%", "shallow");
     let mut stack: Vec<(&TreeNode, usize)> = vec![(&tree, 0)];
     while let Some((n, level)) = stack.pop() {
-        let indent = "  ".repeat(level);
+        let mut indent = "  ".repeat(level);
+        if let Some(s) = &n.similar {
+            println!(
+                "{:>12} {:>6.1}% {:>10}  {indent}{} {}, largest {}; the largest:",
+                human_bytes(s.retained),
+                s.percent,
+                "",
+                s.count,
+                s.kind,
+                human_bytes(s.largest)
+            );
+            indent.push_str("  ");
+        }
         let addr = n.address.as_deref().map(|x| format!("{x} ")).unwrap_or_default();
         let root = n.root.as_deref().map(|r| format!(" <- {r}")).unwrap_or_default();
         println!(
@@ -352,7 +381,7 @@ pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         println!("  {} at {}{field}{value}: {}", e.kind, e.address, e.detail);
     }
     for w in &report.warnings {
-        println!("  warning: {w}");
+        eprintln!("heapsnap: warning: {w}");
     }
     Ok(code)
 }

@@ -2,7 +2,6 @@
 //! dominator tree, and (three snapshots or more) the leak suspects. JSON schema in
 //! analyze/REPORTS.md.
 
-use anyhow::Context;
 use clap::Args;
 use heapsnap_analyze::diff::{diff, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::groups::GroupBy;
@@ -47,11 +46,7 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     heapsnap_analyze::mem::tune_allocator();
-    let snaps: Vec<Snapshot> = args
-        .snapshots
-        .iter()
-        .map(|p| Snapshot::open(p).with_context(|| format!("cannot open {}", p.display())))
-        .collect::<anyhow::Result<_>>()?;
+    let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     let opts = DiffOptions {
         by: args.by,
@@ -99,7 +94,7 @@ fn print_report(r: &DiffReport) {
         println!("{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name);
     }
     for w in &r.warnings {
-        println!("warning: {w}");
+        eprintln!("heapsnap: warning: {w}");
     }
 
     println!();

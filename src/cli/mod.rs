@@ -3,6 +3,7 @@
 mod analyze;
 mod diff;
 mod dump;
+pub mod errors;
 mod info;
 mod run;
 

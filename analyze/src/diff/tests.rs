@@ -242,10 +242,14 @@ fn incompatible_snapshots_are_refused() {
 
     let (a, b, c, e) = (d.join("a.heapsnap"), d.join("b.heapsnap"), d.join("c.heapsnap"), d.join("e.heapsnap"));
     minimal_snapshot(&a, "5.3.0", Some("/bin/app"), Some("aaaa"));
-    minimal_snapshot(&b, "5.3.0", Some("/bin/other"), Some("aaaa"));
+    minimal_snapshot(&b, "5.3.0", Some("/bin/other"), Some("bbbb"));
     minimal_snapshot(&c, "5.3.0", Some("/bin/app"), Some("cccc"));
     minimal_snapshot(&e, "5.3.0", Some("/bin/app"), Some("aaaa"));
+    let copy = d.join("copy.heapsnap");
+    minimal_snapshot(&copy, "5.3.0", Some("/opt/copy-of-app"), Some("aaaa"));
     assert!(matches!(reason(&[a.clone(), b.clone()], &opts), Incompatibility::DifferentProgram { .. }));
+    // The build id identifies the executable: the same build copied elsewhere is the same program.
+    assert!(compat::check_pair(&Snapshot::open(&a).unwrap(), &Snapshot::open(&copy).unwrap(), false).is_ok());
     assert!(matches!(reason(&[a.clone(), e.clone(), c.clone()], &opts), Incompatibility::DifferentBuild { .. }));
     assert!(matches!(reason(&[plain.clone(), a.clone()], &opts), Incompatibility::UnknownProgram(_)));
     // The override accepts a rebuild of the same executable, never another program.
