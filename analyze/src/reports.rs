@@ -197,7 +197,10 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
             frame.omitted_retained = kids.iter().map(|&c| a.retained(c)).sum();
             return frame;
         }
-        let keep = kids.iter().take(max_children).take_while(|&&c| big_enough(a.retained(c))).count();
+        // Below a summary's example, its own children are shown whatever their size: it stands
+        // for its siblings, each of them small.
+        let example = frame.similar.is_some();
+        let keep = kids.iter().take(max_children).take_while(|&&c| example || big_enough(a.retained(c))).count();
         let small = kids.split_off(keep);
         let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> = kids.iter().map(|&c| (c, role_of(v, role, c), None)).collect();
         // The small ones, by kind: a kind whose members together are big enough is one line.

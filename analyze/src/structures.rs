@@ -154,24 +154,22 @@ fn recognise_tag0(blocks: &BlockMap<'_>, f: &[u64]) -> Option<Structure> {
             }
             list(tl).then_some(Structure::ListCell)
         }
-        [inner, position, initial] => {
-            if let Some(n) = int(position) {
-                // Buffer: `inner = {buffer; length}`, `initial_buffer` a bytes.
-                let is_bytes = |v: u64| peek(blocks, v).is_some_and(|(h, _)| h.tag == ocaml::STRING_TAG);
-                if n >= 0
-                    && is_bytes(initial)
-                    && peek(blocks, inner).is_some_and(|(h, g)| h.tag == 0 && g.len() == 2 && is_bytes(g[0]) && int(g[1]).is_some())
-                {
-                    return Some(Structure::Buffer);
-                }
-                // Queue: `{length; first; last}`, both cells `Nil` exactly when it is empty,
-                // the last cell's `next` is `Nil`.
-                let last_ends = || peek(blocks, initial).is_some_and(|(h, g)| h.tag == 0 && g.len() == 2 && g[1] == EMPTY);
-                if n == 0 && inner == EMPTY && initial == EMPTY || n > 0 && tag0(inner, 2) && last_ends() {
-                    return Some(Structure::Queue);
-                }
+        [a, b, c] => {
+            // Buffer: `{inner = {buffer; length}; position; initial_buffer}`.
+            let is_bytes = |v: u64| peek(blocks, v).is_some_and(|(h, _)| h.tag == ocaml::STRING_TAG);
+            if int(b).is_some_and(|n| n >= 0)
+                && is_bytes(c)
+                && peek(blocks, a).is_some_and(|(h, g)| h.tag == 0 && g.len() == 2 && is_bytes(g[0]) && int(g[1]).is_some())
+            {
+                return Some(Structure::Buffer);
             }
-            None
+            // Queue: `{length; first; last}`, not empty (an empty one, `{0; Nil; Nil}`, is any
+            // record of three zeros), the last cell's `next` is `Nil`.
+            let last_ends = || peek(blocks, c).is_some_and(|(h, g)| h.tag == 0 && g.len() == 2 && g[1] == EMPTY);
+            match int(a) {
+                Some(n) if n > 0 && tag0(b, 2) && last_ends() => Some(Structure::Queue),
+                _ => None,
+            }
         }
         [size, data, seed, initial] => {
             if is_hashtbl(blocks, size, data, seed, initial) {
