@@ -21,6 +21,10 @@ step "sample programs"
 samples/build.sh std
 samples/build.sh rhb16
 
+step "style: cargo fmt --check, cargo clippy -D warnings"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --release -- -D warnings
+
 step "Rust tests"
 mkdir -p target
 log=target/test-output.log
