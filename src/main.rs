@@ -9,11 +9,13 @@ fn main() -> std::process::ExitCode {
     // Die quietly on a closed pipe (`heapsnap top SNAP | head`), as command-line tools do,
     // instead of panicking in println!.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // `--json` before a `--` (after it come a launched program's own arguments).
+    let json = std::env::args().take_while(|a| a != "--").any(|a| a == "--json");
     let args = cli::Cli::parse();
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("heapsnap: error: {err:#}");
+            cli::errors::report(&err, json);
             std::process::ExitCode::from(2)
         }
     }

@@ -75,7 +75,7 @@ fn top_groups_by_kind_closure_and_root() {
     let a = app();
     let kind = json(&["top", "--by", "kind", "--json"], &a.path);
     let groups = kind["groups"].as_array().unwrap();
-    let cells = groups.iter().find(|g| g["name"] == "block tag 0 size 2").unwrap();
+    let cells = groups.iter().find(|g| g["name"] == "list cell").unwrap();
     assert_eq!(cells["count"], 100);
     // The list's cells nest: their union retains the whole list, counted once.
     // names "entry-0".."entry-9" take 16 bytes, the others 24; closure, record 32; cell 24.

@@ -192,7 +192,8 @@ fn closure_list_grows_closures_of_the_right_function_and_line() {
 #[test]
 fn steady_state_has_no_suspect() {
     let snaps = series("steady_state");
-    for by in ["kind", "closure", "root", "tag"] {
+    // (`--by tag` needs reserved header bits, which these samples' runtime has not.)
+    for by in ["kind", "closure", "root"] {
         let r = diff_json(&snaps, &["--by", by]);
         assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "--by {by}: {:#}", r["suspects"]);
         assert_eq!(r["growth"].as_array().map(Vec::len), Some(0), "--by {by}: {:#}", r["growth"]);
@@ -231,7 +232,7 @@ fn snapshots_of_different_programs_are_refused() {
 #[test]
 fn diff_groups_are_the_groups_top_reports() {
     let snaps = series("closure_list");
-    for by in ["kind", "closure", "tag", "root"] {
+    for by in ["kind", "closure", "root"] {
         let r = diff_json(&snaps, &["--by", by, "--limit", "0"]);
         for (i, snap) in snaps.iter().enumerate() {
             let out =

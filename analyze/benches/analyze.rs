@@ -89,7 +89,7 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
     let analysis = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
     let t_analysis = t0.elapsed().as_secs_f64();
     let anon_analysis = sampler.current_peak();
-    let top = groups(&analysis, GroupBy::Kind);
+    let top = groups(&analysis, GroupBy::Kind).unwrap();
     let t_total = t0.elapsed().as_secs_f64();
     let anon_peak = sampler.finish();
     let hwm = status_kib("VmHWM:") * 1024;

@@ -58,7 +58,7 @@ fn measure(what: &str, paths: &[PathBuf]) {
         "analysis" | "summary" => {
             let snap = Snapshot::open(&paths[0]).expect("open");
             let a = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
-            let groups = if what == "summary" { summary(&a, 10).top_groups.len() } else { groups(&a, GroupBy::Kind).len() };
+            let groups = if what == "summary" { summary(&a, 10).top_groups.len() } else { groups(&a, GroupBy::Kind).unwrap().len() };
             let objects: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
             serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "cpu": cpu_seconds() - cpu0, "objects": objects, "groups": groups})
         }

@@ -20,6 +20,8 @@ pub struct Analysis<'s> {
     pub timings: Vec<(&'static str, f64)>,
     /// Module block address -> module name, from the `global` roots (slot - 8 * field index).
     modules: rustc_hash::FxHashMap<u64, &'s str>,
+    /// Which roots retain what, computed when a report first needs it.
+    retainers: std::sync::OnceLock<crate::retainers::Retainers>,
 }
 
 /// What a node stands for.
@@ -49,7 +51,12 @@ impl<'s> Analysis<'s> {
             .filter(|r| r.slot != 0)
             .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, crate::names::module_name(snap.string(r.name)?))))
             .collect();
-        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, modules })
+        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, modules, retainers: Default::default() })
+    }
+
+    /// The names of the top objects by their most stable roots, and each root's share.
+    pub fn retainers(&self) -> &crate::retainers::Retainers {
+        self.retainers.get_or_init(|| crate::retainers::Retainers::compute(self))
     }
 
     pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
@@ -104,7 +111,10 @@ impl<'s> Analysis<'s> {
             Some(NodeKind::Roots(k)) => format!("({k} roots)"),
             Some(NodeKind::Block(_)) => {
                 let b = self.graph.blocks.block(node).expect("block node");
-                let mut d = self.names.describe(&b);
+                let mut d = match crate::structures::recognise(&self.graph.blocks, &b) {
+                    Some(s) => crate::structures::describe(s, &b),
+                    None => self.names.describe(&b),
+                };
                 if let Some(m) = self.module_of(node) {
                     d = format!("module {m} ({d})");
                 }

@@ -6,33 +6,53 @@
 //! [`crate::dominators::DominatorTree::union_retained`].
 
 use crate::analysis::Analysis;
-use crate::blocks::{BlockRef, NodeId, NO_NODE};
-use crate::graph::SUPER_ROOT;
+use crate::blocks::{BlockMap, BlockRef, NodeId, NO_NODE};
 use crate::mem::Scatter;
 use crate::ocaml;
 use crate::progress::PhaseTimer;
+use crate::structures::{self, Structure};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+/// How blocks are grouped (`--by`; `--help` lists these from the doc comments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
+    /// The value of the reserved header bits (only for runtimes configured with them).
     Tag,
+    /// What a block is: a known structure (Hashtbl, list cell, ...), else its block tag and size, closure function or custom type.
     Kind,
+    /// Closures only, by function.
     Closure,
+    /// The roots that retain the objects.
     Root,
 }
 
-impl std::str::FromStr for GroupBy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "tag" => Ok(GroupBy::Tag),
-            "kind" => Ok(GroupBy::Kind),
-            "closure" => Ok(GroupBy::Closure),
-            "root" => Ok(GroupBy::Root),
-            _ => Err(format!("unknown grouping {s:?} (tag, kind, closure or root)")),
+impl GroupBy {
+    /// The name given on the command line and in JSON (`kind`).
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupBy::Tag => "tag",
+            GroupBy::Kind => "kind",
+            GroupBy::Closure => "closure",
+            GroupBy::Root => "root",
         }
+    }
+
+    /// The grouping named `name` (as `--by` takes it).
+    pub fn from_name(name: &str) -> Option<GroupBy> {
+        [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root].into_iter().find(|b| b.name() == name)
+    }
+
+    /// Refuses a grouping the snapshot cannot give: `tag` without reserved header bits would
+    /// only repeat `kind`.
+    pub fn check(self, snap: &heapsnap_format::Snapshot) -> Result<(), crate::AnalyzeError> {
+        if self == GroupBy::Tag && snap.metadata().reserved_header_bits == 0 {
+            return Err(crate::AnalyzeError::BadQuery(
+                "--by tag groups by the reserved header bits, and this snapshot's runtime has none: use --by kind".into(),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -49,16 +69,32 @@ pub struct Group {
 }
 
 /// What a block is, for grouping. Cheap to hash; named only once per group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupKey {
     Reserved(u32),
-    Block { tag: u8, size: u64 },
+    /// A standard-library structure ([`crate::structures`]).
+    Structure(Structure),
+    Block {
+        tag: u8,
+        size: u64,
+    },
     Tagged(u8),
     Closure(u64),
     Custom(u64),
 }
 
-pub fn kind_key(b: &BlockRef<'_>) -> GroupKey {
+/// The kind of a block: the structure it has the layout of, else its tag (and size, for
+/// ordinary blocks), closure function or custom operations.
+pub fn kind_key(blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> GroupKey {
+    if let Some(s) = structures::recognise(blocks, b) {
+        return GroupKey::Structure(s);
+    }
+    shape_key(b)
+}
+
+/// A block's kind from its own header and first field only, without recognising the
+/// structure it is part of (which needs the blocks it points to).
+pub fn shape_key(b: &BlockRef<'_>) -> GroupKey {
     match b.header.tag {
         ocaml::CLOSURE_TAG => GroupKey::Closure(b.fields.first().copied().unwrap_or(0)),
         ocaml::CUSTOM_TAG => GroupKey::Custom(b.fields.first().copied().unwrap_or(0)),
@@ -69,11 +105,12 @@ pub fn kind_key(b: &BlockRef<'_>) -> GroupKey {
     }
 }
 
-fn key_for(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey> {
+/// The group key of a block (`root` groups are not per block).
+pub fn key_for(by: GroupBy, blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> Option<GroupKey> {
     match by {
-        GroupBy::Tag if reserved_bits > 0 => Some(GroupKey::Reserved(b.header.reserved)),
-        GroupBy::Tag | GroupBy::Kind => Some(kind_key(b)),
-        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(b)),
+        GroupBy::Tag => Some(GroupKey::Reserved(b.header.reserved)),
+        GroupBy::Kind => Some(kind_key(blocks, b)),
+        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(blocks, b)),
         GroupBy::Root => None,
     }
 }
@@ -81,6 +118,7 @@ fn key_for(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey
 pub fn key_name(a: &Analysis<'_>, key: &GroupKey) -> String {
     match *key {
         GroupKey::Reserved(v) => format!("reserved {v}"),
+        GroupKey::Structure(s) => s.name().to_string(),
         GroupKey::Block { tag, size } => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
         GroupKey::Tagged(t) => ocaml::tag_name(t).to_string(),
         GroupKey::Closure(code) => format!("closure {}", a.names.closure_function(code)),
@@ -88,16 +126,18 @@ pub fn key_name(a: &Analysis<'_>, key: &GroupKey) -> String {
     }
 }
 
-/// Groups, largest retained first.
-pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
+/// Groups, largest retained first. Errors when the snapshot cannot be grouped so
+/// ([`GroupBy::check`]).
+pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::AnalyzeError> {
+    by.check(a.snap)?;
     if by == GroupBy::Root {
-        return root_groups(a);
+        return Ok(root_groups(a));
     }
     let timer = PhaseTimer::start("groups");
     let blocks = &a.graph.blocks;
-    let reserved_bits = blocks.layout.reserved_bits();
+    let tree = &a.tree;
     let regions: Vec<usize> = blocks.block_regions().collect();
-    // Pass 1: the groups of each region, with counts and shallow bytes.
+    // Pass 1: the groups of each region, with counts and shallow bytes of reachable blocks.
     let local: Vec<Vec<(GroupKey, u64, u64)>> = regions
         .par_iter()
         .map(|&r| {
@@ -105,7 +145,11 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             let mut keys: Vec<(GroupKey, u64, u64)> = Vec::new();
             let mut last: Option<(GroupKey, u32)> = None;
             for b in blocks.region_blocks(r) {
-                if let Some(key) = key_for(by, reserved_bits, &b) {
+                // Unreachable blocks (not swept yet, mid-cycle) are no part of any group.
+                if !tree.is_reachable(b.node) {
+                    continue;
+                }
+                if let Some(key) = key_for(by, blocks, &b) {
                     // Neighbouring blocks are often of one kind: skip the hash then.
                     let id = match last {
                         Some((k, id)) if k == key => id,
@@ -148,7 +192,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
                 if p == NO_NODE {
                     continue;
                 }
-                if let Some(key) = key_for(by, reserved_bits, &b) {
+                if let Some(key) = key_for(by, blocks, &b) {
                     let id = match last {
                         Some((k, id)) if k == key => id,
                         _ => global[&key],
@@ -169,7 +213,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
         .map(|(&(k, count, shallow), retained)| Group { name: key_name(a, &k), count, shallow, retained })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
-    out
+    Ok(out)
 }
 
 /// Where a reachable node's retention is attributed: the root at the top of its chain of
@@ -244,26 +288,11 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
 }
 
 /// The label of a top node (one whose immediate dominator is the super-root or a root kind):
-/// its root (`Module.field` for globals), `<kind> (shared)` when several roots of that kind
-/// reach it, `(several root kinds)` when roots of different kinds do.
+/// its most stable roots ([`crate::retainers`]): `Module.field` for a global, `shared: A, B`
+/// when several roots of the same stability reach it.
 pub fn top_label(a: &Analysis<'_>, v: NodeId) -> String {
-    let d = a.idom(v).unwrap_or(SUPER_ROOT);
-    if d == SUPER_ROOT {
-        return "(several root kinds)".into();
-    }
-    let Some(kind) = a.graph.root_kind_of(d) else { return a.describe(v) };
-    let records: Vec<&heapsnap_format::RootRecord> =
-        a.graph.roots_of(v).iter().map(|r| &a.snap.roots()[r.record as usize]).filter(|r| r.root_kind() == kind).collect();
-    match records.as_slice() {
-        [] => format!("{kind} (shared)"),
-        [r] => crate::names::root_label(a.snap, r),
-        [r, rest @ ..] => {
-            let first = crate::names::root_label(a.snap, r);
-            if rest.iter().all(|x| crate::names::root_label(a.snap, x) == first) {
-                first
-            } else {
-                format!("{first} (+{} roots)", rest.len())
-            }
-        }
+    match a.retainers().label(a, v) {
+        Some(label) => label.to_string(),
+        None => a.describe(v),
     }
 }

@@ -37,6 +37,8 @@ pub use heapsnap_values as ocaml;
 pub mod paths;
 pub mod progress;
 pub mod reports;
+pub mod retainers;
+pub mod structures;
 pub mod synth;
 pub mod verify;
 

@@ -6,8 +6,9 @@
 use crate::analysis::Analysis;
 use crate::blocks::{NodeId, Target, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::{key_name, kind_key};
+use crate::groups::{key_name, kind_key, GroupKey};
 use crate::ocaml;
+use crate::structures::{Role, Structure};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
@@ -26,7 +27,7 @@ pub enum PathQuery {
     Address(u64),
     /// Blocks whose tag is this (the reserved header bits' value when the snapshot has them).
     Tag(u32),
-    /// Blocks whose kind (as `top --by kind` names it) contains this text.
+    /// Blocks whose kind is this one, as `top --by kind` names it.
     Kind(String),
 }
 
@@ -109,23 +110,24 @@ pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate:
             Ok(collect(a, |b| if reserved { b.header.reserved == *t } else { u32::from(b.header.tag) == *t }))
         }
         PathQuery::Kind(k) => {
-            // Name each distinct kind once.
-            let mut names: HashMap<crate::groups::GroupKey, bool> = HashMap::default();
-            let keys: Vec<crate::groups::GroupKey> = {
-                let mut all: Vec<_> = blocks
-                    .block_regions()
-                    .collect::<Vec<_>>()
-                    .into_par_iter()
-                    .flat_map_iter(|r| blocks.region_blocks(r).map(|b| kind_key(&b)).collect::<std::collections::HashSet<_>>())
-                    .collect::<Vec<_>>();
-                all.sort_by_key(|k| format!("{k:?}"));
-                all.dedup();
-                all
-            };
-            for key in keys {
-                names.insert(key, key_name(a, &key).contains(k.as_str()));
+            // Name each distinct kind once; a kind matches when its name is the query, exactly.
+            let keys: std::collections::HashSet<GroupKey> = blocks
+                .block_regions()
+                .collect::<Vec<_>>()
+                .into_par_iter()
+                .flat_map_iter(|r| blocks.region_blocks(r).map(|b| kind_key(blocks, &b)).collect::<std::collections::HashSet<_>>())
+                .collect();
+            let names: HashMap<GroupKey, String> = keys.into_iter().map(|key| (key, key_name(a, &key))).collect();
+            if !names.values().any(|n| n == k) {
+                let mut close: Vec<&str> = names.values().filter(|n| n.contains(k.as_str())).map(String::as_str).collect();
+                close.sort_unstable();
+                close.truncate(5);
+                let hint = if close.is_empty() { String::new() } else { format!(" (kinds containing it: {})", close.join(", ")) };
+                return Err(crate::AnalyzeError::BadQuery(format!(
+                    "no object of kind {k:?} in this snapshot{hint}; kinds are named as `heapsnap top --by kind` lists them"
+                )));
             }
-            Ok(collect(a, |b| names.get(&kind_key(b)).copied().unwrap_or(false)))
+            Ok(collect(a, |b| names.get(&kind_key(blocks, b)).is_some_and(|n| n == k)))
         }
     }
 }
@@ -155,7 +157,9 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     type Shape = (String, Vec<(String, Option<String>)>);
     let mut index: HashMap<Shape, usize> = HashMap::default();
     let mut label_cache: HashMap<crate::groups::GroupKey, String> = HashMap::default();
-    let mut memo: HashMap<NodeId, (u32, u32, u64)> = HashMap::default();
+    // Per node: label id, field, address, and its structure and role (for its children's roles).
+    type StepInfo = (u32, u32, u64, Option<Structure>, Option<Role>);
+    let mut memo: HashMap<NodeId, StepInfo> = HashMap::default();
     let mut labels: Vec<String> = Vec::new();
     let mut label_ids: HashMap<String, u32> = HashMap::default();
 
@@ -199,26 +203,19 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     }
     for c in chains {
         // c = [super-root, kind node, top, ..., target]
-        let kind = a.graph.root_kind_of(c[1]).map_or("?".into(), |k| k.label().to_string());
-        let root = crate::groups::top_label(a, c[2]);
+        // The root the chain starts from: the records of its kind that hold its first object.
+        let (kind, root) = match a.graph.root_kind_of(c[1]) {
+            Some(k) => (k.label().to_string(), crate::retainers::held_by(a, k, c[2])),
+            None => ("?".into(), "?".into()),
+        };
         let mut steps: Vec<Step> = Vec::new();
         for (i, &v) in c.iter().enumerate().skip(2) {
             // What a step shows depends on the node only (its BFS parent is fixed): computed
             // once per node, as chains share their beginnings.
+            let holder = if i > 2 { memo.get(&c[i - 1]).map(|m| (m.3, m.4)) } else { None };
             let info = *memo.entry(v).or_insert_with(|| {
-                let block = a.graph.blocks.block(v);
-                let label = if single {
-                    a.describe(v)
-                } else if let Some(m) = a.module_of(v) {
-                    format!("module {m}")
-                } else {
-                    let key = kind_key(&block.expect("a block"));
-                    label_cache.entry(key).or_insert_with(|| key_name(a, &key)).clone()
-                };
-                let label = *label_ids.entry(label.clone()).or_insert_with(|| {
-                    labels.push(label);
-                    labels.len() as u32 - 1
-                });
+                let block = a.graph.blocks.block(v).expect("a block");
+                let key = kind_key(&a.graph.blocks, &block);
                 let field = if i > 2 {
                     let parent_size = a.graph.blocks.block(c[i - 1]).map_or(0, |b| b.header.wosize);
                     if !single && parent_size > FOLD_ABOVE_FIELDS {
@@ -229,9 +226,29 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
                 } else {
                     NO_FIELD
                 };
-                (label, field, block.map_or(0, |b| b.address))
+                let structure = match key {
+                    GroupKey::Structure(s) => Some(s),
+                    _ => None,
+                };
+                let role = holder.and_then(|(s, r)| Role::of_child(s, r, (field < FOLDED).then_some(field as usize)));
+                let label = if single {
+                    a.describe(v)
+                } else if let Some(m) = a.module_of(v) {
+                    format!("module {m}")
+                } else {
+                    label_cache.entry(key).or_insert_with(|| key_name(a, &key)).clone()
+                };
+                let label = match role {
+                    Some(r) => format!("{} ({label})", r.name()),
+                    _ => label,
+                };
+                let label = *label_ids.entry(label.clone()).or_insert_with(|| {
+                    labels.push(label);
+                    labels.len() as u32 - 1
+                });
+                (label, field, block.address, structure, role)
             });
-            let (label, field, address) = info;
+            let (label, field, address, _, _) = info;
             let field_text = match field {
                 NO_FIELD => None,
                 FOLDED => Some("*".to_string()),

@@ -3,7 +3,8 @@
 use crate::analysis::{Analysis, NodeKind};
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::graph::{PointerCounts, SUPER_ROOT};
-use crate::groups::{self, Group, GroupBy};
+use crate::groups::{self, Group, GroupBy, GroupKey};
+use crate::structures::{self, Role, Structure};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -70,11 +71,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
     let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
     let reachable_bytes = a.reachable_bytes();
-    let (unreachable_objects, unreachable_bytes) = blocks
-        .block_regions()
-        .flat_map(|r| blocks.region_blocks(r))
-        .filter(|b| !a.tree.is_reachable(b.node))
-        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()));
+    let (unreachable_objects, unreachable_bytes) = unreachable(a);
     let roots = a
         .graph
         .root_kinds
@@ -86,7 +83,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
             retained: a.retained(1 + i as NodeId),
         })
         .collect();
-    let mut top_groups = groups::groups(a, GroupBy::Kind);
+    let mut top_groups = groups::groups(a, GroupBy::Kind).expect("every snapshot groups by kind");
     top_groups.truncate(top);
     Summary {
         ocaml_version: a.snap.metadata().ocaml_version.clone(),
@@ -111,6 +108,17 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
 }
 
+/// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
+/// and their bytes: counted apart from every group.
+pub fn unreachable(a: &Analysis<'_>) -> (u64, u64) {
+    let blocks = &a.graph.blocks;
+    blocks
+        .block_regions()
+        .flat_map(|r| blocks.region_blocks(r))
+        .filter(|b| !a.tree.is_reachable(b.node))
+        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()))
+}
+
 /// A node of the dominator tree report.
 #[derive(Serialize, Clone, Debug)]
 pub struct TreeNode {
@@ -126,43 +134,114 @@ pub struct TreeNode {
     pub retained: u64,
     /// Retained bytes as a percentage of all reachable bytes.
     pub percent: f64,
+    /// Present when this node stands for many small siblings of one kind: it is the largest of
+    /// them, shown as their example.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub similar: Option<Similar>,
     pub children: Vec<TreeNode>,
     /// Children left out (below `min_percent` or past `depth`), and what they retain together.
     pub omitted_children: u64,
     pub omitted_retained: u64,
 }
 
+/// Siblings of one kind summarised as one line (each too small to be shown alone).
+#[derive(Serialize, Clone, Debug)]
+pub struct Similar {
+    /// Their kind (`Hashtbl bucket chain`, `string`, ...).
+    pub kind: String,
+    pub count: u64,
+    /// What they retain together (each retains its own subtree: they do not nest).
+    pub retained: u64,
+    pub percent: f64,
+    /// The largest one's retained bytes (the node that carries this summary).
+    pub largest: u64,
+}
+
 /// The dominator tree from the super-root, `depth` levels deep, keeping children that retain
-/// at least `min_percent` of the reachable bytes (at most `max_children` per node).
+/// at least `min_percent` of the reachable bytes (at most `max_children` per node). Smaller
+/// children of one kind that together reach `min_percent` are summarised as one node (their
+/// largest, with [`Similar`] figures for all of them).
 pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_children: usize) -> TreeNode {
     let (offsets, children) = a.tree.children_pre();
     let preorder = a.preorder();
     let total = a.reachable_bytes().max(1);
+    let big_enough = |bytes: u64| bytes as f64 * 100.0 / total as f64 >= min_percent;
+    // What a block is, and what it is to its dominator (`Hashtbl data`, ...).
+    let structure_of = |v: NodeId| a.graph.blocks.block(v).and_then(|b| structures::recognise(&a.graph.blocks, &b));
+    let role_of = |parent: NodeId, parent_role: Option<Role>, v: NodeId| {
+        let holder = structure_of(parent);
+        let field = if holder == Some(Structure::Hashtbl) { crate::paths::field_pointing(a, parent, v) } else { None };
+        Role::of_child(holder, parent_role, field)
+    };
+    let kind_of = |v: NodeId, role: Option<Role>| -> (Option<Role>, Option<GroupKey>) {
+        (role, a.graph.blocks.block(v).map(|b| groups::kind_key(&a.graph.blocks, &b)))
+    };
     // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
     struct Frame {
         node: NodeId,
-        kids: Vec<NodeId>,
+        role: Option<Role>,
+        similar: Option<Similar>,
+        /// Children to expand, with their role and summary.
+        kids: Vec<(NodeId, Option<Role>, Option<Similar>)>,
         built: Vec<TreeNode>,
         omitted: u64,
         omitted_retained: u64,
     }
-    let make = |v: NodeId, level: usize| -> Frame {
+    let make = |v: NodeId, role: Option<Role>, similar: Option<Similar>, level: usize| -> Frame {
         let p = a.tree.pre_of[v as usize] as usize;
         let mut kids: Vec<NodeId> = children[offsets[p] as usize..offsets[p + 1] as usize].iter().map(|&c| preorder[c as usize]).collect();
         kids.sort_by(|&x, &y| a.retained(y).cmp(&a.retained(x)).then(x.cmp(&y)));
-        let keep = if level >= depth {
-            0
-        } else {
-            kids.iter().take(max_children).take_while(|&&c| a.retained(c) as f64 * 100.0 / total as f64 >= min_percent).count()
-        };
-        let omitted: Vec<NodeId> = kids.split_off(keep);
-        Frame {
-            node: v,
-            kids,
-            built: Vec::new(),
-            omitted: omitted.len() as u64,
-            omitted_retained: omitted.iter().map(|&c| a.retained(c)).sum(),
+        let mut frame = Frame { node: v, role, similar, kids: Vec::new(), built: Vec::new(), omitted: 0, omitted_retained: 0 };
+        if level >= depth {
+            frame.omitted = kids.len() as u64;
+            frame.omitted_retained = kids.iter().map(|&c| a.retained(c)).sum();
+            return frame;
         }
+        // Below a summary's example, its own children are shown whatever their size: it stands
+        // for its siblings, each of them small.
+        let example = frame.similar.is_some();
+        let keep = kids.iter().take(max_children).take_while(|&&c| example || big_enough(a.retained(c))).count();
+        let small = kids.split_off(keep);
+        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> = kids.iter().map(|&c| (c, role_of(v, role, c), None)).collect();
+        // The small ones, by kind: a kind whose members together are big enough is one line.
+        let mut by_kind: BTreeMap<(Option<Role>, Option<GroupKey>), Vec<NodeId>> = BTreeMap::new();
+        for &c in &small {
+            let r = role_of(v, role, c);
+            by_kind.entry(kind_of(c, r)).or_default().push(c);
+        }
+        let mut summaries: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
+        for ((r, key), members) in by_kind {
+            let sum: u64 = members.iter().map(|&c| a.retained(c)).sum();
+            if members.len() < 2 || !big_enough(sum) {
+                frame.omitted += members.len() as u64;
+                frame.omitted_retained += sum;
+                continue;
+            }
+            let kind = match (r, key) {
+                (Some(r), _) => r.plural().to_string(),
+                (None, Some(k)) => groups::key_name(a, &k),
+                (None, None) => "objects".to_string(),
+            };
+            let largest = members[0]; // sorted by retained, largest first
+            let similar = Similar {
+                kind,
+                count: members.len() as u64,
+                retained: sum,
+                percent: sum as f64 * 100.0 / total as f64,
+                largest: a.retained(largest),
+            };
+            summaries.push((largest, r, Some(similar)));
+        }
+        summaries.sort_by_key(|(_, _, s)| std::cmp::Reverse(s.as_ref().map_or(0, |s| s.retained)));
+        let room = max_children.saturating_sub(shown.len());
+        for extra in summaries.split_off(room.min(summaries.len())) {
+            let s = extra.2.expect("a summary");
+            frame.omitted += s.count;
+            frame.omitted_retained += s.retained;
+        }
+        shown.extend(summaries);
+        frame.kids = shown;
+        frame
     };
     let finish = |f: Frame| -> TreeNode {
         let v = f.node;
@@ -172,26 +251,31 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
             }
             _ => None,
         };
+        let description = match f.role {
+            Some(r) => format!("{}: {}", r.name(), a.describe(v)),
+            None => a.describe(v),
+        };
         TreeNode {
             node: v,
             address: a.address(v).map(|x| format!("{x:#x}")),
-            description: a.describe(v),
+            description,
             root,
             shallow: a.shallow(v),
             retained: a.retained(v),
             percent: a.retained(v) as f64 * 100.0 / total as f64,
+            similar: f.similar,
             children: f.built,
             omitted_children: f.omitted,
             omitted_retained: f.omitted_retained,
         }
     };
-    let mut stack: Vec<Frame> = vec![make(SUPER_ROOT, 0)];
+    let mut stack: Vec<Frame> = vec![make(SUPER_ROOT, None, None, 0)];
     loop {
         let level = stack.len();
         let top = stack.last_mut().expect("the root frame stays until the end");
         if top.built.len() < top.kids.len() {
-            let next = top.kids[top.built.len()];
-            stack.push(make(next, level));
+            let (next, role, similar) = top.kids[top.built.len()].clone();
+            stack.push(make(next, role, similar, level));
             continue;
         }
         let done = stack.pop().expect("not empty");

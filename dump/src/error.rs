@@ -10,6 +10,9 @@ pub enum DumpError {
     #[error("cannot attach to process {pid}: {errno} (are you allowed to ptrace it? see /proc/sys/kernel/yama/ptrace_scope)")]
     AttachDenied { pid: u32, errno: nix::errno::Errno },
 
+    #[error("process {pid} is already traced by PID {tracer} (another heapsnap dump, a debugger or strace): wait for it to finish, or detach it")]
+    AlreadyTraced { pid: u32, tracer: u32 },
+
     #[error("process {pid} exited during the dump; no snapshot was written")]
     TargetExited { pid: u32 },
 

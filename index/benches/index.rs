@@ -72,7 +72,7 @@ fn main() {
         let analysis = best_of(1, || {
             let snap = heapsnap_format::Snapshot::open(&path).unwrap();
             let a = Analysis::new(&snap, &quiet).unwrap();
-            std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).len());
+            std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).expect("kind groups").len());
         });
         let first = best_of(1, || {
             let ix = load(&path, Needs::Meta, &quiet).unwrap();

@@ -29,7 +29,9 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
 
     let mut summary = heapsnap_analyze::reports::summary(a, 0);
     summary.top_groups.clear();
-    let groups: BTreeMap<String, Vec<_>> = ALL_GROUPINGS.iter().map(|&by| (grouping_name(by).to_string(), groups(a, by))).collect();
+    // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
+    let groups: BTreeMap<String, Vec<_>> =
+        ALL_GROUPINGS.iter().filter_map(|&by| Some((grouping_name(by).to_string(), groups(a, by).ok()?))).collect();
 
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
     let first_block = a.graph.blocks.first_block_node;

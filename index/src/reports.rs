@@ -4,7 +4,7 @@
 use crate::build::grouping_name;
 use crate::view::{IndexView, NodeKind};
 use heapsnap_analyze::blocks::{BlockRef, NodeId, NO_NODE};
-use heapsnap_analyze::groups::{kind_key, Group, GroupBy, GroupKey};
+use heapsnap_analyze::groups::{shape_key, Group, GroupBy, GroupKey};
 use heapsnap_analyze::inspect::{Field, Inspection};
 use heapsnap_analyze::ocaml;
 use heapsnap_analyze::paths::{MergedPath, PathQuery, PathsReport, Step};
@@ -47,6 +47,7 @@ impl<'s> IndexView<'s> {
             children: Vec::new(),
             omitted_children: 0,
             omitted_retained: 0,
+            similar: None,
         }
     }
 
@@ -74,6 +75,7 @@ impl<'s> IndexView<'s> {
     fn key_name(&self, key: &GroupKey) -> String {
         match *key {
             GroupKey::Reserved(v) => format!("reserved {v}"),
+            GroupKey::Structure(s) => s.name().to_string(),
             GroupKey::Block { tag, size } => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
             GroupKey::Tagged(t) => ocaml::tag_name(t).to_string(),
             GroupKey::Closure(code) => format!("closure {}", self.names.closure_function(code)),
@@ -102,7 +104,7 @@ impl<'s> IndexView<'s> {
                 Ok(self
                     .blocks()
                     .filter(|b| {
-                        let key = kind_key(b);
+                        let key = shape_key(b);
                         *names.entry(key).or_insert_with(|| self.key_name(&key).contains(k.as_str()))
                     })
                     .map(|b| b.node)
@@ -215,7 +217,7 @@ impl<'s> IndexView<'s> {
                         } else {
                             match &block {
                                 Some(b) => {
-                                    let key = kind_key(b);
+                                    let key = shape_key(b);
                                     label_cache.entry(key).or_insert_with(|| self.key_name(&key)).clone()
                                 }
                                 None => self.describe(v),

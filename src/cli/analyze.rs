@@ -1,22 +1,23 @@
 //! The analysis subcommands: `summary`, `top`, `dominators`, `path`, `inspect`, `verify`.
 //! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md).
 
-use super::indexed;
-use anyhow::Context;
 use clap::Args;
-use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::reports::{human_bytes, TreeNode};
-use heapsnap_analyze::Progress;
+use heapsnap_analyze::reports::{dominator_report, human_bytes, summary, TreeNode};
+use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_format::Snapshot;
-use heapsnap_index::Needs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 fn open(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::mem::tune_allocator();
-    Snapshot::open(path).with_context(|| format!("cannot open {}", path.display()))
+    super::errors::open_snapshot(path)
+}
+
+fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
+    Ok(Analysis::new(snap, &Progress::stderr())?)
 }
 
 /// Prints any serialisable report as pretty JSON (a macro: the binary does not name serde).
@@ -57,8 +58,9 @@ pub struct SummaryArgs {
 }
 
 pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
-    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
-    let s = ix.view(Needs::Meta)?.summary(args.top);
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let s = summary(&a, args.top);
     if args.json {
         return print_json!(s);
     }
@@ -85,7 +87,9 @@ pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
         );
     }
     println!();
-    println!("{:<14} {:>8} {:>12} {:>12}", "domain", "regions", "live objects", "live bytes");
+    // Pools and minor heaps belong to a domain; an object may have been allocated by another
+    // one (promotion, sharing), so the table says who owns the memory, not who allocated it.
+    println!("{:<14} {:>8} {:>12} {:>12}", "pool owner", "regions", "live objects", "live bytes");
     for (d, t) in &s.by_domain {
         println!("{d:<14} {:>8} {:>12} {:>12}", t.regions, t.counts.live_blocks, human_bytes(t.counts.live_bytes));
     }
@@ -116,8 +120,8 @@ fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
 #[derive(Args)]
 pub struct TopArgs {
     snapshot: PathBuf,
-    /// Group by: tag (reserved header bits, or the kind without them), kind, closure, root.
-    #[arg(long, default_value = "kind")]
+    /// How to group the reachable objects.
+    #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
     by: GroupBy,
     /// How many groups to list (0: all).
     #[arg(long, default_value_t = 30)]
@@ -127,24 +131,59 @@ pub struct TopArgs {
 }
 
 pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
-    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
-    let a = ix.view(Needs::Meta)?;
-    let mut list = a.groups(args.by).to_vec();
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let mut list = groups(&a, args.by)?;
     let total_groups = list.len();
     if args.limit > 0 {
         list.truncate(args.limit);
     }
+    let (unreachable_objects, unreachable_bytes) = heapsnap_analyze::reports::unreachable(&a);
+    // With --by root: what each root retains alone, and what it shares with others.
+    let mut shares = if args.by == GroupBy::Root { a.retainers().per_root.clone() } else { Vec::new() };
+    if args.limit > 0 {
+        shares.truncate(args.limit);
+    }
     if args.json {
-        return print_json!(serde_json::json!({
+        let mut report = serde_json::json!({
             "by": args.by,
             "reachable_bytes": a.reachable_bytes(),
+            "unreachable_objects": unreachable_objects,
+            "unreachable_bytes": unreachable_bytes,
             "total_groups": total_groups,
             "groups": list,
-        }));
+        });
+        if args.by == GroupBy::Root {
+            report["roots"] = serde_json::to_value(&shares)?;
+        }
+        return print_json!(report);
     }
     print_groups(&list, a.reachable_bytes());
     if total_groups > list.len() {
         println!("({} more groups)", total_groups - list.len());
+    }
+    if !shares.is_empty() {
+        println!();
+        println!("Per root: what it retains alone, and what it shares with other roots (freed only when all let go)");
+        println!("{:>12} {:>12}  root", "alone", "shared");
+        for r in &shares {
+            let with = if r.shared_with.is_empty() { String::new() } else { format!("  (shared with {})", r.shared_with.join(", ")) };
+            println!("{:>12} {:>12}  {}{with}", human_bytes(r.alone), human_bytes(r.shared), r.root);
+        }
+    }
+    println!();
+    if args.by == GroupBy::Root {
+        println!("Each reachable object is in exactly one group: the retained column adds up to the reachable bytes.");
+    } else {
+        println!("Retained: what freeing every member of the group would free. Groups nest (a Hashtbl retains its");
+        println!("bucket chains, which retain their strings), so this column adds up to more than 100%; `--by root`");
+        println!("partitions the heap.");
+    }
+    if unreachable_objects > 0 {
+        println!(
+            "Not counted above: {unreachable_objects} unreachable objects ({}), garbage the GC has not swept yet.",
+            human_bytes(unreachable_bytes)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -166,15 +205,28 @@ pub struct DominatorsArgs {
 }
 
 pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
-    let ix = indexed::load(&args.snapshot, Needs::Tree)?;
-    let tree = ix.view(Needs::Tree)?.dominator_report(args.depth, args.min_percent, args.max_children);
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let tree = dominator_report(&a, args.depth, args.min_percent, args.max_children);
     if args.json {
         return print_json!(tree);
     }
     println!("{:>12} {:>7} {:>10}  object", "retained", "%", "shallow");
     let mut stack: Vec<(&TreeNode, usize)> = vec![(&tree, 0)];
     while let Some((n, level)) = stack.pop() {
-        let indent = "  ".repeat(level);
+        let mut indent = "  ".repeat(level);
+        if let Some(s) = &n.similar {
+            println!(
+                "{:>12} {:>6.1}% {:>10}  {indent}{} {}, largest {}; the largest:",
+                human_bytes(s.retained),
+                s.percent,
+                "",
+                s.count,
+                s.kind,
+                human_bytes(s.largest)
+            );
+            indent.push_str("  ");
+        }
         let addr = n.address.as_deref().map(|x| format!("{x} ")).unwrap_or_default();
         let root = n.root.as_deref().map(|r| format!(" <- {r}")).unwrap_or_default();
         println!(
@@ -217,15 +269,15 @@ pub struct PathArgs {
 }
 
 pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
-    let ix = indexed::load(&args.snapshot, Needs::All)?;
-    let a = ix.view(Needs::All)?;
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
     let query = match (args.address, args.tag, args.kind) {
         (Some(x), _, _) => PathQuery::Address(x),
         (_, Some(t), _) => PathQuery::Tag(t),
         (_, _, Some(k)) => PathQuery::Kind(k),
         _ => anyhow::bail!("give an address, --tag or --kind"),
     };
-    let report = a.paths(&query, args.limit.max(1), args.max_paths)?;
+    let report = heapsnap_analyze::paths::paths(&a, &query, args.limit.max(1), args.max_paths)?;
     if args.json {
         return print_json!(report);
     }
@@ -262,8 +314,9 @@ pub struct InspectArgs {
 }
 
 pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let ix = indexed::load(&args.snapshot, Needs::All)?;
-    let i = ix.view(Needs::All)?.inspect(args.address, args.max_fields)?;
+    let snap = open(&args.snapshot)?;
+    let a = analyse(&snap)?;
+    let i = heapsnap_analyze::inspect::inspect(&a, args.address, args.max_fields)?;
     if args.json {
         return print_json!(i);
     }
@@ -328,7 +381,7 @@ pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         println!("  {} at {}{field}{value}: {}", e.kind, e.address, e.detail);
     }
     for w in &report.warnings {
-        println!("  warning: {w}");
+        eprintln!("heapsnap: warning: {w}");
     }
     Ok(code)
 }

@@ -2,7 +2,6 @@
 //! dominator tree, and (three snapshots or more) the leak suspects. JSON schema in
 //! analyze/REPORTS.md.
 
-use anyhow::Context;
 use clap::Args;
 use heapsnap_analyze::diff::{diff, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::groups::GroupBy;
@@ -17,8 +16,8 @@ pub struct DiffArgs {
     /// Snapshots of one program, oldest first (two or more; three or more for leak suspects).
     #[arg(required = true, num_args = 2.., value_name = "SNAPSHOT")]
     snapshots: Vec<PathBuf>,
-    /// Group by: tag (reserved header bits, or the kind without them), kind, closure, root.
-    #[arg(long, default_value = "kind")]
+    /// How to group the reachable objects.
+    #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
     by: GroupBy,
     /// How many groups to list (0: all).
     #[arg(long, default_value_t = 30)]
@@ -47,11 +46,7 @@ pub struct DiffArgs {
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     heapsnap_analyze::mem::tune_allocator();
-    let snaps: Vec<Snapshot> = args
-        .snapshots
-        .iter()
-        .map(|p| Snapshot::open(p).with_context(|| format!("cannot open {}", p.display())))
-        .collect::<anyhow::Result<_>>()?;
+    let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     let opts = DiffOptions {
         by: args.by,
@@ -88,15 +83,6 @@ fn signed(d: i64) -> String {
     }
 }
 
-fn by_name(by: GroupBy) -> &'static str {
-    match by {
-        GroupBy::Tag => "tag",
-        GroupBy::Kind => "kind",
-        GroupBy::Closure => "closure",
-        GroupBy::Root => "root",
-    }
-}
-
 fn print_report(r: &DiffReport) {
     let k = r.snapshots.len();
     let program = r.program.executable.as_deref().unwrap_or("an unknown program");
@@ -108,16 +94,16 @@ fn print_report(r: &DiffReport) {
         println!("{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name);
     }
     for w in &r.warnings {
-        println!("warning: {w}");
+        eprintln!("heapsnap: warning: {w}");
     }
 
     println!();
     if k < 3 {
         println!("Leak suspects: take three snapshots or more (groups that grow at every step).");
     } else if r.suspects.is_empty() {
-        println!("Leak suspects: none (no group by {} grew at every step by {} or more).", by_name(r.by), human_bytes(r.min_growth));
+        println!("Leak suspects: none (no group by {} grew at every step by {} or more).", r.by.name(), human_bytes(r.min_growth));
     } else {
-        println!("Leak suspects: groups by {} whose count grew at every step, by retained growth", by_name(r.by));
+        println!("Leak suspects: groups by {} whose count grew at every step, by retained growth", r.by.name());
         for (i, s) in r.suspects.iter().enumerate() {
             let g = &s.group;
             println!(
@@ -166,7 +152,7 @@ fn print_report(r: &DiffReport) {
     }
 
     println!();
-    println!("Groups by {}, most grown first ({} of {}):", by_name(r.by), r.groups.len(), r.total_groups);
+    println!("Groups by {}, most grown first ({} of {}):", r.by.name(), r.groups.len(), r.total_groups);
     println!("{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  group", "count", "change", "shallow", "change", "retained", "change");
     for g in &r.groups {
         println!(

@@ -131,6 +131,11 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         eprintln!("heapsnap: warning: {w}");
     }
     check_forced(&report);
+    if args.json {
+        // The report says it all, on stdout.
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "heapsnap: paused process {} for {:.3} ms ({} stop{}, {:.3} ms stopped in all); wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",
         report.pid,
@@ -143,9 +148,6 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         report.region_bytes,
         report.roots,
     );
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -158,6 +160,10 @@ fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &Dum
         eprintln!("heapsnap: warning: {w}");
     }
     check_forced(&report);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     eprintln!(
         "heapsnap: read core {} of process {}; wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",
         core.display(),
@@ -167,8 +173,5 @@ fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &Dum
         report.region_bytes,
         report.roots,
     );
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    }
     Ok(ExitCode::SUCCESS)
 }

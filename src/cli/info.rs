@@ -1,8 +1,7 @@
 //! `heapsnap info`: the format-level view of a snapshot.
 
-use anyhow::Context;
 use clap::Args;
-use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_format::{RegionKind, RootKind};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,7 +16,7 @@ pub struct InfoArgs {
 }
 
 pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
-    let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
+    let snap = super::errors::open_snapshot(&args.snapshot)?;
     let mut regions: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
     for region in snap.regions() {
         let entry = regions.entry(region.kind().label()).or_default();

@@ -3,7 +3,7 @@
 mod analyze;
 mod diff;
 mod dump;
-mod indexed;
+pub mod errors;
 mod info;
 mod run;
 mod serve;

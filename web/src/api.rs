@@ -44,7 +44,8 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
     match route {
         "summary" => Ok(serde_json::to_value(view.summary(15)).expect("serialises")),
         "groups" => {
-            let by: GroupBy = param(query, "by").unwrap_or("kind").parse().map_err(bad)?;
+            let name = param(query, "by").unwrap_or("kind");
+            let by = GroupBy::from_name(name).ok_or_else(|| bad(format!("no grouping {name}")))?;
             Ok(json!({ "reachable_bytes": view.reachable_bytes(), "groups": view.groups(by) }))
         }
         "tree" => {

@@ -3,7 +3,7 @@
 //!
 //! * the block's **class**: its group (as [`crate::groups::groups`] would put it, for `tag`,
 //!   `kind` and `closure`) and its shape (for signatures), as one id by preorder number;
-//! * every group's count and shallow bytes (all live blocks, reachable or not, as `groups`);
+//! * every group's count and shallow bytes (reachable blocks only, as `groups`);
 //! * the **edge** that links each reachable block to its immediate dominator: which field of
 //!   the dominator points at it.
 //!
@@ -15,8 +15,9 @@ use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, Target, NO_NODE};
 use crate::dominators::DominatorTree;
 use crate::graph::HeapGraph;
-use crate::groups::{key_name, kind_key, GroupBy, GroupKey};
+use crate::groups::{key_for, key_name, GroupBy, GroupKey};
 use crate::ocaml;
+use crate::structures;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::sync::Mutex;
@@ -46,7 +47,7 @@ type ClassKey = (Option<GroupKey>, ShapeKey);
 pub struct GroupTable {
     pub keys: Vec<GroupKey>,
     pub names: Vec<String>,
-    /// Live blocks and their bytes, reachable or not.
+    /// Reachable blocks and their bytes.
     pub count: Vec<u64>,
     pub shallow: Vec<u64>,
 }
@@ -99,19 +100,9 @@ impl<T: Copy> Scatter<T> {
     }
 }
 
-/// The group key of a block, as `groups::groups` computes it (`root` groups are not per block).
-pub fn group_key(by: GroupBy, reserved_bits: u32, b: &BlockRef<'_>) -> Option<GroupKey> {
-    match by {
-        GroupBy::Tag if reserved_bits > 0 => Some(GroupKey::Reserved(b.header.reserved)),
-        GroupBy::Tag | GroupBy::Kind => Some(kind_key(b)),
-        GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(b)),
-        GroupBy::Root => None,
-    }
-}
-
 /// What identifies a block's class without naming it: tag, size where the class depends on it,
 /// the code or operations pointer of closures and custom blocks, the reserved bits when they
-/// group, whether a 4-field block is a `Hashtbl`. Cheap to compare: neighbouring blocks are
+/// group, the structure a small block has the layout of. Cheap to compare: neighbouring blocks are
 /// often of one class.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct RawKey {
@@ -126,7 +117,7 @@ fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey
     let (size, extra) = match tag {
         ocaml::CLOSURE_TAG | ocaml::CUSTOM_TAG => (0, first()),
         t if t >= ocaml::NO_SCAN_TAG || t == ocaml::CONT_TAG => (0, 0),
-        0 if b.header.wosize == 4 => (4, u64::from(super::shape::is_hashtbl(blocks, b.fields))),
+        0 if b.header.wosize <= 5 => (b.header.wosize, structures::recognise(blocks, b).map_or(0, |s| 1 + s as u64)),
         _ => (b.header.wosize, 0),
     };
     RawKey { tag_size: u64::from(tag) | (size << 8), extra, reserved: if by_reserved { b.header.reserved } else { 0 } }
@@ -195,18 +186,17 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                                 local.add(id, count, bytes);
                             }
                             (count, bytes) = (0, 0);
-                            let id =
-                                *local.ids.entry(raw).or_insert_with(|| intern((group_key(by, reserved_bits, &b), shape_key(blocks, &b))));
+                            let id = *local.ids.entry(raw).or_insert_with(|| intern((key_for(by, blocks, &b), shape_key(blocks, &b))));
                             run = Some((raw, id));
                             id
                         }
                     };
-                    count += 1;
-                    bytes += b.header.bytes();
                     let p = tree.pre_of[b.node as usize];
                     if p == NO_NODE {
-                        continue;
+                        continue; // unreachable: counted in no group (as `groups::groups`)
                     }
+                    count += 1;
+                    bytes += b.header.bytes();
                     if !rootish.is_empty() && rootish.contains(&tree.idom_pre[p as usize]) {
                         local.tops.push((p, b.header.bytes()));
                     }

@@ -28,8 +28,9 @@ fn or_unknown(s: &Option<String>) -> String {
     s.clone().unwrap_or_else(|| "unknown".into())
 }
 
-/// Checks that `other` can be compared with `first`. `allow_rebuilt` accepts a different
-/// build-id of the same executable path (the same program rebuilt, e.g. with a fix).
+/// Checks that `other` can be compared with `first`: the same build id (wherever the executable
+/// was), or with `allow_rebuilt`, another build id of the same executable path (the same
+/// program rebuilt, e.g. with a fix).
 pub fn check_pair(first: &Snapshot, other: &Snapshot, allow_rebuilt: bool) -> Result<(), Incompatibility> {
     let (h1, h2) = (first.header(), other.header());
     if h1.version_major != h2.version_major {
@@ -48,8 +49,13 @@ pub fn check_pair(first: &Snapshot, other: &Snapshot, allow_rebuilt: bool) -> Re
     if m1.reserved_header_bits != m2.reserved_header_bits {
         return Err(Incompatibility::DifferentReservedBits { first: m1.reserved_header_bits, other: m2.reserved_header_bits });
     }
+    // An executable is identified by its build id: a byte-identical copy at another path is
+    // the same program. The path identifies it only when a build id is missing.
+    let same_build = m1.build_id.is_some() && m1.build_id == m2.build_id;
     match (&m1.executable, &m2.executable) {
-        (Some(a), Some(b)) if a != b => return Err(Incompatibility::DifferentProgram { first: a.clone(), other: b.clone() }),
+        (Some(a), Some(b)) if a != b && !same_build => {
+            return Err(Incompatibility::DifferentProgram { first: a.clone(), other: b.clone() })
+        }
         (Some(a), None) | (None, Some(a)) => return Err(Incompatibility::UnknownProgram(a.clone())),
         _ => {}
     }

@@ -15,10 +15,7 @@
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
-use crate::blocks::{NodeId, NO_NODE};
 use crate::dominators::DominatorTree;
-use crate::graph::SUPER_ROOT;
-use rustc_hash::FxHashMap;
 
 /// Marks the super-root and root-kind nodes in the signature array.
 pub const NOT_A_BLOCK: u32 = u32::MAX;
@@ -57,42 +54,6 @@ pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
     })
 }
 
-/// The root of each top object (one that a root kind or the super-root immediately dominates),
-/// named as `top --by root` names it.
-struct TopRoots {
-    /// Preorder numbers of the objects root records point at, ascending: the signature pass
-    /// meets them in that order, so a cursor tells whether a top object is one of them.
-    rooted: Vec<u32>,
-    next: usize,
-    /// The root of a top object no record points at depends only on its dominator: named once.
-    shared: FxHashMap<NodeId, u32>,
-}
-
-impl TopRoots {
-    fn new(a: &Analysis<'_>) -> Self {
-        let pre_of = &a.tree.pre_of;
-        let mut rooted: Vec<u32> = a.graph.roots.iter().map(|r| pre_of[r.node as usize]).filter(|&p| p != NO_NODE).collect();
-        rooted.sort_unstable();
-        rooted.dedup();
-        TopRoots { rooted, next: 0, shared: FxHashMap::default() }
-    }
-
-    /// The trie node of the root of top object `p` (dominated by `d`); calls come in increasing `p`.
-    fn root(&mut self, a: &Analysis<'_>, trie: &mut SigTrie, p: usize, d: usize) -> u32 {
-        while self.next < self.rooted.len() && (self.rooted[self.next] as usize) < p {
-            self.next += 1;
-        }
-        let pointed_at = self.rooted.get(self.next) == Some(&(p as u32));
-        let preorder = a.preorder();
-        let (v, dn) = (preorder[p], preorder[d]);
-        if dn == SUPER_ROOT || !pointed_at {
-            *self.shared.entry(dn).or_insert_with(|| trie.root(&crate::groups::top_label(a, v)))
-        } else {
-            trie.root(&crate::groups::top_label(a, v))
-        }
-    }
-}
-
 /// Every reachable block's dominator signature, the trie, and the bytes of each root's top
 /// objects (from `Classified::top_bytes`, for `--by root`).
 fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>) {
@@ -100,7 +61,7 @@ fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>)
     let r = tree.reachable_count();
     let mut trie = SigTrie::new(c.shape_names.clone());
     let mut sig_pre = vec![NOT_A_BLOCK; r];
-    let mut roots = TopRoots::new(a);
+    let preorder = a.preorder();
     let mut root_shallow: Vec<u64> = Vec::new();
     let mut top_bytes = c.top_bytes.iter().peekable();
     for p in 1..r {
@@ -111,7 +72,8 @@ fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>)
         let shape = c.class_shape[class as usize];
         let d = tree.idom_pre[p] as usize;
         let (s, head) = if sig_pre[d] == NOT_A_BLOCK {
-            let root = roots.root(a, &mut trie, p, d);
+            // A top object (a root kind or the super-root dominates it), named by its roots.
+            let root = trie.root(&crate::groups::top_label(a, preorder[p]));
             while top_bytes.next_if(|&&(q, _)| (q as usize) < p).is_some() {}
             if let Some(&(_, bytes)) = top_bytes.next_if(|&&(q, _)| q as usize == p) {
                 let label = trie.nodes[root as usize].label as usize;

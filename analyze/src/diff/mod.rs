@@ -176,6 +176,9 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
             reason,
         })?;
     }
+    for i in inputs {
+        opts.by.check(i.snap).map_err(|source| DiffError::Analyze { name: i.name.clone(), source })?;
+    }
     let snaps: Vec<&Snapshot> = inputs.iter().map(|i| i.snap).collect();
     let warnings = compat::warnings(&snaps);
     let mut timings: Vec<Timing> = Vec::new();

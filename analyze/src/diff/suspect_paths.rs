@@ -14,7 +14,6 @@ use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use crate::groups::GroupBy;
-use heapsnap_format::RootKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
@@ -48,24 +47,6 @@ fn membership(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, susp
     c.class_pre.par_iter().map(|&k| if k == NO_CLASS { NOT_MEMBER } else { by_class[k as usize] }).collect()
 }
 
-/// The label of a root held by records of `kind` pointing at `v` (as `top --by root` names
-/// roots).
-fn root_label(a: &Analysis<'_>, kind: RootKind, v: NodeId) -> String {
-    let labels: Vec<String> = a
-        .graph
-        .roots_of(v)
-        .iter()
-        .map(|r| &a.snap.roots()[r.record as usize])
-        .filter(|r| r.root_kind() == kind)
-        .map(|r| crate::names::root_label(a.snap, r))
-        .collect();
-    match labels.as_slice() {
-        [] => format!("{kind} (shared)"),
-        [first, rest @ ..] if rest.iter().all(|l| l == first) => first.clone(),
-        [first, rest @ ..] => format!("{first} (+{} roots)", rest.len()),
-    }
-}
-
 /// Counts the members of the suspect groups by the signature of their shortest path.
 pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> MemberChains {
     let member = membership(c, dom, by, suspects);
@@ -89,7 +70,7 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
         }
         let su = sig[u as usize];
         let s = if let Some(kind) = g.root_kind_of(u) {
-            let root = trie.root(&root_label(a, kind, t));
+            let root = trie.root(&crate::retainers::held_by(a, kind, t));
             trie.step(root, EDGE_TOP, shape)
         } else if su == NOT_BLOCK {
             // A block reached from a non-block that is no root kind: cannot happen.

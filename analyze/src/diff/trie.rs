@@ -12,7 +12,7 @@
 //! empty signature (above the roots).
 
 use super::classify::{Edge, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP};
-use super::shape::HASHTBL;
+use crate::structures::{Role, Structure};
 use rustc_hash::FxHashMap;
 
 /// Steps after the root that a signature records.
@@ -176,13 +176,16 @@ pub struct StepText {
 /// parts of a `Hashtbl`.
 pub fn describe_chain(steps: &[(Edge, &str, bool)]) -> Vec<StepText> {
     let mut out: Vec<StepText> = Vec::with_capacity(steps.len());
+    let (mut prev_structure, mut prev_role) = (None, None);
     for (i, &(edge, shape, folded)) in steps.iter().enumerate() {
-        let prev = i.checked_sub(1).map(|j| out[j].label.as_str());
-        let label = match (prev, edge) {
-            (Some(HASHTBL), 1) => format!("Hashtbl data ({shape})"),
-            (Some(p), EDGE_ANY) if p.starts_with("Hashtbl data") => format!("Hashtbl bucket chains ({shape})"),
-            _ => shape.to_string(),
+        let field = (edge < EDGE_ANY).then_some(edge as usize);
+        let role = Role::of_child(prev_structure, prev_role, field).filter(|_| i > 0);
+        let label = match role {
+            Some(r) => format!("{} ({shape})", r.plural()),
+            None => shape.to_string(),
         };
+        prev_structure = Structure::from_name(shape);
+        prev_role = role;
         out.push(StepText { edge: edge_text(edge), shape: shape.to_string(), label, folded });
     }
     out

@@ -97,7 +97,7 @@ impl LiveProcess {
                         self.tasks.insert(tid, Task { stopped: false, pending_signal: None });
                     }
                     Err(Errno::ESRCH) => continue, // exited meanwhile
-                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(DumpError::AttachDenied { pid: self.pid, errno }),
+                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, errno)),
                     Err(errno) => return Err(DumpError::Ptrace { op: "SEIZE", tid, errno }),
                 }
             }
@@ -312,11 +312,23 @@ fn mappings(pid: u32) -> Result<Vec<Mapping>> {
     Ok(parse_maps(&text))
 }
 
+/// Why ptrace was refused: another tracer holds the process (`TracerPid` in its status), or
+/// the permission itself.
+fn denied(pid: u32, errno: Errno) -> DumpError {
+    let tracer = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok()));
+    match tracer {
+        Some(tracer) if tracer != 0 && tracer != std::process::id() => DumpError::AlreadyTraced { pid, tracer },
+        _ => DumpError::AttachDenied { pid, errno },
+    }
+}
+
 fn read_error(pid: u32, address: u64, len: usize, errno: Errno) -> DumpError {
     if errno == Errno::ESRCH || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         DumpError::TargetExited { pid }
     } else if errno == Errno::EPERM {
-        DumpError::AttachDenied { pid, errno }
+        denied(pid, errno)
     } else {
         DumpError::Read { address, len, reason: errno.desc().to_string() }
     }

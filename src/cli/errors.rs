@@ -1,0 +1,91 @@
+//! How failures reach the user: one line on stderr, `heapsnap: error: ...`, each cause said
+//! once, with a hint where one helps; with `--json`, also a JSON document on stdout that
+//! scripts can read, `{"error": {"kind": ..., "message": ...}}`.
+
+use heapsnap_analyze::diff::DiffError;
+use heapsnap_analyze::AnalyzeError;
+use heapsnap_dump::DumpError;
+use heapsnap_format::{FormatError, Snapshot};
+use std::path::Path;
+
+/// A snapshot file, opened, or an error that says what was given instead.
+pub fn open_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
+    if path.is_dir() {
+        anyhow::bail!(
+            "{} is a directory, not a snapshot file (`heapsnap run` writes its snapshots inside it: give one of its .heapsnap files)",
+            path.display()
+        );
+    }
+    Ok(Snapshot::open(path)?)
+}
+
+/// The message of an error and its causes, each cause said once: a cause whose text the
+/// message already holds (`path: Permission denied` then `Permission denied`) is left out.
+pub fn message(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    if let Some(hint) = hint(err) {
+        out.push_str(" (");
+        out.push_str(hint);
+        out.push(')');
+    }
+    out
+}
+
+fn hint(err: &anyhow::Error) -> Option<&'static str> {
+    let io = err.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
+    match io.kind() {
+        std::io::ErrorKind::PermissionDenied => Some("run heapsnap as the user who owns the file or process, or as root"),
+        std::io::ErrorKind::NotFound => Some("check the path"),
+        _ => None,
+    }
+}
+
+/// What kind of failure, for scripts: `bad_snapshot`, `no_block`, `bad_query`,
+/// `incompatible`, `dump`, `io`, `usage` or `error`.
+pub fn kind(err: &anyhow::Error) -> &'static str {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<AnalyzeError>() {
+            return match e {
+                AnalyzeError::NoBlockAt(_) => "no_block",
+                AnalyzeError::BadQuery(_) => "bad_query",
+                AnalyzeError::Format(_) | AnalyzeError::TooLarge(_) => "bad_snapshot",
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<DiffError>() {
+            return match e {
+                DiffError::Incompatible { .. } => "incompatible",
+                DiffError::TooFewSnapshots(_) => "usage",
+                DiffError::Analyze { .. } => "bad_snapshot",
+            };
+        }
+        if let Some(e) = cause.downcast_ref::<FormatError>() {
+            return if matches!(e, FormatError::Io { .. }) { "io" } else { "bad_snapshot" };
+        }
+        if cause.is::<DumpError>() {
+            return "dump";
+        }
+        if cause.is::<std::io::Error>() {
+            return "io";
+        }
+    }
+    "error"
+}
+
+/// Prints a failure: always on stderr; with `--json`, also as JSON on stdout.
+pub fn report(err: &anyhow::Error, json: bool) {
+    let message = message(err);
+    eprintln!("heapsnap: error: {message}");
+    if json {
+        println!("{}", serde_json::json!({"error": {"kind": kind(err), "message": message}}));
+    }
+}

@@ -1,0 +1,247 @@
+//! The reports agree with each other (issue 18): a structure is named alike by `top`,
+//! `dominators`, `path` and `inspect`; many small siblings of one kind are one line; retention
+//! is named by the most stable roots; flags and errors say one thing each. On synthetic
+//! snapshots (`heapsnap_analyze::synth`), through the binary.
+
+use heapsnap_analyze::synth::{ObjId, Space, SynthHeap, Value};
+use heapsnap_format::RootKind;
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn heapsnap(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_heapsnap")).args(args).output().expect("run heapsnap")
+}
+
+fn json(args: &[&str], snapshot: &Path) -> Json {
+    let mut all: Vec<&str> = vec![args[0], snapshot.to_str().unwrap()];
+    all.extend(&args[1..]);
+    all.push("--json");
+    let out = heapsnap(&all);
+    assert!(out.status.success(), "heapsnap {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+fn write(dir: &Path, name: &str, h: &SynthHeap) -> PathBuf {
+    let path = dir.join(name);
+    h.write(&path).unwrap();
+    path
+}
+
+/// A stdlib `Hashtbl` of `n` string keys (to 3-field bucket cells), in a 16-bucket array.
+fn hashtbl(h: &mut SynthHeap, n: i64) -> ObjId {
+    let mut buckets = vec![Value::Int(0); 16];
+    for i in 0..n {
+        let key = h.alloc_string(Space::Major, format!("key-{i}").as_bytes());
+        let data = h.alloc_string(Space::Major, &[b'x'; 200]);
+        let b = (i % 16) as usize;
+        buckets[b] = Value::Ptr(h.alloc(Space::Major, 0, &[Value::Ptr(key), Value::Ptr(data), buckets[b]]));
+    }
+    let data = h.alloc(Space::Major, 0, &buckets);
+    h.alloc(Space::Major, 0, &[Value::Int(n), Value::Ptr(data), Value::Int(0), Value::Int(16)])
+}
+
+#[test]
+fn a_hashtbl_is_named_alike_by_every_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    let table = hashtbl(&mut h, 400);
+    h.add_module("Cache", &[Value::Ptr(table)]);
+    let path = write(dir.path(), "t.heapsnap", &h);
+    let address = format!("{:#x}", h.address_of(table));
+
+    let top = json(&["top"], &path);
+    let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"Hashtbl"), "{names:?}");
+    assert!(!names.contains(&"block tag 0 size 4"), "{names:?}");
+
+    let inspect = json(&["inspect", &address], &path);
+    assert_eq!(inspect["description"], "Hashtbl (400 entries)");
+
+    let tree = json(&["dominators", "--depth", "4"], &path);
+    let node = &tree["children"][0]["children"][0];
+    assert_eq!(node["description"], "Hashtbl (400 entries)");
+    let data = &node["children"][0];
+    assert!(data["description"].as_str().unwrap().starts_with("Hashtbl data: "), "{data:#}");
+    // 16 chains of 25 entries, each ~1/16 of the heap: above 1%, shown one by one, named.
+    assert!(data["children"][0]["description"].as_str().unwrap().starts_with("Hashtbl bucket chain: "), "{data:#}");
+
+    let paths = json(&["path", "--kind", "Hashtbl"], &path);
+    assert_eq!(paths["targets"], 1);
+    let chains = json(&["path", "--kind", "string", "--max-paths", "1"], &path);
+    let labels: Vec<&str> = chains["paths"][0]["steps"].as_array().unwrap().iter().map(|s| s["label"].as_str().unwrap()).collect();
+    assert_eq!(labels[0], "Hashtbl");
+    assert!(labels[1].starts_with("Hashtbl data"), "{labels:?}");
+    assert!(labels[2].starts_with("Hashtbl bucket chain"), "{labels:?}");
+}
+
+#[test]
+fn stdlib_structures_are_recognised() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    // Set.Make(Int): a node with two leaves.
+    let leaf = |h: &mut SynthHeap, v| h.alloc(Space::Major, 0, &[Value::Int(0), Value::Int(v), Value::Int(0), Value::Int(1)]);
+    let (l, r) = (leaf(&mut h, 1), leaf(&mut h, 3));
+    let set = h.alloc(Space::Major, 0, &[Value::Ptr(l), Value::Int(2), Value::Ptr(r), Value::Int(2)]);
+    // Map.Make(Int): one binding.
+    let map = h.alloc(Space::Major, 0, &[Value::Int(0), Value::Int(1), Value::Int(5), Value::Int(0), Value::Int(1)]);
+    // Queue with two cells; Stack of one element; Buffer.
+    let last = h.alloc(Space::Major, 0, &[Value::Int(2), Value::Int(0)]);
+    let first = h.alloc(Space::Major, 0, &[Value::Int(1), Value::Ptr(last)]);
+    let queue = h.alloc(Space::Major, 0, &[Value::Int(2), Value::Ptr(first), Value::Ptr(last)]);
+    let cell = h.alloc(Space::Major, 0, &[Value::Int(9), Value::Int(0)]);
+    let stack = h.alloc(Space::Major, 0, &[Value::Ptr(cell), Value::Int(1)]);
+    let bytes = h.alloc_string(Space::Major, &[0; 16]);
+    let inner = h.alloc(Space::Major, 0, &[Value::Ptr(bytes), Value::Int(16)]);
+    let buffer = h.alloc(Space::Major, 0, &[Value::Ptr(inner), Value::Int(0), Value::Ptr(bytes)]);
+    let lazy = h.alloc(Space::Major, 246, &[Value::Int(0)]);
+    let some = h.alloc(Space::Major, 0, &[Value::Int(3)]);
+    let list = [set, map, queue, stack, buffer, lazy, some].iter().map(|&o| Value::Ptr(o)).collect::<Vec<_>>();
+    h.add_module("S", &list);
+    let path = write(dir.path(), "s.heapsnap", &h);
+    let top = json(&["top", "--limit", "0"], &path);
+    let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    for name in ["Set node", "Map node", "Queue", "Stack", "Buffer", "lazy", "ref or Some", "list cell"] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    let set_nodes = top["groups"].as_array().unwrap().iter().find(|g| g["name"] == "Set node").unwrap();
+    assert_eq!(set_nodes["count"], 3);
+    let inspect = json(&["inspect", &format!("{:#x}", h.address_of(queue))], &path);
+    assert_eq!(inspect["description"], "Queue (2 elements)");
+}
+
+#[test]
+fn many_small_siblings_of_one_kind_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    // 500 records of 1 KiB strings under one array: each is 0.2% of the heap.
+    let items: Vec<Value> = (0..500)
+        .map(|i| {
+            let s = h.alloc_string(Space::Major, &vec![b'a'; 1000 + i]);
+            Value::Ptr(h.alloc(Space::Major, 0, &[Value::Int(i as i64), Value::Ptr(s), Value::Int(0)]))
+        })
+        .collect();
+    let array = h.alloc(Space::Major, 0, &items);
+    h.add_module("Registry", &[Value::Ptr(array)]);
+    let path = write(dir.path(), "r.heapsnap", &h);
+    let tree = json(&["dominators", "--depth", "5"], &path);
+    let array_node = &tree["children"][0]["children"][0];
+    let summary = &array_node["children"][0];
+    let similar = &summary["similar"];
+    assert_eq!(similar["count"], 500, "{array_node:#}");
+    assert_eq!(similar["kind"], "block tag 0 size 3");
+    assert_eq!(similar["largest"], summary["retained"]);
+    assert_eq!(similar["retained"].as_u64().unwrap() + 8 * 501, array_node["retained"].as_u64().unwrap());
+    assert_eq!(array_node["omitted_children"], 0);
+    // The example is expanded: its string is shown below it.
+    assert_eq!(summary["children"][0]["description"].as_str().unwrap().split(' ').next(), Some("string"));
+}
+
+#[test]
+fn globals_name_what_a_stack_slot_also_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    let table = hashtbl(&mut h, 50);
+    // A global and a stack frame hold the table: it hangs from the super-root.
+    h.add_module("Leaky", &[Value::Ptr(table)]);
+    h.add_root(RootKind::Stack, Value::Ptr(table), "camlMain.loop_12", 0);
+    // Two globals share a list.
+    let shared = h.alloc_string(Space::Major, &[b's'; 4000]);
+    let cell = h.alloc(Space::Major, 0, &[Value::Ptr(shared), Value::Int(0)]);
+    let a = h.alloc(Space::Major, 0, &[Value::Ptr(cell)]);
+    let b = h.alloc(Space::Major, 0, &[Value::Ptr(cell)]);
+    h.add_module("A", &[Value::Ptr(a)]);
+    h.add_module("B", &[Value::Ptr(b)]);
+    let path = write(dir.path(), "g.heapsnap", &h);
+
+    let top = json(&["top", "--by", "root", "--limit", "0"], &path);
+    let groups = top["groups"].as_array().unwrap();
+    let names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names[0], "Leaky.0", "{names:?}");
+    assert!(names.contains(&"shared: A.0, B.0"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("several")), "{names:?}");
+    let roots = top["roots"].as_array().unwrap();
+    let a0 = roots.iter().find(|r| r["root"] == "A.0").unwrap();
+    assert_eq!(a0["alone"], 16, "A's own ref cell");
+    assert_eq!(a0["shared"], 24 + 4008 + 8);
+    assert_eq!(a0["shared_with"][0], "B.0");
+
+    let tree = json(&["dominators"], &path);
+    let top_node = tree["children"].as_array().unwrap().iter().find(|n| n["description"].as_str().unwrap().starts_with("Hashtbl")).unwrap();
+    assert_eq!(top_node["root"], "Leaky.0");
+
+    // path names the roots holding the chain's first object, as inspect does.
+    let address = format!("{:#x}", h.address_of(table));
+    let p = json(&["path", &address], &path);
+    let inspect = json(&["inspect", &address], &path);
+    assert_eq!(p["paths"][0]["root"], "Leaky.0");
+    assert!(inspect["roots"].as_array().unwrap().contains(&Json::from("Leaky.0")));
+}
+
+#[test]
+fn unreachable_objects_are_counted_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    let kept = h.alloc_string(Space::Major, b"kept");
+    for _ in 0..10 {
+        h.alloc_string(Space::Major, &[b'x'; 64]); // unreachable, not swept yet
+    }
+    h.add_module("M", &[Value::Ptr(kept)]);
+    let path = write(dir.path(), "u.heapsnap", &h);
+    let top = json(&["top"], &path);
+    let strings = top["groups"].as_array().unwrap().iter().find(|g| g["name"] == "string").unwrap();
+    assert_eq!(strings["count"], 1);
+    assert_eq!(top["unreachable_objects"], 10);
+    assert_eq!(top["unreachable_bytes"], 10 * 80);
+}
+
+#[test]
+fn kinds_match_exactly_and_groupings_refuse_what_they_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    let six = h.alloc(Space::Major, 0, &[Value::Int(1); 6]);
+    let sixty_five = h.alloc(Space::Major, 0, &[Value::Int(1); 65]);
+    h.add_module("K", &[Value::Ptr(six), Value::Ptr(sixty_five)]);
+    let path = write(dir.path(), "k.heapsnap", &h);
+    let p = json(&["path", "--kind", "block tag 0 size 6"], &path);
+    assert_eq!(p["targets"], 1);
+    // A part of a name matches nothing, and says what would.
+    let out = heapsnap(&["path", path.to_str().unwrap(), "--kind", "size 6"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("block tag 0 size 6"));
+
+    // --by tag without reserved header bits would repeat --by kind: refused, pointing to it.
+    let out = heapsnap(&["top", path.to_str().unwrap(), "--by", "tag"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--by kind"));
+    // --help lists the groupings (clap's ValueEnum).
+    let help = String::from_utf8_lossy(&heapsnap(&["top", "--help"]).stdout).to_string();
+    for by in ["tag", "kind", "closure", "root"] {
+        assert!(help.contains(&format!("- {by}:")), "{help}");
+    }
+}
+
+#[test]
+fn errors_are_said_once_and_as_json_with_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.heapsnap");
+    let out = heapsnap(&["summary", missing.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    assert!(err.starts_with("heapsnap: error: ") && err.contains("missing.heapsnap"), "{err}");
+
+    let out = heapsnap(&["top", dir.path().to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc: Json = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
+    assert!(doc["error"]["message"].as_str().unwrap().contains("is a directory, not a snapshot file"), "{doc}");
+    assert!(doc["error"]["kind"].is_string());
+
+    let mut h = SynthHeap::new();
+    let s = h.alloc_string(Space::Major, b"x");
+    h.add_module("M", &[Value::Ptr(s)]);
+    let path = write(dir.path(), "e.heapsnap", &h);
+    let out = heapsnap(&["inspect", path.to_str().unwrap(), "0x10", "--json"]);
+    let doc: Json = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
+    assert_eq!(doc["error"]["kind"], "no_block");
+}
