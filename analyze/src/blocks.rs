@@ -703,14 +703,9 @@ impl Walk<'_> {
                     let address = rb.base + p as u64 * 8;
                     self.bad(address, rb.kind, format!("header {hd:#x} (wosize {}, tag {}) in a pool slot of {wh} words", h.wosize, h.tag));
                 } else if h.colour == Colour::Garbage {
-                    self.counts.garbage_blocks += 1;
-                    self.counts.garbage_bytes += h.bytes();
+                    self.garbage(&h);
                 } else {
-                    let w = p + 1;
-                    bits[w / 64].bits |= 1 << (w % 64);
-                    self.counts.live_blocks += 1;
-                    self.counts.live_bytes += h.bytes();
-                    self.collect_static(&h, &words[w..w + h.wosize as usize]);
+                    self.live(words, bits, p, &h);
                 }
             }
             p += wh;
@@ -732,14 +727,24 @@ impl Walk<'_> {
                     continue;
                 }
             } else {
-                let w = p + 1;
-                bits[w / 64].bits |= 1 << (w % 64);
-                self.counts.live_blocks += 1;
-                self.counts.live_bytes += h.bytes();
-                self.collect_static(&h, &words[w..end as usize]);
+                self.live(words, bits, p, &h);
             }
             p = end as usize;
         }
+    }
+
+    /// Counts the block whose header is word `p` of `words` as live, and marks its first field.
+    fn live(&mut self, words: &[u64], bits: &mut [RankWord], p: usize, h: &Header) {
+        let w = p + 1;
+        bits[w / 64].bits |= 1 << (w % 64);
+        self.counts.live_blocks += 1;
+        self.counts.live_bytes += h.bytes();
+        self.collect_static(h, &words[w..w + h.wosize as usize]);
+    }
+
+    fn garbage(&mut self, h: &Header) {
+        self.counts.garbage_blocks += 1;
+        self.counts.garbage_bytes += h.bytes();
     }
 
     /// An OCaml 4.14 heap chunk: blocks one after another from `first_block` to the end, some
@@ -763,14 +768,9 @@ impl Walk<'_> {
                     self.counts.free_slots += 1;
                     self.counts.free_bytes += h.bytes();
                 } else if colour == Colour::Garbage {
-                    self.counts.garbage_blocks += 1;
-                    self.counts.garbage_bytes += h.bytes();
+                    self.garbage(&h);
                 } else {
-                    let w = p + 1;
-                    bits[w / 64].bits |= 1 << (w % 64);
-                    self.counts.live_blocks += 1;
-                    self.counts.live_bytes += h.bytes();
-                    self.collect_static(&h, &words[w..end as usize]);
+                    self.live(words, bits, p, &h);
                 }
             }
             p = end as usize;
@@ -793,8 +793,7 @@ impl Walk<'_> {
             return None;
         }
         if h.colour == Colour::Garbage {
-            self.counts.garbage_blocks += 1;
-            self.counts.garbage_bytes += h.bytes();
+            self.garbage(&h);
             return None;
         }
         self.counts.live_blocks += 1;

@@ -1,11 +1,11 @@
-//! Offline analysis of heapsnap snapshots of OCaml 5.3 heaps: the object graph, the dominator
+//! Offline analysis of heapsnap snapshots of OCaml heaps: the object graph, the dominator
 //! tree, retained sizes per tag, kind, closure and root, retainer paths, and a consistency check.
 //!
 //! ```no_run
 //! use heapsnap_analyze::{Analysis, Progress, groups::{groups, GroupBy}};
 //! let snap = heapsnap_format::Snapshot::open("app.heapsnap")?;
 //! let analysis = Analysis::new(&snap, &Progress::stderr())?;
-//! for g in groups(&analysis, GroupBy::Kind).iter().take(10) {
+//! for g in groups(&analysis, GroupBy::Kind)?.iter().take(10) {
 //!     println!("{:>12} {:>12} {}", g.shallow, g.retained, g.name);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
