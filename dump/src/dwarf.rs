@@ -16,6 +16,8 @@ struct Member {
     name: Option<String>,
     offset: u64,
     ty: Option<TypeRef>,
+    /// For a bit field: (bit offset from the start of the struct, width in bits).
+    bits: Option<(u64, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -161,10 +163,13 @@ impl TypeIndex {
                 }
                 gimli::DW_TAG_member => {
                     if let Some(TypeNode::Record { members, .. }) = parent.and_then(|p| self.nodes.get_mut(&p)) {
+                        let bit_offset = udata(entry, gimli::DW_AT_data_bit_offset);
+                        let bits = bit_offset.zip(udata(entry, gimli::DW_AT_bit_size));
                         members.push(Member {
                             name: name_of(entry),
-                            offset: udata(entry, gimli::DW_AT_data_member_location).unwrap_or(0),
+                            offset: udata(entry, gimli::DW_AT_data_member_location).or(bit_offset.map(|b| b / 8)).unwrap_or(0),
                             ty: type_of(entry),
+                            bits,
                         });
                     }
                 }
@@ -323,6 +328,15 @@ impl TypeIndex {
             let inner = self.find_member(self.strip(m.ty?), name, depth + 1)?;
             Some(Field { offset: m.offset + inner.offset, ty: inner.ty })
         })
+    }
+
+    /// (bit offset from the start of the struct, width in bits) of bit-field member `member` of
+    /// struct/typedef `ty_name` (a direct member, as DWARF 4 and 5 describe them).
+    pub fn bit_field(&self, ty_name: &str, member: &str) -> Result<(u64, u64)> {
+        let missing = || DumpError::MissingMember { ty: ty_name.to_string(), member: format!("{member} (a bit field)") };
+        let ty = self.type_named(ty_name)?;
+        let TypeNode::Record { members, .. } = self.nodes.get(&ty).ok_or_else(missing)? else { return Err(missing()) };
+        members.iter().find(|m| m.name.as_deref() == Some(member)).and_then(|m| m.bits).ok_or_else(missing)
     }
 
     /// Offset of member `path` of struct/typedef `ty_name`.

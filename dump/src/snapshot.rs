@@ -87,6 +87,9 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         cap.custom_ops.iter().map(|(address, id)| CustomOpsRecord { address: *address, identifier: w.intern(id), reserved: 0 }).collect();
     w.write_custom_ops(&ops)?;
     w.write_ephemerons(&cap.ephemerons)?;
+    if let Some(memprof) = &cap.memprof {
+        w.write_memprof(memprof)?;
+    }
     w.write_load_bias(rt.bias)?;
     let final_path = w.finish()?;
     let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);

@@ -12,6 +12,7 @@ mod error;
 mod free_blocks;
 mod layout;
 mod load_bias;
+mod memprof;
 mod metadata;
 mod plugin_dwarf;
 mod reader;
@@ -27,6 +28,7 @@ pub use layout::{
     SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR, WORD_SIZE,
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
+pub use memprof::*;
 pub use metadata::{DomainInfo, Metadata, Trigger};
 pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use reader::{ReadOptions, Region, Snapshot};

@@ -45,6 +45,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "plugin_dwarf": plugin_dwarf.iter().map(|(bias, names)| serde_json::json!({"load_bias": bias, "sections": names})).collect::<Vec<_>>(),
             "custom_ops": snap.custom_ops().len(),
             "ephemerons": snap.ephemerons().len(),
+            "memprof_entries": snap.memprof().map(|e| e.len()),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -81,6 +82,13 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     println!("symbols         {}", snap.symbols().len());
     let exe_lines = if snap.dwarf_section(".debug_line").is_some() { "yes" } else { "no" };
     println!("line tables     executable: {exe_lines}; Dynlink plugins: {}", plugin_dwarf.len());
+    match snap.memprof() {
+        Some(entries) => {
+            let samples: u64 = entries.iter().map(|e| e.samples).sum();
+            println!("memprof         {} tracked blocks, {samples} samples", entries.len());
+        }
+        None => println!("memprof         none recorded (statmemprof exists from OCaml 5.3 on)"),
+    }
     for w in &m.warnings {
         println!("warning         {w}");
     }

@@ -40,6 +40,8 @@ pub struct Capture {
     pub plugin_symbols: Vec<crate::elf::Symbol>,
     /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
     pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,
+    /// Statmemprof's entries; `None` on a runtime without statmemprof (before 5.3).
+    pub memprof: Option<Vec<heapsnap_format::MemprofRecord>>,
     pub warnings: Vec<String>,
     /// How long each step of the copy took (ns), for reports and benchmarks.
     pub phases: Vec<(&'static str, u64)>,

@@ -139,6 +139,15 @@ pub struct MemprofLayout {
     pub entry_block: u64,
     pub entry_user_data: u64,
     pub entry_size: u64,
+    pub entry_samples: u64,
+    pub entry_wosize: u64,
+    /// Bit fields of `entry_s`: (bit offset in the entry, width).
+    pub entry_source: (u64, u64),
+    pub entry_offset: (u64, u64),
+    pub entry_alloc_young: (u64, u64),
+    pub entry_promoted: (u64, u64),
+    pub entry_deallocated: (u64, u64),
+    pub entry_deleted: (u64, u64),
 }
 
 /// otherlibs/systhreads/st_stubs.c, present only when the threads library is linked.
@@ -360,6 +369,14 @@ fn memprof(t: &TypeIndex) -> Result<MemprofLayout> {
         entry_block: t.offset_of("entry_s", "block")?,
         entry_user_data: t.offset_of("entry_s", "user_data")?,
         entry_size: t.size_of_named("entry_s")?,
+        entry_samples: t.offset_of("entry_s", "samples")?,
+        entry_wosize: t.offset_of("entry_s", "wosize")?,
+        entry_source: t.bit_field("entry_s", "source")?,
+        entry_offset: t.bit_field("entry_s", "offset")?,
+        entry_alloc_young: t.bit_field("entry_s", "alloc_young")?,
+        entry_promoted: t.bit_field("entry_s", "promoted")?,
+        entry_deallocated: t.bit_field("entry_s", "deallocated")?,
+        entry_deleted: t.bit_field("entry_s", "deleted")?,
     })
 }
 

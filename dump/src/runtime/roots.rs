@@ -9,7 +9,10 @@ use super::versions::Indirection;
 use super::Runtime;
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
-use heapsnap_format::{RegionKind, RootKind, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK};
+use heapsnap_format::{
+    MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET, MEMPROF_PROMOTED,
+    MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+};
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
 
@@ -28,6 +31,8 @@ struct Ctx<'a> {
     stacks: HashSet<u64>,
     new_regions: Vec<CapturedRegion>,
     warnings: Vec<String>,
+    /// Statmemprof's entries, as the snapshot records them.
+    memprof: Vec<MemprofRecord>,
 }
 
 impl Ctx<'_> {
@@ -54,7 +59,8 @@ struct SysThread {
 }
 
 pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
-    let mut cx = Ctx { rt, source, roots: Vec::new(), stacks: HashSet::new(), new_regions: Vec::new(), warnings: Vec::new() };
+    let mut cx =
+        Ctx { rt, source, roots: Vec::new(), stacks: HashSet::new(), new_regions: Vec::new(), warnings: Vec::new(), memprof: Vec::new() };
     let l = &rt.layout;
     check_hook(&mut cx)?;
     globals(&mut cx, format)?;
@@ -110,7 +116,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         let mut table = cx.word(rt.addr(memprof_orphans))?;
         let mut n = 0;
         while table != 0 && n < MAX_CHAIN {
-            memprof_entries(&mut cx, table + m.orphan_entries, NO_DOMAIN)?;
+            memprof_entries(&mut cx, table + m.orphan_entries, NO_DOMAIN, MEMPROF_TABLE_ORPHAN)?;
             table = cx.word(table + m.orphan_next)?;
             n += 1;
         }
@@ -128,6 +134,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
 
     cap.regions.append(&mut cx.new_regions);
     cap.roots = cx.roots;
+    cap.memprof = rt.release.memprof.then_some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);
     Ok(())
 }
@@ -658,14 +665,15 @@ fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
 
 fn memprof_domain(cx: &mut Ctx<'_>, domain_memprof: u64, domain: u16) -> Result<()> {
     let Some(m) = cx.rt.layout.memprof.clone() else { return Ok(()) };
-    memprof_entries(cx, domain_memprof + m.domain_entries, domain)?;
-    for (head_off, entries_off, next_off) in
-        [(m.domain_threads, m.thread_entries, m.thread_next), (m.domain_orphans, m.orphan_entries, m.orphan_next)]
-    {
+    memprof_entries(cx, domain_memprof + m.domain_entries, domain, MEMPROF_TABLE_DOMAIN)?;
+    for (head_off, entries_off, next_off, table) in [
+        (m.domain_threads, m.thread_entries, m.thread_next, MEMPROF_TABLE_THREAD),
+        (m.domain_orphans, m.orphan_entries, m.orphan_next, MEMPROF_TABLE_ORPHAN),
+    ] {
         let mut node = cx.word(domain_memprof + head_off)?;
         let mut n = 0;
         while node != 0 && n < MAX_CHAIN {
-            memprof_entries(cx, node + entries_off, domain)?;
+            memprof_entries(cx, node + entries_off, domain, table)?;
             node = cx.word(node + next_off)?;
             n += 1;
         }
@@ -674,8 +682,9 @@ fn memprof_domain(cx: &mut Ctx<'_>, domain_memprof: u64, domain: u16) -> Result<
 }
 
 /// One memprof entries table: its configuration block and each entry's user data are roots;
-/// the tracked blocks themselves are weak.
-fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16) -> Result<()> {
+/// the tracked blocks themselves are weak. Each entry is also recorded whole, with its
+/// profile's sampling rate.
+fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16, table_kind: u8) -> Result<()> {
     let Some(m) = cx.rt.layout.memprof.clone() else { return Ok(()) };
     let config = cx.word(entries + m.entries_config)?;
     const VAL_UNIT: u64 = 1;
@@ -695,11 +704,36 @@ fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16) -> Result<()> {
     if size == 0 {
         return Ok(());
     }
+    // memprof.c `CONFIG_FIELD_LAMBDA`: the sampling rate, a boxed float.
+    const CONFIG_FIELD_LAMBDA: u64 = 1;
+    let sampling_rate = f64::from_bits(cx.word(cx.word(config + 8 * CONFIG_FIELD_LAMBDA)?)?);
     let bytes = cx.source.read_bytes(table, (size * m.entry_size) as usize)?;
     for i in 0..size {
         let e = (i * m.entry_size) as usize;
         let word = |o: u64| u64::from_le_bytes(bytes[e + o as usize..e + o as usize + 8].try_into().expect("8 bytes"));
         let entry = table + i * m.entry_size;
+        let bits = |(offset, width): (u64, u64)| {
+            let w = word(offset / 64 * 8);
+            ((w >> (offset % 64)) & ((1u64 << width) - 1)) as u8
+        };
+        let flag = |field, bit| if bits(field) != 0 { bit } else { 0 };
+        cx.memprof.push(MemprofRecord {
+            block: word(m.entry_block),
+            user_data: word(m.entry_user_data),
+            samples: word(m.entry_samples),
+            wosize: word(m.entry_wosize),
+            profile: config,
+            sampling_rate,
+            domain,
+            table: table_kind,
+            source: bits(m.entry_source),
+            flags: flag(m.entry_alloc_young, MEMPROF_ALLOC_YOUNG)
+                | flag(m.entry_promoted, MEMPROF_PROMOTED)
+                | flag(m.entry_deallocated, MEMPROF_DEALLOCATED)
+                | flag(m.entry_offset, MEMPROF_OFFSET)
+                | flag(m.entry_deleted, MEMPROF_DELETED),
+            reserved: [0; 3],
+        });
         cx.push(RootKind::Memprof, domain, 0, entry + m.entry_user_data, word(m.entry_user_data), 0, RootName::Text("user_data".into()), 0);
         cx.push(
             RootKind::Memprof,
