@@ -7,8 +7,9 @@
 //! address its RIP-relative operands name, less `delta`, is the variable". Locators are
 //! generated from an executable that has DWARF (`scripts/gen-layout-tables.sh`), where both
 //! the variable and the code are known, choosing functions that reference few addresses. A
-//! variable has several locators in different functions, and they must agree: a compiler that
-//! lays the code out differently makes them disagree or miss, which is an error, never a guess.
+//! variable has up to three locators in different functions, and more than half of those that
+//! resolve must agree ([`super::statics`]): a compiler that lays the code out differently makes
+//! them disagree or miss, which is an error, never a guess.
 
 use crate::elf::Executable;
 use iced_x86::{Decoder, DecoderOptions, FlowControl, OpKind, Register};
@@ -97,11 +98,7 @@ pub fn resolve(exe: &Executable, locator: &Locator) -> Option<u64> {
 pub fn generate(exe: &Executable, address: u64, size: u64, max: usize) -> Vec<Locator> {
     let within = |a: u64| a >= address && a < address + size.max(1);
     let mut found: Vec<(usize, Locator)> = Vec::new();
-    let mut exported: Vec<&crate::elf::Symbol> =
-        exe.symbols.iter().filter(|s| s.is_function && s.is_global && s.size > 0 && !s.name.starts_with("caml_thread_")).collect();
-    // The systhreads functions are fine locators too, but only when no other function names
-    // the variable: keep them last.
-    exported.extend(exe.symbols.iter().filter(|s| s.is_function && s.is_global && s.size > 0 && s.name.starts_with("caml_thread_")));
+    let mut exported: Vec<&crate::elf::Symbol> = exe.symbols.iter().filter(|s| s.is_function && s.is_global && s.size > 0).collect();
     exported.sort_by(|a, b| a.name.cmp(&b.name));
     exported.dedup_by(|a, b| a.name == b.name);
     for f in exported {
