@@ -63,6 +63,10 @@ impl Server {
             }
             "/app.js" => with_type(Response::from_data(SCRIPT.as_bytes().to_vec()), "text/javascript; charset=utf-8"),
             "/app.css" => with_type(Response::from_data(STYLE.as_bytes().to_vec()), "text/css; charset=utf-8"),
+            "/flame.svg" => match crate::api::flame(app, &query) {
+                Ok(svg) => with_type(Response::from_data(svg.to_vec()), "image/svg+xml"),
+                Err((code, message)) => text(code, &message),
+            },
             p if p.starts_with("/api/") => match api::answer(app, &p[5..], &query) {
                 Ok(v) => with_type(Response::from_data(serde_json::to_vec(&v).expect("values serialise")), "application/json"),
                 Err((code, message)) => text(code, &message),
