@@ -67,9 +67,10 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
     }
 }
 
-/// The flame graph (SVG) of snapshot `s`, stacked `by` (`root`, `kind`, `tag` or `closure`).
+/// The flame graph (SVG) of snapshot `snapshot`, stacked `by` (`root`, `kind`, `tag` or
+/// `closure`). Not `s`: inferno's script reads `s` from its URL as a search term.
 pub fn flame(app: &App, query: &[(String, String)]) -> Result<std::sync::Arc<Vec<u8>>, (u16, String)> {
-    let s: usize = number(query, "s", 0)?;
+    let s: usize = number(query, "snapshot", 0)?;
     let shown = app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?;
     let by: GroupBy = param(query, "by").unwrap_or("root").parse().map_err(bad)?;
     app.flames.svg(s, &shown.name, shown.view.snap, by).map_err(|e| (500, e))

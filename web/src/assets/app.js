@@ -211,7 +211,7 @@ function showFlame(by = "root") {
   const select = el("select", { id: "flame-by" }, ["root", "kind", "tag", "closure"].map(b => el("option", { value: b }, b)));
   select.value = by;
   select.onchange = () => showFlame(select.value);
-  const graph = el("object", { id: "flame-graph", type: "image/svg+xml", data: `flame.svg?token=${token}&s=${snapshot}&by=${by}` });
+  const graph = el("object", { id: "flame-graph", type: "image/svg+xml", data: `flame.svg?token=${token}&snapshot=${snapshot}&by=${by}` });
   main.replaceChildren(
     el("h2", {}, "Retained bytes ", el("span", { class: "muted" }, "(the dominator tree by path signature: a leak is one wide tower; click a frame to zoom)")),
     el("p", {}, "frames by ", select),
