@@ -11,9 +11,12 @@ use heapsnap_format::Snapshot;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+/// An SVG, by snapshot and stacking.
+type Made = HashMap<(usize, String), Arc<Vec<u8>>>;
+
 #[derive(Default)]
 pub struct Flames {
-    made: Mutex<HashMap<(usize, String), Arc<Vec<u8>>>>,
+    made: Mutex<Made>,
 }
 
 impl Flames {
