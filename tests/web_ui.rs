@@ -266,10 +266,7 @@ fn the_web_ui_shows_the_leak() {
     );
     browser.screenshot(&shots.join("flame.png"));
     let widest = widest.as_str().unwrap();
-    let width: f64 = widest
-        .lines()
-        .filter_map(|l| l.rsplit_once(" | ")?.1.trim_end_matches('%').parse().ok())
-        .fold(0.0, f64::max);
+    let width: f64 = widest.lines().filter_map(|l| l.rsplit_once(" | ")?.1.trim_end_matches('%').parse().ok()).fold(0.0, f64::max);
     assert!(width >= 90.0, "the Hashtbl frame should span the graph: {widest}");
 
     browser.goto(&format!("{url}#summary"));
