@@ -251,6 +251,24 @@ fn the_web_ui_shows_the_leak() {
     let suspect = suspect.as_str().unwrap();
     assert!(suspect.contains("Cache_leak.1") && suspect.contains("Hashtbl"), "suspect: {suspect}");
 
+    // The flame graph: the Hashtbl under Cache_leak.1 is a frame nearly as wide as the graph.
+    browser.goto(&format!("{url}#flame"));
+    let widest = browser.wait_for(
+        "const o = document.querySelector('#flame-graph');
+         const d = o && o.contentDocument;
+         if (!d) return null;
+         const frames = [...d.querySelectorAll('g')].filter(g => g.querySelector('title') && g.querySelector('rect'));
+         if (!frames.length) return null;
+         const hashtbl = frames.filter(g => g.querySelector('title').textContent.startsWith('Hashtbl '));
+         if (!hashtbl.length) return 'no Hashtbl frame among ' + frames.length;
+         return hashtbl.map(g => g.querySelector('title').textContent + ' | ' + g.querySelector('rect').getAttribute('width')).join('\\n');",
+        "the flame graph",
+    );
+    browser.screenshot(&shots.join("flame.png"));
+    let widest = widest.as_str().unwrap();
+    let width: f64 = widest.lines().filter_map(|l| l.rsplit_once(" | ")?.1.trim_end_matches('%').parse().ok()).fold(0.0, f64::max);
+    assert!(width >= 90.0, "the Hashtbl frame should span the graph: {widest}");
+
     browser.goto(&format!("{url}#summary"));
     browser.wait_for("return document.body.innerText.includes('Largest groups') || null;", "the summary");
     browser.screenshot(&shots.join("summary.png"));

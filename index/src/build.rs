@@ -3,8 +3,10 @@
 use crate::file::{IndexBuilder, SnapshotId};
 use crate::sections::*;
 use heapsnap_analyze::blocks::{NodeId, NO_NODE};
+use heapsnap_analyze::graph::HeapGraph;
 use heapsnap_analyze::groups::{groups, top_label, GroupBy};
 use heapsnap_analyze::paths::bfs_parents;
+use heapsnap_analyze::progress::PhaseTimer;
 use heapsnap_analyze::Analysis;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
@@ -22,16 +24,51 @@ pub fn grouping_name(by: GroupBy) -> &'static str {
 
 /// The index file's bytes for an analysed snapshot.
 pub fn build(a: &Analysis<'_>) -> Vec<u8> {
+    // Addresses and referrers need only the graph: another thread makes them while this one
+    // makes the groups, the summary and the tree's sections (the analysis itself, with its
+    // names, stays on this thread).
+    let graph = &a.graph;
+    std::thread::scope(|scope| {
+        let graph_part = scope.spawn(|| (addresses(graph), referrers(graph)));
+        let mut b = from_tree(a);
+        let ((addr, by_addr), (ref_offsets, refs)) = graph_part.join().expect("the addresses and referrers do not panic");
+        let timer = PhaseTimer::start("index");
+        timer.lap("addresses and referrers joined");
+        b.add_u64(ADDRESS, &addr);
+        b.add_u32(BY_ADDRESS, &by_addr);
+        b.add_u32(REF_OFFSETS, &ref_offsets);
+        b.add_u32(REFS, &refs);
+        let bytes = b.finish(SnapshotId::of(a.snap));
+        timer.lap("sections hashed and copied");
+        bytes
+    })
+}
+
+/// Every section but the addresses and the referrers.
+fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
     let n = a.graph.node_count();
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
 
-    let mut summary = heapsnap_analyze::reports::summary(a, 0);
-    summary.top_groups.clear();
+    let timer = PhaseTimer::start("index");
+    // The summary lists the kind groups: all of them are the `kind` grouping (made once).
+    let mut summary = heapsnap_analyze::reports::summary(a, usize::MAX);
+    let kind_groups = std::mem::take(&mut summary.top_groups);
+    timer.lap("summary");
+    let mut kind_groups = Some(kind_groups);
     // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
-    let groups: BTreeMap<String, Vec<_>> =
-        ALL_GROUPINGS.iter().filter_map(|&by| Some((grouping_name(by).to_string(), groups(a, by).ok()?))).collect();
+    let groups: BTreeMap<String, Vec<_>> = ALL_GROUPINGS
+        .iter()
+        .filter_map(|&by| {
+            let list = match by {
+                GroupBy::Kind => kind_groups.take().expect("one kind grouping"),
+                _ => groups(a, by).ok()?,
+            };
+            Some((grouping_name(by).to_string(), list))
+        })
+        .collect();
+    timer.lap("every grouping");
 
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
     let first_block = a.graph.blocks.first_block_node;
@@ -78,7 +115,31 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
         });
     }
 
-    let blocks = &a.graph.blocks;
+    timer.lap("children sorted");
+    let root_edges: Vec<u32> = a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect();
+
+    let mut b = IndexBuilder::default();
+    b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
+    b.add_u32(PRE_OF, &tree.pre_of);
+    b.add_u32(PREORDER, preorder);
+    b.add_u32(IDOM_PRE, &tree.idom_pre);
+    b.add_u64(RETAINED, &retained);
+    b.add_u32(KID_OFFSETS, &offsets);
+    b.add_u32(KIDS, &sorted_kids);
+    b.add_u32(BFS_PARENT, &bfs_parents(a));
+    timer.lap("shortest-path parents");
+    b.add_u32(ROOT_EDGES, &root_edges);
+    b.add_u32(TOP_NODES, &top_nodes);
+    b.add_u32(TOP_LABEL_IDS, &top_label_ids);
+    b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    b
+}
+
+/// The address of every node's block (0: not a block), and the block nodes sorted by address.
+fn addresses(g: &HeapGraph<'_>) -> (Vec<u64>, Vec<u32>) {
+    let n = g.node_count();
+    let first_block = g.blocks.first_block_node;
+    let blocks = &g.blocks;
     let mut addr = vec![0u64; n];
     for r in blocks.block_regions() {
         for b in blocks.region_blocks(r) {
@@ -88,9 +149,14 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
     let mut by_addr: Vec<u32> = (first_block..n as NodeId).filter(|&v| addr[v as usize] != 0).collect();
     by_addr.par_sort_unstable_by_key(|&v| addr[v as usize]);
 
+    (addr, by_addr)
+}
+
+/// The nodes with a strong edge to each node: offsets, then the referrers.
+fn referrers(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
+    let n = g.node_count();
     // Who points to whom, reversed, strong edges only (ephemeron key -> data edges serve the
     // dominators only): the referrers of an object.
-    let g = &a.graph;
     let check = !g.condition_edges.is_empty();
     let mut in_degree = vec![0u32; n + 1];
     for u in 0..n as NodeId {
@@ -132,24 +198,5 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
         compact_offsets[v + 1] = compact.len() as u32;
     }
 
-    let root_edges: Vec<u32> = g.roots.iter().flat_map(|e| [e.node, e.record]).collect();
-
-    let mut b = IndexBuilder::default();
-    b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
-    b.add_u32(PRE_OF, &tree.pre_of);
-    b.add_u32(PREORDER, preorder);
-    b.add_u32(IDOM_PRE, &tree.idom_pre);
-    b.add_u64(RETAINED, &retained);
-    b.add_u32(KID_OFFSETS, &offsets);
-    b.add_u32(KIDS, &sorted_kids);
-    b.add_u64(ADDRESS, &addr);
-    b.add_u32(BY_ADDRESS, &by_addr);
-    b.add_u32(BFS_PARENT, &bfs_parents(a));
-    b.add_u32(REF_OFFSETS, &compact_offsets);
-    b.add_u32(REFS, &compact);
-    b.add_u32(ROOT_EDGES, &root_edges);
-    b.add_u32(TOP_NODES, &top_nodes);
-    b.add_u32(TOP_LABEL_IDS, &top_label_ids);
-    b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
-    b.finish(SnapshotId::of(a.snap))
+    (compact_offsets, compact)
 }

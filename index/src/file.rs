@@ -74,12 +74,17 @@ impl IndexBuilder {
         let table_len = self.sections.len() * ENTRY_SIZE;
         let mut at = (HEADER_SIZE + table_len) as u64;
         let mut table = Vec::with_capacity(table_len);
-        for (kind, body) in &self.sections {
+        // Hundreds of megabytes at 10M objects: hashed on every core.
+        let hashes: Vec<u64> = {
+            use rayon::prelude::*;
+            self.sections.par_iter().map(|(_, body)| xxh3_64(body)).collect()
+        };
+        for ((kind, body), hash) in self.sections.iter().zip(&hashes) {
             table.extend_from_slice(&kind.to_le_bytes());
             table.extend_from_slice(&0u32.to_le_bytes());
             table.extend_from_slice(&at.to_le_bytes());
             table.extend_from_slice(&(body.len() as u64).to_le_bytes());
-            table.extend_from_slice(&xxh3_64(body).to_le_bytes());
+            table.extend_from_slice(&hash.to_le_bytes());
             at += (body.len() as u64).next_multiple_of(8);
         }
         let mut out = Vec::with_capacity(at as usize);

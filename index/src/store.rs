@@ -97,7 +97,10 @@ pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, S
     let id = SnapshotId::of(&snap);
     let mut last_error = None;
     for path in candidates(snapshot) {
-        match save(&path, &bytes) {
+        let timer = heapsnap_analyze::progress::PhaseTimer::start("index");
+        let saved = save(&path, &bytes);
+        timer.lap("written");
+        match saved {
             Ok(()) => {
                 // Mapped back rather than copied: the file is in the page cache already.
                 let index = match read(&path, id)? {

@@ -4,6 +4,7 @@ mod analyze;
 mod diff;
 mod dump;
 pub mod errors;
+mod export;
 mod info;
 mod run;
 mod serve;
@@ -38,6 +39,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Attach to a running OCaml 5 program, take one snapshot, detach.
     Dump(dump::DumpArgs),
+    /// Write a snapshot for other tools: Chrome DevTools / memlab (.heapsnapshot), or a flame graph of retained sizes.
+    Export(export::ExportArgs),
     /// A local web UI: summary, groups, dominator tree, objects and paths, and the diff of 2+ snapshots.
     Serve(serve::ServeArgs),
     /// Launch a program and take numbered snapshots when triggers fire (also honours OCAML_HEAPSNAP).
@@ -58,6 +61,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => diff::run(args),
         Command::Info(args) => info::run(args),
         Command::Dump(args) => dump::run(args),
+        Command::Export(args) => export::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Run(args) => run::run(args),
         Command::Watch(args) => run::watch(args),

@@ -68,6 +68,16 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
     }
 }
 
+/// The flame graph (SVG) of snapshot `snapshot`, stacked `by` (`root`, `kind`, `tag` or
+/// `closure`). Not `s`: inferno's script reads `s` from its URL as a search term.
+pub fn flame(app: &App, query: &[(String, String)]) -> Result<std::sync::Arc<Vec<u8>>, (u16, String)> {
+    let s: usize = number(query, "snapshot", 0)?;
+    let shown = app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?;
+    let name = param(query, "by").unwrap_or("root");
+    let by = GroupBy::from_name(name).ok_or_else(|| bad(format!("no grouping {name}")))?;
+    app.flames.svg(s, &shown.name, shown.view.snap, by).map_err(|e| (500, e))
+}
+
 fn tree_row(view: &IndexView<'_>, v: NodeId) -> Value {
     let mut row = serde_json::to_value(view.tree_node(v)).expect("serialises");
     row["children_count"] = json!(view.children_count(v));

@@ -63,6 +63,10 @@ impl Server {
             }
             "/app.js" => with_type(Response::from_data(SCRIPT.as_bytes().to_vec()), "text/javascript; charset=utf-8"),
             "/app.css" => with_type(Response::from_data(STYLE.as_bytes().to_vec()), "text/css; charset=utf-8"),
+            "/flame.svg" => match crate::api::flame(app, &query) {
+                Ok(svg) => flame_svg(svg.to_vec()),
+                Err((code, message)) => text(code, &message),
+            },
             p if p.starts_with("/api/") => match api::answer(app, &p[5..], &query) {
                 Ok(v) => with_type(Response::from_data(serde_json::to_vec(&v).expect("values serialise")), "application/json"),
                 Err((code, message)) => text(code, &message),
@@ -115,6 +119,16 @@ fn with_type(r: Response<std::io::Cursor<Vec<u8>>>, content_type: &str) -> Respo
             .expect("a valid header"),
     )
     .with_header(Header::from_bytes("Cache-Control", "no-store").expect("a valid header"))
+}
+
+/// inferno's SVG, shown in an `<object>` of this server's page: its own inline script (zoom,
+/// search) and styles may run, it may be framed by this origin only, and it loads nothing.
+fn flame_svg(svg: Vec<u8>) -> Response<std::io::Cursor<Vec<u8>>> {
+    let policy = "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'self'";
+    Response::from_data(svg)
+        .with_header(Header::from_bytes("Content-Type", "image/svg+xml").expect("a valid header"))
+        .with_header(Header::from_bytes("Content-Security-Policy", policy).expect("a valid header"))
+        .with_header(Header::from_bytes("Cache-Control", "no-store").expect("a valid header"))
 }
 
 fn text(code: u16, message: &str) -> Response<std::io::Cursor<Vec<u8>>> {

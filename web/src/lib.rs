@@ -7,6 +7,7 @@
 //! are compiled into the binary: no CDN.
 
 mod api;
+mod flame;
 mod http;
 
 use heapsnap_analyze::diff::{diff, DiffOptions, Input};
@@ -39,6 +40,8 @@ pub struct Shown {
 pub struct App {
     pub snapshots: Vec<Shown>,
     pub diff: Option<serde_json::Value>,
+    /// Flame graphs, made when first asked for.
+    pub flames: flame::Flames,
 }
 
 impl App {
@@ -59,6 +62,6 @@ impl App {
         } else {
             None
         };
-        Ok(App { snapshots, diff })
+        Ok(App { snapshots, diff, flames: Default::default() })
     }
 }

@@ -206,6 +206,18 @@ async function showDiff() {
   main.replaceChildren(...parts);
 }
 
+// The flame graph: inferno's SVG in an <object>, so its own script (zoom on click, search) runs.
+function showFlame(by = "root") {
+  const select = el("select", { id: "flame-by" }, ["root", "kind", "tag", "closure"].map(b => el("option", { value: b }, b)));
+  select.value = by;
+  select.onchange = () => showFlame(select.value);
+  const graph = el("object", { id: "flame-graph", type: "image/svg+xml", data: `flame.svg?token=${token}&snapshot=${snapshot}&by=${by}` });
+  main.replaceChildren(
+    el("h2", {}, "Retained bytes ", el("span", { class: "muted" }, "(the dominator tree by path signature: a leak is one wide tower; click a frame to zoom)")),
+    el("p", {}, "frames by ", select),
+    graph);
+}
+
 async function route() {
   const [view, arg] = (location.hash.slice(1) || "summary").split("/");
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.view === view));
@@ -221,6 +233,7 @@ async function route() {
       } else await showObject(arg);
     }
     else if (view === "diff") await showDiff();
+    else if (view === "flame") showFlame();
     else await showSummary();
   } catch (e) {
     main.replaceChildren(el("p", { class: "grow" }, `Error: ${e.message}`));

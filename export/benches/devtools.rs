@@ -1,0 +1,118 @@
+//! memlab's time on heapsnap's DevTools export against heapsnap's own analysis of the same
+//! snapshot.
+//!
+//!     cargo bench -p heapsnap-export --bench devtools                  # 1M and 10M objects
+//!     cargo bench -p heapsnap-export --bench devtools -- --sizes 1
+//!     (`cargo test --all-targets` runs it on 50k objects without memlab, as a smoke test)
+//!
+//! Snapshots are the synthetic `large_heap` shape of `heapsnap-analyze`'s benchmark (cached in
+//! `<target>/heapsnap-bench/`, shared with it). For each size: heapsnap's analysis (open,
+//! graph, dominators and retained sizes, a `top` report), the export (`.heapsnapshot` written),
+//! then memlab loading the export (`getFullHeapFromFile`: parse, then its own dominators and
+//! retained sizes), run by node with memlab as export/scripts/install-memlab.sh installs it,
+//! with its peak memory. memlab's retained size of the root is checked against heapsnap's.
+//!
+//! Figures on the development machine (2 shared cores, loaded), memlab 2.0.5 on node 20:
+//!
+//!       objects   analysis     export   file MiB |     memlab  node wall   node MiB |   ratio
+//!         1.00M     0.254s     1.633s       43.4 |     6.801s     9.314s        432 |   36.7x
+//!        10.00M     2.620s    21.927s      448.3 |    69.679s    96.782s       2458 |   36.9x
+//!
+//! The export itself is slow (its naming pass and string table are sequential): it is the next
+//! thing to make faster.
+
+use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_export::devtools::{export, Limits};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+fn snapshot_for(millions: f64) -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let dir = target.join("heapsnap-bench");
+    std::fs::create_dir_all(&dir).expect("bench directory");
+    let items = (millions * 1e6 / 7.0).round() as u64;
+    let path = dir.join(format!("large_heap_v{}_{items}.heapsnap", heapsnap_analyze::synth::LAYOUT_VERSION));
+    if !path.exists() {
+        eprintln!("generating {} ({} items)...", path.display(), items);
+        heapsnap_analyze::synth::large_heap_shape(items).heap.write(&path).expect("write snapshot");
+    }
+    path
+}
+
+/// memlab on `file`: seconds inside node, wall seconds, peak MiB, and its root's retained size.
+fn memlab(file: &Path) -> (f64, f64, f64, u64) {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let install = Command::new("bash").arg(scripts.join("install-memlab.sh")).output().expect("run install-memlab.sh");
+    assert!(install.status.success(), "install-memlab.sh: {}", String::from_utf8_lossy(&install.stderr));
+    let dir = PathBuf::from(String::from_utf8(install.stdout).unwrap().trim());
+    let t = Instant::now();
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg("node")
+        .arg("--max-old-space-size=16384")
+        .arg(scripts.join("memlab-retained.js"))
+        .arg(file)
+        .arg("1")
+        .env("NODE_PATH", dir.join("node_modules"))
+        .output()
+        .expect("run node under /usr/bin/time");
+    let wall = t.elapsed().as_secs_f64();
+    assert!(out.status.success(), "memlab: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let kib: f64 = String::from_utf8_lossy(&out.stderr).lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(0.0);
+    (v["seconds"].as_f64().unwrap(), wall, kib / 1024.0, v["root_retained"].as_u64().unwrap())
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let bench = args.iter().any(|a| a == "--bench");
+    let default_sizes = if bench { "1,10" } else { "0.05" };
+    let sizes: Vec<f64> =
+        value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    heapsnap_analyze::mem::tune_allocator();
+    let quiet = Progress::hidden();
+    println!(
+        "{:>9} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
+        "objects", "analysis", "export", "file MiB", "memlab", "node wall", "node MiB", "ratio"
+    );
+    for millions in sizes {
+        let path = snapshot_for(millions);
+        let out = path.with_extension("heapsnapshot");
+        let snap = heapsnap_format::Snapshot::open(&path).unwrap();
+        let t = Instant::now();
+        let a = Analysis::new(&snap, &quiet).unwrap();
+        std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).len());
+        let analysis = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let report = export(&a, &out, &Limits::default(), &quiet).unwrap();
+        let exported = t.elapsed().as_secs_f64();
+        let reachable = a.reachable_bytes();
+        drop(a);
+        let file_mib = report.bytes as f64 / (1 << 20) as f64;
+        if !bench {
+            println!("{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)", millions, analysis, exported, file_mib);
+            let _ = std::fs::remove_file(&out);
+            continue;
+        }
+        let (inside, wall, mib, root) = memlab(&out);
+        assert_eq!(root, reachable, "memlab's root retains what heapsnap finds reachable");
+        println!(
+            "{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
+            millions,
+            analysis,
+            exported,
+            file_mib,
+            inside,
+            wall,
+            mib,
+            wall / analysis
+        );
+        let _ = std::fs::remove_file(&out);
+    }
+    println!("(analysis: heapsnap's open, graph, dominators, top; export: the .heapsnapshot written from that analysis;");
+    println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; ratio: node wall / analysis)");
+}

@@ -1,0 +1,76 @@
+//! Node ids. DevTools' Comparison view matches objects of two snapshots by id, so ids should
+//! name the same object in every snapshot of one process. heapsnap derives a block's id from
+//! its address: the same while the block does not move (major-heap blocks until a compaction;
+//! a minor-heap block gets a new id when it is promoted). Ids are odd, as V8's are, and below
+//! 2^31 (every loader reads them as 32-bit numbers): `1` the synthetic root, `3 + 2 × code` the
+//! node of a root kind, and for a block `2h + 1` where `h` is a hash of its address in
+//! `[64, 2^30)`. Two addresses with one hash (about `n / 2^30` of `n` blocks) are told apart by
+//! giving the later block, in node order, the next free hash: that block's id is stable only
+//! while its neighbour's collision recurs.
+
+use heapsnap_analyze::blocks::NodeId;
+use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
+use rayon::prelude::*;
+use rustc_hash::FxHashSet;
+
+/// Hashes below this are kept for the root and root-kind nodes.
+const FIRST_BLOCK_HASH: u32 = 64;
+const HASHES: u32 = 1 << 30;
+
+/// The hash of a block's address, in `[FIRST_BLOCK_HASH, HASHES)`.
+pub fn address_hash(address: u64) -> u32 {
+    let mixed = (address >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    FIRST_BLOCK_HASH + ((mixed >> 32) % u64::from(HASHES - FIRST_BLOCK_HASH)) as u32
+}
+
+/// The id of every exported node (`order`: the nodes, in node order).
+pub fn node_ids(graph: &HeapGraph<'_>, order: &[NodeId]) -> Vec<u32> {
+    let mut hashes: Vec<u32> = order
+        .par_iter()
+        .map(|&v| {
+            if v == SUPER_ROOT {
+                0
+            } else if let Some(k) = graph.root_kind_of(v) {
+                1 + u32::from(k.code()).min(FIRST_BLOCK_HASH - 2)
+            } else {
+                graph.blocks.block(v).map_or(FIRST_BLOCK_HASH, |b| address_hash(b.address))
+            }
+        })
+        .collect();
+    let mut sorted = hashes.clone();
+    sorted.par_sort_unstable();
+    let repeated: FxHashSet<u32> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+    if !repeated.is_empty() {
+        let mut claimed: FxHashSet<u32> = FxHashSet::default();
+        for h in hashes.iter_mut() {
+            if !repeated.contains(h) || claimed.insert(*h) {
+                continue;
+            }
+            // A later holder of a taken hash: the next hash no node has or has claimed.
+            let mut next = *h;
+            loop {
+                next = if next + 1 >= HASHES { FIRST_BLOCK_HASH } else { next + 1 };
+                if sorted.binary_search(&next).is_err() && claimed.insert(next) {
+                    break;
+                }
+            }
+            *h = next;
+        }
+    }
+    hashes.into_iter().map(|h| 2 * h + 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_stay_in_range() {
+        for a in [0u64, 8, 0x7f00_0000_0008, u64::MAX - 7, 0x5555_5555_5550] {
+            let h = address_hash(a);
+            assert!((FIRST_BLOCK_HASH..HASHES).contains(&h));
+            assert!(2 * h + 1 < 1 << 31);
+        }
+        assert_ne!(address_hash(0x7f00_0000_0008), address_hash(0x7f00_0000_0010));
+    }
+}

@@ -1,0 +1,375 @@
+//! V8's heap snapshot format (`.heapsnapshot`), as Chrome DevTools' Memory panel and memlab
+//! load it: `snapshot.meta` describes the flat arrays `nodes` (7 numbers a node: type, name,
+//! id, self size, edge count, trace node, detachedness) and `edges` (3 a node's edge, grouped
+//! by node in node order: type, name or index, index of the target's first number in `nodes`),
+//! then `strings` holds every name.
+//!
+//! What is exported: the nodes reachable from the roots (the synthetic root first, then the
+//! root kinds, then the blocks, in heapsnap's node order); live blocks no root reaches are left
+//! out (the report counts them). Self sizes are the analyser's: a block's bytes, header
+//! included, 0 for static data, so DevTools' and memlab's retained sizes are heapsnap's.
+//!
+//! Limits: V8's loader (and memlab's) reads every number into a 32-bit unsigned array, and the
+//! rest of the file (the strings above all) into one JavaScript string of at most 2^29 - 24
+//! characters. The export checks both before it writes anything; past the string limit it names
+//! strings `string` instead of by their contents (saying so), and refuses what still does not
+//! fit, with the reason.
+
+mod edges;
+pub mod ids;
+pub mod nodes;
+pub mod strings;
+
+use crate::output::AtomicFile;
+use crate::ExportError;
+use edges::{exported_nodes, freeable, Edges, EDGE_TYPES};
+use heapsnap_analyze::blocks::NodeId;
+use heapsnap_analyze::graph::HeapGraph;
+use heapsnap_analyze::{Analysis, Progress};
+use nodes::{name_nodes, NodeNames, NODE_TYPES};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::io::Write;
+use std::path::Path;
+use strings::{write_json_string, StringTable};
+
+pub const NODE_FIELDS: [&str; 7] = ["type", "name", "id", "self_size", "edge_count", "trace_node_id", "detachedness"];
+const NODE_FIELD_COUNT: u64 = NODE_FIELDS.len() as u64;
+const EDGE_FIELD_COUNT: u64 = 3;
+
+/// What a loader can read.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The largest number (and array length) V8's loader keeps: it reads into `Uint32Array`s.
+    pub max_number: u64,
+    /// The longest JavaScript string (V8 on 64-bit machines: 2^29 - 24 UTF-16 units); the
+    /// file minus its `nodes` and `edges` arrays must fit in one.
+    pub max_string_chars: u64,
+    /// The most bytes of a string shown in its node's name.
+    pub string_preview: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_number: u64::from(u32::MAX), max_string_chars: (1 << 29) - 24, string_preview: 64 }
+    }
+}
+
+/// One of the biggest dominators, with the id DevTools and memlab show it under.
+#[derive(Clone, Debug, Serialize)]
+pub struct Exported {
+    pub id: u32,
+    pub address: String,
+    pub name: String,
+    #[serde(rename = "type")]
+    pub node_type: &'static str,
+    pub self_size: u64,
+    /// Retained bytes, as heapsnap computes them.
+    pub retained: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DevtoolsReport {
+    pub format: &'static str,
+    pub output: String,
+    pub bytes: u64,
+    pub nodes: u64,
+    pub edges: u64,
+    pub strings: u64,
+    /// Characters of the file outside `nodes` and `edges` (what must fit one JavaScript string).
+    pub string_chars: u64,
+    /// Live blocks no root reaches: not exported.
+    pub unreachable_left_out: u64,
+    /// Whether strings are named by their contents (false when that would pass the limit).
+    pub string_previews: bool,
+    /// The blocks that retain most, largest first.
+    pub largest: Vec<Exported>,
+    pub seconds: f64,
+}
+
+/// Everything known before a byte is written.
+struct Plan<'a, 's> {
+    graph: &'a HeapGraph<'s>,
+    order: Vec<NodeId>,
+    names: NodeNames,
+    table: StringTable,
+    edges: Edges<'a, 's>,
+    ids: Vec<u32>,
+    edge_counts: Vec<u32>,
+    total_edges: u64,
+    header: Vec<u8>,
+    string_previews: bool,
+}
+
+const CHUNK: usize = 1 << 15;
+/// More than the header and the tail of the file take besides the strings.
+const HEADER_ROOM: usize = 4096;
+
+/// Writes the snapshot of `a` to `path` (owner-only, atomically).
+pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progress) -> Result<DevtoolsReport, ExportError> {
+    let start = std::time::Instant::now();
+    let (order, slot_of) = exported_nodes(a);
+    let step = progress.step("devtools: naming nodes", 0);
+    let mut previews = limits.string_preview;
+    let (mut table, mut names) = names_and_table(a, &order, previews);
+    if (table.json_bytes + HEADER_ROOM) as u64 > limits.max_string_chars && previews > 0 {
+        eprintln!(
+            "heapsnap: the strings' contents would make the string table {} characters, past V8's limit of {}: strings are named `string`",
+            table.json_bytes, limits.max_string_chars
+        );
+        previews = 0;
+        (table, names) = names_and_table(a, &order, previews);
+    }
+    step.finish_and_clear();
+    let edges = Edges::new(a, &slot_of, &mut table);
+    let step = progress.step("devtools: counting edges", 0);
+    let edge_counts: Vec<u32> = order
+        .par_iter()
+        .map_init(Vec::new, |scratch, &v| {
+            let mut n = 0u32;
+            edges.each(v, scratch, |_, _, _| n += 1);
+            n
+        })
+        .collect();
+    step.finish_and_clear();
+    let total_edges: u64 = edge_counts.iter().map(|&c| u64::from(c)).sum();
+    let ids = ids::node_ids(&a.graph, &order);
+    let mut plan = Plan {
+        graph: &a.graph,
+        order,
+        names,
+        table,
+        edges,
+        ids,
+        edge_counts,
+        total_edges,
+        header: Vec::new(),
+        string_previews: previews > 0,
+    };
+    plan.header = header(&plan);
+    check_limits(&plan, limits)?;
+
+    let mut out = AtomicFile::create(path)?;
+    write_all(&plan, &mut out, progress)?;
+    let bytes = out.commit()?;
+    let largest = largest(a, &plan, 20);
+    let live: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
+    let exported_blocks = plan.order.len() as u64 - 1 - a.graph.root_kinds.len() as u64;
+    Ok(DevtoolsReport {
+        format: "devtools",
+        output: path.display().to_string(),
+        bytes,
+        nodes: plan.order.len() as u64,
+        edges: plan.total_edges,
+        strings: plan.table.list.len() as u64,
+        string_chars: (plan.header.len() + plan.table.json_bytes + TAIL.len()) as u64,
+        unreachable_left_out: live.saturating_sub(exported_blocks),
+        string_previews: plan.string_previews,
+        largest,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+fn names_and_table(a: &Analysis<'_>, order: &[NodeId], previews: usize) -> (StringTable, NodeNames) {
+    let mut table = StringTable::default();
+    // V8 names its root "": keep string 0 the empty string, as V8's files have it.
+    table.intern("");
+    let names = name_nodes(a, order, previews, &mut table);
+    (table, names)
+}
+
+/// `{"snapshot":{...},"nodes":[` with the meta data V8 writes.
+fn header(plan: &Plan<'_, '_>) -> Vec<u8> {
+    let meta = serde_json::json!({
+        "node_fields": NODE_FIELDS,
+        "node_types": [NODE_TYPES, "string", "number", "number", "number", "number", "number"],
+        "edge_fields": ["type", "name_or_index", "to_node"],
+        "edge_types": [EDGE_TYPES, "string_or_number", "node"],
+        "trace_function_info_fields": ["function_id", "name", "script_name", "script_id", "line", "column"],
+        "trace_node_fields": ["id", "function_info_index", "count", "size", "children"],
+        "sample_fields": ["timestamp_us", "last_assigned_id"],
+        "location_fields": ["object_index", "script_id", "line", "column"],
+    });
+    let snapshot = serde_json::json!({
+        "meta": meta,
+        "node_count": plan.order.len(),
+        "edge_count": plan.total_edges,
+        "trace_function_count": 0,
+    });
+    format!("{{\"snapshot\":{snapshot},\n\"nodes\":[").into_bytes()
+}
+
+const TAIL: &str = "],\n\"trace_function_infos\":[],\n\"trace_tree\":[],\n\"samples\":[],\n\"locations\":[],\n\"strings\":[";
+
+fn check_limits(plan: &Plan<'_, '_>, limits: &Limits) -> Result<(), ExportError> {
+    let too_large = |what: String| {
+        Err(ExportError::TooLarge(format!(
+            "this snapshot cannot be written in V8's heap snapshot format: {what}; DevTools and memlab would fail to load it. \
+             Use heapsnap's own reports (or a flame graph) for this snapshot"
+        )))
+    };
+    let nodes = plan.order.len() as u64;
+    if nodes * NODE_FIELD_COUNT > limits.max_number {
+        return too_large(format!(
+            "{nodes} nodes need {} numbers in `nodes`, past the loader's {}",
+            nodes * NODE_FIELD_COUNT,
+            limits.max_number
+        ));
+    }
+    if plan.total_edges * EDGE_FIELD_COUNT > limits.max_number {
+        return too_large(format!(
+            "{} edges need {} numbers in `edges`, past the loader's {}",
+            plan.total_edges,
+            plan.total_edges * EDGE_FIELD_COUNT,
+            limits.max_number
+        ));
+    }
+    if let Some((v, size)) = plan.order.iter().map(|&v| (v, freeable(plan.graph, v))).max_by_key(|&(_, s)| s) {
+        if size > limits.max_number {
+            let at = plan.graph.blocks.block(v).map_or_else(String::new, |b| format!(" at {:#x}", b.address));
+            return too_large(format!("the block{at} has {size} bytes, past the loader's largest number {}", limits.max_number));
+        }
+    }
+    if let Some(&id) = plan.ids.iter().max() {
+        if u64::from(id) > limits.max_number {
+            return too_large(format!("node id {id} is past the loader's largest number {}", limits.max_number));
+        }
+    }
+    let chars = (plan.header.len() + plan.table.json_bytes + TAIL.len()) as u64;
+    if chars > limits.max_string_chars {
+        return too_large(format!(
+            "its {} names take {chars} characters, past the {} of one JavaScript string",
+            plan.table.list.len(),
+            limits.max_string_chars
+        ));
+    }
+    Ok(())
+}
+
+fn write_all(plan: &Plan<'_, '_>, out: &mut impl Write, progress: &Progress) -> Result<(), ExportError> {
+    out.write_all(&plan.header)?;
+    let n = plan.order.len();
+    let chunks: Vec<std::ops::Range<usize>> = (0..n).step_by(CHUNK).map(|s| s..(s + CHUNK).min(n)).collect();
+    let bar = progress.step("devtools: writing nodes", n as u64);
+    write_chunks(out, &chunks, |r| node_text(plan, r), &bar)?;
+    bar.finish_and_clear();
+    out.write_all(b"],\n\"edges\":[")?;
+    let bar = progress.step("devtools: writing edges", n as u64);
+    write_chunks(out, &chunks, |r| edge_text(plan, r), &bar)?;
+    bar.finish_and_clear();
+    out.write_all(TAIL.as_bytes())?;
+    let mut text = Vec::with_capacity(1 << 20);
+    for (i, s) in plan.table.list.iter().enumerate() {
+        if i > 0 {
+            text.push(b',');
+        }
+        write_json_string(&mut text, s);
+        if text.len() > 1 << 20 {
+            out.write_all(&text)?;
+            text.clear();
+        }
+    }
+    text.extend_from_slice(b"]}\n");
+    out.write_all(&text)?;
+    Ok(())
+}
+
+/// Formats chunks in parallel, a few at a time, and writes them in order.
+fn write_chunks(
+    out: &mut impl Write,
+    chunks: &[std::ops::Range<usize>],
+    text: impl Fn(std::ops::Range<usize>) -> Vec<u8> + Sync,
+    bar: &indicatif::ProgressBar,
+) -> std::io::Result<()> {
+    let mut first = true;
+    for batch in chunks.chunks(2 * rayon::current_num_threads().max(1)) {
+        let texts: Vec<Vec<u8>> = batch.par_iter().map(|r| text(r.clone())).collect();
+        for (t, r) in texts.iter().zip(batch) {
+            if t.is_empty() {
+                continue;
+            }
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            out.write_all(t)?;
+            bar.inc(r.len() as u64);
+        }
+    }
+    Ok(())
+}
+
+fn push_numbers(text: &mut Vec<u8>, numbers: &[u64]) {
+    let mut buf = itoa::Buffer::new();
+    for &x in numbers {
+        if !text.is_empty() && *text.last().expect("not empty") != b'\n' {
+            text.push(b',');
+        }
+        text.extend_from_slice(buf.format(x).as_bytes());
+    }
+}
+
+/// The nodes of `range`, one per line.
+fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut text = Vec::with_capacity(range.len() * 32);
+    for slot in range {
+        if !text.is_empty() {
+            text.extend_from_slice(b",\n");
+        }
+        let v = plan.order[slot];
+        let fields = [
+            u64::from(plan.names.kind[slot]),
+            u64::from(plan.names.name[slot]),
+            u64::from(plan.ids[slot]),
+            freeable(plan.graph, v),
+            u64::from(plan.edge_counts[slot]),
+            0,
+            0,
+        ];
+        push_numbers(&mut text, &fields);
+    }
+    text
+}
+
+/// The edges of the nodes of `range`, in node order.
+fn edge_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
+    let mut text = Vec::with_capacity(range.len() * 40);
+    let mut scratch = Vec::new();
+    for slot in range {
+        let mut written = 0u32;
+        plan.edges.each(plan.order[slot], &mut scratch, |kind, name, to| {
+            if !text.is_empty() {
+                text.extend_from_slice(b",\n");
+            }
+            push_numbers(&mut text, &[u64::from(kind), u64::from(name), u64::from(to) * NODE_FIELD_COUNT]);
+            written += 1;
+        });
+        assert_eq!(written, plan.edge_counts[slot], "the edges of a node are the same in both passes");
+    }
+    text
+}
+
+fn largest(a: &Analysis<'_>, plan: &Plan<'_, '_>, count: usize) -> Vec<Exported> {
+    let first_block = 1 + a.graph.root_kinds.len();
+    let mut slots: Vec<usize> = (first_block.min(plan.order.len())..plan.order.len()).collect();
+    let key = |&s: &usize| std::cmp::Reverse((a.retained(plan.order[s]), std::cmp::Reverse(plan.order[s])));
+    if slots.len() > count {
+        slots.select_nth_unstable_by_key(count, key);
+        slots.truncate(count);
+    }
+    slots.sort_by_key(key);
+    slots
+        .into_iter()
+        .map(|s| {
+            let v = plan.order[s];
+            Exported {
+                id: plan.ids[s],
+                address: a.address(v).map_or_else(String::new, |x| format!("{x:#x}")),
+                name: plan.table.list[plan.names.name[s] as usize].clone(),
+                node_type: NODE_TYPES[plan.names.kind[s] as usize],
+                self_size: a.freeable(v),
+                retained: a.retained(v),
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,132 @@
+//! `heapsnap export`: a snapshot as Chrome DevTools' heap snapshot, or its retained sizes as a
+//! flame graph (folded stacks or an SVG drawn by inferno).
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_export::devtools::{self, Limits};
+use heapsnap_export::flame::folded;
+use heapsnap_export::output::AtomicFile;
+use heapsnap_format::Snapshot;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// V8's heap snapshot JSON, for Chrome DevTools' Memory panel and memlab.
+    Devtools,
+    /// Folded stacks of retained bytes (`frame;frame bytes`), for flame-graph tools.
+    Folded,
+    /// A flame graph of retained bytes (SVG, drawn by inferno).
+    Svg,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The snapshot file.
+    snapshot: PathBuf,
+    #[arg(long, value_enum)]
+    format: Format,
+    /// Where to write (owner-only, replaced atomically).
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `tag`, `closure`).
+    #[arg(long, default_value = "root")]
+    by: GroupBy,
+    /// Flame graphs: roots at the top (an icicle graph).
+    #[arg(long)]
+    icicle: bool,
+    /// Print what was written as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct FlameReport<'a> {
+    format: &'static str,
+    output: String,
+    by: GroupBy,
+    bytes: u64,
+    stacks: usize,
+    total_bytes: u64,
+    /// The stacks with the most bytes, largest first.
+    top_stacks: &'a [heapsnap_export::flame::Stack],
+}
+
+pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    if args.format == Format::Devtools && args.by != GroupBy::Root {
+        anyhow::bail!("--by applies to flame graphs (--format folded or svg)");
+    }
+    heapsnap_analyze::mem::tune_allocator();
+    let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
+    let progress = Progress::stderr();
+    let analysis = Analysis::new(&snap, &progress)?;
+    let write_err = || format!("cannot write {}", args.output.display());
+    if args.format == Format::Devtools {
+        let report = devtools::export(&analysis, &args.output, &Limits::default(), &progress).with_context(write_err)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!(
+            "wrote {} ({}): {} nodes, {} edges, {} strings{}",
+            report.output,
+            human_bytes(report.bytes),
+            report.nodes,
+            report.edges,
+            report.strings,
+            if report.unreachable_left_out > 0 {
+                format!("; {} unreachable blocks left out", report.unreachable_left_out)
+            } else {
+                String::new()
+            }
+        );
+        println!("{:>12} {:>12}  id  object", "retained", "self");
+        for e in report.largest.iter().take(10) {
+            println!(
+                "{:>12} {:>12}  @{} {} {} ({})",
+                human_bytes(e.retained),
+                human_bytes(e.self_size),
+                e.id,
+                e.address,
+                e.name,
+                e.node_type
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let step = progress.step("flame graph: signatures", 0);
+    let stacks = folded(&analysis, args.by);
+    step.finish_and_clear();
+    let mut out = AtomicFile::create(&args.output).with_context(write_err)?;
+    if args.format == Format::Folded {
+        for line in stacks.lines() {
+            writeln!(out, "{line}").with_context(write_err)?;
+        }
+    } else {
+        let title = format!("retained bytes of {} (by {})", args.snapshot.display(), heapsnap_index::build::grouping_name(args.by));
+        heapsnap_export::svg::write_svg(&stacks, &title, args.icicle, &mut out).with_context(write_err)?;
+    }
+    let bytes = out.commit().with_context(write_err)?;
+    let report = FlameReport {
+        format: if args.format == Format::Folded { "folded" } else { "svg" },
+        output: args.output.display().to_string(),
+        by: args.by,
+        bytes,
+        stacks: stacks.stacks.len(),
+        total_bytes: stacks.total_bytes,
+        top_stacks: &stacks.stacks[..stacks.stacks.len().min(10)],
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("wrote {} ({}): {} stacks, {} in all", report.output, human_bytes(bytes), report.stacks, human_bytes(report.total_bytes));
+    for s in report.top_stacks.iter().take(5) {
+        println!("{:>12}  {}", human_bytes(s.bytes), s.frames.join(" / "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
