@@ -91,7 +91,7 @@ fn check_snapshot(path: &Path, trigger: Trigger) -> Snapshot {
 fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--at-exit", "-o"])
+        .args(["run", "--on-compaction", "--at-exit", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(sample("cache_leak"))
@@ -122,7 +122,7 @@ fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
 fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "-o"])
+        .args(["run", "--on-signal", "USR2", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(sample("closure_list"))
@@ -149,10 +149,10 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
 fn run_passes_exit_codes_and_deaths_by_signal_through() {
     let dir = tempfile::tempdir().unwrap();
     let status =
-        Command::new(heapsnap()).args(["run", "--at-exit", "-o"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
+        Command::new(heapsnap()).args(["run", "--at-exit", "--dir"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
     assert_eq!(status.code(), Some(7));
     let status = Command::new(heapsnap())
-        .args(["run", "--every", "1h", "-o"])
+        .args(["run", "--every", "1h", "--dir"])
         .arg(dir.path())
         .args(["--", "sh", "-c", "kill -TERM $$"])
         .status()
@@ -247,7 +247,7 @@ fn compaction_triggers_on_5_2() {
     let Some(samples) = toolchain_samples("5.2.0") else { return };
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "-o"])
+        .args(["run", "--on-compaction", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(samples.join("cache_leak"))
@@ -294,7 +294,7 @@ fn signal_and_exit_triggers_on_5_1() {
     preload_library(); // `run --at-exit` preloads it
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "--at-exit", "-o"])
+        .args(["run", "--on-signal", "USR2", "--at-exit", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(samples.join("closure_list"))

@@ -33,9 +33,10 @@ pub struct DumpArgs {
     /// Reserved header bits of the target's runtime, when they cannot be detected.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=31))]
     reserved_bits: Option<u8>,
-    /// Fail rather than write a snapshot taken at an inconsistent stop.
+    /// Fail rather than write a snapshot taken at an inconsistent stop (a core caught inside a
+    /// collection).
     #[arg(long)]
-    strict: bool,
+    require_consistent: bool,
     /// Do not copy the executable's DWARF sections (smaller file, no source lines).
     #[arg(long)]
     no_dwarf: bool,
@@ -107,7 +108,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         output: args.output.unwrap_or_else(|| PathBuf::from(default_name)),
         redact: args.redact,
         reserved_bits: args.reserved_bits,
-        require_consistent: args.strict,
+        require_consistent: args.require_consistent,
         include_dwarf: !args.no_dwarf,
         discover: args.runtime.discover_options(if args.core.is_some() { None } else { args.exe.clone() }),
         ..DumpOptions::default()

@@ -28,8 +28,9 @@ pub struct RunArgs {
     /// Zero string and bytes contents before writing.
     #[arg(long)]
     redact: bool,
-    /// Directory for the numbered snapshots (created if missing).
-    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    /// Directory for the numbered snapshots (created if missing; default: the current
+    /// directory, or OCAML_HEAPSNAP's dir=).
+    #[arg(short = 'd', long, alias = "out-dir", value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Print a JSON summary of the snapshots taken on stdout when the program ends.
     #[arg(long)]
@@ -42,7 +43,7 @@ pub struct RunArgs {
 }
 
 /// Merges the command line with `OCAML_HEAPSNAP` (which `heapsnap run` honours): the command
-/// line adds triggers and its `-o` wins over `dir=`.
+/// line adds triggers and its `--dir` wins over `dir=`.
 fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
     let mut spec = TriggerSpec::from_env()?.unwrap_or_default();
     spec.on_compaction |= args.on_compaction;
@@ -58,6 +59,12 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // An option clap does not know (`-o`, which names a file elsewhere) would be taken for the
+    // program: say what it is instead of running it.
+    let program_name = args.command[0].to_string_lossy();
+    if program_name.starts_with('-') {
+        bail!("unknown option {program_name} before the program (snapshots go to the directory given with --dir DIR)");
+    }
     let spec = merged_spec(&args)?;
     if spec.on_compaction {
         if let Some(program) = find_program(&args.command[0]) {
