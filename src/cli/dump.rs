@@ -123,7 +123,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
             eprintln!("heapsnap: interrupted; process {pid} was released unchanged, no snapshot written");
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(name_the_owner(pid, e.into())),
     };
     for n in &report.notes {
         eprintln!("heapsnap: note: {n}");
@@ -150,6 +150,25 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         report.roots,
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A permission error on a process of another user says whose process it is: the cause then
+/// reads "process 1 belongs to uid 0, heapsnap runs as uid 1000", before the OS error and the
+/// hint (errors.rs).
+fn name_the_owner(pid: i32, err: anyhow::Error) -> anyhow::Error {
+    let denied = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+            || matches!(c.downcast_ref::<DumpError>(), Some(DumpError::AttachDenied { .. }))
+    });
+    let owner = std::os::unix::fs::MetadataExt::uid(&match std::fs::metadata(format!("/proc/{pid}")) {
+        Ok(m) => m,
+        Err(_) => return err,
+    });
+    let me = unsafe { libc::geteuid() };
+    if !denied || owner == me {
+        return err;
+    }
+    err.context(format!("process {pid} belongs to uid {owner}, heapsnap runs as uid {me}"))
 }
 
 fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &DumpOptions, json: bool) -> anyhow::Result<ExitCode> {
