@@ -38,7 +38,7 @@ feed() {
 }
 args=()
 [ "$sample" = large_heap ] && args=(1)
-feed | "$heapsnap" run --on-compaction -o "$out" -- "$program" --steps "$steps" --pause "${args[@]}"
+feed | "$heapsnap" run --on-compaction --dir "$out" -- "$program" --steps "$steps" --pause "${args[@]}"
 
 mapfile -t snaps < <(find "$out" -name '*.heapsnap' | sort)
 last="${snaps[-1]}"
@@ -51,7 +51,7 @@ step "heapsnap dominators: where the retained memory sits"
 "$heapsnap" dominators "$last" --depth 5 --min-percent 5
 step "heapsnap path: why the largest objects are alive"
 biggest_kind="$("$heapsnap" top "$last" --by kind --json | python3 -c 'import json,sys; r=json.load(sys.stdin); g=max(r["groups"], key=lambda g: g["shallow"]); print(g["name"])')"
-"$heapsnap" path "$last" --kind "$biggest_kind" --max-paths 3
+"$heapsnap" path "$last" --kind "$biggest_kind" --limit 3
 step "heapsnap diff: what grew between the $steps snapshots, and the leak suspects"
 "$heapsnap" diff "${snaps[@]}" --by root --limit 5
 step "heapsnap verify --strict: every live block reached from the recorded roots"

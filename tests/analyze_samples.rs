@@ -120,7 +120,7 @@ fn cache_hashtbl_retains_most_of_the_heap() {
     assert!(cache * 10 >= reachable * 9, "the cache retains {cache} of {reachable} bytes");
     assert_eq!(groups[0].0, "Cache_leak.1");
     // Paths to the payloads all go through the cache.
-    let paths = json(&["path", "--kind", "string", "--max-paths", "3"], &snapshot);
+    let paths = json(&["path", "--kind", "string", "--limit", "3"], &snapshot);
     assert_eq!(paths["paths"][0]["root"], "Cache_leak.1");
     let verify = json(&["verify", "--strict"], &snapshot);
     assert_eq!(verify["ok"], true, "{verify:#}");
@@ -175,9 +175,9 @@ fn every_sample_verifies() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The rhb16 variant (16 reserved header bits): `top --by tag` groups by the bits' value.
+/// The rhb16 variant (16 reserved header bits): `top --by reserved` groups by the bits' value.
 #[test]
-fn reserved_header_bits_are_the_tag() {
+fn reserved_header_bits_group_by_reserved() {
     let out = Command::new("bash")
         .arg(repo().join("samples/build.sh"))
         .arg("rhb16")
@@ -204,7 +204,7 @@ fn reserved_header_bits_are_the_tag() {
     let status = Command::new(heapsnap()).args(["dump", "--pid", &paused.0.id().to_string(), "-o"]).arg(&snapshot).status().unwrap();
     assert!(status.success());
     drop(paused);
-    let top = json(&["top", "--by", "tag", "--limit", "0"], &snapshot);
+    let top = json(&["top", "--by", "reserved", "--limit", "0"], &snapshot);
     let groups = top["groups"].as_array().unwrap();
     for r in sample("reserved_bits")["reserved"].as_array().unwrap() {
         let name = format!("reserved {}", r["value"]);

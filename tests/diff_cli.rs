@@ -86,3 +86,24 @@ fn bad_invocations_fail_with_a_message() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("reserved bits (0 and 16)"), "{err}");
 }
+
+/// `--max-suspects`, `--max-paths`, `--max-places` and `--limit` take 0 for "no limit", as
+/// every result limit does (REPORTS.md, "Result limits").
+#[test]
+fn zero_is_no_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = [100, 200, 300].iter().map(|&n| registry(dir.path(), n, 0)).collect();
+    let report = |args: &[&str]| -> Json {
+        let out = heapsnap(&[&["--json", "--min-growth", "1000"], args].concat(), &files);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).expect("JSON")
+    };
+    let count = |r: &Json, key: &str| r[key].as_array().unwrap().len();
+    let all = report(&["--max-suspects", "0", "--max-places", "0", "--max-paths", "0", "--limit", "0"]);
+    // The list cells, their records and the records' names grew at every step.
+    assert_eq!(count(&all, "suspects"), 3, "{all:#}");
+    assert!(count(&all, "groups") >= 3);
+    assert!(count(&all, "growth") >= 1);
+    let one = report(&["--max-suspects", "1", "--max-places", "1", "--max-paths", "1", "--limit", "1"]);
+    assert_eq!((count(&one, "suspects"), count(&one, "groups"), count(&one, "growth")), (1, 1, 1));
+}

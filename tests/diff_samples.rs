@@ -46,7 +46,7 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
 /// sample go on, so that each snapshot shows one step.
 fn three_snapshots(name: &str, dir: &Path) -> Vec<PathBuf> {
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "-o"])
+        .args(["run", "--on-compaction", "--dir"])
         .arg(dir)
         .arg("--")
         .arg(samples_dir().join(name))
@@ -192,7 +192,7 @@ fn closure_list_grows_closures_of_the_right_function_and_line() {
 #[test]
 fn steady_state_has_no_suspect() {
     let snaps = series("steady_state");
-    // (`--by tag` needs reserved header bits, which these samples' runtime has not.)
+    // (`--by reserved` needs reserved header bits, which these samples' runtime has not.)
     for by in ["kind", "closure", "root"] {
         let r = diff_json(&snaps, &["--by", by]);
         assert_eq!(r["suspects"].as_array().map(Vec::len), Some(0), "--by {by}: {:#}", r["suspects"]);

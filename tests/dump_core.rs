@@ -327,7 +327,7 @@ fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
 /// program at the entry of two of them (a string allocator that is safe while it waits for a
 /// callee, and `caml_copy_double`, which allocates inline) and writes a core there: the dumper
 /// must call that moment inconsistent, name the function, and still give a valid snapshot
-/// (refusing it with `--strict`).
+/// (refusing it with `--require-consistent`).
 #[test]
 fn a_core_stopped_in_a_c_allocator_is_inconsistent() {
     const PROGRAM: &str = r#"
@@ -354,10 +354,10 @@ let () =
 
         let said = format!("is in {function} ({file})");
         let out = dir.path().join(format!("{function}.snap"));
-        let o = dump_core(&core, &out, &["--strict"]);
+        let o = dump_core(&core, &out, &["--require-consistent"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success() && err.contains("inconsistent") && err.contains(&said), "--strict at {function}: {err}");
-        assert!(!out.exists(), "--strict at {function} wrote a snapshot");
+        assert!(!o.status.success() && err.contains("inconsistent") && err.contains(&said), "--require-consistent at {function}: {err}");
+        assert!(!out.exists(), "--require-consistent at {function} wrote a snapshot");
         let report = dump_core_ok(&core, &out);
         assert_eq!(report["consistent"], false, "at {function}: {report}");
         assert!(report["warnings"].to_string().contains(&said), "at {function}: warnings do not say {said:?}: {report}");

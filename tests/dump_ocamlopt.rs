@@ -54,7 +54,7 @@ fn the_compiler_dumped_mid_compilation() {
             break;
         }
         let path = dir.path().join(format!("ocamlopt-{dumped}.snap"));
-        let report = dump_ok(compiler.id() as i32, &path, &["--strict"]);
+        let report = dump_ok(compiler.id() as i32, &path, &["--require-consistent"]);
         assert_eq!(report["consistent"], true, "{report}");
         let snap = Snapshot::open(&path).expect("snapshot validates");
         let r = reachability(&snap);

@@ -88,7 +88,7 @@ fn fifty_dumps(toolchain: &str) {
     let mut attempts = Vec::new();
     for i in 0..50 {
         let path = dir.path().join(format!("stress-{i}.snap"));
-        let report = dump_ok(pid, &path, &["--strict", "--no-dwarf"]);
+        let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf"]);
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));

@@ -329,7 +329,8 @@ fn debug_files_of_another_build_are_refused() {
 fn on_compaction_is_refused_on_5_1_with_what_works_instead() {
     let Some(dir) = toolchain_samples("5.1.0") else { return };
     let tmp = tempfile::tempdir().unwrap();
-    let o = Command::new(heapsnap()).args(["run", "--on-compaction", "-o"]).arg(tmp.path()).arg(dir.join("cache_leak")).output().unwrap();
+    let o =
+        Command::new(heapsnap()).args(["run", "--on-compaction", "--dir"]).arg(tmp.path()).arg(dir.join("cache_leak")).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("does not compact") && err.contains("on-signal") && err.contains("at-exit"), "{err}");

@@ -68,7 +68,7 @@ fn a_hashtbl_is_named_alike_by_every_report() {
 
     let paths = json(&["path", "--kind", "Hashtbl"], &path);
     assert_eq!(paths["targets"], 1);
-    let chains = json(&["path", "--kind", "string", "--max-paths", "1"], &path);
+    let chains = json(&["path", "--kind", "string", "--limit", "1"], &path);
     let labels: Vec<&str> = chains["paths"][0]["steps"].as_array().unwrap().iter().map(|s| s["label"].as_str().unwrap()).collect();
     assert_eq!(labels[0], "Hashtbl");
     assert!(labels[1].starts_with("Hashtbl data"), "{labels:?}");
@@ -210,13 +210,14 @@ fn kinds_match_exactly_and_groupings_refuse_what_they_cannot_do() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("block tag 0 size 6"));
 
-    // --by tag without reserved header bits would repeat --by kind: refused, pointing to it.
-    let out = heapsnap(&["top", path.to_str().unwrap(), "--by", "tag"]);
+    // --by reserved without reserved header bits would put every block in one group: refused,
+    // pointing to --by kind.
+    let out = heapsnap(&["top", path.to_str().unwrap(), "--by", "reserved"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--by kind"));
     // --help lists the groupings (clap's ValueEnum).
     let help = String::from_utf8_lossy(&heapsnap(&["top", "--help"]).stdout).to_string();
-    for by in ["tag", "kind", "closure", "root"] {
+    for by in ["reserved", "kind", "closure", "root"] {
         assert!(help.contains(&format!("- {by}:")), "{help}");
     }
 }
@@ -244,4 +245,111 @@ fn errors_are_said_once_and_as_json_with_json() {
     let out = heapsnap(&["inspect", path.to_str().unwrap(), "0x10", "--json"]);
     let doc: Json = serde_json::from_slice(&out.stdout).expect("a JSON error on stdout");
     assert_eq!(doc["error"]["kind"], "no_block");
+}
+
+/// One flag, one meaning (REPORTS.md, "Flags"): "tag" is the block tag and "reserved" the
+/// reserved header bits, everywhere; `-o` is a file; `--strict` is `verify`'s.
+#[test]
+fn each_flag_means_one_thing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    h.reserved_header_bits = 16;
+    let strings: Vec<Value> = (0..3).map(|i| Value::Ptr(h.alloc_string(Space::Major, format!("s{i}").as_bytes()))).collect();
+    let marked = h.alloc(Space::Major, 0, &[Value::Int(1)]);
+    h.set_reserved(marked, 252);
+    h.add_module("M", &[strings[0], strings[1], strings[2], Value::Ptr(marked)]);
+    let path = write(dir.path(), "r.heapsnap", &h);
+
+    // --tag is the block tag even when the runtime has reserved bits: the three strings.
+    let by_tag = json(&["path", "--tag", "252"], &path);
+    assert_eq!(by_tag["targets"], 3, "{by_tag}");
+    // --reserved is the reserved bits' value: the one marked block.
+    let by_reserved = json(&["path", "--reserved", "252"], &path);
+    assert_eq!(by_reserved["targets"], 1, "{by_reserved}");
+    let top = json(&["top", "--by", "reserved"], &path);
+    assert_eq!(top["by"], "reserved");
+    assert!(top["groups"].as_array().unwrap().iter().any(|g| g["name"] == "reserved 252"), "{top}");
+    // `--by tag` is no grouping: the error lists the ones there are.
+    let out = heapsnap(&["top", path.to_str().unwrap(), "--by", "tag"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("possible values: reserved, kind, closure, root"));
+
+    // Without reserved bits, --reserved is refused, pointing to --tag; --tag still works.
+    let mut plain = SynthHeap::new();
+    let s = plain.alloc_string(Space::Major, b"x");
+    plain.add_module("M", &[Value::Ptr(s)]);
+    let plain = write(dir.path(), "p.heapsnap", &plain);
+    assert_eq!(json(&["path", "--tag", "252"], &plain)["targets"], 1);
+    let out = heapsnap(&["path", plain.to_str().unwrap(), "--reserved", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use --tag"));
+
+    // `run` writes into a directory, `--dir`; `-o` names a file, and run has none.
+    let out = heapsnap(&["run", "--at-exit", "-o", dir.path().to_str().unwrap(), "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown option -o before the program"));
+    // `dump`'s refusal of an inconsistent stop is --require-consistent; --strict is verify's.
+    let out = heapsnap(&["dump", "--pid", "1", "--strict"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unexpected argument '--strict'"));
+    let help = String::from_utf8_lossy(&heapsnap(&["dump", "--help"]).stdout).to_string();
+    assert!(help.contains("--require-consistent") && !help.contains("--strict"), "{help}");
+    assert!(String::from_utf8_lossy(&heapsnap(&["verify", "--help"]).stdout).contains("--strict"));
+}
+
+/// Result limits (REPORTS.md, "Result limits"): `--limit N` caps the rows of a report's list,
+/// `--max-ITEMS N` its other lists, `--sample N` the objects `path` follows; 0 is no limit.
+#[test]
+fn zero_is_no_limit_for_every_result_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    // 30 strings of distinct sizes under one module, 10 more in a list under another, and
+    // a 100-field block.
+    let direct: Vec<Value> = (0..30).map(|i| Value::Ptr(h.alloc_string(Space::Major, &vec![b'a'; 8 * (i + 1)]))).collect();
+    let mut list = Value::Int(0);
+    for i in 0..10 {
+        let s = h.alloc_string(Space::Major, format!("l{i}").as_bytes());
+        list = Value::Ptr(h.alloc(Space::Major, 0, &[Value::Ptr(s), list]));
+    }
+    let wide = h.alloc(Space::Major, 0, &vec![Value::Int(7); 100]);
+    let mut fields = direct.clone();
+    fields.push(list);
+    fields.push(Value::Ptr(wide));
+    h.add_module("A", &fields);
+    let path = write(dir.path(), "l.heapsnap", &h);
+    let rows = |v: &Json, key: &str| v[key].as_array().unwrap().len();
+
+    // summary: --limit (formerly --top) caps the top groups.
+    let all_groups = json(&["top", "--limit", "0"], &path)["total_groups"].as_u64().unwrap() as usize;
+    assert!(all_groups > 2);
+    assert_eq!(rows(&json(&["summary", "--limit", "2"], &path), "top_groups"), 2);
+    assert_eq!(rows(&json(&["summary", "--limit", "0"], &path), "top_groups"), all_groups);
+
+    // dominators: --max-children 0 keeps every child (the 30 strings, the list, the block).
+    let find_global = |tree: &Json| -> Json {
+        tree["children"].as_array().unwrap().iter().find(|c| c["description"] == "(global roots)").cloned().expect("global roots")
+    };
+    let tree = json(&["dominators", "--min-percent", "0", "--depth", "2", "--max-children", "0"], &path);
+    assert_eq!(rows(&find_global(&tree), "children"), 32, "{tree:#}");
+    let tree = json(&["dominators", "--min-percent", "0", "--depth", "2", "--max-children", "5"], &path);
+    assert_eq!(rows(&find_global(&tree), "children"), 5);
+
+    // inspect: --max-fields 0 lists them all.
+    let wide_address = format!("{:#x}", h.address_of(wide));
+    let i = json(&["inspect", &wide_address, "--max-fields", "0"], &path);
+    assert_eq!((rows(&i, "fields"), i["more_fields"].as_u64()), (100, Some(0)));
+
+    // path: --sample picks the objects followed, --limit the paths listed.
+    let p = json(&["path", "--kind", "string", "--limit", "1"], &path);
+    assert_eq!((p["targets"].as_u64(), p["sampled"].as_u64(), rows(&p, "paths")), (Some(40), Some(40), 1), "{p:#}");
+    let p = json(&["path", "--kind", "string", "--sample", "5", "--limit", "0"], &path);
+    assert_eq!(p["sampled"], 5);
+    let p = json(&["path", "--kind", "string", "--sample", "0", "--limit", "0"], &path);
+    assert_eq!(p["sampled"], 40);
+    assert!(rows(&p, "paths") >= 2, "direct strings and list strings: {p:#}");
+
+    // A negative or non-numeric limit is a usage error that says what a limit is.
+    let out = heapsnap(&["top", path.to_str().unwrap(), "--limit", "all"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("0 for no limit"));
 }

@@ -91,7 +91,7 @@ fn check_snapshot(path: &Path, trigger: Trigger) -> Snapshot {
 fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--at-exit", "-o"])
+        .args(["run", "--on-compaction", "--at-exit", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(sample("cache_leak"))
@@ -122,7 +122,7 @@ fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
 fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "-o"])
+        .args(["run", "--on-signal", "USR2", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(sample("closure_list"))
@@ -149,10 +149,10 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
 fn run_passes_exit_codes_and_deaths_by_signal_through() {
     let dir = tempfile::tempdir().unwrap();
     let status =
-        Command::new(heapsnap()).args(["run", "--at-exit", "-o"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
+        Command::new(heapsnap()).args(["run", "--at-exit", "--dir"]).arg(dir.path()).args(["--", "sh", "-c", "exit 7"]).status().unwrap();
     assert_eq!(status.code(), Some(7));
     let status = Command::new(heapsnap())
-        .args(["run", "--every", "1h", "-o"])
+        .args(["run", "--every", "1h", "--dir"])
         .arg(dir.path())
         .args(["--", "sh", "-c", "kill -TERM $$"])
         .status()
@@ -247,7 +247,7 @@ fn compaction_triggers_on_5_2() {
     let Some(samples) = toolchain_samples("5.2.0") else { return };
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "-o"])
+        .args(["run", "--on-compaction", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(samples.join("cache_leak"))
@@ -294,7 +294,7 @@ fn signal_and_exit_triggers_on_5_1() {
     preload_library(); // `run --at-exit` preloads it
     let dir = tempfile::tempdir().unwrap();
     let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "--at-exit", "-o"])
+        .args(["run", "--on-signal", "USR2", "--at-exit", "--dir"])
         .arg(dir.path())
         .arg("--")
         .arg(samples.join("closure_list"))
@@ -332,4 +332,138 @@ fn signal_and_exit_triggers_on_5_1() {
     let found = wait_for_snapshots(dir.path(), 1);
     assert_eq!(found.len(), 1, "the exit snapshot is still taken: {found:?}");
     check_snapshot(&found[0], Trigger::Exit);
+}
+
+/// `command` as another user when we are root (root writes anywhere), else as ourselves; and
+/// a directory this user cannot write in.
+fn unwritable_dir_and_user(parent: &Path) -> (PathBuf, impl Fn(&Path) -> Command) {
+    let dir = parent.join("read-only");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let root = unsafe { libc::geteuid() } == 0;
+    let command = move |program: &Path| {
+        if root {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    (dir, command)
+}
+
+/// A snapshot directory that cannot be written is an error before the program starts, for
+/// `run --dir`, `run` with `OCAML_HEAPSNAP`'s `dir=`, and the preload library's watcher
+/// (which then leaves the program unwatched).
+#[test]
+fn an_unwritable_snapshot_directory_is_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, as_user) = unwritable_dir_and_user(tmp.path());
+    let marker = tmp.path().join("ran");
+    let script = format!("touch {}", marker.display());
+    let out = as_user(&heapsnap()).args(["run", "--at-exit", "--dir"]).arg(&dir).args(["--", "sh", "-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("cannot write in the snapshot directory {}", dir.display())), "{stderr}");
+    assert!(stderr.contains("Permission denied") && stderr.contains("--dir DIR"), "{stderr}");
+    assert!(!marker.exists(), "the program ran");
+
+    // A path under a file cannot be created (whoever runs it): dir= of OCAML_HEAPSNAP.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = Command::new(heapsnap())
+        .args(["run", "--", "sh", "-c", &script])
+        .env("OCAML_HEAPSNAP", format!("at-exit,dir={}/snaps", file.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot create the snapshot directory") && stderr.contains("Not a directory"), "{stderr}");
+    assert!(!marker.exists(), "the program ran");
+
+    // The preload library's watcher says so at once, and the program runs unwatched.
+    let preload = preload_library();
+    let out = as_user(&sample("long_list"))
+        .args(["--steps", "1"])
+        .env("LD_PRELOAD", &preload)
+        .env("HEAPSNAP_BIN", heapsnap())
+        .env("OCAML_HEAPSNAP", format!("on-signal=USR2,dir={}", dir.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "READY 1\nDONE\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("cannot write in the snapshot directory {}", dir.display())), "{stderr}");
+    assert!(stderr.contains("not watching pid"), "{stderr}");
+}
+
+/// A snapshot that fails after the start (here its directory was removed) is reported when it
+/// fails, and at the end: `run` exits with 2 when the program succeeded, with the program's
+/// own status when it did not.
+#[test]
+fn lost_snapshots_make_run_fail_at_the_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("snaps");
+    let log = tmp.path().join("stderr");
+    let mut child = Command::new(heapsnap())
+        .args(["run", "--on-signal", "USR2", "--dir"])
+        .arg(&dir)
+        .arg("--")
+        .arg(sample("closure_list"))
+        .args(["--steps", "2", "--pause"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY 1");
+    std::fs::remove_dir(&dir).unwrap();
+    unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&log).unwrap().contains("signal snapshot failed") {
+        assert!(Instant::now() < deadline, "no failure reported: {}", std::fs::read_to_string(&log).unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    writeln!(stdin.as_mut().unwrap()).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "READY 2");
+    drop(stdin);
+    assert_eq!(lines.map(|l| l.unwrap()).collect::<Vec<_>>(), ["DONE"]);
+    let status = child.wait().unwrap();
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("heapsnap: warning: signal snapshot failed") && stderr.contains("snaps"), "{stderr}");
+    assert!(stderr.trim_end().ends_with("heapsnap: error: 1 snapshot lost (0 written); the reasons are above"), "{stderr}");
+
+    // The program's failure comes first: `false` exits with 1 through exit(3), whose exit
+    // snapshot cannot be taken (not an OCaml program).
+    let out = Command::new(heapsnap()).args(["run", "--at-exit", "--dir"]).arg(tmp.path()).args(["--", "false"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("exit snapshot failed") && stderr.contains("1 snapshot lost"), "{stderr}");
+}
+
+/// An `every=` trigger that fires while the program exits stops quietly, and the program's
+/// exit status is still `run`'s (the dumper leaves the exit of `run`'s child to `run`).
+#[test]
+fn an_interval_trigger_stops_quietly_when_the_program_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    for _ in 0..8 {
+        let out = Command::new(heapsnap())
+            .args(["run", "--every", "5ms", "--dir"])
+            .arg(dir.path())
+            .arg("--")
+            .arg(sample("long_list"))
+            .args(["--steps", "1"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{:?}: {stderr}", out.status);
+        assert!(!stderr.contains("failed") && !stderr.contains("error"), "{stderr}");
+    }
+    assert!(!snapshots(dir.path()).is_empty());
 }

@@ -34,7 +34,7 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
 /// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them).
 fn three_snapshots(dir: &Path) -> Vec<PathBuf> {
     let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "-o"])
+        .args(["run", "--on-compaction", "--dir"])
         .arg(dir)
         .arg("--")
         .arg(samples_dir().join("cache_leak"))

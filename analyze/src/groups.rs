@@ -1,5 +1,6 @@
-//! Grouping blocks: by tag (reserved header bits when the snapshot has them, else the kind), by
-//! kind (block tag and size, closure function, custom type), by closure function, by root.
+//! Grouping blocks: by kind (a known structure, else block tag and size, closure function,
+//! custom type), by closure function, by root, and by the value of the reserved header bits
+//! (for runtimes configured with them).
 //!
 //! A group's retained size is the size of the union of its members' dominator subtrees (a
 //! member dominated by another member is not counted twice), from
@@ -19,7 +20,7 @@ use rustc_hash::FxHashMap as HashMap;
 #[serde(rename_all = "snake_case")]
 pub enum GroupBy {
     /// The value of the reserved header bits (only for runtimes configured with them).
-    Tag,
+    Reserved,
     /// What a block is: a known structure (Hashtbl, list cell, ...), else its block tag and size, closure function or custom type.
     Kind,
     /// Closures only, by function.
@@ -32,7 +33,7 @@ impl GroupBy {
     /// The name given on the command line and in JSON (`kind`).
     pub fn name(self) -> &'static str {
         match self {
-            GroupBy::Tag => "tag",
+            GroupBy::Reserved => "reserved",
             GroupBy::Kind => "kind",
             GroupBy::Closure => "closure",
             GroupBy::Root => "root",
@@ -41,15 +42,15 @@ impl GroupBy {
 
     /// The grouping named `name` (as `--by` takes it).
     pub fn from_name(name: &str) -> Option<GroupBy> {
-        [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root].into_iter().find(|b| b.name() == name)
+        [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root].into_iter().find(|b| b.name() == name)
     }
 
-    /// Refuses a grouping the snapshot cannot give: `tag` without reserved header bits would
-    /// only repeat `kind`.
+    /// Refuses a grouping the snapshot cannot give: `reserved` without reserved header bits
+    /// would put every block in one group.
     pub fn check(self, snap: &heapsnap_format::Snapshot) -> Result<(), crate::AnalyzeError> {
-        if self == GroupBy::Tag && snap.metadata().reserved_header_bits == 0 {
+        if self == GroupBy::Reserved && snap.metadata().reserved_header_bits == 0 {
             return Err(crate::AnalyzeError::BadQuery(
-                "--by tag groups by the reserved header bits, and this snapshot's runtime has none: use --by kind".into(),
+                "--by reserved groups by the reserved header bits, and this snapshot's runtime has none: use --by kind (block tags and structures)".into(),
             ));
         }
         Ok(())
@@ -108,7 +109,7 @@ pub fn shape_key(b: &BlockRef<'_>) -> GroupKey {
 /// The group key of a block (`root` groups are not per block).
 pub fn key_for(by: GroupBy, blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> Option<GroupKey> {
     match by {
-        GroupBy::Tag => Some(GroupKey::Reserved(b.header.reserved)),
+        GroupBy::Reserved => Some(GroupKey::Reserved(b.header.reserved)),
         GroupBy::Kind => Some(kind_key(blocks, b)),
         GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(blocks, b)),
         GroupBy::Root => None,

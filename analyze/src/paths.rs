@@ -25,8 +25,10 @@ const FOLD_ABOVE_FIELDS: u64 = 16;
 #[derive(Clone, Debug)]
 pub enum PathQuery {
     Address(u64),
-    /// Blocks whose tag is this (the reserved header bits' value when the snapshot has them).
-    Tag(u32),
+    /// Blocks whose block tag is this (0 for records and tuples, 252 for strings, ...).
+    Tag(u8),
+    /// Blocks whose reserved header bits hold this value (runtimes configured with them).
+    Reserved(u32),
     /// Blocks whose kind is this one, as `top --by kind` names it.
     Kind(String),
 }
@@ -105,9 +107,10 @@ pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate:
     let blocks = &a.graph.blocks;
     match query {
         PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
-        PathQuery::Tag(t) => {
-            let reserved = blocks.layout.reserved_bits() > 0;
-            Ok(collect(a, |b| if reserved { b.header.reserved == *t } else { u32::from(b.header.tag) == *t }))
+        PathQuery::Tag(t) => Ok(collect(a, |b| b.header.tag == *t)),
+        PathQuery::Reserved(v) => {
+            check_reserved_bits(blocks.layout.reserved_bits())?;
+            Ok(collect(a, |b| b.header.reserved == *v))
         }
         PathQuery::Kind(k) => {
             // Name each distinct kind once; a kind matches when its name is the query, exactly.
@@ -130,6 +133,17 @@ pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate:
             Ok(collect(a, |b| names.get(&kind_key(blocks, b)).is_some_and(|n| n == k)))
         }
     }
+}
+
+/// Refuses `--reserved` on a snapshot whose runtime has no reserved header bits (every block
+/// would hold 0).
+pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError> {
+    if reserved_bits == 0 {
+        return Err(crate::AnalyzeError::BadQuery(
+            "--reserved selects by the reserved header bits, and this snapshot's runtime has none: use --tag (block tag) or --kind".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn collect(a: &Analysis<'_>, pred: impl Fn(&crate::blocks::BlockRef<'_>) -> bool + Sync) -> Vec<NodeId> {

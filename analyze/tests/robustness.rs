@@ -53,7 +53,7 @@ fn run_everything(snap: &Snapshot) {
     let report = verify(snap, true).unwrap();
     let _ = report.ok;
     let a = Analysis::new(snap, &Progress::hidden()).unwrap();
-    for by in [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+    for by in [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         let _ = groups(&a, by);
     }
     let _ = heapsnap_analyze::reports::summary(&a, 5);

@@ -276,8 +276,8 @@ fn reserved_bits_and_rotated_colours() {
     h.add_module("R", &[Value::Ptr(a1), Value::Ptr(a2)]);
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
-    let by_tag = groups(&a, GroupBy::Tag).unwrap();
-    let g42 = by_tag.iter().find(|g| g.name == "reserved 42").unwrap();
+    let by_reserved = groups(&a, GroupBy::Reserved).unwrap();
+    let g42 = by_reserved.iter().find(|g| g.name == "reserved 42").unwrap();
     assert_eq!((g42.count, g42.shallow), (2, 16 + 24));
     assert_eq!(heapsnap_analyze::reports::summary(&a, 3).garbage_objects, 1);
 }

@@ -12,7 +12,7 @@
 //! DURATION = integer ("ms" | "s" | "m" | "h")
 //! ```
 //! At least one of on-compaction, on-signal, every, at-exit is required; an item may not repeat.
-//! A `dir` holding a comma cannot be written in this grammar: use `heapsnap run -o DIR` then.
+//! A `dir` holding a comma cannot be written in this grammar: use `heapsnap run --dir DIR` then.
 
 use std::fmt;
 use std::path::PathBuf;

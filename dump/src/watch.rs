@@ -46,6 +46,8 @@ pub struct Inputs {
 #[derive(Debug, Default)]
 pub struct WatchSummary {
     pub snapshots: Vec<PathBuf>,
+    /// Snapshots a trigger asked for that could not be written (the target's exit during a
+    /// snapshot is not one: the watch then ends quietly).
     pub failures: usize,
     /// How many times the compaction counter was read.
     pub polls: u64,
@@ -64,17 +66,25 @@ pub struct Watch<'a> {
 
 impl Watch<'_> {
     /// Runs until the target exits. `take` writes one snapshot for a trigger and returns its path.
-    pub fn run<E: std::fmt::Display>(mut self, mut take: impl FnMut(Trigger) -> Result<PathBuf, E>) -> std::io::Result<WatchSummary> {
+    pub fn run(mut self, mut take: impl FnMut(Trigger) -> crate::Result<PathBuf>) -> std::io::Result<WatchSummary> {
         let pidfd = pidfd_open(self.pid)?;
         let mut summary = WatchSummary::default();
+        // Returns whether the target is still there to watch. A snapshot that fails because the
+        // target exited, or is exiting (a process tearing down cannot be dumped), is no
+        // failure: the watch ends quietly. The exit snapshot is taken while the program waits
+        // for it: its failures are always failures.
         let mut record = |trigger: Trigger, summary: &mut WatchSummary| match take(trigger) {
             Ok(path) => {
                 eprintln!("heapsnap: {} snapshot written to {}", trigger_label(trigger), path.display());
                 summary.snapshots.push(path);
+                true
             }
+            Err(crate::DumpError::TargetExited { .. } | crate::DumpError::NoSuchProcess { .. }) => false,
+            Err(_) if trigger != Trigger::Exit && exits_soon(&pidfd) => false,
             Err(err) => {
-                eprintln!("heapsnap: {} snapshot failed: {err}", trigger_label(trigger));
+                eprintln!("heapsnap: warning: {} snapshot failed: {err}", trigger_label(trigger));
                 summary.failures += 1;
+                true
             }
         };
 
@@ -106,7 +116,9 @@ impl Watch<'_> {
                 match read_word(self.pid, addr) {
                     Some(count) if count != last => {
                         last_count = Some(count);
-                        record(Trigger::Compaction, &mut summary);
+                        if !record(Trigger::Compaction, &mut summary) {
+                            break;
+                        }
                     }
                     Some(_) => {}
                     None => last_count = None, // unreadable: the target is exiting
@@ -114,11 +126,18 @@ impl Watch<'_> {
             }
             if ready[1] {
                 match read_byte(self.inputs.control.as_ref().expect("polled")) {
-                    Some(message::SIGNAL) => record(Trigger::Signal, &mut summary),
+                    Some(message::SIGNAL) => {
+                        if !record(Trigger::Signal, &mut summary) {
+                            break;
+                        }
+                    }
                     Some(message::EXITING) => {
-                        record(Trigger::Exit, &mut summary);
+                        let alive = record(Trigger::Exit, &mut summary);
                         if let Some(ack) = &self.inputs.ack {
                             write_byte(ack, message::ACK);
+                        }
+                        if !alive {
+                            break;
                         }
                     }
                     Some(_) => {}
@@ -128,17 +147,58 @@ impl Watch<'_> {
             }
             if ready[2] {
                 drain(self.inputs.signal.as_ref().expect("polled"));
-                record(Trigger::Signal, &mut summary);
+                if !record(Trigger::Signal, &mut summary) {
+                    break;
+                }
             }
             if let Some(at) = next_interval {
                 if Instant::now() >= at {
-                    record(Trigger::Interval, &mut summary);
+                    if !record(Trigger::Interval, &mut summary) {
+                        break;
+                    }
                     next_interval = self.spec.every.map(|every| Instant::now() + every);
                 }
             }
         }
         Ok(summary)
     }
+}
+
+/// How long a failed snapshot waits to see whether the target is exiting (a process tearing
+/// down cannot be dumped, and is gone a moment later).
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether the process behind `pidfd` has exited, or does within [`EXIT_GRACE`].
+fn exits_soon(pidfd: &OwnedFd) -> bool {
+    let deadline = Instant::now() + EXIT_GRACE;
+    loop {
+        match poll_fds(&[Some(pidfd.as_raw_fd())], deadline.saturating_duration_since(Instant::now())) {
+            Ok(ready) if ready[0] => return true,
+            Ok(_) if Instant::now() < deadline => continue, // interrupted by a signal
+            _ => return false,
+        }
+    }
+}
+
+/// Checks, before anything is watched, that snapshots can be written in `dir`: creates it,
+/// writes a probe file and removes it. The error names the directory.
+pub fn check_writable_dir(dir: &std::path::Path) -> Result<(), WritableDirError> {
+    let fail = |what: &'static str| move |source| WritableDirError { dir: dir.to_path_buf(), what, source };
+    std::fs::create_dir_all(dir).map_err(fail("create"))?;
+    let probe = dir.join(format!(".heapsnap-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new().write(true).create_new(true).open(&probe).map_err(fail("write in"))?;
+    std::fs::remove_file(&probe).map_err(fail("remove a file from"))?;
+    Ok(())
+}
+
+/// A snapshot directory that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot {what} the snapshot directory {}", dir.display())]
+pub struct WritableDirError {
+    pub dir: PathBuf,
+    pub what: &'static str,
+    #[source]
+    pub source: std::io::Error,
 }
 
 pub fn trigger_label(trigger: Trigger) -> &'static str {

@@ -29,6 +29,16 @@ pub struct SnapshotWriter {
     failed: bool,
 }
 
+/// The OS error under one of tempfile's, which appends the temporary file's name
+/// (`... at path "DIR/.x.partial"`): errors name the snapshot's path, once.
+fn without_temporary_path(err: std::io::Error) -> std::io::Error {
+    let os = err.get_ref().and_then(|inner| inner.source()).and_then(|cause| cause.downcast_ref::<std::io::Error>());
+    match os.and_then(std::io::Error::raw_os_error) {
+        Some(code) => std::io::Error::from_raw_os_error(code),
+        None => err,
+    }
+}
+
 impl SnapshotWriter {
     /// Starts a snapshot that [`finish`](Self::finish) will rename to `path`.
     /// The file is created with mode 0600: a snapshot holds a process's memory.
@@ -44,7 +54,7 @@ impl SnapshotWriter {
             .prefix(&format!(".{name}."))
             .suffix(".partial")
             .tempfile_in(&dir)
-            .map_err(|source| FormatError::Io { path: dir.clone(), source })?;
+            .map_err(|source| FormatError::Io { path: final_path.clone(), source: without_temporary_path(source) })?;
         let mut writer = SnapshotWriter {
             out: BufWriter::with_capacity(1 << 20, tmp),
             final_path,

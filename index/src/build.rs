@@ -11,11 +11,14 @@ use heapsnap_analyze::Analysis;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
-pub const ALL_GROUPINGS: [GroupBy; 4] = [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root];
+pub const ALL_GROUPINGS: [GroupBy; 4] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root];
 
+/// The key of a grouping in the index's `groups` (INDEX.md). `--by reserved` was spelled
+/// `--by tag` when the format was made: the stored key keeps that name, so that existing
+/// indexes stay valid.
 pub fn grouping_name(by: GroupBy) -> &'static str {
     match by {
-        GroupBy::Tag => "tag",
+        GroupBy::Reserved => "tag",
         GroupBy::Kind => "kind",
         GroupBy::Closure => "closure",
         GroupBy::Root => "root",

@@ -91,13 +91,10 @@ impl<'s> IndexView<'s> {
     pub fn select(&self, query: &PathQuery) -> Result<Vec<NodeId>, AnalyzeError> {
         match query {
             PathQuery::Address(x) => Ok(vec![self.node_at(*x).ok_or(AnalyzeError::NoBlockAt(*x))?]),
-            PathQuery::Tag(t) => {
-                let reserved = self.layout.reserved_bits() > 0;
-                Ok(self
-                    .blocks()
-                    .filter(|b| if reserved { b.header.reserved == *t } else { u32::from(b.header.tag) == *t })
-                    .map(|b| b.node)
-                    .collect())
+            PathQuery::Tag(t) => Ok(self.blocks().filter(|b| b.header.tag == *t).map(|b| b.node).collect()),
+            PathQuery::Reserved(v) => {
+                heapsnap_analyze::paths::check_reserved_bits(self.layout.reserved_bits())?;
+                Ok(self.blocks().filter(|b| b.header.reserved == *v).map(|b| b.node).collect())
             }
             PathQuery::Kind(k) => {
                 let mut names: HashMap<GroupKey, bool> = HashMap::default();

@@ -42,7 +42,7 @@ fn index_reports_equal_the_full_analysis() {
     let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
 
     assert_eq!(json(&heapsnap_analyze::reports::summary(&a, 10)), json(&view.summary(10)));
-    for by in [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+    for by in [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         let groups = heapsnap_analyze::groups::groups(&a, by).unwrap_or_default();
         assert_eq!(json(&groups), json(&view.groups(by)), "groups by {by:?}");
     }

@@ -49,9 +49,9 @@ fn pct(part: u64, whole: u64) -> f64 {
 pub struct SummaryArgs {
     /// The snapshot file.
     snapshot: PathBuf,
-    /// How many of the largest groups (by kind) to list.
-    #[arg(long, default_value_t = 10)]
-    top: usize,
+    /// How many of the largest groups (by kind) to list (0: all).
+    #[arg(long, alias = "top", default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
+    limit: usize,
     /// Print JSON instead of tables.
     #[arg(long)]
     json: bool,
@@ -60,7 +60,7 @@ pub struct SummaryArgs {
 pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
     let snap = open(&args.snapshot)?;
     let a = analyse(&snap)?;
-    let s = summary(&a, args.top);
+    let s = summary(&a, args.limit);
     if args.json {
         return print_json!(s);
     }
@@ -124,7 +124,7 @@ pub struct TopArgs {
     #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
     by: GroupBy,
     /// How many groups to list (0: all).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_name = "N", value_parser = super::parse_limit)]
     limit: usize,
     #[arg(long)]
     json: bool,
@@ -197,8 +197,8 @@ pub struct DominatorsArgs {
     /// Hide subtrees retaining less than this percentage of the reachable bytes.
     #[arg(long, default_value_t = 1.0)]
     min_percent: f64,
-    /// At most this many children per node.
-    #[arg(long, default_value_t = 20)]
+    /// At most this many children per node (0: no limit).
+    #[arg(long, default_value_t = 20, value_name = "N", value_parser = super::parse_limit)]
     max_children: usize,
     #[arg(long)]
     json: bool,
@@ -250,20 +250,24 @@ pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
 pub struct PathArgs {
     snapshot: PathBuf,
     /// The object's address (its first field, or its header).
-    #[arg(value_parser = parse_address, required_unless_present_any = ["tag", "kind"])]
+    #[arg(value_parser = parse_address, required_unless_present_any = ["tag", "reserved", "kind"])]
     address: Option<u64>,
-    /// Paths to every block with this tag (the reserved header bits' value when the snapshot has them).
-    #[arg(long, conflicts_with_all = ["address", "kind"])]
-    tag: Option<u32>,
-    /// Paths to every block whose kind (as `top --by kind` names it) contains this text.
-    #[arg(long, conflicts_with_all = ["address", "tag"])]
+    /// Paths to every block with this block tag (0: records and tuples, 252: strings, ...).
+    #[arg(long, conflicts_with_all = ["address", "reserved", "kind"])]
+    tag: Option<u8>,
+    /// Paths to every block whose reserved header bits hold this value (runtimes configured
+    /// with reserved bits only).
+    #[arg(long, value_name = "VALUE", conflicts_with_all = ["address", "tag", "kind"])]
+    reserved: Option<u32>,
+    /// Paths to every block of this kind, named exactly as `top --by kind` names it.
+    #[arg(long, conflicts_with_all = ["address", "tag", "reserved"])]
     kind: Option<String>,
-    /// Follow at most this many objects (evenly sampled).
-    #[arg(long, default_value_t = 10_000)]
+    /// Follow at most this many of the matched objects, evenly sampled (0: all).
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = super::parse_limit)]
+    sample: usize,
+    /// How many distinct paths to list (0: all).
+    #[arg(long, alias = "max-paths", default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
     limit: usize,
-    /// Show at most this many distinct paths.
-    #[arg(long, default_value_t = 10)]
-    max_paths: usize,
     #[arg(long)]
     json: bool,
 }
@@ -271,13 +275,14 @@ pub struct PathArgs {
 pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
     let snap = open(&args.snapshot)?;
     let a = analyse(&snap)?;
-    let query = match (args.address, args.tag, args.kind) {
-        (Some(x), _, _) => PathQuery::Address(x),
-        (_, Some(t), _) => PathQuery::Tag(t),
-        (_, _, Some(k)) => PathQuery::Kind(k),
-        _ => anyhow::bail!("give an address, --tag or --kind"),
+    let query = match (args.address, args.tag, args.reserved, args.kind) {
+        (Some(x), ..) => PathQuery::Address(x),
+        (_, Some(t), ..) => PathQuery::Tag(t),
+        (_, _, Some(v), _) => PathQuery::Reserved(v),
+        (.., Some(k)) => PathQuery::Kind(k),
+        _ => anyhow::bail!("give an address, --tag, --reserved or --kind"),
     };
-    let report = heapsnap_analyze::paths::paths(&a, &query, args.limit.max(1), args.max_paths)?;
+    let report = heapsnap_analyze::paths::paths(&a, &query, args.sample, args.limit)?;
     if args.json {
         return print_json!(report);
     }
@@ -306,8 +311,8 @@ pub struct InspectArgs {
     snapshot: PathBuf,
     #[arg(value_parser = parse_address)]
     address: u64,
-    /// List at most this many fields.
-    #[arg(long, default_value_t = 64)]
+    /// List at most this many fields (0: all).
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = super::parse_limit)]
     max_fields: usize,
     #[arg(long)]
     json: bool,

@@ -20,20 +20,20 @@ pub struct DiffArgs {
     #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
     by: GroupBy,
     /// How many groups to list (0: all).
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, value_name = "N", value_parser = super::parse_limit)]
     limit: usize,
     /// Growth in bytes, first snapshot to last, below which a group is no suspect and a place
     /// of the dominator tree is not shown.
     #[arg(long, default_value_t = 4096)]
     min_growth: u64,
-    /// At most this many leak suspects.
-    #[arg(long, default_value_t = 10)]
+    /// At most this many leak suspects (0: no limit).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
     max_suspects: usize,
-    /// At most this many retainer paths per suspect.
-    #[arg(long, default_value_t = 5)]
+    /// At most this many retainer paths per suspect (0: no limit).
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = super::parse_limit)]
     max_paths: usize,
-    /// At most this many places of the dominator tree.
-    #[arg(long, default_value_t = 10)]
+    /// At most this many places of the dominator tree (0: no limit).
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
     max_places: usize,
     /// Compare snapshots of different builds of the same executable path (closures and
     /// symbols then rarely match).

@@ -33,9 +33,10 @@ pub struct DumpArgs {
     /// Reserved header bits of the target's runtime, when they cannot be detected.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=31))]
     reserved_bits: Option<u8>,
-    /// Fail rather than write a snapshot taken at an inconsistent stop.
+    /// Fail rather than write a snapshot taken at an inconsistent stop (a core caught inside a
+    /// collection).
     #[arg(long)]
-    strict: bool,
+    require_consistent: bool,
     /// Do not copy the executable's DWARF sections (smaller file, no source lines).
     #[arg(long)]
     no_dwarf: bool,
@@ -107,7 +108,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         output: args.output.unwrap_or_else(|| PathBuf::from(default_name)),
         redact: args.redact,
         reserved_bits: args.reserved_bits,
-        require_consistent: args.strict,
+        require_consistent: args.require_consistent,
         include_dwarf: !args.no_dwarf,
         discover: args.runtime.discover_options(if args.core.is_some() { None } else { args.exe.clone() }),
         ..DumpOptions::default()
@@ -122,7 +123,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
             eprintln!("heapsnap: interrupted; process {pid} was released unchanged, no snapshot written");
             return Ok(ExitCode::from(130));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(name_the_owner(pid, e.into())),
     };
     for n in &report.notes {
         eprintln!("heapsnap: note: {n}");
@@ -149,6 +150,25 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         report.roots,
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// A permission error on a process of another user says whose process it is: the cause then
+/// reads "process 1 belongs to uid 0, heapsnap runs as uid 1000", before the OS error and the
+/// hint (errors.rs).
+fn name_the_owner(pid: i32, err: anyhow::Error) -> anyhow::Error {
+    let denied = err.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+            || matches!(c.downcast_ref::<DumpError>(), Some(DumpError::AttachDenied { .. }))
+    });
+    let owner = std::os::unix::fs::MetadataExt::uid(&match std::fs::metadata(format!("/proc/{pid}")) {
+        Ok(m) => m,
+        Err(_) => return err,
+    });
+    let me = unsafe { libc::geteuid() };
+    if !denied || owner == me {
+        return err;
+    }
+    err.context(format!("process {pid} belongs to uid {owner}, heapsnap runs as uid {me}"))
 }
 
 fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &DumpOptions, json: bool) -> anyhow::Result<ExitCode> {

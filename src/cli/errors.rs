@@ -42,6 +42,9 @@ pub fn message(err: &anyhow::Error) -> String {
 }
 
 fn hint(err: &anyhow::Error) -> Option<&'static str> {
+    if err.chain().any(|c| c.is::<heapsnap_dump::watch::WritableDirError>()) {
+        return Some("give a directory this user can write: --dir DIR, or dir=DIR in OCAML_HEAPSNAP");
+    }
     let io = err.chain().find_map(|c| c.downcast_ref::<std::io::Error>())?;
     match io.kind() {
         std::io::ErrorKind::PermissionDenied => Some("run heapsnap as the user who owns the file or process, or as root"),

@@ -50,6 +50,16 @@ enum Command {
     Watch(run::WatchArgs),
 }
 
+/// A result limit (`--limit`, `--max-children`, `--sample`, ...): a count, where 0 means no
+/// limit (analyze/REPORTS.md, "Result limits").
+pub fn parse_limit(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Ok(usize::MAX),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e} (a count; 0 for no limit)")),
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Summary(args) => analyze::summary_cmd(args),

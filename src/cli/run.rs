@@ -28,8 +28,9 @@ pub struct RunArgs {
     /// Zero string and bytes contents before writing.
     #[arg(long)]
     redact: bool,
-    /// Directory for the numbered snapshots (created if missing).
-    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    /// Directory for the numbered snapshots (created if missing; default: the current
+    /// directory, or OCAML_HEAPSNAP's dir=).
+    #[arg(short = 'd', long, alias = "out-dir", value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Print a JSON summary of the snapshots taken on stdout when the program ends.
     #[arg(long)]
@@ -42,7 +43,7 @@ pub struct RunArgs {
 }
 
 /// Merges the command line with `OCAML_HEAPSNAP` (which `heapsnap run` honours): the command
-/// line adds triggers and its `-o` wins over `dir=`.
+/// line adds triggers and its `--dir` wins over `dir=`.
 fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
     let mut spec = TriggerSpec::from_env()?.unwrap_or_default();
     spec.on_compaction |= args.on_compaction;
@@ -58,6 +59,12 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // An option clap does not know (`-o`, which names a file elsewhere) would be taken for the
+    // program: say what it is instead of running it.
+    let program_name = args.command[0].to_string_lossy();
+    if program_name.starts_with('-') {
+        bail!("unknown option {program_name} before the program (snapshots go to the directory given with --dir DIR)");
+    }
     let spec = merged_spec(&args)?;
     if spec.on_compaction {
         if let Some(program) = find_program(&args.command[0]) {
@@ -67,7 +74,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // Before the program starts: a directory that cannot take snapshots is an error now, not
+    // at the first trigger.
+    watch::check_writable_dir(&dir)?;
 
     let (control_read, control_write) = pipe().context("pipe")?;
     let (ack_read, ack_write) = pipe().context("pipe")?;
@@ -137,7 +146,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             })
         );
     }
-    // The program's exit status passes through unchanged, death by signal included.
+    // The program's exit status passes through unchanged, death by signal included; when the
+    // program succeeded but snapshots were lost, heapsnap's own error status (2) says so.
+    let lost = summary.failures > 0;
+    if lost {
+        eprintln!("heapsnap: error: {}", lost_snapshots(summary.failures, summary.snapshots.len()));
+    }
     if let Some(sig) = status.signal() {
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
@@ -145,7 +159,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::from(128 + sig as u8));
     }
-    Ok(ExitCode::from(status.code().unwrap_or(1) as u8))
+    match status.code() {
+        Some(0) if lost => Ok(ExitCode::from(2)),
+        code => Ok(ExitCode::from(code.unwrap_or(1) as u8)),
+    }
+}
+
+/// The last line of a watch that lost snapshots.
+fn lost_snapshots(lost: usize, written: usize) -> String {
+    let plural = |n: usize| if n == 1 { "" } else { "s" };
+    format!("{lost} snapshot{} lost ({written} written); the reasons are above", plural(lost))
 }
 
 #[derive(Args)]
@@ -202,9 +225,12 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let dir = spec.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-    if let Err(err) = std::fs::create_dir_all(&dir) {
+    if let Err(err) = watch::check_writable_dir(&dir) {
         answer(watch::HOOKS_OFF);
-        bail!("cannot create {}: {err}", dir.display());
+        let err = anyhow::Error::from(err);
+        eprintln!("heapsnap: error: {}", super::errors::message(&err));
+        eprintln!("heapsnap: not watching pid {}", args.pid);
+        return Ok(ExitCode::from(2));
     }
     answer(&watch::hooks_line(std::process::id(), spec.at_exit, spec.on_signal));
     let program = std::fs::read_link(format!("/proc/{}/exe", args.pid))
@@ -224,7 +250,11 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         seq += 1;
         take_snapshot(pid, trigger, &watch::snapshot_path(&dir, &program, pid, seq, trigger), spec.redact, &Default::default())
     })?;
-    Ok(if summary.failures == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    if summary.failures == 0 {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!("heapsnap: error: {}", lost_snapshots(summary.failures, summary.snapshots.len()));
+    Ok(ExitCode::from(2))
 }
 
 fn write_all_fd(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<()> {
@@ -310,7 +340,13 @@ fn compactions_counter(pid: i32) -> Option<u64> {
     heapsnap_dump::compactions_counter_address(pid).ok()
 }
 
-fn take_snapshot(pid: i32, trigger: Trigger, path: &Path, redact: bool, runtime: &super::dump::RuntimeArgs) -> anyhow::Result<PathBuf> {
+fn take_snapshot(
+    pid: i32,
+    trigger: Trigger,
+    path: &Path,
+    redact: bool,
+    runtime: &super::dump::RuntimeArgs,
+) -> heapsnap_dump::Result<PathBuf> {
     let options = heapsnap_dump::DumpOptions {
         output: path.to_path_buf(),
         trigger,

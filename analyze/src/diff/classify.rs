@@ -1,7 +1,7 @@
 //! One parallel pass over the blocks of an analysed snapshot, for everything the diff needs per
 //! block:
 //!
-//! * the block's **class**: its group (as [`crate::groups::groups`] would put it, for `tag`,
+//! * the block's **class**: its group (as [`crate::groups::groups`] would put it, for `reserved`,
 //!   `kind` and `closure`) and its shape (for signatures), as one id by preorder number;
 //! * every group's count and shallow bytes (reachable blocks only, as `groups`);
 //! * the **edge** that links each reachable block to its immediate dominator: which field of
@@ -149,7 +149,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
     let blocks = &graph.blocks;
     let tree = &a.tree;
     let reserved_bits = blocks.layout.reserved_bits();
-    let by_reserved = by == GroupBy::Tag && reserved_bits > 0;
+    let by_reserved = by == GroupBy::Reserved && reserved_bits > 0;
     let reachable = tree.reachable_count();
     // Preorder numbers of the super-root and the root kinds: what top objects hang from.
     let rootish: Vec<u32> =

@@ -125,8 +125,8 @@ fn the_same_heap_at_other_addresses_shows_no_change() {
         .enumerate()
         .map(|(i, &(g, f))| write(dir.path(), &format!("s{i}.heapsnap"), &cache_heap(800, g, f)))
         .collect();
-    // (`--by tag` needs reserved header bits: refused here.)
-    assert!(run(&paths, &DiffOptions { by: GroupBy::Tag, ..Default::default() }).is_err());
+    // (`--by reserved` needs reserved header bits: refused here.)
+    assert!(run(&paths, &DiffOptions { by: GroupBy::Reserved, ..Default::default() }).is_err());
     for by in [GroupBy::Kind, GroupBy::Root, GroupBy::Closure] {
         let r = run(&paths, &DiffOptions { by, min_growth: 1, limit: 0, ..Default::default() }).unwrap();
         assert!(r.suspects.is_empty(), "{by:?}");
@@ -296,9 +296,9 @@ fn groups_agree_with_the_analysers_groups() {
         let path = write(dir.path(), &format!("g{reserved}.heapsnap"), &h);
         let snap = Snapshot::open(&path).unwrap();
         let a = crate::Analysis::new(&snap, &Progress::hidden()).unwrap();
-        for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Tag, GroupBy::Root] {
+        for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Reserved, GroupBy::Root] {
             let Ok(expected) = groups(&a, by) else {
-                assert!(by == GroupBy::Tag && reserved == 0, "{by:?} refused with {reserved} reserved bits");
+                assert!(by == GroupBy::Reserved && reserved == 0, "{by:?} refused with {reserved} reserved bits");
                 continue;
             };
             let c = classify::classify(&a, by);

@@ -249,6 +249,18 @@ enum Stop {
 fn wait_for_stop(tid: u32) -> Result<Stop> {
     let pid = Pid::from_raw(tid as i32);
     loop {
+        // A program heapsnap launched (`heapsnap run`) is our child as well as our tracee: when
+        // it exits now, its exit is left for `run` to collect, with its status.
+        match peek_exit(tid) {
+            Ok(true) if is_our_child(tid) => return Ok(Stop::Gone),
+            Ok(_) => {}
+            Err(Errno::EINTR) => {
+                check_interrupted()?;
+                continue;
+            }
+            Err(Errno::ECHILD) => return Ok(Stop::Gone),
+            Err(errno) => return Err(DumpError::Ptrace { op: "WAIT", tid, errno }),
+        }
         match waitpid(pid, Some(WaitPidFlag::__WALL)) {
             // PTRACE_EVENT_STOP: our interrupt, or a group-stop; nothing to hand back.
             Ok(WaitStatus::PtraceEvent(_, _, _)) => return Ok(Stop::Stopped(None)),
@@ -314,7 +326,39 @@ fn mappings(pid: u32) -> Result<Vec<Mapping>> {
 
 /// Why ptrace was refused: another tracer holds the process (`TracerPid` in its status), or
 /// the permission itself.
+/// Waits for `tid`'s next stop or exit without collecting it; true for an exit.
+fn peek_exit(tid: u32) -> std::result::Result<bool, Errno> {
+    // SAFETY: waitid writes a siginfo_t, which we own.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL;
+    if unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(matches!(info.si_code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED))
+}
+
+/// Whether `tid` is the main thread of a process this one started (its parent is us).
+fn is_our_child(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return false };
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u32>().ok());
+    field("Tgid:") == Some(tid) && field("PPid:") == Some(std::process::id())
+}
+
+/// Whether `pid` is exiting or has exited (a zombie cannot be attached: EPERM).
+fn has_exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            matches!(state, Some("Z" | "X" | "x"))
+        }
+        Err(_) => true,
+    }
+}
+
 fn denied(pid: u32, errno: Errno) -> DumpError {
+    if has_exited(pid) {
+        return DumpError::TargetExited { pid };
+    }
     let tracer = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok()));

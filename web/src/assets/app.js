@@ -86,7 +86,7 @@ function groupTable(groups, total) {
 
 async function showGroups(by = "kind") {
   const r = await api("groups", { by });
-  const select = el("select", { id: "group-by" }, ["kind", "tag", "closure", "root"].map(b => {
+  const select = el("select", { id: "group-by" }, ["kind", "closure", "root", "reserved"].map(b => {
     const o = el("option", { value: b }, `by ${b}`); if (b === by) o.selected = true; return o;
   }));
   select.onchange = () => showGroups(select.value);
