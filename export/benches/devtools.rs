@@ -85,7 +85,7 @@ fn main() {
         let snap = heapsnap_format::Snapshot::open(&path).unwrap();
         let t = Instant::now();
         let a = Analysis::new(&snap, &quiet).unwrap();
-        std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).len());
+        std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).expect("kind groups").len());
         let analysis = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let report = export(&a, &out, &Limits::default(), &quiet).unwrap();
