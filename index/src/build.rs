@@ -3,22 +3,13 @@
 use crate::file::{IndexBuilder, SnapshotId};
 use crate::sections::*;
 use heapsnap_analyze::blocks::{NodeId, NO_NODE};
-use heapsnap_analyze::groups::{groups, top_label, GroupBy};
+use heapsnap_analyze::groups::{groups, kind_key, top_label, GroupBy, GroupKey};
 use heapsnap_analyze::paths::bfs_parents;
 use heapsnap_analyze::Analysis;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 4] = [GroupBy::Tag, GroupBy::Kind, GroupBy::Closure, GroupBy::Root];
-
-pub fn grouping_name(by: GroupBy) -> &'static str {
-    match by {
-        GroupBy::Tag => "tag",
-        GroupBy::Kind => "kind",
-        GroupBy::Closure => "closure",
-        GroupBy::Root => "root",
-    }
-}
 
 /// The index file's bytes for an analysed snapshot.
 pub fn build(a: &Analysis<'_>) -> Vec<u8> {
@@ -31,7 +22,7 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
     summary.top_groups.clear();
     // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
     let groups: BTreeMap<String, Vec<_>> =
-        ALL_GROUPINGS.iter().filter_map(|&by| Some((grouping_name(by).to_string(), groups(a, by).ok()?))).collect();
+        ALL_GROUPINGS.iter().filter_map(|&by| Some((by.name().to_string(), groups(a, by).ok()?))).collect();
 
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
     let first_block = a.graph.blocks.first_block_node;
@@ -51,13 +42,16 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
         })
         .collect();
 
+    let (kinds, kind_ids) = block_kinds(a);
     let meta = Meta {
         node_count: n as u32,
         reachable_count: r as u32,
         first_block_node: first_block,
-        root_kinds: a.graph.root_kinds.iter().map(|k| RootKindNames { label: k.label().to_string(), display: k.to_string() }).collect(),
+        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+        kinds,
         summary,
         groups,
+        root_shares: a.retainers().per_root.clone(),
     };
 
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
@@ -143,6 +137,7 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
     b.add_u32(KID_OFFSETS, &offsets);
     b.add_u32(KIDS, &sorted_kids);
     b.add_u64(ADDRESS, &addr);
+    b.add_u32(KIND_IDS, &kind_ids);
     b.add_u32(BY_ADDRESS, &by_addr);
     b.add_u32(BFS_PARENT, &bfs_parents(a));
     b.add_u32(REF_OFFSETS, &compact_offsets);
@@ -152,4 +147,25 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
     b.add_u32(TOP_LABEL_IDS, &top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
     b.finish(SnapshotId::of(a.snap))
+}
+
+/// Every block's kind (its structure recognised, which reads the blocks it points to), as an
+/// id in a table of the distinct kinds: the index's reports name blocks as the analysis does
+/// without the blocks' map.
+fn block_kinds(a: &Analysis<'_>) -> (Vec<GroupKey>, Vec<u32>) {
+    let blocks = &a.graph.blocks;
+    let first = blocks.first_block_node as usize;
+    let mut ids = vec![u32::MAX; a.graph.node_count() - first];
+    let mut table: Vec<GroupKey> = Vec::new();
+    let mut known: rustc_hash::FxHashMap<GroupKey, u32> = Default::default();
+    for r in blocks.block_regions() {
+        for b in blocks.region_blocks(r) {
+            let key = kind_key(blocks, &b);
+            ids[b.node as usize - first] = *known.entry(key).or_insert_with(|| {
+                table.push(key);
+                table.len() as u32 - 1
+            });
+        }
+    }
+    (table, ids)
 }
