@@ -4,6 +4,7 @@ mod analyze;
 mod diff;
 mod dump;
 pub mod errors;
+mod indexed;
 mod info;
 mod run;
 mod serve;
