@@ -35,9 +35,22 @@ impl Needs {
     fn sections(self) -> &'static [u32] {
         match self {
             Needs::Meta => &[META],
-            Needs::Tree => {
-                &[META, PRE_OF, PREORDER, IDOM_PRE, RETAINED, KID_OFFSETS, KIDS, ADDRESS, KIND_IDS, TOP_NODES, TOP_LABEL_IDS, TOP_LABELS]
-            }
+            // Naming a Hashtbl's parts resolves the pointers between them (by address).
+            Needs::Tree => &[
+                META,
+                PRE_OF,
+                PREORDER,
+                IDOM_PRE,
+                RETAINED,
+                KID_OFFSETS,
+                KIDS,
+                ADDRESS,
+                KIND_IDS,
+                BY_ADDRESS,
+                TOP_NODES,
+                TOP_LABEL_IDS,
+                TOP_LABELS,
+            ],
             Needs::All => &[
                 META,
                 PRE_OF,
