@@ -22,6 +22,11 @@ pub trait AnalysedHeap<'s> {
     fn block(&self, v: NodeId) -> Option<BlockRef<'s>>;
     /// What a block is ([`crate::groups::kind_key`]: a recognised structure, else its shape).
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey;
+    /// The kind of a node's block (`None`: not a block).
+    fn kind_of_node(&self, v: NodeId) -> Option<GroupKey> {
+        self.block(v).map(|b| self.kind_of(&b))
+    }
+
     /// Every kind some block has, reachable or not.
     fn kinds(&self) -> Vec<GroupKey>;
     /// The block nodes `keep` selects, ascending.

@@ -166,16 +166,16 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
     let total = a.reachable_bytes().max(1);
     let big_enough = |bytes: u64| bytes as f64 * 100.0 / total as f64 >= min_percent;
     // What a block is, and what it is to its dominator (`Hashtbl data`, ...).
-    let structure_of = |v: NodeId| match a.block(v).map(|b| a.kind_of(&b)) {
+    // What a block is, and what it is to its dominator (`Hashtbl data`, ...): the holder's
+    // structure is found once per parent, not once per child (a bucket array has many).
+    let structure_of = |v: NodeId| match a.kind_of_node(v) {
         Some(GroupKey::Structure(s)) => Some(s),
         _ => None,
     };
-    let role_of = |parent: NodeId, parent_role: Option<Role>, v: NodeId| {
-        let holder = structure_of(parent);
+    let role_of = |parent: NodeId, holder: Option<Structure>, parent_role: Option<Role>, v: NodeId| {
         let field = if holder == Some(Structure::Hashtbl) { crate::paths::field_pointing(a, parent, v) } else { None };
         Role::of_child(holder, parent_role, field)
     };
-    let kind_of = |v: NodeId, role: Option<Role>| -> (Option<Role>, Option<GroupKey>) { (role, a.block(v).map(|b| a.kind_of(&b))) };
     // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
     struct Frame {
         node: NodeId,
@@ -200,12 +200,14 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
         let example = frame.similar.is_some();
         let keep = kids.iter().take(max_children).take_while(|&&c| example || big_enough(a.retained(c))).count();
         let small = kids.split_off(keep);
-        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> = kids.iter().map(|&c| (c, role_of(v, role, c), None)).collect();
+        let holder = structure_of(v);
+        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> =
+            kids.iter().map(|&c| (c, role_of(v, holder, role, c), None)).collect();
         // The small ones, by kind: a kind whose members together are big enough is one line.
         let mut by_kind: BTreeMap<(Option<Role>, Option<GroupKey>), Vec<NodeId>> = BTreeMap::new();
         for &c in &small {
-            let r = role_of(v, role, c);
-            by_kind.entry(kind_of(c, r)).or_default().push(c);
+            let r = role_of(v, holder, role, c);
+            by_kind.entry((r, a.kind_of_node(c))).or_default().push(c);
         }
         let mut summaries: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
         for ((r, key), members) in by_kind {

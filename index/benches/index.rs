@@ -17,6 +17,10 @@
 //!       1.00M    0.173s  0.526s         52 | 0.0014s 0.0014s 0.0064s 0.0061s 0.0060s |  3.69%
 //!      10.00M    1.130s  6.284s        518 | 0.0063s 0.0065s 0.0462s 0.0459s 0.0457s |  4.09%
 //!
+//! Index version 2 (each block's kind saved; the reports are the analysis's own, with sibling
+//! summaries), `--sizes 1`: 56 MiB (52 before), dominators 0.0126s (the summaries of the
+//! 131072 bucket chains and 142857 shared top objects), the others as above.
+//!
 //! The reports that read the dominator tree check the checksums of its sections (about 40 ms of
 //! the 46 at 10M); building and writing the index makes the first analysis slower (every
 //! grouping, referrers, 518 MiB written).

@@ -280,6 +280,16 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         }
     }
 
+    /// From the saved kinds, without reading the block (the dominator report asks it of every
+    /// small sibling).
+    fn kind_of_node(&self, node: NodeId) -> Option<GroupKey> {
+        let id = (node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
+        match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
+            Some(&key) => Some(key),
+            None => self.block(node).map(|b| self.kind_of(&b)),
+        }
+    }
+
     fn kinds(&self) -> Vec<GroupKey> {
         self.meta.kinds.clone()
     }
