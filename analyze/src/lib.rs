@@ -5,7 +5,7 @@
 //! use heapsnap_analyze::{Analysis, Progress, groups::{groups, GroupBy}};
 //! let snap = heapsnap_format::Snapshot::open("app.heapsnap")?;
 //! let analysis = Analysis::new(&snap, &Progress::stderr())?;
-//! for g in groups(&analysis, GroupBy::Kind).iter().take(10) {
+//! for g in groups(&analysis, GroupBy::Kind)?.iter().take(10) {
 //!     println!("{:>12} {:>12} {}", g.shallow, g.retained, g.name);
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
