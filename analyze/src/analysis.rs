@@ -1,5 +1,6 @@
 //! One analysed snapshot: the graph, its dominator tree with retained sizes, and names.
 
+use crate::analysed::AnalysedHeap;
 use crate::blocks::{NodeId, NO_NODE};
 use crate::dominators::{self, Csr, DominatorTree};
 use crate::graph::{HeapGraph, SUPER_ROOT};
@@ -22,6 +23,9 @@ pub struct Analysis<'s> {
     modules: rustc_hash::FxHashMap<u64, &'s str>,
     /// Which roots retain what, computed when a report first needs it.
     retainers: std::sync::OnceLock<crate::retainers::Retainers>,
+    /// The dominator tree's children (offsets and preorder numbers, by preorder number),
+    /// computed when a report first walks the tree.
+    children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
 }
 
 /// What a node stands for.
@@ -51,12 +55,32 @@ impl<'s> Analysis<'s> {
             .filter(|r| r.slot != 0)
             .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, crate::names::module_name(snap.string(r.name)?))))
             .collect();
-        Ok(Analysis { snap, names: Names::new(snap), graph, tree, timings, modules, retainers: Default::default() })
+        Ok(Analysis {
+            snap,
+            names: Names::new(snap),
+            graph,
+            tree,
+            timings,
+            modules,
+            retainers: Default::default(),
+            children: Default::default(),
+        })
     }
 
     /// The names of the top objects by their most stable roots, and each root's share.
     pub fn retainers(&self) -> &crate::retainers::Retainers {
         self.retainers.get_or_init(|| crate::retainers::Retainers::compute(self))
+    }
+
+    /// Children in the dominator tree, largest retained first (ties by node).
+    pub fn children(&self, node: NodeId) -> Vec<NodeId> {
+        let (offsets, kids) = self.children.get_or_init(|| self.tree.children_pre());
+        let Some(&p) = self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE) else { return Vec::new() };
+        let preorder = self.preorder();
+        let mut out: Vec<NodeId> =
+            kids[offsets[p as usize] as usize..offsets[p as usize + 1] as usize].iter().map(|&c| preorder[c as usize]).collect();
+        out.sort_by(|&x, &y| self.retained(y).cmp(&self.retained(x)).then(x.cmp(&y)));
+        out
     }
 
     pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
@@ -104,24 +128,9 @@ impl<'s> Analysis<'s> {
         self.retained(SUPER_ROOT)
     }
 
-    /// A one-line description of any node.
+    /// A one-line description of any node ([`AnalysedHeap::describe`]).
     pub fn describe(&self, node: NodeId) -> String {
-        match self.node_kind(node) {
-            Some(NodeKind::SuperRoot) => "(all roots)".into(),
-            Some(NodeKind::Roots(k)) => format!("({k} roots)"),
-            Some(NodeKind::Block(_)) => {
-                let b = self.graph.blocks.block(node).expect("block node");
-                let mut d = match crate::structures::recognise(&self.graph.blocks, &b) {
-                    Some(s) => crate::structures::describe(s, &b),
-                    None => self.names.describe(&b),
-                };
-                if let Some(m) = self.module_of(node) {
-                    d = format!("module {m} ({d})");
-                }
-                d
-            }
-            None => format!("(no node {node})"),
-        }
+        AnalysedHeap::describe(self, node)
     }
 
     /// The module name when the node is a compilation unit's module block (the block whose

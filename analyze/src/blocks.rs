@@ -430,69 +430,12 @@ impl<'s> BlockMap<'s> {
 
     /// Why a pointer into a block-holding region reaches no block (the slow path, for reports).
     fn classify_bad(&self, r: usize, value: u64) -> BadPointer {
-        let rb = &self.regions[r];
-        let region = self.snap.region(r);
-        let word = ((value - rb.base) / 8) as usize;
-        match rb.kind {
-            RegionKind::Pool => {
-                let wh = region.header.block_wsize as usize;
-                let first = region.header.first_block as usize / 8;
-                if wh == 0 || word < first + 1 {
-                    return BadPointer::BetweenBlocks;
-                }
-                let slot = first + (word - first - 1) / wh * wh;
-                if slot + wh > rb.words.len() {
-                    return BadPointer::BetweenBlocks;
-                }
-                let hd = rb.words[slot];
-                if hd == 0 {
-                    return BadPointer::FreeSlot;
-                }
-                let h = self.layout.decode(hd);
-                if h.colour == Colour::Garbage {
-                    BadPointer::Garbage
-                } else if word <= slot + h.wosize as usize {
-                    BadPointer::Interior
-                } else {
-                    BadPointer::BetweenBlocks
-                }
-            }
-            RegionKind::Large => {
-                let first = region.header.first_block as usize / 8;
-                match rb.words.get(first) {
-                    Some(&hd) if self.layout.decode(hd).colour == Colour::Garbage => BadPointer::Garbage,
-                    Some(&hd) if word > first && word <= first + self.layout.wosize(hd) as usize => BadPointer::Interior,
-                    _ => BadPointer::BetweenBlocks,
-                }
-            }
-            RegionKind::Static => BadPointer::NoHeader,
-            RegionKind::HeapChunk => {
-                // The block holding the word: walk the chunk (the slow path is rare).
-                let mut p = region.header.first_block as usize / 8;
-                while p < word && p < rb.words.len() {
-                    let hd = rb.words[p];
-                    let end = p + 1 + self.layout.wosize(hd) as usize;
-                    if word < end {
-                        if self.chunk_colour(rb.base, p, hd) == Colour::Garbage {
-                            return BadPointer::Garbage;
-                        }
-                        return if self.is_free(rb.base + 8 * (p as u64 + 1), hd) { BadPointer::FreeSlot } else { BadPointer::Interior };
-                    }
-                    p = end;
-                }
-                BadPointer::BetweenBlocks
-            }
-            _ => BadPointer::Interior,
-        }
+        BadPointerFacts { snap: self.snap, layout: &self.layout, gc4: self.gc4.as_ref(), free_blocks: &self.free_blocks }.classify(r, value)
     }
 
     /// The colour of the heap-chunk block whose header is word `p` of a region at `base`.
     fn chunk_colour(&self, base: u64, p: usize, hd: u64) -> Colour {
         chunk_colour(&self.layout, self.gc4.as_ref(), base + 8 * p as u64, hd)
-    }
-
-    fn is_free(&self, block: u64, hd: u64) -> bool {
-        self.chunk_colour(block - 8, 0, hd) == Colour::Free || self.free_blocks.binary_search(&block).is_ok()
     }
 
     /// Checks that a pointer into a static region lands on a plausible block (resolving infix
@@ -611,9 +554,83 @@ impl<'s> BlockMap<'s> {
     }
 }
 
+/// What telling why a pointer reaches no block reads: the snapshot's own data only, so that a
+/// reader without a [`BlockMap`] (the analysis index) classifies bad pointers as the analysis does.
+pub struct BadPointerFacts<'a> {
+    pub snap: &'a Snapshot,
+    pub layout: &'a HeaderLayout,
+    pub gc4: Option<&'a Ocaml4Gc>,
+    /// [`Snapshot::free_blocks`].
+    pub free_blocks: &'a [u64],
+}
+
+impl BadPointerFacts<'_> {
+    /// Why a pointer into block-holding region `r` reaches no block.
+    pub fn classify(&self, r: usize, value: u64) -> BadPointer {
+        let region = self.snap.region(r);
+        let (base, words) = (region.base(), region.words());
+        let word = ((value - base) / 8) as usize;
+        match region.kind() {
+            RegionKind::Pool => {
+                let wh = region.header.block_wsize as usize;
+                let first = region.header.first_block as usize / 8;
+                if wh == 0 || word < first + 1 {
+                    return BadPointer::BetweenBlocks;
+                }
+                let slot = first + (word - first - 1) / wh * wh;
+                if slot + wh > words.len() {
+                    return BadPointer::BetweenBlocks;
+                }
+                let hd = words[slot];
+                if hd == 0 {
+                    return BadPointer::FreeSlot;
+                }
+                let h = self.layout.decode(hd);
+                if h.colour == Colour::Garbage {
+                    BadPointer::Garbage
+                } else if word <= slot + h.wosize as usize {
+                    BadPointer::Interior
+                } else {
+                    BadPointer::BetweenBlocks
+                }
+            }
+            RegionKind::Large => {
+                let first = region.header.first_block as usize / 8;
+                match words.get(first) {
+                    Some(&hd) if self.layout.decode(hd).colour == Colour::Garbage => BadPointer::Garbage,
+                    Some(&hd) if word > first && word <= first + self.layout.wosize(hd) as usize => BadPointer::Interior,
+                    _ => BadPointer::BetweenBlocks,
+                }
+            }
+            RegionKind::Static => BadPointer::NoHeader,
+            RegionKind::HeapChunk => {
+                // The block holding the word: walk the chunk (the slow path is rare).
+                let mut p = region.header.first_block as usize / 8;
+                while p < word && p < words.len() {
+                    let hd = words[p];
+                    let end = p + 1 + self.layout.wosize(hd) as usize;
+                    if word < end {
+                        if chunk_colour(self.layout, self.gc4, base + 8 * p as u64, hd) == Colour::Garbage {
+                            return BadPointer::Garbage;
+                        }
+                        return if self.is_free(base + 8 * (p as u64 + 1), hd) { BadPointer::FreeSlot } else { BadPointer::Interior };
+                    }
+                    p = end;
+                }
+                BadPointer::BetweenBlocks
+            }
+            _ => BadPointer::Interior,
+        }
+    }
+
+    fn is_free(&self, block: u64, hd: u64) -> bool {
+        chunk_colour(self.layout, self.gc4, block - 8, hd) == Colour::Free || self.free_blocks.binary_search(&block).is_ok()
+    }
+}
+
 /// The colour of a heap-chunk block whose header, `hd`, is at `header_at`: from 4.14's GC state
 /// when the snapshot records it, else from the colour encoding.
-fn chunk_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, header_at: u64, hd: u64) -> Colour {
+pub fn chunk_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, header_at: u64, hd: u64) -> Colour {
     match gc4 {
         Some(gc) => gc.colour(layout.format().colour_bits(hd), header_at),
         None => layout.decode(hd).colour,

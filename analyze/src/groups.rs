@@ -6,11 +6,14 @@
 //! member dominated by another member is not counted twice), from
 //! [`crate::dominators::DominatorTree::union_retained`].
 
+use crate::analysed::AnalysedHeap;
 use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, NO_NODE};
 use crate::mem::Scatter;
+use crate::names::Names;
 use crate::ocaml;
 use crate::progress::PhaseTimer;
+use crate::retainers::RootShare;
 use crate::structures::{self, Structure};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
@@ -70,7 +73,7 @@ pub struct Group {
 }
 
 /// What a block is, for grouping. Cheap to hash; named only once per group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum GroupKey {
     Reserved(u32),
     /// A standard-library structure ([`crate::structures`]).
@@ -116,14 +119,14 @@ pub fn key_for(by: GroupBy, blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> Option<G
     }
 }
 
-pub fn key_name(a: &Analysis<'_>, key: &GroupKey) -> String {
+pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
     match *key {
         GroupKey::Reserved(v) => format!("reserved {v}"),
         GroupKey::Structure(s) => s.name().to_string(),
         GroupKey::Block { tag, size } => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
         GroupKey::Tagged(t) => ocaml::tag_name(t).to_string(),
-        GroupKey::Closure(code) => format!("closure {}", a.names.closure_function(code)),
-        GroupKey::Custom(ops) => format!("custom {}", a.names.custom_identifier(ops).unwrap_or("?")),
+        GroupKey::Closure(code) => format!("closure {}", names.closure_function(code)),
+        GroupKey::Custom(ops) => format!("custom {}", names.custom_identifier(ops).unwrap_or("?")),
     }
 }
 
@@ -211,7 +214,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)
-        .map(|(&(k, count, shallow), retained)| Group { name: key_name(a, &k), count, shallow, retained })
+        .map(|(&(k, count, shallow), retained)| Group { name: key_name(&a.names, &k), count, shallow, retained })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     Ok(out)
@@ -296,4 +299,41 @@ pub fn top_label(a: &Analysis<'_>, v: NodeId) -> String {
         Some(label) => label.to_string(),
         None => a.describe(v),
     }
+}
+
+/// The `top` report: the groups of one grouping, the unreachable objects counted in none of
+/// them, and with `--by root` what each root retains alone and shared. Fields in alphabetical
+/// order, as `top --json` prints them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Top {
+    pub by: GroupBy,
+    /// The largest groups (all of them with a limit of 0).
+    pub groups: Vec<Group>,
+    pub reachable_bytes: u64,
+    /// With `--by root` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<RootShare>>,
+    pub total_groups: u64,
+    pub unreachable_bytes: u64,
+    pub unreachable_objects: u64,
+}
+
+/// The `top` report, at most `limit` groups and roots (0: all).
+pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<Top, crate::AnalyzeError> {
+    let all = a.groups(by)?;
+    let keep = if limit == 0 { all.len() } else { limit.min(all.len()) };
+    let roots = (by == GroupBy::Root).then(|| {
+        let shares = a.root_shares();
+        shares[..if limit == 0 { shares.len() } else { limit.min(shares.len()) }].to_vec()
+    });
+    let (unreachable_objects, unreachable_bytes) = a.unreachable();
+    Ok(Top {
+        by,
+        groups: all[..keep].to_vec(),
+        reachable_bytes: a.reachable_bytes(),
+        roots,
+        total_groups: all.len() as u64,
+        unreachable_bytes,
+        unreachable_objects,
+    })
 }

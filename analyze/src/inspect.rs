@@ -1,6 +1,6 @@
 //! `inspect`: one object, its header, its fields resolved to names, its sizes and dominator.
 
-use crate::analysis::Analysis;
+use crate::analysed::AnalysedHeap;
 use crate::blocks::Target;
 use crate::ocaml;
 use serde::Serialize;
@@ -40,17 +40,17 @@ pub struct Inspection {
     pub referrers: Vec<String>,
 }
 
-pub fn inspect(a: &Analysis<'_>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
+pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
     let node = a.node_at(address)?;
-    let b = a.graph.blocks.block(node).ok_or(crate::AnalyzeError::NoBlockAt(address))?;
-    let rb = &a.graph.blocks.regions[b.region as usize];
+    let b = a.block(node).ok_or(crate::AnalyzeError::NoBlockAt(address))?;
+    let region = a.snap().region(b.region as usize);
     let h = b.header;
     let scanned_from = h.first_scanned_field(b.fields);
-    let is_ephemeron = a.graph.ephemerons.iter().any(|e| e.node == node);
+    let is_ephemeron = a.is_ephemeron(node);
     let node_name = |v: u64| -> (String, Option<String>) {
-        match a.graph.blocks.resolve(v) {
+        match a.resolve(v) {
             Target::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
-            Target::External => ("external".into(), a.names.symbol(v).map(str::to_string)),
+            Target::External => ("external".into(), a.names().symbol(v).map(str::to_string)),
             Target::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
         }
     };
@@ -64,11 +64,11 @@ pub fn inspect(a: &Analysis<'_>, address: u64, max_fields: usize) -> Result<Insp
             (if k == "pointer" { role.to_string() } else { k }, val)
         } else if h.tag == ocaml::CLOSURE_TAG && scanned_from.is_some_and(|s| i < s) {
             if v & 1 == 1 && i > 1 && (v & 0xff) as u8 == ocaml::INFIX_TAG {
-                ("infix_header".into(), Some(format!("offset {} words", a.graph.blocks.layout.wosize(v))))
+                ("infix_header".into(), Some(format!("offset {} words", a.layout().wosize(v))))
             } else if v & 1 == 1 {
                 ("closinfo".into(), Some(format!("arity {} env at {}", ocaml::arity_closinfo(v), ocaml::start_env_closinfo(v))))
             } else {
-                ("code".into(), Some(a.names.closure_function(v)))
+                ("code".into(), Some(a.names().closure_function(v)))
             }
         } else if scanned_from.is_none_or(|s| i < s) {
             ("raw".into(), None)
@@ -81,27 +81,15 @@ pub fn inspect(a: &Analysis<'_>, address: u64, max_fields: usize) -> Result<Insp
         };
         fields.push(Field { index: i, raw: format!("{v:#x}"), kind, value });
     }
-    let roots = a
-        .graph
-        .roots_of(node)
-        .iter()
-        .map(|r| {
-            let rec = &a.snap.roots()[r.record as usize];
-            crate::names::root_label(a.snap, rec)
-        })
-        .collect();
-    let referrers = crate::paths::referrers(a, node, 16)
-        .into_iter()
-        .map(|u| match a.address(u) {
-            Some(x) => format!("{x:#x} {}", a.describe(u)),
-            None => a.describe(u),
-        })
-        .collect();
+    let snap = a.snap();
+    let roots =
+        a.root_records(node).iter().filter_map(|&r| snap.roots().get(r as usize)).map(|rec| crate::names::root_label(snap, rec)).collect();
+    let referrers = a.referrers(node, 16).into_iter().map(|u| a.with_address(u)).collect();
     Ok(Inspection {
         node,
         address: format!("{:#x}", b.address),
-        region_kind: rb.kind.label().to_string(),
-        domain: rb.domain,
+        region_kind: region.kind().label().to_string(),
+        domain: (region.header.domain != heapsnap_format::NO_DOMAIN).then_some(region.header.domain),
         description: a.describe(node),
         header: format!("{:#x}", h.raw),
         tag: h.tag,
@@ -110,11 +98,8 @@ pub fn inspect(a: &Analysis<'_>, address: u64, max_fields: usize) -> Result<Insp
         reserved: h.reserved,
         shallow: h.bytes(),
         retained: a.retained(node),
-        reachable: a.tree.is_reachable(node),
-        immediate_dominator: a.idom(node).map(|d| match a.address(d) {
-            Some(x) => format!("{x:#x} {}", a.describe(d)),
-            None => a.describe(d),
-        }),
+        reachable: a.is_reachable(node),
+        immediate_dominator: a.idom(node).map(|d| a.with_address(d)),
         roots,
         more_fields: b.fields.len().saturating_sub(max_fields) as u64,
         fields,

@@ -22,6 +22,7 @@
 //! * [`synth`]: synthetic OCaml 5.3 heaps written as real snapshots, for tests and benchmarks.
 
 mod address_index;
+pub mod analysed;
 pub mod analysis;
 pub mod blocks;
 pub mod diff;
@@ -42,6 +43,7 @@ pub mod structures;
 pub mod synth;
 pub mod verify;
 
+pub use analysed::AnalysedHeap;
 pub use analysis::Analysis;
 pub use error::AnalyzeError;
 pub use progress::Progress;

@@ -3,10 +3,11 @@
 //! each target's chain of BFS parents. Identical chains are merged with counts; runs of the same
 //! step (a list's tail field, repeated) are folded into one step with a repeat count.
 
-use crate::analysis::Analysis;
+use crate::analysed::AnalysedHeap;
+use crate::analysis::{Analysis, NodeKind};
 use crate::blocks::{NodeId, Target, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::{key_name, kind_key, GroupKey};
+use crate::groups::{key_name, GroupKey};
 use crate::ocaml;
 use crate::structures::{Role, Structure};
 use rayon::prelude::*;
@@ -103,24 +104,17 @@ pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
 }
 
 /// The objects a query selects.
-pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
-    let blocks = &a.graph.blocks;
+pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
     match query {
         PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
-        PathQuery::Tag(t) => Ok(collect(a, |b| b.header.tag == *t)),
+        PathQuery::Tag(t) => Ok(a.blocks_where(&|b| b.header.tag == *t)),
         PathQuery::Reserved(v) => {
-            check_reserved_bits(blocks.layout.reserved_bits())?;
-            Ok(collect(a, |b| b.header.reserved == *v))
+            check_reserved_bits(a.layout().reserved_bits())?;
+            Ok(a.blocks_where(&|b| b.header.reserved == *v))
         }
         PathQuery::Kind(k) => {
             // Name each distinct kind once; a kind matches when its name is the query, exactly.
-            let keys: std::collections::HashSet<GroupKey> = blocks
-                .block_regions()
-                .collect::<Vec<_>>()
-                .into_par_iter()
-                .flat_map_iter(|r| blocks.region_blocks(r).map(|b| kind_key(blocks, &b)).collect::<std::collections::HashSet<_>>())
-                .collect();
-            let names: HashMap<GroupKey, String> = keys.into_iter().map(|key| (key, key_name(a, &key))).collect();
+            let names: HashMap<GroupKey, String> = a.kinds().into_iter().map(|key| (key, key_name(a.names(), &key))).collect();
             if !names.values().any(|n| n == k) {
                 let mut close: Vec<&str> = names.values().filter(|n| n.contains(k.as_str())).map(String::as_str).collect();
                 close.sort_unstable();
@@ -130,7 +124,8 @@ pub fn select(a: &Analysis<'_>, query: &PathQuery) -> Result<Vec<NodeId>, crate:
                     "no object of kind {k:?} in this snapshot{hint}; kinds are named as `heapsnap top --by kind` lists them"
                 )));
             }
-            Ok(collect(a, |b| names.get(&kind_key(blocks, b)).is_some_and(|n| n == k)))
+            let kinds: Vec<GroupKey> = names.into_iter().filter(|(_, n)| n == k).map(|(key, _)| key).collect();
+            Ok(a.blocks_of_kinds(&kinds))
         }
     }
 }
@@ -146,18 +141,11 @@ pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError
     Ok(())
 }
 
-fn collect(a: &Analysis<'_>, pred: impl Fn(&crate::blocks::BlockRef<'_>) -> bool + Sync) -> Vec<NodeId> {
-    let blocks = &a.graph.blocks;
-    let mut regions: Vec<usize> = blocks.block_regions().collect();
-    regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
-    regions.into_par_iter().flat_map_iter(|r| blocks.region_blocks(r).filter(|b| pred(b)).map(|b| b.node).collect::<Vec<_>>()).collect()
-}
-
 /// Paths to the selected objects; `limit` caps how many objects are followed (evenly sampled),
 /// `max_paths` how many distinct chains are reported.
-pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize) -> Result<PathsReport, crate::AnalyzeError> {
+pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max_paths: usize) -> Result<PathsReport, crate::AnalyzeError> {
     let targets = select(a, query)?;
-    let parent = bfs_parents(a);
+    let parent = a.bfs_parents();
     let single = matches!(query, PathQuery::Address(_));
     let mut sample: Vec<NodeId> = if targets.len() > limit {
         let stride = targets.len() as f64 / limit as f64;
@@ -181,19 +169,21 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     if single {
         // Several distinct shortest paths: one through each referrer of the object.
         let v = sample[0];
-        if parent[v as usize] == NO_NODE {
-            unreachable = 1;
-        } else {
-            chains.push(chain(&parent, v));
-            let referrers = referrers(a, v, 16);
-            for r in referrers {
-                if r != parent[v as usize] && parent[r as usize] != NO_NODE && !chain(&parent, r).contains(&v) {
-                    let mut c = chain(&parent, r);
-                    c.push(v);
-                    chains.push(c);
+        match chain(&parent, v) {
+            None => unreachable = 1,
+            Some(c) => {
+                chains.push(c);
+                for r in a.referrers(v, 16) {
+                    if r == parent[v as usize] {
+                        continue;
+                    }
+                    if let Some(mut c) = chain(&parent, r).filter(|c| !c.contains(&v)) {
+                        c.push(v);
+                        chains.push(c);
+                    }
                 }
+                chains.sort_by_key(|c| c.len());
             }
-            chains.sort_by_key(|c| c.len());
         }
     } else {
         // Deep chains (a long list's cells) cost their length each: stop following more
@@ -205,12 +195,12 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
                 break;
             }
             followed += 1;
-            if parent[v as usize] == NO_NODE {
-                unreachable += 1;
-            } else {
-                let c = chain(&parent, v);
-                budget = budget.saturating_sub(c.len());
-                chains.push(c);
+            match chain(&parent, v) {
+                None => unreachable += 1,
+                Some(c) => {
+                    budget = budget.saturating_sub(c.len());
+                    chains.push(c);
+                }
             }
         }
         sample.truncate(followed);
@@ -218,9 +208,9 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     for c in chains {
         // c = [super-root, kind node, top, ..., target]
         // The root the chain starts from: the records of its kind that hold its first object.
-        let (kind, root) = match a.graph.root_kind_of(c[1]) {
-            Some(k) => (k.label().to_string(), crate::retainers::held_by(a, k, c[2])),
-            None => ("?".into(), "?".into()),
+        let (kind, root) = match a.node_kind(c[1]) {
+            Some(NodeKind::Roots(k)) => (k.label().to_string(), crate::retainers::held_by(a, k, c[2])),
+            _ => ("?".into(), "?".into()),
         };
         let mut steps: Vec<Step> = Vec::new();
         for (i, &v) in c.iter().enumerate().skip(2) {
@@ -228,10 +218,10 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
             // once per node, as chains share their beginnings.
             let holder = if i > 2 { memo.get(&c[i - 1]).map(|m| (m.3, m.4)) } else { None };
             let info = *memo.entry(v).or_insert_with(|| {
-                let block = a.graph.blocks.block(v).expect("a block");
-                let key = kind_key(&a.graph.blocks, &block);
+                let block = a.block(v);
+                let key = block.map(|b| a.kind_of(&b));
                 let field = if i > 2 {
-                    let parent_size = a.graph.blocks.block(c[i - 1]).map_or(0, |b| b.header.wosize);
+                    let parent_size = a.block(c[i - 1]).map_or(0, |b| b.header.wosize);
                     if !single && parent_size > FOLD_ABOVE_FIELDS {
                         FOLDED // a BFS tree edge: some field points here, which one is folded
                     } else {
@@ -241,7 +231,7 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
                     NO_FIELD
                 };
                 let structure = match key {
-                    GroupKey::Structure(s) => Some(s),
+                    Some(GroupKey::Structure(s)) => Some(s),
                     _ => None,
                 };
                 let role = holder.and_then(|(s, r)| Role::of_child(s, r, (field < FOLDED).then_some(field as usize)));
@@ -249,8 +239,10 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
                     a.describe(v)
                 } else if let Some(m) = a.module_of(v) {
                     format!("module {m}")
+                } else if let Some(key) = key {
+                    label_cache.entry(key).or_insert_with(|| key_name(a.names(), &key)).clone()
                 } else {
-                    label_cache.entry(key).or_insert_with(|| key_name(a, &key)).clone()
+                    a.describe(v)
                 };
                 let label = match role {
                     Some(r) => format!("{} ({label})", r.name()),
@@ -260,7 +252,7 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
                     labels.push(label);
                     labels.len() as u32 - 1
                 });
-                (label, field, block.address, structure, role)
+                (label, field, block.map_or(0, |b| b.address), structure, role)
             });
             let (label, field, address, _, _) = info;
             let field_text = match field {
@@ -305,20 +297,23 @@ pub fn paths(a: &Analysis<'_>, query: &PathQuery, limit: usize, max_paths: usize
     Ok(PathsReport { targets: targets.len() as u64, sampled: sample.len() as u64, unreachable, paths: merged })
 }
 
-fn chain(parent: &[NodeId], v: NodeId) -> Vec<NodeId> {
+/// The chain of BFS parents from the super-root down to `v` (`[super-root, root kind, top, ...,
+/// v]`); `None` when no root reaches `v`. Bounded by the node count: parents read from an index
+/// file cannot make it loop.
+fn chain(parent: &[NodeId], v: NodeId) -> Option<Vec<NodeId>> {
     let mut c = vec![v];
     let mut x = v;
     while x != SUPER_ROOT {
-        x = parent[x as usize];
+        x = *parent.get(x as usize).filter(|&&p| p != NO_NODE && c.len() <= parent.len())?;
         c.push(x);
     }
     c.reverse();
-    c
+    (c.len() >= 3).then_some(c)
 }
 
 /// The first scanned field of block `from` that points to `to`.
-pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usize> {
-    let b = a.graph.blocks.block(from)?;
+pub fn field_pointing<'s>(a: &impl AnalysedHeap<'s>, from: NodeId, to: NodeId) -> Option<usize> {
+    let b = a.block(from)?;
     // Most pointers hold the target's address itself: compare words before resolving any.
     if let Some(target) = a.address(to) {
         let start = b.header.first_scanned_field(b.fields).unwrap_or(b.fields.len());
@@ -328,12 +323,12 @@ pub fn field_pointing(a: &Analysis<'_>, from: NodeId, to: NodeId) -> Option<usiz
     }
     let mut found = None;
     b.header.scanned_fields(b.fields, |i, v| {
-        if found.is_none() && a.graph.blocks.resolve(v) == Target::Node(to) {
+        if found.is_none() && a.resolve(v) == Target::Node(to) {
             found = Some(i);
         }
     });
     if found.is_none() && b.header.tag == ocaml::ABSTRACT_TAG {
-        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && a.graph.blocks.resolve(v) == Target::Node(to));
+        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && a.resolve(v) == Target::Node(to));
     }
     found
 }

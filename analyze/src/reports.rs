@@ -1,10 +1,11 @@
 //! The `summary` and `dominators` reports (JSON schemas in REPORTS.md).
 
+use crate::analysed::AnalysedHeap;
 use crate::analysis::{Analysis, NodeKind};
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::graph::{PointerCounts, SUPER_ROOT};
 use crate::groups::{self, Group, GroupBy, GroupKey};
-use crate::structures::{self, Role, Structure};
+use crate::structures::{Role, Structure};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -161,20 +162,19 @@ pub struct Similar {
 /// at least `min_percent` of the reachable bytes (at most `max_children` per node). Smaller
 /// children of one kind that together reach `min_percent` are summarised as one node (their
 /// largest, with [`Similar`] figures for all of them).
-pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_children: usize) -> TreeNode {
-    let (offsets, children) = a.tree.children_pre();
-    let preorder = a.preorder();
+pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent: f64, max_children: usize) -> TreeNode {
     let total = a.reachable_bytes().max(1);
     let big_enough = |bytes: u64| bytes as f64 * 100.0 / total as f64 >= min_percent;
     // What a block is, and what it is to its dominator (`Hashtbl data`, ...).
-    let structure_of = |v: NodeId| a.graph.blocks.block(v).and_then(|b| structures::recognise(&a.graph.blocks, &b));
-    let role_of = |parent: NodeId, parent_role: Option<Role>, v: NodeId| {
-        let holder = structure_of(parent);
+    // What a block is, and what it is to its dominator (`Hashtbl data`, ...): the holder's
+    // structure is found once per parent, not once per child (a bucket array has many).
+    let structure_of = |v: NodeId| match a.kind_of_node(v) {
+        Some(GroupKey::Structure(s)) => Some(s),
+        _ => None,
+    };
+    let role_of = |parent: NodeId, holder: Option<Structure>, parent_role: Option<Role>, v: NodeId| {
         let field = if holder == Some(Structure::Hashtbl) { crate::paths::field_pointing(a, parent, v) } else { None };
         Role::of_child(holder, parent_role, field)
-    };
-    let kind_of = |v: NodeId, role: Option<Role>| -> (Option<Role>, Option<GroupKey>) {
-        (role, a.graph.blocks.block(v).map(|b| groups::kind_key(&a.graph.blocks, &b)))
     };
     // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
     struct Frame {
@@ -188,9 +188,7 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
         omitted_retained: u64,
     }
     let make = |v: NodeId, role: Option<Role>, similar: Option<Similar>, level: usize| -> Frame {
-        let p = a.tree.pre_of[v as usize] as usize;
-        let mut kids: Vec<NodeId> = children[offsets[p] as usize..offsets[p + 1] as usize].iter().map(|&c| preorder[c as usize]).collect();
-        kids.sort_by(|&x, &y| a.retained(y).cmp(&a.retained(x)).then(x.cmp(&y)));
+        let mut kids = a.children(v);
         let mut frame = Frame { node: v, role, similar, kids: Vec::new(), built: Vec::new(), omitted: 0, omitted_retained: 0 };
         if level >= depth {
             frame.omitted = kids.len() as u64;
@@ -202,12 +200,14 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
         let example = frame.similar.is_some();
         let keep = kids.iter().take(max_children).take_while(|&&c| example || big_enough(a.retained(c))).count();
         let small = kids.split_off(keep);
-        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> = kids.iter().map(|&c| (c, role_of(v, role, c), None)).collect();
+        let holder = structure_of(v);
+        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> =
+            kids.iter().map(|&c| (c, role_of(v, holder, role, c), None)).collect();
         // The small ones, by kind: a kind whose members together are big enough is one line.
         let mut by_kind: BTreeMap<(Option<Role>, Option<GroupKey>), Vec<NodeId>> = BTreeMap::new();
         for &c in &small {
-            let r = role_of(v, role, c);
-            by_kind.entry(kind_of(c, r)).or_default().push(c);
+            let r = role_of(v, holder, role, c);
+            by_kind.entry((r, a.kind_of_node(c))).or_default().push(c);
         }
         let mut summaries: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
         for ((r, key), members) in by_kind {
@@ -219,7 +219,7 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
             }
             let kind = match (r, key) {
                 (Some(r), _) => r.plural().to_string(),
-                (None, Some(k)) => groups::key_name(a, &k),
+                (None, Some(k)) => groups::key_name(a.names(), &k),
                 (None, None) => "objects".to_string(),
             };
             let largest = members[0]; // sorted by retained, largest first
@@ -246,8 +246,8 @@ pub fn dominator_report(a: &Analysis<'_>, depth: usize, min_percent: f64, max_ch
     let finish = |f: Frame| -> TreeNode {
         let v = f.node;
         let root = match a.idom(v) {
-            Some(d) if d == SUPER_ROOT || a.graph.root_kind_of(d).is_some() => {
-                matches!(a.node_kind(v), Some(NodeKind::Block(_))).then(|| groups::top_label(a, v))
+            Some(d) if matches!(a.node_kind(d), Some(NodeKind::SuperRoot | NodeKind::Roots(_))) => {
+                matches!(a.node_kind(v), Some(NodeKind::Block(_))).then(|| a.top_label(v))
             }
             _ => None,
         };

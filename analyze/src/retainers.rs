@@ -14,6 +14,7 @@
 //! over the *subtree graph*: top objects, linked where some edge crosses from one subtree into
 //! another; one pass over the edges builds it.
 
+use crate::analysed::AnalysedHeap;
 use crate::analysis::Analysis;
 use crate::blocks::NodeId;
 use heapsnap_format::RootKind;
@@ -87,7 +88,7 @@ pub struct Retainers {
 }
 
 /// What one root (by name) retains: alone, and together with other roots of its rank.
-#[derive(Clone, Debug, serde::Serialize, PartialEq)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct RootShare {
     pub root: String,
     /// Bytes freed if this root alone dropped its references.
@@ -224,14 +225,14 @@ fn label_of(names: &[String], set: &Reach) -> String {
 
 /// The roots of `kind` that point at `v` themselves, named (`Module.field`; `A (+2 roots)` when
 /// several differ): where a retainer path starts, as `inspect` lists an object's roots.
-pub fn held_by(a: &Analysis<'_>, kind: RootKind, v: NodeId) -> String {
+pub fn held_by<'s>(a: &impl AnalysedHeap<'s>, kind: RootKind, v: NodeId) -> String {
+    let snap = a.snap();
     let mut labels: Vec<String> = a
-        .graph
-        .roots_of(v)
+        .root_records(v)
         .iter()
-        .map(|r| &a.snap.roots()[r.record as usize])
+        .filter_map(|&r| snap.roots().get(r as usize))
         .filter(|r| r.root_kind() == kind)
-        .map(|r| crate::names::root_label(a.snap, r))
+        .map(|r| crate::names::root_label(snap, r))
         .collect();
     labels.sort();
     labels.dedup();

@@ -12,7 +12,7 @@ use crate::ocaml;
 use crate::ocaml::Header;
 
 /// A recognised structure.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Structure {
     /// `Hashtbl.t`: `{size; data; seed; initial_size}`.
     Hashtbl,

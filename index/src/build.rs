@@ -4,7 +4,7 @@ use crate::file::{IndexBuilder, SnapshotId};
 use crate::sections::*;
 use heapsnap_analyze::blocks::{NodeId, NO_NODE};
 use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::groups::{groups, top_label, GroupBy};
+use heapsnap_analyze::groups::{groups, kind_key, top_label, GroupBy, GroupKey};
 use heapsnap_analyze::paths::bfs_parents;
 use heapsnap_analyze::progress::PhaseTimer;
 use heapsnap_analyze::Analysis;
@@ -91,13 +91,17 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
         })
         .collect();
 
+    let (kinds, kind_ids) = block_kinds(a);
+    timer.lap("block kinds");
     let meta = Meta {
         node_count: n as u32,
         reachable_count: r as u32,
         first_block_node: first_block,
-        root_kinds: a.graph.root_kinds.iter().map(|k| RootKindNames { label: k.label().to_string(), display: k.to_string() }).collect(),
+        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+        kinds,
         summary,
         groups,
+        root_shares: a.retainers().per_root.clone(),
     };
 
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
@@ -129,6 +133,7 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
     b.add_u64(RETAINED, &retained);
     b.add_u32(KID_OFFSETS, &offsets);
     b.add_u32(KIDS, &sorted_kids);
+    b.add_u32(KIND_IDS, &kind_ids);
     b.add_u32(BFS_PARENT, &bfs_parents(a));
     timer.lap("shortest-path parents");
     b.add_u32(ROOT_EDGES, &root_edges);
@@ -202,4 +207,25 @@ fn referrers(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
     }
 
     (compact_offsets, compact)
+}
+
+/// Every block's kind (its structure recognised, which reads the blocks it points to), as an
+/// id in a table of the distinct kinds: the index's reports name blocks as the analysis does
+/// without the blocks' map.
+fn block_kinds(a: &Analysis<'_>) -> (Vec<GroupKey>, Vec<u32>) {
+    let blocks = &a.graph.blocks;
+    let first = blocks.first_block_node as usize;
+    let mut ids = vec![u32::MAX; a.graph.node_count() - first];
+    let mut table: Vec<GroupKey> = Vec::new();
+    let mut known: rustc_hash::FxHashMap<GroupKey, u32> = Default::default();
+    for r in blocks.block_regions() {
+        for b in blocks.region_blocks(r) {
+            let key = kind_key(blocks, &b);
+            ids[b.node as usize - first] = *known.entry(key).or_insert_with(|| {
+                table.push(key);
+                table.len() as u32 - 1
+            });
+        }
+    }
+    (table, ids)
 }

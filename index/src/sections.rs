@@ -1,7 +1,8 @@
 //! The sections of an index (INDEX.md describes each).
 
-use heapsnap_analyze::groups::Group;
+use heapsnap_analyze::groups::{Group, GroupKey};
 use heapsnap_analyze::reports::Summary;
+use heapsnap_analyze::retainers::RootShare;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -38,21 +39,22 @@ pub const TOP_NODES: u32 = 14;
 pub const TOP_LABEL_IDS: u32 = 15;
 /// JSON: the distinct labels of the top nodes (the root they are attributed to).
 pub const TOP_LABELS: u32 = 16;
-
-#[derive(Serialize, Deserialize, Clone, Debug)]
-pub struct RootKindNames {
-    pub label: String,
-    pub display: String,
-}
+/// `u32` per block node: its kind, an index in [`Meta::kinds`].
+pub const KIND_IDS: u32 = 17;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {
     pub node_count: u32,
     pub reachable_count: u32,
     pub first_block_node: u32,
-    pub root_kinds: Vec<RootKindNames>,
+    /// The root kind (its code) of each root-kind node.
+    pub root_kinds: Vec<u16>,
+    /// Every kind some block has (structures recognised), as [`KIND_IDS`] numbers them.
+    pub kinds: Vec<GroupKey>,
     /// The summary report, without its top groups (the `kind` groups give them).
     pub summary: Summary,
     /// Every group of every grouping (`tag`, `kind`, `closure`, `root`), largest first.
     pub groups: BTreeMap<String, Vec<Group>>,
+    /// Per root: what it retains alone and shared (`top --by root`), largest first.
+    pub root_shares: Vec<RootShare>,
 }

@@ -8,11 +8,17 @@
 
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
-use heapsnap_analyze::blocks::{BlockRef, NodeId, NO_NODE};
+use heapsnap_analyze::analysis::NodeKind;
+use heapsnap_analyze::blocks::{chunk_colour, BadPointer, BadPointerFacts, BlockRef, NodeId, Target, NO_NODE};
+use heapsnap_analyze::groups::{shape_key, Group, GroupBy, GroupKey};
 use heapsnap_analyze::names::Names;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
+use heapsnap_analyze::retainers::RootShare;
+use heapsnap_analyze::{AnalysedHeap, AnalyzeError};
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
+use std::sync::OnceLock;
 
 /// Which sections a caller reads: they are checked when the view opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,7 +35,22 @@ impl Needs {
     fn sections(self) -> &'static [u32] {
         match self {
             Needs::Meta => &[META],
-            Needs::Tree => &[META, PRE_OF, PREORDER, IDOM_PRE, RETAINED, KID_OFFSETS, KIDS, ADDRESS, TOP_NODES, TOP_LABEL_IDS, TOP_LABELS],
+            // Naming a Hashtbl's parts resolves the pointers between them (by address).
+            Needs::Tree => &[
+                META,
+                PRE_OF,
+                PREORDER,
+                IDOM_PRE,
+                RETAINED,
+                KID_OFFSETS,
+                KIDS,
+                ADDRESS,
+                KIND_IDS,
+                BY_ADDRESS,
+                TOP_NODES,
+                TOP_LABEL_IDS,
+                TOP_LABELS,
+            ],
             Needs::All => &[
                 META,
                 PRE_OF,
@@ -39,6 +60,7 @@ impl Needs {
                 KID_OFFSETS,
                 KIDS,
                 ADDRESS,
+                KIND_IDS,
                 BY_ADDRESS,
                 BFS_PARENT,
                 REF_OFFSETS,
@@ -64,6 +86,7 @@ pub struct IndexView<'s> {
     kid_offsets: &'s [u32],
     kids: &'s [u32],
     address: &'s [u64],
+    kind_ids: &'s [u32],
     by_address: &'s [u32],
     bfs_parent: &'s [u32],
     ref_offsets: &'s [u32],
@@ -73,14 +96,8 @@ pub struct IndexView<'s> {
     top_label_ids: &'s [u32],
     top_labels: Vec<String>,
     modules: HashMap<u64, &'s str>,
-}
-
-/// What a node stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeKind {
-    SuperRoot,
-    Roots(usize),
-    Block,
+    /// The snapshot's free blocks (OCaml 4.14), read when a bad pointer is first classified.
+    free_blocks: OnceLock<Vec<u64>>,
 }
 
 impl<'s> IndexView<'s> {
@@ -102,6 +119,7 @@ impl<'s> IndexView<'s> {
             kid_offsets: u32s(KID_OFFSETS)?,
             kids: u32s(KIDS)?,
             address: u64s(ADDRESS)?,
+            kind_ids: u32s(KIND_IDS)?,
             by_address: u32s(BY_ADDRESS)?,
             bfs_parent: u32s(BFS_PARENT)?,
             ref_offsets: u32s(REF_OFFSETS)?,
@@ -121,9 +139,11 @@ impl<'s> IndexView<'s> {
                 .filter(|r| r.slot != 0)
                 .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, heapsnap_analyze::names::module_name(snap.string(r.name)?))))
                 .collect(),
+            free_blocks: OnceLock::new(),
             meta,
         };
-        let lengths: [(&str, usize, usize, u32); 11] = [
+        let blocks = n.saturating_sub(view.meta.first_block_node as usize);
+        let lengths: [(&str, usize, usize, u32); 12] = [
             ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
             ("preorder numbers", view.pre_of.len(), n, PRE_OF),
             ("preorder", view.preorder.len(), r, PREORDER),
@@ -132,6 +152,7 @@ impl<'s> IndexView<'s> {
             ("children offsets", view.kid_offsets.len(), r + 1, KID_OFFSETS),
             ("children", view.kids.len(), r.saturating_sub(1), KIDS),
             ("addresses", view.address.len(), n, ADDRESS),
+            ("kinds", view.kind_ids.len(), blocks, KIND_IDS),
             ("parents", view.bfs_parent.len(), n, BFS_PARENT),
             ("referrer offsets", view.ref_offsets.len(), n + 1, REF_OFFSETS),
             ("root edges", view.root_edges.len() % 2, 0, ROOT_EDGES),
@@ -147,33 +168,12 @@ impl<'s> IndexView<'s> {
         Ok(view)
     }
 
-    pub fn node_count(&self) -> usize {
-        self.meta.node_count as usize
-    }
-
-    pub fn reachable_bytes(&self) -> u64 {
-        self.meta.summary.reachable_bytes
-    }
-
     fn pre(&self, node: NodeId) -> Option<usize> {
         self.pre_of.get(node as usize).filter(|&&p| p != NO_NODE).map(|&p| p as usize)
     }
 
-    pub fn is_reachable(&self, node: NodeId) -> bool {
-        self.pre(node).is_some()
-    }
-
-    pub fn retained(&self, node: NodeId) -> u64 {
-        self.pre(node).and_then(|p| self.retained_pre.get(p)).copied().unwrap_or(0)
-    }
-
-    pub fn idom(&self, node: NodeId) -> Option<NodeId> {
-        let p = self.pre(node).filter(|&p| p != 0)?;
-        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
-    }
-
     /// Children in the dominator tree, largest retained first.
-    pub fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+    pub fn children_iter(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         let range = self.pre(node).and_then(|p| Some(*self.kid_offsets.get(p)? as usize..*self.kid_offsets.get(p + 1)? as usize));
         let kids = range.and_then(|r| self.kids.get(r)).unwrap_or(&[]);
         kids.iter().filter_map(|&p| self.preorder.get(p as usize).copied())
@@ -185,133 +185,21 @@ impl<'s> IndexView<'s> {
             .unwrap_or(0)
     }
 
-    pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
-        if node == 0 {
-            Some(NodeKind::SuperRoot)
-        } else if node < self.meta.first_block_node {
-            Some(NodeKind::Roots(node as usize - 1)).filter(|_| (node as usize) <= self.meta.root_kinds.len())
-        } else if (node as usize) < self.node_count() {
-            Some(NodeKind::Block)
-        } else {
-            None
-        }
+    fn root_kind(&self, node: NodeId) -> Option<RootKind> {
+        let k = (node as usize).checked_sub(1).filter(|_| node < self.meta.first_block_node)?;
+        self.meta.root_kinds.get(k).map(|&code| RootKind::from_code(code))
     }
 
-    /// The root kind a root-kind node stands for (its label).
-    pub fn root_kind_label(&self, node: NodeId) -> Option<&str> {
-        match self.node_kind(node)? {
-            NodeKind::Roots(k) => self.meta.root_kinds.get(k).map(|k| k.label.as_str()),
-            _ => None,
-        }
-    }
-
-    pub fn address(&self, node: NodeId) -> Option<u64> {
-        self.address.get(node as usize).copied().filter(|&a| a != 0)
-    }
-
-    /// The block behind a node, read from the snapshot.
-    pub fn block(&self, node: NodeId) -> Option<BlockRef<'s>> {
-        let address = self.address(node)?;
-        let r = self.snap.region_index_of(address)?;
-        let region = self.snap.region(r);
-        let words = region.words();
-        let w = ((address - region.base()) / 8) as usize;
-        let header = self.layout.decode(*words.get(w.checked_sub(1)?)?);
-        let end = (w as u64 + header.wosize).min(words.len() as u64) as usize;
-        Some(BlockRef { node, address, header, fields: words.get(w..end)?, region: r as u32 })
-    }
-
-    pub fn shallow(&self, node: NodeId) -> u64 {
-        self.block(node).map_or(0, |b| b.header.bytes())
-    }
-
-    pub fn region_kind(&self, node: NodeId) -> Option<RegionKind> {
-        let b = self.block(node)?;
-        Some(self.snap.region(b.region as usize).kind())
-    }
-
-    pub fn module_of(&self, node: NodeId) -> Option<&'s str> {
-        self.modules.get(&self.address(node)?).copied()
-    }
-
-    /// A one-line description, as `Analysis::describe` gives it.
-    pub fn describe(&self, node: NodeId) -> String {
-        match self.node_kind(node) {
-            Some(NodeKind::SuperRoot) => "(all roots)".into(),
-            Some(NodeKind::Roots(k)) => format!("({} roots)", self.meta.root_kinds.get(k).map_or("?", |k| k.display.as_str())),
-            Some(NodeKind::Block) => match self.block(node) {
-                Some(b) => {
-                    let d = self.names.describe(&b);
-                    match self.module_of(node) {
-                        Some(m) => format!("module {m} ({d})"),
-                        None => d,
-                    }
-                }
-                None => format!("(no block for node {node})"),
-            },
-            None => format!("(no node {node})"),
-        }
-    }
-
-    /// The root a node right below the roots is attributed to.
-    pub fn top_label(&self, node: NodeId) -> String {
-        let found = self.top_nodes.binary_search(&node).ok().and_then(|i| self.top_label_ids.get(i));
-        match found.and_then(|&l| self.top_labels.get(l as usize)) {
-            Some(label) => label.clone(),
-            None => self.describe(node),
-        }
-    }
-
-    /// The node of the block at `address` (its first field, or its header).
-    pub fn node_at(&self, address: u64) -> Option<NodeId> {
-        self.exact(address).or_else(|| self.exact(address.checked_add(8)?))
-    }
-
+    /// The node of the block whose first field is at `address`.
     fn exact(&self, address: u64) -> Option<NodeId> {
         let i = self.by_address.partition_point(|&v| self.address.get(v as usize).copied().unwrap_or(0) < address);
-        self.by_address.get(i).copied().filter(|&v| self.address(v) == Some(address))
+        self.by_address.get(i).copied().filter(|&v| self.address.get(v as usize) == Some(&address))
     }
 
-    /// Where a pointer goes: a node (infix pointers resolve to their closure), `None` outside
-    /// every block (`Err(true)` when it lies in a block-holding region).
-    pub fn resolve(&self, value: u64) -> Result<NodeId, bool> {
-        if let Some(v) = self.exact(value) {
-            return Ok(v);
-        }
-        let Some(r) = self.snap.region_index_of(value) else { return Err(false) };
-        let region = self.snap.region(r);
-        if !matches!(region.kind(), RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Large | RegionKind::Static) {
-            return Err(false);
-        }
-        let w = (value - region.base()) / 8;
-        if value.is_multiple_of(8) && w > 0 {
-            if let Some(&hd) = region.words().get(w as usize - 1) {
-                let h = self.layout.decode(hd);
-                if h.tag == ocaml::INFIX_TAG {
-                    if let Some(v) = w.checked_sub(h.wosize).and_then(|s| self.exact(region.base() + s * 8)) {
-                        return Ok(v);
-                    }
-                }
-            }
-        }
-        Err(true)
-    }
-
-    /// Nodes with a strong edge to `node`, ascending.
-    pub fn referrers(&self, node: NodeId) -> &[u32] {
-        let range = (|| Some(*self.ref_offsets.get(node as usize)? as usize..*self.ref_offsets.get(node as usize + 1)? as usize))();
-        range.and_then(|r| self.refs.get(r)).unwrap_or(&[])
-    }
-
-    pub fn bfs_parent(&self, node: NodeId) -> NodeId {
-        self.bfs_parent.get(node as usize).copied().unwrap_or(NO_NODE)
-    }
-
-    /// Root records reaching `node` (indices in `Snapshot::roots()`).
-    pub fn roots_of(&self, node: NodeId) -> Vec<u32> {
-        let pairs: &[[u32; 2]] = bytemuck::cast_slice(&self.root_edges[..self.root_edges.len() / 2 * 2]);
-        let start = pairs.partition_point(|p| p[0] < node);
-        pairs[start..].iter().take_while(|p| p[0] == node).map(|p| p[1]).collect()
+    /// Whether some block starts in `[start, end)`.
+    fn has_block_in(&self, start: u64, end: u64) -> bool {
+        let i = self.by_address.partition_point(|&v| self.address.get(v as usize).copied().unwrap_or(0) < start);
+        self.by_address.get(i).and_then(|&v| self.address.get(v as usize)).is_some_and(|&a| a < end)
     }
 
     /// The chain of dominators from the super-root down to `node` (bounded: a corrupt index
@@ -333,5 +221,194 @@ impl<'s> IndexView<'s> {
     /// Block nodes, in node order.
     pub fn block_nodes(&self) -> std::ops::Range<NodeId> {
         self.meta.first_block_node..self.meta.node_count
+    }
+}
+
+impl<'s> AnalysedHeap<'s> for IndexView<'s> {
+    fn snap(&self) -> &'s Snapshot {
+        self.snap
+    }
+
+    fn names(&self) -> &Names<'s> {
+        &self.names
+    }
+
+    fn layout(&self) -> &HeaderLayout {
+        &self.layout
+    }
+
+    fn node_count(&self) -> usize {
+        self.meta.node_count as usize
+    }
+
+    fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
+        if node == 0 {
+            Some(NodeKind::SuperRoot)
+        } else if node < self.meta.first_block_node {
+            self.root_kind(node).map(NodeKind::Roots)
+        } else {
+            let b = self.block(node)?;
+            Some(NodeKind::Block(self.snap.region(b.region as usize).kind()))
+        }
+    }
+
+    /// The block behind a node, read from the snapshot (its colour as the analysis gives it).
+    fn block(&self, node: NodeId) -> Option<BlockRef<'s>> {
+        if node < self.meta.first_block_node {
+            return None;
+        }
+        let address = *self.address.get(node as usize).filter(|&&a| a != 0)?;
+        let r = self.snap.region_index_of(address)?;
+        let region = self.snap.region(r);
+        let words = region.words();
+        let w = ((address - region.base()) / 8) as usize;
+        let hd = *words.get(w.checked_sub(1)?)?;
+        let mut header = self.layout.decode(hd);
+        if region.kind() == RegionKind::HeapChunk {
+            header.colour = chunk_colour(&self.layout, self.snap.metadata().ocaml4_gc.as_ref(), address - 8, hd);
+        }
+        let end = (w as u64 + header.wosize).min(words.len() as u64) as usize;
+        Some(BlockRef { node, address, header, fields: words.get(w..end)?, region: r as u32 })
+    }
+
+    fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey {
+        let id = (b.node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
+        match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
+            Some(&key) => key,
+            // Only a corrupt index gets here: the block's shape is the best answer left.
+            None => shape_key(b),
+        }
+    }
+
+    /// From the saved kinds, without reading the block (the dominator report asks it of every
+    /// small sibling).
+    fn kind_of_node(&self, node: NodeId) -> Option<GroupKey> {
+        let id = (node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
+        match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
+            Some(&key) => Some(key),
+            None => self.block(node).map(|b| self.kind_of(&b)),
+        }
+    }
+
+    fn kinds(&self) -> Vec<GroupKey> {
+        self.meta.kinds.clone()
+    }
+
+    fn blocks_where(&self, keep: &(dyn Fn(&BlockRef<'s>) -> bool + Sync)) -> Vec<NodeId> {
+        self.block_nodes().filter(|&v| self.block(v).is_some_and(|b| keep(&b))).collect()
+    }
+
+    fn blocks_of_kinds(&self, kinds: &[GroupKey]) -> Vec<NodeId> {
+        let ids: Vec<u32> = (0..self.meta.kinds.len() as u32).filter(|&k| kinds.contains(&self.meta.kinds[k as usize])).collect();
+        let first = self.meta.first_block_node;
+        self.kind_ids.iter().enumerate().filter(|(_, k)| ids.contains(k)).map(|(i, _)| first + i as NodeId).collect()
+    }
+
+    fn module_of(&self, node: NodeId) -> Option<&'s str> {
+        self.modules.get(self.address.get(node as usize).filter(|&&a| a != 0)?).copied()
+    }
+
+    /// As `BlockMap::resolve`, from the saved addresses and the snapshot's words.
+    fn resolve(&self, value: u64) -> Target {
+        if let Some(v) = self.exact(value) {
+            return Target::Node(v);
+        }
+        let Some(r) = self.snap.region_index_of(value) else {
+            let dead_minor = self.snap.metadata().domains.iter().any(|d| (d.minor_start..d.young_ptr).contains(&value));
+            return if dead_minor { Target::Bad(BadPointer::DeadMinor) } else { Target::External };
+        };
+        let region = self.snap.region(r);
+        let holds_blocks = match region.kind() {
+            RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => true,
+            RegionKind::Large => self.has_block_in(region.base(), region.base() + region.words().len() as u64 * 8),
+            _ => false,
+        };
+        if !holds_blocks {
+            return Target::External;
+        }
+        if !(value - region.base()).is_multiple_of(8) {
+            return Target::Bad(BadPointer::Misaligned);
+        }
+        // An infix pointer resolves to its closure.
+        let w = (value - region.base()) / 8;
+        let words = region.words();
+        let infix = (|| {
+            let h = self.layout.decode(*words.get(w.checked_sub(1)? as usize)?);
+            if h.tag != ocaml::INFIX_TAG {
+                return None;
+            }
+            let start = w.checked_sub(h.wosize)?;
+            let closure = self.layout.decode(*words.get(start.checked_sub(1)? as usize)?);
+            (closure.tag == ocaml::CLOSURE_TAG).then_some(())?;
+            self.exact(region.base() + start * 8)
+        })();
+        if let Some(v) = infix {
+            return Target::Node(v);
+        }
+        let free_blocks = self.free_blocks.get_or_init(|| self.snap.free_blocks());
+        let facts = BadPointerFacts { snap: self.snap, layout: &self.layout, gc4: self.snap.metadata().ocaml4_gc.as_ref(), free_blocks };
+        Target::Bad(facts.classify(r, value))
+    }
+
+    fn is_ephemeron(&self, node: NodeId) -> bool {
+        self.address(node).is_some_and(|x| self.snap.ephemerons().contains(&x))
+    }
+
+    fn retained(&self, node: NodeId) -> u64 {
+        self.pre(node).and_then(|p| self.retained_pre.get(p)).copied().unwrap_or(0)
+    }
+
+    fn reachable_bytes(&self) -> u64 {
+        self.meta.summary.reachable_bytes
+    }
+
+    fn is_reachable(&self, node: NodeId) -> bool {
+        self.pre(node).is_some()
+    }
+
+    fn idom(&self, node: NodeId) -> Option<NodeId> {
+        let p = self.pre(node).filter(|&p| p != 0)?;
+        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
+    }
+
+    fn children(&self, node: NodeId) -> Vec<NodeId> {
+        self.children_iter(node).collect()
+    }
+
+    /// The saved label of a top object (the analysis's retainers).
+    fn top_label(&self, node: NodeId) -> String {
+        let found = self.top_nodes.binary_search(&node).ok().and_then(|i| self.top_label_ids.get(i));
+        match found.and_then(|&l| self.top_labels.get(l as usize)) {
+            Some(label) => label.clone(),
+            None => self.describe(node),
+        }
+    }
+
+    fn root_records(&self, node: NodeId) -> Vec<u32> {
+        let pairs: &[[u32; 2]] = bytemuck::cast_slice(&self.root_edges[..self.root_edges.len() / 2 * 2]);
+        let start = pairs.partition_point(|p| p[0] < node);
+        pairs[start..].iter().take_while(|p| p[0] == node).map(|p| p[1]).collect()
+    }
+
+    fn referrers(&self, node: NodeId, max: usize) -> Vec<NodeId> {
+        let range = (|| Some(*self.ref_offsets.get(node as usize)? as usize..*self.ref_offsets.get(node as usize + 1)? as usize))();
+        range.and_then(|r| self.refs.get(r)).unwrap_or(&[]).iter().take(max).copied().collect()
+    }
+
+    fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
+        Cow::Borrowed(self.bfs_parent)
+    }
+
+    fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {
+        by.check(self.snap)?;
+        Ok(Cow::Borrowed(self.meta.groups.get(crate::build::grouping_name(by)).map_or(&[], Vec::as_slice)))
+    }
+
+    fn root_shares(&self) -> Cow<'_, [RootShare]> {
+        Cow::Borrowed(&self.meta.root_shares)
+    }
+
+    fn unreachable(&self) -> (u64, u64) {
+        (self.meta.summary.unreachable_objects, self.meta.summary.unreachable_bytes)
     }
 }

@@ -3,7 +3,7 @@
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
 use heapsnap_analyze::synth::{large_heap_shape, Space, Value};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
 use heapsnap_index::store::{beside, open_or_build};
@@ -11,10 +11,23 @@ use heapsnap_index::{IndexView, Needs};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
-/// The large-heap shape plus what else reports must get right: a minor heap, an ephemeron
-/// whose data lives, mutually recursive closures (infix pointers), a stack root.
+/// The large-heap shape (a Hashtbl and a list shared by two globals) plus what else reports must
+/// get right: a minor heap, an ephemeron whose data lives, mutually recursive closures (infix
+/// pointers), a stack root, a Hashtbl that a global and a stack slot both reach, and an object
+/// no root reaches.
 fn write_heap(dir: &Path) -> PathBuf {
     let mut h = large_heap_shape(300).heap;
+    let mut buckets = vec![Value::Int(0); 16];
+    for (i, b) in buckets.iter_mut().enumerate().take(5) {
+        let value = h.alloc_string(Space::Major, format!("session-{i}").as_bytes());
+        let cell = h.alloc(Space::Major, 0, &[Value::Int(i as i64), Value::Ptr(value), Value::Int(0)]);
+        *b = Value::Ptr(cell);
+    }
+    let data = h.alloc(Space::Major, 0, &buckets);
+    let sessions = h.alloc(Space::Major, 0, &[Value::Int(5), Value::Ptr(data), Value::Int(0), Value::Int(16)]);
+    h.add_module("Sessions", &[Value::Ptr(sessions)]);
+    h.add_root(RootKind::Stack, Value::Ptr(sessions), "serve", 0);
+    h.alloc(Space::Major, 0, &[Value::Int(1), Value::Int(2), Value::Int(3)]); // garbage not swept yet
     let key = h.alloc_string(Space::Major, b"key");
     let data = h.alloc(Space::Major, 0, &[Value::Int(7), Value::Ptr(key)]);
     let eph = h.alloc_ephemeron(Some(Value::Ptr(data)), &[Value::Ptr(key)]);
@@ -41,30 +54,63 @@ fn index_reports_equal_the_full_analysis() {
     assert!(ix.built);
     let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
 
-    assert_eq!(json(&heapsnap_analyze::reports::summary(&a, 10)), json(&view.summary(10)));
+    use heapsnap_analyze::{groups, inspect, paths, reports};
+    let summary = reports::summary(&a, 10);
+    assert_eq!(json(&summary), json(&view.summary(10)));
+    assert!(summary.unreachable_objects > 0, "the heap has garbage, counted apart");
     for by in [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
-        let groups = heapsnap_analyze::groups::groups(&a, by).unwrap_or_default();
-        assert_eq!(json(&groups), json(&view.groups(by)), "groups by {by:?}");
+        for limit in [0, 3] {
+            let full = groups::top(&a, by, limit).map(|t| json(&t)).map_err(|e| e.to_string());
+            assert_eq!(full, groups::top(&view, by, limit).map(|t| json(&t)).map_err(|e| e.to_string()), "top --by {by:?}");
+        }
     }
-    for (depth, min) in [(4, 1.0), (10, 0.0), (1, 0.0)] {
+    // Without reserved header bits, --by tag is refused by both; --by root names each root's share.
+    assert!(groups::top(&view, GroupBy::Reserved, 0).is_err());
+    let by_root = groups::top(&view, GroupBy::Root, 0).unwrap();
+    let shares = by_root.roots.expect("--by root lists the roots");
+    assert!(shares.iter().any(|r| r.root == "Sessions.0" && r.alone > 0), "{shares:?}");
+    assert!(shares.iter().any(|r| r.shared > 0 && !r.shared_with.is_empty()), "{shares:?}");
+    assert!(by_root.groups.iter().any(|g| g.name.starts_with("shared: Large_heap.")), "{:?}", by_root.groups);
+    for (depth, min) in [(4, 1.0), (10, 0.0), (1, 0.0), (3, 2.0)] {
         assert_eq!(
-            json(&heapsnap_analyze::reports::dominator_report(&a, depth, min, 20)),
-            json(&view.dominator_report(depth, min, 20)),
+            json(&reports::dominator_report(&a, depth, min, 20)),
+            json(&reports::dominator_report(&view, depth, min, 20)),
             "dominators depth {depth} min {min}"
         );
     }
-    let mut queries = vec![PathQuery::Tag(0), PathQuery::Tag(252), PathQuery::Kind("closure".into()), PathQuery::Kind("string".into())];
+    let tree = json(&reports::dominator_report(&view, 4, 1.0, 20));
+    assert!(tree.contains("Hashtbl (300 entries)") && tree.contains("\"similar\""), "{tree}");
+    let closure = groups::groups(&a, GroupBy::Closure).unwrap()[0].name.clone();
+    let mut queries = vec![
+        PathQuery::Tag(0),
+        PathQuery::Tag(252),
+        PathQuery::Kind(closure),
+        PathQuery::Kind("string".into()),
+        PathQuery::Kind("Hashtbl".into()),
+        PathQuery::Kind("list cell".into()),
+        PathQuery::Kind("block tag 0 size 3".into()),
+    ];
+    for q in &queries[4..] {
+        assert!(paths::paths(&view, q, 1000, 10).unwrap().targets > 0, "{q:?} matches");
+    }
+    // Exact names only; the error (with the kinds containing the text) is the same.
+    for bad in ["Hashtb", "block tag 0 size"] {
+        let q = PathQuery::Kind(bad.into());
+        assert_eq!(paths::paths(&a, &q, 10, 10).unwrap_err().to_string(), paths::paths(&view, &q, 10, 10).unwrap_err().to_string());
+    }
     // Every block by address: paths and inspect.
     let addresses: Vec<u64> = a.graph.blocks.block_regions().flat_map(|r| a.graph.blocks.region_blocks(r)).map(|b| b.address).collect();
     assert!(addresses.len() > 2000);
     for &x in addresses.iter().step_by(37).chain(addresses.iter().rev().take(12)) {
         queries.push(PathQuery::Address(x));
-        assert_eq!(json(&heapsnap_analyze::inspect::inspect(&a, x, 64).unwrap()), json(&view.inspect(x, 64).unwrap()), "inspect {x:#x}");
+        assert_eq!(json(&inspect::inspect(&a, x, 64).unwrap()), json(&inspect::inspect(&view, x, 64).unwrap()), "inspect {x:#x}");
     }
     for q in &queries {
-        assert_eq!(json(&heapsnap_analyze::paths::paths(&a, q, 1000, 10).unwrap()), json(&view.paths(q, 1000, 10).unwrap()), "paths {q:?}");
+        assert_eq!(json(&paths::paths(&a, q, 1000, 10).unwrap()), json(&paths::paths(&view, q, 1000, 10).unwrap()), "paths {q:?}");
     }
-    assert!(view.inspect(0x10, 64).is_err());
+    let stack_and_global = paths::paths(&view, &PathQuery::Kind("Hashtbl".into()), 1000, 10).unwrap();
+    assert!(stack_and_global.paths.iter().any(|p| p.root == "Sessions.0"), "{stack_and_global:?}");
+    assert!(inspect::inspect(&view, 0x10, 64).is_err());
 }
 
 #[test]
@@ -116,17 +162,23 @@ fn an_index_of_another_snapshot_or_version_is_rebuilt() {
 fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
     let file = IndexFile::parse(Bytes::copied(bytes), SnapshotId::of(snap))?;
     let view = IndexView::open(snap, &file, Needs::All)?;
+    use heapsnap_analyze::{groups, inspect, paths, reports};
     let _ = view.summary(5);
-    let _ = view.dominator_report(6, 0.0, 50);
+    let _ = reports::dominator_report(&view, 6, 0.0, 50);
+    for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        let _ = groups::top(&view, by, 0);
+    }
     for v in (0..view.node_count() as u32 + 3).step_by(7) {
         let _ = view.dominator_chain(v);
         let _ = view.tree_node(v);
         if let Some(x) = view.address(v) {
-            let _ = view.inspect(x, 8);
-            let _ = view.paths(&PathQuery::Address(x), 10, 4);
+            let _ = inspect::inspect(&view, x, 8);
+            let _ = paths::paths(&view, &PathQuery::Address(x), 10, 4);
         }
     }
-    let _ = view.paths(&PathQuery::Kind("closure".into()), 100, 4);
+    for kind in ["closure", "string", "Hashtbl", "list cell"] {
+        let _ = paths::paths(&view, &PathQuery::Kind(kind.into()), 100, 4);
+    }
     Ok(())
 }
 
@@ -166,7 +218,7 @@ fn a_flipped_bit_is_caught_by_a_checksum() {
         b[at] ^= 0x10;
         // Padding bytes are not checksummed: a flip there may pass, but must not panic.
         let r = use_index(&f.snap, &b);
-        if at < 48 + 16 * 32 {
+        if at < table_end(&f.bytes) {
             assert!(r.is_err(), "flip at {at}");
         }
     }
@@ -181,7 +233,7 @@ proptest! {
         let f = FIXTURE.with(|f| (f.snap.bytes().to_vec(), f.bytes.clone()));
         let snap = Snapshot::from_bytes(&f.0).unwrap();
         let mut b = f.1;
-        let header = 48 + 16 * 32;
+        let header = table_end(&b);
         for (at, byte) in edits {
             let at = header + at % (b.len() - header);
             b[at] = byte;
@@ -193,6 +245,11 @@ proptest! {
 
 thread_local! {
     static FIXTURE: Fixture = fixture();
+}
+
+/// Where the section table ends (the checksummed header and table).
+fn table_end(bytes: &[u8]) -> usize {
+    48 + 32 * u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize
 }
 
 /// Recomputes every section checksum and the table checksum (as a hostile writer would).

@@ -1,12 +1,15 @@
 //! The analysis subcommands: `summary`, `top`, `dominators`, `path`, `inspect`, `verify`.
-//! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md).
+//! Human tables by default, `--json` everywhere (schemas in analyze/REPORTS.md). The reports
+//! answer from the snapshot's analysis index (`SNAP.hsidx`, built by the first of them).
 
+use super::indexed;
 use clap::Args;
-use heapsnap_analyze::groups::{groups, GroupBy};
+use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::reports::{dominator_report, human_bytes, summary, TreeNode};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::reports::{dominator_report, human_bytes, TreeNode};
+use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
+use heapsnap_index::Needs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -14,10 +17,6 @@ fn open(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::mem::tune_allocator();
     super::errors::open_snapshot(path)
-}
-
-fn analyse<'s>(snap: &'s Snapshot) -> anyhow::Result<Analysis<'s>> {
-    Ok(Analysis::new(snap, &Progress::stderr())?)
 }
 
 /// Prints any serialisable report as pretty JSON (a macro: the binary does not name serde).
@@ -58,9 +57,8 @@ pub struct SummaryArgs {
 }
 
 pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let s = summary(&a, args.limit);
+    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
+    let s = ix.view(Needs::Meta)?.summary(args.limit);
     if args.json {
         return print_json!(s);
     }
@@ -131,34 +129,15 @@ pub struct TopArgs {
 }
 
 pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let mut list = groups(&a, args.by)?;
-    let total_groups = list.len();
-    if args.limit > 0 {
-        list.truncate(args.limit);
-    }
-    let (unreachable_objects, unreachable_bytes) = heapsnap_analyze::reports::unreachable(&a);
-    // With --by root: what each root retains alone, and what it shares with others.
-    let mut shares = if args.by == GroupBy::Root { a.retainers().per_root.clone() } else { Vec::new() };
-    if args.limit > 0 {
-        shares.truncate(args.limit);
-    }
+    let ix = indexed::load(&args.snapshot, Needs::Meta)?;
+    let top = heapsnap_analyze::groups::top(&ix.view(Needs::Meta)?, args.by, args.limit)?;
     if args.json {
-        let mut report = serde_json::json!({
-            "by": args.by,
-            "reachable_bytes": a.reachable_bytes(),
-            "unreachable_objects": unreachable_objects,
-            "unreachable_bytes": unreachable_bytes,
-            "total_groups": total_groups,
-            "groups": list,
-        });
-        if args.by == GroupBy::Root {
-            report["roots"] = serde_json::to_value(&shares)?;
-        }
-        return print_json!(report);
+        return print_json!(top);
     }
-    print_groups(&list, a.reachable_bytes());
+    let (list, total_groups) = (&top.groups, top.total_groups as usize);
+    let (unreachable_objects, unreachable_bytes) = (top.unreachable_objects, top.unreachable_bytes);
+    let shares = top.roots.as_deref().unwrap_or_default();
+    print_groups(list, top.reachable_bytes);
     if total_groups > list.len() {
         println!("({} more groups)", total_groups - list.len());
     }
@@ -166,7 +145,7 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
         println!();
         println!("Per root: what it retains alone, and what it shares with other roots (freed only when all let go)");
         println!("{:>12} {:>12}  root", "alone", "shared");
-        for r in &shares {
+        for r in shares {
             let with = if r.shared_with.is_empty() { String::new() } else { format!("  (shared with {})", r.shared_with.join(", ")) };
             println!("{:>12} {:>12}  {}{with}", human_bytes(r.alone), human_bytes(r.shared), r.root);
         }
@@ -205,9 +184,8 @@ pub struct DominatorsArgs {
 }
 
 pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let tree = dominator_report(&a, args.depth, args.min_percent, args.max_children);
+    let ix = indexed::load(&args.snapshot, Needs::Tree)?;
+    let tree = dominator_report(&ix.view(Needs::Tree)?, args.depth, args.min_percent, args.max_children);
     if args.json {
         return print_json!(tree);
     }
@@ -273,8 +251,7 @@ pub struct PathArgs {
 }
 
 pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
+    let ix = indexed::load(&args.snapshot, Needs::All)?;
     let query = match (args.address, args.tag, args.reserved, args.kind) {
         (Some(x), ..) => PathQuery::Address(x),
         (_, Some(t), ..) => PathQuery::Tag(t),
@@ -282,7 +259,7 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
         (.., Some(k)) => PathQuery::Kind(k),
         _ => anyhow::bail!("give an address, --tag, --reserved or --kind"),
     };
-    let report = heapsnap_analyze::paths::paths(&a, &query, args.sample, args.limit)?;
+    let report = heapsnap_analyze::paths::paths(&ix.view(Needs::All)?, &query, args.sample, args.limit)?;
     if args.json {
         return print_json!(report);
     }
@@ -319,9 +296,8 @@ pub struct InspectArgs {
 }
 
 pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    let snap = open(&args.snapshot)?;
-    let a = analyse(&snap)?;
-    let i = heapsnap_analyze::inspect::inspect(&a, args.address, args.max_fields)?;
+    let ix = indexed::load(&args.snapshot, Needs::All)?;
+    let i = heapsnap_analyze::inspect::inspect(&ix.view(Needs::All)?, args.address, args.max_fields)?;
     if args.json {
         return print_json!(i);
     }

@@ -5,6 +5,7 @@ mod diff;
 mod dump;
 pub mod errors;
 mod export;
+mod indexed;
 mod info;
 mod run;
 mod serve;

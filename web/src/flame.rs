@@ -29,7 +29,7 @@ impl Flames {
         let analysis = Analysis::new(snap, &Progress::stderr()).map_err(|e| e.to_string())?;
         let stacks = folded(&analysis, by);
         let mut svg = Vec::new();
-        let title = format!("retained bytes of {name} (by {})", heapsnap_index::build::grouping_name(by));
+        let title = format!("retained bytes of {name} (by {})", by.name());
         write_svg(&stacks, &title, false, &mut svg).map_err(|e| e.to_string())?;
         let svg = Arc::new(svg);
         self.made.lock().expect("no panic while holding the flames").insert(key, svg.clone());

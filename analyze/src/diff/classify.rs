@@ -244,7 +244,7 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
             None => NO_GROUP,
             Some(k) => *group_ids.entry(*k).or_insert_with(|| {
                 groups.keys.push(*k);
-                groups.names.push(key_name(a, k));
+                groups.names.push(key_name(&a.names, k));
                 groups.count.push(0);
                 groups.shallow.push(0);
                 groups.keys.len() as u32 - 1

@@ -38,7 +38,7 @@ pub fn shape_key(blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> ShapeKey {
 /// The name of a shape (closures by function and source line, as `top --by kind` names them).
 pub fn shape_name(a: &Analysis<'_>, key: &ShapeKey) -> String {
     match key {
-        ShapeKey::Kind(k) => key_name(a, k),
+        ShapeKey::Kind(k) => key_name(&a.names, k),
         ShapeKey::Large { tag } => format!("{} tag {tag} size >{FOLD_ABOVE_FIELDS}", ocaml::tag_name(*tag)),
     }
 }

@@ -68,7 +68,7 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
                 (STRING, table.intern(&string_name(b.fields, preview)))
             } else {
                 let key = kind_key(blocks, &b);
-                *by_kind.entry(key).or_insert_with(|| (type_of_tag(tag), table.intern(&key_name(a, &key))))
+                *by_kind.entry(key).or_insert_with(|| (type_of_tag(tag), table.intern(&key_name(&a.names, &key))))
             }
         } else {
             (HIDDEN, table.intern("(unknown)"))
