@@ -33,7 +33,7 @@ pub struct ExportArgs {
     /// Where to write (owner-only, replaced atomically).
     #[arg(short, long)]
     output: PathBuf,
-    /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `tag`, `closure`).
+    /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `reserved`, `closure`).
     #[arg(long, default_value = "root")]
     by: GroupBy,
     /// Flame graphs: roots at the top (an icicle graph).
