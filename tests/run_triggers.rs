@@ -87,20 +87,42 @@ fn check_snapshot(path: &Path, trigger: Trigger) -> Snapshot {
     snap
 }
 
-#[test]
-fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--at-exit", "--dir"])
-        .arg(dir.path())
+/// `heapsnap run TRIGGERS... --dir DIR -- PROGRAM --steps STEPS --pause`, with stdin and stdout
+/// piped for [`drive`].
+fn run_paused(triggers: &[&str], dir: &Path, program: &Path, steps: u32) -> Child {
+    Command::new(heapsnap())
+        .arg("run")
+        .args(triggers)
+        .arg("--dir")
+        .arg(dir)
         .arg("--")
-        .arg(sample("cache_leak"))
-        .args(["--steps", "3", "--pause"])
+        .arg(program)
+        .args(["--steps", &steps.to_string(), "--pause"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .dies_with_test()
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// `PROGRAM --steps STEPS --pause` started without heapsnap, the preload library watching it
+/// with `OCAML_HEAPSNAP=VALUE`; stdin and stdout piped for [`drive`].
+fn preloaded_paused(program: &Path, steps: u32, value: &str) -> Child {
+    Command::new(program)
+        .args(["--steps", &steps.to_string(), "--pause"])
+        .env("LD_PRELOAD", preload_library())
+        .env("OCAML_HEAPSNAP", value)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .dies_with_test()
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let child = run_paused(&["--on-compaction", "--at-exit"], dir.path(), &sample("cache_leak"), 3);
     let (lines, status) = drive(child, dir.path(), 3, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "READY 3", "DONE"]);
     assert!(status.success(), "{status:?}");
@@ -121,17 +143,7 @@ fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
 #[test]
 fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "--dir"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(sample("closure_list"))
-        .args(["--steps", "2", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .dies_with_test()
-        .spawn()
-        .unwrap();
+    let child = run_paused(&["--on-signal", "USR2"], dir.path(), &sample("closure_list"), 2);
     // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
@@ -194,15 +206,7 @@ fn run_honours_ocaml_heapsnap() {
 #[test]
 fn preload_library_watches_a_program_started_without_heapsnap() {
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(sample("cache_leak"))
-        .args(["--steps", "2", "--pause"])
-        .env("LD_PRELOAD", preload_library())
-        .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,on-signal=USR1,dir={}", dir.path().display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .dies_with_test()
-        .spawn()
-        .unwrap();
+    let child = preloaded_paused(&sample("cache_leak"), 2, &format!("on-compaction,at-exit,on-signal=USR1,dir={}", dir.path().display()));
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
@@ -246,17 +250,7 @@ fn preload_library_ignores_programs_that_are_not_ocaml() {
 fn compaction_triggers_on_5_2() {
     let Some(samples) = toolchain_samples("5.2.0") else { return };
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--dir"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(samples.join("cache_leak"))
-        .args(["--steps", "2", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .dies_with_test()
-        .spawn()
-        .unwrap();
+    let child = run_paused(&["--on-compaction"], dir.path(), &samples.join("cache_leak"), 2);
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
@@ -269,15 +263,7 @@ fn compaction_triggers_on_5_2() {
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(samples.join("cache_leak"))
-        .args(["--steps", "2", "--pause"])
-        .env("LD_PRELOAD", preload_library())
-        .env("OCAML_HEAPSNAP", format!("on-compaction,at-exit,dir={}", dir.path().display()))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .dies_with_test()
-        .spawn()
-        .unwrap();
+    let child = preloaded_paused(&samples.join("cache_leak"), 2, &format!("on-compaction,at-exit,dir={}", dir.path().display()));
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
@@ -293,17 +279,7 @@ fn signal_and_exit_triggers_on_5_1() {
     let Some(samples) = toolchain_samples("5.1.0") else { return };
     preload_library(); // `run --at-exit` preloads it
     let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-signal", "USR2", "--at-exit", "--dir"])
-        .arg(dir.path())
-        .arg("--")
-        .arg(samples.join("closure_list"))
-        .args(["--steps", "2", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .dies_with_test()
-        .spawn()
-        .unwrap();
+    let child = run_paused(&["--on-signal", "USR2", "--at-exit"], dir.path(), &samples.join("closure_list"), 2);
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
     });
