@@ -1,0 +1,87 @@
+//! A new user's first look at the cache and closure samples: every command names the same
+//! object, its kind and its root the same way, with the same sizes (issue 18's acceptance).
+
+mod dump_support;
+
+use dump_support::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// `heapsnap COMMAND SNAPSHOT ARGS... --json`.
+fn json(command: &[&str], snapshot: &Path) -> Value {
+    let (name, args) = command.split_first().unwrap();
+    let out = Command::new(heapsnap()).arg(name).arg(snapshot).args(args).arg("--json").output().unwrap();
+    assert!(out.status.success(), "heapsnap {command:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The sample paused at READY 1, dumped.
+fn dumped(name: &str, dir: &Path) -> std::path::PathBuf {
+    let mut sample = Sample::start(&sample_path(name), &[]);
+    sample.wait_ready(1);
+    let path = dir.join(format!("{name}.heapsnap"));
+    dump_ok(sample.pid(), &path, &[]);
+    sample.release();
+    sample.finish();
+    path
+}
+
+/// The biggest object below the roots in `dominators`.
+fn top_object(snapshot: &Path) -> Value {
+    let mut node = json(&["dominators"], snapshot);
+    while node.get("address").is_none() {
+        node = node["children"][0].clone();
+    }
+    node
+}
+
+#[test]
+fn the_cache_is_the_same_object_in_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dumped("cache_leak", dir.path());
+    let top = top_object(&snap);
+    let (address, retained) = (top["address"].as_str().unwrap(), &top["retained"]);
+    assert!(top["description"].as_str().unwrap().starts_with("Hashtbl ("), "{top:#}");
+    assert_eq!(top["root"], "Cache_leak.1", "{top:#}");
+
+    let by_root = json(&["top", "--by", "root"], &snap);
+    assert_eq!(by_root["groups"][0]["name"], "Cache_leak.1", "{by_root:#}");
+    assert_eq!(&by_root["groups"][0]["retained"], retained, "top --by root and dominators");
+
+    let by_kind = json(&["top", "--by", "kind", "--limit", "0"], &snap);
+    let hashtbl = by_kind["groups"].as_array().unwrap().iter().find(|g| g["name"] == "Hashtbl").expect("a Hashtbl group");
+    assert_eq!((&hashtbl["count"], &hashtbl["retained"]), (&Value::from(1), retained), "top --by kind and dominators");
+
+    let inspect = json(&["inspect", address], &snap);
+    assert_eq!(inspect["description"], top["description"], "inspect and dominators");
+    assert_eq!(&inspect["retained"], retained);
+    assert!(inspect["roots"].as_array().unwrap().iter().any(|r| r == "Cache_leak.1"), "{inspect:#}");
+
+    let by_address = json(&["path", address], &snap);
+    assert_eq!(by_address["paths"][0]["root"], "Cache_leak.1", "{by_address:#}");
+    let by_kind_path = json(&["path", "--kind", "Hashtbl"], &snap);
+    assert_eq!((&by_kind_path["targets"], &by_kind_path["paths"][0]["root"]), (&Value::from(1), &Value::from("Cache_leak.1")));
+}
+
+#[test]
+fn the_closures_are_named_alike_by_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dumped("closure_list", dir.path());
+    let by_closure = json(&["top", "--by", "closure"], &snap);
+    let closures = &by_closure["groups"][0];
+    let name = closures["name"].as_str().unwrap();
+    assert!(name.starts_with("closure camlClosure_list.") && name.contains("closure_list.ml:"), "{by_closure:#}");
+    let by_kind = json(&["top", "--by", "kind", "--limit", "0"], &snap);
+    let same = by_kind["groups"].as_array().unwrap().iter().find(|g| g["name"] == name).expect("the closures' kind");
+    assert_eq!((&same["count"], &same["shallow"]), (&closures["count"], &closures["shallow"]), "--by kind and --by closure");
+
+    let top = top_object(&snap);
+    let root = top["root"].as_str().unwrap().to_string();
+    assert!(root.starts_with("Closure_list."), "{top:#}");
+    let by_root = json(&["top", "--by", "root"], &snap);
+    assert_eq!((&by_root["groups"][0]["name"], &by_root["groups"][0]["retained"]), (&Value::from(root.as_str()), &top["retained"]));
+    let paths = json(&["path", "--kind", name], &snap);
+    assert_eq!(paths["targets"], closures["count"], "path --kind finds every closure of the group");
+    assert_eq!(paths["paths"][0]["root"], root.as_str(), "{paths:#}");
+}
