@@ -34,10 +34,6 @@ step "formatting and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings
 
-step "style: cargo fmt --check, cargo clippy -D warnings"
-cargo fmt --all --check
-cargo clippy --workspace --all-targets --release -- -D warnings
-
 step "Rust tests"
 mkdir -p target
 log=target/test-output.log
