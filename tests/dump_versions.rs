@@ -337,13 +337,6 @@ fn on_compaction_is_refused_on_5_1_with_what_works_instead() {
     assert!(String::from_utf8_lossy(&o.stdout).is_empty(), "the program must not have been started");
 }
 
-/// `heapsnap COMMAND ARGS... --json` on snapshots, as JSON.
-fn analyse(command: &str, args: &[&str], snapshots: &[&Path]) -> serde_json::Value {
-    let out = Command::new(heapsnap()).arg(command).args(snapshots).args(args).arg("--json").output().expect("run heapsnap");
-    assert!(out.status.success(), "heapsnap {command} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("heapsnap {command}: bad JSON ({e})"))
-}
-
 /// The analysis commands give the manifest's answers on snapshots of every release: the
 /// cache's retained size at each step, the suspect of `diff`, and the dominator, path and
 /// inspect views of it.
@@ -358,7 +351,7 @@ fn analysis_on(toolchain: &str) {
         sample.wait_ready(step as u32);
         let path = tmp.path().join(format!("{step}.snap"));
         dump_ok(sample.pid(), &path, &[]);
-        let top = analyse("top", &["--by", "root", "--limit", "0"], &[&path]);
+        let top = analyse("top", &[&path], &["--by", "root", "--limit", "0"]);
         let got = top["groups"].as_array().unwrap().iter().find(|g| g["name"] == label.as_str()).map(|g| g["retained"].as_u64().unwrap());
         let expect = root["retained_bytes"].as_array().unwrap().iter().find(|x| x["step"] == step).unwrap();
         let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
@@ -368,20 +361,20 @@ fn analysis_on(toolchain: &str) {
     }
     sample.finish();
     let paths: Vec<&Path> = snaps.iter().map(PathBuf::as_path).collect();
-    let diff = analyse("diff", &["--by", "root"], &paths);
+    let diff = analyse("diff", &paths, &["--by", "root"]);
     assert_eq!(diff["suspects"][0]["name"], label.as_str(), "{toolchain}: {:#}", diff["suspects"]);
-    let summary = analyse("summary", &[], &[paths[2]]);
+    let summary = analyse("summary", &[paths[2]], &[]);
     assert!(summary["objects"].as_u64().unwrap() > 45_000, "{toolchain}: {summary:#}");
-    let dominators = analyse("dominators", &[], &[paths[2]]);
+    let dominators = analyse("dominators", &[paths[2]], &[]);
     // The largest object of the tree: below the super-root and the root kinds.
     let mut biggest = &dominators;
     while biggest.get("address").is_none() {
         biggest = &biggest["children"][0];
     }
     assert!(biggest["retained"].as_u64().unwrap() >= root["retained_bytes"][2]["min"].as_u64().unwrap(), "{toolchain}: {dominators:#}");
-    let inspect = analyse("inspect", &[biggest["address"].as_str().unwrap()], &[paths[2]]);
+    let inspect = analyse("inspect", &[paths[2]], &[biggest["address"].as_str().unwrap()]);
     assert_eq!(inspect["retained"], biggest["retained"], "{toolchain}: {inspect:#}");
-    let path = analyse("path", &[biggest["address"].as_str().unwrap()], &[paths[2]]);
+    let path = analyse("path", &[paths[2]], &[biggest["address"].as_str().unwrap()]);
     assert!(!path["paths"].as_array().unwrap().is_empty(), "{toolchain}: {path:#}");
 }
 

@@ -610,10 +610,11 @@ impl BadPointerFacts<'_> {
                     let hd = words[p];
                     let end = p + 1 + self.layout.wosize(hd) as usize;
                     if word < end {
-                        if chunk_colour(self.layout, self.gc4, base + 8 * p as u64, hd) == Colour::Garbage {
-                            return BadPointer::Garbage;
-                        }
-                        return if self.is_free(base + 8 * (p as u64 + 1), hd) { BadPointer::FreeSlot } else { BadPointer::Interior };
+                        return match chunk_block_colour(self.layout, self.gc4, self.free_blocks, base + 8 * p as u64, hd) {
+                            Colour::Garbage => BadPointer::Garbage,
+                            Colour::Free => BadPointer::FreeSlot,
+                            _ => BadPointer::Interior,
+                        };
                     }
                     p = end;
                 }
@@ -621,10 +622,6 @@ impl BadPointerFacts<'_> {
             }
             _ => BadPointer::Interior,
         }
-    }
-
-    fn is_free(&self, block: u64, hd: u64) -> bool {
-        chunk_colour(self.layout, self.gc4, block - 8, hd) == Colour::Free || self.free_blocks.binary_search(&block).is_ok()
     }
 }
 
@@ -635,6 +632,16 @@ pub fn chunk_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, header_at: u6
         Some(gc) => gc.colour(layout.format().colour_bits(hd), header_at),
         None => layout.decode(hd).colour,
     }
+}
+
+/// What a heap-chunk block is, free blocks included: a fragment (size 0), a blue block or one
+/// the snapshot lists as free (`free_blocks`, first fields, sorted) is `Free`; the others have
+/// their [`chunk_colour`].
+fn chunk_block_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, free_blocks: &[u64], header_at: u64, hd: u64) -> Colour {
+    if layout.wosize(hd) == 0 || free_blocks.binary_search(&(header_at + 8)).is_ok() {
+        return Colour::Free;
+    }
+    chunk_colour(layout, gc4, header_at, hd)
 }
 
 /// The walk of one region's blocks (pass 1).
@@ -780,8 +787,8 @@ impl Walk<'_> {
                     return; // nothing after a broken size can be trusted
                 }
             } else {
-                let colour = chunk_colour(self.layout, self.gc4, header_at, hd);
-                if h.wosize == 0 || colour == Colour::Free || self.free_blocks.binary_search(&(header_at + 8)).is_ok() {
+                let colour = chunk_block_colour(self.layout, self.gc4, self.free_blocks, header_at, hd);
+                if colour == Colour::Free {
                     self.counts.free_slots += 1;
                     self.counts.free_bytes += h.bytes();
                 } else if colour == Colour::Garbage {

@@ -260,6 +260,13 @@ pub fn dump(pid: i32, out: &Path, extra: &[&str]) -> Output {
         .expect("run heapsnap dump")
 }
 
+/// `heapsnap COMMAND SNAPSHOTS... ARGS... --json`, asserting success; its JSON report.
+pub fn analyse(command: &str, snapshots: &[&Path], args: &[&str]) -> serde_json::Value {
+    let out = Command::new(heapsnap()).arg(command).args(snapshots).args(args).arg("--json").output().expect("run heapsnap");
+    assert!(out.status.success(), "heapsnap {command} {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("heapsnap {command}: bad JSON ({e})"))
+}
+
 /// Like [`dump`], asserting success; returns the JSON report.
 pub fn dump_ok(pid: i32, out: &Path, extra: &[&str]) -> serde_json::Value {
     let o = dump(pid, out, extra);
