@@ -10,7 +10,9 @@
 # Up-to-date executables are not rebuilt. Progress goes to stderr; the output
 # directory is printed on stdout.
 #   every toolchain : every sample except reserved_bits
-#   5.3.0-rhb16     : reserved_bits too (it needs 16 reserved header bits)
+#   *-rhb16         : reserved_bits too (it needs 16 reserved header bits)
+#   4.14.0*         : not effect_cont (effects) nor domains_shared (domains), which
+#                     OCaml 4.14 does not have
 # Plugins (ocamlopt -shared) go next to the executables as NAME.cmxs: dynlink_plugin
 # loads plugin_data.cmxs from its own directory.
 set -euo pipefail
@@ -21,8 +23,8 @@ case "$variant" in
   rhb16) variant=5.3.0-rhb16 ;;
 esac
 case "$variant" in
-  5.3.0|5.3.0-rhb16|5.2.0|5.1.0) ;;
-  *) echo "samples/build.sh: unknown toolchain '$variant' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0)" >&2; exit 2 ;;
+  5.3.0|5.3.0-rhb16|5.2.0|5.1.0|4.14.0|4.14.0-rhb16) ;;
+  *) echo "samples/build.sh: unknown toolchain '$variant' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0, 4.14.0, 4.14.0-rhb16)" >&2; exit 2 ;;
 esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -61,9 +63,18 @@ samples=(
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)
-if [ "$variant" = 5.3.0-rhb16 ]; then
-  samples+=("reserved_bits||reserved_bits_stubs.c")
-fi
+case "$variant" in
+  *-rhb16) samples+=("reserved_bits||reserved_bits_stubs.c") ;;
+esac
+case "$variant" in
+  4.*)
+    kept=()
+    for entry in "${samples[@]}"; do
+      case "$entry" in effect_cont\|*|domains_shared\|*) ;; *) kept+=("$entry") ;; esac
+    done
+    samples=("${kept[@]}")
+    ;;
+esac
 
 flags=(-g)
 common_deps=("$here/heapsnap_sample.ml" "$here/build.sh" "$ocamlopt")

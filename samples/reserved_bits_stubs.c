@@ -6,6 +6,21 @@
 #include <caml/memory.h>
 #include <caml/alloc.h>
 #include <caml/fail.h>
+#include <caml/version.h>
+
+#if OCAML_VERSION_MAJOR < 5
+/* OCaml 4.14 calls the reserved header bits "profinfo". */
+typedef uintnat reserved_t;
+#define caml_alloc_shr_reserved caml_alloc_shr_with_profinfo
+#define Alloc_small_with_reserved(result, wosize, tag, gc, reserved) \
+  Alloc_small_with_profinfo(result, wosize, tag, reserved)
+#define Reserved_val(v) Profinfo_hd(Hd_val(v))
+#ifdef WITH_PROFINFO
+#define HEADER_RESERVED_BITS PROFINFO_WIDTH
+#else
+#define HEADER_RESERVED_BITS 0
+#endif
+#endif
 
 /* A block of [wosize] fields, tag [tag], with [reserved] in the reserved
    header bits, allocated directly in the major heap. Fields are Val_long(i). */

@@ -88,6 +88,16 @@ echo "ocaml-toolchain: building OCaml $toolchain into $prefix (a few minutes; lo
   ./configure --prefix="$prefix" --disable-ocamldoc --disable-ocamltest --disable-debugger \
     --disable-debug-runtime --disable-stdlib-manpages --enable-installing-source-artifacts \
     "${configure_extra[@]}"
+  # 4.14.0's configure.ac sets `with_profinfo` but tests `profinfo`, so
+  # --enable-reserved-header-bits sets PROFINFO_WIDTH without WITH_PROFINFO: neither the
+  # runtime nor the compiler (Config.profinfo) mask the bits. Set both, as a fixed configure
+  # would (the runtime alone would crash the programs the compiler builds).
+  if [ "$version" = 4.14.0 ] && grep -q '^#define PROFINFO_WIDTH [1-9]' runtime/caml/m.h; then
+    sed -i 's|^/\* #undef WITH_PROFINFO \*/$|#define WITH_PROFINFO 1|' runtime/caml/m.h
+    sed -i 's|^WITH_PROFINFO=false$|WITH_PROFINFO=true|' Makefile.config
+    grep -q '^#define WITH_PROFINFO 1' runtime/caml/m.h && grep -q '^WITH_PROFINFO=true' Makefile.config ||
+      { echo "could not enable WITH_PROFINFO" >&2; exit 1; }
+  fi
   make -j"$(nproc)"
   make install
 ) >"$work/build.log" 2>&1 || {

@@ -105,11 +105,11 @@ fn run(mut command: Command, watched: bool) -> Run {
     let (mut setup_cpu, mut poll_cpu, mut polls) = (Duration::ZERO, Duration::ZERO, 0);
     if watched {
         let before = thread_cpu();
-        let address = heapsnap_dump::compactions_counter_address(pid).expect("caml_compactions_count in the program");
+        let counter = heapsnap_dump::compactions_counter(pid).expect("a compaction counter in the program");
         let after_setup = thread_cpu();
         setup_cpu = after_setup - before;
         let spec = TriggerSpec { on_compaction: true, ..TriggerSpec::default() };
-        let watch = Watch { pid, spec: &spec, compactions_counter: Some(address), compactions_seen: 0, inputs: Inputs::default() };
+        let watch = Watch { pid, spec: &spec, compactions_counter: Some(counter), compactions_seen: 0, inputs: Inputs::default() };
         let summary = watch.run(|_| -> heapsnap_dump::Result<PathBuf> { panic!("the benchmark program compacted") }).unwrap();
         poll_cpu = thread_cpu() - after_setup;
         polls = summary.polls;

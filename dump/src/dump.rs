@@ -2,14 +2,14 @@
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
 use crate::error::{describe, DumpError, Result};
-use crate::runtime::capture::{capture, custom_ops_in_heap, SpareBuffers, TornMinorHeap};
+use crate::runtime::capture::{custom_ops_in_heap, SpareBuffers, TornMinorHeap};
 use crate::runtime::captured::Capture;
 use crate::runtime::heap::{redact_strings, RegionIndex};
 use crate::runtime::roots::interrupted_thread_roots;
-use crate::runtime::safety::{check_world, wait_outside_stw};
 use crate::runtime::{header_format, DiscoverOptions, Runtime};
 use crate::snapshot;
 use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory, ReadExt};
+use crate::target::{Copied, Target};
 use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -97,10 +97,25 @@ impl DumpReport {
     }
 }
 
-/// The address of `caml_compactions_count` in a running OCaml 5 process, read without
-/// stopping it (for a watcher that polls it).
-pub fn compactions_counter_address(pid: i32) -> Result<u64> {
-    crate::watch::symbol_address(checked_pid(pid)?, "caml_compactions_count")
+/// Where a running process counts its compactions, found without stopping it (for a watcher
+/// that polls it): OCaml 5's `caml_compactions_count`, or OCaml 4.14's
+/// `Caml_state->stat_compactions` (through the `Caml_state` pointer, NULL until the runtime
+/// starts).
+pub fn compactions_counter(pid: i32) -> Result<crate::watch::CompactionsCounter> {
+    use crate::watch::{symbol_address, CompactionsCounter};
+    let pid = checked_pid(pid)?;
+    let missing = match symbol_address(pid, "caml_compactions_count") {
+        Ok(address) => return Ok(CompactionsCounter::At(address)),
+        Err(e) => e,
+    };
+    let Ok(state) = symbol_address(pid, "Caml_state") else { return Err(missing) };
+    let mut exe = crate::elf::Executable::open(
+        &std::fs::read_link(format!("/proc/{pid}/exe"))
+            .map_err(|e| DumpError::Io { path: PathBuf::from(format!("/proc/{pid}/exe")), source: e })?,
+    )?;
+    crate::debuginfo::attach(&mut exe, None, Path::new(crate::debuginfo::DEBUG_ROOT))?;
+    let offset = crate::dwarf::TypeIndex::load(&exe)?.offset_of("caml_domain_state", "stat_compactions")?;
+    Ok(CompactionsCounter::InRuntimeState { state, offset })
 }
 
 fn checked_pid(pid: i32) -> Result<u32> {
@@ -113,30 +128,29 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let pid = checked_pid(pid)?;
     let memory = ProcessMemory::new(pid)?;
     // Everything static is read while the target runs.
-    let rt = Runtime::discover(&memory, &options.discover)?;
+    let rt = Target::discover(&memory, &options.discover)?;
     let mut warnings = Vec::new();
     let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
     // Buffers for everything the copy writes, prepared while the target runs.
-    let domain_states = crate::runtime::safety::domain_states(&rt, &memory).unwrap_or_default();
-    let mut spare = SpareBuffers::prepare(&rt, &memory, &domain_states, format)?;
+    let mut spare = rt.prepare(&memory, format)?;
 
-    wait_outside_stw(&rt, &memory, Duration::from_millis(100));
+    rt.wait_quiet(&memory, Duration::from_millis(100));
     let mut process = LiveProcess::attach(pid)?;
     let mut stopped_at = Instant::now();
     let mut wall_at_stop = SystemTime::now();
     let mut total_stopped = Duration::ZERO;
     let mut attempts = 1;
-    let mut check = check_world(&rt, &process)?;
-    let mut cap = loop {
+    let mut check = rt.check_world(&process)?;
+    let mut copied = loop {
         let last = attempts >= options.max_attempts.max(1);
         if check.is_safe() || last {
             let checked = stopped_at.elapsed();
-            match capture(&rt, &process, &check, format, &mut spare, TornMinorHeap::Fail) {
-                Ok(mut cap) => {
-                    cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
-                    break cap;
+            match rt.capture(&process, &check, format, &mut spare, TornMinorHeap::Fail) {
+                Ok(mut copied) => {
+                    copied.cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
+                    break copied;
                 }
                 Err(DumpError::UnsafeStop(_)) if !last => {}
                 Err(DumpError::UnsafeStop(why)) => {
@@ -153,12 +167,12 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         if interrupted() {
             return Err(DumpError::Interrupted);
         }
-        wait_outside_stw(&rt, &memory, Duration::from_millis(100));
+        rt.wait_quiet(&memory, Duration::from_millis(100));
         process.stop()?;
         stopped_at = Instant::now();
         wall_at_stop = SystemTime::now();
         attempts += 1;
-        check = check_world(&rt, &process)?;
+        check = rt.check_world(&process)?;
         if !check.is_safe() && attempts >= options.max_attempts.max(1) && options.require_consistent {
             return Err(DumpError::Inconsistent(format!("no consistent stop in {attempts} attempts: {}", describe(&check.unsafe_reasons))));
         }
@@ -177,8 +191,8 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     // The target runs again; the rest works on our copy.
     let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
     let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
-    let written = finish(&rt, &memory, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
-    let report = DumpReport::of_capture(&rt, &cap, pid, reserved_bits, written, started, warnings);
+    let written = finish(&rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
+    let report = DumpReport::of_capture(&rt, &copied.cap, pid, reserved_bits, written, started, warnings);
     Ok(DumpReport { pause_ns: pause.as_nanos() as u64, total_stopped_ns: total_stopped.as_nanos() as u64, attempts, consistent, ..report })
 }
 
@@ -192,7 +206,7 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     let source = CoreFile::open(core, exe)?;
     let mut warnings = Vec::new();
     warnings.extend(check_build_id(&source)?);
-    let rt = Runtime::discover(&source, &options.discover)?;
+    let rt = Target::discover(&source, &options.discover)?;
     let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
@@ -209,7 +223,7 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
         ));
     }
     let checked_at = Instant::now();
-    let check = check_world(&rt, &source)?;
+    let check = rt.check_world(&source)?;
     let consistent = check.is_safe();
     if !consistent {
         let why = describe(&check.unsafe_reasons);
@@ -220,24 +234,28 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     }
     let checked = checked_at.elapsed();
     // A core cannot be taken again at a better moment: skip a block caught mid-allocation.
-    let mut cap = match capture(&rt, &source, &check, format, &mut SpareBuffers::none(), TornMinorHeap::SkipTornBlock) {
-        Ok(cap) => cap,
+    let mut copied = match rt.capture(&source, &check, format, &mut SpareBuffers::none(), TornMinorHeap::SkipTornBlock) {
+        Ok(copied) => copied,
         Err(DumpError::UnsafeStop(why)) => {
             return Err(DumpError::Inconsistent(format!("the core was taken while the runtime was changing its heap: {why}")))
         }
         Err(e) => return Err(e),
     };
-    cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
+    copied.cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
     if !consistent {
-        add_interrupted_thread_roots(&rt, &source, &check, &mut cap, format, &mut warnings)?;
+        match &rt {
+            Target::Ocaml5(rt) => add_interrupted_thread_roots(rt, &source, &check, &mut copied.cap, format, &mut warnings)?,
+            Target::Ocaml4(_) => warnings
+                .push("no conservative roots were added for the threads caught inside the OCaml 4.14 runtime: what only they hold may show as garbage".into()),
+        }
     }
     // The core's own modification time is the best guess of when it was taken.
     let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
     let pid = source.core_pid();
     let origin = Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core };
-    let written = finish(&rt, &source, &mut cap, format, reserved_bits, options, origin, &mut warnings)?;
+    let written = finish(&rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     // Nothing was stopped: no pause, one "attempt".
-    let report = DumpReport::of_capture(&rt, &cap, pid, reserved_bits, written, started, warnings);
+    let report = DumpReport::of_capture(&rt, &copied.cap, pid, reserved_bits, written, started, warnings);
     Ok(DumpReport { consistent, missing: source.missing().to_vec(), ..report })
 }
 
@@ -246,7 +264,7 @@ impl DumpReport {
     /// reports. A target stopped for the copy overrides the pause, stops and consistency
     /// (here none, one, and consistent); a core, the memory it lacks.
     fn of_capture(
-        rt: &Runtime,
+        rt: &Target,
         cap: &Capture,
         pid: u32,
         reserved_bits: u8,
@@ -257,7 +275,7 @@ impl DumpReport {
         DumpReport {
             path: written.0,
             pid,
-            ocaml_version: rt.version.clone(),
+            ocaml_version: rt.version().to_string(),
             reserved_header_bits: reserved_bits,
             pause_ns: 0,
             total_stopped_ns: 0,
@@ -271,10 +289,10 @@ impl DumpReport {
             elapsed_ns: started.elapsed().as_nanos() as u64,
             pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
             warnings,
-            notes: rt.notes.clone(),
-            forced_version: rt.forced,
-            read_as: rt.release.series.to_string(),
-            layouts_from: rt.layouts_from.to_string(),
+            notes: rt.notes().to_vec(),
+            forced_version: rt.forced(),
+            read_as: rt.read_as().to_string(),
+            layouts_from: rt.layouts_from().to_string(),
             missing: Vec::new(),
         }
     }
@@ -378,8 +396,8 @@ fn check_build_id(source: &CoreFile) -> Result<Option<String>> {
 }
 
 /// The number of reserved header bits: detected, or given (a difference is a warning).
-fn reserved_bits_for(rt: &Runtime, options: &DumpOptions, warnings: &mut Vec<String>) -> Result<u8> {
-    let reserved_bits = match (rt.detected_reserved_bits, options.reserved_bits) {
+fn reserved_bits_for(rt: &Target, options: &DumpOptions, warnings: &mut Vec<String>) -> Result<u8> {
+    let reserved_bits = match (rt.detected_reserved_bits(), options.reserved_bits) {
         (Some(found), Some(given)) if found != given => {
             warnings.push(format!("--reserved-bits {given} overrides the {found} detected in the target"));
             given
@@ -411,67 +429,79 @@ struct Origin {
 /// path and size; `warnings` gets the capture's own.
 #[allow(clippy::too_many_arguments)]
 fn finish(
-    rt: &Runtime,
+    rt: &Target,
     source: &dyn MemorySource,
-    cap: &mut Capture,
+    copied: &mut Copied,
     format: heapsnap_values::HeaderFormat,
     reserved_bits: u8,
     options: &DumpOptions,
     origin: Origin,
     warnings: &mut Vec<String>,
 ) -> Result<(PathBuf, u64)> {
-    let more_ops = custom_ops_in_heap(rt, source, cap, format);
+    let cap = &mut copied.cap;
+    let more_ops = custom_ops_in_heap(rt.custom_layout(), source, cap, format);
     cap.custom_ops.extend(more_ops);
     keep_plausible_conservative_roots(cap, format);
     if options.redact {
         for r in cap.regions.iter_mut() {
-            if matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
+            if r.kind.holds_heap_blocks() {
                 redact_strings(r, format);
             }
         }
     }
     warnings.append(&mut cap.warnings);
-    if rt.forced {
-        warnings
-            .push(format!("OCaml {} is not a version heapsnap knows: it was read as OCaml {} (--force)", rt.version, rt.release.series));
+    if rt.forced() {
+        warnings.push(format!("OCaml {} is not a version heapsnap knows: it was read as OCaml {} (--force)", rt.version(), rt.read_as()));
     }
     let metadata = Metadata {
-        ocaml_version: rt.version.clone(),
+        ocaml_version: rt.version().to_string(),
         word_size: 8,
         reserved_header_bits: reserved_bits,
         colours: cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL),
         pid: Some(origin.pid),
         executable: origin.executable,
-        build_id: rt.exe.build_id.clone(),
+        build_id: rt.exe().build_id.clone(),
         time_unix_ns: origin.time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
         trigger: origin.trigger,
         dumper: format!("heapsnap {}", env!("CARGO_PKG_VERSION")),
         domains: cap.domains.iter().map(|d| d.info.clone()).collect(),
         compactions: cap.compactions,
         redacted: options.redact,
-        warnings: warnings.iter().chain(&rt.notes).cloned().collect(),
-        pools: Some(rt.pools.clone()),
-        forced_version: rt.forced,
-        layouts_from: Some(rt.layouts_from.to_string()),
-        ocaml4_gc: None,
+        warnings: warnings.iter().chain(rt.notes()).cloned().collect(),
+        pools: rt.pools(),
+        forced_version: rt.forced(),
+        layouts_from: Some(rt.layouts_from().to_string()),
+        ocaml4_gc: copied.ocaml4_gc,
     };
-    snapshot::write(rt, cap, &metadata, &options.output, options.include_dwarf)
+    snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }
 
 /// Conservative roots (the words and registers of an OCaml frame caught between call sites)
 /// are kept only when they name a block (a register may well hold an interior pointer).
 fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values::HeaderFormat) {
-    let minor: std::collections::HashSet<u64> = cap
+    let conservative: std::collections::HashSet<u64> =
+        cap.roots.iter().filter(|r| r.flags & ROOT_FLAG_CONSERVATIVE != 0).map(|r| r.value).collect();
+    if conservative.is_empty() {
+        return;
+    }
+    // Blocks of the regions walked block by block that some conservative root names; a free
+    // block of a 4.14 heap chunk (blue) is no block.
+    const BLUE: u64 = heapsnap_values::ocaml4::BLUE as u64;
+    let walked: std::collections::HashSet<u64> = cap
         .regions
         .iter()
-        .filter(|r| r.kind == RegionKind::MinorHeap)
-        .flat_map(|r| r.blocks(format).into_iter().map(move |(at, _)| r.base + at as u64 + 8))
+        .filter(|r| matches!(r.kind, RegionKind::MinorHeap | RegionKind::HeapChunk))
+        .flat_map(|r| {
+            let chunk = r.kind == RegionKind::HeapChunk;
+            r.blocks(format).into_iter().filter(move |&(_, hd)| !chunk || (hd >> 8) & 3 != BLUE).map(move |(at, _)| r.base + at as u64 + 8)
+        })
+        .filter(|b| conservative.contains(b))
         .collect();
     let index = RegionIndex::new(&cap.regions);
     let keep: Vec<bool> = cap
         .roots
         .iter()
-        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &minor)))
+        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &walked)))
         .collect();
     drop(index);
     let mut keep = keep.into_iter();

@@ -47,6 +47,9 @@ pub enum DumpError {
     #[error("{path}: executable has no DWARF debug info (.debug_info); heapsnap needs the OCaml runtime's structure layouts (was the runtime built without -g, or the binary stripped?)")]
     NoDebugInfo { path: PathBuf },
 
+    #[error("{path}: OCaml {version} executables are read through their DWARF debug info, which this one lacks (heapsnap has layout tables for OCaml 5 only): give an unstripped copy with --exe, or its debug file with --debug-file")]
+    NeedsDwarf { path: PathBuf, version: String },
+
     #[error("bad DWARF debug info: {0}")]
     Dwarf(String),
 
@@ -118,6 +121,10 @@ pub enum UnsafeStop {
     UninitialisedField { domain: u16, address: u64, value: u64 },
     #[error("domain {domain}: no frame for the running OCaml code at {pc:#x}")]
     NoFrame { domain: u16, pc: u64 },
+    #[error("a {0} is in progress")]
+    Collecting(&'static str),
+    #[error("threads {0} and {1} both run OCaml code, but one runtime lock allows only one")]
+    SeveralRunning(u32, u32),
 }
 
 /// Where the thread holding a domain was caught, when that is not at rest.

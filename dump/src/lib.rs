@@ -11,12 +11,14 @@ pub mod dump;
 pub mod dwarf;
 pub mod elf;
 pub mod error;
+pub mod ocaml4;
 pub mod runtime;
 pub mod snapshot;
 pub mod source;
+pub mod target;
 pub mod triggers;
 pub mod watch;
 
-pub use dump::{compactions_counter_address, dump_core, dump_process, DumpOptions, DumpReport};
+pub use dump::{compactions_counter, dump_core, dump_process, DumpOptions, DumpReport};
 pub use error::{DumpError, Result};
 pub use source::install_interrupt_guard;

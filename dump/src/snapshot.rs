@@ -1,14 +1,14 @@
 //! Writing a capture as a snapshot file (after the target has been resumed).
 
-use crate::elf::{symbol_holding, Symbol};
+use crate::elf::{symbol_holding, Executable, Symbol};
 use crate::error::Result;
 use crate::runtime::captured::{Capture, RootName};
-use crate::runtime::Runtime;
 use heapsnap_format::{CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord};
 use std::path::{Path, PathBuf};
 
 /// Writes `cap` to `path` (atomically, mode 0600). Returns the final path and the file size.
-pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with_dwarf: bool) -> Result<(PathBuf, u64)> {
+/// `exe` is the target's executable, loaded at `bias`.
+pub fn write(exe: &Executable, bias: u64, cap: &Capture, metadata: &Metadata, path: &Path, with_dwarf: bool) -> Result<(PathBuf, u64)> {
     let mut w = SnapshotWriter::create(path)?;
     w.write_metadata(metadata)?;
 
@@ -36,8 +36,9 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
             let name = match &r.name {
                 RootName::None => None,
                 RootName::Text(t) => Some(t.clone()),
-                RootName::CodeAt(a) | RootName::DataAt(a) => rt
-                    .symbol_name_at(*a)
+                RootName::CodeAt(a) | RootName::DataAt(a) => exe
+                    .symbol_at(a.wrapping_sub(bias))
+                    .map(|s| s.name.as_str())
                     .or_else(|| symbol_holding(&plugin_symbols, |s| *s, *a).map(|s| s.name.as_str()))
                     .map(str::to_string),
             };
@@ -57,7 +58,7 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
     w.write_roots(&roots)?;
 
     // The executable's symbols (moved by its load bias), then the plugins' (already moved).
-    let exe_symbols = rt.exe.symbols.iter().filter(|s| s.address != 0).map(|s| (rt.addr(s.address), s.size, &s.name, s.is_function));
+    let exe_symbols = exe.symbols.iter().filter(|s| s.address != 0).map(|s| (s.address.wrapping_add(bias), s.size, &s.name, s.is_function));
     let plugin_symbols = plugin_symbols.iter().map(|s| (s.address, s.size, &s.name, s.is_function));
     let mut symbols: Vec<SymbolRecord> = exe_symbols
         .chain(plugin_symbols)
@@ -71,7 +72,7 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
     w.write_symbols(&mut symbols)?;
 
     if with_dwarf {
-        for (name, bytes) in rt.exe.dwarf_sections() {
+        for (name, bytes) in exe.dwarf_sections() {
             w.write_dwarf(name, &bytes)?;
         }
         // A plugin loaded twice at one address (or a hostile file) repeats a section: once is enough.
@@ -87,10 +88,13 @@ pub fn write(rt: &Runtime, cap: &Capture, metadata: &Metadata, path: &Path, with
         cap.custom_ops.iter().map(|(address, id)| CustomOpsRecord { address: *address, identifier: w.intern(id), reserved: 0 }).collect();
     w.write_custom_ops(&ops)?;
     w.write_ephemerons(&cap.ephemerons)?;
+    if !cap.free_blocks.is_empty() {
+        w.write_free_blocks(&cap.free_blocks)?;
+    }
     if let Some(memprof) = &cap.memprof {
         w.write_memprof(memprof)?;
     }
-    w.write_load_bias(rt.bias)?;
+    w.write_load_bias(bias)?;
     let final_path = w.finish()?;
     let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);
     Ok((final_path, size))

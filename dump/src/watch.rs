@@ -56,8 +56,8 @@ pub struct WatchSummary {
 pub struct Watch<'a> {
     pub pid: i32,
     pub spec: &'a crate::triggers::TriggerSpec,
-    /// Address of `caml_compactions_count` in the target, when compactions are watched.
-    pub compactions_counter: Option<u64>,
+    /// Where the target counts its compactions, when compactions are watched.
+    pub compactions_counter: Option<CompactionsCounter>,
     /// The compaction count already accounted for: 0 when watching from the program's start
     /// (a compaction that happens before the first read must not be missed).
     pub compactions_seen: u64,
@@ -111,9 +111,9 @@ impl Watch<'_> {
                 break; // the target is gone
             }
             // A compaction seen before an exit message happened before it: take it first.
-            if let (Some(addr), Some(last)) = (self.compactions_counter, last_count) {
+            if let (Some(counter), Some(last)) = (self.compactions_counter, last_count) {
                 summary.polls += 1;
-                match read_word(self.pid, addr) {
+                match counter.read(self.pid) {
                     Some(count) if count != last => {
                         last_count = Some(count);
                         if !record(Trigger::Compaction, &mut summary) {
@@ -226,14 +226,38 @@ const EXEC_WAIT: Duration = Duration::from_secs(1);
 /// Right after a spawn the process may still be inside execve: the parent of a vfork, or of a
 /// close-on-exec pipe, resumes before the new program is mapped, even before /proc/PID/exe
 /// names it. So this waits (up to [`EXEC_WAIT`]) for the exec to be done.
+/// Where a process counts its compactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompactionsCounter {
+    /// A variable at this address (OCaml 5's `caml_compactions_count`).
+    At(u64),
+    /// A field at `offset` in the runtime state that the pointer at `state` designates (OCaml
+    /// 4.14's `Caml_state->stat_compactions`).
+    InRuntimeState { state: u64, offset: u64 },
+}
+
+impl CompactionsCounter {
+    /// The count now; `None` when the target's memory cannot be read (it is exiting).
+    pub fn read(self, pid: i32) -> Option<u64> {
+        match self {
+            CompactionsCounter::At(address) => read_word(pid, address),
+            CompactionsCounter::InRuntimeState { state, offset } => match read_word(pid, state)? {
+                0 => Some(0), // the runtime has not started
+                s => read_word(pid, s + offset),
+            },
+        }
+    }
+}
+
 /// What an executable offers the `on-compaction` trigger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompactionCounter {
-    /// `caml_compactions_count` (OCaml 5.2 and later).
+    /// `caml_compactions_count` (OCaml 5.2 and later), or `Caml_state->stat_compactions`
+    /// (OCaml 4.14, whose major heap is `caml_heap_start`'s chunks).
     Present,
     /// An OCaml 5 program without one: OCaml 5.1, whose `Gc.compact` is a major collection.
     Absent,
-    /// Not an OCaml 5 native program.
+    /// Not an OCaml native program.
     NotOcaml,
 }
 
@@ -245,9 +269,10 @@ pub fn compaction_counter_in(path: &std::path::Path) -> CompactionCounter {
     if crate::elf::locate_symbol(path, "caml_start_program").is_err() {
         return CompactionCounter::NotOcaml;
     }
-    match crate::elf::locate_symbol(path, "caml_compactions_count") {
-        Ok(_) => CompactionCounter::Present,
-        Err(_) => CompactionCounter::Absent,
+    let has = |name| crate::elf::locate_symbol(path, name).is_ok();
+    match has("caml_compactions_count") || (has("caml_heap_start") && has("Caml_state")) {
+        true => CompactionCounter::Present,
+        false => CompactionCounter::Absent,
     }
 }
 

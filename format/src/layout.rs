@@ -205,6 +205,14 @@ code_enum! {
     }
 }
 
+impl RegionKind {
+    /// Whether the region holds OCaml heap blocks (the minor heap, the major heap's pools, large
+    /// allocations and chunks), as opposed to static data, stacks and other memory.
+    pub fn holds_heap_blocks(self) -> bool {
+        matches!(self, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large | RegionKind::HeapChunk)
+    }
+}
+
 code_enum! {
     SymbolKind: u32 {
         Function = 1 => "function",

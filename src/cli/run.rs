@@ -335,9 +335,9 @@ fn find_program(command: &std::ffi::OsStr) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?).map(|dir| dir.join(path)).find(|p| p.is_file())
 }
 
-/// The address of `caml_compactions_count` in the target; `None` when it has none.
-fn compactions_counter(pid: i32) -> Option<u64> {
-    heapsnap_dump::compactions_counter_address(pid).ok()
+/// Where the target counts its compactions; `None` when it does not.
+fn compactions_counter(pid: i32) -> Option<heapsnap_dump::watch::CompactionsCounter> {
+    heapsnap_dump::compactions_counter(pid).ok()
 }
 
 fn take_snapshot(

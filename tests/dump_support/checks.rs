@@ -62,9 +62,15 @@ fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
         assert!(d.minor_start <= d.young_ptr && d.young_ptr <= d.minor_end, "{name}: {d:?}");
     }
     let kinds: Vec<RegionKind> = snap.regions().map(|r| r.kind()).collect();
-    for k in [RegionKind::Pool, RegionKind::Static, RegionKind::FiberStack] {
+    // OCaml 4.14's major heap is chunks, and its stacks are system stacks (not copied).
+    let expected = match version.starts_with("4.") {
+        true => [RegionKind::HeapChunk, RegionKind::Static].as_slice(),
+        false => [RegionKind::Pool, RegionKind::Static, RegionKind::FiberStack].as_slice(),
+    };
+    for &k in expected {
         assert!(kinds.contains(&k), "{name}: no {k} region");
     }
+    assert_eq!(m.ocaml4_gc.is_some(), version.starts_with("4."), "{name}: ocaml4_gc {:?}", m.ocaml4_gc);
     for r in snap.regions().filter(|r| r.kind() == RegionKind::Pool) {
         assert!(r.header.block_wsize > 0 && r.header.first_block >= 32, "{name}: pool {:?}", r.header);
     }

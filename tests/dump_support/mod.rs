@@ -43,8 +43,8 @@ pub fn heapsnap() -> PathBuf {
 }
 
 /// Every toolchain the tests build samples with (scripts/ocaml-toolchain.sh): one per OCaml
-/// release heapsnap supports, and 5.3.0 with 16 reserved header bits.
-pub const TOOLCHAINS: [&str; 4] = ["5.1.0", "5.2.0", "5.3.0", "5.3.0-rhb16"];
+/// release heapsnap supports, and 5.3.0 and 4.14.0 with 16 reserved header bits.
+pub const TOOLCHAINS: [&str; 6] = ["4.14.0", "4.14.0-rhb16", "5.1.0", "5.2.0", "5.3.0", "5.3.0-rhb16"];
 
 /// The OCaml version a toolchain builds ("5.3.0" for "5.3.0-rhb16").
 pub fn version_of(toolchain: &str) -> &str {

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_values::Colour;
 use std::collections::{HashMap, HashSet};
 
 const CLOSURE_TAG: u8 = 247;
@@ -84,6 +85,10 @@ pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRe
     let meta = snap.metadata();
     let reserved = meta.reserved_header_bits;
     let garbage = meta.colours.garbage as u64;
+    // OCaml 4.14's heap chunks hold free blocks too: blue ones, the best-fit allocator's small
+    // ones (listed apart) and empty fragments; what a white block means depends on the phase.
+    let free_blocks: HashSet<u64> = snap.free_blocks().into_iter().collect();
+    let gc4 = meta.ocaml4_gc;
     let mut blocks: HashMap<u64, Block> = HashMap::new();
     let mut out = Reachability::default();
     for region in snap.regions() {
@@ -103,6 +108,23 @@ pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRe
                         visit(at);
                     }
                     at += stride;
+                }
+            }
+            RegionKind::HeapChunk => {
+                let mut at = region.header.first_block as usize;
+                while at + 8 <= region.bytes.len() {
+                    let header = words[at / 8];
+                    let w = wosize(header, reserved);
+                    let block = region.base() + at as u64 + 8;
+                    let colour = gc4.map(|gc| gc.colour((header >> 8) as u8, block - 8));
+                    let free = w == 0 || free_blocks.contains(&block) || colour == Some(Colour::Free);
+                    if !free && colour != Some(Colour::Garbage) {
+                        visit(at);
+                    }
+                    at += 8 * (w as usize + 1);
+                }
+                if at != region.bytes.len() {
+                    out.broken_walks.push(region.base());
                 }
             }
             RegionKind::MinorHeap | RegionKind::Large => {
@@ -165,10 +187,13 @@ pub fn reachability_from(snap: &Snapshot, keep: impl Fn(&heapsnap_format::RootRe
             continue;
         }
         let Some((block, header, kind)) = resolve(v) else {
-            out.dangling.push((from, v));
+            // OCaml 4.14's empty weak slot, `caml_ephe_none`, points at a C variable.
+            if !(gc4.is_some() && ephemerons.contains(&from)) {
+                out.dangling.push((from, v));
+            }
             continue;
         };
-        if matches!(kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) && !blocks.contains_key(&block) {
+        if kind.holds_heap_blocks() && !blocks.contains_key(&block) {
             out.misaligned.push((from, v));
             continue;
         }

@@ -3,6 +3,7 @@
 
 use super::captured::{Capture, CapturedDomain};
 use super::heap::{CapturedRegion, RegionIndex};
+use super::layout::CustomLayout;
 use super::plugins::PluginData;
 use super::roots;
 use super::safety::WorldCheck;
@@ -78,19 +79,7 @@ pub fn capture(
         cap.phases.push((name, clock.elapsed().as_nanos() as u64));
         clock = std::time::Instant::now();
     };
-    capture_minor_heaps(source, &mut cap, spare)?;
-    match torn {
-        TornMinorHeap::Fail => {
-            check_minor_heaps(&cap, format)?;
-            if let Some(f) = stale_youngest_fields(&cap, format).first() {
-                return Err(f.unsafe_stop(&cap).into());
-            }
-        }
-        TornMinorHeap::SkipTornBlock => {
-            skip_torn_blocks(&mut cap, format);
-            blank_stale_fields(&mut cap, format);
-        }
-    }
+    copy_minor_heaps(source, &mut cap, spare, format, torn)?;
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
     lap(&mut cap, "pools and large allocations");
@@ -98,7 +87,7 @@ pub fn capture(
     lap(&mut cap, "static data");
     roots::capture_roots(rt, source, &mut cap, format)?;
     lap(&mut cap, "roots and stacks");
-    capture_custom_ops(rt, source, &mut cap);
+    cap.custom_ops = registered_custom_ops(source, rt.addr(rt.statics.custom_ops_table), &rt.layout.custom);
     Ok(cap)
 }
 
@@ -114,6 +103,31 @@ fn read_colours(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) -> R
         return Err(DumpError::Inconsistent(format!("caml_global_heap_state colours {colours:?}")));
     }
     cap.colours = Some(colours);
+    Ok(())
+}
+
+/// Copies every domain's minor heap from its allocation pointer, and checks that it parses (a
+/// live stop fails with `UnsafeStop`; a core skips the torn block and blanks stale fields).
+pub(crate) fn copy_minor_heaps(
+    source: &dyn MemorySource,
+    cap: &mut Capture,
+    spare: &mut SpareBuffers,
+    format: HeaderFormat,
+    torn: TornMinorHeap,
+) -> Result<()> {
+    capture_minor_heaps(source, cap, spare)?;
+    match torn {
+        TornMinorHeap::Fail => {
+            check_minor_heaps(cap, format)?;
+            if let Some(f) = stale_youngest_fields(cap, format).first() {
+                return Err(f.unsafe_stop(cap).into());
+            }
+        }
+        TornMinorHeap::SkipTornBlock => {
+            skip_torn_blocks(cap, format);
+            blank_stale_fields(cap, format);
+        }
+    }
     Ok(())
 }
 
@@ -190,7 +204,7 @@ impl SpareBuffers {
             }
         }
         // The mapped plugins' files are parsed now, not during the stop.
-        let plugins = super::plugins::data_spans(rt, source, None);
+        let plugins = super::plugins::data_spans(rt.dyn_globals(), rt.symbol("caml_data_segments").ok(), source, None);
         spans.extend(
             static_spans(rt, source)
                 .unwrap_or_default()
@@ -199,13 +213,30 @@ impl SpareBuffers {
                 .map(|(b, e)| (b, (e - b) as usize)),
         );
         spare.plugins = Some(plugins);
+        spare.add_spans(spans);
+        Ok(spare)
+    }
+
+    /// The loaded plugins' static data, as found while the target ran.
+    pub fn plugins(&self) -> Option<&PluginData> {
+        self.plugins.as_ref()
+    }
+
+    pub fn set_plugins(&mut self, plugins: PluginData) {
+        self.plugins = Some(plugins);
+    }
+
+    /// Buffers for regions `(address, length)` guessed while the target runs, every page
+    /// faulted in. A guess too big to allocate is no reason to fail: the stop allocates then.
+    pub fn add_spans(&mut self, spans: impl IntoIterator<Item = (u64, usize)>) {
         for (address, len) in spans {
-            // A guess too big to allocate is no reason to fail: the stop allocates if needed.
+            if len as u64 > MAX_GUESSED_REGION {
+                continue;
+            }
             if let Ok(buf) = faulted_buffer(len) {
-                spare.regions.insert(address, buf);
+                self.regions.insert(address, buf);
             }
         }
-        Ok(spare)
     }
 
     /// `count` buffers of `size` bytes, every page already faulted in.
@@ -229,7 +260,7 @@ impl SpareBuffers {
 
     /// A buffer for `len` bytes at `address`: the one prepared for a span that holds them (a
     /// minor heap's buffer serves the part from its allocation pointer), else a new one.
-    fn take_region(&mut self, address: u64, len: usize) -> Result<Vec<u8>> {
+    pub(crate) fn take_region(&mut self, address: u64, len: usize) -> Result<Vec<u8>> {
         let covering = self.regions.range(..=address).next_back().map(|(&start, buf)| (start, buf.len()));
         if let Some((start, size)) = covering {
             if address + len as u64 <= start + size as u64 {
@@ -385,7 +416,7 @@ fn blank_stale_fields(cap: &mut Capture, format: HeaderFormat) {
 }
 
 /// Fills `regions` from the target in one batched read and adds them to the capture.
-fn read_regions(source: &dyn MemorySource, cap: &mut Capture, mut regions: Vec<CapturedRegion>) -> Result<()> {
+pub(crate) fn read_regions(source: &dyn MemorySource, cap: &mut Capture, mut regions: Vec<CapturedRegion>) -> Result<()> {
     let mut requests: Vec<ReadRequest<'_>> = regions.iter_mut().map(|r| ReadRequest { address: r.base, buf: &mut r.bytes }).collect();
     source.read_many(&mut requests)?;
     cap.regions.extend(regions);
@@ -591,7 +622,7 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
 /// The static data of every OCaml compilation unit (`caml_data_segments`) and of the units of
 /// loaded Dynlink plugins (see [`super::plugins`]).
 fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
-    let plugins = super::plugins::data_spans(rt, source, spare.plugins.as_ref());
+    let plugins = super::plugins::data_spans(rt.dyn_globals(), rt.symbol("caml_data_segments").ok(), source, spare.plugins.as_ref());
     cap.warnings.extend(plugins.warnings);
     cap.plugin_symbols = plugins.symbols;
     cap.plugin_dwarf = plugins.dwarf;
@@ -641,28 +672,29 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
     Ok(super::plugins::merge(spans))
 }
 
-/// The custom operations the runtime registered (`custom_ops_table`).
-fn capture_custom_ops(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture) {
-    let c = &rt.layout.custom;
-    let mut cell = source.read_u64(rt.addr(rt.statics.custom_ops_table)).unwrap_or(0);
+/// The custom operations the runtime registered (custom.c's `custom_ops_table`, at `table`).
+pub(crate) fn registered_custom_ops(source: &dyn MemorySource, table: u64, c: &CustomLayout) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    let mut cell = source.read_u64(table).unwrap_or(0);
     let mut guard = 0;
     while cell != 0 && guard < 100_000 {
         guard += 1;
         let Ok(ops) = source.read_u64(cell + c.list_ops) else { break };
         if let Ok(id) = source.read_u64(ops + c.ops_identifier).and_then(|p| source.read_c_string(p, 256)) {
-            cap.custom_ops.push((ops, id));
+            out.push((ops, id));
         }
         cell = source.read_u64(cell + c.list_next).unwrap_or(0);
     }
+    out
 }
 
 /// Custom blocks' operations not in the registered list, with their identifiers, read from
 /// the target (they are static data, so this may run after the target is resumed).
-pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture, format: HeaderFormat) -> Vec<(u64, String)> {
+pub fn custom_ops_in_heap(c: &CustomLayout, source: &dyn MemorySource, cap: &Capture, format: HeaderFormat) -> Vec<(u64, String)> {
     let known: HashSet<u64> = cap.custom_ops.iter().map(|(a, _)| *a).collect();
     let mut found = HashSet::new();
     for r in &cap.regions {
-        if !matches!(r.kind, RegionKind::MinorHeap | RegionKind::Pool | RegionKind::Large) {
+        if !r.kind.holds_heap_blocks() {
             continue;
         }
         for (at, hd) in r.blocks(format) {
@@ -674,7 +706,6 @@ pub fn custom_ops_in_heap(rt: &Runtime, source: &dyn MemorySource, cap: &Capture
             }
         }
     }
-    let c = &rt.layout.custom;
     let mut out: Vec<(u64, String)> = found
         .into_iter()
         .filter_map(|ops| {

@@ -40,6 +40,8 @@ pub struct Capture {
     pub plugin_symbols: Vec<crate::elf::Symbol>,
     /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
     pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,
+    /// Free blocks whose colour does not say so (OCaml 4.14's best-fit small free lists).
+    pub free_blocks: Vec<u64>,
     /// Statmemprof's entries; `None` on a runtime without statmemprof (before 5.3).
     pub memprof: Option<Vec<heapsnap_format::MemprofRecord>>,
     pub warnings: Vec<String>,

@@ -36,10 +36,11 @@ impl CodeMap {
     pub fn new(exe: &Executable) -> CodeMap {
         let mut begins: HashMap<&str, u64> = HashMap::new();
         let mut ends: HashMap<&str, u64> = HashMap::new();
-        for s in &exe.symbols {
-            if let Some(unit) = s.name.strip_suffix(".code_begin") {
+        // `camlM.code_begin` in OCaml 5, `camlM__code_begin` in 4.14.
+        for s in exe.symbols.iter().filter(|s| !s.name.starts_with("caml_system")) {
+            if let Some(unit) = s.name.strip_suffix(".code_begin").or_else(|| s.name.strip_suffix("__code_begin")) {
                 begins.insert(unit, s.address);
-            } else if let Some(unit) = s.name.strip_suffix(".code_end") {
+            } else if let Some(unit) = s.name.strip_suffix(".code_end").or_else(|| s.name.strip_suffix("__code_end")) {
                 ends.insert(unit, s.address);
             }
         }

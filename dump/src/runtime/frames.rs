@@ -48,6 +48,11 @@ impl FrameTable {
         self.descriptors.get(&retaddr)
     }
 
+    /// A table of the given descriptors (for tests of stack walks).
+    pub fn from_descriptors(entries: impl IntoIterator<Item = (u64, FrameDescr)>) -> FrameTable {
+        FrameTable { descriptors: entries.into_iter().collect() }
+    }
+
     /// Reads every frametable the runtime registered (`current_frame_descrs.frametables`, which
     /// includes dynlinked code) from target memory.
     pub fn read(source: &dyn MemorySource, list_head: u64, cell_table: u64, cell_next: u64) -> Result<FrameTable> {

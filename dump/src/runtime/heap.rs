@@ -26,8 +26,8 @@ impl CapturedRegion {
         u64::from_le_bytes(self.bytes[offset..offset + 8].try_into().expect("8 bytes"))
     }
 
-    /// The header offsets of the blocks of a heap region (minor heap, pool or large
-    /// allocation): `(header offset, header)`. Free pool slots (header 0) are skipped.
+    /// The header offsets of the blocks of a heap region (minor heap, pool, large allocation or
+    /// heap chunk): `(header offset, header)`. Free pool slots (header 0) are skipped.
     pub fn blocks(&self, format: HeaderFormat) -> Vec<(usize, u64)> {
         let mut out = Vec::new();
         match self.kind {
@@ -45,7 +45,7 @@ impl CapturedRegion {
                     at += stride;
                 }
             }
-            RegionKind::MinorHeap | RegionKind::Large => {
+            RegionKind::MinorHeap | RegionKind::Large | RegionKind::HeapChunk => {
                 let mut at = self.first_block as usize;
                 while at + 8 <= self.bytes.len() {
                     let hd = self.word(at);
@@ -83,9 +83,10 @@ impl<'a> RegionIndex<'a> {
         (offset + 8 <= r.bytes.len()).then(|| r.word(offset))
     }
 
-    /// Whether `value` names a block of a captured region: the start of a heap block (minor
-    /// heap blocks are listed in `minor_blocks`), or any word of static data.
-    pub fn names_block(&self, value: u64, minor_blocks: &std::collections::HashSet<u64>) -> bool {
+    /// Whether `value` names a block of a captured region: the start of a heap block (those of
+    /// regions walked block by block, minor heaps and heap chunks, are listed in `walked`), or
+    /// any word of static data.
+    pub fn names_block(&self, value: u64, walked: &std::collections::HashSet<u64>) -> bool {
         if value & 7 != 0 || value < 8 {
             return false;
         }
@@ -93,7 +94,7 @@ impl<'a> RegionIndex<'a> {
         // The first word of a region is a header (or a stack's), never a block.
         let Some(header_at) = (value - 8).checked_sub(r.base) else { return false };
         match r.kind {
-            RegionKind::MinorHeap => minor_blocks.contains(&value),
+            RegionKind::MinorHeap | RegionKind::HeapChunk => walked.contains(&value),
             RegionKind::Pool => {
                 let stride = r.block_wsize as u64 * 8;
                 header_at >= r.first_block as u64

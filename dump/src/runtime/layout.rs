@@ -393,7 +393,7 @@ fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
     })
 }
 
-fn custom(t: &TypeIndex) -> Result<CustomLayout> {
+pub(crate) fn custom(t: &TypeIndex) -> Result<CustomLayout> {
     Ok(CustomLayout {
         list_ops: t.offset_of("custom_operations_list", "ops")?,
         list_next: t.offset_of("custom_operations_list", "next")?,

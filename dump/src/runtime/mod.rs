@@ -93,34 +93,59 @@ pub struct Runtime {
     pub notes: Vec<String>,
 }
 
+/// The target's executable as found (with its debug file attached), where it is loaded, and
+/// the OCaml version it runs: what every release's knowledge starts from.
+pub struct Program {
+    pub exe: Executable,
+    pub bias: u64,
+    pub version: String,
+}
+
+/// Opens the target's executable (or the copy given instead), attaches its debug file, and
+/// reads its load bias and OCaml version. `source` need not be stopped.
+pub fn open_program(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Program> {
+    let target_exe = source.executable_path();
+    let mut exe = match &options.exe {
+        Some(given) => {
+            let exe = Executable::open(given)?;
+            check_same_build(&exe, &target_exe)?;
+            exe
+        }
+        None => Executable::open(&target_exe)?,
+    };
+    let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
+    crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
+    if exe.symbol("caml_start_program").is_none() {
+        return Err(DumpError::NotOcaml { path: exe.path.clone() });
+    }
+    let mappings = source.mappings()?;
+    let bias = exe.load_bias(&mappings, &target_exe)?;
+    for required in ["caml_globals", "caml_data_segments"] {
+        exe.require(required)?;
+    }
+    let version = detect_version(&exe, bias, source)?;
+    Ok(Program { exe, bias, version })
+}
+
 impl Runtime {
-    /// Reads what the dump needs to know about the target before stopping it. `source` need
-    /// not be stopped: only static data is read.
+    /// Reads what the dump needs to know about an OCaml 5 target before stopping it. `source`
+    /// need not be stopped: only static data is read.
     pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Runtime> {
-        let target_exe = source.executable_path();
-        let mut exe = match &options.exe {
-            Some(given) => {
-                let exe = Executable::open(given)?;
-                check_same_build(&exe, &target_exe)?;
-                exe
-            }
-            None => Executable::open(&target_exe)?,
-        };
-        let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
-        crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
-        if exe.symbol("caml_start_program").is_none() {
-            return Err(DumpError::NotOcaml { path: exe.path.clone() });
-        }
+        Runtime::from_program(source, open_program(source, options)?, options)
+    }
+
+    /// [`Runtime::discover`], from the program already opened.
+    pub fn from_program(source: &dyn MemorySource, program: Program, options: &DiscoverOptions) -> Result<Runtime> {
+        let Program { exe, bias, version } = program;
         let mappings = source.mappings()?;
-        let bias = exe.load_bias(&mappings, &target_exe)?;
-        for required in ["caml_globals", "caml_data_segments"] {
-            exe.require(required)?;
-        }
-        let version = detect_version(&exe, bias, source)?;
         let (release, forced) = match (versions::find(&version), options.force) {
             (Some(r), _) => (r, false),
-            (None, true) => (versions::newest(), true),
-            (None, false) => return Err(DumpError::UnsupportedVersion { version, supported: versions::supported() }),
+            // OCaml 4 is too different to be read as OCaml 5, forced or not.
+            (None, true) if !version.starts_with("4.") => (versions::newest(), true),
+            (None, _) => {
+                let supported = format!("{}, {}", crate::ocaml4::SERIES, versions::supported());
+                return Err(DumpError::UnsupportedVersion { version, supported });
+            }
         };
         let mut notes = Vec::new();
         let (layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
@@ -191,6 +216,11 @@ impl Runtime {
     /// Target address of symbol `name`.
     pub fn symbol(&self, name: &str) -> Result<u64> {
         Ok(self.addr(self.exe.require(name)?))
+    }
+
+    /// Target address of globroots.c's `caml_dyn_globals`, when it was found.
+    pub fn dyn_globals(&self) -> Option<u64> {
+        self.statics.dyn_globals.map(|h| self.addr(h))
     }
 
     /// The source files whose code may hold target code address `address`: the compilation

@@ -1,10 +1,10 @@
 //! Static data of natdynlinked plugins (`.cmxs` files loaded with `Dynlink`).
 //!
-//! OCaml 5.3 registers a plugin's frametables, global roots and code with the runtime
-//! (dynlink_nat.c `caml_natdynlink_register`), but not its data segments:
-//! `caml_data_segments` lists the executable's units only. So a plugin's module blocks and
-//! structured constants are found here, from the files the target maps: every mapped ELF
-//! shared object whose symbol table pairs `caml<Unit>.data_begin` with `caml<Unit>.data_end`
+//! OCaml registers a plugin's frametables, global roots and code with the runtime
+//! (dynlink_nat.c), but not its data segments: `caml_data_segments` lists the executable's
+//! units only. So a plugin's module blocks and structured constants are found here, from the
+//! files the target maps: every mapped ELF shared object whose symbol table pairs
+//! `caml<Unit>.data_begin` with `caml<Unit>.data_end` (`__data_begin`/`__data_end` in 4.14)
 //! gives those spans, moved by where the file is loaded. Mappings come from
 //! [`MemorySource::mappings`]: `/proc/PID/maps` for a process, the `NT_FILE` note for a core.
 //!
@@ -22,7 +22,6 @@
 //! name the plugin's module blocks (its `dynlink_global` roots) and the functions and source
 //! lines of its closures in the snapshot, as the executable's do for its own units.
 
-use super::Runtime;
 use crate::elf::Symbol;
 use crate::source::{Mapping, MemorySource, ReadExt};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
@@ -63,11 +62,19 @@ struct PluginFile {
 /// The spans of static data of every plugin the target has loaded (not the executable's: see
 /// [`super::capture`]'s `static_spans`). `earlier` is what a previous call found in the same
 /// process (the preparation of this dump): it is kept when no plugin was registered since.
-pub fn data_spans(rt: &Runtime, source: &dyn MemorySource, earlier: Option<&PluginData>) -> PluginData {
+///
+/// `dyn_globals` is the target address of the runtime's `caml_dyn_globals` list, when it is
+/// known; `data_segments` that of `caml_data_segments`, in the executable.
+pub fn data_spans(
+    dyn_globals: Option<u64>,
+    data_segments: Option<u64>,
+    source: &dyn MemorySource,
+    earlier: Option<&PluginData>,
+) -> PluginData {
     // Registering a plugin's units prepends their globals to `caml_dyn_globals` (plugins are
     // never unloaded): while it is empty no plugin's data can be reached, and while its head
     // is the same the plugins are those found last time.
-    let head = match rt.statics.dyn_globals.map(|h| source.read_u64(rt.addr(h))) {
+    let head = match dyn_globals.map(|h| source.read_u64(h)) {
         Some(Ok(0)) => return PluginData::default(),
         Some(Ok(first)) => Some(first),
         _ => None,
@@ -77,10 +84,10 @@ pub fn data_spans(rt: &Runtime, source: &dyn MemorySource, earlier: Option<&Plug
             return found.clone();
         }
     }
-    PluginData { head, ..find(rt, source) }
+    PluginData { head, ..find(data_segments, source) }
 }
 
-fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
+fn find(data_segments: Option<u64>, source: &dyn MemorySource) -> PluginData {
     let mut out = PluginData::default();
     let mappings = match source.mappings() {
         Ok(m) => m,
@@ -90,8 +97,7 @@ fn find(rt: &Runtime, source: &dyn MemorySource) -> PluginData {
         }
     };
     // The executable's data is listed by `caml_data_segments`: skip the file that holds it.
-    let exe_path =
-        rt.symbol("caml_data_segments").ok().and_then(|a| mappings.iter().find(|m| m.start <= a && a < m.end)).and_then(|m| m.path.clone());
+    let exe_path = data_segments.and_then(|a| mappings.iter().find(|m| m.start <= a && a < m.end)).and_then(|m| m.path.clone());
     let mut paths: Vec<&PathBuf> = mappings
         .iter()
         .filter(|m| m.offset == 0 && m.readable)
@@ -162,7 +168,7 @@ fn mapped_at(mappings: &[Mapping], path: &Path, b: u64, e: u64, offset: u64) -> 
 }
 
 /// Sorted, with touching or overlapping spans merged (units' data follow each other).
-pub(super) fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+pub(crate) fn merge(mut spans: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
     spans.sort_unstable();
     let mut merged: Vec<(u64, u64)> = Vec::new();
     for (b, e) in spans {
@@ -252,13 +258,13 @@ fn ocaml_data(elf: &object::File<'_>) -> Option<PluginFile> {
             if !name.starts_with(b"caml") {
                 continue;
             }
-            if let Some(unit) = name.strip_suffix(b".data_begin") {
+            if let Some(unit) = name.strip_suffix(b".data_begin").or_else(|| name.strip_suffix(b"__data_begin")) {
                 let offset = sym
                     .section_index()
                     .and_then(|i| elf.section_by_index(i).ok())
                     .and_then(|s| Some(s.file_range()?.0 + sym.address().checked_sub(s.address())?));
                 begins.insert(unit, (sym.address(), offset));
-            } else if let Some(unit) = name.strip_suffix(b".data_end") {
+            } else if let Some(unit) = name.strip_suffix(b".data_end").or_else(|| name.strip_suffix(b"__data_end")) {
                 ends.insert(unit, sym.address());
             }
         }

@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 /// amd64 gc_regs bucket order (runtime/amd64.S SAVE_ALL_REGS): rax rbx rdi rsi rdx rcx r8 r9
 /// r12 r13 r10 r11 rbp, as DWARF register numbers.
-const GC_REGS_DWARF: [u64; 13] = [0, 3, 5, 4, 1, 2, 8, 9, 12, 13, 10, 11, 6];
+pub(crate) const GC_REGS_DWARF: [u64; 13] = [0, 3, 5, 4, 1, 2, 8, 9, 12, 13, 10, 11, 6];
 
 /// Longest chain we follow in any runtime list, to stay finite on a corrupt target.
 const MAX_CHAIN: usize = 10_000_000;

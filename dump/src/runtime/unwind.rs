@@ -142,7 +142,9 @@ impl Unwinder {
             for reg in [3u16, 6, 12, 13, 14, 15, DWARF_RA] {
                 let rule = row.register(gimli::Register(reg));
                 let value = match rule {
-                    None | Some(RegisterRule::Undefined) if reg == DWARF_RA => return None,
+                    // An undefined return address marks the outermost frame (clone, _start).
+                    Some(RegisterRule::Undefined) if reg == DWARF_RA => return Some(frames),
+                    None if reg == DWARF_RA => return None,
                     None | Some(RegisterRule::Undefined | RegisterRule::SameValue) => continue,
                     Some(rule) => rule,
                 };

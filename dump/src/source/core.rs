@@ -464,6 +464,7 @@ fn parse_prstatus(desc: &[u8]) -> Option<(u32, Registers)> {
         rip: r[16],
         rsp: r[19],
         fs_base: r[21],
+        orig_rax: r[15],
     };
     Some((tid, regs))
 }

@@ -208,6 +208,7 @@ impl LiveProcess {
                         r15: r.r15,
                         rip: r.rip,
                         fs_base: r.fs_base,
+                        orig_rax: r.orig_rax,
                     },
                 }),
                 Err(Errno::ESRCH) => gone.push(tid),

@@ -35,9 +35,21 @@ pub struct Registers {
     pub r15: u64,
     pub rip: u64,
     pub fs_base: u64,
+    /// The system call the thread is in (`u64::MAX` when none), its arguments in rdi, rsi...
+    pub orig_rax: u64,
 }
 
+/// x86-64 `futex`, and its operations that wait (`FUTEX_WAIT`, `FUTEX_WAIT_BITSET`).
+const SYS_FUTEX: u64 = 202;
+const FUTEX_CMD_MASK: u64 = 0x7f;
+const FUTEX_WAITS: [u64; 2] = [0, 9];
+
 impl Registers {
+    /// Whether the thread is blocked waiting on a futex (a mutex or a condition variable).
+    pub fn waiting_on_futex(&self) -> bool {
+        self.orig_rax == SYS_FUTEX && FUTEX_WAITS.contains(&(self.rsi & FUTEX_CMD_MASK))
+    }
+
     /// The registers that can hold OCaml values in OCaml code (r14 holds Caml_state and r15
     /// the allocation pointer), with their DWARF register numbers.
     pub fn ocaml_value_registers(&self) -> [(u64, u64); 13] {

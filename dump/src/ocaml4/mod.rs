@@ -1,0 +1,156 @@
+//! Knowledge of the OCaml 4.14 runtime, read through any [`MemorySource`]. Its differences
+//! from OCaml 5 are too deep for [`crate::runtime::versions`]' data, so it has its own place;
+//! what is shared (executables, frame tables, unwinding, the captured world) comes from
+//! [`crate::runtime`].
+//!
+//! What differs from OCaml 5:
+//! - **One runtime state**: `Caml_state` is a global pointer to the only `caml_domain_state`;
+//!   OCaml code keeps it in r14 and the allocation pointer in r15. There is one minor heap.
+//! - **The major heap** is a list of chunks (`caml_heap_start`, each chunk's `heap_chunk_head`
+//!   just below it, linked by `next`), tiled with blocks, free blocks and fragments; no pools.
+//!   Colours are fixed (white 0, gray 1, blue 2, black 3) and their meaning depends on the
+//!   major GC's phase (`caml_gc_phase`, `caml_gc_sweep_hp`), recorded in the metadata's
+//!   `ocaml4_gc`. Blue blocks are free; the best-fit policy also keeps white small free blocks
+//!   on `bf_small_fl`, recorded in the snapshot's `free_blocks`.
+//! - **Stacks** are system stacks: the running thread's from its registers or from
+//!   `Caml_state->bottom_of_stack`/`last_return_address`/`gc_regs`, other systhreads' from
+//!   their `caml_thread_struct`; each is walked with the frame tables, across C code through
+//!   the `caml_context` left by `caml_start_program` (see [`stack`]).
+//! - **One lock**: systhreads' master lock says whether a thread holds the runtime; the
+//!   thread that does runs OCaml code or C code called from it (see [`safety`]).
+//! - **Roots**: `caml_globals`, `caml_dyn_globals`, local roots, the three global-root skip
+//!   lists, finalisers (`finalisable_first`/`_last`, `to_do_hd`), memprof's entry arrays
+//!   (`entries_global` and each thread's), `caml_ephe_list_head` (see [`roots`]).
+//! - **Compactions** are counted in `Caml_state->stat_compactions`.
+
+pub mod capture;
+pub mod layout;
+pub mod roots;
+pub mod safety;
+pub mod stack;
+
+use crate::dwarf::TypeIndex;
+use crate::elf::Executable;
+use crate::error::Result;
+use crate::runtime::code::CodeMap;
+use crate::runtime::frames::FrameTable;
+use crate::runtime::{unwind, LayoutsFrom};
+use crate::source::{MemorySource, ReadExt};
+use layout::{Layout4, Statics4};
+
+/// The release series this module reads.
+pub const SERIES: &str = "4.14";
+
+/// Everything about a 4.14 target's runtime that does not change while it runs. Addresses in
+/// [`Statics4`] and the executable's symbols are link-time; add [`Runtime4::bias`].
+pub struct Runtime4 {
+    pub exe: Executable,
+    pub layout: Layout4,
+    pub statics: Statics4,
+    pub layouts_from: LayoutsFrom,
+    pub code: CodeMap,
+    pub bias: u64,
+    pub version: String,
+    pub detected_reserved_bits: Option<u8>,
+    pub frames: FrameTable,
+    pub unwinder: unwind::Unwinder,
+    /// Code ranges of the C source files, from DWARF: (begin, end, file), link-time, sorted.
+    pub units: Vec<(u64, u64, String)>,
+    pub notes: Vec<String>,
+}
+
+impl Runtime4 {
+    /// Reads what the dump needs to know about a 4.14 target whose executable (with its debug
+    /// file attached), load bias and version are known.
+    pub fn discover(source: &dyn MemorySource, exe: Executable, bias: u64, version: String) -> Result<Runtime4> {
+        layout::require_dwarf(&exe, &version)?;
+        let types = TypeIndex::load(&exe)?;
+        let layout = Layout4::load(&types)?;
+        let statics = Statics4::find(&exe, &types)?;
+        let layouts_from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
+        let mut notes = Vec::new();
+        if exe.symbols_from == crate::elf::SymbolTable::Dynsym {
+            notes.push(format!("{} has no .symtab: only exported symbols name functions and data", exe.path.display()));
+        }
+        // Every frametable the runtime registered: the executable's and natdynlinked units'.
+        let (data, next) = (layout.link_data, layout.link_next);
+        let mut frames = FrameTable::read(source, bias + statics.frametables, data, next)?;
+        if frames.is_empty() {
+            // The runtime has not built its table yet: read the executable's own frametables.
+            let array = bias + exe.require("caml_frametable")?;
+            for i in 0..100_000 {
+                let table = source.read_u64(array + 8 * i)?;
+                if table == 0 {
+                    break;
+                }
+                frames.read_one(source, table)?;
+            }
+        }
+        let detected_reserved_bits = crate::runtime::detect_reserved_bits(&exe);
+        let code = CodeMap::new(&exe);
+        let unwinder = unwind::Unwinder::new(&source.mappings()?);
+        Ok(Runtime4 {
+            layout,
+            statics,
+            layouts_from,
+            code,
+            bias,
+            version,
+            detected_reserved_bits,
+            frames,
+            unwinder,
+            units: types.code_units(),
+            notes,
+            exe,
+        })
+    }
+
+    /// Target address of a link-time address.
+    pub fn addr(&self, link: u64) -> u64 {
+        link.wrapping_add(self.bias)
+    }
+
+    /// Target address of symbol `name`.
+    pub fn symbol(&self, name: &str) -> Result<u64> {
+        Ok(self.addr(self.exe.require(name)?))
+    }
+
+    /// The executable's symbol holding target address `address`, if any.
+    pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
+        self.exe.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
+    }
+
+    /// The C source file whose code holds target address `address`, if DWARF knows it.
+    pub fn unit_file_at(&self, address: u64) -> Option<&str> {
+        let link = address.wrapping_sub(self.bias);
+        let after = self.units.partition_point(|u| u.0 <= link);
+        let unit = self.units[..after].iter().rev().take(8).find(|u| link < u.1)?;
+        Some(unit.2.rsplit('/').next().unwrap_or(&unit.2))
+    }
+
+    /// The address of `Caml_state`'s runtime state, and of its compaction counter.
+    pub fn state(&self, source: &dyn MemorySource) -> Result<u64> {
+        let state = source.read_u64(self.addr(self.statics.caml_state))?;
+        if state == 0 {
+            return Err(crate::error::DumpError::Inconsistent("Caml_state is NULL: the runtime is not initialised yet".into()));
+        }
+        Ok(state)
+    }
+}
+
+/// Whether `version` ("4.14.1", "4.14.0+options") is a 4.14 release.
+pub fn is_ocaml4(version: &str) -> bool {
+    version.strip_prefix(SERIES).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '+', '~', '-']))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_4_14_is_read_here() {
+        assert!(super::is_ocaml4("4.14.0"));
+        assert!(super::is_ocaml4("4.14.2+flambda"));
+        assert!(!super::is_ocaml4("4.140.0"));
+        assert!(!super::is_ocaml4("4.13.1"));
+        assert!(!super::is_ocaml4("5.3.0"));
+    }
+}

@@ -1,0 +1,386 @@
+//! Every root OCaml 4.14's `caml_do_roots` visits (roots_nat.c), with systhreads'
+//! `caml_thread_scan_roots`, each with its kind and origin; and the ephemeron list.
+
+use super::stack::{walk, StackStart};
+use super::Runtime4;
+use crate::error::{DumpError, Result, UnsafeStop};
+use crate::runtime::captured::{Capture, CapturedRoot, RootName};
+use crate::runtime::frames::SlotPlace;
+use crate::runtime::roots::GC_REGS_DWARF;
+use crate::source::{MemorySource, ReadExt, ThreadState};
+use heapsnap_format::{
+    MemprofRecord, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN,
+    MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+};
+use heapsnap_values::HeaderFormat;
+
+/// Longest chain followed in any runtime list, to stay finite on a corrupt target.
+const MAX_CHAIN: usize = 10_000_000;
+
+/// The one runtime state's domain number in the snapshot.
+const DOMAIN: u16 = 0;
+
+struct Ctx<'a> {
+    rt: &'a Runtime4,
+    source: &'a dyn MemorySource,
+    roots: Vec<CapturedRoot>,
+    memprof: Vec<MemprofRecord>,
+    warnings: Vec<String>,
+}
+
+impl Ctx<'_> {
+    #[allow(clippy::too_many_arguments)]
+    fn push(&mut self, kind: RootKind, domain: u16, thread: u64, slot: u64, value: u64, origin: u64, name: RootName, flags: u32) {
+        self.roots.push(CapturedRoot { kind, domain, flags, thread, slot, value, origin, name });
+    }
+
+    fn word(&self, address: u64) -> Result<u64> {
+        self.source.read_u64(address)
+    }
+}
+
+/// The systhreads descriptors, from `curr_thread` round the ring (empty without systhreads).
+pub fn thread_ring(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<u64>> {
+    let (Some(t), Some(ts)) = (&rt.layout.threads, rt.statics.threads) else { return Ok(Vec::new()) };
+    let curr = source.read_u64(rt.addr(ts.curr_thread))?;
+    let mut ring = Vec::new();
+    let mut th = curr;
+    while th != 0 && ring.len() < MAX_CHAIN {
+        ring.push(th);
+        th = source.read_u64(th + t.next)?;
+        if th == curr {
+            break;
+        }
+    }
+    Ok(ring)
+}
+
+/// Captures the roots into `cap`. `running` is the thread running OCaml code, if one is.
+pub fn capture_roots(
+    rt: &Runtime4,
+    source: &dyn MemorySource,
+    cap: &mut Capture,
+    state: u64,
+    running: Option<&ThreadState>,
+    format: HeaderFormat,
+) -> Result<()> {
+    let mut cx = Ctx { rt, source, roots: Vec::new(), memprof: Vec::new(), warnings: Vec::new() };
+    check_hook(&mut cx)?;
+    globals(&mut cx, format)?;
+    dyn_globals(&mut cx, format)?;
+    global_root_lists(&mut cx, state)?;
+
+    // The thread holding the runtime: its stack from its registers when it runs OCaml code,
+    // else from what Caml_state saved when it left OCaml.
+    let s = &rt.layout.state;
+    let ring = thread_ring(rt, source)?;
+    let curr_id = match ring.first() {
+        Some(&curr) => thread_id(&cx, curr)?,
+        None => 0,
+    };
+    let saved = StackStart {
+        sp: cx.word(state + s.bottom_of_stack)?,
+        retaddr: cx.word(state + s.last_return_address)?,
+        gc_regs: cx.word(state + s.gc_regs)?,
+    };
+    match running {
+        Some(t) => running_stack(&mut cx, curr_id, t)?,
+        None => stack(&mut cx, curr_id, saved)?,
+    }
+    let locals = cx.word(state + s.local_roots)?;
+    local_roots(&mut cx, locals, curr_id)?;
+    if let Some(t) = rt.layout.threads.clone() {
+        for (i, &th) in ring.iter().enumerate() {
+            let id = thread_id(&cx, th)?;
+            let descr = cx.word(th + t.descr)?;
+            cx.push(RootKind::Thread, DOMAIN, id, th + t.descr, descr, 0, RootName::Text("descr".into()), 0);
+            let exn = cx.word(th + t.backtrace_last_exn)?;
+            cx.push(RootKind::Thread, DOMAIN, id, th + t.backtrace_last_exn, exn, 0, RootName::Text("backtrace_last_exn".into()), 0);
+            if i > 0 {
+                let start = StackStart {
+                    sp: cx.word(th + t.bottom_of_stack)?,
+                    retaddr: cx.word(th + t.last_retaddr)?,
+                    gc_regs: cx.word(th + t.gc_regs)?,
+                };
+                stack(&mut cx, id, start)?;
+                let locals = cx.word(th + t.local_roots)?;
+                local_roots(&mut cx, locals, id)?;
+            }
+        }
+    }
+    finalisers(&mut cx)?;
+    memprof(&mut cx, &ring)?;
+    cap.ephemerons.extend(ephemerons(&cx)?);
+    cap.roots = cx.roots;
+    cap.memprof = Some(cx.memprof);
+    cap.warnings.append(&mut cx.warnings);
+    Ok(())
+}
+
+/// `Thread.id` of a systhread descriptor (`Ident(descr)`, field 0 of its `descr`).
+fn thread_id(cx: &Ctx<'_>, th: u64) -> Result<u64> {
+    let t = cx.rt.layout.threads.as_ref().expect("threads layout");
+    let descr = cx.word(th + t.descr)?;
+    Ok(if descr & 1 == 0 && descr != 0 { cx.word(descr).map(|v| v >> 1).unwrap_or(0) } else { 0 })
+}
+
+/// systhreads installs `caml_thread_scan_roots` in `caml_scan_roots_hook`; any other hook
+/// scans roots we cannot know of: say so.
+fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
+    let hook = cx.word(cx.rt.symbol("caml_scan_roots_hook")?)?;
+    if hook == 0 {
+        return Ok(());
+    }
+    let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
+    if name != "caml_thread_scan_roots" || cx.rt.layout.threads.is_none() {
+        cx.warnings.push(format!("unknown root-scanning hook {name} at {hook:#x}: the roots it scans are missing"));
+    }
+    Ok(())
+}
+
+/// `caml_globals`: each compilation unit's zero-terminated array of module blocks, whose fields
+/// are roots.
+fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
+    let table = cx.rt.symbol("caml_globals")?;
+    for i in 0..MAX_CHAIN as u64 {
+        let unit = cx.word(table + 8 * i)?;
+        if unit == 0 {
+            break;
+        }
+        unit_roots(cx, unit, RootKind::Global, format)?;
+    }
+    Ok(())
+}
+
+fn unit_roots(cx: &mut Ctx<'_>, unit: u64, kind: RootKind, format: HeaderFormat) -> Result<()> {
+    for j in 0..MAX_CHAIN as u64 {
+        let block = cx.word(unit + 8 * j)?;
+        if block == 0 {
+            break;
+        }
+        let header = cx.word(block - 8)?;
+        let fields = cx.source.read_words(block, format.wosize(header) as usize)?;
+        for (k, v) in fields.into_iter().enumerate() {
+            cx.push(kind, NO_DOMAIN, 0, block + 8 * k as u64, v, k as u64, RootName::DataAt(block), 0);
+        }
+    }
+    Ok(())
+}
+
+/// Globals of natdynlinked units (roots_nat.c `caml_dyn_globals`).
+fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
+    let (data, next) = (cx.rt.layout.link_data, cx.rt.layout.link_next);
+    let mut link = cx.word(cx.rt.addr(cx.rt.statics.dyn_globals))?;
+    let mut n = 0;
+    while link != 0 && n < MAX_CHAIN {
+        let unit = cx.word(link + data)?;
+        unit_roots(cx, unit, RootKind::DynGlobal, format)?;
+        link = cx.word(link + next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// The three skip lists of registered global roots. A root registered inside `Caml_state`
+/// (the last exception's backtrace) is kind `Domain`, named after its member.
+fn global_root_lists(cx: &mut Ctx<'_>, state: u64) -> Result<()> {
+    let l = cx.rt.layout.skiplist.clone();
+    let s = &cx.rt.layout.state;
+    let (size, members) = (s.size, s.members.clone());
+    for (list, kind) in
+        cx.rt.statics.global_roots.into_iter().zip([RootKind::GlobalRoot, RootKind::GenerationalRoot, RootKind::GenerationalRoot])
+    {
+        let mut cell = cx.word(cx.rt.addr(list) + l.list_forward)?;
+        let mut n = 0;
+        while cell != 0 && n < MAX_CHAIN {
+            let slot = cx.word(cell + l.cell_key)?;
+            let value = cx.word(slot)?;
+            if (state..state + size).contains(&slot) {
+                let offset = slot - state;
+                let field = members.iter().find(|(_, o)| *o == offset).map_or_else(|| format!("+{offset}"), |(m, _)| m.clone());
+                cx.push(RootKind::Domain, DOMAIN, 0, slot, value, 0, RootName::Text(field), 0);
+            } else {
+                cx.push(kind, NO_DOMAIN, 0, slot, value, 0, RootName::DataAt(slot), 0);
+            }
+            cell = cx.word(cell + l.cell_forward)?;
+            n += 1;
+        }
+    }
+    Ok(())
+}
+
+/// `CAMLparam`/`CAMLlocal` chains (memory.h `caml__roots_block`).
+fn local_roots(cx: &mut Ctx<'_>, mut block: u64, thread: u64) -> Result<()> {
+    let r = cx.rt.layout.local_roots.clone();
+    let mut n = 0;
+    while block != 0 && n < MAX_CHAIN {
+        let ntables = cx.word(block + r.ntables)?;
+        let nitems = cx.word(block + r.nitems)?;
+        if ntables > r.max_tables || nitems > 1 << 24 {
+            return Err(DumpError::Inconsistent(format!("local roots block {block:#x}: {ntables} tables of {nitems}")));
+        }
+        for i in 0..ntables {
+            let table = cx.word(block + r.tables + 8 * i)?;
+            for (j, v) in cx.source.read_words(table, nitems as usize)?.into_iter().enumerate().filter(|(_, v)| *v != 0) {
+                cx.push(RootKind::LocalRoot, DOMAIN, thread, table + 8 * j as u64, v, 0, RootName::None, 0);
+            }
+        }
+        block = cx.word(block + r.next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// One thread's OCaml frames, from a saved exit.
+fn stack(cx: &mut Ctx<'_>, thread: u64, start: StackStart) -> Result<()> {
+    let source = cx.source;
+    let w = walk(&cx.rt.frames, start, &mut |a| source.read_u64(a));
+    if let Some(problem) = w.problem {
+        cx.warnings.push(format!("thread {thread}: stack walk stopped early: {problem}"));
+    }
+    for slot in w.slots {
+        match slot.place {
+            SlotPlace::Stack(address) => {
+                let value = cx.word(address)?;
+                cx.push(RootKind::Stack, DOMAIN, thread, address, value, slot.retaddr, RootName::CodeAt(slot.retaddr), 0);
+            }
+            SlotPlace::Register { bucket, index } => {
+                if bucket == 0 {
+                    cx.warnings.push(format!("frame at {:#x} has a live register but no gc_regs", slot.retaddr));
+                    continue;
+                }
+                let address = bucket + 8 * index;
+                let value = cx.word(address)?;
+                let dwarf = GC_REGS_DWARF.get(index as usize).copied().unwrap_or(u64::MAX);
+                cx.push(RootKind::Register, DOMAIN, thread, address, value, dwarf, RootName::None, 0);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The stack of the thread running OCaml code: its innermost frame is live in its registers,
+/// so that frame's words and the registers are recorded conservatively; its extent comes from
+/// the unwind table; the frames above it are walked precisely.
+fn running_stack(cx: &mut Ctx<'_>, thread: u64, t: &ThreadState) -> Result<()> {
+    let regs = t.regs;
+    let pc = regs.rip;
+    let Some(cfa) = cx.rt.code.cfa(pc.wrapping_sub(cx.rt.bias), &regs).filter(|&c| regs.rsp < c && c - regs.rsp < 1 << 20) else {
+        return Err(UnsafeStop::NoFrame { domain: DOMAIN, pc }.into());
+    };
+    let mut a = regs.rsp;
+    while a < cfa - 8 {
+        let v = cx.word(a)?;
+        cx.push(RootKind::Stack, DOMAIN, thread, a, v, pc, RootName::CodeAt(pc), ROOT_FLAG_CONSERVATIVE);
+        a += 8;
+    }
+    for (dwarf, v) in regs.ocaml_value_registers() {
+        cx.push(RootKind::Register, DOMAIN, thread, 0, v, dwarf, RootName::None, ROOT_FLAG_CONSERVATIVE);
+    }
+    let retaddr = cx.word(cfa - 8)?;
+    stack(cx, thread, StackStart { sp: cfa, retaddr, gc_regs: 0 })
+}
+
+/// finalise.c `caml_final_do_roots`: the functions are roots; the values of the `first` and
+/// `last` sets are weak (finalised when unreachable); those already due (`to_do`) are roots.
+fn finalisers(cx: &mut Ctx<'_>) -> Result<()> {
+    let f = cx.rt.layout.finalise.clone();
+    for (set, name) in [(cx.rt.statics.finalisable_first, "first"), (cx.rt.statics.finalisable_last, "last")] {
+        let set = cx.rt.addr(set);
+        let table = cx.word(set + f.table)?;
+        let young = cx.word(set + f.young)?;
+        if young > 1 << 28 {
+            return Err(DumpError::Inconsistent(format!("finaliser table {table:#x} has {young} entries")));
+        }
+        for i in 0..young {
+            let entry = table + i * f.final_size;
+            let (fun, val) = (cx.word(entry + f.fun)?, cx.word(entry + f.val)?);
+            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.fun, fun, 0, RootName::Text(format!("{name}.fun")), 0);
+            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.val, val, 0, RootName::Text(format!("{name}.val")), ROOT_FLAG_WEAK);
+        }
+    }
+    let mut todo = cx.word(cx.rt.addr(cx.rt.statics.to_do_hd))?;
+    let mut n = 0;
+    while todo != 0 && n < MAX_CHAIN {
+        let size = cx.source.read_i32(todo + f.todo_size)?.max(0) as u64;
+        for i in 0..size {
+            let entry = todo + f.todo_item + i * f.final_size;
+            let (fun, val) = (cx.word(entry + f.fun)?, cx.word(entry + f.val)?);
+            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.fun, fun, 0, RootName::Text("todo.fun".into()), 0);
+            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.val, val, 0, RootName::Text("todo.val".into()), 0);
+        }
+        todo = cx.word(todo + f.todo_next)?;
+        n += 1;
+    }
+    Ok(())
+}
+
+/// memprof.c's entry arrays: `entries_global` (blocks whose allocation callback ran) and each
+/// thread's own (callbacks not yet run). User data are roots; tracked blocks are weak.
+fn memprof(cx: &mut Ctx<'_>, ring: &[u64]) -> Result<()> {
+    let m = cx.rt.layout.memprof.clone();
+    let rate = f64::from_bits(cx.word(cx.rt.addr(cx.rt.statics.memprof_lambda))?);
+    let mut arrays = vec![(cx.rt.addr(cx.rt.statics.entries_global), MEMPROF_TABLE_DOMAIN)];
+    let mut contexts = vec![cx.rt.addr(cx.rt.statics.memprof_main_ctx)];
+    if let Some(t) = &cx.rt.layout.threads {
+        for &th in ring {
+            contexts.push(cx.word(th + t.memprof_ctx)?);
+        }
+    }
+    contexts.sort_unstable();
+    contexts.dedup();
+    arrays.extend(contexts.into_iter().filter(|&c| c != 0).map(|c| (c + m.ctx_entries, MEMPROF_TABLE_THREAD)));
+    for (array, table_kind) in arrays {
+        let t = cx.word(array + m.array_t)?;
+        let len = cx.word(array + m.array_len)?;
+        if len > 1 << 28 {
+            return Err(DumpError::Inconsistent(format!("memprof entry array {array:#x} has {len} entries")));
+        }
+        if t == 0 || len == 0 {
+            continue;
+        }
+        let bytes = cx.source.read_bytes(t, (len * m.tracked_size) as usize)?;
+        for i in 0..len {
+            let e = (i * m.tracked_size) as usize;
+            let word = |o: u64| u64::from_le_bytes(bytes[e + o as usize..e + o as usize + 8].try_into().expect("8 bytes"));
+            let bits = |(offset, width): (u64, u64)| (word(offset / 64 * 8) >> (offset % 64)) & ((1u64 << width) - 1);
+            let flag = |field, bit| if bits(field) != 0 { bit } else { 0 };
+            let entry = t + i * m.tracked_size;
+            let (block, user_data) = (word(m.block), word(m.user_data));
+            cx.memprof.push(MemprofRecord {
+                block,
+                user_data,
+                samples: word(m.n_samples),
+                wosize: word(m.wosize),
+                profile: 0,
+                sampling_rate: rate,
+                domain: DOMAIN,
+                table: table_kind,
+                source: bits(m.source) as u8,
+                flags: flag(m.alloc_young, MEMPROF_ALLOC_YOUNG)
+                    | flag(m.promoted, MEMPROF_PROMOTED)
+                    | flag(m.deallocated, MEMPROF_DEALLOCATED)
+                    | flag(m.deleted, MEMPROF_DELETED),
+                reserved: [0; 3],
+            });
+            cx.push(RootKind::Memprof, DOMAIN, 0, entry + m.user_data, user_data, 0, RootName::Text("user_data".into()), 0);
+            cx.push(RootKind::Memprof, DOMAIN, 0, entry + m.block, block, 0, RootName::Text("block".into()), ROOT_FLAG_WEAK);
+        }
+    }
+    Ok(())
+}
+
+/// weak.c's `caml_ephe_list_head`: every ephemeron and weak array, linked through field 0.
+fn ephemerons(cx: &Ctx<'_>) -> Result<Vec<u64>> {
+    let mut out = Vec::new();
+    let mut e = cx.word(cx.rt.addr(cx.rt.statics.ephe_list_head))?;
+    let mut seen = std::collections::HashSet::new();
+    while e != 0 && e & 1 == 0 && out.len() < MAX_CHAIN {
+        if !seen.insert(e) {
+            return Err(DumpError::Inconsistent(format!("ephemeron list loops at {e:#x}")));
+        }
+        out.push(e);
+        e = cx.word(e)?;
+    }
+    Ok(out)
+}

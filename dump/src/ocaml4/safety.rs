@@ -1,0 +1,154 @@
+//! Is the stopped OCaml 4.14 world consistent? The same choice as OCaml 5's
+//! ([`crate::runtime::safety`]): detect an unsafe stop and retry, never drive the target.
+//!
+//! 4.14 has one runtime lock (systhreads' master lock). A stop is safe when:
+//! - no minor collection runs (`Caml_state->in_minor_collection`), and the master lock's
+//!   mutex is free (no thread is taking or giving the runtime);
+//! - every thread is at rest or runs OCaml code outside an inline allocation. A thread is at
+//!   rest when it never entered OCaml (a C thread, systhreads' tick thread), or when its C
+//!   frames, unwound up to the OCaml code that called them, include no runtime function that
+//!   leaves heap structures half-updated and it left OCaml where a saved state says (the
+//!   `bottom_of_stack` and return address that `caml_c_call` stored in `Caml_state`, or that
+//!   `caml_thread_enter_blocking_section` saved in the thread's descriptor). A thread in C
+//!   called directly (`[@@noalloc]`) from OCaml is running OCaml code, whose frame is live in
+//!   its registers. systhreads' own code is at rest only while it waits on a futex (for the
+//!   master lock or a mutex, in a blocking section); elsewhere a thread is switching in or out.
+//! - and, checked by the capture, the minor heap parses from `young_ptr` to its end and its
+//!   youngest block points only at blocks of the minor heap.
+
+use super::Runtime4;
+use crate::error::{BusyPlace, Result, UnsafeStop};
+use crate::runtime::code::CodeKind;
+use crate::runtime::safety::{DomainView, WorldCheck};
+use crate::source::{MemorySource, ReadExt, ThreadState};
+
+/// Runtime files whose functions leave heap structures half-updated while they run.
+const UNSAFE_RUNTIME_FILES: &[&str] = &[
+    "minor_gc.c",
+    "major_gc.c",
+    "compact.c",
+    "freelist.c",
+    "memory.c",
+    "alloc.c",
+    "array.c",
+    "signals_nat.c",
+    "finalise.c",
+    "weak.c",
+    "memprof.c",
+    "intern.c",
+    "obj.c",
+    "custom.c",
+    "globroots.c",
+    "roots_nat.c",
+    "st_stubs.c",
+];
+
+/// Functions of those files that change nothing half-way themselves: the write barrier (one
+/// store; the remembered set is not part of a snapshot) and systhreads' tick thread, which only
+/// records a signal.
+const SAFE_FUNCTIONS: &[&str] = &["caml_initialize", "caml_modify", "caml_thread_tick"];
+
+/// Allocators that write the new block's header before calling anything: safe while they wait
+/// for a function they call, not in their own code.
+const SAFE_WHILE_CALLING: &[&str] = &["caml_alloc_string", "caml_alloc_initialized_string", "caml_alloc_sprintf", "caml_copy_string"];
+
+/// Files whose own code allocates inline with `Alloc_small` (unsafe as the innermost frame).
+const INLINE_ALLOCATION_FILES: &[&str] = &["floats.c", "str.c", "ints.c"];
+
+/// The systhreads file whose code is at rest only while it waits on a futex.
+const SYSTHREADS_FILE: &str = "st_stubs.c";
+
+enum Place {
+    /// Running OCaml code: the registers of its innermost OCaml frame.
+    Ocaml(ThreadState),
+    AtRest,
+    Unsafe(BusyPlace),
+}
+
+/// Where a thread left OCaml for C, as a saved state records it: (stack pointer above the
+/// return address, return address).
+type SavedExit = (u64, u64);
+
+fn classify(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, saved: &[SavedExit]) -> Place {
+    let pc = thread.regs.rip;
+    let kind = |pc: u64| rt.code.kind(pc.wrapping_sub(rt.bias));
+    let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
+    match kind(pc) {
+        CodeKind::OCaml if rt.code.in_allocation(pc.wrapping_sub(rt.bias)) => {
+            return Place::Unsafe(BusyPlace::InitialisingBlock { pc, function: function(pc) })
+        }
+        CodeKind::OCaml => return Place::Ocaml(thread.clone()),
+        CodeKind::System => return Place::Unsafe(BusyPlace::Glue(function(pc))),
+        CodeKind::Other => {}
+    }
+    let Some(frames) = rt.unwinder.unwind(source, &thread.regs, 256, |pc| kind(pc) == CodeKind::Other) else {
+        return Place::Unsafe(BusyPlace::NotUnwound(function(pc)));
+    };
+    let waiting = thread.regs.waiting_on_futex();
+    let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
+    let c_frames = if kind(boundary.pc) == CodeKind::Other { &frames[..] } else { c_frames };
+    for (depth, f) in c_frames.iter().enumerate() {
+        let innermost = depth == 0;
+        let at = if innermost { f.pc } else { f.pc.wrapping_sub(1) };
+        let Some(file) = rt.unit_file_at(at) else { continue };
+        let name = function(at);
+        if file == SYSTHREADS_FILE && waiting && !innermost {
+            continue;
+        }
+        let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
+        if (UNSAFE_RUNTIME_FILES.contains(&file) && !exempt) || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
+            return Place::Unsafe(BusyPlace::RuntimeCode { function: name, file: file.to_string() });
+        }
+    }
+    match kind(boundary.pc) {
+        // Never entered OCaml (or unwound to the thread's first frame).
+        CodeKind::Other => Place::AtRest,
+        CodeKind::OCaml if saved.contains(&(boundary.regs.rsp, boundary.pc)) => Place::AtRest,
+        // A [@@noalloc] call: 4.14 calls it on the OCaml stack, and the unwind restored the
+        // callee-saved registers (r14, r15 among them).
+        CodeKind::OCaml => {
+            let mut regs = boundary.regs;
+            regs.rip = boundary.pc;
+            Place::Ocaml(ThreadState { tid: thread.tid, regs })
+        }
+        CodeKind::System => Place::Unsafe(BusyPlace::EnteredThrough(function(boundary.pc))),
+    }
+}
+
+/// The saved exits from OCaml: `Caml_state`'s and every systhread descriptor's.
+fn saved_exits(rt: &Runtime4, source: &dyn MemorySource, state: u64) -> Result<Vec<SavedExit>> {
+    let s = &rt.layout.state;
+    let mut saved = vec![(source.read_u64(state + s.bottom_of_stack)?, source.read_u64(state + s.last_return_address)?)];
+    for th in super::roots::thread_ring(rt, source)? {
+        let t = rt.layout.threads.as_ref().expect("a ring needs the threads layout");
+        saved.push((source.read_u64(th + t.bottom_of_stack)?, source.read_u64(th + t.last_retaddr)?));
+    }
+    Ok(saved)
+}
+
+pub fn check_world(rt: &Runtime4, source: &dyn MemorySource) -> Result<WorldCheck> {
+    let state = rt.state(source)?;
+    let mut check = WorldCheck::default();
+    if source.read_u64(state + rt.layout.state.in_minor_collection)? != 0 {
+        check.unsafe_reasons.push(UnsafeStop::Collecting("minor collection"));
+    }
+    if let (Some(t), Some(ts)) = (&rt.layout.threads, rt.statics.threads) {
+        if source.read_u32(rt.addr(ts.master_lock) + t.masterlock_mutex)? != 0 {
+            check.unsafe_reasons.push(UnsafeStop::LockHeld("caml_master_lock"));
+        }
+    }
+    let saved = saved_exits(rt, source, state)?;
+    let mut view = DomainView { internal: 0, state, running: None };
+    for thread in source.threads() {
+        match classify(rt, source, thread, &saved) {
+            Place::Ocaml(running) => match &view.running {
+                Some(other) => check.unsafe_reasons.push(UnsafeStop::SeveralRunning(other.tid, running.tid)),
+                None => view.running = Some(running),
+            },
+            Place::AtRest => {}
+            Place::Unsafe(place) => check.unsafe_reasons.push(UnsafeStop::DomainBusy { domain: 0, thread: thread.tid, place }),
+        }
+    }
+    check.domains.push(view);
+    Ok(check)
+}
