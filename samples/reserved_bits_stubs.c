@@ -14,6 +14,9 @@ typedef uintnat reserved_t;
 #define caml_alloc_shr_reserved caml_alloc_shr_with_profinfo
 #define Alloc_small_with_reserved(result, wosize, tag, gc, reserved) \
   Alloc_small_with_profinfo(result, wosize, tag, reserved)
+/* What 4.14's Alloc_small does around a collection: no OCaml value is live here. */
+#define Setup_for_gc
+#define Restore_after_gc
 #define Reserved_val(v) Profinfo_hd(Hd_val(v))
 #ifdef WITH_PROFINFO
 #define HEADER_RESERVED_BITS PROFINFO_WIDTH

@@ -178,13 +178,24 @@ fn every_sample_verifies() {
 /// The rhb16 variant (16 reserved header bits): `top --by reserved` groups by the bits' value.
 #[test]
 fn reserved_header_bits_group_by_reserved() {
+    reserved_header_bits_group_by_reserved_on("5.3.0-rhb16");
+}
+
+/// The same with OCaml 4.14 configured with 16 reserved ("profinfo") header bits: the bits a
+/// C stub wrote come back, without a patched runtime.
+#[test]
+fn reserved_header_bits_group_by_reserved_on_4_14() {
+    reserved_header_bits_group_by_reserved_on("4.14.0-rhb16");
+}
+
+fn reserved_header_bits_group_by_reserved_on(toolchain: &str) {
     let out = Command::new("bash")
         .arg(repo().join("samples/build.sh"))
-        .arg("rhb16")
+        .arg(toolchain)
         .stderr(Stdio::inherit())
         .output()
         .expect("run samples/build.sh");
-    assert!(out.status.success(), "samples/build.sh rhb16 failed");
+    assert!(out.status.success(), "samples/build.sh {toolchain} failed");
     let dir_rhb16 = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(dir_rhb16.join("reserved_bits"))

@@ -1,5 +1,6 @@
-//! A multi-domain program that allocates hard, dumped 50 times in a row while it runs: every
-//! snapshot is taken at a consistent stop and parses, and the program's results are unchanged.
+//! A multi-domain program that allocates hard (on OCaml 4.14: two systhreads), dumped 50 times
+//! in a row while it runs: every snapshot is taken at a consistent stop and parses, and the
+//! program's results are unchanged.
 
 mod dump_support;
 
@@ -55,6 +56,48 @@ let () =
 /// Worker domains besides the main one (and one blocked reading stdin).
 const WORKERS: usize = 1;
 
+/// The same work on OCaml 4.14, from two systhreads (which take turns holding the runtime),
+/// while the main thread waits for the line on stdin.
+const PROGRAM_SYSTHREADS: &str = r#"
+type tree = Leaf | Node of tree * int * tree
+let rec make d = if d = 0 then Leaf else Node (make (d - 1), d, make (d - 1))
+let rec sum = function Leaf -> 0 | Node (l, v, r) -> sum l + v + sum r
+let expected_sum = sum (make 7)
+let stop = Atomic.make false
+let corrupt = Atomic.make false
+
+let work id =
+  let ring = Array.make 64 [] in
+  let rounds = ref 0 in
+  while not (Atomic.get stop) do
+    incr rounds;
+    let i = !rounds in
+    let l = List.init 50 (fun j -> (i + j + id, string_of_int j)) in
+    ring.(i land 63) <- l;
+    if sum (make 7) <> expected_sum then Atomic.set corrupt true;
+    List.iteri (fun j (k, s) -> if k <> i + j + id || s <> string_of_int j then Atomic.set corrupt true) l;
+    if i mod 50 = 0 then begin
+      let a = Array.make 300 (float_of_int i) in
+      if a.(299) <> float_of_int i then Atomic.set corrupt true
+    end;
+    (match ring.((i + 1) land 63) with
+     | [] -> ()
+     | (k, _) :: _ when k < id -> Atomic.set corrupt true
+     | _ -> ())
+  done;
+  !rounds
+
+let () =
+  let rounds = Array.make 2 0 in
+  let threads = List.init 2 (fun id -> Thread.create (fun () -> rounds.(id) <- work id) ()) in
+  print_endline "STARTED";
+  ignore (input_line stdin);
+  Atomic.set stop true;
+  List.iter Thread.join threads;
+  if Atomic.get corrupt then (print_endline "CORRUPT"; exit 1);
+  Printf.printf "OK %b\n" (rounds.(0) > 0 && rounds.(1) > 0)
+"#;
+
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_3() {
     fifty_dumps("5.3.0");
@@ -70,6 +113,11 @@ fn fifty_dumps_of_a_busy_multi_domain_program_5_1() {
     fifty_dumps("5.1.0");
 }
 
+#[test]
+fn fifty_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
+    fifty_dumps("4.14.0");
+}
+
 /// One busy program at a time: three of them at once on a small machine starve each other,
 /// and a stop then rarely finds every domain at rest.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -80,7 +128,13 @@ fn fifty_dumps(toolchain: &str) {
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let exe = compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM, &[], None);
+    let ocaml4 = toolchain.starts_with("4.");
+    let exe = match ocaml4 {
+        true => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM_SYSTHREADS, &["threads"], None),
+        false => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM, &[], None),
+    };
+    // OCaml 4.14 has one runtime state (domain 0); OCaml 5 one per domain.
+    let domains = if ocaml4 { 1 } else { WORKERS + 2 };
     let mut guard = KillOnDrop(
         Command::new(&exe).arg(WORKERS.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().unwrap(),
     );
@@ -97,7 +151,7 @@ fn fifty_dumps(toolchain: &str) {
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
-        assert!(snap.metadata().domains.len() >= WORKERS + 2, "dump {i}: {:?}", snap.metadata().domains);
+        assert!(snap.metadata().domains.len() >= domains, "dump {i}: {:?}", snap.metadata().domains);
         reachability(&snap).assert_well_formed(&format!("dump {i}"));
         if i % 5 == 0 {
             // And the analyser's check (not --strict: a busy program is full of garbage).
