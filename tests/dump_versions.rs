@@ -216,6 +216,41 @@ fn deployed_executables_give_the_same_snapshot(toolchain: &str, name: &str) {
     sample.finish();
 }
 
+/// OCaml 4.14 is read through DWARF only: a stripped executable is refused with what would
+/// help, and its debug file (given, or found by debuglink) or an unstripped copy gives the
+/// same snapshot as the executable as built.
+#[test]
+fn deployed_4_14_executables_need_their_debug_info() {
+    let Some(dir) = toolchain_samples("4.14.0") else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let d = deploy(&dir.join("systhread_stack"), tmp.path());
+    let mut sample = Sample::start(&d.stripped, &[]);
+    sample.wait_ready(1);
+    let pid = sample.pid();
+    let refused = dump(pid, &tmp.path().join("refused.snap"), &[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("OCaml 4.14.0") && stderr.contains("--exe") && stderr.contains("--debug-file"), "{stderr}");
+    assert!(!tmp.path().join("refused.snap").exists());
+    let with_debug = tmp.path().join("debug.snap");
+    assert_eq!(dump_json(pid, &with_debug, &["--debug-file", d.debug_file.to_str().unwrap()])["layouts_from"], "debug_file");
+    let with_exe = tmp.path().join("exe.snap");
+    assert_eq!(dump_json(pid, &with_exe, &["--exe", d.full.to_str().unwrap()])["layouts_from"], "dwarf");
+    let (a, b) = (Snapshot::open(&with_debug).unwrap(), Snapshot::open(&with_exe).unwrap());
+    assert!(objects(&a) == objects(&b), "the debug file and the unstripped copy give different snapshots");
+    assert_eq!(verify(&with_debug, true)["ok"], true);
+    sample.release();
+    sample.finish();
+
+    let mut sample = Sample::start(&d.split, &[]);
+    sample.wait_ready(1);
+    let split = tmp.path().join("split.snap");
+    assert_eq!(dump_json(sample.pid(), &split, &[])["layouts_from"], "debug_file");
+    assert_eq!(verify(&split, true)["ok"], true);
+    sample.release();
+    sample.finish();
+}
+
 #[test]
 fn deployed_executables_give_the_same_snapshot_5_3() {
     for name in ["cache_leak", "systhread_stack", "effect_cont", "domains_shared"] {
