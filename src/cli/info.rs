@@ -62,9 +62,15 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         Some(_) => println!("layouts         DWARF of the executable"),
         None => {}
     }
-    match &m.pools {
-        Some(p) => println!("pools           {} size classes in pools of {} words", p.size_classes.len(), p.pool_wsize),
-        None => println!("pools           not recorded (a format 1.0 file: OCaml 5.3's geometry)"),
+    match (&m.pools, &m.ocaml4_gc) {
+        (_, Some(gc)) => println!(
+            "major heap      OCaml 4.14's chunks; the major GC was {} (sweep pointer {:#x}), which gives the colours their meaning, and {} small free blocks were listed",
+            format!("{:?}", gc.phase).to_lowercase(),
+            gc.sweep_pointer,
+            snap.free_blocks().len()
+        ),
+        (Some(p), None) => println!("pools           {} size classes in pools of {} words", p.size_classes.len(), p.pool_wsize),
+        (None, None) => println!("pools           not recorded (a format 1.0 file: OCaml 5.3's geometry)"),
     }
     println!("taken by        {} on {:?}", m.dumper, m.trigger);
     if let Some(exe) = &m.executable {
