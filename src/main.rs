@@ -1,4 +1,4 @@
-//! heapsnap: heap snapshots for OCaml 5 native programs. A thin command line over the
+//! heapsnap: heap snapshots for OCaml native programs (4.14 and 5.x). A thin command line over the
 //! `heapsnap-format`, `heapsnap-dump` and `heapsnap-analyze` crates.
 
 mod cli;

@@ -122,7 +122,7 @@ fn releases_without_statmemprof_record_no_tables() {
         dump_ok(sample.pid(), &out, &[]);
         assert!(Snapshot::open(&out).unwrap().memprof().is_none(), "{toolchain}");
         let info = Command::new(heapsnap()).arg("info").arg(&out).output().unwrap();
-        assert!(String::from_utf8_lossy(&info.stdout).contains("statmemprof exists from OCaml 5.3 on"), "{toolchain}");
+        assert!(String::from_utf8_lossy(&info.stdout).contains("statmemprof exists in OCaml 4.14 and from 5.3 on"), "{toolchain}");
         sample.release();
         sample.finish();
     }

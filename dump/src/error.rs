@@ -41,7 +41,7 @@ pub enum DumpError {
     #[error("{given} is not a copy of the executable the target runs ({actual}): {why}")]
     ExecutableMismatch { given: PathBuf, actual: PathBuf, why: String },
 
-    #[error("{path} is not an OCaml 5 native program (it has no symbol caml_start_program, in .symtab or .dynsym)")]
+    #[error("{path} is not an OCaml native program (it has no symbol caml_start_program, in .symtab or .dynsym)")]
     NotOcaml { path: PathBuf },
 
     #[error("{path}: executable has no DWARF debug info (.debug_info); heapsnap needs the OCaml runtime's structure layouts (was the runtime built without -g, or the binary stripped?)")]
@@ -53,7 +53,7 @@ pub enum DumpError {
     #[error("bad DWARF debug info: {0}")]
     Dwarf(String),
 
-    #[error("symbol {name} not found in the executable (is this an OCaml 5 native program?)")]
+    #[error("symbol {name} not found in the executable (is this an OCaml native program?)")]
     MissingSymbol { name: String },
 
     #[error("no DWARF type {name} in the executable's debug info")]

@@ -1,4 +1,4 @@
-//! Stop-the-world heap dumper for OCaml 5 native processes.
+//! Stop-the-world heap dumper for OCaml native processes (4.14 and 5.x).
 //!
 //! The crate is split between *where memory comes from* ([`source`]: a live process stopped
 //! with ptrace, or an ELF core file) and *what the OCaml runtime looks like*

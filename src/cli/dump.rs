@@ -1,4 +1,4 @@
-//! `heapsnap dump --pid PID`: one snapshot of a running OCaml 5 program; `heapsnap dump --core
+//! `heapsnap dump --pid PID`: one snapshot of a running OCaml program; `heapsnap dump --core
 //! CORE [--exe EXE]`: the same snapshot from a core file of one.
 
 use clap::Args;

@@ -93,7 +93,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             let samples: u64 = entries.iter().map(|e| e.samples).sum();
             println!("memprof         {} tracked blocks, {samples} samples", entries.len());
         }
-        None => println!("memprof         none recorded (statmemprof exists from OCaml 5.3 on)"),
+        None => println!("memprof         none recorded (statmemprof exists in OCaml 4.14 and from 5.3 on)"),
     }
     for w in &m.warnings {
         println!("warning         {w}");

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "heapsnap", version, about = "Heap snapshots for OCaml 5 native programs: who keeps this alive?")]
+#[command(name = "heapsnap", version, about = "Heap snapshots for OCaml native programs (4.14, 5.x): who keeps this alive?")]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -38,7 +38,7 @@ enum Command {
     Diff(diff::DiffArgs),
     /// Validate a snapshot and print its metadata and sections.
     Info(info::InfoArgs),
-    /// Attach to a running OCaml 5 program, take one snapshot, detach.
+    /// Attach to a running OCaml program, take one snapshot, detach.
     Dump(dump::DumpArgs),
     /// Write a snapshot for other tools: Chrome DevTools / memlab (.heapsnapshot), or a flame graph of retained sizes.
     Export(export::ExportArgs),

@@ -205,7 +205,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // A preloaded library goes into every program a supervisor starts: stay out of the way of
-    // the ones that are not OCaml 5 programs.
+    // the ones that are not OCaml programs.
     let exe = PathBuf::from(format!("/proc/{}/exe", args.pid));
     let counter = match watch::compaction_counter_in(&exe) {
         watch::CompactionCounter::NotOcaml => {
