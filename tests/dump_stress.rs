@@ -9,10 +9,9 @@ use heapsnap_format::Snapshot;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-/// WORKERS domains and the main one build lists, trees, strings and float arrays in a loop, keep
-/// some of them alive in a ring, and check every structure they build. A line on stdin stops
-/// them; the program then prints "OK" and the number of rounds, or "CORRUPT" and exits 1.
-const PROGRAM: &str = r#"
+/// The work: build lists, trees, strings and float arrays in a loop, keep some of them alive in
+/// a ring, and check every structure built. `stop` ends it; `corrupt` says a check failed.
+const WORK: &str = r#"
 type tree = Leaf | Node of tree * int * tree
 let rec make d = if d = 0 then Leaf else Node (make (d - 1), d, make (d - 1))
 let rec sum = function Leaf -> 0 | Node (l, v, r) -> sum l + v + sum r
@@ -40,7 +39,11 @@ let work id =
      | _ -> ())
   done;
   !rounds
+"#;
 
+/// WORKERS domains and the main one do the work. A line on stdin stops them; the program then
+/// prints "OK" and whether they all worked, or "CORRUPT" and exits 1.
+const DOMAINS_MAIN: &str = r#"
 let () =
   let workers = int_of_string Sys.argv.(1) in
   let domains = List.init workers (fun id -> Domain.spawn (fun () -> work id)) in
@@ -53,40 +56,9 @@ let () =
   Printf.printf "OK %b\n" (total > 0)
 "#;
 
-/// Worker domains besides the main one (and one blocked reading stdin).
-const WORKERS: usize = 1;
-
-/// The same work on OCaml 4.14, from two systhreads (which take turns holding the runtime),
-/// while the main thread waits for the line on stdin.
-const PROGRAM_SYSTHREADS: &str = r#"
-type tree = Leaf | Node of tree * int * tree
-let rec make d = if d = 0 then Leaf else Node (make (d - 1), d, make (d - 1))
-let rec sum = function Leaf -> 0 | Node (l, v, r) -> sum l + v + sum r
-let expected_sum = sum (make 7)
-let stop = Atomic.make false
-let corrupt = Atomic.make false
-
-let work id =
-  let ring = Array.make 64 [] in
-  let rounds = ref 0 in
-  while not (Atomic.get stop) do
-    incr rounds;
-    let i = !rounds in
-    let l = List.init 50 (fun j -> (i + j + id, string_of_int j)) in
-    ring.(i land 63) <- l;
-    if sum (make 7) <> expected_sum then Atomic.set corrupt true;
-    List.iteri (fun j (k, s) -> if k <> i + j + id || s <> string_of_int j then Atomic.set corrupt true) l;
-    if i mod 50 = 0 then begin
-      let a = Array.make 300 (float_of_int i) in
-      if a.(299) <> float_of_int i then Atomic.set corrupt true
-    end;
-    (match ring.((i + 1) land 63) with
-     | [] -> ()
-     | (k, _) :: _ when k < id -> Atomic.set corrupt true
-     | _ -> ())
-  done;
-  !rounds
-
+/// On OCaml 4.14: two systhreads do the work (taking turns holding the runtime) while the main
+/// thread waits for the line on stdin.
+const SYSTHREADS_MAIN: &str = r#"
 let () =
   let rounds = Array.make 2 0 in
   let threads = List.init 2 (fun id -> Thread.create (fun () -> rounds.(id) <- work id) ()) in
@@ -97,6 +69,9 @@ let () =
   if Atomic.get corrupt then (print_endline "CORRUPT"; exit 1);
   Printf.printf "OK %b\n" (rounds.(0) > 0 && rounds.(1) > 0)
 "#;
+
+/// Worker domains besides the main one (and one blocked reading stdin).
+const WORKERS: usize = 1;
 
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_3() {
@@ -130,8 +105,10 @@ fn fifty_dumps(toolchain: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ocaml4 = toolchain.starts_with("4.");
     let exe = match ocaml4 {
-        true => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM_SYSTHREADS, &["threads"], None),
-        false => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", PROGRAM, &[], None),
+        true => {
+            compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{SYSTHREADS_MAIN}"), &["threads"], None)
+        }
+        false => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}"), &[], None),
     };
     // OCaml 4.14 has one runtime state (domain 0); OCaml 5 one per domain.
     let domains = if ocaml4 { 1 } else { WORKERS + 2 };

@@ -4,7 +4,7 @@
 
 use super::Runtime4;
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{copy_minor_heaps, read_regions, registered_custom_ops, SpareBuffers, TornMinorHeap};
+use crate::runtime::capture::{copy_minor_heaps, data_segments, read_regions, registered_custom_ops, SpareBuffers, TornMinorHeap};
 use crate::runtime::captured::{Capture, CapturedDomain};
 use crate::runtime::heap::{CapturedRegion, RegionIndex};
 use crate::runtime::safety::WorldCheck;
@@ -175,18 +175,7 @@ pub fn heap_chunks(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<(u64,
 /// (`caml_atom_table`, 256 empty blocks the runtime allocated at startup), merged where they
 /// touch.
 pub fn static_spans(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
-    let table = rt.symbol("caml_data_segments")?;
-    let mut spans = Vec::new();
-    for i in 0..100_000u64 {
-        let pair = source.read_words(table + 16 * i, 2)?;
-        if pair[0] == 0 {
-            break;
-        }
-        let (begin, end) = (pair[0] & !7, pair[1].div_ceil(8) * 8);
-        if end > begin {
-            spans.push((begin, end));
-        }
-    }
+    let mut spans = data_segments(source, rt.symbol("caml_data_segments")?)?;
     let atoms = source.read_u64(rt.addr(rt.statics.atom_table))?;
     if atoms != 0 {
         spans.push((atoms, atoms + 8 * 257));

@@ -5,17 +5,13 @@ use super::stack::{walk, StackStart};
 use super::Runtime4;
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::runtime::captured::{Capture, CapturedRoot, RootName};
-use crate::runtime::frames::SlotPlace;
-use crate::runtime::roots::GC_REGS_DWARF;
+use crate::runtime::root_chains::{self, FinalShape, RootsBlockShape, SkipListShape, StateSpan, MAX_CHAIN};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 use heapsnap_format::{
     MemprofRecord, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN,
-    MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    MEMPROF_TABLE_THREAD, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
-
-/// Longest chain followed in any runtime list, to stay finite on a corrupt target.
-const MAX_CHAIN: usize = 10_000_000;
 
 /// The one runtime state's domain number in the snapshot.
 const DOMAIN: u16 = 0;
@@ -138,97 +134,33 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     Ok(())
 }
 
-/// `caml_globals`: each compilation unit's zero-terminated array of module blocks, whose fields
-/// are roots.
+/// `caml_globals`: each compilation unit's zero-terminated array of module blocks.
 fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let table = cx.rt.symbol("caml_globals")?;
-    for i in 0..MAX_CHAIN as u64 {
-        let unit = cx.word(table + 8 * i)?;
-        if unit == 0 {
-            break;
-        }
-        unit_roots(cx, unit, RootKind::Global, format)?;
-    }
-    Ok(())
-}
-
-fn unit_roots(cx: &mut Ctx<'_>, unit: u64, kind: RootKind, format: HeaderFormat) -> Result<()> {
-    for j in 0..MAX_CHAIN as u64 {
-        let block = cx.word(unit + 8 * j)?;
-        if block == 0 {
-            break;
-        }
-        let header = cx.word(block - 8)?;
-        let fields = cx.source.read_words(block, format.wosize(header) as usize)?;
-        for (k, v) in fields.into_iter().enumerate() {
-            cx.push(kind, NO_DOMAIN, 0, block + 8 * k as u64, v, k as u64, RootName::DataAt(block), 0);
-        }
-    }
-    Ok(())
+    root_chains::globals(cx.source, cx.rt.symbol("caml_globals")?, format, &mut cx.roots)
 }
 
 /// Globals of natdynlinked units (roots_nat.c `caml_dyn_globals`).
 fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let (data, next) = (cx.rt.layout.link_data, cx.rt.layout.link_next);
-    let mut link = cx.word(cx.rt.addr(cx.rt.statics.dyn_globals))?;
-    let mut n = 0;
-    while link != 0 && n < MAX_CHAIN {
-        let unit = cx.word(link + data)?;
-        unit_roots(cx, unit, RootKind::DynGlobal, format)?;
-        link = cx.word(link + next)?;
-        n += 1;
-    }
-    Ok(())
+    let head = cx.rt.addr(cx.rt.statics.dyn_globals);
+    root_chains::dyn_globals(cx.source, head, (cx.rt.layout.link_data, cx.rt.layout.link_next), format, &mut cx.roots)
 }
 
-/// The three skip lists of registered global roots. A root registered inside `Caml_state`
-/// (the last exception's backtrace) is kind `Domain`, named after its member.
+/// The three skip lists of registered global roots.
 fn global_root_lists(cx: &mut Ctx<'_>, state: u64) -> Result<()> {
-    let l = cx.rt.layout.skiplist.clone();
+    let l = &cx.rt.layout.skiplist;
+    let shape = SkipListShape { list_forward: l.list_forward, cell_key: l.cell_key, cell_forward: l.cell_forward };
+    let [global, young, old] = cx.rt.statics.global_roots.map(|a| cx.rt.addr(a));
+    let lists = [(global, RootKind::GlobalRoot), (young, RootKind::GenerationalRoot), (old, RootKind::GenerationalRoot)];
     let s = &cx.rt.layout.state;
-    let (size, members) = (s.size, s.members.clone());
-    for (list, kind) in
-        cx.rt.statics.global_roots.into_iter().zip([RootKind::GlobalRoot, RootKind::GenerationalRoot, RootKind::GenerationalRoot])
-    {
-        let mut cell = cx.word(cx.rt.addr(list) + l.list_forward)?;
-        let mut n = 0;
-        while cell != 0 && n < MAX_CHAIN {
-            let slot = cx.word(cell + l.cell_key)?;
-            let value = cx.word(slot)?;
-            if (state..state + size).contains(&slot) {
-                let offset = slot - state;
-                let field = members.iter().find(|(_, o)| *o == offset).map_or_else(|| format!("+{offset}"), |(m, _)| m.clone());
-                cx.push(RootKind::Domain, DOMAIN, 0, slot, value, 0, RootName::Text(field), 0);
-            } else {
-                cx.push(kind, NO_DOMAIN, 0, slot, value, 0, RootName::DataAt(slot), 0);
-            }
-            cell = cx.word(cell + l.cell_forward)?;
-            n += 1;
-        }
-    }
-    Ok(())
+    let states = [StateSpan { domain: DOMAIN, address: state, size: s.size, members: &s.members }];
+    root_chains::registered_roots(cx.source, &lists, shape, &states, &mut cx.roots)
 }
 
 /// `CAMLparam`/`CAMLlocal` chains (memory.h `caml__roots_block`).
-fn local_roots(cx: &mut Ctx<'_>, mut block: u64, thread: u64) -> Result<()> {
-    let r = cx.rt.layout.local_roots.clone();
-    let mut n = 0;
-    while block != 0 && n < MAX_CHAIN {
-        let ntables = cx.word(block + r.ntables)?;
-        let nitems = cx.word(block + r.nitems)?;
-        if ntables > r.max_tables || nitems > 1 << 24 {
-            return Err(DumpError::Inconsistent(format!("local roots block {block:#x}: {ntables} tables of {nitems}")));
-        }
-        for i in 0..ntables {
-            let table = cx.word(block + r.tables + 8 * i)?;
-            for (j, v) in cx.source.read_words(table, nitems as usize)?.into_iter().enumerate().filter(|(_, v)| *v != 0) {
-                cx.push(RootKind::LocalRoot, DOMAIN, thread, table + 8 * j as u64, v, 0, RootName::None, 0);
-            }
-        }
-        block = cx.word(block + r.next)?;
-        n += 1;
-    }
-    Ok(())
+fn local_roots(cx: &mut Ctx<'_>, block: u64, thread: u64) -> Result<()> {
+    let r = &cx.rt.layout.local_roots;
+    let shape = RootsBlockShape { next: r.next, ntables: r.ntables, nitems: r.nitems, tables: r.tables, max_tables: r.max_tables };
+    root_chains::local_roots(cx.source, block, shape, (DOMAIN, thread), &mut cx.roots)
 }
 
 /// One thread's OCaml frames, from a saved exit.
@@ -238,25 +170,7 @@ fn stack(cx: &mut Ctx<'_>, thread: u64, start: StackStart) -> Result<()> {
     if let Some(problem) = w.problem {
         cx.warnings.push(format!("thread {thread}: stack walk stopped early: {problem}"));
     }
-    for slot in w.slots {
-        match slot.place {
-            SlotPlace::Stack(address) => {
-                let value = cx.word(address)?;
-                cx.push(RootKind::Stack, DOMAIN, thread, address, value, slot.retaddr, RootName::CodeAt(slot.retaddr), 0);
-            }
-            SlotPlace::Register { bucket, index } => {
-                if bucket == 0 {
-                    cx.warnings.push(format!("frame at {:#x} has a live register but no gc_regs", slot.retaddr));
-                    continue;
-                }
-                let address = bucket + 8 * index;
-                let value = cx.word(address)?;
-                let dwarf = GC_REGS_DWARF.get(index as usize).copied().unwrap_or(u64::MAX);
-                cx.push(RootKind::Register, DOMAIN, thread, address, value, dwarf, RootName::None, 0);
-            }
-        }
-    }
-    Ok(())
+    root_chains::stack_slots(&w.slots, (DOMAIN, thread), &mut |a| source.read_u64(a), &mut cx.roots, &mut cx.warnings)
 }
 
 /// The stack of the thread running OCaml code: its innermost frame is live in its registers,
@@ -285,34 +199,14 @@ fn running_stack(cx: &mut Ctx<'_>, thread: u64, t: &ThreadState) -> Result<()> {
 /// `last` sets are weak (finalised when unreachable); those already due (`to_do`) are roots.
 fn finalisers(cx: &mut Ctx<'_>) -> Result<()> {
     let f = cx.rt.layout.finalise.clone();
+    let shape = FinalShape { fun: f.fun, val: f.val, size: f.final_size };
     for (set, name) in [(cx.rt.statics.finalisable_first, "first"), (cx.rt.statics.finalisable_last, "last")] {
         let set = cx.rt.addr(set);
-        let table = cx.word(set + f.table)?;
-        let young = cx.word(set + f.young)?;
-        if young > 1 << 28 {
-            return Err(DumpError::Inconsistent(format!("finaliser table {table:#x} has {young} entries")));
-        }
-        for i in 0..young {
-            let entry = table + i * f.final_size;
-            let (fun, val) = (cx.word(entry + f.fun)?, cx.word(entry + f.val)?);
-            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.fun, fun, 0, RootName::Text(format!("{name}.fun")), 0);
-            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.val, val, 0, RootName::Text(format!("{name}.val")), ROOT_FLAG_WEAK);
-        }
+        let table = (cx.word(set + f.table)?, cx.word(set + f.young)?);
+        root_chains::finalisable_set(cx.source, table, shape, name, DOMAIN, &mut cx.roots)?;
     }
-    let mut todo = cx.word(cx.rt.addr(cx.rt.statics.to_do_hd))?;
-    let mut n = 0;
-    while todo != 0 && n < MAX_CHAIN {
-        let size = cx.source.read_i32(todo + f.todo_size)?.max(0) as u64;
-        for i in 0..size {
-            let entry = todo + f.todo_item + i * f.final_size;
-            let (fun, val) = (cx.word(entry + f.fun)?, cx.word(entry + f.val)?);
-            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.fun, fun, 0, RootName::Text("todo.fun".into()), 0);
-            cx.push(RootKind::Finaliser, DOMAIN, 0, entry + f.val, val, 0, RootName::Text("todo.val".into()), 0);
-        }
-        todo = cx.word(todo + f.todo_next)?;
-        n += 1;
-    }
-    Ok(())
+    let todo = cx.word(cx.rt.addr(cx.rt.statics.to_do_hd))?;
+    root_chains::finalisers_due(cx.source, todo, (f.todo_next, f.todo_size, f.todo_item), shape, DOMAIN, &mut cx.roots)
 }
 
 /// memprof.c's entry arrays: `entries_global` (blocks whose allocation callback ran) and each

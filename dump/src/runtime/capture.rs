@@ -647,18 +647,7 @@ fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Captur
 /// The spans of static data, merged where they touch (they do not change while the program
 /// runs, so they may be listed before the stop).
 fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
-    let table = rt.symbol("caml_data_segments")?;
-    let mut spans = Vec::new();
-    for i in 0..100_000u64 {
-        let pair = source.read_words(table + 16 * i, 2)?;
-        if pair[0] == 0 {
-            break;
-        }
-        let (begin, end) = (pair[0] & !7, pair[1].div_ceil(8) * 8);
-        if end > begin {
-            spans.push((begin, end));
-        }
-    }
+    let mut spans = data_segments(source, rt.symbol("caml_data_segments")?)?;
     // The runtime's atoms are static blocks too (what `caml_alloc(0, tag)` returns).
     if let Some((atoms, size)) = rt.statics.atoms {
         spans.push((rt.addr(atoms), rt.addr(atoms) + size.div_ceil(8) * 8));
@@ -670,6 +659,23 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
     }
     // Units' segments follow each other; merge any that touch so regions never overlap.
     Ok(super::plugins::merge(spans))
+}
+
+/// The static data of the executable's OCaml units: `caml_data_segments` (at `table`), pairs
+/// of (begin, end) ended by a null one, as word-aligned spans.
+pub(crate) fn data_segments(source: &dyn MemorySource, table: u64) -> Result<Vec<(u64, u64)>> {
+    let mut spans = Vec::new();
+    for i in 0..100_000u64 {
+        let pair = source.read_words(table + 16 * i, 2)?;
+        if pair[0] == 0 {
+            break;
+        }
+        let (begin, end) = (pair[0] & !7, pair[1].div_ceil(8) * 8);
+        if end > begin {
+            spans.push((begin, end));
+        }
+    }
+    Ok(spans)
 }
 
 /// The custom operations the runtime registered (custom.c's `custom_ops_table`, at `table`).

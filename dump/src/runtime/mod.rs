@@ -11,6 +11,7 @@ pub mod heap;
 pub mod layout;
 pub mod locate;
 pub mod plugins;
+pub mod root_chains;
 pub mod roots;
 pub mod safety;
 pub mod statics;

@@ -3,7 +3,7 @@
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
 use super::captured::{Capture, CapturedRoot, RootName};
-use super::frames::{walk_stack, SlotPlace};
+use super::frames::walk_stack;
 use super::heap::{find_continuations, CapturedRegion, ContinuationShape, RegionIndex};
 use super::versions::Indirection;
 use super::Runtime;
@@ -16,12 +16,7 @@ use heapsnap_format::{
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
 
-/// amd64 gc_regs bucket order (runtime/amd64.S SAVE_ALL_REGS): rax rbx rdi rsi rdx rcx r8 r9
-/// r12 r13 r10 r11 rbp, as DWARF register numbers.
-pub(crate) const GC_REGS_DWARF: [u64; 13] = [0, 3, 5, 4, 1, 2, 8, 9, 12, 13, 10, 11, 6];
-
-/// Longest chain we follow in any runtime list, to stay finite on a corrupt target.
-const MAX_CHAIN: usize = 10_000_000;
+use super::root_chains::{self, StateSpan, MAX_CHAIN};
 
 struct Ctx<'a> {
     rt: &'a Runtime,
@@ -161,77 +156,29 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
 /// `caml_globals`: each compilation unit's `gc_roots`, a zero-terminated array of blocks
 /// (the module block) whose fields are roots.
 fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let table = cx.rt.symbol("caml_globals")?;
-    for i in 0..MAX_CHAIN as u64 {
-        let gc_roots = cx.word(table + 8 * i)?;
-        if gc_roots == 0 {
-            break;
-        }
-        unit_roots(cx, gc_roots, RootKind::Global, format)?;
-    }
-    Ok(())
-}
-
-fn unit_roots(cx: &mut Ctx<'_>, gc_roots: u64, kind: RootKind, format: HeaderFormat) -> Result<()> {
-    for j in 0..MAX_CHAIN as u64 {
-        let block = cx.word(gc_roots + 8 * j)?;
-        if block == 0 {
-            break;
-        }
-        let header = cx.word(block - 8)?;
-        let fields = cx.source.read_words(block, format.wosize(header) as usize)?;
-        for (k, v) in fields.into_iter().enumerate() {
-            cx.push(kind, NO_DOMAIN, 0, block + 8 * k as u64, v, k as u64, RootName::DataAt(block), 0);
-        }
-    }
-    Ok(())
+    root_chains::globals(cx.source, cx.rt.symbol("caml_globals")?, format, &mut cx.roots)
 }
 
 /// Globals of natdynlinked units (globroots.c `caml_dyn_globals`).
 fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let Some(head) = cx.rt.statics.dyn_globals else { return Ok(()) };
-    let (data, next) = (cx.rt.layout.roots.link_data, cx.rt.layout.roots.link_next);
-    let mut link = cx.word(cx.rt.addr(head))?;
-    let mut n = 0;
-    while link != 0 && n < MAX_CHAIN {
-        let gc_roots = cx.word(link + data)?;
-        unit_roots(cx, gc_roots, RootKind::DynGlobal, format)?;
-        link = cx.word(link + next)?;
-        n += 1;
-    }
-    Ok(())
+    let Some(head) = cx.rt.dyn_globals() else { return Ok(()) };
+    let link = (cx.rt.layout.roots.link_data, cx.rt.layout.roots.link_next);
+    root_chains::dyn_globals(cx.source, head, link, format, &mut cx.roots)
 }
 
-/// The three skip lists of registered global roots. Roots registered from inside a domain
-/// state (domain-local storage, the last exception's backtrace) are kind `Domain`, named
-/// after their field.
+/// The three skip lists of registered global roots.
 fn global_root_lists(cx: &mut Ctx<'_>, cap: &Capture) -> Result<()> {
     let r = &cx.rt.layout.roots;
     let ds = &cx.rt.layout.domain_state;
-    for (symbol, kind) in [
-        ("caml_global_roots", RootKind::GlobalRoot),
-        ("caml_global_roots_young", RootKind::GenerationalRoot),
-        ("caml_global_roots_old", RootKind::GenerationalRoot),
-    ] {
-        let list = cx.rt.symbol(symbol)?;
-        let mut cell = cx.word(list + r.skiplist_forward)?;
-        let mut n = 0;
-        while cell != 0 && n < MAX_CHAIN {
-            let slot = cx.word(cell + r.skipcell_key)?;
-            let value = cx.word(slot)?;
-            match cap.domains.iter().find(|d| (d.state..d.state + ds.size).contains(&slot)) {
-                Some(d) => {
-                    let offset = slot - d.state;
-                    let field = ds.members.iter().find(|(_, o)| *o == offset).map_or_else(|| format!("+{offset}"), |(m, _)| m.clone());
-                    cx.push(RootKind::Domain, d.id, 0, slot, value, 0, RootName::Text(field), 0);
-                }
-                None => cx.push(kind, NO_DOMAIN, 0, slot, value, 0, RootName::DataAt(slot), 0),
-            }
-            cell = cx.word(cell + r.skipcell_forward)?;
-            n += 1;
-        }
-    }
-    Ok(())
+    let shape = root_chains::SkipListShape { list_forward: r.skiplist_forward, cell_key: r.skipcell_key, cell_forward: r.skipcell_forward };
+    let lists = [
+        (cx.rt.symbol("caml_global_roots")?, RootKind::GlobalRoot),
+        (cx.rt.symbol("caml_global_roots_young")?, RootKind::GenerationalRoot),
+        (cx.rt.symbol("caml_global_roots_old")?, RootKind::GenerationalRoot),
+    ];
+    let states: Vec<StateSpan<'_>> =
+        cap.domains.iter().map(|d| StateSpan { domain: d.id, address: d.state, size: ds.size, members: &ds.members }).collect();
+    root_chains::registered_roots(cx.source, &lists, shape, &states, &mut cx.roots)
 }
 
 /// The systhreads of domain `domain` (empty without the threads library).
@@ -270,28 +217,16 @@ fn systhreads(cx: &mut Ctx<'_>, domain: u16) -> Result<Vec<SysThread>> {
 }
 
 /// `CAMLparam`/`CAMLlocal` chains (memory.h `caml__roots_block`).
-fn local_roots(cx: &mut Ctx<'_>, mut block: u64, domain: u16, thread: u64) -> Result<()> {
-    let r = cx.rt.layout.roots.clone();
-    let mut n = 0;
-    while block != 0 && n < MAX_CHAIN {
-        let ntables = cx.word(block + r.roots_block_ntables)?;
-        let nitems = cx.word(block + r.roots_block_nitems)?;
-        if ntables > r.roots_block_max_tables || nitems > 1 << 24 {
-            return Err(DumpError::Inconsistent(format!("local roots block {block:#x}: {ntables} tables of {nitems}")));
-        }
-        for i in 0..ntables {
-            let table = cx.word(block + r.roots_block_tables + 8 * i)?;
-            let values = cx.source.read_words(table, nitems as usize)?;
-            for (j, v) in values.into_iter().enumerate() {
-                if v != 0 {
-                    cx.push(RootKind::LocalRoot, domain, thread, table + 8 * j as u64, v, 0, RootName::None, 0);
-                }
-            }
-        }
-        block = cx.word(block + r.roots_block_next)?;
-        n += 1;
-    }
-    Ok(())
+fn local_roots(cx: &mut Ctx<'_>, block: u64, domain: u16, thread: u64) -> Result<()> {
+    let r = &cx.rt.layout.roots;
+    let shape = root_chains::RootsBlockShape {
+        next: r.roots_block_next,
+        ntables: r.roots_block_ntables,
+        nitems: r.roots_block_nitems,
+        tables: r.roots_block_tables,
+        max_tables: r.roots_block_max_tables,
+    };
+    root_chains::local_roots(cx.source, block, shape, (domain, thread), &mut cx.roots)
 }
 
 /// One fiber stack: its `stack_info`, live part and handler.
@@ -369,23 +304,13 @@ fn walk_chain(
         if let Some(problem) = walk.problem {
             cx.warnings.push(format!("fiber stack {:#x}: walk stopped early: {problem}", fiber.info));
         }
-        for slot in walk.slots {
-            match slot.place {
-                SlotPlace::Stack(address) => {
-                    let value = stack_word(&cx.new_regions, cx.source, address)?;
-                    record(cx, RootKind::Stack, address, value, slot.retaddr, RootName::CodeAt(slot.retaddr), 0);
-                }
-                SlotPlace::Register { bucket, index } => {
-                    if bucket == 0 {
-                        cx.warnings.push(format!("frame at {:#x} has a live register but no gc_regs", slot.retaddr));
-                        continue;
-                    }
-                    let address = bucket + 8 * index;
-                    let value = cx.word(address)?;
-                    let dwarf = GC_REGS_DWARF.get(index as usize).copied().unwrap_or(u64::MAX);
-                    record(cx, RootKind::Register, address, value, dwarf, RootName::None, 0);
-                }
-            }
+        let mut found = Vec::new();
+        let regions = std::mem::take(&mut cx.new_regions);
+        let read = root_chains::stack_slots(&walk.slots, (0, 0), &mut |a| stack_word(&regions, cx.source, a), &mut found, &mut cx.warnings);
+        cx.new_regions = regions;
+        read?;
+        for r in found {
+            record(cx, r.kind, r.slot, r.value, r.origin, r.name, r.flags);
         }
         for (offset, name) in [(f.handler_value, "handle_value"), (f.handler_exn, "handle_exn"), (f.handler_effect, "handle_effect")] {
             let address = fiber.high + offset;
@@ -630,37 +555,13 @@ impl<'a> HeapBlocks<'a> {
 /// `last` sets are weak (they are finalised when unreachable); those already due are roots.
 fn finalisers(cx: &mut Ctx<'_>, info: u64, domain: u16) -> Result<()> {
     let r = cx.rt.layout.roots.clone();
-    for (table_off, young_off, set) in
-        [(r.final_first_table, r.final_first_young, "first"), (r.final_last_table, r.final_last_young, "last")]
-    {
-        let table = cx.word(info + table_off)?;
-        let young = cx.word(info + young_off)?;
-        if young > 1 << 28 {
-            return Err(DumpError::Inconsistent(format!("finaliser table {table:#x} has {young} entries")));
-        }
-        for i in 0..young {
-            let entry = table + i * r.final_size;
-            let fun = cx.word(entry + r.final_fun)?;
-            let val = cx.word(entry + r.final_val)?;
-            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_fun, fun, 0, RootName::Text(format!("{set}.fun")), 0);
-            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_val, val, 0, RootName::Text(format!("{set}.val")), ROOT_FLAG_WEAK);
-        }
+    let shape = root_chains::FinalShape { fun: r.final_fun, val: r.final_val, size: r.final_size };
+    for (table, young, set) in [(r.final_first_table, r.final_first_young, "first"), (r.final_last_table, r.final_last_young, "last")] {
+        let set_table = (cx.word(info + table)?, cx.word(info + young)?);
+        root_chains::finalisable_set(cx.source, set_table, shape, set, domain, &mut cx.roots)?;
     }
-    let mut todo = cx.word(info + r.final_todo_head)?;
-    let mut n = 0;
-    while todo != 0 && n < MAX_CHAIN {
-        let size = cx.source.read_i32(todo + r.todo_size)?.max(0) as u64;
-        for i in 0..size {
-            let entry = todo + r.todo_item + i * r.final_size;
-            let fun = cx.word(entry + r.final_fun)?;
-            let val = cx.word(entry + r.final_val)?;
-            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_fun, fun, 0, RootName::Text("todo.fun".into()), 0);
-            cx.push(RootKind::Finaliser, domain, 0, entry + r.final_val, val, 0, RootName::Text("todo.val".into()), 0);
-        }
-        todo = cx.word(todo + r.todo_next)?;
-        n += 1;
-    }
-    Ok(())
+    let todo = cx.word(info + r.final_todo_head)?;
+    root_chains::finalisers_due(cx.source, todo, (r.todo_next, r.todo_size, r.todo_item), shape, domain, &mut cx.roots)
 }
 
 fn memprof_domain(cx: &mut Ctx<'_>, domain_memprof: u64, domain: u16) -> Result<()> {
