@@ -81,7 +81,14 @@ pub struct LiveIndex<'t> {
 }
 
 impl<'t> LiveIndex<'t> {
-    pub(crate) fn build(mut events: EventReader<'t>) -> Result<Self, Error> {
+    pub(crate) fn build(events: EventReader<'t>) -> Result<Self, Error> {
+        Self::build_with(events, |_| true, true)
+    }
+
+    /// Keeps the allocations `wanted` selects; with `drop_collected`, only those not collected
+    /// by the end of the trace. A heap snapshot's join keeps collected ones too: a trace read
+    /// after the snapshot was taken may already record their collection.
+    pub(crate) fn build_with(mut events: EventReader<'t>, wanted: impl Fn(u64) -> bool, drop_collected: bool) -> Result<Self, Error> {
         let mut live: FxHashMap<u64, AllocInfo> = FxHashMap::default();
         let mut tree = CallTree::default();
         // Per domain: the tree node of each frame of the previous backtrace, outermost first.
@@ -91,6 +98,12 @@ impl<'t> LiveIndex<'t> {
             match event {
                 Event::Alloc(alloc) => {
                     stats.allocations += 1;
+                    if !wanted(alloc.id) {
+                        stats.end_time = alloc.time;
+                        // The decoder's state is all the backtraces need: the tree skips it.
+                        paths.entry(alloc.domain).or_default().truncate(0);
+                        continue;
+                    }
                     stats.end_time = alloc.time;
                     let path = paths.entry(alloc.domain).or_default();
                     let codes = alloc.backtrace.codes();
@@ -124,7 +137,8 @@ impl<'t> LiveIndex<'t> {
                 Event::Collect { id, time, .. } => {
                     stats.collections += 1;
                     stats.end_time = time;
-                    if live.remove(&id).is_none() {
+                    let known = if drop_collected { live.remove(&id).is_some() } else { live.contains_key(&id) };
+                    if !known {
                         stats.unmatched_collections += 1;
                     }
                 }

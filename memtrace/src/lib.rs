@@ -97,4 +97,12 @@ impl<'t> Trace<'t> {
     pub fn index(&self) -> Result<LiveIndex<'_>, Error> {
         LiveIndex::build(self.events())
     }
+
+    /// Reads every event once and keeps the allocations `wanted` selects by id, collected or
+    /// not (for a heap snapshot's tracked blocks: the trace may go on past the snapshot, and
+    /// record collections that came after it). Promotions and collections of allocations not
+    /// kept count as unmatched in the stats.
+    pub fn select(&self, wanted: impl Fn(u64) -> bool) -> Result<LiveIndex<'_>, Error> {
+        LiveIndex::build_with(self.events(), wanted, false)
+    }
 }

@@ -10,7 +10,7 @@ use super::Runtime;
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{
-    MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET, MEMPROF_PROMOTED,
+    FrameDescrRecord, MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET, MEMPROF_PROMOTED,
     MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
@@ -133,6 +133,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     }
 
     cap.regions.append(&mut cx.new_regions);
+    cap.memprof_frames = memprof_frames(&cx, format);
     cap.roots = cx.roots;
     cap.memprof = rt.release.memprof.then_some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);
@@ -747,6 +748,44 @@ fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16, table_kind: u8) 
         );
     }
     Ok(())
+}
+
+/// The frames named by the tracked blocks' user data that are call stacks
+/// (`Printexc.raw_backtrace`: a tag-0 block of backtrace slots as OCaml integers), with
+/// their return addresses (FORMAT.md §3.13). A block with a field naming no descriptor is
+/// something else, and is skipped. Errors reading a block skip it: the user data is the
+/// program's, and a stop never fails for it.
+fn memprof_frames(cx: &Ctx<'_>, format: HeaderFormat) -> Vec<FrameDescrRecord> {
+    /// Longer call stacks are not read (memprof's `callstack_size` is usually tens of frames).
+    const MAX_FRAMES: u64 = 1 << 16;
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut out = Vec::new();
+    for e in &cx.memprof {
+        let data = e.user_data;
+        if data & 7 != 0 || data < 8 || !seen.insert(data) {
+            continue;
+        }
+        let Ok(header) = cx.word(data - 8) else { continue };
+        let wosize = format.wosize(header);
+        if format.tag(header) != 0 || wosize == 0 || wosize > MAX_FRAMES {
+            continue;
+        }
+        let Ok(bytes) = cx.source.read_bytes(data, (wosize * 8) as usize) else { continue };
+        let frames: Option<Vec<FrameDescrRecord>> = bytes
+            .chunks_exact(8)
+            .map(|w| {
+                let slot = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                // `Val_backtrace_slot`: the slot (a descriptor's address, or a debuginfo's + 2)
+                // with bit 0 set.
+                let descriptor = (slot & 1 == 1).then_some(slot - 1)?;
+                Some(FrameDescrRecord { descriptor, return_address: cx.rt.frames.return_address_of(descriptor)? })
+            })
+            .collect();
+        out.extend(frames.unwrap_or_default());
+    }
+    out.sort_unstable_by_key(|r| r.descriptor);
+    out.dedup();
+    out
 }
 
 /// An ephemeron list, linked through field 0 (weak.h `Ephe_link`), read from the captured heap.

@@ -1,0 +1,210 @@
+//! The site reports: `top --by site` (sampled blocks grouped by allocation site, with their
+//! estimated bytes and retained size) and `diff --by site` (sites whose blocks grew from one
+//! snapshot to the next). JSON schemas in REPORTS.md.
+
+use super::{JoinStats, SiteFrame, Sites};
+use crate::analysed::AnalysedHeap;
+use crate::blocks::NodeId;
+use crate::graph::SUPER_ROOT;
+use rustc_hash::FxHashMap;
+use serde::Serialize;
+
+/// One allocation site.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SiteGroup {
+    /// `file:line (function)` of each frame, innermost first, joined by ` <- `.
+    pub site: String,
+    /// The frames naming the site: the innermost outside the standard library and up to
+    /// `--site-depth` - 1 callers.
+    pub frames: Vec<SiteFrame>,
+    /// Sampled blocks allocated here that are in the snapshot (reachable or not).
+    pub count: u64,
+    /// Samples those blocks hold.
+    pub samples: u64,
+    /// Their own bytes, headers included.
+    pub sampled_bytes: u64,
+    /// An estimate of the bytes allocated here that are in the snapshot: each sample stands for
+    /// 1/rate words.
+    pub estimated_bytes: u64,
+    /// What freeing every sampled block of the site would free (their dominator subtrees,
+    /// counted once).
+    pub retained: u64,
+}
+
+/// The `top --by site` report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteTop {
+    /// Always `site`.
+    pub by: &'static str,
+    pub depth: usize,
+    /// Largest estimated bytes first.
+    pub groups: Vec<SiteGroup>,
+    pub total_groups: u64,
+    pub join: JoinStats,
+    pub reachable_bytes: u64,
+}
+
+/// Groups the sampled blocks by site (`depth` frames from the innermost outside the standard
+/// library), at most `limit` groups (`usize::MAX`: all).
+pub fn site_top<'s>(a: &impl AnalysedHeap<'s>, sites: &Sites, depth: usize, limit: usize) -> SiteTop {
+    let mut groups = site_groups(a, sites, depth);
+    let total_groups = groups.len() as u64;
+    groups.truncate(limit);
+    SiteTop { by: "site", depth, groups, total_groups, join: sites.stats.clone(), reachable_bytes: a.reachable_bytes() }
+}
+
+/// Every site's group, largest estimated bytes first.
+pub fn site_groups<'s>(a: &impl AnalysedHeap<'s>, sites: &Sites, depth: usize) -> Vec<SiteGroup> {
+    let mut ids: FxHashMap<&[SiteFrame], usize> = FxHashMap::default();
+    let mut groups: Vec<(SiteGroup, f64)> = Vec::new();
+    let mut members: Vec<Vec<NodeId>> = Vec::new();
+    for b in &sites.blocks {
+        let frames = sites.site_frames(b, depth);
+        let g = *ids.entry(frames).or_insert_with(|| {
+            let site = frames.iter().map(SiteFrame::describe).collect::<Vec<_>>().join(" <- ");
+            let group = SiteGroup { site, frames: frames.to_vec(), count: 0, samples: 0, sampled_bytes: 0, estimated_bytes: 0, retained: 0 };
+            groups.push((group, 0.0));
+            members.push(Vec::new());
+            groups.len() - 1
+        });
+        let (group, estimate) = &mut groups[g];
+        group.count += 1;
+        group.samples += b.samples;
+        group.sampled_bytes += a.shallow(b.node);
+        *estimate += b.estimated_bytes();
+        members[g].push(b.node);
+    }
+    let retained = union_retained(a, &members);
+    let mut out: Vec<SiteGroup> = groups
+        .into_iter()
+        .zip(retained)
+        .map(|((mut g, estimate), r)| {
+            g.estimated_bytes = estimate.round() as u64;
+            g.retained = r;
+            g
+        })
+        .collect();
+    out.sort_by(|x, y| y.estimated_bytes.cmp(&x.estimated_bytes).then(y.retained.cmp(&x.retained)).then(x.site.cmp(&y.site)));
+    out
+}
+
+/// For each set of nodes, the bytes freed if all of them became unreachable: the retained sizes
+/// of the members no other member of the set dominates. Walks each member's dominator chain
+/// up to the nearest member of any set, remembering the answer for every node walked, so the
+/// whole costs at most one visit per reachable node.
+pub fn union_retained<'s>(a: &impl AnalysedHeap<'s>, sets: &[Vec<NodeId>]) -> Vec<u64> {
+    const NONE: u32 = u32::MAX;
+    // The set of each member (a node in two sets is rare: the first wins).
+    let mut set_of: FxHashMap<NodeId, u32> = FxHashMap::default();
+    for (s, nodes) in sets.iter().enumerate() {
+        for &v in nodes {
+            set_of.entry(v).or_insert(s as u32);
+        }
+    }
+    // The nearest strict dominator that is a member, per node walked.
+    let mut nearest: FxHashMap<NodeId, NodeId> = FxHashMap::default();
+    let mut nearest_member_above = |v: NodeId| -> NodeId {
+        let mut walked = Vec::new();
+        let mut x = v;
+        let found = loop {
+            let Some(d) = a.idom(x).filter(|&d| d != x && d != SUPER_ROOT) else { break NONE };
+            if set_of.contains_key(&d) {
+                break d;
+            }
+            if let Some(&m) = nearest.get(&d) {
+                break m;
+            }
+            walked.push(d);
+            x = d;
+        };
+        for w in walked {
+            nearest.insert(w, found);
+        }
+        found
+    };
+    let mut out = vec![0u64; sets.len()];
+    for (s, nodes) in sets.iter().enumerate() {
+        for &v in nodes {
+            if !a.is_reachable(v) || set_of.get(&v) != Some(&(s as u32)) {
+                continue;
+            }
+            // Counted unless a member of the same set dominates it.
+            let mut m = nearest_member_above(v);
+            let mut covered = false;
+            while m != NONE {
+                if set_of.get(&m) == Some(&(s as u32)) {
+                    covered = true;
+                    break;
+                }
+                m = nearest_member_above(m);
+            }
+            if !covered {
+                out[s] += a.retained(v);
+            }
+        }
+    }
+    out
+}
+
+/// One site across snapshots.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct SiteGrowth {
+    pub site: String,
+    /// Per snapshot, oldest first.
+    pub count: Vec<u64>,
+    pub estimated_bytes: Vec<u64>,
+    pub retained: Vec<u64>,
+    /// Estimated bytes, last snapshot minus first.
+    pub growth: i64,
+}
+
+/// The `diff --by site` report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteDiff {
+    pub by: &'static str,
+    pub depth: usize,
+    pub snapshots: Vec<String>,
+    /// Largest growth first.
+    pub sites: Vec<SiteGrowth>,
+    pub total_sites: u64,
+    /// Sites whose estimated bytes grew at every snapshot by at least `min_growth` in all
+    /// (three snapshots or more), largest growth first: where the new objects were allocated.
+    pub suspects: Vec<SiteGrowth>,
+    /// Per snapshot, how its tracked blocks met their stacks.
+    pub join: Vec<JoinStats>,
+}
+
+/// Compares the site groups of several snapshots, oldest first.
+pub fn site_diff(names: Vec<String>, per_snapshot: &[(Vec<SiteGroup>, JoinStats)], depth: usize, min_growth: u64, limit: usize, max_suspects: usize) -> SiteDiff {
+    let n = per_snapshot.len();
+    let mut index: FxHashMap<&str, usize> = FxHashMap::default();
+    let mut sites: Vec<SiteGrowth> = Vec::new();
+    for (i, (groups, _)) in per_snapshot.iter().enumerate() {
+        for g in groups {
+            let s = *index.entry(g.site.as_str()).or_insert_with(|| {
+                sites.push(SiteGrowth { site: g.site.clone(), count: vec![0; n], estimated_bytes: vec![0; n], retained: vec![0; n], growth: 0 });
+                sites.len() - 1
+            });
+            sites[s].count[i] = g.count;
+            sites[s].estimated_bytes[i] = g.estimated_bytes;
+            sites[s].retained[i] = g.retained;
+        }
+    }
+    for s in &mut sites {
+        s.growth = s.estimated_bytes[n - 1] as i64 - s.estimated_bytes[0] as i64;
+    }
+    sites.sort_by(|x, y| y.growth.cmp(&x.growth).then(x.site.cmp(&y.site)));
+    let mut suspects: Vec<SiteGrowth> = if n >= 3 {
+        sites
+            .iter()
+            .filter(|s| s.growth >= min_growth as i64 && s.estimated_bytes.windows(2).all(|w| w[1] > w[0]))
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    suspects.truncate(max_suspects);
+    let total_sites = sites.len() as u64;
+    sites.truncate(limit);
+    SiteDiff { by: "site", depth, snapshots: names, sites, total_sites, suspects, join: per_snapshot.iter().map(|(_, j)| j.clone()).collect() }
+}
