@@ -198,6 +198,34 @@ fn a_100_mb_leak_sampled_at_1e_4_is_estimated_within_25_percent() {
 }
 
 #[test]
+fn diff_names_the_sites_of_the_new_objects() {
+    let _one = one_core_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let snaps: Vec<PathBuf> = (1..=3).map(|i| dir.path().join(format!("{i}.snap"))).collect();
+    let mut sample = Sample::start(&samples_dir().join("alloc_sites"), &["--steps", "3", "--tracker", "callstack", "1000"]);
+    for (i, snap) in snaps.iter().enumerate() {
+        sample.wait_ready(i as u32 + 1);
+        dump_ok(sample.pid(), snap, &[]);
+        sample.release();
+    }
+    drop(sample);
+    let paths: Vec<&Path> = snaps.iter().map(PathBuf::as_path).collect();
+    let (leak, scratch) = (format!("alloc_sites.ml:{} ", site_line("leak")), format!("alloc_sites.ml:{} ", site_line("scratch")));
+    let by_site = analyse("diff", &paths, &["--by", "site"]);
+    let suspects = by_site["suspects"].as_array().unwrap();
+    assert!(suspects[0]["site"].as_str().unwrap().starts_with(&leak), "{by_site:#}");
+    let grown = suspects[0]["estimated_bytes"].as_array().unwrap();
+    assert!(grown[2].as_u64().unwrap() > 2 * grown[0].as_u64().unwrap(), "{by_site:#}");
+    assert!(!suspects.iter().any(|s| s["site"].as_str().unwrap().starts_with(&scratch)), "the ring is bounded: {by_site:#}");
+    assert_eq!(by_site["join"].as_array().unwrap().len(), 3);
+
+    // Grouped by kind, the suspect of the sessions' payloads (strings) names the leak's line.
+    let by_kind = analyse("diff", &paths, &[]);
+    let strings = by_kind["suspects"].as_array().unwrap().iter().find(|s| s["name"] == "string").unwrap_or_else(|| panic!("{by_kind:#}"));
+    assert!(strings["sites"][0]["site"].as_str().unwrap().starts_with(&leak), "{strings:#}");
+}
+
+#[test]
 fn snapshots_without_statmemprof_are_refused_for_sites() {
     let Some(dir) = toolchain_samples("5.2.0") else { return };
     let tmp = tempfile::tempdir().unwrap();

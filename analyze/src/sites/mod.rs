@@ -125,6 +125,7 @@ pub struct JoinStats {
 }
 
 /// The allocation stacks of a snapshot's sampled blocks.
+#[derive(Clone)]
 pub struct Sites {
     /// Sorted by node.
     pub blocks: Vec<SampledBlock>,
@@ -221,6 +222,11 @@ impl Sites {
             }
         }
         Ok(join.finish())
+    }
+
+    /// Keeps the sampled blocks `keep` selects.
+    pub fn retain(&mut self, keep: impl Fn(&SampledBlock) -> bool) {
+        self.blocks.retain(keep);
     }
 
     /// The sampled block of a node, if any.

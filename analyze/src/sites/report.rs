@@ -208,3 +208,12 @@ pub fn site_diff(names: Vec<String>, per_snapshot: &[(Vec<SiteGroup>, JoinStats)
     sites.truncate(limit);
     SiteDiff { by: "site", depth, snapshots: names, sites, total_sites, suspects, join: per_snapshot.iter().map(|(_, j)| j.clone()).collect() }
 }
+
+/// The sites of a suspect group's sampled blocks in each snapshot (`per_snapshot[i]`: that
+/// snapshot's site groups of the blocks in the suspect's group), those that grew first; at most
+/// `max` of them.
+pub fn suspect_sites(per_snapshot: &[Vec<SiteGroup>], max: usize) -> Vec<SiteGrowth> {
+    let joined: Vec<(Vec<SiteGroup>, JoinStats)> = per_snapshot.iter().map(|g| (g.clone(), JoinStats::default())).collect();
+    let diff = site_diff(Vec::new(), &joined, 1, 0, usize::MAX, 0);
+    diff.sites.into_iter().filter(|s| s.growth > 0).take(max).collect()
+}
