@@ -147,16 +147,28 @@ fn memtrace_ids_are_joined_with_the_trace_of_the_same_run_only() {
 
     // A trace of another run of the same program, then of another program: refused.
     let other_run = dir.path().join("other-run.ctf");
-    let status = Command::new(&program).args(["--steps", "1", "200"]).env("MEMTRACE", &other_run).stdout(std::process::Stdio::null()).status().unwrap();
+    let status = Command::new(&program)
+        .args(["--steps", "1", "200"])
+        .env("MEMTRACE", &other_run)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
     assert!(status.success());
-    let (stderr, json) = refused(&["top".as_ref(), snap.as_os_str(), "--by".as_ref(), "site".as_ref(), "--memtrace".as_ref(), other_run.as_os_str()]);
+    let (stderr, json) =
+        refused(&["top".as_ref(), snap.as_os_str(), "--by".as_ref(), "site".as_ref(), "--memtrace".as_ref(), other_run.as_os_str()]);
     assert!(stderr.starts_with("heapsnap: error: the memtrace trace is of another run"), "{stderr}");
     assert_eq!(json["error"]["kind"], "bad_query");
     let other_program = dir.path().join("other-program.ctf");
-    let status = Command::new(programs.join("memtrace_sample")).arg("100").env("MEMTRACE", &other_program).stdout(std::process::Stdio::null()).status().unwrap();
+    let status = Command::new(programs.join("memtrace_sample"))
+        .arg("100")
+        .env("MEMTRACE", &other_program)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
     assert!(status.success());
     let site = format!("alloc_sites.ml:{}", site_line("leak"));
-    let (stderr, _) = refused(&["path".as_ref(), snap.as_os_str(), "--site".as_ref(), site.as_ref(), "--memtrace".as_ref(), other_program.as_os_str()]);
+    let (stderr, _) =
+        refused(&["path".as_ref(), snap.as_os_str(), "--site".as_ref(), site.as_ref(), "--memtrace".as_ref(), other_program.as_os_str()]);
     assert!(stderr.contains("the memtrace trace is of another program") && stderr.contains("memtrace_sample"), "{stderr}");
 }
 

@@ -65,8 +65,8 @@ impl Allocation {
             source: b.source,
             samples: b.samples,
             sampling_rate: b.sampling_rate,
-            site: sites.site_frames(b, 1).first().map(|f| f.describe()).unwrap_or_default(),
-            stack: sites.stack(b).to_vec(),
+            site: sites.site_frames(b, 1).first().map(|&f| sites.frames[f as usize].describe()).unwrap_or_default(),
+            stack: sites.stack(b),
         })
     }
 }

@@ -312,7 +312,8 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
             let joined = sites::join(&view, trace.as_ref())?;
             let nodes = joined.blocks_at(&file, line);
             if nodes.is_empty() {
-                let known: Vec<String> = heapsnap_analyze::sites::report::site_groups(&view, &joined, 1).into_iter().take(5).map(|g| g.site).collect();
+                let known: Vec<String> =
+                    heapsnap_analyze::sites::report::site_groups(&view, &joined, 1).into_iter().take(5).map(|g| g.site).collect();
                 return Err(heapsnap_analyze::AnalyzeError::BadQuery(format!(
                     "no sampled block was allocated at {file}:{line} ({} have a stack; the largest sites: {})",
                     joined.blocks.len(),

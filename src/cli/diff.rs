@@ -7,12 +7,12 @@ use super::sites::{self, By, SiteArgs};
 use clap::Args;
 use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::groups::{key_name, GroupBy};
+use heapsnap_analyze::reports::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
 use heapsnap_analyze::AnalysedHeap;
-use heapsnap_index::Needs;
-use heapsnap_analyze::reports::human_bytes;
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
+use heapsnap_index::Needs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,9 +59,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     for other in &inputs[1..] {
-        heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt).map_err(|reason| {
-            DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason }
-        })?;
+        heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
+            .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
     }
     let Some(by) = args.by.grouping() else { return site_diff_cmd(&args) };
     let opts = DiffOptions {
@@ -113,8 +112,13 @@ fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], repor
         let names: Vec<Option<String>> = joined.blocks.iter().map(|b| group_of(b.node)).collect();
         for (s, suspect) in report.suspects.iter().enumerate() {
             let mut of_group = joined.clone();
-            let keep: std::collections::HashSet<u32> =
-                joined.blocks.iter().zip(&names).filter(|(_, n)| n.as_deref() == Some(suspect.group.name.as_str())).map(|(b, _)| b.node).collect();
+            let keep: std::collections::HashSet<u32> = joined
+                .blocks
+                .iter()
+                .zip(&names)
+                .filter(|(_, n)| n.as_deref() == Some(suspect.group.name.as_str()))
+                .map(|(b, _)| b.node)
+                .collect();
             of_group.retain(|b| keep.contains(&b.node));
             per_suspect[s].push(site_groups(&view, &of_group, args.site_depth as usize));
         }
@@ -248,7 +252,12 @@ fn print_report(r: &DiffReport) {
                 println!("       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64);
             }
             for site in &s.sites {
-                println!("       allocated at {} (estimated {}, {} sampled blocks)", site.site, signed_bytes(site.growth), signed(site.count[k - 1] as i64 - site.count[0] as i64));
+                println!(
+                    "       allocated at {} (estimated {}, {} sampled blocks)",
+                    site.site,
+                    signed_bytes(site.growth),
+                    signed(site.count[k - 1] as i64 - site.count[0] as i64)
+                );
             }
         }
     }

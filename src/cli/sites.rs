@@ -83,9 +83,15 @@ pub fn print_join(j: &heapsnap_analyze::sites::JoinStats) {
         );
     }
     if j.no_trace > 0 {
-        eprintln!("heapsnap: warning: {} sampled blocks hold memtrace allocation ids: give the run's trace with --memtrace FILE", j.no_trace);
+        eprintln!(
+            "heapsnap: warning: {} sampled blocks hold memtrace allocation ids: give the run's trace with --memtrace FILE",
+            j.no_trace
+        );
     }
     if j.other_user_data > 0 {
-        eprintln!("heapsnap: warning: {} sampled blocks hold tracker values that are neither a memtrace id nor a call stack; they are left out", j.other_user_data);
+        eprintln!(
+            "heapsnap: warning: {} sampled blocks hold tracker values that are neither a memtrace id nor a call stack; they are left out",
+            j.other_user_data
+        );
     }
 }

@@ -129,8 +129,10 @@ pub struct JoinStats {
 pub struct Sites {
     /// Sorted by node.
     pub blocks: Vec<SampledBlock>,
-    /// Distinct stacks, innermost frame first.
-    pub stacks: Vec<Vec<SiteFrame>>,
+    /// Distinct frames.
+    pub frames: Vec<SiteFrame>,
+    /// Distinct stacks, as indices in `frames`, innermost frame first.
+    pub stacks: Vec<Vec<u32>>,
     pub stats: JoinStats,
 }
 
@@ -195,28 +197,39 @@ impl Sites {
         if let Some(trace) = trace {
             let ids: FxHashSet<u64> = wanted.iter().map(|&(_, id, _)| id).collect();
             let index = trace.select(|id| ids.contains(&id)).map_err(|e| AnalyzeError::BadQuery(format!("the memtrace trace: {e}")))?;
-            let mut by_code: FxHashMap<Vec<heapsnap_memtrace::LocationCode>, u32> = FxHashMap::default();
+            // The frames of each location code, made once.
+            let mut of_code: FxHashMap<heapsnap_memtrace::LocationCode, Vec<u32>> = FxHashMap::default();
+            // The stack of each of the trace's call stacks, made once.
+            let mut of_stack: FxHashMap<u32, u32> = FxHashMap::default();
+            let mut stack_ids: Vec<u32> = Vec::new();
             for (i, id, node) in wanted {
                 let Some(alloc) = index.get(id) else {
                     join.stats.no_event += 1;
                     continue;
                 };
-                let codes: Vec<_> = index.codes(alloc).collect();
-                let stack = match by_code.get(&codes) {
-                    Some(&s) => s,
-                    None => {
-                        let frames = index
-                            .frames(alloc)
+                if let Some(&stack) = of_stack.get(&alloc.stack_id()) {
+                    join.push(node, &entries[i], StackSource::Memtrace, stack);
+                    join.stats.from_memtrace += 1;
+                    continue;
+                }
+                stack_ids.clear();
+                for code in index.codes(alloc) {
+                    let frames = of_code.entry(code).or_insert_with(|| {
+                        let frames: Vec<SiteFrame> = index
+                            .frames_of_code(code)
                             .map(|f| match f.location {
                                 Some(l) => SiteFrame { function: l.defname.to_string(), file: short(&l.filename), line: l.line },
                                 None => SiteFrame { function: format!("code {:#x}", f.code), file: String::new(), line: 0 },
                             })
                             .collect();
-                        let s = join.intern(frames);
-                        by_code.insert(codes, s);
-                        s
-                    }
-                };
+                        frames.into_iter().map(|f| join.frame_id(f)).collect()
+                    });
+                    stack_ids.extend_from_slice(frames);
+                }
+                // The trace's stacks are distinct already: no need to look for an equal one.
+                let stack = join.stacks.len() as u32;
+                join.stacks.push(stack_ids.clone());
+                of_stack.insert(alloc.stack_id(), stack);
                 join.push(node, &entries[i], StackSource::Memtrace, stack);
                 join.stats.from_memtrace += 1;
             }
@@ -234,22 +247,27 @@ impl Sites {
         self.blocks.binary_search_by_key(&node, |b| b.node).ok().map(|i| &self.blocks[i])
     }
 
-    pub fn stack(&self, b: &SampledBlock) -> &[SiteFrame] {
-        &self.stacks[b.stack as usize]
+    /// A block's allocation stack, innermost frame first.
+    pub fn stack(&self, b: &SampledBlock) -> Vec<SiteFrame> {
+        self.stacks[b.stack as usize].iter().map(|&f| self.frames[f as usize].clone()).collect()
     }
 
-    /// The frames naming a block's site: `depth` frames from the innermost one outside the
-    /// standard library.
-    pub fn site_frames(&self, b: &SampledBlock, depth: usize) -> &[SiteFrame] {
-        let stack = self.stack(b);
-        let first = stack.iter().position(|f| !f.is_stdlib()).unwrap_or(0);
+    /// The frames (indices in `frames`) naming a block's site: `depth` frames from the
+    /// innermost one outside the standard library.
+    pub fn site_frames(&self, b: &SampledBlock, depth: usize) -> &[u32] {
+        let stack = &self.stacks[b.stack as usize];
+        let first = stack.iter().position(|&f| !self.frames[f as usize].is_stdlib()).unwrap_or(0);
         &stack[first.min(stack.len())..(first + depth.max(1)).min(stack.len())]
     }
 
     /// The sampled blocks whose site (innermost frame outside the standard library) is
     /// `FILE:LINE`, by node.
     pub fn blocks_at(&self, file: &str, line: u32) -> Vec<NodeId> {
-        self.blocks.iter().filter(|b| self.site_frames(b, 1).first().is_some_and(|f| f.matches(file, line))).map(|b| b.node).collect()
+        self.blocks
+            .iter()
+            .filter(|b| self.site_frames(b, 1).first().is_some_and(|&f| self.frames[f as usize].matches(file, line)))
+            .map(|b| b.node)
+            .collect()
     }
 }
 
@@ -273,11 +291,13 @@ struct Join<'a, 's, A: AnalysedHeap<'s>> {
     /// Return address by frame descriptor (FORMAT.md §3.13).
     descriptors: FxHashMap<u64, u64>,
     /// Decoded frames by return address.
-    frames: FxHashMap<u64, Vec<SiteFrame>>,
+    at_return: FxHashMap<u64, Vec<u32>>,
     /// Stack index by user-data block (call stacks are often shared by promotion).
     callstacks: FxHashMap<u64, Option<u32>>,
-    stacks: Vec<Vec<SiteFrame>>,
-    stack_ids: FxHashMap<Vec<SiteFrame>, u32>,
+    frames: Vec<SiteFrame>,
+    frame_ids: FxHashMap<SiteFrame, u32>,
+    stacks: Vec<Vec<u32>>,
+    stack_ids: FxHashMap<Vec<u32>, u32>,
     blocks: Vec<SampledBlock>,
     rates: FxHashSet<u64>,
     stats: JoinStats,
@@ -290,8 +310,10 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
         Join {
             a,
             descriptors,
-            frames: FxHashMap::default(),
+            at_return: FxHashMap::default(),
             callstacks: FxHashMap::default(),
+            frames: Vec::new(),
+            frame_ids: FxHashMap::default(),
             stacks: Vec::new(),
             stack_ids: FxHashMap::default(),
             blocks: Vec::new(),
@@ -312,13 +334,23 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
         }
     }
 
-    fn intern(&mut self, frames: Vec<SiteFrame>) -> u32 {
-        if let Some(&s) = self.stack_ids.get(&frames) {
+    fn frame_id(&mut self, frame: SiteFrame) -> u32 {
+        if let Some(&f) = self.frame_ids.get(&frame) {
+            return f;
+        }
+        let f = self.frames.len() as u32;
+        self.frames.push(frame.clone());
+        self.frame_ids.insert(frame, f);
+        f
+    }
+
+    fn intern(&mut self, stack: &[u32]) -> u32 {
+        if let Some(&s) = self.stack_ids.get(stack) {
             return s;
         }
         let s = self.stacks.len() as u32;
-        self.stacks.push(frames.clone());
-        self.stack_ids.insert(frames, s);
+        self.stacks.push(stack.to_vec());
+        self.stack_ids.insert(stack.to_vec(), s);
         s
     }
 
@@ -347,13 +379,13 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
             let retaddr = *self.descriptors.get(&descriptor)?;
             frames.extend(self.frames_at(retaddr));
         }
-        Some(self.intern(frames))
+        Some(self.intern(&frames))
     }
 
     /// The source frames of a call's return address, innermost first: the call instruction is
     /// the byte before it.
-    fn frames_at(&mut self, retaddr: u64) -> Vec<SiteFrame> {
-        if let Some(f) = self.frames.get(&retaddr) {
+    fn frames_at(&mut self, retaddr: u64) -> Vec<u32> {
+        if let Some(f) = self.at_return.get(&retaddr) {
             return f.clone();
         }
         let names = self.a.names();
@@ -364,8 +396,9 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
         if frames.is_empty() {
             frames.push(SiteFrame { function, file: String::new(), line: 0 });
         }
-        self.frames.insert(retaddr, frames.clone());
-        frames
+        let ids: Vec<u32> = frames.into_iter().map(|f| self.frame_id(f)).collect();
+        self.at_return.insert(retaddr, ids.clone());
+        ids
     }
 
     fn finish(mut self) -> Sites {
@@ -373,6 +406,6 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
         let mut rates: Vec<f64> = self.rates.iter().map(|&r| f64::from_bits(r)).collect();
         rates.sort_by(f64::total_cmp);
         self.stats.sampling_rates = rates;
-        Sites { blocks: self.blocks, stacks: self.stacks, stats: self.stats }
+        Sites { blocks: self.blocks, frames: self.frames, stacks: self.stacks, stats: self.stats }
     }
 }

@@ -55,14 +55,15 @@ pub fn site_top<'s>(a: &impl AnalysedHeap<'s>, sites: &Sites, depth: usize, limi
 
 /// Every site's group, largest estimated bytes first.
 pub fn site_groups<'s>(a: &impl AnalysedHeap<'s>, sites: &Sites, depth: usize) -> Vec<SiteGroup> {
-    let mut ids: FxHashMap<&[SiteFrame], usize> = FxHashMap::default();
+    let mut ids: FxHashMap<&[u32], usize> = FxHashMap::default();
     let mut groups: Vec<(SiteGroup, f64)> = Vec::new();
     let mut members: Vec<Vec<NodeId>> = Vec::new();
     for b in &sites.blocks {
         let frames = sites.site_frames(b, depth);
         let g = *ids.entry(frames).or_insert_with(|| {
+            let frames: Vec<SiteFrame> = frames.iter().map(|&f| sites.frames[f as usize].clone()).collect();
             let site = frames.iter().map(SiteFrame::describe).collect::<Vec<_>>().join(" <- ");
-            let group = SiteGroup { site, frames: frames.to_vec(), count: 0, samples: 0, sampled_bytes: 0, estimated_bytes: 0, retained: 0 };
+            let group = SiteGroup { site, frames, count: 0, samples: 0, sampled_bytes: 0, estimated_bytes: 0, retained: 0 };
             groups.push((group, 0.0));
             members.push(Vec::new());
             groups.len() - 1
@@ -89,58 +90,69 @@ pub fn site_groups<'s>(a: &impl AnalysedHeap<'s>, sites: &Sites, depth: usize) -
 }
 
 /// For each set of nodes, the bytes freed if all of them became unreachable: the retained sizes
-/// of the members no other member of the set dominates. Walks each member's dominator chain
-/// up to the nearest member of any set, remembering the answer for every node walked, so the
-/// whole costs at most one visit per reachable node.
+/// of the members no other member of the same set dominates. Each member's nearest dominating
+/// member is found by walking its dominator chain, remembering the answer for every node walked
+/// (at most one visit per reachable node in all); a depth-first walk of that forest of members,
+/// counting the open members of each set, then tells which members another of their set covers.
 pub fn union_retained<'s>(a: &impl AnalysedHeap<'s>, sets: &[Vec<NodeId>]) -> Vec<u64> {
     const NONE: u32 = u32::MAX;
-    // The set of each member (a node in two sets is rare: the first wins).
-    let mut set_of: FxHashMap<NodeId, u32> = FxHashMap::default();
+    // Per node: the set of a reachable member (a node in two sets is rare: the first wins).
+    let mut set_of = vec![NONE; a.node_count()];
+    let mut members = Vec::new();
     for (s, nodes) in sets.iter().enumerate() {
-        for &v in nodes {
-            set_of.entry(v).or_insert(s as u32);
+        for &v in nodes.iter().filter(|&&v| a.is_reachable(v)) {
+            if set_of[v as usize] == NONE {
+                set_of[v as usize] = s as u32;
+                members.push(v);
+            }
         }
     }
-    // The nearest strict dominator that is a member, per node walked.
-    let mut nearest: FxHashMap<NodeId, NodeId> = FxHashMap::default();
-    let mut nearest_member_above = |v: NodeId| -> NodeId {
-        let mut walked = Vec::new();
+    // Per node walked: the nearest strict dominator that is a member (NONE: none; UNSEEN: not
+    // walked yet).
+    const UNSEEN: u32 = u32::MAX - 1;
+    let mut nearest = vec![UNSEEN; a.node_count()];
+    let mut children: FxHashMap<NodeId, Vec<NodeId>> = FxHashMap::default();
+    let mut tops: Vec<NodeId> = Vec::new();
+    let mut walked = Vec::new();
+    for &v in &members {
         let mut x = v;
         let found = loop {
             let Some(d) = a.idom(x).filter(|&d| d != x && d != SUPER_ROOT) else { break NONE };
-            if set_of.contains_key(&d) {
+            if set_of[d as usize] != NONE {
                 break d;
             }
-            if let Some(&m) = nearest.get(&d) {
-                break m;
+            if nearest[d as usize] != UNSEEN {
+                break nearest[d as usize];
             }
             walked.push(d);
             x = d;
         };
-        for w in walked {
-            nearest.insert(w, found);
+        for w in walked.drain(..) {
+            nearest[w as usize] = found;
         }
-        found
-    };
+        if found == NONE {
+            tops.push(v);
+        } else {
+            children.entry(found).or_default().push(v);
+        }
+    }
     let mut out = vec![0u64; sets.len()];
-    for (s, nodes) in sets.iter().enumerate() {
-        for &v in nodes {
-            if !a.is_reachable(v) || set_of.get(&v) != Some(&(s as u32)) {
-                continue;
-            }
-            // Counted unless a member of the same set dominates it.
-            let mut m = nearest_member_above(v);
-            let mut covered = false;
-            while m != NONE {
-                if set_of.get(&m) == Some(&(s as u32)) {
-                    covered = true;
-                    break;
-                }
-                m = nearest_member_above(m);
-            }
-            if !covered {
-                out[s] += a.retained(v);
-            }
+    let mut open = vec![0u32; sets.len()];
+    // (member, entering?)
+    let mut stack: Vec<(NodeId, bool)> = tops.into_iter().map(|v| (v, true)).collect();
+    while let Some((v, entering)) = stack.pop() {
+        let s = set_of[v as usize] as usize;
+        if !entering {
+            open[s] -= 1;
+            continue;
+        }
+        if open[s] == 0 {
+            out[s] += a.retained(v);
+        }
+        open[s] += 1;
+        stack.push((v, false));
+        if let Some(kids) = children.get(&v) {
+            stack.extend(kids.iter().map(|&c| (c, true)));
         }
     }
     out
@@ -175,14 +187,27 @@ pub struct SiteDiff {
 }
 
 /// Compares the site groups of several snapshots, oldest first.
-pub fn site_diff(names: Vec<String>, per_snapshot: &[(Vec<SiteGroup>, JoinStats)], depth: usize, min_growth: u64, limit: usize, max_suspects: usize) -> SiteDiff {
+pub fn site_diff(
+    names: Vec<String>,
+    per_snapshot: &[(Vec<SiteGroup>, JoinStats)],
+    depth: usize,
+    min_growth: u64,
+    limit: usize,
+    max_suspects: usize,
+) -> SiteDiff {
     let n = per_snapshot.len();
     let mut index: FxHashMap<&str, usize> = FxHashMap::default();
     let mut sites: Vec<SiteGrowth> = Vec::new();
     for (i, (groups, _)) in per_snapshot.iter().enumerate() {
         for g in groups {
             let s = *index.entry(g.site.as_str()).or_insert_with(|| {
-                sites.push(SiteGrowth { site: g.site.clone(), count: vec![0; n], estimated_bytes: vec![0; n], retained: vec![0; n], growth: 0 });
+                sites.push(SiteGrowth {
+                    site: g.site.clone(),
+                    count: vec![0; n],
+                    estimated_bytes: vec![0; n],
+                    retained: vec![0; n],
+                    growth: 0,
+                });
                 sites.len() - 1
             });
             sites[s].count[i] = g.count;
@@ -195,18 +220,22 @@ pub fn site_diff(names: Vec<String>, per_snapshot: &[(Vec<SiteGroup>, JoinStats)
     }
     sites.sort_by(|x, y| y.growth.cmp(&x.growth).then(x.site.cmp(&y.site)));
     let mut suspects: Vec<SiteGrowth> = if n >= 3 {
-        sites
-            .iter()
-            .filter(|s| s.growth >= min_growth as i64 && s.estimated_bytes.windows(2).all(|w| w[1] > w[0]))
-            .cloned()
-            .collect()
+        sites.iter().filter(|s| s.growth >= min_growth as i64 && s.estimated_bytes.windows(2).all(|w| w[1] > w[0])).cloned().collect()
     } else {
         Vec::new()
     };
     suspects.truncate(max_suspects);
     let total_sites = sites.len() as u64;
     sites.truncate(limit);
-    SiteDiff { by: "site", depth, snapshots: names, sites, total_sites, suspects, join: per_snapshot.iter().map(|(_, j)| j.clone()).collect() }
+    SiteDiff {
+        by: "site",
+        depth,
+        snapshots: names,
+        sites,
+        total_sites,
+        suspects,
+        join: per_snapshot.iter().map(|(_, j)| j.clone()).collect(),
+    }
 }
 
 /// The sites of a suspect group's sampled blocks in each snapshot (`per_snapshot[i]`: that

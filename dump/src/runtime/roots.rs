@@ -10,8 +10,8 @@ use super::Runtime;
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{
-    FrameDescrRecord, MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET, MEMPROF_PROMOTED,
-    MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    FrameDescrRecord, MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET,
+    MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
