@@ -50,7 +50,7 @@ fn refused(args: &[&std::ffi::OsStr]) -> (String, Value) {
     (String::from_utf8_lossy(&out.stderr).into_owned(), serde_json::from_slice(&out.stdout).expect("a JSON error"))
 }
 
-fn group_at<'v>(top: &'v Value, line: u64) -> Option<&'v Value> {
+fn group_at(top: &Value, line: u64) -> Option<&Value> {
     top["groups"].as_array().unwrap().iter().find(|g| g["frames"][0]["line"] == line && g["frames"][0]["file"] == "alloc_sites.ml")
 }
 

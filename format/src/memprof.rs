@@ -132,5 +132,6 @@ mod tests {
     #[test]
     fn records_are_56_bytes_without_padding() {
         assert_eq!(std::mem::size_of::<MemprofRecord>(), MemprofRecord::SIZE);
+        assert_eq!(std::mem::size_of::<FrameDescrRecord>(), FrameDescrRecord::SIZE);
     }
 }
