@@ -111,6 +111,54 @@ fn a_tracker_storing_call_stacks_names_the_leaking_site_and_its_retainer() {
     assert!(join["tracked"].as_u64().unwrap() > 1000, "{join:#}");
     assert_eq!(join["from_callstack"], join["tracked"], "every tracked block's stack decodes: {join:#}");
     assert_eq!(join["sampling_rates"], serde_json::json!([0.01]));
+    assert_devtools_stacks(&snap, join["from_callstack"].as_u64().unwrap());
+}
+
+/// The DevTools export carries the stacks as V8's allocation trace tree: every sampled node
+/// names a trace node, and the leak's line is the most common innermost frame outside the
+/// standard library.
+fn assert_devtools_stacks(snap: &Path, sampled: u64) {
+    let out = snap.with_extension("heapsnapshot");
+    let status =
+        Command::new(heapsnap()).arg("export").arg(snap).args(["--format", "devtools", "-o"]).arg(&out).arg("--json").output().unwrap();
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stderr));
+    let v: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let strings = v["strings"].as_array().unwrap();
+    let infos: Vec<u64> = v["trace_function_infos"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(v["snapshot"]["trace_function_count"].as_u64().unwrap() as usize, infos.len() / 6);
+    // Each trace node's function and parent.
+    let mut nodes: std::collections::HashMap<u64, (u64, Option<u64>)> = std::collections::HashMap::new();
+    let mut todo: Vec<(&Value, Option<u64>)> = vec![(&v["trace_tree"], None)];
+    while let Some((list, parent)) = todo.pop() {
+        for node in list.as_array().unwrap().chunks(5) {
+            let id = node[0].as_u64().unwrap();
+            nodes.insert(id, (node[1].as_u64().unwrap(), parent));
+            todo.push((&node[4], Some(id)));
+        }
+    }
+    let function = |f: u64| (strings[infos[f as usize * 6 + 1] as usize].as_str().unwrap(), infos[f as usize * 6 + 4]);
+    let fields = v["snapshot"]["meta"]["node_fields"].as_array().unwrap().len();
+    let mut sites: std::collections::HashMap<(String, u64), u64> = std::collections::HashMap::new();
+    let mut traced = 0;
+    for node in v["nodes"].as_array().unwrap().chunks(fields) {
+        let mut t = node[5].as_u64().unwrap();
+        if t == 0 {
+            continue;
+        }
+        traced += 1;
+        // The innermost frame outside the standard library.
+        while let Some(&(f, parent)) = nodes.get(&t) {
+            let (name, line) = function(f);
+            if !name.starts_with("Stdlib") {
+                *sites.entry((name.to_string(), line)).or_default() += 1;
+                break;
+            }
+            t = parent.unwrap();
+        }
+    }
+    assert_eq!(traced, sampled);
+    let top = sites.iter().max_by_key(|(_, &n)| n).unwrap().0;
+    assert_eq!(top, &("Alloc_sites.open_session".to_string(), site_line("leak")), "{sites:?}");
 }
 
 #[test]

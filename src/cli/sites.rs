@@ -76,6 +76,11 @@ pub fn print_join(j: &heapsnap_analyze::sites::JoinStats) {
         j.not_in_heap,
         if rates.is_empty() { "-".to_string() } else { rates.join(", ") }
     );
+    warn_missing(j);
+}
+
+/// Warnings (stderr) about the sampled blocks that found no stack.
+pub fn warn_missing(j: &heapsnap_analyze::sites::JoinStats) {
     if j.no_event > 0 {
         eprintln!(
             "heapsnap: warning: {} sampled blocks have a memtrace id the trace has no event for (the trace lags the snapshot: the program still held them); they are left out",
