@@ -192,6 +192,14 @@ fn memtrace_ids_are_joined_with_the_trace_of_the_same_run_only() {
     assert_eq!(n("from_memtrace") + n("no_event"), n("tracked"), "{lag:#}");
     let counted: u64 = lag["groups"].as_array().unwrap().iter().map(|g| g["count"].as_u64().unwrap()).sum();
     assert_eq!(counted, n("from_memtrace"));
+    assert_eq!(lag["join"]["trace_truncated"], false);
+    // Copied while memtrace was writing a packet: read up to that packet, and said.
+    let cut = first_packets(&whole, 0.5).len() + 100;
+    std::fs::write(&lagging, &whole[..cut]).unwrap();
+    let cut_short = analyse("top", &[&snap], &["--by", "site", "--memtrace", lagging.to_str().unwrap()]);
+    let mut expected = lag["join"].clone();
+    expected["trace_truncated"] = Value::from(true);
+    assert_eq!(cut_short["join"], expected);
 
     // A trace of another run of the same program, then of another program: refused.
     let other_run = dir.path().join("other-run.ctf");

@@ -75,6 +75,9 @@ pub struct TraceStats {
     pub skipped_packets: usize,
     /// Time of the last event (microseconds since the epoch), or the start time.
     pub end_time: u64,
+    /// The file ends inside a packet ([`crate::Trace::select`] reads up to there: a trace still
+    /// being written).
+    pub truncated_tail: bool,
 }
 
 /// Allocations alive at the end of the trace, by allocation id.
@@ -100,7 +103,17 @@ impl<'t> LiveIndex<'t> {
         // of its frames, outermost first. Consecutive backtraces share long prefixes.
         let mut paths: FxHashMap<u16, (Vec<LocationCode>, Vec<u32>)> = FxHashMap::default();
         let mut stats = TraceStats { end_time: events.info().start_time, ..TraceStats::default() };
-        while let Some(event) = events.next_event()? {
+        loop {
+            let event = match events.next_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                // Keeping collected allocations means reading a trace that may still grow.
+                Err(Error::Truncated { .. }) if !drop_collected => {
+                    stats.truncated_tail = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             match event {
                 Event::Alloc(alloc) => {
                     stats.allocations += 1;

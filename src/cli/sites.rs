@@ -81,6 +81,9 @@ pub fn print_join(j: &heapsnap_analyze::sites::JoinStats) {
 
 /// Warnings (stderr) about the sampled blocks that found no stack.
 pub fn warn_missing(j: &heapsnap_analyze::sites::JoinStats) {
+    if j.trace_truncated {
+        eprintln!("heapsnap: warning: the memtrace trace ends inside a packet (it was still being written): read up to there");
+    }
     if j.no_event > 0 {
         eprintln!(
             "heapsnap: warning: {} sampled blocks have a memtrace id the trace has no event for (the trace lags the snapshot: the program still held them); they are left out",

@@ -122,6 +122,8 @@ pub struct JoinStats {
     pub not_in_heap: u64,
     /// The sampling rates of the profiles (samples per word), ascending.
     pub sampling_rates: Vec<f64>,
+    /// The trace file ends inside a packet (it was still being written): read up to there.
+    pub trace_truncated: bool,
 }
 
 /// The allocation stacks of a snapshot's sampled blocks.
@@ -197,6 +199,7 @@ impl Sites {
         if let Some(trace) = trace {
             let ids: FxHashSet<u64> = wanted.iter().map(|&(_, id, _)| id).collect();
             let index = trace.select(|id| ids.contains(&id)).map_err(|e| AnalyzeError::BadQuery(format!("the memtrace trace: {e}")))?;
+            join.stats.trace_truncated = index.stats().truncated_tail;
             // The frames of each location code, made once.
             let mut of_code: FxHashMap<heapsnap_memtrace::LocationCode, Vec<u32>> = FxHashMap::default();
             // The stack of each of the trace's call stacks, made once.
