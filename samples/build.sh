@@ -60,6 +60,7 @@ samples=(
   "large_heap||-"
   "steady_state||-"
   "dynlink_plugin|dynlink|-"
+  "alloc_sites||-"
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)

@@ -22,13 +22,22 @@ for tc in 5.3.0 5.3.0-rhb16 5.1.0 5.2.0 4.14.0 4.14.0-rhb16; do
   scripts/ocaml-toolchain.sh "$tc" >/dev/null || status=$?
   case "$status" in
     0) toolchains+=("$tc") ;;
-    3) not_covered+=("$tc") ;;
+    3) not_covered+=("OCaml $tc") ;;
     *) exit "$status" ;;
   esac
 done
 
 step "sample programs"
 for tc in "${toolchains[@]}"; do samples/build.sh "$tc" >/dev/null; done
+
+step "memtrace and the programs traced with it (tests/sites.rs, memtrace/tests)"
+status=0
+memtrace/scripts/build-ocaml-programs.sh >/dev/null || status=$?
+case "$status" in
+  0) ;;
+  3) not_covered+=("memtrace (its source is not in ../shared/sources)") ;;
+  *) exit "$status" ;;
+esac
 
 step "formatting and lints"
 cargo fmt --all --check
@@ -53,7 +62,7 @@ if [ "${FUZZ_SECONDS:-60}" -gt 0 ]; then
 fi
 
 for tc in "${not_covered[@]}"; do
-  echo "test.sh: OCaml $tc was NOT COVERED: its source is not on this machine (see scripts/ocaml-toolchain.sh)"
+  echo "test.sh: $tc was NOT COVERED: its source is not on this machine (see scripts/ocaml-toolchain.sh, memtrace/scripts/build-ocaml-programs.sh)"
 done
 echo "tests: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

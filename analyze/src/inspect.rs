@@ -38,6 +38,37 @@ pub struct Inspection {
     pub more_fields: u64,
     /// Objects that point here (at most 16).
     pub referrers: Vec<String>,
+    /// Where the block was allocated, when statmemprof sampled it and its stack is known
+    /// ([`crate::sites`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allocation: Option<Allocation>,
+}
+
+/// A sampled block's allocation.
+#[derive(Serialize, Clone, Debug)]
+pub struct Allocation {
+    /// `memtrace` or `callstack`.
+    pub source: crate::sites::StackSource,
+    pub samples: u64,
+    pub sampling_rate: f64,
+    /// The site: the innermost frame outside the standard library.
+    pub site: String,
+    /// Innermost first.
+    pub stack: Vec<crate::sites::SiteFrame>,
+}
+
+impl Allocation {
+    /// The allocation of `node`, if it is a sampled block with a stack.
+    pub fn of(sites: &crate::sites::Sites, node: u32) -> Option<Allocation> {
+        let b = sites.block_of(node)?;
+        Some(Allocation {
+            source: b.source,
+            samples: b.samples,
+            sampling_rate: b.sampling_rate,
+            site: sites.site_frames(b, 1).first().map(|&f| sites.frames[f as usize].describe()).unwrap_or_default(),
+            stack: sites.stack(b),
+        })
+    }
 }
 
 pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
@@ -104,5 +135,6 @@ pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -
         more_fields: b.fields.len().saturating_sub(max_fields) as u64,
         fields,
         referrers,
+        allocation: None,
     })
 }

@@ -19,6 +19,8 @@
 //! * [`dominators`]: Lengauer-Tarjan with the single-referrer shortcut, retained sizes.
 //! * [`analysis`], [`groups`], [`reports`], [`paths`], [`inspect`], [`mod@verify`]: the reports
 //!   (JSON schemas in `REPORTS.md`); [`verify()`] is the consistency check the dumper's tests use.
+//! * [`sites`]: allocation sites of statmemprof's sampled blocks (memtrace traces or stored
+//!   call stacks), grouped and joined with retained sizes.
 //! * [`synth`]: synthetic OCaml 5.3 heaps written as real snapshots, for tests and benchmarks.
 
 mod address_index;
@@ -39,6 +41,7 @@ pub mod paths;
 pub mod progress;
 pub mod reports;
 pub mod retainers;
+pub mod sites;
 pub mod structures;
 pub mod synth;
 pub mod verify;

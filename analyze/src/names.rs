@@ -85,6 +85,26 @@ impl<'s> Names<'s> {
             .clone()
     }
 
+    /// The source file (as the line tables name it, directories dropped) and line of a code
+    /// address, the innermost inlined frame first when the line tables record inlining.
+    pub fn source_frames(&self, address: u64) -> Vec<(String, u32)> {
+        let short = |file: &str| file.rsplit('/').next().unwrap_or(file).to_string();
+        let contexts = self.lines.iter().map(|ctx| (self.load_bias, ctx)).chain(self.plugin_lines.iter().map(|(bias, ctx)| (*bias, ctx)));
+        for (bias, ctx) in contexts {
+            let Ok(mut frames) = ctx.find_frames(address.wrapping_sub(bias)).skip_all_loads() else { continue };
+            let mut out = Vec::new();
+            while let Ok(Some(frame)) = frames.next() {
+                if let Some(loc) = frame.location {
+                    out.push((loc.file.map(short).unwrap_or_default(), loc.line.unwrap_or(0)));
+                }
+            }
+            if !out.is_empty() {
+                return out;
+            }
+        }
+        Vec::new()
+    }
+
     /// A closure's function: symbol and source line of its code pointer.
     pub fn closure_function(&self, code: u64) -> String {
         let sym = self.symbol(code).map_or_else(|| format!("{code:#x}"), str::to_string);
@@ -130,6 +150,28 @@ fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2l
         Ok(EndianSlice::new(section(id.name()).unwrap_or(&[]), LittleEndian))
     };
     gimli::Dwarf::load(load).ok().and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
+}
+
+/// An OCaml function symbol as OCaml's backtraces name the function: `camlFoo__Bar.baz_123`
+/// (OCaml 5) or `camlFoo__Bar__baz_123` (4.14, where the last `__` ends the unit) ->
+/// `Foo__Bar.baz` (the unit's prefix and the unique stamp dropped); other names unchanged.
+pub fn function_name(symbol: &str) -> std::borrow::Cow<'_, str> {
+    let drop_stamp = |name: &'_ str| -> usize {
+        match name.rsplit_once('_') {
+            Some((base, stamp)) if !stamp.is_empty() && stamp.bytes().all(|c| c.is_ascii_digit()) && !base.ends_with(['.', '_']) => {
+                base.len()
+            }
+            _ => name.len(),
+        }
+    };
+    let Some(name) = symbol.strip_prefix("caml").filter(|s| s.starts_with(|c: char| c.is_ascii_uppercase())) else { return symbol.into() };
+    if name.contains('.') {
+        return name[..drop_stamp(name)].into();
+    }
+    match name.rsplit_once("__") {
+        Some((unit, function)) if !function.is_empty() => format!("{unit}.{}", &function[..drop_stamp(function)]).into(),
+        _ => symbol.into(),
+    }
 }
 
 /// `camlFoo__Bar` -> `Foo__Bar`; other names unchanged.
@@ -182,5 +224,12 @@ mod tests {
         assert_eq!(string_preview(bytemuck::cast_slice(&bytes), 4), "\"r\\nq-\"...(10 bytes)");
         assert_eq!(module_name("camlCache_leak"), "Cache_leak");
         assert_eq!(module_name("caml"), "caml");
+        assert_eq!(function_name("camlAlloc_sites.open_session_271"), "Alloc_sites.open_session");
+        assert_eq!(function_name("camlStdlib__Bytes.make_95"), "Stdlib__Bytes.make");
+        assert_eq!(function_name("caml_alloc_shr"), "caml_alloc_shr");
+        assert_eq!(function_name("camlAlloc_sites__open_session_271"), "Alloc_sites.open_session");
+        assert_eq!(function_name("camlStdlib__Bytes__make_279"), "Stdlib__Bytes.make");
+        assert_eq!(function_name("camlRoots__entry"), "Roots.entry");
+        assert_eq!(function_name("camlCache_leak"), "camlCache_leak");
     }
 }

@@ -32,6 +32,8 @@ pub enum PathQuery {
     Reserved(u32),
     /// Blocks whose kind is this one, as `top --by kind` names it.
     Kind(String),
+    /// These nodes (e.g. the sampled blocks allocated at one site, [`crate::sites`]).
+    Nodes(Vec<NodeId>),
 }
 
 #[derive(Serialize, Clone, Debug, PartialEq)]
@@ -107,6 +109,7 @@ pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
 pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
     match query {
         PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
+        PathQuery::Nodes(nodes) => Ok(nodes.clone()),
         PathQuery::Tag(t) => Ok(a.blocks_where(&|b| b.header.tag == *t)),
         PathQuery::Reserved(v) => {
             check_reserved_bits(a.layout().reserved_bits())?;

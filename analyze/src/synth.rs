@@ -119,6 +119,10 @@ pub struct SynthHeap {
     symbols: Vec<(String, u64, u64, SymbolKind)>,
     custom_ops: Vec<(u64, String)>,
     ephemerons: Vec<ObjId>,
+    /// Statmemprof's tracked blocks: (block, the tracker's value, samples, sampling rate).
+    memprof: Vec<(ObjId, Value, u64, f64)>,
+    /// The process the snapshot says it is of: pid and executable.
+    pub process: Option<(u32, String)>,
     /// Leave one free slot after every `free_every` allocations in a pool (0: never).
     pub free_every: u32,
     pub reserved_header_bits: u8,
@@ -143,6 +147,8 @@ impl SynthHeap {
             symbols: Vec::new(),
             custom_ops: Vec::new(),
             ephemerons: Vec::new(),
+            memprof: Vec::new(),
+            process: None,
             free_every: 0,
             reserved_header_bits: 0,
             colours: ColourEncoding::OCAML5_INITIAL,
@@ -281,6 +287,12 @@ impl SynthHeap {
         self.objs[obj as usize].reserved = value;
     }
 
+    /// Records `obj` as a block statmemprof tracks, with the tracker's value (a memtrace id
+    /// as `Value::Int`, or a call stack block), its samples and the profile's rate.
+    pub fn track(&mut self, obj: ObjId, user_data: Value, samples: u64, sampling_rate: f64) {
+        self.memprof.push((obj, user_data, samples, sampling_rate));
+    }
+
     pub fn add_root(&mut self, kind: RootKind, value: Value, name: &str, origin: u64) {
         self.roots.push((kind, value, name.to_string(), origin, 0));
     }
@@ -315,8 +327,8 @@ impl SynthHeap {
             word_size: 8,
             reserved_header_bits: self.reserved_header_bits,
             colours: self.colours,
-            pid: None,
-            executable: None,
+            pid: self.process.as_ref().map(|p| p.0),
+            executable: self.process.as_ref().map(|p| p.1.clone()),
             build_id: None,
             time_unix_ns: 0,
             trigger: Trigger::Synthetic,
@@ -480,6 +492,26 @@ impl SynthHeap {
         if !self.ephemerons.is_empty() {
             let values: Vec<u64> = self.ephemerons.iter().map(|&id| plan.address[id as usize]).collect();
             w.write_ephemerons(&values)?;
+        }
+        if !self.memprof.is_empty() {
+            let records: Vec<heapsnap_format::MemprofRecord> = self
+                .memprof
+                .iter()
+                .map(|&(obj, user_data, samples, sampling_rate)| heapsnap_format::MemprofRecord {
+                    block: plan.address[obj as usize],
+                    user_data: plan.translate(user_data.encode()),
+                    samples,
+                    wosize: u64::from(self.objs[obj as usize].wosize),
+                    profile: 0,
+                    sampling_rate,
+                    domain: 0,
+                    table: heapsnap_format::MEMPROF_TABLE_DOMAIN,
+                    source: heapsnap_format::MEMPROF_SOURCE_NORMAL,
+                    flags: 0,
+                    reserved: [0; 3],
+                })
+                .collect();
+            w.write_memprof(&records)?;
         }
         w.finish()?;
         Ok(())

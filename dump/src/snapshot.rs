@@ -94,6 +94,9 @@ pub fn write(exe: &Executable, bias: u64, cap: &Capture, metadata: &Metadata, pa
     if let Some(memprof) = &cap.memprof {
         w.write_memprof(memprof)?;
     }
+    if !cap.memprof_frames.is_empty() {
+        w.write_memprof_frames(&cap.memprof_frames)?;
+    }
     w.write_load_bias(bias)?;
     let final_path = w.finish()?;
     let size = std::fs::metadata(&final_path).map(|m| m.len()).unwrap_or(0);

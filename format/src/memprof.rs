@@ -14,6 +14,10 @@ use bytemuck::{Pod, Zeroable};
 /// Section kind code of the memprof entries: [`MemprofRecord`]s.
 pub const SECTION_KIND_MEMPROF: u32 = 12;
 
+/// Section kind code of the frame descriptors that tracked blocks' call stacks name:
+/// [`FrameDescrRecord`]s.
+pub const SECTION_KIND_MEMPROF_FRAMES: u32 = 13;
+
 /// `source` values (`CAML_MEMPROF_SRC_*`).
 pub const MEMPROF_SOURCE_NORMAL: u8 = 0;
 pub const MEMPROF_SOURCE_MARSHAL: u8 = 1;
@@ -62,6 +66,21 @@ impl MemprofRecord {
     pub const SIZE: usize = 56;
 }
 
+/// A frame descriptor (`frame_descr`, in the program's frametables) and the return address it
+/// describes, 16 bytes. An OCaml 5 raw backtrace (`Printexc.raw_backtrace`, what
+/// `Gc.Memprof`'s `callstack` is) holds descriptor addresses, not code addresses: these
+/// records let a reader turn them into source lines.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct FrameDescrRecord {
+    pub descriptor: u64,
+    pub return_address: u64,
+}
+
+impl FrameDescrRecord {
+    pub const SIZE: usize = 16;
+}
+
 impl SnapshotWriter {
     /// Records statmemprof's entries (at most once).
     pub fn write_memprof(&mut self, records: &[MemprofRecord]) -> Result<(), FormatError> {
@@ -69,7 +88,31 @@ impl SnapshotWriter {
     }
 }
 
+impl SnapshotWriter {
+    /// Records the frame descriptors tracked blocks' call stacks name (at most once; sorted
+    /// by descriptor).
+    pub fn write_memprof_frames(&mut self, records: &[FrameDescrRecord]) -> Result<(), FormatError> {
+        let mut sorted = records.to_vec();
+        sorted.sort_unstable_by_key(|r| r.descriptor);
+        sorted.dedup();
+        self.write_raw_section(SECTION_KIND_MEMPROF_FRAMES, 0, bytemuck::cast_slice(&sorted))
+    }
+}
+
 impl Snapshot {
+    /// The frame descriptors tracked blocks' call stacks name, sorted by descriptor; empty when
+    /// there is no such section (or it is not a whole number of records).
+    pub fn memprof_frames(&self) -> Vec<FrameDescrRecord> {
+        let Some(s) = self.sections().iter().find(|s| s.kind == SECTION_KIND_MEMPROF_FRAMES) else { return Vec::new() };
+        let Some(body) = self.bytes().get(s.offset as usize..(s.offset + s.length) as usize) else { return Vec::new() };
+        if body.len() % FrameDescrRecord::SIZE != 0 {
+            return Vec::new();
+        }
+        let mut out: Vec<FrameDescrRecord> = body.chunks_exact(FrameDescrRecord::SIZE).map(bytemuck::pod_read_unaligned).collect();
+        out.sort_unstable_by_key(|r| r.descriptor);
+        out
+    }
+
     /// Statmemprof's entries; `None` when the snapshot has no such section (a runtime without
     /// statmemprof, or a dumper that predates it), or when it is not a whole number of records.
     pub fn memprof(&self) -> Option<Vec<MemprofRecord>> {
@@ -89,5 +132,6 @@ mod tests {
     #[test]
     fn records_are_56_bytes_without_padding() {
         assert_eq!(std::mem::size_of::<MemprofRecord>(), MemprofRecord::SIZE);
+        assert_eq!(std::mem::size_of::<FrameDescrRecord>(), FrameDescrRecord::SIZE);
     }
 }

@@ -3,6 +3,8 @@
 # from ../shared/sources (no dune, no opam), and prints the directory that holds them:
 #   memtrace_sample   samples/memtrace_sample.ml linked with memtrace
 #   dump_trace        memtrace's own bin/dump_trace.ml: the reference decoder for our reader
+#   alloc_sites_memtrace  samples/alloc_sites.ml (with the samples' pause protocol) traced by
+#                     memtrace (samples/alloc_sites_memtrace.ml), for heapsnap's --memtrace tests
 #
 #   memtrace/scripts/build-ocaml-programs.sh
 #
@@ -16,6 +18,7 @@ repo="$(cd "$here/../.." && pwd)"
 sources="$repo/../shared/sources"
 archive=memtrace-a88470c.tar.gz
 sample="$repo/samples/memtrace_sample.ml"
+site_sources=("$repo/samples/heapsnap_sample.ml" "$repo/samples/alloc_sites_memtrace.ml" "$repo/samples/alloc_sites.ml")
 
 if [ ! -f "$sources/$archive" ]; then
   echo "build-ocaml-programs: memtrace's source ($sources/$archive) is not on this machine" >&2
@@ -31,7 +34,7 @@ prefix="$("$repo/scripts/ocaml-toolchain.sh" 5.3.0)" || status=$?
 [ "$status" -eq 0 ] || exit "$status"
 ocamlopt="$prefix/bin/ocamlopt"
 
-key="$( { sha256sum "$sources/$archive" "$sample" "${BASH_SOURCE[0]}" | cut -d' ' -f1; "$ocamlopt" -version; echo "$prefix"; } | sha256sum | cut -c1-16)"
+key="$( { sha256sum "$sources/$archive" "$sample" "${site_sources[@]}" "${BASH_SOURCE[0]}" | cut -d' ' -f1; "$ocamlopt" -version; echo "$prefix"; } | sha256sum | cut -c1-16)"
 cache="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}"
 out="$cache/memtrace-$key"
 if [ -f "$out/.complete" ]; then echo "$out"; exit 0; fi
@@ -61,5 +64,7 @@ libs=(unix.cmxa threads.cmxa "$src/memtrace.cmxa")
 # Compiled from a copy (nothing is written next to samples/), so the debug info names memtrace_sample.ml.
 cp "$sample" "$out/build/memtrace_sample.ml"
 (cd "$out/build" && "$ocamlopt" "${flags[@]}" "${libs[@]}" memtrace_sample.ml -o "$out/memtrace_sample")
+cp "${site_sources[@]}" "$out/build/"
+(cd "$out/build" && "$ocamlopt" "${flags[@]}" "${libs[@]}" heapsnap_sample.ml alloc_sites_memtrace.ml alloc_sites.ml -o "$out/alloc_sites_memtrace")
 touch "$out/.complete"
 echo "$out"

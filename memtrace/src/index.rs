@@ -27,6 +27,11 @@ pub struct AllocInfo {
 }
 
 impl AllocInfo {
+    /// Its call stack in the index (equal for allocations with equal backtraces).
+    pub fn stack_id(&self) -> u32 {
+        self.stack
+    }
+
     /// In the major heap by the end of the trace: allocated there or promoted.
     pub fn is_major(&self) -> bool {
         self.source == AllocSource::Major || self.promoted
@@ -70,6 +75,9 @@ pub struct TraceStats {
     pub skipped_packets: usize,
     /// Time of the last event (microseconds since the epoch), or the start time.
     pub end_time: u64,
+    /// The file ends inside a packet ([`crate::Trace::select`] reads up to there: a trace still
+    /// being written).
+    pub truncated_tail: bool,
 }
 
 /// Allocations alive at the end of the trace, by allocation id.
@@ -81,25 +89,47 @@ pub struct LiveIndex<'t> {
 }
 
 impl<'t> LiveIndex<'t> {
-    pub(crate) fn build(mut events: EventReader<'t>) -> Result<Self, Error> {
+    pub(crate) fn build(events: EventReader<'t>) -> Result<Self, Error> {
+        Self::build_with(events, |_| true, true)
+    }
+
+    /// Keeps the allocations `wanted` selects; with `drop_collected`, only those not collected
+    /// by the end of the trace. A heap snapshot's join keeps collected ones too: a trace read
+    /// after the snapshot was taken may already record their collection.
+    pub(crate) fn build_with(mut events: EventReader<'t>, wanted: impl Fn(u64) -> bool, drop_collected: bool) -> Result<Self, Error> {
         let mut live: FxHashMap<u64, AllocInfo> = FxHashMap::default();
         let mut tree = CallTree::default();
-        // Per domain: the tree node of each frame of the previous backtrace, outermost first.
-        let mut paths: FxHashMap<u16, Vec<u32>> = FxHashMap::default();
+        // Per domain: the codes of the last backtrace put in the tree, and the tree node of each
+        // of its frames, outermost first. Consecutive backtraces share long prefixes.
+        let mut paths: FxHashMap<u16, (Vec<LocationCode>, Vec<u32>)> = FxHashMap::default();
         let mut stats = TraceStats { end_time: events.info().start_time, ..TraceStats::default() };
-        while let Some(event) = events.next_event()? {
+        loop {
+            let event = match events.next_event() {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                // Keeping collected allocations means reading a trace that may still grow.
+                Err(Error::Truncated { .. }) if !drop_collected => {
+                    stats.truncated_tail = true;
+                    break;
+                }
+                Err(e) => return Err(e),
+            };
             match event {
                 Event::Alloc(alloc) => {
                     stats.allocations += 1;
                     stats.end_time = alloc.time;
-                    let path = paths.entry(alloc.domain).or_default();
+                    if !wanted(alloc.id) {
+                        continue;
+                    }
+                    let (last, path) = paths.entry(alloc.domain).or_default();
                     let codes = alloc.backtrace.codes();
-                    // A prefix longer than the previous backtrace means memtrace repeated it.
-                    let shared = (alloc.common_prefix.min(path.len() as u64) as usize).min(codes.len());
+                    let shared = last.iter().zip(codes).take_while(|(a, b)| a == b).count();
+                    last.truncate(shared);
                     path.truncate(shared);
                     for &code in &codes[shared..] {
                         let parent = path.last().copied().unwrap_or(NO_NODE);
                         path.push(tree.child(parent, code)?);
+                        last.push(code);
                     }
                     let info = AllocInfo {
                         id: alloc.id,
@@ -124,7 +154,8 @@ impl<'t> LiveIndex<'t> {
                 Event::Collect { id, time, .. } => {
                     stats.collections += 1;
                     stats.end_time = time;
-                    if live.remove(&id).is_none() {
+                    let known = if drop_collected { live.remove(&id).is_some() } else { live.contains_key(&id) };
+                    if !known {
                         stats.unmatched_collections += 1;
                     }
                 }
@@ -165,6 +196,12 @@ impl<'t> LiveIndex<'t> {
     pub fn frames<'a>(&'a self, alloc: &AllocInfo) -> impl Iterator<Item = Frame<'a>> + 'a {
         let locations: &'a LocationTable<'a> = &self.locations;
         self.codes(alloc).flat_map(move |code| frames_of_code(locations, code))
+    }
+
+    /// The source frames of one backtrace code, innermost first (inlined functions expanded).
+    pub fn frames_of_code<'a>(&'a self, code: LocationCode) -> impl Iterator<Item = Frame<'a>> + 'a {
+        let locations: &'a LocationTable<'a> = &self.locations;
+        frames_of_code(locations, code)
     }
 
     pub fn locations(&self) -> &LocationTable<'t> {

@@ -97,4 +97,13 @@ impl<'t> Trace<'t> {
     pub fn index(&self) -> Result<LiveIndex<'_>, Error> {
         LiveIndex::build(self.events())
     }
+
+    /// Reads every event once and keeps the allocations `wanted` selects by id, collected or
+    /// not (for a heap snapshot's tracked blocks: the trace may go on past the snapshot, and
+    /// record collections that came after it). Promotions and collections of allocations not
+    /// kept count as unmatched in the stats. A file that ends inside a packet (a trace still
+    /// being written) is read up to that packet, and the stats say so (`truncated_tail`).
+    pub fn select(&self, wanted: impl Fn(u64) -> bool) -> Result<LiveIndex<'_>, Error> {
+        LiveIndex::build_with(self.events(), wanted, false)
+    }
 }

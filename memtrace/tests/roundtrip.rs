@@ -144,3 +144,31 @@ fn synthetic_index_matches_a_replay() {
         assert!(index.frames(alloc).count() >= codes.len());
     }
 }
+
+#[test]
+fn selected_allocations_keep_their_stacks_collected_or_not() {
+    let bytes = common::synthetic::trace(100_000, 5);
+    let trace = Trace::from_bytes(&bytes).unwrap();
+    let mut all = std::collections::HashMap::new();
+    let mut events = trace.events();
+    while let Some(event) = events.next_event().unwrap() {
+        if let Event::Alloc(a) = event {
+            all.insert(a.id, a.backtrace.codes().to_vec());
+        }
+    }
+    // Every third id: most of them collected by the end of the trace.
+    let selected = trace.select(|id| id % 3 == 0).unwrap();
+    assert_eq!(selected.len(), all.keys().filter(|&&id| id % 3 == 0).count());
+    assert!(selected.len() > trace.index().unwrap().len() / 3, "collected allocations are kept too");
+    // Equal backtraces, and only they, share a stack id.
+    let mut ids: std::collections::HashMap<Vec<u64>, u32> = std::collections::HashMap::new();
+    let mut stacks: std::collections::HashMap<u32, Vec<u64>> = std::collections::HashMap::new();
+    for alloc in selected.allocations() {
+        let mut codes: Vec<u64> = selected.codes(alloc).collect();
+        codes.reverse();
+        assert_eq!(&codes, &all[&alloc.id], "id {}", alloc.id);
+        assert_eq!(*ids.entry(codes.clone()).or_insert(alloc.stack_id()), alloc.stack_id());
+        assert_eq!(stacks.entry(alloc.stack_id()).or_insert(codes.clone()), &codes);
+    }
+    assert!(ids.len() > 1);
+}

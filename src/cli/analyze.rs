@@ -3,6 +3,7 @@
 //! answer from the snapshot's analysis index (`SNAP.hsidx`, built by the first of them).
 
 use super::indexed;
+use super::sites::{self, By, SiteArgs};
 use clap::Args;
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
@@ -119,18 +120,27 @@ fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
 pub struct TopArgs {
     snapshot: PathBuf,
     /// How to group the reachable objects.
-    #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
-    by: GroupBy,
+    #[arg(long, value_enum, default_value_t = By::Kind)]
+    by: By,
     /// How many groups to list (0: all).
     #[arg(long, default_value_t = 30, value_name = "N", value_parser = super::parse_limit)]
     limit: usize,
+    /// With --by site: group by this many frames, from the innermost outside the standard library.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    site_depth: u32,
+    #[command(flatten)]
+    sites: SiteArgs,
     #[arg(long)]
     json: bool,
 }
 
 pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
+    let Some(by) = args.by.grouping() else { return site_top_cmd(args) };
+    if args.sites.memtrace.is_some() {
+        anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
+    }
     let ix = indexed::load(&args.snapshot, Needs::Meta)?;
-    let top = heapsnap_analyze::groups::top(&ix.view(Needs::Meta)?, args.by, args.limit)?;
+    let top = heapsnap_analyze::groups::top(&ix.view(Needs::Meta)?, by, args.limit)?;
     if args.json {
         return print_json!(top);
     }
@@ -151,7 +161,7 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
         }
     }
     println!();
-    if args.by == GroupBy::Root {
+    if by == GroupBy::Root {
         println!("Each reachable object is in exactly one group: the retained column adds up to the reachable bytes.");
     } else {
         println!("Retained: what freeing every member of the group would free. Groups nest (a Hashtbl retains its");
@@ -164,6 +174,36 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
             human_bytes(unreachable_bytes)
         );
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn site_top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
+    let ix = indexed::load(&args.snapshot, Needs::All)?;
+    let top = sites::top(&ix.view(Needs::All)?, &args.sites, args.site_depth as usize, args.limit)?;
+    if args.json {
+        return print_json!(top);
+    }
+    sites::print_join(&top.join);
+    println!();
+    println!("{:>8} {:>8} {:>12} {:>12} {:>12}  site", "blocks", "samples", "sampled", "estimated", "retained");
+    for g in &top.groups {
+        println!(
+            "{:>8} {:>8} {:>12} {:>12} {:>12}  {}",
+            g.count,
+            g.samples,
+            human_bytes(g.sampled_bytes),
+            human_bytes(g.estimated_bytes),
+            human_bytes(g.retained),
+            g.site
+        );
+    }
+    if top.total_groups > top.groups.len() as u64 {
+        println!("({} more sites)", top.total_groups - top.groups.len() as u64);
+    }
+    println!();
+    println!("Blocks: the sampled blocks allocated at the site that are in the snapshot; sampled: their bytes.");
+    println!("Estimated: an estimate of all the bytes allocated there that are in the snapshot (samples / sampling rate).");
+    println!("Retained: what freeing the sampled blocks would free.");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -228,7 +268,7 @@ pub fn dominators_cmd(args: DominatorsArgs) -> anyhow::Result<ExitCode> {
 pub struct PathArgs {
     snapshot: PathBuf,
     /// The object's address (its first field, or its header).
-    #[arg(value_parser = parse_address, required_unless_present_any = ["tag", "reserved", "kind"])]
+    #[arg(value_parser = parse_address, required_unless_present_any = ["tag", "reserved", "kind", "site"])]
     address: Option<u64>,
     /// Paths to every block with this block tag (0: records and tuples, 252: strings, ...).
     #[arg(long, conflicts_with_all = ["address", "reserved", "kind"])]
@@ -238,8 +278,14 @@ pub struct PathArgs {
     #[arg(long, value_name = "VALUE", conflicts_with_all = ["address", "tag", "kind"])]
     reserved: Option<u32>,
     /// Paths to every block of this kind, named exactly as `top --by kind` names it.
-    #[arg(long, conflicts_with_all = ["address", "tag", "reserved"])]
+    #[arg(long, conflicts_with_all = ["address", "tag", "reserved", "site"])]
     kind: Option<String>,
+    /// Paths to every sampled block allocated at this site (FILE:LINE, as `top --by site` names
+    /// it: the innermost frame outside the standard library).
+    #[arg(long, value_name = "FILE:LINE", value_parser = heapsnap_analyze::sites::parse_site, conflicts_with_all = ["address", "tag", "reserved", "kind"])]
+    site: Option<(String, u32)>,
+    #[command(flatten)]
+    sites: SiteArgs,
     /// Follow at most this many of the matched objects, evenly sampled (0: all).
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = super::parse_limit)]
     sample: usize,
@@ -251,15 +297,35 @@ pub struct PathArgs {
 }
 
 pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
+    if args.sites.memtrace.is_some() && args.site.is_none() {
+        anyhow::bail!("--memtrace gives allocation sites: use it with --site FILE:LINE");
+    }
     let ix = indexed::load(&args.snapshot, Needs::All)?;
-    let query = match (args.address, args.tag, args.reserved, args.kind) {
+    let view = ix.view(Needs::All)?;
+    let query = match (args.address, args.tag, args.reserved, args.kind, args.site) {
         (Some(x), ..) => PathQuery::Address(x),
         (_, Some(t), ..) => PathQuery::Tag(t),
-        (_, _, Some(v), _) => PathQuery::Reserved(v),
-        (.., Some(k)) => PathQuery::Kind(k),
-        _ => anyhow::bail!("give an address, --tag, --reserved or --kind"),
+        (_, _, Some(v), ..) => PathQuery::Reserved(v),
+        (_, _, _, Some(k), _) => PathQuery::Kind(k),
+        (.., Some((file, line))) => {
+            let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
+            let joined = sites::join(&view, trace.as_ref())?;
+            let nodes = joined.blocks_at(&file, line);
+            if nodes.is_empty() {
+                let known: Vec<String> =
+                    heapsnap_analyze::sites::report::site_groups(&view, &joined, 1).into_iter().take(5).map(|g| g.site).collect();
+                return Err(heapsnap_analyze::AnalyzeError::BadQuery(format!(
+                    "no sampled block was allocated at {file}:{line} ({} have a stack; the largest sites: {})",
+                    joined.blocks.len(),
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+                .into());
+            }
+            PathQuery::Nodes(nodes)
+        }
+        _ => anyhow::bail!("give an address, --tag, --reserved, --kind or --site"),
     };
-    let report = heapsnap_analyze::paths::paths(&ix.view(Needs::All)?, &query, args.sample, args.limit)?;
+    let report = heapsnap_analyze::paths::paths(&view, &query, args.sample, args.limit)?;
     if args.json {
         return print_json!(report);
     }
@@ -291,13 +357,24 @@ pub struct InspectArgs {
     /// List at most this many fields (0: all).
     #[arg(long, default_value_t = 64, value_name = "N", value_parser = super::parse_limit)]
     max_fields: usize,
+    #[command(flatten)]
+    sites: SiteArgs,
     #[arg(long)]
     json: bool,
 }
 
 pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let ix = indexed::load(&args.snapshot, Needs::All)?;
-    let i = heapsnap_analyze::inspect::inspect(&ix.view(Needs::All)?, args.address, args.max_fields)?;
+    let view = ix.view(Needs::All)?;
+    let mut i = heapsnap_analyze::inspect::inspect(&view, args.address, args.max_fields)?;
+    // A sampled block's allocation stack, when the snapshot has statmemprof's tables.
+    if heapsnap_analyze::AnalysedHeap::snap(&view).memprof().is_some_and(|m| !m.is_empty()) {
+        let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
+        let joined = sites::join(&view, trace.as_ref())?;
+        i.allocation = heapsnap_analyze::inspect::Allocation::of(&joined, i.node);
+    } else if args.sites.memtrace.is_some() {
+        anyhow::bail!("--memtrace: this snapshot has no statmemprof tables (nothing was sampled, or the runtime is before OCaml 5.3)");
+    }
     if args.json {
         return print_json!(i);
     }
@@ -320,6 +397,12 @@ pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
     }
     for r in &i.referrers {
         println!("  referrer   {r}");
+    }
+    if let Some(al) = &i.allocation {
+        println!("  allocated  {} ({} samples at rate {}, stack from {})", al.site, al.samples, al.sampling_rate, al.source.name());
+        for f in &al.stack {
+            println!("    {}", f.describe());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -2,12 +2,17 @@
 //! dominator tree, and (three snapshots or more) the leak suspects. JSON schema in
 //! analyze/REPORTS.md.
 
+use super::indexed;
+use super::sites::{self, By, SiteArgs};
 use clap::Args;
-use heapsnap_analyze::diff::{diff, DiffOptions, DiffReport, Input};
-use heapsnap_analyze::groups::GroupBy;
+use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
+use heapsnap_analyze::groups::{key_name, GroupBy};
 use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
+use heapsnap_analyze::AnalysedHeap;
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
+use heapsnap_index::Needs;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -17,8 +22,13 @@ pub struct DiffArgs {
     #[arg(required = true, num_args = 2.., value_name = "SNAPSHOT")]
     snapshots: Vec<PathBuf>,
     /// How to group the reachable objects.
-    #[arg(long, value_enum, default_value_t = GroupBy::Kind)]
-    by: GroupBy,
+    #[arg(long, value_enum, default_value_t = By::Kind)]
+    by: By,
+    /// With --by site: group by this many frames, from the innermost outside the standard library.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    site_depth: u32,
+    #[command(flatten)]
+    sites: SiteArgs,
     /// How many groups to list (0: all).
     #[arg(long, default_value_t = 30, value_name = "N", value_parser = super::parse_limit)]
     limit: usize,
@@ -48,8 +58,13 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     heapsnap_analyze::mem::tune_allocator();
     let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+    for other in &inputs[1..] {
+        heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
+            .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
+    }
+    let Some(by) = args.by.grouping() else { return site_diff_cmd(&args) };
     let opts = DiffOptions {
-        by: args.by,
+        by,
         limit: args.limit,
         min_growth: args.min_growth,
         max_suspects: args.max_suspects,
@@ -57,13 +72,126 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         max_places: args.max_places,
         allow_rebuilt: args.allow_rebuilt,
     };
-    let report = diff(&inputs, &opts, &Progress::stderr())?;
+    let mut report = diff(&inputs, &opts, &Progress::stderr())?;
+    add_suspect_sites(&args, &snaps, &mut report)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print_report(&report);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How many sites a suspect lists.
+const SUSPECT_SITES: usize = 5;
+
+/// Names the sites of each suspect's new objects: its sampled blocks' sites in every snapshot,
+/// those that grew, when the snapshots hold statmemprof's tables.
+fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], report: &mut DiffReport) -> anyhow::Result<()> {
+    let tracked = |s: &heapsnap_format::Snapshot| s.memprof().is_some_and(|m| !m.is_empty());
+    if report.suspects.is_empty() || report.by == GroupBy::Root || !snaps.iter().all(tracked) {
+        if args.sites.memtrace.is_some() {
+            anyhow::bail!("--memtrace names the sites of leak suspects: it needs three snapshots or more with statmemprof's tables, grouped by kind, closure or reserved bits, or --by site");
+        }
+        return Ok(());
+    }
+    let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
+    // Per suspect, per snapshot: the site groups of its sampled blocks.
+    let mut per_suspect: Vec<Vec<Vec<heapsnap_analyze::sites::report::SiteGroup>>> = vec![Vec::new(); report.suspects.len()];
+    for path in &args.snapshots {
+        let ix = indexed::load(path, Needs::All)?;
+        let view = ix.view(Needs::All)?;
+        let joined = sites::join(&view, trace.as_ref())?;
+        let group_of = |v: u32| -> Option<String> {
+            let b = view.block(v)?;
+            match report.by {
+                GroupBy::Reserved => Some(format!("reserved {}", b.header.reserved)),
+                _ => Some(key_name(view.names(), &view.kind_of(&b))),
+            }
+        };
+        let names: Vec<Option<String>> = joined.blocks.iter().map(|b| group_of(b.node)).collect();
+        for (s, suspect) in report.suspects.iter().enumerate() {
+            let mut of_group = joined.clone();
+            let keep: std::collections::HashSet<u32> = joined
+                .blocks
+                .iter()
+                .zip(&names)
+                .filter(|(_, n)| n.as_deref() == Some(suspect.group.name.as_str()))
+                .map(|(b, _)| b.node)
+                .collect();
+            of_group.retain(|b| keep.contains(&b.node));
+            per_suspect[s].push(site_groups(&view, &of_group, args.site_depth as usize));
+        }
+    }
+    for (suspect, groups) in report.suspects.iter_mut().zip(per_suspect) {
+        suspect.sites = suspect_sites(&groups, SUSPECT_SITES);
+    }
+    Ok(())
+}
+
+/// `diff --by site`: the sites of the sampled blocks in each snapshot, the most grown first;
+/// with three snapshots or more, the sites that grew at every step.
+fn site_diff_cmd(args: &DiffArgs) -> anyhow::Result<ExitCode> {
+    let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
+    let mut per_snapshot = Vec::new();
+    for path in &args.snapshots {
+        let ix = indexed::load(path, Needs::All)?;
+        let view = ix.view(Needs::All)?;
+        let joined = sites::join(&view, trace.as_ref()).map_err(|e| e.context(path.display().to_string()))?;
+        per_snapshot.push((site_groups(&view, &joined, args.site_depth as usize), joined.stats));
+    }
+    let names = args.snapshots.iter().map(|p| p.display().to_string()).collect();
+    let report = site_diff(names, &per_snapshot, args.site_depth as usize, args.min_growth, args.limit, args.max_suspects);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_site_diff(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_site_diff(r: &SiteDiff) {
+    let k = r.snapshots.len();
+    for (name, j) in r.snapshots.iter().zip(&r.join) {
+        println!("{name}:");
+        print!("  ");
+        sites::print_join(j);
+    }
+    println!();
+    if k < 3 {
+        println!("Leak suspects: take three snapshots or more (sites whose blocks grow at every step).");
+    } else if r.suspects.is_empty() {
+        println!("Leak suspects: none (no site's estimated bytes grew at every step).");
+    } else {
+        println!("Leak suspects: sites whose estimated bytes grew at every step (the new objects were allocated there)");
+        for (i, s) in r.suspects.iter().enumerate() {
+            println!(
+                "{:>3}. {}: {} -> {} sampled blocks, estimated {} -> {} ({}), retained {} -> {}",
+                i + 1,
+                s.site,
+                s.count[0],
+                s.count[k - 1],
+                human_bytes(s.estimated_bytes[0]),
+                human_bytes(s.estimated_bytes[k - 1]),
+                signed_bytes(s.growth),
+                human_bytes(s.retained[0]),
+                human_bytes(s.retained[k - 1])
+            );
+        }
+    }
+    println!();
+    println!("Sites, most grown first ({} of {}); estimated bytes are samples / sampling rate:", r.sites.len(), r.total_sites);
+    println!("{:>8} {:>12} {:>12} {:>12}  site", "blocks", "estimated", "change", "retained");
+    for s in &r.sites {
+        println!(
+            "{:>8} {:>12} {:>12} {:>12}  {}",
+            s.count[k - 1],
+            human_bytes(s.estimated_bytes[k - 1]),
+            signed_bytes(s.growth),
+            human_bytes(s.retained[k - 1]),
+            s.site
+        );
+    }
 }
 
 /// `+1.5 MiB`, `-24 B`, `0 B`.
@@ -122,6 +250,14 @@ fn print_report(r: &DiffReport) {
             }
             if s.growing_paths > s.paths.len() as u64 {
                 println!("       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64);
+            }
+            for site in &s.sites {
+                println!(
+                    "       allocated at {} (estimated {}, {} sampled blocks)",
+                    site.site,
+                    signed_bytes(site.growth),
+                    signed(site.count[k - 1] as i64 - site.count[0] as i64)
+                );
             }
         }
     }

@@ -39,6 +39,8 @@ pub struct ExportArgs {
     /// Flame graphs: roots at the top (an icicle graph).
     #[arg(long)]
     icicle: bool,
+    #[command(flatten)]
+    sites: super::sites::SiteArgs,
     /// Print what was written as JSON.
     #[arg(long)]
     json: bool,
@@ -60,13 +62,26 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Devtools && args.by != GroupBy::Root {
         anyhow::bail!("--by applies to flame graphs (--format folded or svg)");
     }
+    if args.format != Format::Devtools && args.sites.memtrace.is_some() {
+        anyhow::bail!("--memtrace gives allocation stacks to the DevTools export (--format devtools)");
+    }
     heapsnap_analyze::mem::tune_allocator();
     let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
     let analysis = Analysis::new(&snap, &progress)?;
     let write_err = || format!("cannot write {}", args.output.display());
     if args.format == Format::Devtools {
-        let report = devtools::export(&analysis, &args.output, &Limits::default(), &progress).with_context(write_err)?;
+        // Sampled blocks' allocation stacks, as DevTools' allocation trace tree.
+        let sites = if snap.memprof().is_some_and(|m| !m.is_empty()) {
+            let trace = args.sites.memtrace.as_deref().map(super::sites::open_trace).transpose()?;
+            let joined = super::sites::join(&analysis, trace.as_ref())?;
+            super::sites::warn_missing(&joined.stats);
+            Some(joined)
+        } else {
+            None
+        };
+        let report =
+            devtools::export_with_sites(&analysis, sites.as_ref(), &args.output, &Limits::default(), &progress).with_context(write_err)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(ExitCode::SUCCESS);

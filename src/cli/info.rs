@@ -46,6 +46,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "custom_ops": snap.custom_ops().len(),
             "ephemerons": snap.ephemerons().len(),
             "memprof_entries": snap.memprof().map(|e| e.len()),
+            "memprof_frames": snap.memprof_frames().len(),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -91,7 +92,9 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
     match snap.memprof() {
         Some(entries) => {
             let samples: u64 = entries.iter().map(|e| e.samples).sum();
-            println!("memprof         {} tracked blocks, {samples} samples", entries.len());
+            let frames = snap.memprof_frames().len();
+            let stacks = if frames > 0 { format!("; {frames} frames of stored call stacks") } else { String::new() };
+            println!("memprof         {} tracked blocks, {samples} samples{stacks}", entries.len());
         }
         None => println!("memprof         none recorded (statmemprof exists in OCaml 4.14 and from 5.3 on)"),
     }

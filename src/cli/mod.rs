@@ -9,6 +9,7 @@ mod indexed;
 mod info;
 mod run;
 mod serve;
+mod sites;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,7 +25,7 @@ pub struct Cli {
 enum Command {
     /// Totals of a snapshot: objects, bytes, garbage, free, per region kind and domain, top groups.
     Summary(analyze::SummaryArgs),
-    /// Count, shallow and retained bytes per group (tag, kind, closure or root).
+    /// Count, shallow and retained bytes per group (kind, closure, root, reserved bits, or allocation site).
     Top(analyze::TopArgs),
     /// The dominator tree with retained sizes.
     Dominators(analyze::DominatorsArgs),

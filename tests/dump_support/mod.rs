@@ -184,8 +184,14 @@ pub struct Sample {
 
 impl Sample {
     pub fn start(program: &Path, args: &[&str]) -> Sample {
+        Sample::start_with_env(program, args, &[])
+    }
+
+    /// [`Sample::start`] with these variables added to its environment.
+    pub fn start_with_env(program: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Sample {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .arg("--pause")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -136,6 +136,11 @@ pub struct Suspect {
     pub paths: Vec<SuspectPath>,
     /// Distinct paths that gained members (before `max_paths`).
     pub growing_paths: u64,
+    /// Where the group's sampled blocks were allocated, the sites that grew most first (when
+    /// the snapshots have statmemprof's tables with stacks; filled by the caller,
+    /// [`crate::sites::report::suspect_sites`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sites: Vec<crate::sites::report::SiteGrowth>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -347,7 +352,7 @@ fn suspects_with_paths(
             paths.sort_by(|x, y| y.new.cmp(&x.new).then(x.signature.cmp(&y.signature)));
             let growing_paths = paths.len() as u64;
             paths.truncate(opts.max_paths);
-            Suspect { group, paths, growing_paths }
+            Suspect { group, paths, growing_paths, sites: Vec::new() }
         })
         .collect()
 }

@@ -107,6 +107,7 @@ pub fn capture_roots(
     finalisers(&mut cx)?;
     memprof(&mut cx, &ring)?;
     cap.ephemerons.extend(ephemerons(&cx)?);
+    cap.memprof_frames = root_chains::memprof_frames(source, &cx.memprof, &rt.frames, format);
     cap.roots = cx.roots;
     cap.memprof = Some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);

@@ -44,6 +44,8 @@ pub struct Capture {
     pub free_blocks: Vec<u64>,
     /// Statmemprof's entries; `None` on a runtime without statmemprof (before 5.3).
     pub memprof: Option<Vec<heapsnap_format::MemprofRecord>>,
+    /// The frame descriptors the tracked blocks' call stacks name, with their return addresses.
+    pub memprof_frames: Vec<heapsnap_format::FrameDescrRecord>,
     pub warnings: Vec<String>,
     /// How long each step of the copy took (ns), for reports and benchmarks.
     pub phases: Vec<(&'static str, u64)>,

@@ -33,6 +33,10 @@ pub struct FrameDescr {
 #[derive(Default)]
 pub struct FrameTable {
     descriptors: HashMap<u64, FrameDescr>,
+    /// Return address by backtrace slot: OCaml 5's raw backtraces name a frame by its
+    /// descriptor's address, and an allocation point by its debuginfo's address + 2
+    /// (backtrace_nat.c `Slot_debuginfo`), which the allocation's descriptor points to.
+    by_slot: HashMap<u64, u64>,
 }
 
 impl FrameTable {
@@ -48,9 +52,15 @@ impl FrameTable {
         self.descriptors.get(&retaddr)
     }
 
+    /// The return address of the frame a backtrace slot names (a descriptor's address, or an
+    /// allocation's debuginfo address + 2).
+    pub fn return_address_of(&self, slot: u64) -> Option<u64> {
+        self.by_slot.get(&slot).copied()
+    }
+
     /// A table of the given descriptors (for tests of stack walks).
     pub fn from_descriptors(entries: impl IntoIterator<Item = (u64, FrameDescr)>) -> FrameTable {
-        FrameTable { descriptors: entries.into_iter().collect() }
+        FrameTable { descriptors: entries.into_iter().collect(), by_slot: HashMap::new() }
     }
 
     /// Reads every frametable the runtime registered (`current_frame_descrs.frametables`, which
@@ -81,6 +91,7 @@ impl FrameTable {
         for _ in 0..count {
             let start = reader.position;
             let retaddr = reader.u64()?;
+            self.by_slot.insert(start, retaddr);
             let frame_data = reader.u16()?;
             let num_live = reader.u16()?;
             if frame_data == FRAME_RETURN_TO_C {
@@ -101,7 +112,18 @@ impl FrameTable {
             }
             if frame_data & FRAME_DESCRIPTOR_DEBUG != 0 {
                 reader.align(4);
-                reader.skip(4 * if allocation { num_allocs } else { 1 });
+                if allocation {
+                    // One debuginfo offset per allocation, relative to where it is stored.
+                    for _ in 0..num_allocs {
+                        let at = reader.position;
+                        let offset = u64::from(reader.u16()?) | u64::from(reader.u16()?) << 16;
+                        if offset != 0 {
+                            self.by_slot.insert(at + offset + 2, retaddr);
+                        }
+                    }
+                } else {
+                    reader.skip(4);
+                }
             }
             reader.align(8);
             debug_assert!(reader.position > start);
@@ -269,7 +291,7 @@ mod tests {
     use super::*;
 
     fn table(entries: &[(u64, FrameDescr)]) -> FrameTable {
-        FrameTable { descriptors: entries.iter().cloned().collect() }
+        FrameTable { descriptors: entries.iter().cloned().collect(), by_slot: HashMap::new() }
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! stack walk finds. Where the structures sit (offsets, variables) is each release's business.
 
 use super::captured::{CapturedRoot, RootName};
-use super::frames::{LiveSlot, SlotPlace};
+use super::frames::{FrameTable, LiveSlot, SlotPlace};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
-use heapsnap_format::{RootKind, NO_DOMAIN, ROOT_FLAG_WEAK};
+use heapsnap_format::{FrameDescrRecord, MemprofRecord, RootKind, NO_DOMAIN, ROOT_FLAG_WEAK};
 use heapsnap_values::HeaderFormat;
+use std::collections::HashSet;
 
 /// Longest chain followed in any runtime list, to stay finite on a corrupt target.
 pub const MAX_CHAIN: usize = 10_000_000;
@@ -237,4 +238,47 @@ pub fn stack_slots(
         }
     }
     Ok(())
+}
+
+/// The frames named by the tracked blocks' user data that are call stacks
+/// (`Printexc.raw_backtrace`: a tag-0 block of backtrace slots as OCaml integers), with
+/// their return addresses (FORMAT.md §3.13). A block with a field naming no descriptor is
+/// something else, and is skipped. Errors reading a block skip it: the user data is the
+/// program's, and a stop never fails for it.
+pub fn memprof_frames(
+    source: &dyn MemorySource,
+    entries: &[MemprofRecord],
+    frames: &FrameTable,
+    format: HeaderFormat,
+) -> Vec<FrameDescrRecord> {
+    /// Longer call stacks are not read (memprof's `callstack_size` is usually tens of frames).
+    const MAX_FRAMES: u64 = 1 << 16;
+    let mut seen: HashSet<u64> = HashSet::new();
+    let mut out = Vec::new();
+    for e in entries {
+        let data = e.user_data;
+        if data & 7 != 0 || data < 8 || !seen.insert(data) {
+            continue;
+        }
+        let Ok(header) = source.read_u64(data - 8) else { continue };
+        let wosize = format.wosize(header);
+        if format.tag(header) != 0 || wosize == 0 || wosize > MAX_FRAMES {
+            continue;
+        }
+        let Ok(bytes) = source.read_bytes(data, (wosize * 8) as usize) else { continue };
+        let frames: Option<Vec<FrameDescrRecord>> = bytes
+            .chunks_exact(8)
+            .map(|w| {
+                let slot = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+                // `Val_backtrace_slot`: the slot (a descriptor's address, or a debuginfo's + 2)
+                // with bit 0 set.
+                let descriptor = (slot & 1 == 1).then_some(slot - 1)?;
+                Some(FrameDescrRecord { descriptor, return_address: frames.return_address_of(descriptor)? })
+            })
+            .collect();
+        out.extend(frames.unwrap_or_default());
+    }
+    out.sort_unstable_by_key(|r| r.descriptor);
+    out.dedup();
+    out
 }

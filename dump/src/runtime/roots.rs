@@ -128,6 +128,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     }
 
     cap.regions.append(&mut cx.new_regions);
+    cap.memprof_frames = root_chains::memprof_frames(source, &cx.memprof, &rt.frames, format);
     cap.roots = cx.roots;
     cap.memprof = rt.release.memprof.then_some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);

@@ -19,6 +19,7 @@ mod edges;
 pub mod ids;
 pub mod nodes;
 pub mod strings;
+pub mod traces;
 
 use crate::output::AtomicFile;
 use crate::ExportError;
@@ -32,6 +33,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 use strings::{write_json_string, StringTable};
+use traces::Traces;
 
 pub const NODE_FIELDS: [&str; 7] = ["type", "name", "id", "self_size", "edge_count", "trace_node_id", "detachedness"];
 const NODE_FIELD_COUNT: u64 = NODE_FIELDS.len() as u64;
@@ -99,6 +101,10 @@ struct Plan<'a, 's> {
     total_edges: u64,
     header: Vec<u8>,
     string_previews: bool,
+    /// Allocation stacks of sampled blocks (empty without them).
+    traces: Traces,
+    /// What follows `edges` up to the strings.
+    tail: String,
 }
 
 const CHUNK: usize = 1 << 15;
@@ -107,6 +113,18 @@ const HEADER_ROOM: usize = 4096;
 
 /// Writes the snapshot of `a` to `path` (owner-only, atomically).
 pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progress) -> Result<DevtoolsReport, ExportError> {
+    export_with_sites(a, None, path, limits, progress)
+}
+
+/// [`export`], with the allocation stacks of sampled blocks as DevTools' allocation trace tree
+/// ([`traces`]).
+pub fn export_with_sites(
+    a: &Analysis<'_>,
+    sites: Option<&heapsnap_analyze::sites::Sites>,
+    path: &Path,
+    limits: &Limits,
+    progress: &Progress,
+) -> Result<DevtoolsReport, ExportError> {
     let start = std::time::Instant::now();
     let (order, slot_of) = exported_nodes(a);
     let step = progress.step("devtools: naming nodes", 0);
@@ -121,6 +139,8 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         (table, names) = names_and_table(a, &order, previews);
     }
     step.finish_and_clear();
+    let traces = sites.map(|s| Traces::build(a, s, &mut table)).unwrap_or_default();
+    let tail = traces.tail();
     let edges = Edges::new(a, &slot_of, &mut table);
     let step = progress.step("devtools: counting edges", 0);
     let edge_counts: Vec<u32> = order
@@ -145,6 +165,8 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         total_edges,
         header: Vec::new(),
         string_previews: previews > 0,
+        traces,
+        tail,
     };
     plan.header = header(&plan);
     check_limits(&plan, limits)?;
@@ -162,7 +184,7 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         nodes: plan.order.len() as u64,
         edges: plan.total_edges,
         strings: plan.table.list.len() as u64,
-        string_chars: (plan.header.len() + plan.table.json_bytes + TAIL.len()) as u64,
+        string_chars: (plan.header.len() + plan.table.json_bytes + plan.tail.len()) as u64,
         unreachable_left_out: live.saturating_sub(exported_blocks),
         string_previews: plan.string_previews,
         largest,
@@ -194,12 +216,10 @@ fn header(plan: &Plan<'_, '_>) -> Vec<u8> {
         "meta": meta,
         "node_count": plan.order.len(),
         "edge_count": plan.total_edges,
-        "trace_function_count": 0,
+        "trace_function_count": plan.traces.function_count,
     });
     format!("{{\"snapshot\":{snapshot},\n\"nodes\":[").into_bytes()
 }
-
-const TAIL: &str = "],\n\"trace_function_infos\":[],\n\"trace_tree\":[],\n\"samples\":[],\n\"locations\":[],\n\"strings\":[";
 
 fn check_limits(plan: &Plan<'_, '_>, limits: &Limits) -> Result<(), ExportError> {
     let too_large = |what: String| {
@@ -235,7 +255,7 @@ fn check_limits(plan: &Plan<'_, '_>, limits: &Limits) -> Result<(), ExportError>
             return too_large(format!("node id {id} is past the loader's largest number {}", limits.max_number));
         }
     }
-    let chars = (plan.header.len() + plan.table.json_bytes + TAIL.len()) as u64;
+    let chars = (plan.header.len() + plan.table.json_bytes + plan.tail.len()) as u64;
     if chars > limits.max_string_chars {
         return too_large(format!(
             "its {} names take {chars} characters, past the {} of one JavaScript string",
@@ -257,7 +277,7 @@ fn write_all(plan: &Plan<'_, '_>, out: &mut impl Write, progress: &Progress) -> 
     let bar = progress.step("devtools: writing edges", n as u64);
     write_chunks(out, &chunks, |r| edge_text(plan, r), &bar)?;
     bar.finish_and_clear();
-    out.write_all(TAIL.as_bytes())?;
+    out.write_all(plan.tail.as_bytes())?;
     let mut text = Vec::with_capacity(1 << 20);
     for (i, s) in plan.table.list.iter().enumerate() {
         if i > 0 {
@@ -323,7 +343,7 @@ fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
             u64::from(plan.ids[slot]),
             freeable(plan.graph, v),
             u64::from(plan.edge_counts[slot]),
-            0,
+            u64::from(plan.traces.by_node.get(&v).copied().unwrap_or(0)),
             0,
         ];
         push_numbers(&mut text, &fields);
