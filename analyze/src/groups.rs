@@ -220,33 +220,45 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
     Ok(out)
 }
 
+/// Every top object (one whose immediate dominator is the super-root or a root kind) with its
+/// label ([`top_label`]), by preorder number: `(preorder number, label id)` pairs, ascending, and
+/// the distinct labels.
+pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
+    let ret = a.retainers();
+    let preorder = a.preorder();
+    let first_block = a.graph.blocks.first_block_node;
+    let mut labels = ret.labels.clone();
+    // Top objects no root names are named by their description, interned with the labels
+    // (the map is made only when one is met).
+    let mut by_name: Option<HashMap<String, u32>> = None;
+    let tops = (1..a.tree.reachable_count() as u32)
+        .filter(|&p| ret.top[p as usize] == p && preorder[p as usize] >= first_block)
+        .map(|p| {
+            let id = ret.label_id(p).unwrap_or_else(|| {
+                let names = by_name.get_or_insert_with(|| labels.iter().enumerate().map(|(i, l)| (l.clone(), i as u32)).collect());
+                let label = a.describe(preorder[p as usize]);
+                *names.entry(label.clone()).or_insert_with(|| {
+                    labels.push(label);
+                    labels.len() as u32 - 1
+                })
+            });
+            (p, id)
+        })
+        .collect();
+    (tops, labels)
+}
+
 /// Where a reachable node's retention is attributed: the root at the top of its chain of
 /// dominators (the node right below the super-root or a root kind). Groups partition the
 /// reachable blocks.
 pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
     let tree = &a.tree;
-    let preorder = a.preorder();
-    let first_block = a.graph.blocks.first_block_node;
-    // The top of every reachable node, by preorder number (dominators come first).
-    let r = tree.reachable_count();
-    let mut top = vec![0u32; r];
-    for p in 1..r {
-        let d = tree.idom_pre[p] as usize;
-        top[p] = if preorder[d] < first_block { p as u32 } else { top[d] };
-    }
-    // One group per distinct label.
-    let mut names: Vec<String> = Vec::new();
-    let mut by_name: HashMap<String, u32> = HashMap::default();
-    let mut group_of_top: HashMap<u32, u32> = HashMap::default();
-    for p in 1..r {
-        if top[p] == p as u32 && preorder[p] >= first_block {
-            let label = top_label(a, preorder[p]);
-            let g = *by_name.entry(label.clone()).or_insert_with(|| {
-                names.push(label);
-                names.len() as u32 - 1
-            });
-            group_of_top.insert(p as u32, g);
-        }
+    let top = &a.retainers().top;
+    // One group per distinct label, by preorder number of the top objects.
+    let (tops, names) = labelled_tops(a);
+    let mut group_of = vec![crate::retainers::NO_LABEL; tree.reachable_count()];
+    for &(p, g) in &tops {
+        group_of[p as usize] = g;
     }
     // Sizes, region by region.
     let blocks = &a.graph.blocks;
@@ -264,7 +276,10 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
                         continue;
                     }
                     let t = top[p as usize];
-                    let Some(&g) = group_of_top.get(&t) else { continue };
+                    let g = group_of[t as usize];
+                    if g == crate::retainers::NO_LABEL {
+                        continue;
+                    }
                     let e = &mut acc[g as usize];
                     let bytes = b.header.bytes();
                     e.0 += 1;
