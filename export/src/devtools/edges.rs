@@ -11,7 +11,6 @@ use heapsnap_analyze::blocks::{NodeId, Target};
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::names::root_label;
 use heapsnap_analyze::ocaml;
-use heapsnap_analyze::structures::{self, Structure};
 use heapsnap_analyze::Analysis;
 
 /// DevTools' edge types, in V8's order (`snapshot.meta.edge_types[0]`).
@@ -36,6 +35,8 @@ pub struct Edges<'a, 's> {
     graph: &'a HeapGraph<'s>,
     /// Slot of every node in the export ([`NO_SLOT`]: not exported).
     slot_of: &'a [u32],
+    /// By slot: whether the node is a stdlib `Hashtbl` (recognised when naming nodes).
+    hashtbl: &'a [bool],
     /// Per root kind: its records that reach a block, strong and weak, in the graph's order.
     strong_roots: Vec<Vec<RootRef>>,
     weak_roots: Vec<Vec<RootRef>>,
@@ -48,7 +49,7 @@ pub struct Edges<'a, 's> {
 
 impl<'a, 's> Edges<'a, 's> {
     /// Interns the edge names in `table`.
-    pub fn new(a: &'a Analysis<'s>, slot_of: &'a [u32], table: &mut StringTable) -> Self {
+    pub fn new(a: &'a Analysis<'s>, slot_of: &'a [u32], hashtbl: &'a [bool], table: &mut StringTable) -> Self {
         let kinds = &a.graph.root_kinds;
         let mut strong_roots = vec![Vec::new(); kinds.len()];
         let mut weak_roots = vec![Vec::new(); kinds.len()];
@@ -69,6 +70,7 @@ impl<'a, 's> Edges<'a, 's> {
         Edges {
             graph: &a.graph,
             slot_of,
+            hashtbl,
             strong_roots,
             weak_roots,
             ephemeron_key: table.intern("ephemeron key"),
@@ -122,7 +124,7 @@ impl<'a, 's> Edges<'a, 's> {
                 }
             });
         }
-        let hashtbl = !succ.is_empty() && structures::recognise(&g.blocks, &b) == Some(Structure::Hashtbl);
+        let hashtbl = self.slot(v).is_some_and(|s| self.hashtbl.get(s as usize) == Some(&true));
         let conditions = !g.condition_edges.is_empty();
         let mut next = 0;
         for &t in succ {

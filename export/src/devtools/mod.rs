@@ -108,6 +108,7 @@ const HEADER_ROOM: usize = 4096;
 /// Writes the snapshot of `a` to `path` (owner-only, atomically).
 pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progress) -> Result<DevtoolsReport, ExportError> {
     let start = std::time::Instant::now();
+    let timer = heapsnap_analyze::progress::PhaseTimer::start("devtools");
     let (order, slot_of) = exported_nodes(a);
     let step = progress.step("devtools: naming nodes", 0);
     let mut previews = limits.string_preview;
@@ -121,7 +122,9 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         (table, names) = names_and_table(a, &order, previews);
     }
     step.finish_and_clear();
-    let edges = Edges::new(a, &slot_of, &mut table);
+    timer.lap("names");
+    let hashtbl = std::mem::take(&mut names.hashtbl);
+    let edges = Edges::new(a, &slot_of, &hashtbl, &mut table);
     let step = progress.step("devtools: counting edges", 0);
     let edge_counts: Vec<u32> = order
         .par_iter()
@@ -133,7 +136,9 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         .collect();
     step.finish_and_clear();
     let total_edges: u64 = edge_counts.iter().map(|&c| u64::from(c)).sum();
+    timer.lap("edges counted");
     let ids = ids::node_ids(&a.graph, &order);
+    timer.lap("ids");
     let mut plan = Plan {
         graph: &a.graph,
         order,
@@ -152,6 +157,7 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
     let mut out = AtomicFile::create(path)?;
     write_all(&plan, &mut out, progress)?;
     let bytes = out.commit()?;
+    timer.lap("written");
     let largest = largest(a, &plan, 20);
     let live: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
     let exported_blocks = plan.order.len() as u64 - 1 - a.graph.root_kinds.len() as u64;

@@ -5,11 +5,14 @@
 
 use super::strings::StringTable;
 use heapsnap_analyze::blocks::NodeId;
-use heapsnap_analyze::graph::SUPER_ROOT;
+use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::groups::{key_name, kind_key, GroupKey};
 use heapsnap_analyze::names::string_preview;
 use heapsnap_analyze::ocaml;
+use heapsnap_analyze::structures::Structure;
 use heapsnap_analyze::Analysis;
+use heapsnap_format::RootKind;
+use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 /// DevTools' node types, in V8's order (`snapshot.meta.node_types[0]`).
@@ -42,41 +45,116 @@ pub const SYNTHETIC: u8 = 9;
 /// The name of the synthetic root (node 0).
 pub const ROOT_NAME: &str = "(OCaml roots)";
 
-/// Type and name (string id) of every exported node, by slot.
+/// Type and name (string id) of every exported node, by slot, and which are a stdlib
+/// `Hashtbl` (their field 1 is the `data` property).
 pub struct NodeNames {
     pub kind: Vec<u8>,
     pub name: Vec<u32>,
+    pub hashtbl: Vec<bool>,
+}
+
+/// Nodes named per chunk, each chunk on a core with its own strings.
+const CHUNK: usize = 1 << 14;
+/// In a chunk's names: an index in its kinds rather than in its strings.
+const KIND_BIT: u32 = 1 << 31;
+
+/// One chunk's names: indices in its own strings, or (with [`KIND_BIT`]) in its own kinds.
+struct LocalNames {
+    kind: Vec<u8>,
+    name: Vec<u32>,
+    hashtbl: Vec<bool>,
+    strings: Vec<String>,
+    kinds: Vec<GroupKey>,
 }
 
 /// Names every node of `order`; `preview` is the most bytes of a string shown in its name (0:
-/// strings are all named `string`).
+/// strings are all named `string`). Recognising structures and previewing strings is done on
+/// every core; the names are then interned in `table` in node order (the analysis's symbol
+/// names, which name closures, are read on this thread only).
 pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mut StringTable) -> NodeNames {
-    let blocks = &a.graph.blocks;
-    let mut by_kind: FxHashMap<GroupKey, (u8, u32)> = FxHashMap::default();
-    let mut kind = Vec::with_capacity(order.len());
-    let mut name = Vec::with_capacity(order.len());
-    for &v in order {
+    // Module blocks, found from the global roots (a few per compilation unit).
+    let modules: FxHashMap<NodeId, &str> = a
+        .snap
+        .roots()
+        .iter()
+        .filter(|r| matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) && r.slot != 0)
+        .filter_map(|r| r.slot.checked_sub(8 * r.origin))
+        .filter_map(|x| a.node_at(x).ok())
+        .filter_map(|v| Some((v, a.module_of(v)?)))
+        .collect();
+    let graph = &a.graph;
+    let locals: Vec<LocalNames> = order.par_chunks(CHUNK).map(|chunk| name_chunk(graph, &modules, chunk, preview)).collect();
+    let mut out = NodeNames {
+        kind: Vec::with_capacity(order.len()),
+        name: Vec::with_capacity(order.len()),
+        hashtbl: Vec::with_capacity(order.len()),
+    };
+    let mut by_kind: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    for local in locals {
+        // Interned in node order (a string's id is the order it first appears in, as before
+        // the naming was parallel): a chunk's strings are in node order already.
+        let mut strings = local.strings.into_iter();
+        let mut kinds: Vec<Option<u32>> = vec![None; local.kinds.len()];
+        for &l in &local.name {
+            let id = if l & KIND_BIT != 0 {
+                let k = (l & !KIND_BIT) as usize;
+                *kinds[k].get_or_insert_with(|| {
+                    *by_kind.entry(local.kinds[k]).or_insert_with(|| table.intern(&key_name(&a.names, &local.kinds[k])))
+                })
+            } else {
+                table.intern_owned(strings.next().expect("one string per named node"))
+            };
+            out.name.push(id);
+        }
+        out.kind.extend_from_slice(&local.kind);
+        out.hashtbl.extend_from_slice(&local.hashtbl);
+    }
+    out
+}
+
+fn name_chunk(graph: &HeapGraph<'_>, modules: &FxHashMap<NodeId, &str>, chunk: &[NodeId], preview: usize) -> LocalNames {
+    let blocks = &graph.blocks;
+    let mut kind_ids: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let mut local = LocalNames {
+        kind: Vec::with_capacity(chunk.len()),
+        name: Vec::with_capacity(chunk.len()),
+        hashtbl: Vec::with_capacity(chunk.len()),
+        strings: Vec::new(),
+        kinds: Vec::new(),
+    };
+    let text = |strings: &mut Vec<String>, s: String| {
+        strings.push(s);
+        strings.len() as u32 - 1
+    };
+    for &v in chunk {
+        let mut hashtbl = false;
         let (k, n) = if v == SUPER_ROOT {
-            (SYNTHETIC, table.intern(ROOT_NAME))
-        } else if let Some(root_kind) = a.graph.root_kind_of(v) {
-            (SYNTHETIC, table.intern(&format!("({root_kind} roots)")))
+            (SYNTHETIC, text(&mut local.strings, ROOT_NAME.to_string()))
+        } else if let Some(root_kind) = graph.root_kind_of(v) {
+            (SYNTHETIC, text(&mut local.strings, format!("({root_kind} roots)")))
         } else if let Some(b) = blocks.block(v) {
             let tag = b.header.tag;
-            if let Some(m) = a.module_of(v) {
-                (OBJECT, table.intern(&format!("module {m}")))
+            if let Some(m) = modules.get(&v) {
+                (OBJECT, text(&mut local.strings, format!("module {m}")))
             } else if tag == ocaml::STRING_TAG && preview > 0 {
-                (STRING, table.intern(&string_name(b.fields, preview)))
+                (STRING, text(&mut local.strings, string_name(b.fields, preview)))
             } else {
                 let key = kind_key(blocks, &b);
-                *by_kind.entry(key).or_insert_with(|| (type_of_tag(tag), table.intern(&key_name(&a.names, &key))))
+                hashtbl = key == GroupKey::Structure(Structure::Hashtbl);
+                let id = *kind_ids.entry(key).or_insert_with(|| {
+                    local.kinds.push(key);
+                    local.kinds.len() as u32 - 1
+                });
+                (type_of_tag(tag), KIND_BIT | id)
             }
         } else {
-            (HIDDEN, table.intern("(unknown)"))
+            (HIDDEN, text(&mut local.strings, "(unknown)".to_string()))
         };
-        kind.push(k);
-        name.push(n);
+        local.kind.push(k);
+        local.name.push(n);
+        local.hashtbl.push(hashtbl);
     }
-    NodeNames { kind, name }
+    local
 }
 
 fn type_of_tag(tag: u8) -> u8 {
