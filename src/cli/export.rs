@@ -36,6 +36,11 @@ pub struct ExportArgs {
     /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `reserved`, `closure`).
     #[arg(long, default_value = "root")]
     by: GroupBy,
+    /// DevTools: an earlier snapshot of the same process; the objects heapsnap finds in it keep
+    /// the node ids they have in its export (DevTools' Comparison view matches by id), even when
+    /// a compaction moved them. Export every later snapshot against the same first one.
+    #[arg(long, value_name = "OLD_SNAPSHOT")]
+    baseline: Option<PathBuf>,
     /// Flame graphs: roots at the top (an icicle graph).
     #[arg(long)]
     icicle: bool,
@@ -60,13 +65,31 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Devtools && args.by != GroupBy::Root {
         anyhow::bail!("--by applies to flame graphs (--format folded or svg)");
     }
+    if args.format != Format::Devtools && args.baseline.is_some() {
+        anyhow::bail!("--baseline applies to --format devtools (flame graphs have no ids)");
+    }
     heapsnap_analyze::mem::tune_allocator();
     let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
     let analysis = Analysis::new(&snap, &progress)?;
     let write_err = || format!("cannot write {}", args.output.display());
     if args.format == Format::Devtools {
-        let report = devtools::export(&analysis, &args.output, &Limits::default(), &progress).with_context(write_err)?;
+        let report = match &args.baseline {
+            None => devtools::export(&analysis, &args.output, &Limits::default(), &progress).with_context(write_err)?,
+            Some(old_path) => {
+                let old = Snapshot::open(old_path).with_context(|| format!("cannot open the baseline {}", old_path.display()))?;
+                heapsnap_analyze::diff::compat::check_pair(&old, &snap, false)
+                    .with_context(|| format!("--baseline {} cannot give ids to {}", old_path.display(), args.snapshot.display()))?;
+                for w in heapsnap_analyze::diff::compat::warnings(&[&old, &snap]) {
+                    eprintln!("heapsnap: warning: --baseline: {w}");
+                }
+                let old_analysis = Analysis::new(&old, &progress)?;
+                let baseline = devtools::Baseline { analysis: &old_analysis, name: old_path.display().to_string() };
+                devtools::export_following(&analysis, &baseline, &args.output, &Limits::default(), &progress).with_context(write_err)?
+            }
+        };
+        // Where the ids are stable, said in every mode (DevTools compares snapshots by id).
+        eprintln!("heapsnap: node ids: {}", report.ids.note);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(ExitCode::SUCCESS);

@@ -17,6 +17,7 @@
 
 mod edges;
 pub mod ids;
+pub mod matching;
 pub mod nodes;
 pub mod strings;
 
@@ -82,9 +83,75 @@ pub struct DevtoolsReport {
     pub unreachable_left_out: u64,
     /// Whether strings are named by their contents (false when that would pass the limit).
     pub string_previews: bool,
+    /// How the node ids were given, and how far they are stable.
+    pub ids: IdsReport,
     /// The blocks that retain most, largest first.
     pub largest: Vec<Exported>,
     pub seconds: f64,
+}
+
+/// An earlier snapshot of the same process: the export keeps the ids its objects have in the
+/// baseline's own export ([`ids`], [`matching`]).
+pub struct Baseline<'a, 's> {
+    pub analysis: &'a Analysis<'s>,
+    /// How the user named it (for reports).
+    pub name: String,
+}
+
+/// How ids were given.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdsReport {
+    /// `address` (no baseline: stable while a block does not move) or `baseline`.
+    pub from: &'static str,
+    pub baseline: Option<String>,
+    /// With a baseline: how many objects each rule matched.
+    pub matched: Option<matching::MatchCounts>,
+    /// With a baseline: blocks that keep their baseline id, blocks with an id of their own,
+    /// and the baseline's blocks whose id no block took.
+    pub kept: Option<u64>,
+    pub new: Option<u64>,
+    pub baseline_not_found: Option<u64>,
+    /// One sentence on where the ids are stable and where not.
+    pub note: String,
+}
+
+impl IdsReport {
+    fn from_addresses() -> IdsReport {
+        IdsReport {
+            from: "address",
+            baseline: None,
+            matched: None,
+            kept: None,
+            new: None,
+            baseline_not_found: None,
+            note: "node ids follow addresses: an object keeps its id in the export of a later snapshot only if it did not move \
+                   (a compaction or a promotion moves blocks); export later snapshots with --baseline THIS_SNAPSHOT to keep the ids of the objects heapsnap can match"
+                .into(),
+        }
+    }
+
+    fn following(name: &str, m: &matching::Matching, f: &ids::Followed) -> IdsReport {
+        IdsReport {
+            from: "baseline",
+            baseline: Some(name.to_string()),
+            matched: Some(m.counts.clone()),
+            kept: Some(f.kept),
+            new: Some(f.new),
+            baseline_not_found: Some(f.baseline_not_found),
+            note: format!(
+                "{} of {} blocks keep the id they have in the export of {name} (matched by contents {}, roots {}, fields {}, referrers {}, address {}); \
+                 the other {} have ids of their own: objects {name} does not have, or that moved where heapsnap cannot match them",
+                f.kept,
+                f.kept + f.new,
+                m.counts.contents,
+                m.counts.roots,
+                m.counts.fields,
+                m.counts.referrers,
+                m.counts.address,
+                f.new
+            ),
+        }
+    }
 }
 
 /// Everything known before a byte is written.
@@ -105,8 +172,29 @@ const CHUNK: usize = 1 << 15;
 /// More than the header and the tail of the file take besides the strings.
 const HEADER_ROOM: usize = 4096;
 
-/// Writes the snapshot of `a` to `path` (owner-only, atomically).
+/// Writes the snapshot of `a` to `path` (owner-only, atomically), ids from addresses.
 pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progress) -> Result<DevtoolsReport, ExportError> {
+    export_with(a, None, path, limits, progress)
+}
+
+/// [`export`], the objects found in `baseline` keeping the ids they have in its export.
+pub fn export_following(
+    a: &Analysis<'_>,
+    baseline: &Baseline<'_, '_>,
+    path: &Path,
+    limits: &Limits,
+    progress: &Progress,
+) -> Result<DevtoolsReport, ExportError> {
+    export_with(a, Some(baseline), path, limits, progress)
+}
+
+fn export_with(
+    a: &Analysis<'_>,
+    baseline: Option<&Baseline<'_, '_>>,
+    path: &Path,
+    limits: &Limits,
+    progress: &Progress,
+) -> Result<DevtoolsReport, ExportError> {
     let start = std::time::Instant::now();
     let timer = heapsnap_analyze::progress::PhaseTimer::start("devtools");
     let (order, slot_of) = exported_nodes(a);
@@ -137,7 +225,18 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
     step.finish_and_clear();
     let total_edges: u64 = edge_counts.iter().map(|&c| u64::from(c)).sum();
     timer.lap("edges counted");
-    let ids = ids::node_ids(&a.graph, &order);
+    let (ids, ids_report) = match baseline {
+        None => (ids::node_ids(&a.graph, &order), IdsReport::from_addresses()),
+        Some(b) => {
+            let step = progress.step("devtools: matching objects with the baseline", 0);
+            let (old_order, old_slot_of) = exported_nodes(b.analysis);
+            let old_ids = ids::node_ids(&b.analysis.graph, &old_order);
+            let m = matching::match_objects(b.analysis, &old_order, a, &order);
+            let (ids, followed) = ids::node_ids_following(&a.graph, &order, &old_ids, &old_slot_of, &m.old_of);
+            step.finish_and_clear();
+            (ids, IdsReport::following(&b.name, &m, &followed))
+        }
+    };
     timer.lap("ids");
     let mut plan = Plan {
         graph: &a.graph,
@@ -171,6 +270,7 @@ pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progres
         string_chars: (plan.header.len() + plan.table.json_bytes + TAIL.len()) as u64,
         unreachable_left_out: live.saturating_sub(exported_blocks),
         string_previews: plan.string_previews,
+        ids: ids_report,
         largest,
         seconds: start.elapsed().as_secs_f64(),
     })
