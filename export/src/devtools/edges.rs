@@ -7,7 +7,7 @@
 //! per root record, named as reports name roots (`Cache_leak.1`), `weak` for weak roots.
 
 use super::strings::StringTable;
-use heapsnap_analyze::blocks::{NodeId, Target};
+use heapsnap_analyze::blocks::{BlockRef, NodeId, Target};
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::names::root_label;
 use heapsnap_analyze::ocaml;
@@ -85,9 +85,9 @@ impl<'a, 's> Edges<'a, 's> {
         self.slot_of.get(v as usize).copied().filter(|&s| s != NO_SLOT)
     }
 
-    /// Calls `f(type, name_or_index, target slot)` for each edge of `v`, in a fixed order;
-    /// `fields` is scratch space.
-    pub fn each(&self, v: NodeId, fields: &mut Vec<(u32, NodeId)>, mut f: impl FnMut(u8, u32, u32)) {
+    /// Calls `f(type, name_or_index, target slot)` for each edge of `v` (its block `block`, if
+    /// it is one), in a fixed order; `fields` is scratch space.
+    pub fn each(&self, v: NodeId, block: Option<&BlockRef<'_>>, fields: &mut Vec<(u32, NodeId)>, mut f: impl FnMut(u8, u32, u32)) {
         let g = self.graph;
         let succ = g.successors(v);
         if v == SUPER_ROOT {
@@ -114,7 +114,7 @@ impl<'a, 's> Edges<'a, 's> {
             }
             return;
         }
-        let Some(b) = g.blocks.block(v) else { return };
+        let Some(b) = block else { return };
         let tag = b.header.tag;
         fields.clear();
         if tag != ocaml::CONT_TAG {
@@ -173,16 +173,4 @@ pub fn exported_nodes(a: &Analysis<'_>) -> (Vec<NodeId>, Vec<u32>) {
     }
     debug_assert!(order.first() == Some(&SUPER_ROOT));
     (order, slot_of)
-}
-
-/// What freeing a node would give back (as `Analysis::freeable`): its bytes, header included,
-/// 0 for static data and the synthetic nodes.
-pub fn freeable(graph: &HeapGraph<'_>, v: NodeId) -> u64 {
-    let blocks = &graph.blocks;
-    match blocks.region_of_node(v) {
-        Some(r) if blocks.regions[r as usize].kind != heapsnap_format::RegionKind::Static => {
-            blocks.block(v).map_or(0, |b| b.header.bytes())
-        }
-        _ => 0,
-    }
 }

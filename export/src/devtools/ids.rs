@@ -29,20 +29,32 @@ pub fn address_hash(address: u64) -> u32 {
     FIRST_BLOCK_HASH + ((mixed >> 32) % u64::from(HASHES - FIRST_BLOCK_HASH)) as u32
 }
 
+/// The address of every node of `order` (ascending; 0: not a block).
+fn addresses(graph: &HeapGraph<'_>, order: &[NodeId]) -> Vec<u64> {
+    let mut out = vec![0u64; order.len()];
+    out.par_chunks_mut(1 << 14).zip(order.par_chunks(1 << 14)).for_each(|(out, nodes)| {
+        super::sweep::for_each_block(&graph.blocks, nodes, |i, b| out[i] = b.address);
+    });
+    out
+}
+
+/// The hash part of the id of a synthetic node or of a block at `address`.
+fn plain_hash(graph: &HeapGraph<'_>, v: NodeId, address: u64) -> u32 {
+    if v == SUPER_ROOT {
+        0
+    } else if let Some(k) = graph.root_kind_of(v) {
+        1 + u32::from(k.code()).min(FIRST_BLOCK_HASH - 2)
+    } else if address != 0 {
+        address_hash(address)
+    } else {
+        FIRST_BLOCK_HASH
+    }
+}
+
 /// The id of every exported node (`order`: the nodes, in node order).
 pub fn node_ids(graph: &HeapGraph<'_>, order: &[NodeId]) -> Vec<u32> {
-    let mut hashes: Vec<u32> = order
-        .par_iter()
-        .map(|&v| {
-            if v == SUPER_ROOT {
-                0
-            } else if let Some(k) = graph.root_kind_of(v) {
-                1 + u32::from(k.code()).min(FIRST_BLOCK_HASH - 2)
-            } else {
-                graph.blocks.block(v).map_or(FIRST_BLOCK_HASH, |b| address_hash(b.address))
-            }
-        })
-        .collect();
+    let address = addresses(graph, order);
+    let mut hashes: Vec<u32> = order.par_iter().zip(&address).map(|(&v, &x)| plain_hash(graph, v, x)).collect();
     let mut sorted = hashes.clone();
     sorted.par_sort_unstable();
     let repeated: FxHashSet<u32> = sorted.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
@@ -104,17 +116,16 @@ pub fn node_ids_following(
     let mut claimed: FxHashSet<u32> = FxHashSet::default();
     let mut hashes = Vec::with_capacity(order.len());
     let mut followed = Followed::default();
-    for (&v, &k) in order.iter().zip(&kept) {
-        let h = if v == SUPER_ROOT {
-            0
-        } else if let Some(kind) = graph.root_kind_of(v) {
-            1 + u32::from(kind.code()).min(FIRST_BLOCK_HASH - 2)
+    let address = addresses(graph, order);
+    for ((&v, &k), &x) in order.iter().zip(&kept).zip(&address) {
+        let h = if v < graph.blocks.first_block_node {
+            plain_hash(graph, v, 0)
         } else if k != NOT_KEPT {
             followed.kept += 1;
             k
         } else {
             followed.new += 1;
-            let mut h = graph.blocks.block(v).map_or(FIRST_BLOCK_HASH, |b| address_hash(b.address));
+            let mut h = plain_hash(graph, v, x);
             // Not an id of the baseline's (another object there), nor one taken here.
             while forbidden.binary_search(&h).is_ok() || claimed.contains(&h) {
                 h = if h + 1 >= HASHES { FIRST_BLOCK_HASH } else { h + 1 };

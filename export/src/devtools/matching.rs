@@ -1,19 +1,20 @@
 //! Which objects of a later snapshot are objects of an earlier one, so that they keep their
 //! DevTools node ids (its Comparison view matches by id). Addresses do not tell: a compaction
-//! moves blocks, and a freed block's address is reused. Objects are matched one to one, each
-//! match with what the diff matches places by, the way into the object:
+//! moves blocks, and a freed block's address is reused. Objects are matched one to one, by the
+//! way into them, as the diff matches places, and by what they hold, in this order:
 //!
-//! 1. **roots**: a root record (`Cache_leak.1`) found once in both snapshots holds the same
+//! 1. **contents**: a block whose contents (its non-pointer words, every word of a string or a
+//!    float) are found once in each snapshot (a key of a hash table, a record with a unique
+//!    number);
+//! 2. **roots**: a root record (`Cache_leak.1`) found once in both snapshots holds the same
 //!    object;
-//! 2. **fields**: field `i` of two matched objects holds the same object;
-//! 3. **referrers**: two objects whose only referrers are matched, through the same field, are
-//!    the same (an object reached from a matched one is found from either side);
-//! 4. **contents**: a block whose contents (its non-pointer words, every word of a string or a
-//!    float) are found once in each snapshot, when no path has matched it (a key of a resized
-//!    hash table, a record with a unique number);
+//! 3. **fields**: field `i` of two matched objects holds the same object;
+//! 4. **referrers**: two objects whose only referrers are matched, through the same field, are
+//!    the same;
 //! 5. **address**: a block at the address of an earlier one, when neither was matched otherwise
 //!    (a block that did not move).
 //!
+//! Every match is extended at once through fields and referrers (3 and 4).
 //! Two objects match only when they have the same tag and size, and, for blocks the GC does
 //! not scan (strings, floats, custom blocks), the same contents. Rules 2, 3 and 5 also weigh
 //! the evidence of the fields: a field agrees when its immediates are equal or both point to

@@ -20,10 +20,11 @@ pub mod ids;
 pub mod matching;
 pub mod nodes;
 pub mod strings;
+mod sweep;
 
 use crate::output::AtomicFile;
 use crate::ExportError;
-use edges::{exported_nodes, freeable, Edges, EDGE_TYPES};
+use edges::{exported_nodes, Edges, EDGE_TYPES};
 use heapsnap_analyze::blocks::NodeId;
 use heapsnap_analyze::graph::HeapGraph;
 use heapsnap_analyze::{Analysis, Progress};
@@ -214,14 +215,11 @@ fn export_with(
     let hashtbl = std::mem::take(&mut names.hashtbl);
     let edges = Edges::new(a, &slot_of, &hashtbl, &mut table);
     let step = progress.step("devtools: counting edges", 0);
-    let edge_counts: Vec<u32> = order
-        .par_iter()
-        .map_init(Vec::new, |scratch, &v| {
-            let mut n = 0u32;
-            edges.each(v, scratch, |_, _, _| n += 1);
-            n
-        })
-        .collect();
+    let mut edge_counts = vec![0u32; order.len()];
+    let graph = &a.graph;
+    edge_counts.par_chunks_mut(CHUNK).zip(order.par_chunks(CHUNK)).for_each(|(counts, nodes)| {
+        each_edge(&edges, graph, nodes, |i, _, _, _| counts[i] += 1);
+    });
     step.finish_and_clear();
     let total_edges: u64 = edge_counts.iter().map(|&c| u64::from(c)).sum();
     timer.lap("edges counted");
@@ -330,9 +328,9 @@ fn check_limits(plan: &Plan<'_, '_>, limits: &Limits) -> Result<(), ExportError>
             limits.max_number
         ));
     }
-    if let Some((v, size)) = plan.order.iter().map(|&v| (v, freeable(plan.graph, v))).max_by_key(|&(_, s)| s) {
+    if let Some((v, &size)) = plan.order.iter().zip(&plan.names.size).max_by_key(|&(_, s)| s) {
         if size > limits.max_number {
-            let at = plan.graph.blocks.block(v).map_or_else(String::new, |b| format!(" at {:#x}", b.address));
+            let at = plan.graph.blocks.block(*v).map_or_else(String::new, |b| format!(" at {:#x}", b.address));
             return too_large(format!("the block{at} has {size} bytes, past the loader's largest number {}", limits.max_number));
         }
     }
@@ -422,12 +420,11 @@ fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
         if !text.is_empty() {
             text.extend_from_slice(b",\n");
         }
-        let v = plan.order[slot];
         let fields = [
             u64::from(plan.names.kind[slot]),
             u64::from(plan.names.name[slot]),
             u64::from(plan.ids[slot]),
-            freeable(plan.graph, v),
+            plan.names.size[slot],
             u64::from(plan.edge_counts[slot]),
             0,
             0,
@@ -437,21 +434,31 @@ fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
     text
 }
 
+/// Calls `f(i, type, name_or_index, target slot)` for the edges of each of `nodes` (ascending),
+/// in node order: the synthetic nodes', then the blocks' (found in one pass).
+fn each_edge(edges: &Edges<'_, '_>, graph: &HeapGraph<'_>, nodes: &[NodeId], mut f: impl FnMut(usize, u8, u32, u32)) {
+    let mut scratch = Vec::new();
+    let first_block = graph.blocks.first_block_node;
+    for (i, &v) in nodes.iter().enumerate().take_while(|&(_, &v)| v < first_block) {
+        edges.each(v, None, &mut scratch, |kind, name, to| f(i, kind, name, to));
+    }
+    sweep::for_each_block(&graph.blocks, nodes, |i, b| {
+        edges.each(nodes[i], Some(&b), &mut scratch, |kind, name, to| f(i, kind, name, to));
+    });
+}
+
 /// The edges of the nodes of `range`, in node order.
 fn edge_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
     let mut text = Vec::with_capacity(range.len() * 40);
-    let mut scratch = Vec::new();
-    for slot in range {
-        let mut written = 0u32;
-        plan.edges.each(plan.order[slot], &mut scratch, |kind, name, to| {
-            if !text.is_empty() {
-                text.extend_from_slice(b",\n");
-            }
-            push_numbers(&mut text, &[u64::from(kind), u64::from(name), u64::from(to) * NODE_FIELD_COUNT]);
-            written += 1;
-        });
-        assert_eq!(written, plan.edge_counts[slot], "the edges of a node are the same in both passes");
-    }
+    let mut written = vec![0u32; range.len()];
+    each_edge(&plan.edges, plan.graph, &plan.order[range.clone()], |i, kind, name, to| {
+        if !text.is_empty() {
+            text.extend_from_slice(b",\n");
+        }
+        push_numbers(&mut text, &[u64::from(kind), u64::from(name), u64::from(to) * NODE_FIELD_COUNT]);
+        written[i] += 1;
+    });
+    assert_eq!(written, plan.edge_counts[range], "the edges of a node are the same in both passes");
     text
 }
 

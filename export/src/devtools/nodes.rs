@@ -4,6 +4,7 @@
 //! `top --by kind` names them; a stdlib hash table `Hashtbl`), strings by their contents.
 
 use super::strings::StringTable;
+use super::sweep::{for_each_block, freeable};
 use heapsnap_analyze::blocks::NodeId;
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::groups::{key_name, kind_key, GroupKey};
@@ -51,6 +52,8 @@ pub struct NodeNames {
     pub kind: Vec<u8>,
     pub name: Vec<u32>,
     pub hashtbl: Vec<bool>,
+    /// Self size: what freeing the block would give back (0 for static data and synthetic nodes).
+    pub size: Vec<u64>,
 }
 
 /// Nodes named per chunk, each chunk on a core with its own strings.
@@ -63,6 +66,7 @@ struct LocalNames {
     kind: Vec<u8>,
     name: Vec<u32>,
     hashtbl: Vec<bool>,
+    size: Vec<u64>,
     strings: Vec<String>,
     kinds: Vec<GroupKey>,
 }
@@ -88,12 +92,13 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
         kind: Vec::with_capacity(order.len()),
         name: Vec::with_capacity(order.len()),
         hashtbl: Vec::with_capacity(order.len()),
+        size: Vec::with_capacity(order.len()),
     };
     let mut by_kind: FxHashMap<GroupKey, u32> = FxHashMap::default();
     for local in locals {
         // Interned in node order (a string's id is the order it first appears in, as before
-        // the naming was parallel): a chunk's strings are in node order already.
-        let mut strings = local.strings.into_iter();
+        // the naming was parallel); each of a chunk's strings names one node.
+        let mut strings: Vec<Option<String>> = local.strings.into_iter().map(Some).collect();
         let mut kinds: Vec<Option<u32>> = vec![None; local.kinds.len()];
         for &l in &local.name {
             let id = if l & KIND_BIT != 0 {
@@ -102,12 +107,13 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
                     *by_kind.entry(local.kinds[k]).or_insert_with(|| table.intern(&key_name(&a.names, &local.kinds[k])))
                 })
             } else {
-                table.intern_owned(strings.next().expect("one string per named node"))
+                table.intern_owned(strings[l as usize].take().expect("one string per named node"))
             };
             out.name.push(id);
         }
         out.kind.extend_from_slice(&local.kind);
         out.hashtbl.extend_from_slice(&local.hashtbl);
+        out.size.extend_from_slice(&local.size);
     }
     out
 }
@@ -115,10 +121,12 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
 fn name_chunk(graph: &HeapGraph<'_>, modules: &FxHashMap<NodeId, &str>, chunk: &[NodeId], preview: usize) -> LocalNames {
     let blocks = &graph.blocks;
     let mut kind_ids: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let n = chunk.len();
     let mut local = LocalNames {
-        kind: Vec::with_capacity(chunk.len()),
-        name: Vec::with_capacity(chunk.len()),
-        hashtbl: Vec::with_capacity(chunk.len()),
+        kind: vec![HIDDEN; n],
+        name: vec![u32::MAX; n],
+        hashtbl: vec![false; n],
+        size: vec![0; n],
         strings: Vec::new(),
         kinds: Vec::new(),
     };
@@ -126,33 +134,37 @@ fn name_chunk(graph: &HeapGraph<'_>, modules: &FxHashMap<NodeId, &str>, chunk: &
         strings.push(s);
         strings.len() as u32 - 1
     };
-    for &v in chunk {
-        let mut hashtbl = false;
-        let (k, n) = if v == SUPER_ROOT {
-            (SYNTHETIC, text(&mut local.strings, ROOT_NAME.to_string()))
+    for (i, &v) in chunk.iter().enumerate() {
+        if v == SUPER_ROOT {
+            local.kind[i] = SYNTHETIC;
+            local.name[i] = text(&mut local.strings, ROOT_NAME.to_string());
         } else if let Some(root_kind) = graph.root_kind_of(v) {
-            (SYNTHETIC, text(&mut local.strings, format!("({root_kind} roots)")))
-        } else if let Some(b) = blocks.block(v) {
-            let tag = b.header.tag;
-            if let Some(m) = modules.get(&v) {
-                (OBJECT, text(&mut local.strings, format!("module {m}")))
-            } else if tag == ocaml::STRING_TAG && preview > 0 {
-                (STRING, text(&mut local.strings, string_name(b.fields, preview)))
-            } else {
-                let key = kind_key(blocks, &b);
-                hashtbl = key == GroupKey::Structure(Structure::Hashtbl);
-                let id = *kind_ids.entry(key).or_insert_with(|| {
-                    local.kinds.push(key);
-                    local.kinds.len() as u32 - 1
-                });
-                (type_of_tag(tag), KIND_BIT | id)
-            }
+            local.kind[i] = SYNTHETIC;
+            local.name[i] = text(&mut local.strings, format!("({root_kind} roots)"));
+        }
+    }
+    for_each_block(blocks, chunk, |i, b| {
+        let tag = b.header.tag;
+        let v = chunk[i];
+        local.size[i] = freeable(blocks, &b);
+        let (k, name) = if let Some(m) = modules.get(&v) {
+            (OBJECT, text(&mut local.strings, format!("module {m}")))
+        } else if tag == ocaml::STRING_TAG && preview > 0 {
+            (STRING, text(&mut local.strings, string_name(b.fields, preview)))
         } else {
-            (HIDDEN, text(&mut local.strings, "(unknown)".to_string()))
+            let key = kind_key(blocks, &b);
+            local.hashtbl[i] = key == GroupKey::Structure(Structure::Hashtbl);
+            let id = *kind_ids.entry(key).or_insert_with(|| {
+                local.kinds.push(key);
+                local.kinds.len() as u32 - 1
+            });
+            (type_of_tag(tag), KIND_BIT | id)
         };
-        local.kind.push(k);
-        local.name.push(n);
-        local.hashtbl.push(hashtbl);
+        local.kind[i] = k;
+        local.name[i] = name;
+    });
+    for name in local.name.iter_mut().filter(|n| **n == u32::MAX) {
+        *name = text(&mut local.strings, "(unknown)".to_string());
     }
     local
 }
