@@ -130,12 +130,151 @@ pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
     }
 }
 
+/// Every block's kind ([`kind_key`]): the distinct kinds, and for each block node (by node
+/// minus the first block node) its index in them. Recognising structures reads the blocks a
+/// block points to: done once per analysis ([`Analysis::block_kinds`]), for the `kind` and
+/// `closure` groupings and the analysis index alike.
+pub struct BlockKinds {
+    pub kinds: Vec<GroupKey>,
+    /// `u32::MAX` for a node that is no block.
+    pub ids: Vec<u32>,
+}
+
+impl BlockKinds {
+    /// Every region on every core, each with its own table of kinds, merged after.
+    pub fn of(blocks: &BlockMap<'_>, node_count: usize) -> BlockKinds {
+        let first = blocks.first_block_node;
+        let mut ids = vec![u32::MAX; node_count.saturating_sub(first as usize)];
+        // Each region's blocks are a range of nodes: the regions' slices of `ids`, in node order.
+        let mut regions: Vec<usize> = blocks.block_regions().collect();
+        regions.sort_unstable_by_key(|&r| blocks.regions[r].nodes.start);
+        let mut parts: Vec<(usize, &mut [u32])> = Vec::with_capacity(regions.len());
+        let mut rest: &mut [u32] = &mut ids;
+        let mut at = first;
+        for r in regions {
+            let nodes = &blocks.regions[r].nodes;
+            let tail = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize).1;
+            let (mine, tail) = tail.split_at_mut(nodes.len());
+            parts.push((r, mine));
+            rest = tail;
+            at = nodes.end;
+        }
+        let tables: Vec<Vec<GroupKey>> = parts
+            .par_iter_mut()
+            .map(|(r, out)| {
+                let start = blocks.regions[*r].nodes.start;
+                let mut table: Vec<GroupKey> = Vec::new();
+                let mut known: HashMap<GroupKey, u32> = HashMap::default();
+                let mut last: Option<(GroupKey, u32)> = None;
+                for b in blocks.region_blocks(*r) {
+                    let key = kind_key(blocks, &b);
+                    // Neighbouring blocks are often of one kind: skip the hash then.
+                    let id = match last {
+                        Some((k, id)) if k == key => id,
+                        _ => *known.entry(key).or_insert_with(|| {
+                            table.push(key);
+                            table.len() as u32 - 1
+                        }),
+                    };
+                    last = Some((key, id));
+                    out[(b.node - start) as usize] = id;
+                }
+                table
+            })
+            .collect();
+        let mut kinds: Vec<GroupKey> = Vec::new();
+        let mut known: HashMap<GroupKey, u32> = HashMap::default();
+        let remaps: Vec<Vec<u32>> = tables
+            .iter()
+            .map(|local| {
+                local
+                    .iter()
+                    .map(|&key| {
+                        *known.entry(key).or_insert_with(|| {
+                            kinds.push(key);
+                            kinds.len() as u32 - 1
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        parts.into_par_iter().zip(remaps).for_each(|((_, out), remap)| {
+            for id in out.iter_mut().filter(|id| **id != u32::MAX) {
+                *id = remap[*id as usize];
+            }
+        });
+        BlockKinds { kinds, ids }
+    }
+}
+
+/// The `kind` and `closure` groupings, from every block's kind.
+fn kind_groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
+    let timer = PhaseTimer::start("groups");
+    let bk = a.block_kinds();
+    let blocks = &a.graph.blocks;
+    let tree = &a.tree;
+    let keep: Vec<bool> = bk.kinds.iter().map(|k| by == GroupBy::Kind || matches!(k, GroupKey::Closure(_))).collect();
+    let first = blocks.first_block_node;
+    // Counts and bytes of the reachable blocks of each kind, region by region.
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    let sums: Vec<(u64, u64)> = regions
+        .par_iter()
+        .fold(
+            || vec![(0u64, 0u64); bk.kinds.len()],
+            |mut acc, &r| {
+                for b in blocks.region_blocks(r) {
+                    if !tree.is_reachable(b.node) {
+                        continue;
+                    }
+                    let id = bk.ids[(b.node - first) as usize] as usize;
+                    acc[id].0 += 1;
+                    acc[id].1 += b.header.bytes();
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![(0u64, 0u64); bk.kinds.len()],
+            |mut x, y| {
+                for (a, b) in x.iter_mut().zip(y) {
+                    a.0 += b.0;
+                    a.1 += b.1;
+                }
+                x
+            },
+        );
+    timer.lap("groups");
+    let preorder = a.preorder();
+    let retained = tree.union_retained(bk.kinds.len(), |p| {
+        let v = preorder[p];
+        match bk.ids.get(v.wrapping_sub(first) as usize) {
+            Some(&id) if v >= first && id != u32::MAX && keep[id as usize] => id,
+            _ => crate::dominators::NONE,
+        }
+    });
+    timer.lap("retained sizes");
+    // Kinds of unreachable blocks only are no group.
+    let mut out: Vec<Group> = bk
+        .kinds
+        .iter()
+        .zip(sums)
+        .zip(retained)
+        .zip(&keep)
+        .filter(|(((_, (count, _)), _), &kept)| kept && *count > 0)
+        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(&a.names, k), count, shallow, retained })
+        .collect();
+    out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
+    out
+}
+
 /// Groups, largest retained first. Errors when the snapshot cannot be grouped so
 /// ([`GroupBy::check`]).
 pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::AnalyzeError> {
     by.check(a.snap)?;
-    if by == GroupBy::Root {
-        return Ok(root_groups(a));
+    match by {
+        GroupBy::Root => return Ok(root_groups(a)),
+        GroupBy::Kind | GroupBy::Closure => return Ok(kind_groups(a, by)),
+        GroupBy::Reserved => {}
     }
     let timer = PhaseTimer::start("groups");
     let blocks = &a.graph.blocks;

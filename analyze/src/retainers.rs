@@ -54,26 +54,37 @@ impl Reach {
         if from.rank > self.rank || from.rank == u8::MAX {
             return false;
         }
+        let mut changed = false;
         if from.rank < self.rank {
             *self = Reach::none();
             self.rank = from.rank;
+            changed = true;
         }
-        let before = (self.names.len(), self.more);
         for &n in &from.names {
-            self.add(n);
+            changed |= self.add(n);
         }
-        self.more |= from.more;
-        before != (self.names.len(), self.more)
+        if from.more && !self.more {
+            self.more = true;
+            changed = true;
+        }
+        changed
     }
 
-    fn add(&mut self, name: u32) {
-        if let Err(i) = self.names.binary_search(&name) {
-            if self.names.len() < MAX_NAMES {
-                self.names.insert(i, name);
-            } else {
-                self.more = true;
-            }
+    /// Keeps the [`MAX_NAMES`] smallest name ids (so that which are named does not depend on
+    /// the order roots are met in); true when this changed.
+    fn add(&mut self, name: u32) -> bool {
+        let Err(i) = self.names.binary_search(&name) else { return false };
+        if i >= MAX_NAMES {
+            let changed = !self.more;
+            self.more = true;
+            return changed;
         }
+        self.names.insert(i, name);
+        if self.names.len() > MAX_NAMES {
+            self.names.pop();
+            self.more = true;
+        }
+        true
     }
 }
 

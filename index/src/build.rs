@@ -4,7 +4,7 @@ use crate::file::IndexBuilder;
 use crate::sections::*;
 use heapsnap_analyze::blocks::{NodeId, NO_NODE};
 use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::groups::{groups, kind_key, labelled_tops, GroupBy, GroupKey};
+use heapsnap_analyze::groups::{groups, labelled_tops, GroupBy};
 use heapsnap_analyze::paths::bfs_parents;
 use heapsnap_analyze::progress::PhaseTimer;
 use heapsnap_analyze::Analysis;
@@ -81,14 +81,14 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     let (top_nodes, top_label_ids): (Vec<NodeId>, Vec<u32>) = top_pairs.into_iter().unzip();
     timer.lap("top labels");
 
-    let (kinds, kind_ids) = block_kinds(a);
+    let block_kinds = a.block_kinds();
     timer.lap("block kinds");
     let meta = Meta {
         node_count: n as u32,
         reachable_count: r as u32,
         first_block_node: first_block,
         root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds,
+        kinds: block_kinds.kinds.clone(),
         summary,
         groups,
         root_shares: a.retainers().per_root.clone(),
@@ -143,7 +143,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     b.add_u64_vec(RETAINED, retained);
     b.add_u32_vec(KID_OFFSETS, offsets);
     b.add_u32_vec(KIDS, sorted_kids);
-    b.add_u32_vec(KIND_IDS, kind_ids);
+    b.add_u32(KIND_IDS, &block_kinds.ids);
     b.add_u32_vec(BFS_PARENT, bfs_parents(a));
     timer.lap("shortest-path parents");
     b.add_u32_vec(ROOT_EDGES, root_edges);
@@ -217,73 +217,4 @@ fn referrers(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
     }
 
     (compact_offsets, compact)
-}
-
-/// Every block's kind (its structure recognised, which reads the blocks it points to), as an
-/// id in a table of the distinct kinds: the index's reports name blocks as the analysis does
-/// without the blocks' map.
-fn block_kinds(a: &Analysis<'_>) -> (Vec<GroupKey>, Vec<u32>) {
-    let blocks = &a.graph.blocks;
-    let first = blocks.first_block_node;
-    let mut ids = vec![u32::MAX; a.graph.node_count() - first as usize];
-    // Each region's blocks are a range of nodes: the regions' slices of `ids`, in node order.
-    let mut regions: Vec<usize> = blocks.block_regions().collect();
-    regions.sort_unstable_by_key(|&r| blocks.regions[r].nodes.start);
-    let mut parts: Vec<(usize, &mut [u32])> = Vec::with_capacity(regions.len());
-    let mut rest: &mut [u32] = &mut ids;
-    let mut at = first;
-    for r in regions {
-        let nodes = &blocks.regions[r].nodes;
-        let tail = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize).1;
-        let (mine, tail) = tail.split_at_mut(nodes.len());
-        parts.push((r, mine));
-        rest = tail;
-        at = nodes.end;
-    }
-    // Recognising structures is the costly part: every region on every core, each with its
-    // own table of kinds, merged after.
-    let tables: Vec<Vec<GroupKey>> = parts
-        .par_iter_mut()
-        .map(|(r, out)| {
-            let start = blocks.regions[*r].nodes.start;
-            let mut table: Vec<GroupKey> = Vec::new();
-            let mut known: rustc_hash::FxHashMap<GroupKey, u32> = Default::default();
-            let mut last: Option<(GroupKey, u32)> = None;
-            for b in blocks.region_blocks(*r) {
-                let key = kind_key(blocks, &b);
-                let id = match last {
-                    Some((k, id)) if k == key => id,
-                    _ => *known.entry(key).or_insert_with(|| {
-                        table.push(key);
-                        table.len() as u32 - 1
-                    }),
-                };
-                last = Some((key, id));
-                out[(b.node - start) as usize] = id;
-            }
-            table
-        })
-        .collect();
-    let mut table: Vec<GroupKey> = Vec::new();
-    let mut known: rustc_hash::FxHashMap<GroupKey, u32> = Default::default();
-    let remaps: Vec<Vec<u32>> = tables
-        .iter()
-        .map(|local| {
-            local
-                .iter()
-                .map(|&key| {
-                    *known.entry(key).or_insert_with(|| {
-                        table.push(key);
-                        table.len() as u32 - 1
-                    })
-                })
-                .collect()
-        })
-        .collect();
-    parts.into_par_iter().zip(remaps).for_each(|((_, out), remap)| {
-        for id in out.iter_mut().filter(|id| **id != u32::MAX) {
-            *id = remap[*id as usize];
-        }
-    });
-    (table, ids)
 }
