@@ -23,7 +23,7 @@
 
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::{Analysis, Progress};
-use heapsnap_export::devtools::{export, Limits};
+use heapsnap_export::devtools::{export, export_following, Baseline, Limits};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -76,8 +76,8 @@ fn main() {
     heapsnap_analyze::mem::tune_allocator();
     let quiet = Progress::hidden();
     println!(
-        "{:>9} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
-        "objects", "analysis", "export", "file MiB", "memlab", "node wall", "node MiB", "ratio"
+        "{:>9} {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
+        "objects", "analysis", "export", "baseline", "file MiB", "memlab", "node wall", "node MiB", "ratio"
     );
     for millions in sizes {
         let path = snapshot_for(millions);
@@ -90,21 +90,31 @@ fn main() {
         let t = Instant::now();
         let report = export(&a, &out, &Limits::default(), &quiet).unwrap();
         let exported = t.elapsed().as_secs_f64();
+        // With a baseline: the snapshot against itself (every object to match).
+        let t = Instant::now();
+        let baseline = Baseline { analysis: &a, name: "itself".into() };
+        let followed = export_following(&a, &baseline, &out, &Limits::default(), &quiet).unwrap();
+        let with_baseline = t.elapsed().as_secs_f64();
+        assert_eq!(followed.ids.new, Some(0), "against itself, every object keeps its id: {:?}", followed.ids);
         let reachable = a.reachable_bytes();
         drop(a);
         let file_mib = report.bytes as f64 / (1 << 20) as f64;
         if !bench {
-            println!("{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)", millions, analysis, exported, file_mib);
+            println!(
+                "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)",
+                millions, analysis, exported, with_baseline, file_mib
+            );
             let _ = std::fs::remove_file(&out);
             continue;
         }
         let (inside, wall, mib, root) = memlab(&out);
         assert_eq!(root, reachable, "memlab's root retains what heapsnap finds reachable");
         println!(
-            "{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
+            "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
             millions,
             analysis,
             exported,
+            with_baseline,
             file_mib,
             inside,
             wall,
@@ -114,5 +124,6 @@ fn main() {
         let _ = std::fs::remove_file(&out);
     }
     println!("(analysis: heapsnap's open, graph, dominators, top; export: the .heapsnapshot written from that analysis;");
+    println!(" baseline: the export with --baseline the same snapshot, its objects matched, analysis of the baseline not counted;");
     println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; ratio: node wall / analysis)");
 }

@@ -33,7 +33,7 @@ use heapsnap_analyze::names::root_label;
 use heapsnap_analyze::ocaml;
 use heapsnap_analyze::Analysis;
 use rayon::prelude::*;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 use xxhash_rust::xxh3::Xxh3;
 
@@ -61,6 +61,8 @@ pub struct Matching {
 
 /// More than one referrer.
 const MANY: NodeId = NO_NODE - 1;
+/// The largest referrer matched through the field that points to a matched object.
+const MAX_REFERRER_FIELDS: usize = 64;
 
 /// One snapshot as matching reads it (its graph and tree: the analysis's names are not
 /// shared between threads).
@@ -127,8 +129,18 @@ fn contents_key(side: &Side<'_, '_>, b: &BlockRef<'_>) -> Option<u64> {
 
 /// The contents keys found once in a snapshot, with their node, sorted by key.
 fn unique_contents(side: &Side<'_, '_>, order: &[NodeId]) -> Vec<(u64, NodeId)> {
-    let mut keys: Vec<(u64, NodeId)> =
-        order.par_iter().with_min_len(1 << 12).filter_map(|&v| Some((contents_key(side, &side.block(v)?)?, v))).collect();
+    let mut keys: Vec<(u64, NodeId)> = order
+        .par_chunks(1 << 14)
+        .flat_map_iter(|nodes| {
+            let mut out = Vec::new();
+            super::sweep::for_each_block(&side.graph.blocks, nodes, |_, b| {
+                if let Some(key) = contents_key(side, &b) {
+                    out.push((key, b.node));
+                }
+            });
+            out
+        })
+        .collect();
     keys.par_sort_unstable();
     let mut unique = Vec::with_capacity(keys.len());
     let mut i = 0;
@@ -163,8 +175,11 @@ struct Matcher<'a, 's> {
     new: Side<'a, 's>,
     old_of: Vec<NodeId>,
     new_of: Vec<NodeId>,
-    work: Vec<(NodeId, NodeId)>,
+    /// Matched pairs whose fields and referrers are still to try.
+    work: Vec<(BlockRef<'s>, BlockRef<'s>)>,
     counts: MatchCounts,
+    /// Pairs of large blocks whose fields said they are not one object.
+    rejected: FxHashSet<(NodeId, NodeId)>,
 }
 
 #[derive(Clone, Copy)]
@@ -176,7 +191,7 @@ enum Rule {
     Address,
 }
 
-impl Matcher<'_, '_> {
+impl<'s> Matcher<'_, 's> {
     /// Matches `n` (new) with `o` (old) when both are free, can be one object, and (but for
     /// roots and contents, which name one object) their fields do not say otherwise.
     fn try_match(&mut self, o: NodeId, n: NodeId, rule: Rule) -> bool {
@@ -184,7 +199,8 @@ impl Matcher<'_, '_> {
             return false;
         }
         let (Some(ob), Some(nb)) = (self.old.block(o), self.new.block(n)) else { return false };
-        if !compatible(&ob, &nb) {
+        let large = ob.fields.len() > MAX_REFERRER_FIELDS;
+        if !compatible(&ob, &nb) || (large && self.rejected.contains(&(o, n))) {
             return false;
         }
         let accepted = match rule {
@@ -200,11 +216,15 @@ impl Matcher<'_, '_> {
             }
         };
         if !accepted {
+            // A large block is weighed once (each of its many referrers would try it again).
+            if large {
+                self.rejected.insert((o, n));
+            }
             return false;
         }
         self.old_of[n as usize] = o;
         self.new_of[o as usize] = n;
-        self.work.push((o, n));
+        self.work.push((ob, nb));
         let c = &mut self.counts;
         *match rule {
             Rule::Roots => &mut c.roots,
@@ -238,8 +258,8 @@ impl Matcher<'_, '_> {
 
     /// Extends every match made so far through fields and sole referrers.
     fn propagate(&mut self) {
-        while let Some((o, n)) = self.work.pop() {
-            let (Some(ob), Some(nb)) = (self.old.block(o), self.new.block(n)) else { continue };
+        while let Some((ob, nb)) = self.work.pop() {
+            let (o, n) = (ob.node, nb.node);
             if ob.header.tag < ocaml::NO_SCAN_TAG {
                 for (&wo, &wn) in ob.fields.iter().zip(nb.fields) {
                     if let (Some(to), Some(tn)) = (self.old.target(wo), self.new.target(wn)) {
@@ -248,15 +268,25 @@ impl Matcher<'_, '_> {
                 }
             }
             let (ro, rn) = (self.old.sole_referrer[o as usize], self.new.sole_referrer[n as usize]);
-            if ro < MANY && rn < MANY && self.same_field(ro, o, rn, n) {
+            if ro < MANY && rn < MANY && self.both_free(ro, rn) && self.same_field(ro, o, rn, n) {
                 self.try_match(ro, rn, Rule::Referrers);
             }
         }
     }
 
+    fn both_free(&self, o: NodeId, n: NodeId) -> bool {
+        self.old_of.get(n as usize) == Some(&NO_NODE) && self.new_of.get(o as usize) == Some(&NO_NODE)
+    }
+
     /// Whether `ro` points to `o` through the field through which `rn` first points to `n`.
+    /// Not for referrers of more than [`MAX_REFERRER_FIELDS`] fields: finding the field is a
+    /// scan, which every element of a large array would repeat (they are matched downwards,
+    /// from the array, when it is).
     fn same_field(&self, ro: NodeId, o: NodeId, rn: NodeId, n: NodeId) -> bool {
         let (Some(rob), Some(rnb)) = (self.old.block(ro), self.new.block(rn)) else { return false };
+        if rnb.fields.len() > MAX_REFERRER_FIELDS {
+            return false;
+        }
         let Some(i) = rnb.fields.iter().position(|&w| self.new.target(w) == Some(n)) else { return false };
         rob.fields.get(i).is_some_and(|&w| self.old.target(w) == Some(o))
     }
@@ -274,6 +304,7 @@ pub fn match_objects(old: &Analysis<'_>, old_order: &[NodeId], new: &Analysis<'_
         new: new_side,
         work: Vec::new(),
         counts: MatchCounts::default(),
+        rejected: FxHashSet::default(),
     };
     // Contents found once in each snapshot.
     let (old_keys, new_keys) = rayon::join(|| unique_contents(&m.old, old_order), || unique_contents(&m.new, new_order));
