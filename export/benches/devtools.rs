@@ -18,8 +18,19 @@
 //!         1.00M     0.254s     1.633s       43.4 |     6.801s     9.314s        432 |   36.7x
 //!        10.00M     2.620s    21.927s      448.3 |    69.679s    96.782s       2458 |   36.9x
 //!
-//! The export itself is slow (its naming pass and string table are sequential): it is the next
-//! thing to make faster.
+//! Since then the export names nodes on every core and finds blocks in one pass over their
+//! regions (a log-time lookup per node and per pass was 43% of its time); the file is byte for
+//! byte the same, so memlab's figures stand. At load average 6 to 8 (two other agents
+//! building and testing):
+//!
+//!       objects   analysis     export   baseline   file MiB |     memlab  node wall   node MiB |   ratio
+//!         1.00M     0.333s     0.914s          -       43.4 |     5.091s     7.799s        430 |   23.4x
+//!         1.00M     0.158s     0.632s     2.211s       43.4 |
+//!        10.00M     2.682s     8.499s    55.705s      448.3 |
+//!
+//! (10M before, same load: export 21.329s.) `baseline` is the export with `--baseline` the
+//! snapshot itself, every object to match: at 10M the matching's log-time lookups of blocks and
+//! pointers (about 50M of them) dominate; an O(1) node-to-block map is the next step.
 
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::{Analysis, Progress};

@@ -14,8 +14,16 @@
 //! (`/api/tree` of the super-root, 50 children) is timed apart: it is one click away.
 //! A browser's own work (parsing a 250-line script, drawing one table) is not counted.
 //!
-//! Figures on the development machine (2 shared cores, loaded), `--sizes 1,10`: see the
-//! commit that last changed this file.
+//! Figures on the development machine (2 cores shared with three other agents, load average
+//! 6.7), `--sizes 1,10`:
+//!
+//!     objects  index MiB |  first screen  dominators |   goal
+//!       1.00M         56 |       0.0198s     0.0003s |   held
+//!      10.00M        556 |       0.1276s     0.0002s |   held
+//!
+//! Nearly all of the first screen at 10M is checking the index's sections (556 MB hashed on
+//! both cores) when the snapshot is opened; the views then answer from memory. The page cache
+//! is warm (the index was just built or read): from a cold disk, reading 556 MB adds its time.
 
 use heapsnap_analyze::Progress;
 use heapsnap_web::{App, Server};
