@@ -146,3 +146,128 @@ fn bad_input_is_refused_cleanly() {
     let o = Command::new(heapsnap()).args(["export", "x", "--format", "pdf", "-o", "y"]).output().unwrap();
     assert!(!o.status.success());
 }
+
+/// A program whose items survive a compaction that moves them: three of every four items die
+/// before it, so their pools are evacuated.
+const MOVERS: &str = r#"
+type item = { id : int; name : string; mutable hits : int }
+
+let kept : item list ref = ref []
+let dropped : item list ref = ref []
+
+let ready step =
+  print_string ("READY " ^ string_of_int step ^ "\n");
+  flush stdout;
+  try ignore (input_line stdin) with End_of_file -> ()
+
+let () =
+  for i = 0 to 19_999 do
+    let it = { id = i; name = Printf.sprintf "item-%06d" i; hits = 0 } in
+    if i mod 4 = 0 then kept := it :: !kept else dropped := it :: !dropped
+  done;
+  Gc.full_major ();
+  ready 1;
+  dropped := [];
+  Gc.compact ();
+  ready 2
+"#;
+
+/// From a `.heapsnapshot`: the id of each `item-NNNNNN` string, and of the record whose field
+/// 1 (an `element` edge) holds it.
+fn item_ids(file: &Path) -> (std::collections::HashMap<String, u64>, std::collections::HashMap<String, u64>, Vec<u64>) {
+    let v: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let nums = |k: &str| v[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect::<Vec<u64>>();
+    let (nodes, edges) = (nums("nodes"), nums("edges"));
+    let strings: Vec<&str> = v["strings"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let element = v["snapshot"]["meta"]["edge_types"][0].as_array().unwrap().iter().position(|t| t == "element").unwrap() as u64;
+    let ids: Vec<u64> = nodes.chunks(7).map(|n| n[2]).collect();
+    let mut string_ids = std::collections::HashMap::new();
+    for n in nodes.chunks(7) {
+        let name = strings[n[1] as usize];
+        if name.starts_with("item-") {
+            string_ids.insert(name.to_string(), n[2]);
+        }
+    }
+    let mut record_ids = std::collections::HashMap::new();
+    let mut e = 0;
+    for n in nodes.chunks(7) {
+        for _ in 0..n[4] {
+            let (kind, index, to) = (edges[e], edges[e + 1], edges[e + 2] as usize);
+            e += 3;
+            let target_name = strings[nodes[to + 1] as usize];
+            if kind == element && index == 1 && target_name.starts_with("item-") {
+                record_ids.insert(target_name.to_string(), n[2]);
+            }
+        }
+    }
+    (string_ids, record_ids, ids)
+}
+
+#[test]
+fn devtools_ids_follow_the_objects_a_compaction_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dump_support::compile_ocaml(dir.path(), "movers", MOVERS, &[]);
+    let mut sample = Sample::start(&exe, &[]);
+    sample.wait_ready(1);
+    let (old, new) = (dir.path().join("1.heapsnap"), dir.path().join("2.heapsnap"));
+    dump_ok(sample.pid(), &old, &[]);
+    sample.release();
+    sample.wait_ready(2);
+    dump_ok(sample.pid(), &new, &[]);
+    drop(sample);
+    let export = |snap: &Path, out: &str, baseline: Option<&Path>| {
+        let out = dir.path().join(out);
+        let mut args = vec!["export", snap.to_str().unwrap(), "--format", "devtools", "-o", out.to_str().unwrap()];
+        if let Some(b) = baseline {
+            args.extend(["--baseline", b.to_str().unwrap()]);
+        }
+        (heapsnap_json(&args), out)
+    };
+    let (plain_old, old_file) = export(&old, "1.heapsnapshot", None);
+    let (plain_new, plain_file) = export(&new, "2-plain.heapsnapshot", None);
+    let (followed, new_file) = export(&new, "2.heapsnapshot", Some(&old));
+    assert_eq!(plain_old["ids"]["from"], "address");
+    assert!(plain_new["ids"]["note"].as_str().unwrap().contains("--baseline"), "{:#}", plain_new["ids"]);
+    assert_eq!(followed["ids"]["from"], "baseline", "{:#}", followed["ids"]);
+
+    let (old_strings, old_records, old_ids) = item_ids(&old_file);
+    let (plain_strings, _, _) = item_ids(&plain_file);
+    let (new_strings, new_records, new_ids) = item_ids(&new_file);
+    assert_eq!(old_strings.len(), 20_000);
+    assert_eq!(new_strings.len(), 5_000, "the kept items");
+    // The compaction moved items: by address, some changed their ids.
+    let moved = new_strings.keys().filter(|k| plain_strings[*k] != old_strings[*k]).count();
+    assert!(moved > 100, "the compaction moved only {moved} of 5000 kept strings: this test would not show ids following moves");
+    // With the baseline, every kept item's string and record keep their ids.
+    for (name, id) in &new_strings {
+        assert_eq!(old_strings.get(name), Some(id), "string {name}");
+        assert_eq!(old_records.get(name), new_records.get(name), "the record of {name}");
+    }
+    assert_eq!(new_records.len(), 5_000);
+    // Ids stay odd and unique in each file.
+    for ids in [&old_ids, &new_ids] {
+        assert!(ids.iter().all(|id| id % 2 == 1));
+        assert_eq!(ids.iter().collect::<std::collections::HashSet<_>>().len(), ids.len());
+    }
+    assert!(followed["ids"]["kept"].as_u64().unwrap() >= 15_000, "{:#}", followed["ids"]);
+
+    // --baseline is for DevTools ids only, and needs a snapshot it can compare.
+    let out = dir.path().join("x.folded");
+    let o = Command::new(heapsnap())
+        .args(["export", new.to_str().unwrap(), "--format", "folded", "--baseline", old.to_str().unwrap(), "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--baseline applies to --format devtools"));
+    let junk = dir.path().join("junk.heapsnap");
+    std::fs::write(&junk, b"junk").unwrap();
+    let o = Command::new(heapsnap())
+        .args(["export", new.to_str().unwrap(), "--format", "devtools", "--baseline", junk.to_str().unwrap(), "-o"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("cannot open the baseline") && !err.contains("panicked"), "{err}");
+}

@@ -23,6 +23,8 @@ pub struct Analysis<'s> {
     modules: rustc_hash::FxHashMap<u64, &'s str>,
     /// Which roots retain what, computed when a report first needs it.
     retainers: std::sync::OnceLock<crate::retainers::Retainers>,
+    /// Every block's kind, found when a grouping or the index first needs it.
+    block_kinds: std::sync::OnceLock<crate::groups::BlockKinds>,
     /// The dominator tree's children (offsets and preorder numbers, by preorder number),
     /// computed when a report first walks the tree.
     children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
@@ -63,6 +65,7 @@ impl<'s> Analysis<'s> {
             timings,
             modules,
             retainers: Default::default(),
+            block_kinds: Default::default(),
             children: Default::default(),
         })
     }
@@ -70,6 +73,11 @@ impl<'s> Analysis<'s> {
     /// The names of the top objects by their most stable roots, and each root's share.
     pub fn retainers(&self) -> &crate::retainers::Retainers {
         self.retainers.get_or_init(|| crate::retainers::Retainers::compute(self))
+    }
+
+    /// Every block's kind ([`crate::groups::BlockKinds`]).
+    pub fn block_kinds(&self) -> &crate::groups::BlockKinds {
+        self.block_kinds.get_or_init(|| crate::groups::BlockKinds::of(&self.graph.blocks, self.graph.node_count()))
     }
 
     /// Children in the dominator tree, largest retained first (ties by node).

@@ -130,12 +130,151 @@ pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
     }
 }
 
+/// Every block's kind ([`kind_key`]): the distinct kinds, and for each block node (by node
+/// minus the first block node) its index in them. Recognising structures reads the blocks a
+/// block points to: done once per analysis ([`Analysis::block_kinds`]), for the `kind` and
+/// `closure` groupings and the analysis index alike.
+pub struct BlockKinds {
+    pub kinds: Vec<GroupKey>,
+    /// `u32::MAX` for a node that is no block.
+    pub ids: Vec<u32>,
+}
+
+impl BlockKinds {
+    /// Every region on every core, each with its own table of kinds, merged after.
+    pub fn of(blocks: &BlockMap<'_>, node_count: usize) -> BlockKinds {
+        let first = blocks.first_block_node;
+        let mut ids = vec![u32::MAX; node_count.saturating_sub(first as usize)];
+        // Each region's blocks are a range of nodes: the regions' slices of `ids`, in node order.
+        let mut regions: Vec<usize> = blocks.block_regions().collect();
+        regions.sort_unstable_by_key(|&r| blocks.regions[r].nodes.start);
+        let mut parts: Vec<(usize, &mut [u32])> = Vec::with_capacity(regions.len());
+        let mut rest: &mut [u32] = &mut ids;
+        let mut at = first;
+        for r in regions {
+            let nodes = &blocks.regions[r].nodes;
+            let tail = std::mem::take(&mut rest).split_at_mut((nodes.start - at) as usize).1;
+            let (mine, tail) = tail.split_at_mut(nodes.len());
+            parts.push((r, mine));
+            rest = tail;
+            at = nodes.end;
+        }
+        let tables: Vec<Vec<GroupKey>> = parts
+            .par_iter_mut()
+            .map(|(r, out)| {
+                let start = blocks.regions[*r].nodes.start;
+                let mut table: Vec<GroupKey> = Vec::new();
+                let mut known: HashMap<GroupKey, u32> = HashMap::default();
+                let mut last: Option<(GroupKey, u32)> = None;
+                for b in blocks.region_blocks(*r) {
+                    let key = kind_key(blocks, &b);
+                    // Neighbouring blocks are often of one kind: skip the hash then.
+                    let id = match last {
+                        Some((k, id)) if k == key => id,
+                        _ => *known.entry(key).or_insert_with(|| {
+                            table.push(key);
+                            table.len() as u32 - 1
+                        }),
+                    };
+                    last = Some((key, id));
+                    out[(b.node - start) as usize] = id;
+                }
+                table
+            })
+            .collect();
+        let mut kinds: Vec<GroupKey> = Vec::new();
+        let mut known: HashMap<GroupKey, u32> = HashMap::default();
+        let remaps: Vec<Vec<u32>> = tables
+            .iter()
+            .map(|local| {
+                local
+                    .iter()
+                    .map(|&key| {
+                        *known.entry(key).or_insert_with(|| {
+                            kinds.push(key);
+                            kinds.len() as u32 - 1
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        parts.into_par_iter().zip(remaps).for_each(|((_, out), remap)| {
+            for id in out.iter_mut().filter(|id| **id != u32::MAX) {
+                *id = remap[*id as usize];
+            }
+        });
+        BlockKinds { kinds, ids }
+    }
+}
+
+/// The `kind` and `closure` groupings, from every block's kind.
+fn kind_groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
+    let timer = PhaseTimer::start("groups");
+    let bk = a.block_kinds();
+    let blocks = &a.graph.blocks;
+    let tree = &a.tree;
+    let keep: Vec<bool> = bk.kinds.iter().map(|k| by == GroupBy::Kind || matches!(k, GroupKey::Closure(_))).collect();
+    let first = blocks.first_block_node;
+    // Counts and bytes of the reachable blocks of each kind, region by region.
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    let sums: Vec<(u64, u64)> = regions
+        .par_iter()
+        .fold(
+            || vec![(0u64, 0u64); bk.kinds.len()],
+            |mut acc, &r| {
+                for b in blocks.region_blocks(r) {
+                    if !tree.is_reachable(b.node) {
+                        continue;
+                    }
+                    let id = bk.ids[(b.node - first) as usize] as usize;
+                    acc[id].0 += 1;
+                    acc[id].1 += b.header.bytes();
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![(0u64, 0u64); bk.kinds.len()],
+            |mut x, y| {
+                for (a, b) in x.iter_mut().zip(y) {
+                    a.0 += b.0;
+                    a.1 += b.1;
+                }
+                x
+            },
+        );
+    timer.lap("groups");
+    let preorder = a.preorder();
+    let retained = tree.union_retained(bk.kinds.len(), |p| {
+        let v = preorder[p];
+        match bk.ids.get(v.wrapping_sub(first) as usize) {
+            Some(&id) if v >= first && id != u32::MAX && keep[id as usize] => id,
+            _ => crate::dominators::NONE,
+        }
+    });
+    timer.lap("retained sizes");
+    // Kinds of unreachable blocks only are no group.
+    let mut out: Vec<Group> = bk
+        .kinds
+        .iter()
+        .zip(sums)
+        .zip(retained)
+        .zip(&keep)
+        .filter(|(((_, (count, _)), _), &kept)| kept && *count > 0)
+        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(&a.names, k), count, shallow, retained })
+        .collect();
+    out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
+    out
+}
+
 /// Groups, largest retained first. Errors when the snapshot cannot be grouped so
 /// ([`GroupBy::check`]).
 pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::AnalyzeError> {
     by.check(a.snap)?;
-    if by == GroupBy::Root {
-        return Ok(root_groups(a));
+    match by {
+        GroupBy::Root => return Ok(root_groups(a)),
+        GroupBy::Kind | GroupBy::Closure => return Ok(kind_groups(a, by)),
+        GroupBy::Reserved => {}
     }
     let timer = PhaseTimer::start("groups");
     let blocks = &a.graph.blocks;
@@ -220,33 +359,45 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
     Ok(out)
 }
 
+/// Every top object (one whose immediate dominator is the super-root or a root kind) with its
+/// label ([`top_label`]), by preorder number: `(preorder number, label id)` pairs, ascending, and
+/// the distinct labels.
+pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
+    let ret = a.retainers();
+    let preorder = a.preorder();
+    let first_block = a.graph.blocks.first_block_node;
+    let mut labels = ret.labels.clone();
+    // Top objects no root names are named by their description, interned with the labels
+    // (the map is made only when one is met).
+    let mut by_name: Option<HashMap<String, u32>> = None;
+    let tops = (1..a.tree.reachable_count() as u32)
+        .filter(|&p| ret.top[p as usize] == p && preorder[p as usize] >= first_block)
+        .map(|p| {
+            let id = ret.label_id(p).unwrap_or_else(|| {
+                let names = by_name.get_or_insert_with(|| labels.iter().enumerate().map(|(i, l)| (l.clone(), i as u32)).collect());
+                let label = a.describe(preorder[p as usize]);
+                *names.entry(label.clone()).or_insert_with(|| {
+                    labels.push(label);
+                    labels.len() as u32 - 1
+                })
+            });
+            (p, id)
+        })
+        .collect();
+    (tops, labels)
+}
+
 /// Where a reachable node's retention is attributed: the root at the top of its chain of
 /// dominators (the node right below the super-root or a root kind). Groups partition the
 /// reachable blocks.
 pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
     let tree = &a.tree;
-    let preorder = a.preorder();
-    let first_block = a.graph.blocks.first_block_node;
-    // The top of every reachable node, by preorder number (dominators come first).
-    let r = tree.reachable_count();
-    let mut top = vec![0u32; r];
-    for p in 1..r {
-        let d = tree.idom_pre[p] as usize;
-        top[p] = if preorder[d] < first_block { p as u32 } else { top[d] };
-    }
-    // One group per distinct label.
-    let mut names: Vec<String> = Vec::new();
-    let mut by_name: HashMap<String, u32> = HashMap::default();
-    let mut group_of_top: HashMap<u32, u32> = HashMap::default();
-    for p in 1..r {
-        if top[p] == p as u32 && preorder[p] >= first_block {
-            let label = top_label(a, preorder[p]);
-            let g = *by_name.entry(label.clone()).or_insert_with(|| {
-                names.push(label);
-                names.len() as u32 - 1
-            });
-            group_of_top.insert(p as u32, g);
-        }
+    let top = &a.retainers().top;
+    // One group per distinct label, by preorder number of the top objects.
+    let (tops, names) = labelled_tops(a);
+    let mut group_of = vec![crate::retainers::NO_LABEL; tree.reachable_count()];
+    for &(p, g) in &tops {
+        group_of[p as usize] = g;
     }
     // Sizes, region by region.
     let blocks = &a.graph.blocks;
@@ -264,7 +415,10 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
                         continue;
                     }
                     let t = top[p as usize];
-                    let Some(&g) = group_of_top.get(&t) else { continue };
+                    let g = group_of[t as usize];
+                    if g == crate::retainers::NO_LABEL {
+                        continue;
+                    }
                     let e = &mut acc[g as usize];
                     let bytes = b.header.bytes();
                     e.0 += 1;

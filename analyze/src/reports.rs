@@ -204,11 +204,25 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
         let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> =
             kids.iter().map(|&c| (c, role_of(v, holder, role, c), None)).collect();
         // The small ones, by kind: a kind whose members together are big enough is one line.
-        let mut by_kind: BTreeMap<(Option<Role>, Option<GroupKey>), Vec<NodeId>> = BTreeMap::new();
+        // Grouped in a vector per key, the keys found in a small map (millions of siblings, a few
+        // kinds; neighbours are often of one kind).
+        type SiblingKey = (Option<Role>, Option<GroupKey>);
+        let mut keys: BTreeMap<SiblingKey, usize> = BTreeMap::new();
+        let mut lists: Vec<Vec<NodeId>> = Vec::new();
+        let mut last: Option<(SiblingKey, usize)> = None;
         for &c in &small {
-            let r = role_of(v, holder, role, c);
-            by_kind.entry((r, a.kind_of_node(c))).or_default().push(c);
+            let key = (role_of(v, holder, role, c), a.kind_of_node(c));
+            let i = match last {
+                Some((k, i)) if k == key => i,
+                _ => *keys.entry(key).or_insert_with(|| {
+                    lists.push(Vec::new());
+                    lists.len() - 1
+                }),
+            };
+            last = Some((key, i));
+            lists[i].push(c);
         }
+        let by_kind = keys.into_iter().map(|(k, i)| (k, std::mem::take(&mut lists[i])));
         let mut summaries: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
         for ((r, key), members) in by_kind {
             let sum: u64 = members.iter().map(|&c| a.retained(c)).sum();

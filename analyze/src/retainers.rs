@@ -54,35 +54,53 @@ impl Reach {
         if from.rank > self.rank || from.rank == u8::MAX {
             return false;
         }
+        let mut changed = false;
         if from.rank < self.rank {
             *self = Reach::none();
             self.rank = from.rank;
+            changed = true;
         }
-        let before = (self.names.len(), self.more);
         for &n in &from.names {
-            self.add(n);
+            changed |= self.add(n);
         }
-        self.more |= from.more;
-        before != (self.names.len(), self.more)
+        if from.more && !self.more {
+            self.more = true;
+            changed = true;
+        }
+        changed
     }
 
-    fn add(&mut self, name: u32) {
-        if let Err(i) = self.names.binary_search(&name) {
-            if self.names.len() < MAX_NAMES {
-                self.names.insert(i, name);
-            } else {
-                self.more = true;
-            }
+    /// Keeps the [`MAX_NAMES`] smallest name ids (so that which are named does not depend on
+    /// the order roots are met in); true when this changed.
+    fn add(&mut self, name: u32) -> bool {
+        let Err(i) = self.names.binary_search(&name) else { return false };
+        if i >= MAX_NAMES {
+            let changed = !self.more;
+            self.more = true;
+            return changed;
         }
+        self.names.insert(i, name);
+        if self.names.len() > MAX_NAMES {
+            self.names.pop();
+            self.more = true;
+        }
+        true
     }
 }
+
+/// Not a top object, or a top object no root names (its label is then its description).
+pub const NO_LABEL: u32 = u32::MAX;
 
 /// The names of the top objects, and each root's retained bytes, alone and shared.
 pub struct Retainers {
     /// Root names (`Cache_leak.1`, `stack camlFoo.bar_12`), by id.
     pub names: Vec<String>,
-    /// The label of each top object by preorder number.
-    labels: FxHashMap<u32, String>,
+    /// The distinct labels of the top objects (`Cache_leak.1`, `shared: A, B`).
+    pub labels: Vec<String>,
+    /// The top object of every reachable node, by preorder number.
+    pub top: Vec<u32>,
+    /// By preorder number: a top object's label (an index in `labels`), else [`NO_LABEL`].
+    label_of: Vec<u32>,
     /// Per root name: the bytes of the top objects only it reaches, and of those it shares.
     pub per_root: Vec<RootShare>,
 }
@@ -101,6 +119,9 @@ pub struct RootShare {
 }
 
 impl Retainers {
+    /// Millions of top objects are usual (every item of a table that two globals reach): they
+    /// are numbered densely, and their labels interned, so that nothing here is per-object
+    /// hashing or a string per object.
     pub fn compute(a: &Analysis<'_>) -> Retainers {
         let tree = &a.tree;
         let graph = &a.graph;
@@ -114,14 +135,24 @@ impl Retainers {
             top[p] = if preorder[d] < first_block { p as u32 } else { top[d] };
         }
         let is_top = |p: u32| top[p as usize] == p && preorder[p as usize] >= first_block;
+        // Top objects numbered densely: `slot[p]` (NO_LABEL: not a top object), `tops[slot]`.
+        let mut slot = vec![NO_LABEL; r];
+        let mut tops: Vec<u32> = Vec::new();
+        for p in 1..r as u32 {
+            if is_top(p) {
+                slot[p as usize] = tops.len() as u32;
+                tops.push(p);
+            }
+        }
 
         // Root names, and the roots that hold each top object directly.
         let mut names: Vec<String> = Vec::new();
         let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
-        let mut reach: FxHashMap<u32, Reach> = FxHashMap::default();
+        let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
+        let mut held: Vec<u32> = Vec::new();
         for edge in &graph.roots {
             let p = tree.pre_of[edge.node as usize];
-            if p == crate::blocks::NO_NODE {
+            if p == crate::blocks::NO_NODE || slot[p as usize] == NO_LABEL {
                 continue;
             }
             let record = &a.snap.roots()[edge.record as usize];
@@ -131,11 +162,14 @@ impl Retainers {
                 names.len() as u32 - 1
             });
             let from = Reach { rank: stability(record.root_kind()), names: vec![id], more: false };
-            reach.entry(p).or_insert_with(Reach::none).absorb(&from);
+            let s = slot[p as usize];
+            reach[s as usize].absorb(&from);
+            held.push(s);
         }
 
-        // The subtree graph: top(u) -> w for every edge u -> w into another subtree.
-        let crossing: Vec<(u32, u32)> = (1..r as u32)
+        // The subtree graph: top(u) -> w for every edge u -> w into another subtree, as
+        // adjacency lists by slot.
+        let mut crossing: Vec<(u32, u32)> = (1..r as u32)
             .into_par_iter()
             .fold(Vec::new, |mut out, p| {
                 let u = preorder[p as usize];
@@ -144,7 +178,7 @@ impl Retainers {
                     for &w in graph.successors(u) {
                         let q = tree.pre_of[w as usize];
                         if q != crate::blocks::NO_NODE && q != from && is_top(q) {
-                            out.push((from, q));
+                            out.push((slot[from as usize], slot[q as usize]));
                         }
                     }
                 }
@@ -154,34 +188,60 @@ impl Retainers {
                 x.extend(y);
                 x
             });
-        let mut next: FxHashMap<u32, Vec<u32>> = FxHashMap::default();
-        for (from, to) in crossing.into_iter().collect::<FxHashSet<_>>() {
-            next.entry(from).or_default().push(to);
+        crossing.par_sort_unstable();
+        crossing.dedup();
+        let mut next_start = vec![0u32; tops.len() + 1];
+        for &(from, _) in &crossing {
+            next_start[from as usize + 1] += 1;
         }
+        for i in 0..tops.len() {
+            next_start[i + 1] += next_start[i];
+        }
+        let next = |s: u32| crossing[next_start[s as usize] as usize..next_start[s as usize + 1] as usize].iter().map(|&(_, t)| t);
 
         // Propagate: each set only grows or improves its rank, so this ends.
-        let mut work: Vec<u32> = reach.keys().copied().collect();
+        held.sort_unstable();
+        held.dedup();
+        let mut work = held;
         while let Some(t) = work.pop() {
-            let Some(targets) = next.get(&t) else { continue };
-            let from = reach[&t].clone();
-            for &s in targets {
-                if reach.entry(s).or_insert_with(Reach::none).absorb(&from) {
+            let from = reach[t as usize].clone();
+            for s in next(t) {
+                if reach[s as usize].absorb(&from) {
                     work.push(s);
                 }
             }
         }
 
-        // Labels, and each root's part.
-        let mut labels = FxHashMap::default();
+        // Labels, interned by the set of names they list; bytes per label, then per root.
+        let mut labels: Vec<String> = Vec::new();
+        let mut label_sets: Vec<Reach> = Vec::new();
+        let mut label_ids: FxHashMap<(Vec<u32>, bool), u32> = FxHashMap::default();
+        let mut label_bytes: Vec<u64> = Vec::new();
+        let mut label_of = vec![NO_LABEL; r];
+        let mut last: Option<(usize, u32)> = None;
+        for (s, set) in reach.iter().enumerate() {
+            if set.rank == u8::MAX {
+                continue;
+            }
+            // Neighbouring top objects are often named alike: skip the hash then.
+            let id = match last {
+                Some((l, id)) if reach[l].names == set.names && reach[l].more == set.more => id,
+                _ => *label_ids.entry((set.names.clone(), set.more)).or_insert_with(|| {
+                    labels.push(label_of_set(&names, set));
+                    label_sets.push(set.clone());
+                    label_bytes.push(0);
+                    labels.len() as u32 - 1
+                }),
+            };
+            last = Some((s, id));
+            let p = tops[s];
+            label_of[p as usize] = id;
+            label_bytes[id as usize] += a.retained(preorder[p as usize]);
+        }
         let mut alone = vec![0u64; names.len()];
         let mut shared = vec![0u64; names.len()];
         let mut partners: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); names.len()];
-        for (&p, set) in &reach {
-            if !is_top(p) {
-                continue;
-            }
-            let bytes = a.retained(preorder[p as usize]);
-            labels.insert(p, label_of(&names, set));
+        for (set, &bytes) in label_sets.iter().zip(&label_bytes) {
             match set.names.as_slice() {
                 [one] if !set.more => alone[*one as usize] += bytes,
                 many => {
@@ -204,17 +264,24 @@ impl Retainers {
             })
             .collect();
         per_root.sort_by(|x, y| (y.alone + y.shared).cmp(&(x.alone + x.shared)).then(x.root.cmp(&y.root)));
-        Retainers { names, labels, per_root }
+        Retainers { names, labels, top, label_of, per_root }
+    }
+
+    /// The label of a top object (by preorder number) as an index in `labels`; None for other
+    /// nodes and for top objects no root names.
+    pub fn label_id(&self, p: u32) -> Option<u32> {
+        self.label_of.get(p as usize).copied().filter(|&l| l != NO_LABEL)
     }
 
     /// The label of a top object (by node): its most stable roots.
     pub fn label(&self, a: &Analysis<'_>, v: NodeId) -> Option<&str> {
-        self.labels.get(&a.tree.pre_of[v as usize]).map(String::as_str)
+        let p = *a.tree.pre_of.get(v as usize)?;
+        self.label_id(p).map(|l| self.labels[l as usize].as_str())
     }
 }
 
 /// `Cache_leak.1`; `shared: A, B`; `shared: A, B, ... (more)`, names sorted.
-fn label_of(names: &[String], set: &Reach) -> String {
+fn label_of_set(names: &[String], set: &Reach) -> String {
     let mut list: Vec<&str> = set.names.iter().map(|&n| names[n as usize].as_str()).collect();
     list.sort_unstable();
     match (list.as_slice(), set.more) {

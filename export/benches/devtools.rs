@@ -18,12 +18,23 @@
 //!         1.00M     0.254s     1.633s       43.4 |     6.801s     9.314s        432 |   36.7x
 //!        10.00M     2.620s    21.927s      448.3 |    69.679s    96.782s       2458 |   36.9x
 //!
-//! The export itself is slow (its naming pass and string table are sequential): it is the next
-//! thing to make faster.
+//! Since then the export names nodes on every core and finds blocks in one pass over their
+//! regions (a log-time lookup per node and per pass was 43% of its time); the file is byte for
+//! byte the same, so memlab's figures stand. At load average 6 to 8 (two other agents
+//! building and testing):
+//!
+//!       objects   analysis     export   baseline   file MiB |     memlab  node wall   node MiB |   ratio
+//!         1.00M     0.333s     0.914s          -       43.4 |     5.091s     7.799s        430 |   23.4x
+//!         1.00M     0.158s     0.632s     2.211s       43.4 |
+//!        10.00M     2.682s     8.499s    55.705s      448.3 |
+//!
+//! (10M before, same load: export 21.329s.) `baseline` is the export with `--baseline` the
+//! snapshot itself, every object to match: at 10M the matching's log-time lookups of blocks and
+//! pointers (about 50M of them) dominate; an O(1) node-to-block map is the next step.
 
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::{Analysis, Progress};
-use heapsnap_export::devtools::{export, Limits};
+use heapsnap_export::devtools::{export, export_with, Baseline, Extras, Limits};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -76,8 +87,8 @@ fn main() {
     heapsnap_analyze::mem::tune_allocator();
     let quiet = Progress::hidden();
     println!(
-        "{:>9} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
-        "objects", "analysis", "export", "file MiB", "memlab", "node wall", "node MiB", "ratio"
+        "{:>9} {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
+        "objects", "analysis", "export", "baseline", "file MiB", "memlab", "node wall", "node MiB", "ratio"
     );
     for millions in sizes {
         let path = snapshot_for(millions);
@@ -90,21 +101,31 @@ fn main() {
         let t = Instant::now();
         let report = export(&a, &out, &Limits::default(), &quiet).unwrap();
         let exported = t.elapsed().as_secs_f64();
+        // With a baseline: the snapshot against itself (every object to match).
+        let t = Instant::now();
+        let baseline = Baseline { analysis: &a, name: "itself".into() };
+        let followed = export_with(&a, &Extras { sites: None, baseline: Some(&baseline) }, &out, &Limits::default(), &quiet).unwrap();
+        let with_baseline = t.elapsed().as_secs_f64();
+        assert_eq!(followed.ids.new, Some(0), "against itself, every object keeps its id: {:?}", followed.ids);
         let reachable = a.reachable_bytes();
         drop(a);
         let file_mib = report.bytes as f64 / (1 << 20) as f64;
         if !bench {
-            println!("{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)", millions, analysis, exported, file_mib);
+            println!(
+                "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)",
+                millions, analysis, exported, with_baseline, file_mib
+            );
             let _ = std::fs::remove_file(&out);
             continue;
         }
         let (inside, wall, mib, root) = memlab(&out);
         assert_eq!(root, reachable, "memlab's root retains what heapsnap finds reachable");
         println!(
-            "{:>8.2}M {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
+            "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
             millions,
             analysis,
             exported,
+            with_baseline,
             file_mib,
             inside,
             wall,
@@ -114,5 +135,6 @@ fn main() {
         let _ = std::fs::remove_file(&out);
     }
     println!("(analysis: heapsnap's open, graph, dominators, top; export: the .heapsnapshot written from that analysis;");
+    println!(" baseline: the export with --baseline the same snapshot, its objects matched, analysis of the baseline not counted;");
     println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; ratio: node wall / analysis)");
 }

@@ -3,7 +3,8 @@
 //! * [`devtools`]: V8's heap snapshot JSON (`.heapsnapshot`), which Chrome DevTools' Memory
 //!   panel and memlab load: OCaml names and DevTools node types, a synthetic root with one child
 //!   per root kind, fields as `element` edges, weak references as `weak` edges, odd node ids
-//!   derived from addresses (stable while a block does not move).
+//!   derived from addresses (stable while a block does not move), or, with a baseline snapshot,
+//!   the ids its objects have in the baseline's export ([`devtools::matching`]).
 //! * [`flame`]: retained sizes as folded stacks (the dominator tree collapsed to the path
 //!   signatures `diff` uses, or to groups), and [`svg`] draws them with inferno.
 //!

@@ -1,10 +1,10 @@
 //! Builds an index from a full analysis: everything the reports and the web UI read.
 
-use crate::file::{IndexBuilder, SnapshotId};
+use crate::file::IndexBuilder;
 use crate::sections::*;
 use heapsnap_analyze::blocks::{NodeId, NO_NODE};
 use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::groups::{groups, kind_key, top_label, GroupBy, GroupKey};
+use heapsnap_analyze::groups::{groups, labelled_tops, GroupBy};
 use heapsnap_analyze::paths::bfs_parents;
 use heapsnap_analyze::progress::PhaseTimer;
 use heapsnap_analyze::Analysis;
@@ -25,8 +25,8 @@ pub fn grouping_name(by: GroupBy) -> &'static str {
     }
 }
 
-/// The index file's bytes for an analysed snapshot.
-pub fn build(a: &Analysis<'_>) -> Vec<u8> {
+/// The index of an analysed snapshot, ready to write (its sections borrow from the analysis).
+pub fn build<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     // Addresses and referrers need only the graph: another thread makes them while this one
     // makes the groups, the summary and the tree's sections (the analysis itself, with its
     // names, stays on this thread).
@@ -37,18 +37,16 @@ pub fn build(a: &Analysis<'_>) -> Vec<u8> {
         let ((addr, by_addr), (ref_offsets, refs)) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
-        b.add_u64(ADDRESS, &addr);
-        b.add_u32(BY_ADDRESS, &by_addr);
-        b.add_u32(REF_OFFSETS, &ref_offsets);
-        b.add_u32(REFS, &refs);
-        let bytes = b.finish(SnapshotId::of(a.snap));
-        timer.lap("sections hashed and copied");
-        bytes
+        b.add_u64_vec(ADDRESS, addr);
+        b.add_u32_vec(BY_ADDRESS, by_addr);
+        b.add_u32_vec(REF_OFFSETS, ref_offsets);
+        b.add_u32_vec(REFS, refs);
+        b
     })
 }
 
 /// Every section but the addresses and the referrers.
-fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
+fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     let n = a.graph.node_count();
     let tree = &a.tree;
     let preorder = a.preorder();
@@ -60,6 +58,8 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
     let kind_groups = std::mem::take(&mut summary.top_groups);
     timer.lap("summary");
     let mut kind_groups = Some(kind_groups);
+    let _ = a.retainers();
+    timer.lap("the roots' reach");
     // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
     let groups: BTreeMap<String, Vec<_>> = ALL_GROUPINGS
         .iter()
@@ -75,30 +75,20 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
 
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
     let first_block = a.graph.blocks.first_block_node;
-    let mut top_nodes: Vec<NodeId> =
-        (1..r).filter(|&p| preorder[tree.idom_pre[p] as usize] < first_block && preorder[p] >= first_block).map(|p| preorder[p]).collect();
-    top_nodes.sort_unstable();
-    let mut label_names: Vec<String> = Vec::new();
-    let mut label_ids: rustc_hash::FxHashMap<String, u32> = Default::default();
-    let top_label_ids: Vec<u32> = top_nodes
-        .iter()
-        .map(|&v| {
-            let label = top_label(a, v);
-            *label_ids.entry(label.clone()).or_insert_with(|| {
-                label_names.push(label);
-                label_names.len() as u32 - 1
-            })
-        })
-        .collect();
+    let (tops, label_names) = labelled_tops(a);
+    let mut top_pairs: Vec<(NodeId, u32)> = tops.into_iter().map(|(p, l)| (preorder[p as usize], l)).collect();
+    top_pairs.par_sort_unstable();
+    let (top_nodes, top_label_ids): (Vec<NodeId>, Vec<u32>) = top_pairs.into_iter().unzip();
+    timer.lap("top labels");
 
-    let (kinds, kind_ids) = block_kinds(a);
+    let block_kinds = a.block_kinds();
     timer.lap("block kinds");
     let meta = Meta {
         node_count: n as u32,
         reachable_count: r as u32,
         first_block_node: first_block,
         root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds,
+        kinds: block_kinds.kinds.clone(),
         summary,
         groups,
         root_shares: a.retainers().per_root.clone(),
@@ -109,16 +99,36 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
     let (offsets, kids) = tree.children_pre();
     let mut sorted_kids = kids;
     {
-        let mut slices: Vec<&mut [u32]> = Vec::with_capacity(r);
-        let mut rest: &mut [u32] = &mut sorted_kids;
+        // Parents in runs of about equal numbers of children, each run sorted on one core.
+        let runs = rayon::current_num_threads() * 8;
+        let per_run = (sorted_kids.len() / runs).max(1 << 14) as u32;
+        let mut bounds = vec![0usize];
         for p in 0..r {
-            let len = (offsets[p + 1] - offsets[p]) as usize;
+            if offsets[p + 1] - offsets[*bounds.last().expect("one bound")] >= per_run {
+                bounds.push(p + 1);
+            }
+        }
+        if *bounds.last().expect("one bound") != r {
+            bounds.push(r);
+        }
+        let mut chunks: Vec<(std::ops::Range<usize>, &mut [u32])> = Vec::with_capacity(bounds.len());
+        let mut rest: &mut [u32] = &mut sorted_kids;
+        for w in bounds.windows(2) {
+            let len = (offsets[w[1]] - offsets[w[0]]) as usize;
             let (mine, tail) = std::mem::take(&mut rest).split_at_mut(len);
-            slices.push(mine);
+            chunks.push((w[0]..w[1], mine));
             rest = tail;
         }
-        slices.par_iter_mut().for_each(|s| {
-            s.sort_by(|&x, &y| retained[y as usize].cmp(&retained[x as usize]).then(preorder[x as usize].cmp(&preorder[y as usize])))
+        chunks.into_par_iter().for_each(|(parents, kids)| {
+            let base = offsets[parents.start] as usize;
+            for p in parents {
+                let s = &mut kids[offsets[p] as usize - base..offsets[p + 1] as usize - base];
+                if s.len() > 1 {
+                    s.sort_unstable_by(|&x, &y| {
+                        retained[y as usize].cmp(&retained[x as usize]).then(preorder[x as usize].cmp(&preorder[y as usize]))
+                    });
+                }
+            }
         });
     }
 
@@ -130,15 +140,15 @@ fn from_tree(a: &Analysis<'_>) -> IndexBuilder {
     b.add_u32(PRE_OF, &tree.pre_of);
     b.add_u32(PREORDER, preorder);
     b.add_u32(IDOM_PRE, &tree.idom_pre);
-    b.add_u64(RETAINED, &retained);
-    b.add_u32(KID_OFFSETS, &offsets);
-    b.add_u32(KIDS, &sorted_kids);
-    b.add_u32(KIND_IDS, &kind_ids);
-    b.add_u32(BFS_PARENT, &bfs_parents(a));
+    b.add_u64_vec(RETAINED, retained);
+    b.add_u32_vec(KID_OFFSETS, offsets);
+    b.add_u32_vec(KIDS, sorted_kids);
+    b.add_u32(KIND_IDS, &block_kinds.ids);
+    b.add_u32_vec(BFS_PARENT, bfs_parents(a));
     timer.lap("shortest-path parents");
-    b.add_u32(ROOT_EDGES, &root_edges);
-    b.add_u32(TOP_NODES, &top_nodes);
-    b.add_u32(TOP_LABEL_IDS, &top_label_ids);
+    b.add_u32_vec(ROOT_EDGES, root_edges);
+    b.add_u32_vec(TOP_NODES, top_nodes);
+    b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
     b
 }
@@ -207,25 +217,4 @@ fn referrers(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
     }
 
     (compact_offsets, compact)
-}
-
-/// Every block's kind (its structure recognised, which reads the blocks it points to), as an
-/// id in a table of the distinct kinds: the index's reports name blocks as the analysis does
-/// without the blocks' map.
-fn block_kinds(a: &Analysis<'_>) -> (Vec<GroupKey>, Vec<u32>) {
-    let blocks = &a.graph.blocks;
-    let first = blocks.first_block_node as usize;
-    let mut ids = vec![u32::MAX; a.graph.node_count() - first];
-    let mut table: Vec<GroupKey> = Vec::new();
-    let mut known: rustc_hash::FxHashMap<GroupKey, u32> = Default::default();
-    for r in blocks.block_regions() {
-        for b in blocks.region_blocks(r) {
-            let key = kind_key(blocks, &b);
-            ids[b.node as usize - first] = *known.entry(key).or_insert_with(|| {
-                table.push(key);
-                table.len() as u32 - 1
-            });
-        }
-    }
-    (table, ids)
 }

@@ -50,44 +50,72 @@ impl SnapshotId {
     }
 }
 
-/// Builds an index file in memory, section by section.
-#[derive(Default)]
-pub struct IndexBuilder {
-    sections: Vec<(u32, Vec<u8>)>,
+/// A section's body: borrowed from the analysis, or made for the index (never copied again).
+enum Body<'a> {
+    Borrowed(&'a [u8]),
+    Bytes(Vec<u8>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
 }
 
-impl IndexBuilder {
+impl Body<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Body::Borrowed(b) => b,
+            Body::Bytes(v) => v,
+            Body::U32(v) => bytemuck::cast_slice(v),
+            Body::U64(v) => bytemuck::cast_slice(v),
+        }
+    }
+}
+
+/// Builds an index file section by section, then writes it: hundreds of megabytes at 10M
+/// objects, written from where the sections are (no copy into one buffer).
+#[derive(Default)]
+pub struct IndexBuilder<'a> {
+    sections: Vec<(u32, Body<'a>)>,
+}
+
+impl<'a> IndexBuilder<'a> {
     pub fn add(&mut self, kind: u32, body: Vec<u8>) {
-        self.sections.push((kind, body));
+        self.sections.push((kind, Body::Bytes(body)));
     }
 
-    pub fn add_u32(&mut self, kind: u32, values: &[u32]) {
-        self.add(kind, bytemuck::cast_slice(values).to_vec());
+    pub fn add_u32(&mut self, kind: u32, values: &'a [u32]) {
+        self.sections.push((kind, Body::Borrowed(bytemuck::cast_slice(values))));
     }
 
-    pub fn add_u64(&mut self, kind: u32, values: &[u64]) {
-        self.add(kind, bytemuck::cast_slice(values).to_vec());
+    pub fn add_u64(&mut self, kind: u32, values: &'a [u64]) {
+        self.sections.push((kind, Body::Borrowed(bytemuck::cast_slice(values))));
     }
 
-    /// The whole file: header, table, sections.
-    pub fn finish(self, id: SnapshotId) -> Vec<u8> {
+    pub fn add_u32_vec(&mut self, kind: u32, values: Vec<u32>) {
+        self.sections.push((kind, Body::U32(values)));
+    }
+
+    pub fn add_u64_vec(&mut self, kind: u32, values: Vec<u64>) {
+        self.sections.push((kind, Body::U64(values)));
+    }
+
+    /// The header and the section table, with every body's checksum (hashed on every core).
+    fn head(&self, id: SnapshotId) -> Vec<u8> {
         let table_len = self.sections.len() * ENTRY_SIZE;
         let mut at = (HEADER_SIZE + table_len) as u64;
         let mut table = Vec::with_capacity(table_len);
-        // Hundreds of megabytes at 10M objects: hashed on every core.
         let hashes: Vec<u64> = {
             use rayon::prelude::*;
-            self.sections.par_iter().map(|(_, body)| xxh3_64(body)).collect()
+            self.sections.par_iter().map(|(_, body)| xxh3_64(body.bytes())).collect()
         };
         for ((kind, body), hash) in self.sections.iter().zip(&hashes) {
+            let len = body.bytes().len() as u64;
             table.extend_from_slice(&kind.to_le_bytes());
             table.extend_from_slice(&0u32.to_le_bytes());
             table.extend_from_slice(&at.to_le_bytes());
-            table.extend_from_slice(&(body.len() as u64).to_le_bytes());
+            table.extend_from_slice(&len.to_le_bytes());
             table.extend_from_slice(&hash.to_le_bytes());
-            at += (body.len() as u64).next_multiple_of(8);
+            at += len.next_multiple_of(8);
         }
-        let mut out = Vec::with_capacity(at as usize);
+        let mut out = Vec::with_capacity(HEADER_SIZE + table_len);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&INDEX_VERSION.to_le_bytes());
         out.extend_from_slice(&(self.sections.len() as u32).to_le_bytes());
@@ -96,10 +124,24 @@ impl IndexBuilder {
         out.extend_from_slice(&xxh3_64(&table).to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
         out.extend_from_slice(&table);
+        out
+    }
+
+    /// Writes the whole file: header, table, sections (each padded to 8 bytes).
+    pub fn write_to(&self, w: &mut impl std::io::Write, id: SnapshotId) -> std::io::Result<()> {
+        w.write_all(&self.head(id))?;
         for (_, body) in &self.sections {
-            out.extend_from_slice(body);
-            out.resize(out.len().next_multiple_of(8), 0);
+            let bytes = body.bytes();
+            w.write_all(bytes)?;
+            w.write_all(&[0u8; 8][..bytes.len().next_multiple_of(8) - bytes.len()])?;
         }
+        Ok(())
+    }
+
+    /// The whole file in memory.
+    pub fn finish(&self, id: SnapshotId) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out, id).expect("writing to memory does not fail");
         out
     }
 }
@@ -204,7 +246,14 @@ impl IndexFile {
     pub fn section(&self, kind: u32) -> Result<&[u8], IndexError> {
         let e = self.entries.iter().find(|e| e.kind == kind).ok_or(IndexError::Section(kind))?;
         let body = &self.bytes[e.offset..e.offset + e.length];
-        if *e.checked.get_or_init(|| xxh3_64(body) == e.checksum) {
+        if *e.checked.get_or_init(|| {
+            // One call maps the section's pages (a page fault per few pages costs more than
+            // the hashing); an older kernel without MADV_POPULATE_READ faults them in instead.
+            if let Bytes::Mapped(m) = &self.bytes {
+                let _ = m.advise_range(memmap2::Advice::PopulateRead, e.offset, e.length);
+            }
+            xxh3_64(body) == e.checksum
+        }) {
             Ok(body)
         } else {
             Err(IndexError::Checksum(kind))
@@ -217,6 +266,17 @@ impl IndexFile {
 
     pub fn u64s(&self, kind: u32) -> Result<&[u64], IndexError> {
         bytemuck::try_cast_slice(self.section(kind)?).map_err(|_| IndexError::Section(kind))
+    }
+
+    /// Checks the checksums of these sections now, on every core (a report on a 10M-object
+    /// snapshot reads hundreds of megabytes). Sections the index lacks are left to
+    /// [`IndexFile::section`] to report.
+    pub fn check(&self, kinds: &[u32]) -> Result<(), IndexError> {
+        use rayon::prelude::*;
+        // Largest first, so that the cores finish together.
+        let mut present: Vec<&Entry> = self.entries.iter().filter(|e| kinds.contains(&e.kind)).collect();
+        present.sort_by_key(|e| std::cmp::Reverse(e.length));
+        present.par_iter().with_max_len(1).try_for_each(|e| self.section(e.kind).map(|_| ()))
     }
 
     /// Checks every section's checksum now.

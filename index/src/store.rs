@@ -87,42 +87,59 @@ pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, St
 /// Analyses the snapshot and saves its index (the first writable location wins).
 pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {
     let snap = Snapshot::open(snapshot).map_err(|source| StoreError::Snapshot { path: snapshot.to_path_buf(), source })?;
-    let bytes = {
+    let id = SnapshotId::of(&snap);
+    // Where it was saved, else the index in memory.
+    let saved: Result<PathBuf, Vec<u8>> = {
         let analysis = Analysis::new(&snap, progress)?;
         let step = progress.step("writing the analysis index", 0);
-        let bytes = crate::build::build(&analysis);
-        step.finish_and_clear();
-        bytes
-    };
-    let id = SnapshotId::of(&snap);
-    let mut last_error = None;
-    for path in candidates(snapshot) {
-        let timer = heapsnap_analyze::progress::PhaseTimer::start("index");
-        let saved = save(&path, &bytes);
-        timer.lap("written");
-        match saved {
-            Ok(()) => {
-                // Mapped back rather than copied: the file is in the page cache already.
-                let index = match read(&path, id)? {
-                    Some(index) => index,
-                    None => IndexFile::parse(Bytes::copied(&bytes), id)?,
-                };
-                return Ok(Indexed { snap, index, path: Some(path), built: true });
+        let builder = crate::build::build(&analysis);
+        let mut last_error = None;
+        let mut saved = None;
+        for path in candidates(snapshot) {
+            let timer = heapsnap_analyze::progress::PhaseTimer::start("index");
+            let result = save_with(&path, |w| builder.write_to(w, id));
+            timer.lap("hashed and written");
+            match result {
+                Ok(()) => {
+                    saved = Some(path);
+                    break;
+                }
+                Err(e) => last_error = Some((path, e)),
             }
-            Err(e) => last_error = Some((path, e)),
+        }
+        step.finish_and_clear();
+        match saved {
+            Some(path) => Ok(path),
+            None => {
+                if let Some((path, e)) = last_error {
+                    eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
+                }
+                Err(builder.finish(id))
+            }
+        }
+    };
+    match saved {
+        // Mapped back rather than kept: the file is in the page cache already.
+        Ok(path) => match read(&path, id)? {
+            Some(index) => Ok(Indexed { snap, index, path: Some(path), built: true }),
+            None => Err(IndexError::Inconsistent("the index just written cannot be opened".into()).into()),
+        },
+        Err(bytes) => {
+            let index = IndexFile::parse(Bytes::copied(&bytes), id)?;
+            Ok(Indexed { snap, index, path: None, built: true })
         }
     }
-    if let Some((path, e)) = last_error {
-        eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
-    }
-    let index = IndexFile::parse(Bytes::copied(&bytes), id)?;
-    Ok(Indexed { snap, index, path: None, built: true })
 }
 
 /// Writes owner-only to a temporary file in the same directory, then renames it into place.
 /// Not synced to disk: a crash may leave a short or empty index, which fails its checks and is
 /// rebuilt.
 pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    save_with(path, |w| w.write_all(bytes))
+}
+
+/// [`save`], the contents written by `write`.
+pub fn save_with(path: &Path, write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -134,7 +151,7 @@ pub fn save(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     // tempfile creates the file with O_EXCL and mode 0600.
     let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".partial").tempfile_in(&dir)?;
-    tmp.write_all(bytes)?;
+    write(tmp.as_file_mut())?;
     tmp.persist(path).map_err(|e| e.error)?;
     Ok(())
 }

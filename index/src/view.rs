@@ -104,6 +104,7 @@ impl<'s> IndexView<'s> {
     pub fn open(snap: &'s Snapshot, file: &'s IndexFile, needs: Needs) -> Result<Self, IndexError> {
         let meta: Meta = serde_json::from_slice(file.section(META)?).map_err(|e| IndexError::Inconsistent(format!("meta data: {e}")))?;
         let wanted = needs.sections();
+        file.check(wanted)?;
         let u32s = |k: u32| if wanted.contains(&k) { file.u32s(k) } else { Ok(&[][..]) };
         let u64s = |k: u32| if wanted.contains(&k) { file.u64s(k) } else { Ok(&[][..]) };
         let n = meta.node_count as usize;

@@ -36,6 +36,11 @@ pub struct ExportArgs {
     /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `reserved`, `closure`).
     #[arg(long, default_value = "root")]
     by: GroupBy,
+    /// DevTools: an earlier snapshot of the same process; the objects heapsnap finds in it keep
+    /// the node ids they have in its export (DevTools' Comparison view matches by id), even when
+    /// a compaction moved them. Export every later snapshot against the same first one.
+    #[arg(long, value_name = "OLD_SNAPSHOT")]
+    baseline: Option<PathBuf>,
     /// Flame graphs: roots at the top (an icicle graph).
     #[arg(long)]
     icicle: bool,
@@ -65,6 +70,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format != Format::Devtools && args.sites.memtrace.is_some() {
         anyhow::bail!("--memtrace gives allocation stacks to the DevTools export (--format devtools)");
     }
+    if args.format != Format::Devtools && args.baseline.is_some() {
+        anyhow::bail!("--baseline applies to --format devtools (flame graphs have no ids)");
+    }
     heapsnap_analyze::mem::tune_allocator();
     let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
@@ -80,8 +88,26 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
         } else {
             None
         };
-        let report =
-            devtools::export_with_sites(&analysis, sites.as_ref(), &args.output, &Limits::default(), &progress).with_context(write_err)?;
+        // An earlier snapshot whose objects keep their ids.
+        let old = match &args.baseline {
+            Some(old_path) => {
+                let old = Snapshot::open(old_path).with_context(|| format!("cannot open the baseline {}", old_path.display()))?;
+                heapsnap_analyze::diff::compat::check_pair(&old, &snap, false)
+                    .with_context(|| format!("--baseline {} cannot give ids to {}", old_path.display(), args.snapshot.display()))?;
+                for w in heapsnap_analyze::diff::compat::warnings(&[&old, &snap]) {
+                    eprintln!("heapsnap: warning: --baseline: {w}");
+                }
+                Some((old, old_path.display().to_string()))
+            }
+            None => None,
+        };
+        let old_analysis = old.as_ref().map(|(old, _)| Analysis::new(old, &progress)).transpose()?;
+        let baseline =
+            old_analysis.as_ref().zip(old.as_ref()).map(|(analysis, (_, name))| devtools::Baseline { analysis, name: name.clone() });
+        let extras = devtools::Extras { sites: sites.as_ref(), baseline: baseline.as_ref() };
+        let report = devtools::export_with(&analysis, &extras, &args.output, &Limits::default(), &progress).with_context(write_err)?;
+        // Where the ids are stable, said in every mode (DevTools compares snapshots by id).
+        eprintln!("heapsnap: node ids: {}", report.ids.note);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
             return Ok(ExitCode::SUCCESS);

@@ -38,7 +38,12 @@ impl Server {
         format!("http://{addr}/?token={}", self.token)
     }
 
-    /// Answers requests until the process ends.
+    /// Makes [`Server::run`] return (after the request it is answering, if any).
+    pub fn stop(&self) {
+        self.http.unblock();
+    }
+
+    /// Answers requests until the process ends, or [`Server::stop`].
     pub fn run(&self, app: &App) {
         for request in self.http.incoming_requests() {
             let response = self.answer(app, &request);

@@ -7,11 +7,10 @@
 //! per root record, named as reports name roots (`Cache_leak.1`), `weak` for weak roots.
 
 use super::strings::StringTable;
-use heapsnap_analyze::blocks::{NodeId, Target};
+use heapsnap_analyze::blocks::{BlockRef, NodeId, Target};
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::names::root_label;
 use heapsnap_analyze::ocaml;
-use heapsnap_analyze::structures::{self, Structure};
 use heapsnap_analyze::Analysis;
 
 /// DevTools' edge types, in V8's order (`snapshot.meta.edge_types[0]`).
@@ -36,6 +35,8 @@ pub struct Edges<'a, 's> {
     graph: &'a HeapGraph<'s>,
     /// Slot of every node in the export ([`NO_SLOT`]: not exported).
     slot_of: &'a [u32],
+    /// By slot: whether the node is a stdlib `Hashtbl` (recognised when naming nodes).
+    hashtbl: &'a [bool],
     /// Per root kind: its records that reach a block, strong and weak, in the graph's order.
     strong_roots: Vec<Vec<RootRef>>,
     weak_roots: Vec<Vec<RootRef>>,
@@ -48,7 +49,7 @@ pub struct Edges<'a, 's> {
 
 impl<'a, 's> Edges<'a, 's> {
     /// Interns the edge names in `table`.
-    pub fn new(a: &'a Analysis<'s>, slot_of: &'a [u32], table: &mut StringTable) -> Self {
+    pub fn new(a: &'a Analysis<'s>, slot_of: &'a [u32], hashtbl: &'a [bool], table: &mut StringTable) -> Self {
         let kinds = &a.graph.root_kinds;
         let mut strong_roots = vec![Vec::new(); kinds.len()];
         let mut weak_roots = vec![Vec::new(); kinds.len()];
@@ -69,6 +70,7 @@ impl<'a, 's> Edges<'a, 's> {
         Edges {
             graph: &a.graph,
             slot_of,
+            hashtbl,
             strong_roots,
             weak_roots,
             ephemeron_key: table.intern("ephemeron key"),
@@ -83,9 +85,9 @@ impl<'a, 's> Edges<'a, 's> {
         self.slot_of.get(v as usize).copied().filter(|&s| s != NO_SLOT)
     }
 
-    /// Calls `f(type, name_or_index, target slot)` for each edge of `v`, in a fixed order;
-    /// `fields` is scratch space.
-    pub fn each(&self, v: NodeId, fields: &mut Vec<(u32, NodeId)>, mut f: impl FnMut(u8, u32, u32)) {
+    /// Calls `f(type, name_or_index, target slot)` for each edge of `v` (its block `block`, if
+    /// it is one), in a fixed order; `fields` is scratch space.
+    pub fn each(&self, v: NodeId, block: Option<&BlockRef<'_>>, fields: &mut Vec<(u32, NodeId)>, mut f: impl FnMut(u8, u32, u32)) {
         let g = self.graph;
         let succ = g.successors(v);
         if v == SUPER_ROOT {
@@ -112,7 +114,7 @@ impl<'a, 's> Edges<'a, 's> {
             }
             return;
         }
-        let Some(b) = g.blocks.block(v) else { return };
+        let Some(b) = block else { return };
         let tag = b.header.tag;
         fields.clear();
         if tag != ocaml::CONT_TAG {
@@ -122,7 +124,7 @@ impl<'a, 's> Edges<'a, 's> {
                 }
             });
         }
-        let hashtbl = !succ.is_empty() && structures::recognise(&g.blocks, &b) == Some(Structure::Hashtbl);
+        let hashtbl = self.slot(v).is_some_and(|s| self.hashtbl.get(s as usize) == Some(&true));
         let conditions = !g.condition_edges.is_empty();
         let mut next = 0;
         for &t in succ {
@@ -171,16 +173,4 @@ pub fn exported_nodes(a: &Analysis<'_>) -> (Vec<NodeId>, Vec<u32>) {
     }
     debug_assert!(order.first() == Some(&SUPER_ROOT));
     (order, slot_of)
-}
-
-/// What freeing a node would give back (as `Analysis::freeable`): its bytes, header included,
-/// 0 for static data and the synthetic nodes.
-pub fn freeable(graph: &HeapGraph<'_>, v: NodeId) -> u64 {
-    let blocks = &graph.blocks;
-    match blocks.region_of_node(v) {
-        Some(r) if blocks.regions[r as usize].kind != heapsnap_format::RegionKind::Static => {
-            blocks.block(v).map_or(0, |b| b.header.bytes())
-        }
-        _ => 0,
-    }
 }

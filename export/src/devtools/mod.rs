@@ -17,13 +17,15 @@
 
 mod edges;
 pub mod ids;
+pub mod matching;
 pub mod nodes;
 pub mod strings;
+mod sweep;
 pub mod traces;
 
 use crate::output::AtomicFile;
 use crate::ExportError;
-use edges::{exported_nodes, freeable, Edges, EDGE_TYPES};
+use edges::{exported_nodes, Edges, EDGE_TYPES};
 use heapsnap_analyze::blocks::NodeId;
 use heapsnap_analyze::graph::HeapGraph;
 use heapsnap_analyze::{Analysis, Progress};
@@ -84,9 +86,75 @@ pub struct DevtoolsReport {
     pub unreachable_left_out: u64,
     /// Whether strings are named by their contents (false when that would pass the limit).
     pub string_previews: bool,
+    /// How the node ids were given, and how far they are stable.
+    pub ids: IdsReport,
     /// The blocks that retain most, largest first.
     pub largest: Vec<Exported>,
     pub seconds: f64,
+}
+
+/// An earlier snapshot of the same process: the export keeps the ids its objects have in the
+/// baseline's own export ([`ids`], [`matching`]).
+pub struct Baseline<'a, 's> {
+    pub analysis: &'a Analysis<'s>,
+    /// How the user named it (for reports).
+    pub name: String,
+}
+
+/// How ids were given.
+#[derive(Clone, Debug, Serialize)]
+pub struct IdsReport {
+    /// `address` (no baseline: stable while a block does not move) or `baseline`.
+    pub from: &'static str,
+    pub baseline: Option<String>,
+    /// With a baseline: how many objects each rule matched.
+    pub matched: Option<matching::MatchCounts>,
+    /// With a baseline: blocks that keep their baseline id, blocks with an id of their own,
+    /// and the baseline's blocks whose id no block took.
+    pub kept: Option<u64>,
+    pub new: Option<u64>,
+    pub baseline_not_found: Option<u64>,
+    /// One sentence on where the ids are stable and where not.
+    pub note: String,
+}
+
+impl IdsReport {
+    fn from_addresses() -> IdsReport {
+        IdsReport {
+            from: "address",
+            baseline: None,
+            matched: None,
+            kept: None,
+            new: None,
+            baseline_not_found: None,
+            note: "node ids follow addresses: an object keeps its id in the export of a later snapshot only if it did not move \
+                   (a compaction or a promotion moves blocks); export later snapshots with --baseline THIS_SNAPSHOT to keep the ids of the objects heapsnap can match"
+                .into(),
+        }
+    }
+
+    fn following(name: &str, m: &matching::Matching, f: &ids::Followed) -> IdsReport {
+        IdsReport {
+            from: "baseline",
+            baseline: Some(name.to_string()),
+            matched: Some(m.counts.clone()),
+            kept: Some(f.kept),
+            new: Some(f.new),
+            baseline_not_found: Some(f.baseline_not_found),
+            note: format!(
+                "{} of {} blocks keep the id they have in the export of {name} (matched by contents {}, roots {}, fields {}, referrers {}, address {}); \
+                 the other {} have ids of their own: objects {name} does not have, or that moved where heapsnap cannot match them",
+                f.kept,
+                f.kept + f.new,
+                m.counts.contents,
+                m.counts.roots,
+                m.counts.fields,
+                m.counts.referrers,
+                m.counts.address,
+                f.new
+            ),
+        }
+    }
 }
 
 /// Everything known before a byte is written.
@@ -111,21 +179,31 @@ const CHUNK: usize = 1 << 15;
 /// More than the header and the tail of the file take besides the strings.
 const HEADER_ROOM: usize = 4096;
 
-/// Writes the snapshot of `a` to `path` (owner-only, atomically).
+/// Writes the snapshot of `a` to `path` (owner-only, atomically), ids from addresses.
 pub fn export(a: &Analysis<'_>, path: &Path, limits: &Limits, progress: &Progress) -> Result<DevtoolsReport, ExportError> {
-    export_with_sites(a, None, path, limits, progress)
+    export_with(a, &Extras::default(), path, limits, progress)
 }
 
-/// [`export`], with the allocation stacks of sampled blocks as DevTools' allocation trace tree
-/// ([`traces`]).
-pub fn export_with_sites(
+/// What an export may add to the snapshot's own analysis.
+#[derive(Default)]
+pub struct Extras<'e, 'a, 's> {
+    /// The sampled blocks' allocation stacks, written as DevTools' allocation trace tree
+    /// ([`traces`]).
+    pub sites: Option<&'e heapsnap_analyze::sites::Sites>,
+    /// An earlier snapshot whose objects keep, here, the ids they have in its export.
+    pub baseline: Option<&'e Baseline<'a, 's>>,
+}
+
+/// [`export`], with [`Extras`].
+pub fn export_with(
     a: &Analysis<'_>,
-    sites: Option<&heapsnap_analyze::sites::Sites>,
+    extras: &Extras<'_, '_, '_>,
     path: &Path,
     limits: &Limits,
     progress: &Progress,
 ) -> Result<DevtoolsReport, ExportError> {
     let start = std::time::Instant::now();
+    let timer = heapsnap_analyze::progress::PhaseTimer::start("devtools");
     let (order, slot_of) = exported_nodes(a);
     let step = progress.step("devtools: naming nodes", 0);
     let mut previews = limits.string_preview;
@@ -139,21 +217,33 @@ pub fn export_with_sites(
         (table, names) = names_and_table(a, &order, previews);
     }
     step.finish_and_clear();
-    let traces = sites.map(|s| Traces::build(a, s, &mut table)).unwrap_or_default();
+    timer.lap("names");
+    let traces = extras.sites.map(|s| Traces::build(a, s, &mut table)).unwrap_or_default();
     let tail = traces.tail();
-    let edges = Edges::new(a, &slot_of, &mut table);
+    let hashtbl = std::mem::take(&mut names.hashtbl);
+    let edges = Edges::new(a, &slot_of, &hashtbl, &mut table);
     let step = progress.step("devtools: counting edges", 0);
-    let edge_counts: Vec<u32> = order
-        .par_iter()
-        .map_init(Vec::new, |scratch, &v| {
-            let mut n = 0u32;
-            edges.each(v, scratch, |_, _, _| n += 1);
-            n
-        })
-        .collect();
+    let mut edge_counts = vec![0u32; order.len()];
+    let graph = &a.graph;
+    edge_counts.par_chunks_mut(CHUNK).zip(order.par_chunks(CHUNK)).for_each(|(counts, nodes)| {
+        each_edge(&edges, graph, nodes, |i, _, _, _| counts[i] += 1);
+    });
     step.finish_and_clear();
     let total_edges: u64 = edge_counts.iter().map(|&c| u64::from(c)).sum();
-    let ids = ids::node_ids(&a.graph, &order);
+    timer.lap("edges counted");
+    let (ids, ids_report) = match extras.baseline {
+        None => (ids::node_ids(&a.graph, &order), IdsReport::from_addresses()),
+        Some(b) => {
+            let step = progress.step("devtools: matching objects with the baseline", 0);
+            let (old_order, old_slot_of) = exported_nodes(b.analysis);
+            let old_ids = ids::node_ids(&b.analysis.graph, &old_order);
+            let m = matching::match_objects(b.analysis, &old_order, a, &order);
+            let (ids, followed) = ids::node_ids_following(&a.graph, &order, &old_ids, &old_slot_of, &m.old_of);
+            step.finish_and_clear();
+            (ids, IdsReport::following(&b.name, &m, &followed))
+        }
+    };
+    timer.lap("ids");
     let mut plan = Plan {
         graph: &a.graph,
         order,
@@ -174,6 +264,7 @@ pub fn export_with_sites(
     let mut out = AtomicFile::create(path)?;
     write_all(&plan, &mut out, progress)?;
     let bytes = out.commit()?;
+    timer.lap("written");
     let largest = largest(a, &plan, 20);
     let live: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
     let exported_blocks = plan.order.len() as u64 - 1 - a.graph.root_kinds.len() as u64;
@@ -187,6 +278,7 @@ pub fn export_with_sites(
         string_chars: (plan.header.len() + plan.table.json_bytes + plan.tail.len()) as u64,
         unreachable_left_out: live.saturating_sub(exported_blocks),
         string_previews: plan.string_previews,
+        ids: ids_report,
         largest,
         seconds: start.elapsed().as_secs_f64(),
     })
@@ -244,9 +336,9 @@ fn check_limits(plan: &Plan<'_, '_>, limits: &Limits) -> Result<(), ExportError>
             limits.max_number
         ));
     }
-    if let Some((v, size)) = plan.order.iter().map(|&v| (v, freeable(plan.graph, v))).max_by_key(|&(_, s)| s) {
+    if let Some((v, &size)) = plan.order.iter().zip(&plan.names.size).max_by_key(|&(_, s)| s) {
         if size > limits.max_number {
-            let at = plan.graph.blocks.block(v).map_or_else(String::new, |b| format!(" at {:#x}", b.address));
+            let at = plan.graph.blocks.block(*v).map_or_else(String::new, |b| format!(" at {:#x}", b.address));
             return too_large(format!("the block{at} has {size} bytes, past the loader's largest number {}", limits.max_number));
         }
     }
@@ -336,14 +428,13 @@ fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
         if !text.is_empty() {
             text.extend_from_slice(b",\n");
         }
-        let v = plan.order[slot];
         let fields = [
             u64::from(plan.names.kind[slot]),
             u64::from(plan.names.name[slot]),
             u64::from(plan.ids[slot]),
-            freeable(plan.graph, v),
+            plan.names.size[slot],
             u64::from(plan.edge_counts[slot]),
-            u64::from(plan.traces.by_node.get(&v).copied().unwrap_or(0)),
+            u64::from(plan.traces.by_node.get(&plan.order[slot]).copied().unwrap_or(0)),
             0,
         ];
         push_numbers(&mut text, &fields);
@@ -351,21 +442,31 @@ fn node_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
     text
 }
 
+/// Calls `f(i, type, name_or_index, target slot)` for the edges of each of `nodes` (ascending),
+/// in node order: the synthetic nodes', then the blocks' (found in one pass).
+fn each_edge(edges: &Edges<'_, '_>, graph: &HeapGraph<'_>, nodes: &[NodeId], mut f: impl FnMut(usize, u8, u32, u32)) {
+    let mut scratch = Vec::new();
+    let first_block = graph.blocks.first_block_node;
+    for (i, &v) in nodes.iter().enumerate().take_while(|&(_, &v)| v < first_block) {
+        edges.each(v, None, &mut scratch, |kind, name, to| f(i, kind, name, to));
+    }
+    sweep::for_each_block(&graph.blocks, nodes, |i, b| {
+        edges.each(nodes[i], Some(&b), &mut scratch, |kind, name, to| f(i, kind, name, to));
+    });
+}
+
 /// The edges of the nodes of `range`, in node order.
 fn edge_text(plan: &Plan<'_, '_>, range: std::ops::Range<usize>) -> Vec<u8> {
     let mut text = Vec::with_capacity(range.len() * 40);
-    let mut scratch = Vec::new();
-    for slot in range {
-        let mut written = 0u32;
-        plan.edges.each(plan.order[slot], &mut scratch, |kind, name, to| {
-            if !text.is_empty() {
-                text.extend_from_slice(b",\n");
-            }
-            push_numbers(&mut text, &[u64::from(kind), u64::from(name), u64::from(to) * NODE_FIELD_COUNT]);
-            written += 1;
-        });
-        assert_eq!(written, plan.edge_counts[slot], "the edges of a node are the same in both passes");
-    }
+    let mut written = vec![0u32; range.len()];
+    each_edge(&plan.edges, plan.graph, &plan.order[range.clone()], |i, kind, name, to| {
+        if !text.is_empty() {
+            text.extend_from_slice(b",\n");
+        }
+        push_numbers(&mut text, &[u64::from(kind), u64::from(name), u64::from(to) * NODE_FIELD_COUNT]);
+        written[i] += 1;
+    });
+    assert_eq!(written, plan.edge_counts[range], "the edges of a node are the same in both passes");
     text
 }
 

@@ -22,6 +22,18 @@ impl StringTable {
         self.ids.insert(s.to_string(), id);
         id
     }
+
+    /// [`StringTable::intern`] of a string made for the table.
+    pub fn intern_owned(&mut self, s: String) -> u32 {
+        if let Some(&id) = self.ids.get(&s) {
+            return id;
+        }
+        let id = self.list.len() as u32;
+        self.json_bytes += json_len(&s) + 1;
+        self.list.push(s.clone());
+        self.ids.insert(s, id);
+        id
+    }
 }
 
 fn escaped(c: char) -> Option<&'static str> {
