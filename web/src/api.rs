@@ -4,6 +4,8 @@ use crate::App;
 use heapsnap_analyze::blocks::{NodeId, Target};
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
+use heapsnap_analyze::sites::report::site_top;
+use heapsnap_analyze::sites::Sites;
 use heapsnap_analyze::AnalysedHeap;
 use heapsnap_index::IndexView;
 use serde_json::{json, Value};
@@ -41,7 +43,8 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
         return app.diff.clone().ok_or((404, "the diff needs two snapshots or more".into()));
     }
     let s: usize = number(query, "s", 0)?;
-    let view = &app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?.view;
+    let shown = app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?;
+    let view = &shown.view;
     match route {
         "summary" => Ok(serde_json::to_value(view.summary(15)).expect("serialises")),
         "groups" => {
@@ -66,6 +69,14 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
                 None => number(query, "node", 0)?,
             };
             object(view, node)
+        }
+        "sites" => {
+            // Allocation sites from the call stacks the program's tracker stored (memtrace ids
+            // need their trace: `heapsnap top --by site --memtrace FILE`).
+            let depth: usize = number(query, "depth", 1)?;
+            let sites = shown.sites.get_or_init(|| Sites::new(view, None).map_err(|e| e.to_string()));
+            let sites = sites.as_ref().map_err(|e| (404, e.clone()))?;
+            Ok(serde_json::to_value(site_top(view, sites, depth.clamp(1, 64), 500)).expect("serialises"))
         }
         _ => Err((404, format!("no such view: {route}"))),
     }

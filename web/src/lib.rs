@@ -34,6 +34,9 @@ pub enum WebError {
 pub struct Shown {
     pub name: String,
     pub view: IndexView<'static>,
+    /// Its sampled blocks joined with the call stacks their tracker stored, when first asked
+    /// for (or why not: no statmemprof tables).
+    pub sites: std::sync::OnceLock<Result<heapsnap_analyze::sites::Sites, String>>,
 }
 
 /// What the server answers from: the snapshots' views and, with two or more, their diff.
@@ -53,7 +56,7 @@ impl App {
             // The server runs until the process ends: its snapshots live as long.
             let indexed: &'static Indexed = Box::leak(Box::new(indexed));
             let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-            snapshots.push(Shown { name, view: indexed.view(Needs::All)? });
+            snapshots.push(Shown { name, view: indexed.view(Needs::All)?, sites: Default::default() });
         }
         let diff = if snapshots.len() >= 2 {
             let inputs: Vec<Input<'_>> = snapshots.iter().map(|s| Input { name: s.name.clone(), snap: s.view.snap }).collect();

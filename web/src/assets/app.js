@@ -206,6 +206,30 @@ async function showDiff() {
   main.replaceChildren(...parts);
 }
 
+// Allocation sites: the sampled blocks grouped by where they were allocated (the innermost
+// frame outside the standard library, and `depth` - 1 callers), with what they retain.
+async function showSites(depth = 1) {
+  const r = await api("sites", { depth });
+  const select = el("select", { id: "site-depth" }, [1, 2, 3, 4].map(d => {
+    const o = el("option", { value: d }, `${d} frame${d > 1 ? "s" : ""}`); if (d === depth) o.selected = true; return o;
+  }));
+  select.onchange = () => showSites(Number(select.value));
+  const j = r.join;
+  main.replaceChildren(
+    el("h2", {}, "Allocation sites ", select),
+    el("p", { class: "muted" }, `${j.tracked} sampled blocks: ${j.from_callstack} with the call stack their tracker stored, ` +
+      `${j.from_memtrace} from memtrace, ${j.not_in_heap} no longer in the heap; sampling rate ${j.sampling_rates.join(", ")}. ` +
+      "Estimated bytes scale the samples by the rate: an estimate."),
+    sortable(el("table", { id: "sites" }), r.groups, [
+      { title: "site", key: g => g.site, cell: g => g.site },
+      { title: "blocks", num: true, key: g => g.count, cell: g => g.count },
+      { title: "sampled", num: true, key: g => g.sampled_bytes, cell: g => bytes(g.sampled_bytes) },
+      { title: "estimated", num: true, key: g => g.estimated_bytes, cell: g => "≈ " + bytes(g.estimated_bytes) },
+      { title: "retained", num: true, key: g => g.retained, cell: g => bytes(g.retained) },
+      { title: "%", num: true, key: g => g.retained, cell: g => pct(g.retained, r.reachable_bytes) },
+    ]));
+}
+
 // The flame graph: inferno's SVG in an <object>, so its own script (zoom on click, search) runs.
 function showFlame(by = "root") {
   const select = el("select", { id: "flame-by" }, ["root", "kind", "tag", "closure"].map(b => el("option", { value: b }, b)));
@@ -234,6 +258,7 @@ async function route() {
     }
     else if (view === "diff") await showDiff();
     else if (view === "flame") showFlame();
+    else if (view === "sites") await showSites();
     else await showSummary();
   } catch (e) {
     main.replaceChildren(el("p", { class: "grow" }, `Error: ${e.message}`));
