@@ -65,7 +65,7 @@ if [ "$variant" = 5.3.0-rhb16 ]; then
   samples+=("reserved_bits||reserved_bits_stubs.c")
 fi
 
-flags=(-g)
+flags=(-g -bin-annot)
 common_deps=("$here/heapsnap_sample.ml" "$here/build.sh" "$ocamlopt")
 
 newer_than_all() { # target deps...

@@ -82,8 +82,7 @@ pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -
         fields.push(Field { index: i, raw: format!("{v:#x}"), kind, value });
     }
     let snap = a.snap();
-    let roots =
-        a.root_records(node).iter().filter_map(|&r| snap.roots().get(r as usize)).map(|rec| crate::names::root_label(snap, rec)).collect();
+    let roots = a.root_records(node).iter().filter_map(|&r| snap.roots().get(r as usize)).map(|rec| a.names().root_label(rec)).collect();
     let referrers = a.referrers(node, 16).into_iter().map(|u| a.with_address(u)).collect();
     Ok(Inspection {
         node,
