@@ -26,6 +26,8 @@ pub struct Analysis<'s> {
     /// The dominator tree's children (offsets and preorder numbers, by preorder number),
     /// computed when a report first walks the tree.
     children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
+    /// The blocks' OCaml types, computed when a report first needs them.
+    pub(crate) typing: std::sync::OnceLock<Option<crate::typed::Typing>>,
 }
 
 /// What a node stands for.
@@ -64,6 +66,7 @@ impl<'s> Analysis<'s> {
             modules,
             retainers: Default::default(),
             children: Default::default(),
+            typing: Default::default(),
         })
     }
 

@@ -41,6 +41,7 @@ pub mod reports;
 pub mod retainers;
 pub mod structures;
 pub mod synth;
+pub mod typed;
 pub mod verify;
 
 pub use analysed::AnalysedHeap;

@@ -108,19 +108,19 @@ impl TypeEnv {
 
     /// The declaration of a type path and the rewriting of the paths inside it (a functor's
     /// parameters by the arguments, its body's own paths by the application).
-    pub fn lookup(&self, path: &str) -> Option<(&crate::model::Decl, Rewrites)> {
+    pub fn lookup(&self, path: &str) -> Option<Found<'_>> {
         self.lookup_at(path, 0)
     }
 
-    fn lookup_at(&self, path: &str, depth: usize) -> Option<(&crate::model::Decl, Rewrites)> {
+    fn lookup_at(&self, path: &str, depth: usize) -> Option<Found<'_>> {
         if depth > MAX_DEPTH {
             return None;
         }
         let (module, name) = split_last(path)?;
-        let (def, rewrites) = self.resolve_module(module, depth)?;
+        let (def, applied, rewrites) = self.resolve_module(module, depth)?;
         let key = format!("{def}.{name}");
-        if let Some(d) = self.decls.get(&key) {
-            return Some((d, rewrites));
+        if let Some(decl) = self.decls.get(&key) {
+            return Some(Found { decl, rewrites, path: format!("{applied}.{name}") });
         }
         for inc in self.includes.get(&def).into_iter().flatten() {
             let inc = rewrites.apply(inc);
@@ -133,7 +133,7 @@ impl TypeEnv {
 
     /// A module path's place of definition, following aliases, with the rewritings that its
     /// applications call for.
-    fn resolve_module(&self, path: &str, depth: usize) -> Option<(String, Rewrites)> {
+    fn resolve_module(&self, path: &str, depth: usize) -> Option<(String, String, Rewrites)> {
         if depth > MAX_DEPTH {
             return None;
         }
@@ -159,8 +159,7 @@ impl TypeEnv {
                     rest.push('.');
                     rest.push_str(s);
                 }
-                let (d, r) = self.resolve_module(&rest, depth + 1)?;
-                return Some((d, r));
+                return self.resolve_module(&rest, depth + 1);
             }
             if !args.is_empty() {
                 let params = self.params.get(&def)?;
@@ -175,7 +174,53 @@ impl TypeEnv {
                 rewrites.0.push((def.clone(), applied.clone()));
             }
         }
-        Some((def, rewrites))
+        Some((def, applied, rewrites))
+    }
+
+    /// The canonical form of a type: abbreviations expanded, every path the one of its
+    /// definition (applications kept), so that two names of one type are one type. `None` for
+    /// a type too big to be worth naming (nested types can grow without end).
+    pub fn canon(&self, ty: &Ty) -> Option<Ty> {
+        let mut budget = 400usize;
+        self.canon_at(ty, &mut budget, 0)
+    }
+
+    fn canon_at(&self, ty: &Ty, budget: &mut usize, depth: usize) -> Option<Ty> {
+        *budget = budget.checked_sub(1)?;
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        Some(match ty {
+            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
+            Ty::PolyVariant(l) => Ty::PolyVariant(
+                l.iter()
+                    .map(|(n, t)| {
+                        Some((
+                            n.clone(),
+                            match t {
+                                Some(t) => Some(self.canon_at(t, budget, depth + 1)?),
+                                None => None,
+                            },
+                        ))
+                    })
+                    .collect::<Option<_>>()?,
+            ),
+            Ty::Constr(p, args) if p.contains('.') => {
+                let Some(found) = self.lookup(p) else { return Some(Ty::Constr(p.clone(), args.clone())) };
+                if found.decl.params.len() != args.len() {
+                    return Some(Ty::Unknown);
+                }
+                if let (DeclKind::Abstract, Some(m)) = (&found.decl.kind, &found.decl.manifest) {
+                    let bind = |v: i64| found.decl.params.iter().position(|&q| q == v).map(|i| args[i].clone());
+                    let expanded = m.map_paths(&|q| found.rewrites.apply(q)).subst(&bind);
+                    return self.canon_at(&expanded, budget, depth + 1);
+                }
+                let args = args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?;
+                Ty::Constr(found.path, args)
+            }
+            Ty::Constr(p, args) => Ty::Constr(p.clone(), args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
+            t => t.clone(),
+        })
     }
 
     /// What a value of `ty` looks like in the heap.
@@ -193,7 +238,7 @@ impl TypeEnv {
             if !path.contains('.') {
                 return predef(&path, &args).unwrap_or(Shape::Unknown);
             }
-            let Some((decl, rewrites)) = self.lookup(&path) else { return Shape::Unknown };
+            let Some(Found { decl, rewrites, .. }) = self.lookup(&path) else { return Shape::Unknown };
             if decl.params.len() != args.len() {
                 return Shape::Unknown;
             }
@@ -252,6 +297,14 @@ impl TypeEnv {
         }
         Shape::Unknown
     }
+}
+
+/// A declaration found by path: the rewriting of the paths inside it, and the canonical path
+/// of the type (its definition's, with the applications that led there).
+pub struct Found<'e> {
+    pub decl: &'e crate::model::Decl,
+    pub rewrites: Rewrites,
+    pub path: String,
 }
 
 /// Rewritings of path prefixes, the latest first.
