@@ -58,6 +58,7 @@ samples=(
   "large_heap||-"
   "steady_state||-"
   "dynlink_plugin|dynlink|-"
+  "typed_values||-"
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)

@@ -48,8 +48,9 @@ enum Layout {
     /// Tag 0, exactly these fields (records, tuples).
     Fields(Vec<Option<String>>, Vec<u32>),
     FloatRecord(usize),
-    /// By tag: constructor, field names, field types.
-    Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>),
+    /// By tag: constructor, field names, field types; and the number of constant
+    /// constructors (the immediates the type allows).
+    Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>, usize),
     /// `(hash, label, argument type)`.
     PolyVariant(Vec<(i64, String, u32)>),
     Array(u32),
@@ -61,8 +62,26 @@ enum Layout {
     Object,
     /// The value is the one field's: typed as that.
     Unboxed(u32),
-    /// No block has this type (immediates), or typing stops.
-    NoBlock,
+    /// Immediates only (`int`, `char`, `bool`, constant-only variants).
+    Immediate,
+    /// Typing stops here (a type variable, an abstract type, a function): anything goes.
+    Opaque,
+}
+
+impl Layout {
+    /// Whether an immediate `word` can have this type.
+    fn allows_immediate(&self, word: u64) -> bool {
+        match self {
+            Layout::Variant(_, constants) => ((word as i64) >> 1) >= 0 && (((word as i64) >> 1) as usize) < *constants,
+            Layout::Immediate | Layout::Opaque | Layout::Unboxed(_) | Layout::Lazy(_) | Layout::PolyVariant(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether a pointer can have this type.
+    fn allows_pointer(&self) -> bool {
+        !matches!(self, Layout::Immediate)
+    }
 }
 
 /// A block's type as reports show it.
@@ -117,7 +136,7 @@ impl Interner<'_> {
                 Layout::Fields(n, t)
             }
             Shape::FloatRecord(labels) => Layout::FloatRecord(labels.len()),
-            Shape::Variant { blocks, .. } => Layout::Variant(
+            Shape::Variant { blocks, constants } => Layout::Variant(
                 blocks
                     .iter()
                     .map(|(c, f)| {
@@ -125,6 +144,7 @@ impl Interner<'_> {
                         (c.clone(), n, t)
                     })
                     .collect(),
+                constants.len(),
             ),
             Shape::PolyVariant(l) => Layout::PolyVariant(
                 l.iter()
@@ -139,7 +159,8 @@ impl Interner<'_> {
             Shape::Lazy(t) => Layout::Lazy(self.intern(&t)),
             Shape::Object => Layout::Object,
             Shape::Unboxed(t) => Layout::Unboxed(self.intern(&t)),
-            Shape::Immediate | Shape::Function | Shape::Unknown => Layout::NoBlock,
+            Shape::Immediate => Layout::Immediate,
+            Shape::Function | Shape::Unknown => Layout::Opaque,
         };
         let _ = self.types[id as usize].layout.set(layout.clone());
         layout
@@ -211,7 +232,7 @@ impl Typing {
             let fits = match &layout {
                 Layout::Fields(_, f) => tag == 0 && size == f.len(),
                 Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
-                Layout::Variant(blocks) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
+                Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
                 Layout::PolyVariant(l) => {
                     tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
                 }
@@ -224,10 +245,28 @@ impl Typing {
                 }
                 Layout::Lazy(_) => matches!(tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG),
                 Layout::Object => tag == ocaml::OBJECT_TAG,
-                Layout::Unboxed(_) | Layout::NoBlock => false,
+                Layout::Unboxed(_) | Layout::Immediate | Layout::Opaque => false,
             };
-            if !fits {
-                if !matches!(layout, Layout::NoBlock | Layout::Unboxed(_)) || t == NO_TYPE {
+            // Every field must be possible for its type too: an immediate where the type has
+            // only blocks (a string, a record) or a pointer where it has only immediates.
+            let field_types: &[u32] = match &layout {
+                Layout::Fields(_, f) => f,
+                Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
+                _ => &[],
+            };
+            let fields_fit = field_types.iter().zip(b.fields).all(|(&ft, &w)| {
+                if ft == NO_TYPE {
+                    return true;
+                }
+                let l = interner.layout(ft);
+                if ocaml::is_pointer(w) {
+                    l.allows_pointer()
+                } else {
+                    w == 0 || l.allows_immediate(w)
+                }
+            });
+            if !fits || !fields_fit {
+                if !matches!(layout, Layout::Opaque | Layout::Unboxed(_)) {
                     mismatches += 1;
                 }
                 continue;
@@ -260,7 +299,7 @@ impl Typing {
             };
             match &layout {
                 Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
-                Layout::Variant(blocks) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+                Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
                 Layout::PolyVariant(l) => {
                     if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
                         push(1, *ft);
@@ -299,7 +338,7 @@ impl Typing {
     pub fn of(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<BlockType<'_>> {
         let info = self.types.get(self.type_id(v) as usize)?;
         let constructor = match info.layout.get()? {
-            Layout::Variant(blocks) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
+            Layout::Variant(blocks, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
             Layout::PolyVariant(l) => {
                 first.and_then(|w| l.iter().find(|(h, _, _)| w as i64 >> 1 == *h)).map(|(_, label, _)| label.as_str())
             }
@@ -315,7 +354,7 @@ impl Typing {
         let info = self.types.get(self.type_id(v) as usize)?;
         match info.layout.get()? {
             Layout::Fields(names, _) => names.get(i).cloned().flatten(),
-            Layout::Variant(blocks) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
+            Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
             Layout::Array(_) => Some(format!("[{i}]")),
             _ => None,
         }

@@ -131,6 +131,7 @@ let decl q (d : type_declaration) =
 (* ---- the structure: qualified names, declarations, modules ---- *)
 
 let types = ref []     (* (path, decl) in order *)
+let classes = ref []   (* (path, parameter ids): object types *)
 let modules = ref []   (* JSON writers *)
 let anon = ref 0
 
@@ -146,6 +147,14 @@ let rec walk_structure prefix (items : structure_item list) =
           List.iter (fun td -> types := (prefix ^ "." ^ Ident.name td.typ_id, td.typ_type) :: !types) tds
       | Tstr_module mb -> module_binding prefix mb
       | Tstr_recmodule mbs -> List.iter (module_binding prefix) mbs
+      | Tstr_class cls ->
+          List.iter
+            (fun ((ci : Typedtree.class_declaration), _) ->
+              let q = prefix ^ "." ^ Ident.name ci.ci_id_class_type in
+              qualify ci.ci_id_object q;
+              qualify ci.ci_id_class_type q;
+              classes := (q, List.map (fun (ct, _) -> get_id ct.ctyp_type) ci.ci_params) :: !classes)
+            cls
       | Tstr_include incl -> (
           match incl.incl_mod.mod_desc with
           | Tmod_structure s -> walk_structure prefix s.str_items
@@ -162,20 +171,22 @@ and module_binding prefix mb =
   | Some id ->
       let p = prefix ^ "." ^ Ident.name id in
       qualify id p;
-      module_expr p mb.mb_expr
+      module_expr ~parent:prefix p mb.mb_expr
   | None -> ()
 
-and module_expr p (me : module_expr) =
+(* [parent]: where anonymous structures of [me] are named (not under [p] itself, which may be
+   an alias; inside a functor, the functor, so that they see its parameters). *)
+and module_expr ~parent p (me : module_expr) =
   match me.mod_desc with
   | Tmod_structure s -> walk_structure p s.str_items
-  | Tmod_constraint (me, _, _, _) -> module_expr p me
+  | Tmod_constraint (me, _, _, _) -> module_expr ~parent p me
   | Tmod_functor (Named (Some id, _, _), body) ->
       qualify id (p ^ "{" ^ Ident.name id ^ "}");
       add_module p "functor" (fun () -> jstr (Ident.name id));
-      module_expr p body
-  | Tmod_functor (_, body) -> module_expr p body
+      module_expr ~parent:p p body
+  | Tmod_functor (_, body) -> module_expr ~parent:p p body
   | _ -> (
-      match module_path p me with
+      match module_path parent me with
       | Some q -> add_module p "alias" (fun () -> jstr q)
       | None -> ())
 
@@ -339,6 +350,30 @@ let field_of_ident id =
   | Some (rel, kind, t) -> { ident = Some id; name = rel; kind; fty = t }
   | None -> { ident = Some id; name = Ident.name id; kind = "value"; fty = None }
 
+(* Translobj.transl_store_label_init: a unit whose code sends methods by name from inside a
+   function, a loop or a functor (where Translobj.meth caches the method's label) gets one
+   more field at the end of its block, the method cache. *)
+let has_method_cache (str : structure) =
+  let found = ref false and depth = ref 0 in
+  let open Tast_iterator in
+  let nested f x = incr depth; f x; decr depth in
+  let expr it (e : expression) =
+    (match e.exp_desc with
+     | Texp_send (_, Tmeth_name _) when !depth > 0 -> found := true
+     | _ -> ());
+    match e.exp_desc with
+    | Texp_function _ | Texp_for _ | Texp_while _ -> nested (default_iterator.expr it) e
+    | _ -> default_iterator.expr it e
+  in
+  let module_expr it (me : module_expr) =
+    match me.mod_desc with
+    | Tmod_functor _ | Tmod_apply _ -> nested (default_iterator.module_expr it) me
+    | _ -> default_iterator.module_expr it me
+  in
+  let it = { default_iterator with expr; module_expr } in
+  it.structure it str;
+  !found
+
 let block_fields (str : structure) (intf : signature option) =
   let idlist = defined_idents str.str_items in
   let impl = runtime_components ~interface:false str.str_type in
@@ -387,7 +422,8 @@ let block_fields (str : structure) (intf : signature option) =
       target
   in
   let undef = List.filter (fun id -> not (Hashtbl.mem used (Ident.unique_name id))) idlist in
-  exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items)
+  let cache = if has_method_cache str then [ { ident = None; name = "(method cache)"; kind = "method_cache"; fty = None } ] else [] in
+  exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache
 
 (* ---- files ---- *)
 
@@ -402,7 +438,7 @@ let read_interface cmt_file =
   else None
 
 let unit_json file (info : Cmt_format.cmt_infos) str intf =
-  Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; modules := []; anon := 0;
+  Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; anon := 0;
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
@@ -419,7 +455,12 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
       (match f.fty with Some t -> t () | None -> raw "null");
       raw "}")
     fields;
-  raw ","; key "types"; list (fun (q, d) -> decl q d) (List.rev !types);
+  raw ","; key "types";
+  let object_type (q, params) =
+    raw "{"; key "path"; jstr q; raw ","; key "params"; list (fun id -> raw (string_of_int id)) params;
+    raw ",\"manifest\":null,\"kind\":\"object\"}"
+  in
+  list (fun f -> f ()) (List.map (fun (q, d) () -> decl q d) (List.rev !types) @ List.map (fun c () -> object_type c) (List.rev !classes));
   raw ","; key "modules"; list (fun f -> f ()) (List.rev !modules);
   raw "}"
 

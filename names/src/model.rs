@@ -161,6 +161,8 @@ pub enum DeclKind {
     #[default]
     Abstract,
     Open,
+    /// A class's object type.
+    Object,
     Record {
         labels: Vec<Label>,
         /// `regular`, `float` (all fields unboxed floats), `unboxed`, `other`.
@@ -216,6 +218,8 @@ fn decl_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DeclKind, D::Erro
     let v = Value::deserialize(d)?;
     Ok(if v.as_str() == Some("open") {
         DeclKind::Open
+    } else if v.as_str() == Some("object") {
+        DeclKind::Object
     } else if let Some(r) = v.get("record") {
         DeclKind::Record { labels: labels(r), repr: v.get("repr").and_then(Value::as_str).unwrap_or("other").to_string() }
     } else if let Some(cs) = v.get("variant").and_then(Value::as_array) {

@@ -165,7 +165,9 @@ impl TypeEnv {
                 let params = self.params.get(&def)?;
                 for (k, arg) in args.iter().enumerate() {
                     let param = params.get(k)?;
+                    // The argument's own canonical path, so that one module has one name.
                     let arg = rewrites.apply(arg);
+                    let arg = self.resolve_module(&arg, depth + 1).map_or(arg, |(_, applied, _)| applied);
                     applied.push('(');
                     applied.push_str(&arg);
                     applied.push(')');
@@ -268,10 +270,14 @@ impl TypeEnv {
                         }
                         // A GADT constructor: its own variables, bound by matching its result
                         // type with the arguments; others are existential (stay unknown).
-                        let gadt_bind = |v: i64| -> Option<Ty> {
-                            let Some(Ty::Constr(_, res_args)) = &c.res else { return None };
-                            res_args.iter().position(|r| *r == Ty::Var(v)).and_then(|i| args.get(i).cloned())
-                        };
+                        let mut binds = Vec::new();
+                        if let Some(Ty::Constr(_, res_args)) = &c.res {
+                            if res_args.len() != args.len() || !res_args.iter().zip(&args).all(|(r, a)| unify(r, a, &mut binds)) {
+                                // This constructor cannot build a value of this type.
+                                binds.clear();
+                            }
+                        }
+                        let gadt_bind = |v: i64| -> Option<Ty> { binds.iter().find(|(w, _)| *w == v).map(|(_, t)| t.clone()) };
                         let inst_c = |t: &Ty| {
                             let t = t.map_paths(&|p| rewrites.apply(p));
                             if c.res.is_some() {
@@ -289,6 +295,7 @@ impl TypeEnv {
                     return if blocks.is_empty() { Shape::Immediate } else { Shape::Variant { constants, blocks } };
                 }
                 DeclKind::Open => return Shape::Unknown,
+                DeclKind::Object => return Shape::Object,
                 DeclKind::Abstract => match &decl.manifest {
                     Some(m) => ty = inst(m),
                     None => return Shape::Unknown,
@@ -296,6 +303,23 @@ impl TypeEnv {
             }
         }
         Shape::Unknown
+    }
+}
+
+/// Matches a GADT constructor's result type `pattern` with the actual type, binding the
+/// pattern's variables; false when they cannot match.
+fn unify(pattern: &Ty, actual: &Ty, binds: &mut Vec<(i64, Ty)>) -> bool {
+    match (pattern, actual) {
+        (Ty::Var(v), t) => match binds.iter().find(|(w, _)| w == v) {
+            Some((_, bound)) => bound == t,
+            None => {
+                binds.push((*v, t.clone()));
+                true
+            }
+        },
+        (Ty::Tuple(p), Ty::Tuple(a)) => p.len() == a.len() && p.iter().zip(a).all(|(p, a)| unify(p, a, binds)),
+        (Ty::Constr(pp, pa), Ty::Constr(ap, aa)) => pp == ap && pa.len() == aa.len() && pa.iter().zip(aa).all(|(p, a)| unify(p, a, binds)),
+        (p, a) => p == a,
     }
 }
 
@@ -413,7 +437,11 @@ pub fn display(ty: &Ty) -> String {
         Ty::Function => "<fun>".into(),
         Ty::Unknown => "?".into(),
         Ty::Object(m) => format!("< {} >", m.iter().map(|m| m.as_str()).chain(std::iter::once("..")).collect::<Vec<_>>().join("; ")),
-        Ty::PolyVariant(l) => format!("[ {} ]", l.iter().map(|(n, _)| format!("`{n}")).collect::<Vec<_>>().join(" | ")),
+        Ty::PolyVariant(l) => {
+            let mut labels: Vec<String> = l.iter().map(|(n, _)| format!("`{n}")).collect();
+            labels.sort();
+            format!("[ {} ]", labels.join(" | "))
+        }
         Ty::Tuple(l) => format!("({})", l.iter().map(display_arg).collect::<Vec<_>>().join(" * ")),
         Ty::Constr(p, args) => {
             let p = short_path(p);
