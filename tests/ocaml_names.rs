@@ -189,3 +189,121 @@ fn dump_stores_names_and_reports_use_them() {
         assert!(String::from_utf8_lossy(&info.stdout).contains("ocaml names     "), "{toolchain}");
     }
 }
+
+fn heapsnap_out(args: &[&str]) -> std::process::Output {
+    Command::new(heapsnap()).args(args).output().expect("run heapsnap")
+}
+
+/// A 5.3 dump of cache_leak without names (no .cmt file beside its sources).
+fn unnamed_cache_leak(dir: &Path) -> PathBuf {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let mut s = Sample::start(&samples.join("cache_leak"), &[]);
+    s.wait_ready(1);
+    let path = dir.join("c.heapsnap");
+    dump_ok(s.pid(), &path, &[]);
+    path
+}
+
+/// Names added after the index was built are not hidden by it: annotate changes the snapshot,
+/// so the index (tied to the snapshot's section table) is rebuilt with the new labels.
+#[test]
+fn annotating_after_indexing_shows_the_new_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    let p = path.to_str().unwrap();
+    let info = heapsnap_out(&["info", p]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("heapsnap annotate"), "info says how to add names");
+    let before = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+    assert_eq!(before["groups"][0]["name"], "Cache_leak.1");
+    assert!(dir.path().join("c.heapsnap.hsidx").exists() || std::env::var_os("XDG_CACHE_HOME").is_some());
+    let by_type = heapsnap_out(&["top", p, "--by", "type"]);
+    assert!(!by_type.status.success() && String::from_utf8_lossy(&by_type.stderr).contains("heapsnap annotate"));
+
+    let prefix = toolchain_prefix("5.3.0");
+    let build = build_dir(&toolchain_samples("5.3.0").unwrap());
+    let out = heapsnap_out(&["annotate", p, "--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["program_units"], 2, "cache_leak and heapsnap_sample: {done}");
+    let after = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+    assert_eq!(after["groups"][0]["name"], "Cache_leak.cache");
+    let by_type = analyse("top", &[&path], &["--by", "type", "--limit", "1"]);
+    assert_eq!(by_type["groups"][0]["name"], "(string, Cache_leak.entry) Hashtbl.t");
+    // The file stays owner-only.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// Bad inputs: `.cmt` files of another OCaml version, of another build of the program, corrupt
+/// ones, and a toolchain of another version, are refused with a message; the snapshot still
+/// analyses.
+#[test]
+fn bad_cmt_files_and_toolchains_are_refused_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    let p = path.to_str().unwrap();
+    let prefix = toolchain_prefix("5.3.0");
+    let ocaml = prefix.to_str().unwrap();
+
+    // A toolchain of another version: an error, the snapshot unchanged.
+    if let Some(old) = available_toolchains().iter().find(|(t, _)| *t == "5.1.0") {
+        let old_prefix = toolchain_prefix(old.0);
+        let out = heapsnap_out(&["annotate", p, "--ocaml", old_prefix.to_str().unwrap(), "--json"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is 5.1.0") && err.contains("OCaml 5.3.0") && err.contains("--ocaml DIR"), "{err}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["error"]["kind"], "names");
+
+        // .cmt files of another version: left out, with a message.
+        let other = build_dir(&old.1);
+        let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", other.to_str().unwrap()]);
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cache_leak.cmt: not readable by OCaml 5.3.0"), "{err}");
+        let top = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+        assert_eq!(top["groups"][0]["name"], "Cache_leak.1", "no names from another version's .cmt");
+    }
+
+    // Another build of the program: a cache_leak.ml with one more global.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("cache_leak.ml"), "let a = ref 1\nlet b = ref 2\nlet c = ref 3\nlet d = ref 4\nlet e = ref 5\n").unwrap();
+    let ok = Command::new(prefix.join("bin/ocamlopt")).args(["-bin-annot", "-c", "cache_leak.ml"]).current_dir(&other).status().unwrap();
+    assert!(ok.success());
+    let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", other.to_str().unwrap()]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Cache_leak has 5 module fields here but 4 in the snapshot"), "{err}");
+    let info = heapsnap_out(&["info", p]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("left out"), "info lists what was left out");
+
+    // A corrupt .cmt: a message, never a crash; the analysis goes on.
+    let corrupt = dir.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    let mut bytes = std::fs::read(build_dir(&toolchain_samples("5.3.0").unwrap()).join("cache_leak.cmt")).unwrap();
+    let half = bytes.len() / 2;
+    bytes.truncate(half);
+    std::fs::write(corrupt.join("cache_leak.cmt"), &bytes).unwrap();
+    let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", corrupt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cache_leak.cmt:"), "{}", String::from_utf8_lossy(&out.stderr));
+    analyse("top", &[&path], &["--by", "type"]);
+    analyse("dominators", &[&path], &[]);
+}
+
+/// A damaged names section (hostile JSON) reads as no names: every report works, info says so.
+#[test]
+fn a_damaged_names_section_reads_as_no_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    for junk in ["{\"units\": [{\"unit\": 5}]", "[1,2,3]", "{\"units\":[{\"unit\":\"Cache_leak\",\"fields\":[{\"name\":\"x\",\"path\":\"x\",\"type\":{\"c\":\"Cache_leak.t\",\"a\":[{\"v\":1}]}}],\"types\":[{\"path\":\"Cache_leak.t\",\"params\":[1,1,1],\"manifest\":{\"c\":\"Cache_leak.t\",\"a\":[{\"c\":\"Cache_leak.t\",\"a\":[]}]},\"kind\":\"abstract\"}],\"modules\":[{\"path\":\"Cache_leak.M\",\"alias\":\"Cache_leak.M\"}]}]}"] {
+        heapsnap_format::replace_ocaml_names(&path, junk).unwrap();
+        let info = heapsnap_out(&["info", path.to_str().unwrap()]);
+        assert!(info.status.success());
+        analyse("top", &[&path], &["--by", "root"]);
+        analyse("dominators", &[&path], &[]);
+        let out = heapsnap_out(&["top", path.to_str().unwrap(), "--by", "type"]);
+        assert!(out.status.code() == Some(0) || out.status.code() == Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
