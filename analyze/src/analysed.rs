@@ -87,6 +87,14 @@ pub trait AnalysedHeap<'s> {
         self.typing()?.field_name(v, b.header.tag, i)
     }
 
+    /// The block a pointer points at (its first field); `None` for anything else.
+    fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        match self.resolve(value) {
+            Target::Node(v) => self.block(v).filter(|b| b.address == value),
+            _ => None,
+        }
+    }
+
     fn address(&self, v: NodeId) -> Option<u64> {
         self.block(v).map(|b| b.address)
     }
@@ -195,6 +203,10 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
 
     fn resolve(&self, value: u64) -> Target {
         self.graph.blocks.resolve(value)
+    }
+
+    fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        self.graph.blocks.block_of_pointer(value)
     }
 
     fn is_ephemeron(&self, v: NodeId) -> bool {

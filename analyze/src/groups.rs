@@ -240,15 +240,18 @@ pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
     let mut totals = vec![(0u64, 0u64); n_types];
     let pre_of = &a.tree.pre_of;
     let mut gid = vec![crate::dominators::NONE; a.tree.reachable_count()];
-    for v in 0..a.graph.node_count() as NodeId {
-        let t = typing.type_id(v);
-        let p = pre_of[v as usize];
-        if t == crate::typed::NO_TYPE || p == NO_NODE {
-            continue;
+    let blocks = &a.graph.blocks;
+    for r in blocks.block_regions() {
+        for b in blocks.region_blocks(r) {
+            let t = typing.type_id(b.node);
+            let p = pre_of[b.node as usize];
+            if t == crate::typed::NO_TYPE || p == NO_NODE {
+                continue;
+            }
+            totals[t as usize].0 += 1;
+            totals[t as usize].1 += b.header.bytes();
+            gid[p as usize] = t;
         }
-        totals[t as usize].0 += 1;
-        totals[t as usize].1 += a.shallow(v);
-        gid[p as usize] = t;
     }
     let retained = a.tree.union_retained(n_types, |p| gid[p]);
     let mut out: Vec<Group> = totals

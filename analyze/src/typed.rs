@@ -12,12 +12,12 @@
 //! that came through its immediate dominator; such conflicts are counted.
 
 use crate::analysed::AnalysedHeap;
-use crate::blocks::{NodeId, Target, NO_NODE};
+use crate::blocks::{NodeId, NO_NODE};
 use crate::ocaml;
 use heapsnap_format::RootKind;
 use heapsnap_names::{Shape, Ty, TypeEnv};
 use rustc_hash::FxHashMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 pub const NO_TYPE: u32 = u32::MAX;
 /// Distinct types named at most (nested types could make new ones without end).
@@ -39,7 +39,7 @@ pub struct TypeInfo {
     /// As an OCaml programmer writes it (`(string, Server.session) Hashtbl.t`).
     pub name: String,
     ty: Ty,
-    layout: OnceLock<Layout>,
+    layout: OnceLock<Arc<Layout>>,
 }
 
 /// What a block of a type is, its field types interned.
@@ -95,6 +95,30 @@ struct Interner<'e> {
     env: &'e TypeEnv,
     ids: FxHashMap<Ty, u32>,
     types: Vec<TypeInfo>,
+    /// Each type's layout once computed, and which words it allows (the hot path's copy).
+    layouts: Vec<Option<(Arc<Layout>, Allows)>>,
+}
+
+/// Which words a type allows in a field: pointers, and immediates below `immediates`
+/// (`u64::MAX`: any).
+#[derive(Clone, Copy)]
+struct Allows {
+    pointer: bool,
+    immediates: u64,
+}
+
+impl Allows {
+    #[inline]
+    fn word(self, w: u64) -> bool {
+        if ocaml::is_pointer(w) {
+            self.pointer
+        } else if w == 0 || self.immediates == u64::MAX {
+            true
+        } else {
+            let n = (w as i64) >> 1;
+            n >= 0 && (n as u64) < self.immediates
+        }
+    }
 }
 
 impl Interner<'_> {
@@ -122,8 +146,19 @@ impl Interner<'_> {
         id
     }
 
-    fn layout(&mut self, id: u32) -> Layout {
-        if let Some(l) = self.types[id as usize].layout.get() {
+    #[inline]
+    fn allows(&mut self, id: u32) -> Allows {
+        match self.layouts.get(id as usize) {
+            Some(Some((_, allows))) => *allows,
+            _ => {
+                self.layout(id);
+                self.layouts[id as usize].as_ref().expect("just computed").1
+            }
+        }
+    }
+
+    fn layout(&mut self, id: u32) -> Arc<Layout> {
+        if let Some(Some((l, _))) = self.layouts.get(id as usize) {
             return l.clone();
         }
         let ty = self.types[id as usize].ty.clone();
@@ -162,7 +197,20 @@ impl Interner<'_> {
             Shape::Immediate => Layout::Immediate,
             Shape::Function | Shape::Unknown => Layout::Opaque,
         };
+        let allows = Allows {
+            pointer: layout.allows_pointer(),
+            immediates: match &layout {
+                Layout::Variant(_, constants) => *constants as u64,
+                l if l.allows_immediate(1) => u64::MAX,
+                _ => 0,
+            },
+        };
+        let layout = Arc::new(layout);
         let _ = self.types[id as usize].layout.set(layout.clone());
+        if self.layouts.len() <= id as usize {
+            self.layouts.resize(self.types.len(), None);
+        }
+        self.layouts[id as usize] = Some((layout.clone(), allows));
         layout
     }
 }
@@ -188,11 +236,12 @@ impl Typing {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
-        let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new() };
+        let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
         let n = a.node_count();
         let mut node_type = vec![NO_TYPE; n];
         let mut via = vec![NO_NODE; n];
-        let mut queue: Vec<(NodeId, u32, NodeId)> = Vec::new();
+        // (pointer, type, the node it was reached from)
+        let mut queue: Vec<(u64, u32, NodeId)> = Vec::new();
         let snap = a.snap();
         for r in snap.roots() {
             if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) || !ocaml::is_pointer(r.value) {
@@ -202,19 +251,21 @@ impl Typing {
             let Some(field) = names.global_field(symbol, r.origin) else { continue };
             let Some(ty) = field.ty.as_ref().filter(|_| field.kind == "value") else { continue };
             let t = interner.intern(ty);
-            if let (Target::Node(v), true) = (a.resolve(r.value), t != NO_TYPE) {
+            if t != NO_TYPE {
                 let holder = r.slot.checked_sub(8 * r.origin).and_then(|x| a.node_at(x).ok()).unwrap_or(NO_NODE);
-                queue.push((v, t, holder));
+                queue.push((r.value, t, holder));
             }
         }
         let (mut conflicts, mut mismatches) = (0u64, 0u64);
-        while let Some((v, mut t, from)) = queue.pop() {
+        let (mut typed_objects, mut typed_bytes) = (0, 0);
+        while let Some((pointer, mut t, from)) = queue.pop() {
             // Unboxed types and forced lazy values: the block is the inner value.
             let mut layout = interner.layout(t);
-            let Some(b) = a.block(v) else { continue };
+            let Some(b) = a.block_of_pointer(pointer) else { continue };
+            let v = b.node;
             let mut hops = 0;
             loop {
-                match layout {
+                match *layout {
                     Layout::Unboxed(inner) if inner != NO_TYPE && hops < 8 => t = inner,
                     Layout::Lazy(inner)
                         if inner != NO_TYPE
@@ -229,7 +280,7 @@ impl Typing {
                 layout = interner.layout(t);
             }
             let (tag, size) = (b.header.tag, b.header.wosize as usize);
-            let fits = match &layout {
+            let fits = match &*layout {
                 Layout::Fields(_, f) => tag == 0 && size == f.len(),
                 Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
                 Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
@@ -249,24 +300,14 @@ impl Typing {
             };
             // Every field must be possible for its type too: an immediate where the type has
             // only blocks (a string, a record) or a pointer where it has only immediates.
-            let field_types: &[u32] = match &layout {
+            let field_types: &[u32] = match &*layout {
                 Layout::Fields(_, f) => f,
                 Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
                 _ => &[],
             };
-            let fields_fit = field_types.iter().zip(b.fields).all(|(&ft, &w)| {
-                if ft == NO_TYPE {
-                    return true;
-                }
-                let l = interner.layout(ft);
-                if ocaml::is_pointer(w) {
-                    l.allows_pointer()
-                } else {
-                    w == 0 || l.allows_immediate(w)
-                }
-            });
+            let fields_fit = field_types.iter().zip(b.fields).all(|(&ft, &w)| ft == NO_TYPE || interner.allows(ft).word(w));
             if !fits || !fields_fit {
-                if !matches!(layout, Layout::Opaque | Layout::Unboxed(_)) {
+                if !matches!(*layout, Layout::Opaque | Layout::Unboxed(_)) {
                     mismatches += 1;
                 }
                 continue;
@@ -283,6 +324,10 @@ impl Typing {
                     continue;
                 }
             }
+            if current == NO_TYPE && a.is_reachable(v) {
+                typed_objects += 1;
+                typed_bytes += b.header.bytes();
+            }
             node_type[v as usize] = t;
             via[v as usize] = from;
             let mut push = |i: usize, ft: u32| {
@@ -291,13 +336,11 @@ impl Typing {
                 }
                 if let Some(&w) = b.fields.get(i) {
                     if ocaml::is_pointer(w) {
-                        if let Target::Node(c) = a.resolve(w) {
-                            queue.push((c, ft, v));
-                        }
+                        queue.push((w, ft, v));
                     }
                 }
             };
-            match &layout {
+            match &*layout {
                 Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
                 Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
                 Layout::PolyVariant(l) => {
@@ -308,13 +351,6 @@ impl Typing {
                 Layout::Array(e) => (0..size).for_each(|i| push(i, *e)),
                 Layout::Lazy(inner) if tag == ocaml::FORWARD_TAG => push(0, *inner),
                 _ => {}
-            }
-        }
-        let (mut typed_objects, mut typed_bytes) = (0, 0);
-        for (v, &t) in node_type.iter().enumerate() {
-            if t != NO_TYPE && a.is_reachable(v as NodeId) {
-                typed_objects += 1;
-                typed_bytes += a.shallow(v as NodeId);
             }
         }
         timer.lap("typed walk");
@@ -337,7 +373,7 @@ impl Typing {
     /// A node's type and constructor (`tag`: its block's tag; `first`: its first field).
     pub fn of(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<BlockType<'_>> {
         let info = self.types.get(self.type_id(v) as usize)?;
-        let constructor = match info.layout.get()? {
+        let constructor = match &**info.layout.get()? {
             Layout::Variant(blocks, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
             Layout::PolyVariant(l) => {
                 first.and_then(|w| l.iter().find(|(h, _, _)| w as i64 >> 1 == *h)).map(|(_, label, _)| label.as_str())
@@ -352,7 +388,7 @@ impl Typing {
     /// arguments) and untyped nodes.
     pub fn field_name(&self, v: NodeId, tag: u8, i: usize) -> Option<String> {
         let info = self.types.get(self.type_id(v) as usize)?;
-        match info.layout.get()? {
+        match &**info.layout.get()? {
             Layout::Fields(names, _) => names.get(i).cloned().flatten(),
             Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
             Layout::Array(_) => Some(format!("[{i}]")),
