@@ -90,7 +90,7 @@ fn main() {
         return;
     }
     // `cargo test --all-targets` runs benches as tests: a small smoke run.
-    let smoke = args.iter().any(|a| a == "--bench") == false;
+    let smoke = !args.iter().any(|a| a == "--bench");
     let millions: f64 = value("--millions").and_then(|v| v.parse().ok()).unwrap_or(if smoke { 0.05 } else { 10.0 });
     let runs: usize = value("--runs").and_then(|v| v.parse().ok()).unwrap_or(if smoke { 1 } else { 3 });
     let items = (millions * 1e6 / 7.0).round() as u64;

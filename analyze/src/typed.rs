@@ -324,7 +324,9 @@ impl Typing {
                     continue;
                 }
             }
-            if current == NO_TYPE && a.is_reachable(v) {
+            // Typed blocks are reachable: typing follows strong fields only (weak arrays and
+            // ephemerons are abstract blocks, never typed).
+            if current == NO_TYPE {
                 typed_objects += 1;
                 typed_bytes += b.header.bytes();
             }

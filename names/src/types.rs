@@ -16,6 +16,9 @@ pub struct TypeEnv {
     includes: FxHashMap<String, Vec<String>>,
 }
 
+/// A block's fields: each with its label (records, inline records) and type.
+pub type FieldTypes = Vec<(Option<String>, Ty)>;
+
 /// What a value of a type is at run time, its type arguments applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Shape {
@@ -32,14 +35,14 @@ pub enum Shape {
     /// `'a array` of non-floats: tag 0, any size.
     Array(Ty),
     /// A record or tuple: tag 0, one field each (named or not).
-    Fields(Vec<(Option<String>, Ty)>),
+    Fields(FieldTypes),
     /// A float record: tag 254, one unboxed float per label.
     FloatRecord(Vec<String>),
     /// A variant: constant constructors are the immediates 0, 1, ...; the others are blocks whose
     /// tag is their rank among them, with their arguments (an inline record's labels named).
     Variant {
         constants: Vec<String>,
-        blocks: Vec<(String, Vec<(Option<String>, Ty)>)>,
+        blocks: Vec<(String, FieldTypes)>,
     },
     PolyVariant(Vec<(String, Option<Ty>)>),
     /// `'a lazy_t`: a lazy block, a forward block, or (forced) the value itself.
