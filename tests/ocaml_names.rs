@@ -17,7 +17,7 @@ fn toolchains() -> Vec<(&'static str, PathBuf)> {
 }
 
 fn build_dir(samples: &Path) -> PathBuf {
-    samples.parent().unwrap().join(".build").join(samples.file_name().unwrap())
+    samples.parent().unwrap().join(".build").join(samples.file_name().unwrap()).join("cmt")
 }
 
 /// `ocamlopt -dlambda`'s stores into the module block: field -> identifier (what

@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn build_dir(samples: &Path) -> PathBuf {
-    samples.parent().unwrap().join(".build").join(samples.file_name().unwrap())
+    samples.parent().unwrap().join(".build").join(samples.file_name().unwrap()).join("cmt")
 }
 
 /// A dump of typed_values at READY 1, with names.

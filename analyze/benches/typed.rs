@@ -7,13 +7,18 @@
 //! The snapshot is the analysis benchmark's synthetic `samples/large_heap.ml` heap (cached under
 //! `<target>/heapsnap-bench/`); its names are the real ones: heapsnap's `.cmt` reader, built
 //! with the OCaml 5.3.0 toolchain (`scripts/ocaml-toolchain.sh`), reads `large_heap.cmt` (from
-//! `samples/build.sh`) and the standard library's, and a copy of the snapshot gets them. Every
+//! `samples/build.sh`, in its `cmt/`) and the standard library's, and a copy of the snapshot gets them. Every
 //! block of it is then typed (`item list ref`, `item list`, `item`, `string`, `int array`,
 //! `float`, `(int, item) Hashtbl.t`, its bucket array and bucket cells; closures stay untyped).
 //! "Untyped" is `heapsnap top` on the plain copy: open, graph, dominators and retained sizes,
 //! groups by kind. "Typed" is the same on the named copy, then the typing walk and groups by
 //! type. Each measurement runs in a fresh child process; the best of `--runs` is kept.
 //! Goal: typed <= 1.5x untyped.
+//!
+//! Figures (2 shared cores, best of 3; the machine was busy with other work):
+//!   1M objects:  untyped 0.240 s, typed 0.383 s (1.59x)
+//!   10M objects: untyped 1.388 s, typed 2.187 s (1.58x; another run 2.607 s / 3.988 s, 1.53x);
+//!   82% of the reachable bytes typed (closures stay untyped), 0 conflicts, 0 mismatches.
 
 use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
@@ -46,7 +51,7 @@ fn snapshots(items: u64) -> (PathBuf, PathBuf) {
     if !named.exists() {
         let prefix = shell("scripts/ocaml-toolchain.sh", "5.3.0");
         let samples = shell("samples/build.sh", "5.3.0");
-        let build = samples.parent().unwrap().join(".build/5.3.0");
+        let build = samples.parent().unwrap().join(".build/5.3.0/cmt");
         let tc = heapsnap_names::reader::Toolchain::find(Some(&prefix)).expect("toolchain");
         let exe = tc.reader(&|m| eprintln!("{m}")).expect("the .cmt reader");
         let files = vec![build.join("large_heap.cmt"), tc.stdlib.join("stdlib.cmt"), tc.stdlib.join("stdlib__Hashtbl.cmt")];

@@ -43,7 +43,14 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     let wanted: BTreeSet<String> = units.keys().cloned().collect();
     let sources = find::source_dirs(&snap);
     let program = find::find_cmt_files(&options.cmt_dirs, &sources, None, &wanted);
-    if program.is_empty() && options.only_if_found {
+    // The OCaml distribution's own build tree (where the standard library was compiled) may
+    // still be on this machine, next to the sources its line tables name: its files are not
+    // the program's, and alone they do not call for a toolchain.
+    let own = program.values().filter(|p| !options.cmt_dirs.is_empty() || !find::in_ocaml_distribution(p)).count();
+    if std::env::var_os("HEAPSNAP_TRACE").is_some() {
+        eprintln!("names: source directories {sources:?}; .cmt files found there and in --cmt: {:?}", program.values().collect::<Vec<_>>());
+    }
+    if own == 0 && options.only_if_found {
         return Ok(Annotated { skipped: true, snapshot_units: units.len(), ..Default::default() });
     }
     let tc = Toolchain::find(options.ocaml.as_deref())?;

@@ -151,3 +151,9 @@ fn scan(dir: &Path, depth: usize, wanted: &BTreeSet<String>, found: &mut BTreeMa
         }
     }
 }
+
+/// Whether a file lies in an OCaml distribution's source or build tree (its `stdlib/` beside
+/// or above it).
+pub fn in_ocaml_distribution(path: &Path) -> bool {
+    path.ancestors().skip(1).take(4).any(|a| a.join("camlinternalFormat.ml").is_file() || a.join("stdlib/camlinternalFormat.ml").is_file())
+}
