@@ -61,6 +61,7 @@ samples=(
   "steady_state||-"
   "dynlink_plugin|dynlink|-"
   "alloc_sites||-"
+  "typed_values||-"
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)
@@ -77,7 +78,12 @@ case "$variant" in
     ;;
 esac
 
-flags=(-g)
+flags=(-g -bin-annot)
+# The .cmt files (-bin-annot: OCaml names for heapsnap, issue 17) go to $build/cmt, away from
+# the directory the line tables name: tests give them with --cmt, so that other dumps of the
+# samples stay without names.
+mkdir -p "$build/cmt"
+keep_cmt() { mv -f "$build"/*.cmt "$build/cmt/" 2>/dev/null || true; }
 common_deps=("$here/heapsnap_sample.ml" "$here/build.sh" "$ocamlopt")
 
 newer_than_all() { # target deps...
@@ -92,6 +98,7 @@ newer_than_all() { # target deps...
 if ! newer_than_all "$build/heapsnap_sample.cmx" "${common_deps[@]}"; then
   echo "samples: [$variant] compiling heapsnap_sample" >&2
   (cd "$build" && "$ocamlopt" "${flags[@]}" -c -o "$build/heapsnap_sample.cmx" "$here/heapsnap_sample.ml")
+  keep_cmt
 fi
 
 built=0
@@ -123,6 +130,7 @@ for entry in "${samples[@]}"; do
      "$ocamlopt" "${flags[@]}" "${inc[@]}" -c -o "$build/$name.cmx" "$here/$name.ml" &&
      "$ocamlopt" "${flags[@]}" "${inc[@]}" "${libargs[@]}" "$build/heapsnap_sample.cmx" \
        "$build/$name.cmx" "${objs[@]}" -o "$build/$name.exe")
+  keep_cmt
   mv -f "$build/$name.exe" "$out/$name"   # atomic replace
   built=$((built + 1))
 done
@@ -134,6 +142,7 @@ for name in "${plugins[@]}"; do
   (cd "$build" &&
      "$ocamlopt" "${flags[@]}" -I "$build" -c -o "$build/$name.cmx" "$here/$name.ml" &&
      "$ocamlopt" "${flags[@]}" -shared "$build/$name.cmx" -o "$build/$name.cmxs")
+  keep_cmt
   mv -f "$build/$name.cmxs" "$out/$name.cmxs"   # atomic replace
   built=$((built + 1))
 done

@@ -9,6 +9,7 @@ use crate::groups::{Group, GroupBy, GroupKey};
 use crate::names::Names;
 use crate::ocaml::HeaderLayout;
 use crate::retainers::RootShare;
+use crate::typed::Typing;
 use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
 use std::borrow::Cow;
@@ -61,6 +62,38 @@ pub trait AnalysedHeap<'s> {
     fn root_shares(&self) -> Cow<'_, [RootShare]>;
     /// Unreachable objects and their bytes ([`crate::reports::unreachable`]).
     fn unreachable(&self) -> (u64, u64);
+    /// The blocks' OCaml types ([`crate::typed`]), computed on first use; `None` when the
+    /// snapshot has no OCaml names.
+    fn typing(&self) -> Option<&Typing>;
+
+    /// A node's OCaml type, as reports show it (`Server.session`, `Cons : int list`); `None`
+    /// when untyped, or when the type says no more than the block's own description (strings,
+    /// floats, boxed integers).
+    fn type_label(&self, v: NodeId) -> Option<String> {
+        let b = self.block(v)?;
+        if matches!(b.header.tag, crate::ocaml::STRING_TAG | crate::ocaml::DOUBLE_TAG | crate::ocaml::CUSTOM_TAG) {
+            return None;
+        }
+        self.typing()?.describe(v, b.header.tag, b.fields.first().copied())
+    }
+
+    /// The name of field `i` of node `v` when its type names it (a record label, `[i]`).
+    fn field_label(&self, v: NodeId, i: usize) -> Option<String> {
+        if let Some(m) = self.module_of(v) {
+            let symbol = format!("caml{m}");
+            return self.names().global_field(&symbol, i as u64).map(|f| f.path.clone());
+        }
+        let b = self.block(v)?;
+        self.typing()?.field_name(v, b.header.tag, i)
+    }
+
+    /// The block a pointer points at (its first field); `None` for anything else.
+    fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        match self.resolve(value) {
+            Target::Node(v) => self.block(v).filter(|b| b.address == value),
+            _ => None,
+        }
+    }
 
     fn address(&self, v: NodeId) -> Option<u64> {
         self.block(v).map(|b| b.address)
@@ -78,8 +111,10 @@ pub trait AnalysedHeap<'s> {
             Some(NodeKind::Roots(k)) => format!("({k} roots)"),
             Some(NodeKind::Block(_)) => {
                 let Some(b) = self.block(v) else { return format!("(no block for node {v})") };
-                let d = match self.kind_of(&b) {
-                    GroupKey::Structure(s) => crate::structures::describe(s, &b),
+                let d = match (self.kind_of(&b), self.type_label(v)) {
+                    (GroupKey::Structure(s), Some(t)) => format!("{t} ({})", crate::structures::describe(s, &b)),
+                    (_, Some(t)) => t,
+                    (GroupKey::Structure(s), None) => crate::structures::describe(s, &b),
                     _ => self.names().describe(&b),
                 };
                 match self.module_of(v) {
@@ -170,6 +205,10 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
         self.graph.blocks.resolve(value)
     }
 
+    fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        self.graph.blocks.block_of_pointer(value)
+    }
+
     fn is_ephemeron(&self, v: NodeId) -> bool {
         self.graph.ephemerons.iter().any(|e| e.node == v)
     }
@@ -220,5 +259,9 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
 
     fn unreachable(&self) -> (u64, u64) {
         crate::reports::unreachable(self)
+    }
+
+    fn typing(&self) -> Option<&Typing> {
+        self.typing.get_or_init(|| Typing::compute(self)).as_ref()
     }
 }

@@ -28,6 +28,8 @@ pub struct Analysis<'s> {
     /// The dominator tree's children (offsets and preorder numbers, by preorder number),
     /// computed when a report first walks the tree.
     children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
+    /// The blocks' OCaml types, computed when a report first needs them.
+    pub(crate) typing: std::sync::OnceLock<Option<crate::typed::Typing>>,
 }
 
 /// What a node stands for.
@@ -67,6 +69,7 @@ impl<'s> Analysis<'s> {
             retainers: Default::default(),
             block_kinds: Default::default(),
             children: Default::default(),
+            typing: Default::default(),
         })
     }
 

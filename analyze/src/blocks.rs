@@ -403,6 +403,29 @@ impl<'s> BlockMap<'s> {
         }
     }
 
+    /// The block a pointer points at, when it points at its first field (not an infix or bad
+    /// pointer): what `resolve` then `block` give, without the node-to-block search.
+    #[inline]
+    pub fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        let r = self.index.region_of(value)?;
+        let rb = &self.regions[r];
+        let offset = value - rb.base;
+        if !offset.is_multiple_of(8) {
+            return None;
+        }
+        let w = offset / 8;
+        let node = match rb.lookup {
+            Lookup::None => return None,
+            Lookup::Single { word } => (w == word).then_some(rb.nodes.start)?,
+            Lookup::Bitmap { start } => {
+                let rw = self.rank.get(start + (w / 64) as usize)?;
+                let bit = 1u64 << (w % 64);
+                (rw.bits & bit != 0).then(|| rw.base + (rw.bits & (bit - 1)).count_ones())?
+            }
+        };
+        Some(self.block_at(r as u32, rb, node, w))
+    }
+
     /// A pointer to an infix header's field resolves to the enclosing closure.
     fn resolve_infix(&self, rb: &RegionBlocks<'_>, w: u64) -> Option<NodeId> {
         let hd = *rb.words.get(w.checked_sub(1)? as usize)?;

@@ -30,6 +30,8 @@ pub enum GroupBy {
     Closure,
     /// The roots that retain the objects.
     Root,
+    /// The OCaml type of each block (snapshots with OCaml names: `heapsnap annotate`); untyped blocks are in no group.
+    Type,
 }
 
 impl GroupBy {
@@ -40,12 +42,13 @@ impl GroupBy {
             GroupBy::Kind => "kind",
             GroupBy::Closure => "closure",
             GroupBy::Root => "root",
+            GroupBy::Type => "type",
         }
     }
 
     /// The grouping named `name` (as `--by` takes it).
     pub fn from_name(name: &str) -> Option<GroupBy> {
-        [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root].into_iter().find(|b| b.name() == name)
+        [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type].into_iter().find(|b| b.name() == name)
     }
 
     /// Refuses a grouping the snapshot cannot give: `reserved` without reserved header bits
@@ -55,6 +58,12 @@ impl GroupBy {
             return Err(crate::AnalyzeError::BadQuery(
                 "--by reserved groups by the reserved header bits, and this snapshot's runtime has none: use --by kind (block tags and structures)".into(),
             ));
+        }
+        if self == GroupBy::Type && snap.ocaml_names().is_none() {
+            return Err(crate::AnalyzeError::BadQuery(format!(
+                "--by type needs OCaml names, and this snapshot has {}",
+                heapsnap_names::MISSING_HINT
+            )));
         }
         Ok(())
     }
@@ -115,7 +124,7 @@ pub fn key_for(by: GroupBy, blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> Option<G
         GroupBy::Reserved => Some(GroupKey::Reserved(b.header.reserved)),
         GroupBy::Kind => Some(kind_key(blocks, b)),
         GroupBy::Closure => (b.header.tag == ocaml::CLOSURE_TAG).then(|| kind_key(blocks, b)),
-        GroupBy::Root => None,
+        GroupBy::Root | GroupBy::Type => None,
     }
 }
 
@@ -274,6 +283,7 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
     match by {
         GroupBy::Root => return Ok(root_groups(a)),
         GroupBy::Kind | GroupBy::Closure => return Ok(kind_groups(a, by)),
+        GroupBy::Type => return Ok(type_groups(a)),
         GroupBy::Reserved => {}
     }
     let timer = PhaseTimer::start("groups");
@@ -385,6 +395,44 @@ pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
         })
         .collect();
     (tops, labels)
+}
+
+/// Groups by OCaml type ([`crate::typed`]): count, shallow and retained bytes of the reachable
+/// blocks of each type.
+pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
+    let Some(typing) = AnalysedHeap::typing(a) else { return Vec::new() };
+    let n_types = typing.type_count();
+    let mut totals = vec![(0u64, 0u64); n_types];
+    let pre_of = &a.tree.pre_of;
+    let mut gid = vec![crate::dominators::NONE; a.tree.reachable_count()];
+    let blocks = &a.graph.blocks;
+    for r in blocks.block_regions() {
+        for b in blocks.region_blocks(r) {
+            let t = typing.type_id(b.node);
+            let p = pre_of[b.node as usize];
+            if t == crate::typed::NO_TYPE || p == NO_NODE {
+                continue;
+            }
+            totals[t as usize].0 += 1;
+            totals[t as usize].1 += b.header.bytes();
+            gid[p as usize] = t;
+        }
+    }
+    let retained = a.tree.union_retained(n_types, |p| gid[p]);
+    let mut out: Vec<Group> = totals
+        .iter()
+        .zip(retained)
+        .enumerate()
+        .filter(|(_, (&(count, _), _))| count > 0)
+        .map(|(t, (&(count, shallow), retained))| Group {
+            name: typing.type_name(t as u32).unwrap_or("?").to_string(),
+            count,
+            shallow,
+            retained,
+        })
+        .collect();
+    out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
+    out
 }
 
 /// Where a reachable node's retention is attributed: the root at the top of its chain of

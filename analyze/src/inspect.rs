@@ -14,6 +14,9 @@ pub struct Field {
     pub kind: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// The field's OCaml name, when the object's type names it (a record label, `[i]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -23,6 +26,10 @@ pub struct Inspection {
     pub region_kind: String,
     pub domain: Option<u16>,
     pub description: String,
+    /// The object's OCaml type, when the snapshot's names give it (`Server.session`, `Cons :
+    /// int list`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ocaml_type: Option<String>,
     pub header: String,
     pub tag: u8,
     pub wosize: u64,
@@ -110,11 +117,10 @@ pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -
         } else {
             node_name(v)
         };
-        fields.push(Field { index: i, raw: format!("{v:#x}"), kind, value });
+        fields.push(Field { index: i, raw: format!("{v:#x}"), kind, value, name: a.field_label(node, i) });
     }
     let snap = a.snap();
-    let roots =
-        a.root_records(node).iter().filter_map(|&r| snap.roots().get(r as usize)).map(|rec| crate::names::root_label(snap, rec)).collect();
+    let roots = a.root_records(node).iter().filter_map(|&r| snap.roots().get(r as usize)).map(|rec| a.names().root_label(rec)).collect();
     let referrers = a.referrers(node, 16).into_iter().map(|u| a.with_address(u)).collect();
     Ok(Inspection {
         node,
@@ -122,6 +128,7 @@ pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -
         region_kind: region.kind().label().to_string(),
         domain: (region.header.domain != heapsnap_format::NO_DOMAIN).then_some(region.header.domain),
         description: a.describe(node),
+        ocaml_type: a.type_label(node),
         header: format!("{:#x}", h.raw),
         tag: h.tag,
         wosize: h.wosize,

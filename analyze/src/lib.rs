@@ -44,6 +44,7 @@ pub mod retainers;
 pub mod sites;
 pub mod structures;
 pub mod synth;
+pub mod typed;
 pub mod verify;
 
 pub use analysed::AnalysedHeap;

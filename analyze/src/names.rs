@@ -13,6 +13,8 @@ type Reader<'s> = EndianSlice<'s, LittleEndian>;
 
 pub struct Names<'s> {
     snap: &'s Snapshot,
+    /// The program's OCaml names and types, when the snapshot carries them.
+    ocaml: Option<OcamlNames>,
     lines: Option<addr2line::Context<Reader<'s>>>,
     /// Each loaded Dynlink plugin's line tables, with its load bias.
     plugin_lines: Vec<(u64, addr2line::Context<Reader<'s>>)>,
@@ -37,7 +39,33 @@ impl<'s> Names<'s> {
                 Some((bias, line_context(section)?))
             })
             .collect();
-        Names { snap, lines, plugin_lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
+        let ocaml = OcamlNames::of(snap);
+        Names { snap, ocaml, lines, plugin_lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
+    }
+
+    /// The program's OCaml names and types, when the snapshot carries them (`heapsnap annotate`).
+    pub fn ocaml(&self) -> Option<&OcamlNames> {
+        self.ocaml.as_ref()
+    }
+
+    /// A field of a compilation unit's module block, by the unit's symbol (`camlFoo`).
+    pub fn global_field(&self, symbol: &str, index: u64) -> Option<&heapsnap_names::model::Field> {
+        let unit = self.ocaml.as_ref()?.units.get(module_name(symbol))?;
+        unit.get(usize::try_from(index).ok()?)
+    }
+
+    /// A short label for a root record: `Module.field` for globals (the field's identifier
+    /// when the snapshot has OCaml names, else its index), the function for stack frames, the
+    /// symbol or field name for the others.
+    pub fn root_label(&self, r: &RootRecord) -> String {
+        if matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
+            if let Some(n) = self.snap.string(r.name).filter(|s| !s.is_empty()) {
+                if let Some(f) = self.global_field(n, r.origin) {
+                    return format!("{}.{}", module_name(n), f.path);
+                }
+            }
+        }
+        root_label(self.snap, r)
     }
 
     /// The symbol covering a code address. A unit's sizeless markers (`camlFoo.code_begin`)
@@ -141,6 +169,34 @@ impl<'s> Names<'s> {
     }
 }
 
+/// The program's OCaml names (the snapshot's `ocaml_names` section), parsed once.
+pub struct OcamlNames {
+    pub program: heapsnap_names::Program,
+    pub env: heapsnap_names::TypeEnv,
+    /// Each unit's module-block fields, by unit name.
+    units: HashMap<String, Vec<heapsnap_names::model::Field>>,
+}
+
+impl OcamlNames {
+    /// `None` without the section, or when its JSON does not parse (a hostile or damaged
+    /// file: the snapshot then analyses as one without names).
+    fn of(snap: &Snapshot) -> Option<OcamlNames> {
+        let mut program = heapsnap_names::Program::parse(snap.ocaml_names()?).ok()?;
+        let env = heapsnap_names::TypeEnv::new(&program);
+        let units = program.units.iter_mut().map(|u| (u.unit.clone(), std::mem::take(&mut u.fields))).collect();
+        Some(OcamlNames { program, env, units })
+    }
+
+    /// Units named, and module-block fields named.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.units.len(), self.units.values().map(Vec::len).sum())
+    }
+
+    pub fn fields(&self, unit: &str) -> Option<&[heapsnap_names::model::Field]> {
+        self.units.get(unit).map(Vec::as_slice)
+    }
+}
+
 /// Line tables from DWARF sections found by name; `None` without `.debug_line` or `.debug_info`.
 fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2line::Context<Reader<'s>>> {
     if section(".debug_line").is_none() && section(".debug_info").is_none() {
@@ -198,8 +254,9 @@ pub fn string_preview(fields: &[u64], max: usize) -> String {
     out
 }
 
-/// A short label for a root record: `Module.field` for globals, the function for stack
-/// frames, the symbol or field name for the others.
+/// A short label for a root record without OCaml names ([`Names::root_label`] uses them):
+/// `Module.index` for globals, the function for stack frames, the symbol or field name for
+/// the others.
 pub fn root_label(snap: &Snapshot, r: &RootRecord) -> String {
     let kind = r.root_kind();
     let name = snap.string(r.name).filter(|s| !s.is_empty());

@@ -18,6 +18,8 @@ use serde::Serialize;
 const STEP_BUDGET: usize = 4_000_000;
 const NO_FIELD: u32 = u32::MAX;
 const FOLDED: u32 = u32::MAX - 1;
+/// A field shown by name: this bit, and the name's id among the labels.
+const NAMED: u32 = 1 << 31;
 
 /// Merged paths fold the field index of blocks bigger than this (arrays, hash table buckets).
 const FOLD_ABOVE_FIELDS: u64 = 16;
@@ -242,6 +244,8 @@ pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max
                     a.describe(v)
                 } else if let Some(m) = a.module_of(v) {
                     format!("module {m}")
+                } else if let Some(t) = a.type_label(v) {
+                    t
                 } else if let Some(key) = key {
                     label_cache.entry(key).or_insert_with(|| key_name(a.names(), &key)).clone()
                 } else {
@@ -255,12 +259,25 @@ pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max
                     labels.push(label);
                     labels.len() as u32 - 1
                 });
+                // The field by its OCaml name when the holder's type (or module) names it.
+                let named = (i > 2 && field < FOLDED).then(|| a.field_label(c[i - 1], field as usize)).flatten();
+                let field = match named {
+                    Some(name) => {
+                        let id = *label_ids.entry(name.clone()).or_insert_with(|| {
+                            labels.push(name);
+                            labels.len() as u32 - 1
+                        });
+                        NAMED | id
+                    }
+                    None => field,
+                };
                 (label, field, block.map_or(0, |b| b.address), structure, role)
             });
             let (label, field, address, _, _) = info;
             let field_text = match field {
                 NO_FIELD => None,
                 FOLDED => Some("*".to_string()),
+                f if f & NAMED != 0 && f < FOLDED => Some(labels[(f & !NAMED) as usize].clone()),
                 f => Some(f.to_string()),
             };
             match steps.last_mut() {

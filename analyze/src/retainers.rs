@@ -156,7 +156,7 @@ impl Retainers {
                 continue;
             }
             let record = &a.snap.roots()[edge.record as usize];
-            let label = crate::names::root_label(a.snap, record);
+            let label = a.names.root_label(record);
             let id = *name_ids.entry(label.clone()).or_insert_with(|| {
                 names.push(label);
                 names.len() as u32 - 1
@@ -299,7 +299,7 @@ pub fn held_by<'s>(a: &impl AnalysedHeap<'s>, kind: RootKind, v: NodeId) -> Stri
         .iter()
         .filter_map(|&r| snap.roots().get(r as usize))
         .filter(|r| r.root_kind() == kind)
-        .map(|r| crate::names::root_label(snap, r))
+        .map(|r| a.names().root_label(r))
         .collect();
     labels.sort();
     labels.dedup();

@@ -16,7 +16,7 @@ pub const SECTION_KIND_MEMPROF: u32 = 12;
 
 /// Section kind code of the frame descriptors that tracked blocks' call stacks name:
 /// [`FrameDescrRecord`]s.
-pub const SECTION_KIND_MEMPROF_FRAMES: u32 = 13;
+pub const SECTION_KIND_MEMPROF_FRAMES: u32 = 14;
 
 /// `source` values (`CAML_MEMPROF_SRC_*`).
 pub const MEMPROF_SOURCE_NORMAL: u8 = 0;

@@ -1,4 +1,4 @@
-//! The frames tracked blocks' call stacks name (kind 13, FORMAT.md §3.13): written in any
+//! The frames tracked blocks' call stacks name (kind 14, FORMAT.md §3.14): written in any
 //! order, read back sorted by descriptor; absent means none.
 
 mod common;

@@ -11,7 +11,7 @@ use heapsnap_analyze::Analysis;
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
-pub const ALL_GROUPINGS: [GroupBy; 4] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root];
+pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
 
 /// The key of a grouping in the index's `groups` (INDEX.md). `--by reserved` was spelled
 /// `--by tag` when the format was made: the stored key keeps that name, so that existing
@@ -22,6 +22,7 @@ pub fn grouping_name(by: GroupBy) -> &'static str {
         GroupBy::Kind => "kind",
         GroupBy::Closure => "closure",
         GroupBy::Root => "root",
+        GroupBy::Type => "type",
     }
 }
 

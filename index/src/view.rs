@@ -98,6 +98,9 @@ pub struct IndexView<'s> {
     modules: HashMap<u64, &'s str>,
     /// The snapshot's free blocks (OCaml 4.14), read when a bad pointer is first classified.
     free_blocks: OnceLock<Vec<u64>>,
+    /// The blocks' OCaml types, computed when a report first needs them (not saved: the
+    /// snapshot's names are read at each use, so an annotated snapshot is never stale).
+    typing: OnceLock<Option<heapsnap_analyze::typed::Typing>>,
 }
 
 impl<'s> IndexView<'s> {
@@ -141,6 +144,7 @@ impl<'s> IndexView<'s> {
                 .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, heapsnap_analyze::names::module_name(snap.string(r.name)?))))
                 .collect(),
             free_blocks: OnceLock::new(),
+            typing: OnceLock::new(),
             meta,
         };
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
@@ -411,5 +415,9 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
 
     fn unreachable(&self) -> (u64, u64) {
         (self.meta.summary.unreachable_objects, self.meta.summary.unreachable_bytes)
+    }
+
+    fn typing(&self) -> Option<&heapsnap_analyze::typed::Typing> {
+        self.typing.get_or_init(|| heapsnap_analyze::typed::Typing::compute(self)).as_ref()
     }
 }

@@ -390,7 +390,11 @@ pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
         println!("  root       {r}");
     }
     for f in &i.fields {
-        println!("  [{:>3}] {:>18} {:<12} {}", f.index, f.raw, f.kind, f.value.as_deref().unwrap_or(""));
+        let index = match &f.name {
+            Some(n) => format!("{:>3} {n}", f.index),
+            None => format!("{:>3}", f.index),
+        };
+        println!("  [{index}] {:>18} {:<12} {}", f.raw, f.kind, f.value.as_deref().unwrap_or(""));
     }
     if i.more_fields > 0 {
         println!("  ... {} more fields", i.more_fields);

@@ -23,6 +23,8 @@ pub struct DumpArgs {
     exe: Option<PathBuf>,
     #[command(flatten)]
     runtime: RuntimeArgs,
+    #[command(flatten)]
+    names: super::annotate::NamesArgs,
     /// Where to write the snapshot (default: heapsnap-PID.heapsnap, or CORE.heapsnap for --core, in the
     /// current directory).
     #[arg(short, long)]
@@ -114,7 +116,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         ..DumpOptions::default()
     };
     if let Some(core) = &args.core {
-        return run_core(core, args.exe.as_deref(), &options, args.json);
+        return run_core(core, args.exe.as_deref(), &options, args.json, &args.names);
     }
     let Some(pid) = args.pid else { anyhow::bail!("give --pid PID or --core CORE") };
     let report = match dump_process(pid, &options) {
@@ -132,6 +134,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         eprintln!("heapsnap: warning: {w}");
     }
     check_forced(&report);
+    super::annotate::after_dump(&report.path, &args.names, args.json);
     if args.json {
         // The report says it all, on stdout.
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -171,7 +174,13 @@ fn name_the_owner(pid: i32, err: anyhow::Error) -> anyhow::Error {
     err.context(format!("process {pid} belongs to uid {owner}, heapsnap runs as uid {me}"))
 }
 
-fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &DumpOptions, json: bool) -> anyhow::Result<ExitCode> {
+fn run_core(
+    core: &std::path::Path,
+    exe: Option<&std::path::Path>,
+    options: &DumpOptions,
+    json: bool,
+    names: &super::annotate::NamesArgs,
+) -> anyhow::Result<ExitCode> {
     let report = dump_core(core, exe, options)?;
     for n in &report.notes {
         eprintln!("heapsnap: note: {n}");
@@ -180,6 +189,7 @@ fn run_core(core: &std::path::Path, exe: Option<&std::path::Path>, options: &Dum
         eprintln!("heapsnap: warning: {w}");
     }
     check_forced(&report);
+    super::annotate::after_dump(&report.path, names, json);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);

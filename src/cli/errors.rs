@@ -74,6 +74,9 @@ pub fn kind(err: &anyhow::Error) -> &'static str {
         if let Some(e) = cause.downcast_ref::<FormatError>() {
             return if matches!(e, FormatError::Io { .. }) { "io" } else { "bad_snapshot" };
         }
+        if cause.is::<heapsnap_names::NamesError>() {
+            return "names";
+        }
         if cause.is::<DumpError>() {
             return "dump";
         }

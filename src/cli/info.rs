@@ -33,6 +33,7 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         plugin_dwarf.entry(d.load_bias).or_default().push(d.name);
     }
     let version = format!("{}.{}", snap.header().version_major, snap.header().version_minor);
+    let names = ocaml_names(&snap);
     if args.json {
         let value = serde_json::json!({
             "format_version": version,
@@ -47,6 +48,11 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
             "ephemerons": snap.ephemerons().len(),
             "memprof_entries": snap.memprof().map(|e| e.len()),
             "memprof_frames": snap.memprof_frames().len(),
+            "ocaml_names": match &names {
+                Ok(n) => serde_json::json!({"units": n.units.len(), "fields": n.units.iter().map(|u| u.fields.len()).sum::<usize>(), "refused": n.refused.len()}),
+                Err(_) => serde_json::Value::Null,
+            },
+            "ocaml_names_missing": names.as_ref().err(),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(ExitCode::SUCCESS);
@@ -98,8 +104,27 @@ pub fn run(args: InfoArgs) -> anyhow::Result<ExitCode> {
         }
         None => println!("memprof         none recorded (statmemprof exists in OCaml 4.14 and from 5.3 on)"),
     }
+    match &names {
+        Ok(n) => {
+            let fields: usize = n.units.iter().map(|u| u.fields.len()).sum();
+            println!("ocaml names     {} compilation units, {fields} module fields, with types (OCaml {})", n.units.len(), n.ocaml_version);
+            for r in &n.refused {
+                println!("                left out: {}: {}", r.file, r.message);
+            }
+        }
+        Err(why) => println!("ocaml names     {why}"),
+    }
     for w in &m.warnings {
         println!("warning         {w}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The snapshot's OCaml names, or why there are none and how to add them.
+fn ocaml_names(snap: &heapsnap_format::Snapshot) -> Result<heapsnap_names::Program, String> {
+    match snap.ocaml_names().map(heapsnap_names::Program::parse) {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(format!("the names section is damaged ({e}); {}", heapsnap_names::MISSING_HINT)),
+        None => Err(heapsnap_names::MISSING_HINT.to_string()),
+    }
 }

@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each group of subcommands lives in its own module.
 
 mod analyze;
+mod annotate;
 mod diff;
 mod dump;
 pub mod errors;
@@ -37,6 +38,8 @@ enum Command {
     Verify(analyze::VerifyArgs),
     /// Compare snapshots of one program: what grew, where it sits, leak suspects (3+ snapshots).
     Diff(diff::DiffArgs),
+    /// Add the program's OCaml names and types (from its .cmt files) to a snapshot.
+    Annotate(annotate::AnnotateArgs),
     /// Validate a snapshot and print its metadata and sections.
     Info(info::InfoArgs),
     /// Attach to a running OCaml program, take one snapshot, detach.
@@ -71,6 +74,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Inspect(args) => analyze::inspect_cmd(args),
         Command::Verify(args) => analyze::verify_cmd(args),
         Command::Diff(args) => diff::run(args),
+        Command::Annotate(args) => annotate::run(args),
         Command::Info(args) => info::run(args),
         Command::Dump(args) => dump::run(args),
         Command::Export(args) => export::run(args),

@@ -37,6 +37,8 @@ pub struct RunArgs {
     json: bool,
     #[command(flatten)]
     runtime: super::dump::RuntimeArgs,
+    #[command(flatten)]
+    names: super::annotate::NamesArgs,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<std::ffi::OsString>,
@@ -134,6 +136,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
+    // Names once the program is done: reading .cmt files never delays it.
+    for path in &summary.snapshots {
+        super::annotate::after_dump(path, &args.names, true);
+    }
     if args.json {
         println!(
             "{}",

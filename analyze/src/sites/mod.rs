@@ -5,7 +5,7 @@
 //! * an OCaml integer: memtrace's allocation id, looked up in a memtrace trace
 //!   (`--memtrace FILE`, crate `heapsnap-memtrace`);
 //! * a pointer to a block of tag 0 whose every field is a frame descriptor the snapshot lists
-//!   (FORMAT.md §3.13): a `Printexc.raw_backtrace`, as a tracker returning `info.callstack`
+//!   (FORMAT.md §3.14): a `Printexc.raw_backtrace`, as a tracker returning `info.callstack`
 //!   keeps it, decoded through the descriptors' return addresses and the line tables;
 //! * anything else: the tracker keeps something of its own, counted, never guessed at.
 //!
@@ -291,7 +291,7 @@ fn short(file: &str) -> String {
 /// The join's working state.
 struct Join<'a, 's, A: AnalysedHeap<'s>> {
     a: &'a A,
-    /// Return address by frame descriptor (FORMAT.md §3.13).
+    /// Return address by frame descriptor (FORMAT.md §3.14).
     descriptors: FxHashMap<u64, u64>,
     /// Decoded frames by return address.
     at_return: FxHashMap<u64, Vec<u32>>,

@@ -242,7 +242,7 @@ pub fn stack_slots(
 
 /// The frames named by the tracked blocks' user data that are call stacks
 /// (`Printexc.raw_backtrace`: a tag-0 block of backtrace slots as OCaml integers), with
-/// their return addresses (FORMAT.md §3.13). A block with a field naming no descriptor is
+/// their return addresses (FORMAT.md §3.14). A block with a field naming no descriptor is
 /// something else, and is skipped. Errors reading a block skip it: the user data is the
 /// program's, and a stop never fails for it.
 pub fn memprof_frames(

@@ -9,7 +9,6 @@
 use super::strings::StringTable;
 use heapsnap_analyze::blocks::{BlockRef, NodeId, Target};
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
-use heapsnap_analyze::names::root_label;
 use heapsnap_analyze::ocaml;
 use heapsnap_analyze::Analysis;
 
@@ -59,7 +58,7 @@ impl<'a, 's> Edges<'a, 's> {
                 continue;
             }
             if let Target::Node(target) = a.graph.blocks.resolve(r.value) {
-                let root = RootRef { label: table.intern(&root_label(a.snap, r)), target };
+                let root = RootRef { label: table.intern(&a.names.root_label(r)), target };
                 if r.is_weak() {
                     weak_roots[k].push(root);
                 } else {

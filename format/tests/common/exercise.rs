@@ -63,6 +63,7 @@ pub fn read_and_walk(file: &[u8], options: &ReadOptions) -> bool {
 
 fn walk(snapshot: &Snapshot) {
     let _ = snapshot.header();
+    let _ = snapshot.ocaml_names().map(str::len);
     let _ = serde_json::to_string(snapshot.metadata()).expect("metadata serialises");
     for entry in snapshot.sections() {
         let _ = entry.section_kind().to_string();

@@ -1,0 +1,410 @@
+//! Types through the heap (issue 17): from each module global whose type the snapshot's OCaml
+//! names give, the heap is followed with the types: a record's fields, a variant's constructor
+//! by tag, a tuple's, list's, array's, option's, ref's and lazy value's contents, and the
+//! standard library's containers through their own declarations, type parameters instantiated.
+//!
+//! A wrong type is worse than none: a block gets a type only when its tag and size are what the
+//! type says (a record of 3 fields is a tag-0 block of 3 fields, a variant's block has the tag
+//! and arity of one of its constructors); anything else is a mismatch, counted, and the walk
+//! stops there. Typing stops, leaving blocks named by shape, at closures (their environments
+//! have no type), type variables (an existential, an unresolved parameter), abstract and
+//! extensible types, objects' instance variables. A block reached with two types keeps the one
+//! that came through its immediate dominator; such conflicts are counted.
+
+use crate::analysed::AnalysedHeap;
+use crate::blocks::{NodeId, NO_NODE};
+use crate::ocaml;
+use heapsnap_format::RootKind;
+use heapsnap_names::{Shape, Ty, TypeEnv};
+use rustc_hash::FxHashMap;
+use std::sync::{Arc, OnceLock};
+
+pub const NO_TYPE: u32 = u32::MAX;
+/// Distinct types named at most (nested types could make new ones without end).
+const MAX_TYPES: usize = 100_000;
+
+/// The types of the blocks of one analysed snapshot.
+pub struct Typing {
+    node_type: Vec<u32>,
+    types: Vec<TypeInfo>,
+    /// Blocks reached with two different types.
+    pub conflicts: u64,
+    /// Blocks whose tag or size was not what their type says (left untyped).
+    pub mismatches: u64,
+    pub typed_objects: u64,
+    pub typed_bytes: u64,
+}
+
+pub struct TypeInfo {
+    /// As an OCaml programmer writes it (`(string, Server.session) Hashtbl.t`).
+    pub name: String,
+    ty: Ty,
+    layout: OnceLock<Arc<Layout>>,
+}
+
+/// What a block of a type is, its field types interned.
+#[derive(Debug, Clone)]
+enum Layout {
+    /// Tag 0, exactly these fields (records, tuples).
+    Fields(Vec<Option<String>>, Vec<u32>),
+    FloatRecord(usize),
+    /// By tag: constructor, field names, field types; and the number of constant
+    /// constructors (the immediates the type allows).
+    Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>, usize),
+    /// `(hash, label, argument type)`.
+    PolyVariant(Vec<(i64, String, u32)>),
+    Array(u32),
+    FloatArray,
+    String,
+    Float,
+    Custom(&'static str),
+    Lazy(u32),
+    Object,
+    /// The value is the one field's: typed as that.
+    Unboxed(u32),
+    /// Immediates only (`int`, `char`, `bool`, constant-only variants).
+    Immediate,
+    /// Typing stops here (a type variable, an abstract type, a function): anything goes.
+    Opaque,
+}
+
+impl Layout {
+    /// Whether an immediate `word` can have this type.
+    fn allows_immediate(&self, word: u64) -> bool {
+        match self {
+            Layout::Variant(_, constants) => ((word as i64) >> 1) >= 0 && (((word as i64) >> 1) as usize) < *constants,
+            Layout::Immediate | Layout::Opaque | Layout::Unboxed(_) | Layout::Lazy(_) | Layout::PolyVariant(_) => true,
+            _ => false,
+        }
+    }
+
+    /// Whether a pointer can have this type.
+    fn allows_pointer(&self) -> bool {
+        !matches!(self, Layout::Immediate)
+    }
+}
+
+/// A block's type as reports show it.
+pub struct BlockType<'t> {
+    pub name: &'t str,
+    /// The variant constructor of the block (by its tag), or the polymorphic variant's label.
+    pub constructor: Option<&'t str>,
+}
+
+struct Interner<'e> {
+    env: &'e TypeEnv,
+    ids: FxHashMap<Ty, u32>,
+    types: Vec<TypeInfo>,
+    /// Each type's layout once computed, and which words it allows (the hot path's copy).
+    layouts: Vec<Option<(Arc<Layout>, Allows)>>,
+}
+
+/// Which words a type allows in a field: pointers, and immediates below `immediates`
+/// (`u64::MAX`: any).
+#[derive(Clone, Copy)]
+struct Allows {
+    pointer: bool,
+    immediates: u64,
+}
+
+impl Allows {
+    #[inline]
+    fn word(self, w: u64) -> bool {
+        if ocaml::is_pointer(w) {
+            self.pointer
+        } else if w == 0 || self.immediates == u64::MAX {
+            true
+        } else {
+            let n = (w as i64) >> 1;
+            n >= 0 && (n as u64) < self.immediates
+        }
+    }
+}
+
+impl Interner<'_> {
+    fn intern(&mut self, ty: &Ty) -> u32 {
+        if let Some(&id) = self.ids.get(ty) {
+            return id;
+        }
+        if self.types.len() >= MAX_TYPES || ty.has_var() {
+            return NO_TYPE;
+        }
+        let Some(canon) = self.env.canon(ty) else { return NO_TYPE };
+        if canon.has_var() {
+            return NO_TYPE;
+        }
+        let id = match self.ids.get(&canon) {
+            Some(&id) => id,
+            None => {
+                let id = self.types.len() as u32;
+                self.types.push(TypeInfo { name: heapsnap_names::types::display(&canon), ty: canon.clone(), layout: OnceLock::new() });
+                self.ids.insert(canon, id);
+                id
+            }
+        };
+        self.ids.insert(ty.clone(), id);
+        id
+    }
+
+    #[inline]
+    fn allows(&mut self, id: u32) -> Allows {
+        match self.layouts.get(id as usize) {
+            Some(Some((_, allows))) => *allows,
+            _ => {
+                self.layout(id);
+                self.layouts[id as usize].as_ref().expect("just computed").1
+            }
+        }
+    }
+
+    fn layout(&mut self, id: u32) -> Arc<Layout> {
+        if let Some(Some((l, _))) = self.layouts.get(id as usize) {
+            return l.clone();
+        }
+        let ty = self.types[id as usize].ty.clone();
+        let fields = |f: &[(Option<String>, Ty)], me: &mut Self| -> (Vec<Option<String>>, Vec<u32>) {
+            (f.iter().map(|(n, _)| n.clone()).collect(), f.iter().map(|(_, t)| me.intern(t)).collect())
+        };
+        let layout = match self.env.shape(&ty) {
+            Shape::Fields(f) => {
+                let (n, t) = fields(&f, self);
+                Layout::Fields(n, t)
+            }
+            Shape::FloatRecord(labels) => Layout::FloatRecord(labels.len()),
+            Shape::Variant { blocks, constants } => Layout::Variant(
+                blocks
+                    .iter()
+                    .map(|(c, f)| {
+                        let (n, t) = fields(f, self);
+                        (c.clone(), n, t)
+                    })
+                    .collect(),
+                constants.len(),
+            ),
+            Shape::PolyVariant(l) => Layout::PolyVariant(
+                l.iter()
+                    .map(|(label, arg)| (hash_variant(label), label.clone(), arg.as_ref().map_or(NO_TYPE, |t| self.intern(t))))
+                    .collect(),
+            ),
+            Shape::Array(t) => Layout::Array(self.intern(&t)),
+            Shape::FloatArray => Layout::FloatArray,
+            Shape::String => Layout::String,
+            Shape::Float => Layout::Float,
+            Shape::Custom(c) => Layout::Custom(c),
+            Shape::Lazy(t) => Layout::Lazy(self.intern(&t)),
+            Shape::Object => Layout::Object,
+            Shape::Unboxed(t) => Layout::Unboxed(self.intern(&t)),
+            Shape::Immediate => Layout::Immediate,
+            Shape::Function | Shape::Unknown => Layout::Opaque,
+        };
+        let allows = Allows {
+            pointer: layout.allows_pointer(),
+            immediates: match &layout {
+                Layout::Variant(_, constants) => *constants as u64,
+                l if l.allows_immediate(1) => u64::MAX,
+                _ => 0,
+            },
+        };
+        let layout = Arc::new(layout);
+        let _ = self.types[id as usize].layout.set(layout.clone());
+        if self.layouts.len() <= id as usize {
+            self.layouts.resize(self.types.len(), None);
+        }
+        self.layouts[id as usize] = Some((layout.clone(), allows));
+        layout
+    }
+}
+
+/// OCaml's hash of a polymorphic variant's label (`Btype.hash_variant`), as the tagged
+/// integer's value.
+pub fn hash_variant(label: &str) -> i64 {
+    let mut accu: i64 = 0;
+    for b in label.bytes() {
+        accu = accu.wrapping_mul(223).wrapping_add(b as i64);
+    }
+    accu &= (1 << 31) - 1;
+    if accu > 0x3FFF_FFFF {
+        accu - (1 << 31)
+    } else {
+        accu
+    }
+}
+
+impl Typing {
+    /// Types the heap from its typed module globals; `None` without OCaml names.
+    pub fn compute<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
+        let names = a.names();
+        let ocaml = names.ocaml()?;
+        let timer = crate::progress::PhaseTimer::start("types");
+        let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
+        let n = a.node_count();
+        let mut node_type = vec![NO_TYPE; n];
+        let mut via = vec![NO_NODE; n];
+        // (pointer, type, the node it was reached from)
+        let mut queue: Vec<(u64, u32, NodeId)> = Vec::new();
+        let snap = a.snap();
+        for r in snap.roots() {
+            if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) || !ocaml::is_pointer(r.value) {
+                continue;
+            }
+            let Some(symbol) = snap.string(r.name) else { continue };
+            let Some(field) = names.global_field(symbol, r.origin) else { continue };
+            let Some(ty) = field.ty.as_ref().filter(|_| field.kind == "value") else { continue };
+            let t = interner.intern(ty);
+            if t != NO_TYPE {
+                let holder = r.slot.checked_sub(8 * r.origin).and_then(|x| a.node_at(x).ok()).unwrap_or(NO_NODE);
+                queue.push((r.value, t, holder));
+            }
+        }
+        let (mut conflicts, mut mismatches) = (0u64, 0u64);
+        let (mut typed_objects, mut typed_bytes) = (0, 0);
+        while let Some((pointer, mut t, from)) = queue.pop() {
+            // Unboxed types and forced lazy values: the block is the inner value.
+            let mut layout = interner.layout(t);
+            let Some(b) = a.block_of_pointer(pointer) else { continue };
+            let v = b.node;
+            let mut hops = 0;
+            loop {
+                match *layout {
+                    Layout::Unboxed(inner) if inner != NO_TYPE && hops < 8 => t = inner,
+                    Layout::Lazy(inner)
+                        if inner != NO_TYPE
+                            && hops < 8
+                            && !matches!(b.header.tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG) =>
+                    {
+                        t = inner
+                    }
+                    _ => break,
+                }
+                hops += 1;
+                layout = interner.layout(t);
+            }
+            let (tag, size) = (b.header.tag, b.header.wosize as usize);
+            let fits = match &*layout {
+                Layout::Fields(_, f) => tag == 0 && size == f.len(),
+                Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
+                Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
+                Layout::PolyVariant(l) => {
+                    tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
+                }
+                Layout::Array(_) => tag == 0,
+                Layout::FloatArray => tag == ocaml::DOUBLE_ARRAY_TAG || size == 0,
+                Layout::String => tag == ocaml::STRING_TAG,
+                Layout::Float => tag == ocaml::DOUBLE_TAG,
+                Layout::Custom(id) => {
+                    tag == ocaml::CUSTOM_TAG && b.fields.first().and_then(|&ops| names.custom_identifier(ops)) == Some(*id)
+                }
+                Layout::Lazy(_) => matches!(tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG),
+                Layout::Object => tag == ocaml::OBJECT_TAG,
+                Layout::Unboxed(_) | Layout::Immediate | Layout::Opaque => false,
+            };
+            // Every field must be possible for its type too: an immediate where the type has
+            // only blocks (a string, a record) or a pointer where it has only immediates.
+            let field_types: &[u32] = match &*layout {
+                Layout::Fields(_, f) => f,
+                Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
+                _ => &[],
+            };
+            let fields_fit = field_types.iter().zip(b.fields).all(|(&ft, &w)| ft == NO_TYPE || interner.allows(ft).word(w));
+            if !fits || !fields_fit {
+                if !matches!(*layout, Layout::Opaque | Layout::Unboxed(_)) {
+                    mismatches += 1;
+                }
+                continue;
+            }
+            let current = node_type[v as usize];
+            if current == t {
+                continue;
+            }
+            if current != NO_TYPE {
+                conflicts += 1;
+                // The type through the immediate dominator wins, once.
+                let idom = a.idom(v).unwrap_or(NO_NODE);
+                if !(from == idom && via[v as usize] != idom) {
+                    continue;
+                }
+            }
+            // Typed blocks are reachable: typing follows strong fields only (weak arrays and
+            // ephemerons are abstract blocks, never typed).
+            if current == NO_TYPE {
+                typed_objects += 1;
+                typed_bytes += b.header.bytes();
+            }
+            node_type[v as usize] = t;
+            via[v as usize] = from;
+            let mut push = |i: usize, ft: u32| {
+                if ft == NO_TYPE {
+                    return;
+                }
+                if let Some(&w) = b.fields.get(i) {
+                    if ocaml::is_pointer(w) {
+                        queue.push((w, ft, v));
+                    }
+                }
+            };
+            match &*layout {
+                Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+                Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+                Layout::PolyVariant(l) => {
+                    if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
+                        push(1, *ft);
+                    }
+                }
+                Layout::Array(e) => (0..size).for_each(|i| push(i, *e)),
+                Layout::Lazy(inner) if tag == ocaml::FORWARD_TAG => push(0, *inner),
+                _ => {}
+            }
+        }
+        timer.lap("typed walk");
+        Some(Typing { node_type, types: interner.types, conflicts, mismatches, typed_objects, typed_bytes })
+    }
+
+    /// The type id of a node (`NO_TYPE`: untyped).
+    pub fn type_id(&self, v: NodeId) -> u32 {
+        self.node_type.get(v as usize).copied().unwrap_or(NO_TYPE)
+    }
+
+    pub fn type_name(&self, id: u32) -> Option<&str> {
+        self.types.get(id as usize).map(|t| t.name.as_str())
+    }
+
+    pub fn type_count(&self) -> usize {
+        self.types.len()
+    }
+
+    /// A node's type and constructor (`tag`: its block's tag; `first`: its first field).
+    pub fn of(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<BlockType<'_>> {
+        let info = self.types.get(self.type_id(v) as usize)?;
+        let constructor = match &**info.layout.get()? {
+            Layout::Variant(blocks, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
+            Layout::PolyVariant(l) => {
+                first.and_then(|w| l.iter().find(|(h, _, _)| w as i64 >> 1 == *h)).map(|(_, label, _)| label.as_str())
+            }
+            _ => None,
+        };
+        Some(BlockType { name: &info.name, constructor })
+    }
+
+    /// The name of field `i` of a typed node (a record label, a constructor's inline-record
+    /// label, `[i]` for an array element); `None` for unnamed fields (tuples, constructor
+    /// arguments) and untyped nodes.
+    pub fn field_name(&self, v: NodeId, tag: u8, i: usize) -> Option<String> {
+        let info = self.types.get(self.type_id(v) as usize)?;
+        match &**info.layout.get()? {
+            Layout::Fields(names, _) => names.get(i).cloned().flatten(),
+            Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
+            Layout::Array(_) => Some(format!("[{i}]")),
+            _ => None,
+        }
+    }
+
+    /// A typed node's one-line description: `Server.session`, or with its constructor
+    /// `Cons : (string, int) Hashtbl.bucketlist`.
+    pub fn describe(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<String> {
+        let t = self.of(v, tag, first)?;
+        Some(match t.constructor {
+            Some(c) => format!("{c} : {}", t.name),
+            None => t.name.to_string(),
+        })
+    }
+}

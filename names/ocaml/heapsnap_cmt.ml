@@ -1,0 +1,497 @@
+(* heapsnap's .cmt reader. Built by heapsnap with the user's own toolchain (compiler-libs of the
+   same OCaml version as the program), it reads .cmt files (and the .cmti beside each) and
+   prints on stdout one JSON object:
+
+     {"ocaml_version": V, "units": [UNIT...], "errors": [{"file": F, "message": M}...]}
+
+   UNIT = {"unit", "file", "source", "digest", "interface": bool,
+           "fields": [{"name", "path", "kind", "type"}...]   (* the module block, field by field *)
+           "types": [DECL...], "modules": [MODULE...]}
+
+   Field order is the native compiler's (Translmod.transl_store_gen): the interface's runtime
+   components in order, then the other idents of the structure in order of definition, then
+   the idents of its submodules (more_idents). Paths are qualified strings: "Unit.Sub.t";
+   a functor's parameter P is "Unit.F{P}"; an application is "F(A)"; an anonymous structure
+   is "Unit.%N". Type expressions are JSON (see [ty]). Compat_* hides the compiler-libs
+   differences between versions (chosen when heapsnap builds this program). *)
+
+open Typedtree
+open Types
+
+(* ---- JSON output ---- *)
+
+let out = Buffer.create (1 lsl 20)
+let jstr s =
+  Buffer.add_char out '"';
+  String.iter
+    (fun c ->
+      match c with
+      | '"' -> Buffer.add_string out "\\\""
+      | '\\' -> Buffer.add_string out "\\\\"
+      | c when Char.code c < 0x20 || Char.code c >= 0x7f ->
+          Buffer.add_string out (Printf.sprintf "\\u%04x" (Char.code c))
+      | c -> Buffer.add_char out c)
+    s;
+  Buffer.add_char out '"'
+let raw s = Buffer.add_string out s
+let list f l =
+  raw "[";
+  List.iteri (fun i x -> if i > 0 then raw ","; f x) l;
+  raw "]"
+let opt f = function None -> raw "null" | Some x -> f x
+let key k = jstr k; raw ":"
+
+(* ---- qualified names ---- *)
+
+(* Ident (unique name) -> qualified path, filled as the structure is walked. *)
+let quals : (string, string) Hashtbl.t = Hashtbl.create 1024
+let qualify id q = Hashtbl.replace quals (Ident.unique_name id) q
+
+let rec path_str (p : Path.t) =
+  match p with
+  | Pident id -> (
+      match Hashtbl.find_opt quals (Ident.unique_name id) with
+      | Some q -> q
+      | None -> if Ident.global id || Ident.is_predef id then Ident.name id else "?" ^ Ident.name id)
+  | Pdot (p, s) -> path_str p ^ "." ^ s
+  | Papply (f, a) -> path_str f ^ "(" ^ path_str a ^ ")"
+  | p -> "?" ^ Path.name p [@@warning "-11"]
+
+(* ---- type expressions ----
+   {"v": ID} a type variable; {"f": 1} a function; {"t": [T...]} a tuple;
+   {"c": PATH, "a": [T...]} a constructor; {"o": [METHOD...]} an object;
+   {"pv": [[LABEL, T or null]...]} a polymorphic variant; {"u": 1} anything else. *)
+
+let rec ty seen (t : type_expr) =
+  let id = get_id t in
+  if List.mem id seen || List.length seen > 60 then raw "{\"u\":1}"
+  else
+    let seen = id :: seen in
+    match get_desc t with
+    | Tvar _ | Tunivar _ -> raw (Printf.sprintf "{\"v\":%d}" id)
+    | Tarrow _ -> raw "{\"f\":1}"
+    | Ttuple l -> raw "{\"t\":"; list (ty seen) l; raw "}"
+    | Tconstr (p, args, _) ->
+        raw "{\"c\":"; jstr (path_str p); raw ",\"a\":"; list (ty seen) args; raw "}"
+    | Tobject (fields, _) ->
+        let rec methods t acc =
+          match get_desc t with
+          | Tfield (name, _, _, rest) -> methods rest (name :: acc)
+          | _ -> List.rev acc
+        in
+        raw "{\"o\":"; list jstr (methods fields []); raw "}"
+    | Tvariant row ->
+        let field (label, f) =
+          raw "["; jstr label; raw ",";
+          (match row_field_repr f with
+           | Rpresent (Some t) | Reither (_, [ t ], _) -> ty seen t
+           | _ -> raw "null");
+          raw "]"
+        in
+        raw "{\"pv\":"; list field (row_fields row); raw "}"
+    | Tpoly (t, _) -> ty seen t
+    | _ -> raw "{\"u\":1}"
+
+let ty t = ty [] t
+
+(* ---- type declarations ---- *)
+
+let label (l : label_declaration) =
+  raw "["; jstr (Ident.name l.ld_id); raw ","; raw (if l.ld_mutable = Mutable then "true" else "false");
+  raw ","; ty l.ld_type; raw "]"
+
+let record_repr (r : record_representation) =
+  match r with
+  | Record_regular -> "regular"
+  | Record_float -> "float"
+  | Record_unboxed _ -> "unboxed"
+  | _ -> "other" [@@warning "-11"]
+
+let constructor (c : constructor_declaration) =
+  raw "{"; key "name"; jstr (Ident.name c.cd_id); raw ",";
+  (match c.cd_args with
+   | Cstr_tuple l -> key "args"; list ty l
+   | Cstr_record ls -> key "record"; list label ls);
+  raw ","; key "res"; opt ty c.cd_res; raw "}"
+
+let decl q (d : type_declaration) =
+  raw "{"; key "path"; jstr q; raw ","; key "params";
+  list (fun t -> raw (string_of_int (get_id t))) d.type_params;
+  raw ","; key "manifest"; opt ty d.type_manifest; raw ","; key "kind";
+  (match d.type_kind with
+   | Type_record (ls, r) ->
+       raw "{\"record\":"; list label ls; raw ",\"repr\":"; jstr (record_repr r); raw "}"
+   | Type_variant (cs, r) ->
+       raw "{\"variant\":"; list constructor cs; raw ",\"unboxed\":";
+       raw (match r with Variant_unboxed -> "true" | _ -> "false"); raw "}"
+   | Type_open -> jstr "open"
+   | _ -> jstr "abstract");
+  raw "}"
+
+(* ---- the structure: qualified names, declarations, modules ---- *)
+
+let types = ref []     (* (path, decl) in order *)
+let classes = ref []   (* (path, parameter ids): object types *)
+let modules = ref []   (* JSON writers *)
+let anon = ref 0
+
+let add_module path what arg =
+  modules := (fun () -> raw "{"; key "path"; jstr path; raw ","; key what; arg (); raw "}") :: !modules
+
+let rec walk_structure prefix (items : structure_item list) =
+  List.iter
+    (fun item ->
+      match item.str_desc with
+      | Tstr_type (_, tds) ->
+          List.iter (fun td -> qualify td.typ_id (prefix ^ "." ^ Ident.name td.typ_id)) tds;
+          List.iter (fun td -> types := (prefix ^ "." ^ Ident.name td.typ_id, td.typ_type) :: !types) tds
+      | Tstr_module mb -> module_binding prefix mb
+      | Tstr_recmodule mbs -> List.iter (module_binding prefix) mbs
+      | Tstr_class cls ->
+          List.iter
+            (fun ((ci : Typedtree.class_declaration), _) ->
+              let q = prefix ^ "." ^ Ident.name ci.ci_id_class_type in
+              qualify ci.ci_id_object q;
+              qualify ci.ci_id_class_type q;
+              classes := (q, List.map (fun (ct, _) -> get_id ct.ctyp_type) ci.ci_params) :: !classes)
+            cls
+      | Tstr_include incl -> (
+          match incl.incl_mod.mod_desc with
+          | Tmod_structure s -> walk_structure prefix s.str_items
+          | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) -> walk_structure prefix s.str_items
+          | _ -> (
+              match module_path prefix incl.incl_mod with
+              | Some p -> add_module prefix "include" (fun () -> jstr p)
+              | None -> ()))
+      | _ -> ())
+    items
+
+and module_binding prefix mb =
+  match mb.mb_id with
+  | Some id ->
+      let p = prefix ^ "." ^ Ident.name id in
+      qualify id p;
+      module_expr ~parent:prefix p mb.mb_expr
+  | None -> ()
+
+(* [parent]: where anonymous structures of [me] are named (not under [p] itself, which may be
+   an alias; inside a functor, the functor, so that they see its parameters). *)
+and module_expr ~parent p (me : module_expr) =
+  match me.mod_desc with
+  | Tmod_structure s -> walk_structure p s.str_items
+  | Tmod_constraint (me, _, _, _) -> module_expr ~parent p me
+  | Tmod_functor (Named (Some id, _, _), body) ->
+      qualify id (p ^ "{" ^ Ident.name id ^ "}");
+      add_module p "functor" (fun () -> jstr (Ident.name id));
+      module_expr ~parent:p p body
+  | Tmod_functor (_, body) -> module_expr ~parent:p p body
+  | _ -> (
+      match module_path parent me with
+      | Some q -> add_module p "alias" (fun () -> jstr q)
+      | None -> ())
+
+(* A module expression as a path: an identifier, an application, or an anonymous structure
+   (walked under a fresh name). *)
+and module_path prefix (me : module_expr) =
+  match me.mod_desc with
+  | Tmod_ident (p, _) -> Some (path_str p)
+  | Tmod_constraint (me, _, _, _) -> module_path prefix me
+  | Tmod_apply (f, a, _) -> (
+      match (module_path prefix f, module_path prefix a) with
+      | Some f, Some a -> Some (f ^ "(" ^ a ^ ")")
+      | _ -> None)
+  | Tmod_structure s ->
+      incr anon;
+      let p = Printf.sprintf "%s.%%%d" prefix !anon in
+      walk_structure p s.str_items;
+      Some p
+  | _ -> None
+
+(* ---- the module block's fields (Translmod) ---- *)
+
+type field = { ident : Ident.t option; name : string; kind : string; fty : (unit -> unit) option }
+
+(* Types of the idents bound anywhere in the structure, and their paths from the unit. *)
+let ident_info : (string, string * string * (unit -> unit) option) Hashtbl.t = Hashtbl.create 1024
+
+let note id rel kind t = Hashtbl.replace ident_info (Ident.unique_name id) (rel, kind, t)
+
+let sig_idents (sg : signature) =
+  List.filter_map
+    (function
+      | Sig_value (id, { val_kind = Val_reg; val_type; _ }, _) -> Some (id, "value", Some (fun () -> ty val_type))
+      | Sig_typext (id, _, _, _) -> Some (id, "exception", None)
+      | Sig_module (id, Mp_present, _, _, _) -> Some (id, "module", None)
+      | Sig_class (id, _, _, _) -> Some (id, "class", None)
+      | _ -> None)
+    sg
+
+(* Records every bound ident's path (relative to the unit) and type. *)
+let rec note_structure rel (items : structure_item list) =
+  let sub name = if rel = "" then name else rel ^ "." ^ name in
+  List.iter
+    (fun item ->
+      match item.str_desc with
+      | Tstr_value (_, vbs) ->
+          List.iter (fun (id, t) -> note id (sub (Ident.name id)) "value" (Some (fun () -> ty t))) (Compat.let_bound vbs)
+      | Tstr_typext te -> List.iter (fun e -> note e.ext_id (sub (Ident.name e.ext_id)) "exception" None) te.tyext_constructors
+      | Tstr_exception e -> note e.tyexn_constructor.ext_id (sub (Ident.name e.tyexn_constructor.ext_id)) "exception" None
+      | Tstr_class cls -> List.iter (fun (ci, _) -> note ci.ci_id_class (sub (Ident.name ci.ci_id_class)) "class" None) cls
+      | Tstr_module mb -> module_note sub mb
+      | Tstr_recmodule mbs -> List.iter (module_note sub) mbs
+      | Tstr_open od ->
+          List.iter (fun (id, k, t) -> note id (sub (Ident.name id)) k t) (sig_idents od.open_bound_items);
+          (match od.open_expr.mod_desc with Tmod_structure s -> note_structure rel s.str_items | _ -> ())
+      | Tstr_include incl ->
+          List.iter (fun (id, k, t) -> note id (sub (Ident.name id)) k t) (sig_idents incl.incl_type);
+          (match incl.incl_mod.mod_desc with
+           | Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) -> note_structure rel s.str_items
+           | _ -> ())
+      | _ -> ())
+    items
+
+and module_note sub mb =
+  match mb.mb_id with
+  | Some id ->
+      let rel = sub (Ident.name id) in
+      note id rel "module" None;
+      (match mb.mb_expr.mod_desc with
+       | Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) -> note_structure rel s.str_items
+       | _ -> ())
+  | None -> ()
+
+let let_idents vbs = List.map fst (Compat.let_bound vbs)
+
+(* Translmod.defined_idents *)
+let rec defined_idents = function
+  | [] -> []
+  | item :: rem -> (
+      match item.str_desc with
+      | Tstr_value (_, vbs) -> let_idents vbs @ defined_idents rem
+      | Tstr_typext te -> List.map (fun e -> e.ext_id) te.tyext_constructors @ defined_idents rem
+      | Tstr_exception e -> e.tyexn_constructor.ext_id :: defined_idents rem
+      | Tstr_module { mb_id = Some id; mb_presence = Mp_present; _ } -> id :: defined_idents rem
+      | Tstr_recmodule mbs -> List.filter_map (fun mb -> mb.mb_id) mbs @ defined_idents rem
+      | Tstr_open od -> bound_value_identifiers od.open_bound_items @ defined_idents rem
+      | Tstr_class cls -> List.map (fun (ci, _) -> ci.ci_id_class) cls @ defined_idents rem
+      | Tstr_include incl -> bound_value_identifiers incl.incl_type @ defined_idents rem
+      | _ -> defined_idents rem)
+
+(* Translmod.more_idents *)
+let rec more_idents = function
+  | [] -> []
+  | item :: rem -> (
+      match item.str_desc with
+      | Tstr_open od -> (
+          let rest = more_idents rem in
+          match od.open_expr.mod_desc with Tmod_structure s -> all_idents s.str_items @ rest | _ -> rest)
+      | Tstr_include
+          { incl_mod = { mod_desc = Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) | Tmod_structure s; _ }; _ } ->
+          all_idents s.str_items @ more_idents rem
+      | Tstr_module
+          { mb_presence = Mp_present;
+            mb_expr = { mod_desc = Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _); _ };
+            _ } ->
+          all_idents s.str_items @ more_idents rem
+      | _ -> more_idents rem)
+
+(* Translmod.all_idents *)
+and all_idents = function
+  | [] -> []
+  | item :: rem -> (
+      match item.str_desc with
+      | Tstr_value (_, vbs) -> let_idents vbs @ all_idents rem
+      | Tstr_typext te -> List.map (fun e -> e.ext_id) te.tyext_constructors @ all_idents rem
+      | Tstr_exception e -> e.tyexn_constructor.ext_id :: all_idents rem
+      | Tstr_recmodule mbs -> List.filter_map (fun mb -> mb.mb_id) mbs @ all_idents rem
+      | Tstr_open od -> (
+          let rest = all_idents rem in
+          match od.open_expr.mod_desc with
+          | Tmod_structure s -> bound_value_identifiers od.open_bound_items @ all_idents s.str_items @ rest
+          | _ -> bound_value_identifiers od.open_bound_items @ rest)
+      | Tstr_class cls -> List.map (fun (ci, _) -> ci.ci_id_class) cls @ all_idents rem
+      | Tstr_include
+          { incl_type; incl_mod = { mod_desc = Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) | Tmod_structure s; _ }; _ } ->
+          bound_value_identifiers incl_type @ all_idents s.str_items @ all_idents rem
+      | Tstr_include incl -> bound_value_identifiers incl.incl_type @ all_idents rem
+      | Tstr_module
+          { mb_id = Some id;
+            mb_presence = Mp_present;
+            mb_expr = { mod_desc = Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _); _ };
+            _ } ->
+          (id :: all_idents s.str_items) @ all_idents rem
+      | Tstr_module { mb_id = Some id; mb_presence = Mp_present; _ } -> id :: all_idents rem
+      | _ -> all_idents rem)
+
+(* The runtime components of a signature (Includemod: primitives in an interface are not),
+   as (namespace, name, the item). *)
+let runtime_components ~interface (sg : signature) =
+  List.filter_map
+    (function
+      | Sig_value (_, { val_kind = Val_prim _; _ }, _) when interface -> None
+      | Sig_value (id, _, _) as it -> Some ("v:" ^ Ident.name id, it)
+      | Sig_typext (id, _, _, _) as it -> Some ("e:" ^ Ident.name id, it)
+      | Sig_module (id, Mp_present, _, _, _) as it -> Some ("m:" ^ Ident.name id, it)
+      | Sig_class (id, _, _, _) as it -> Some ("c:" ^ Ident.name id, it)
+      | _ -> None)
+    sg
+
+(* The inferred signature simplified as Typemod does: of two items of the same name and
+   namespace, the last one. *)
+let simplify comps =
+  let seen = Hashtbl.create 64 in
+  List.rev
+    (List.filter
+       (fun (k, _) -> if Hashtbl.mem seen k then false else (Hashtbl.add seen k (); true))
+       (List.rev comps))
+
+let field_of_ident id =
+  match Hashtbl.find_opt ident_info (Ident.unique_name id) with
+  | Some (rel, kind, t) -> { ident = Some id; name = rel; kind; fty = t }
+  | None -> { ident = Some id; name = Ident.name id; kind = "value"; fty = None }
+
+(* Translobj.transl_store_label_init: a unit whose code sends methods by name from inside a
+   function, a loop or a functor (where Translobj.meth caches the method's label) gets one
+   more field at the end of its block, the method cache. *)
+let has_method_cache (str : structure) =
+  let found = ref false and depth = ref 0 in
+  let open Tast_iterator in
+  let nested f x = incr depth; f x; decr depth in
+  let expr it (e : expression) =
+    (match e.exp_desc with
+     | Texp_send (_, Tmeth_name _) when !depth > 0 -> found := true
+     | _ -> ());
+    match e.exp_desc with
+    | Texp_function _ | Texp_for _ | Texp_while _ -> nested (default_iterator.expr it) e
+    | _ -> default_iterator.expr it e
+  in
+  let module_expr it (me : module_expr) =
+    match me.mod_desc with
+    | Tmod_functor _ | Tmod_apply _ -> nested (default_iterator.module_expr it) me
+    | _ -> default_iterator.module_expr it me
+  in
+  let it = { default_iterator with expr; module_expr } in
+  it.structure it str;
+  !found
+
+let block_fields (str : structure) (intf : signature option) =
+  let idlist = defined_idents str.str_items in
+  let impl = runtime_components ~interface:false str.str_type in
+  let target =
+    match intf with
+    | Some sg -> runtime_components ~interface:true sg
+    | None ->
+        (* Typemod compares the structure with its simplified signature, where primitives are
+           not runtime components either. *)
+        let opened = Hashtbl.create 16 in
+        List.iter
+          (fun item ->
+            match item.str_desc with
+            | Tstr_open od ->
+                List.iter (fun id -> Hashtbl.replace opened (Ident.unique_name id) ()) (bound_value_identifiers od.open_bound_items)
+            | _ -> ())
+          str.str_items;
+        (* Items an `open struct` binds are hidden from the simplified signature. *)
+        let visible = function
+          | Sig_value (id, _, _) | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _) ->
+              not (Hashtbl.mem opened (Ident.unique_name id))
+          | _ -> true
+        in
+        simplify (List.filter (fun (_, it) -> visible it) (runtime_components ~interface:true str.str_type))
+  in
+  (* Implementation components by key: the last of each (what Includemod pairs with). *)
+  let impl_by_key = Hashtbl.create 64 in
+  List.iter (fun (k, it) -> Hashtbl.replace impl_by_key k it) impl;
+  let used = Hashtbl.create 64 in
+  let exported =
+    List.map
+      (fun (k, it) ->
+        let intf_name, intf_ty =
+          match it with
+          | Sig_value (id, vd, _) -> (Ident.name id, Some (fun () -> ty vd.val_type))
+          | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _) -> (Ident.name id, None)
+          | _ -> ("?", None)
+        in
+        match Hashtbl.find_opt impl_by_key k with
+        | Some (Sig_value (_, { val_kind = Val_prim _; _ }, _)) ->
+            { ident = None; name = intf_name; kind = "primitive"; fty = intf_ty }
+        | Some (Sig_value (id, _, _) | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _)) ->
+            Hashtbl.replace used (Ident.unique_name id) ();
+            field_of_ident id
+        | _ -> { ident = None; name = intf_name; kind = "missing"; fty = intf_ty })
+      target
+  in
+  let undef = List.filter (fun id -> not (Hashtbl.mem used (Ident.unique_name id))) idlist in
+  let cache = if has_method_cache str then [ { ident = None; name = "(method cache)"; kind = "method_cache"; fty = None } ] else [] in
+  exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache
+
+(* ---- files ---- *)
+
+let digest_hex = function Some d -> Some (Digest.to_hex d) | None -> None
+
+let read_interface cmt_file =
+  let cmti = Filename.remove_extension cmt_file ^ ".cmti" in
+  if Sys.file_exists cmti then
+    match (Cmt_format.read_cmt cmti).cmt_annots with
+    | Cmt_format.Interface sg -> Some sg.sig_type
+    | _ -> None
+  else None
+
+let unit_json file (info : Cmt_format.cmt_infos) str intf =
+  Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; anon := 0;
+  let u = info.cmt_modname in
+  walk_structure u str.str_items;
+  note_structure "" str.str_items;
+  let fields = block_fields str intf in
+  raw "{"; key "unit"; jstr u; raw ","; key "file"; jstr file; raw ",";
+  key "source"; opt jstr info.cmt_sourcefile; raw ","; key "builddir"; jstr info.cmt_builddir; raw ",";
+  key "digest"; opt jstr (Option.map Digest.to_hex info.cmt_source_digest); raw ",";
+  key "interface"; raw (if intf = None then "false" else "true"); raw ",";
+  key "fields";
+  list
+    (fun f ->
+      raw "{"; key "name"; jstr (match f.ident with Some id -> Ident.name id | None -> f.name); raw ",";
+      key "path"; jstr f.name; raw ","; key "kind"; jstr f.kind; raw ","; key "type";
+      (match f.fty with Some t -> t () | None -> raw "null");
+      raw "}")
+    fields;
+  raw ","; key "types";
+  let object_type (q, params) =
+    raw "{"; key "path"; jstr q; raw ","; key "params"; list (fun id -> raw (string_of_int id)) params;
+    raw ",\"manifest\":null,\"kind\":\"object\"}"
+  in
+  list (fun f -> f ()) (List.map (fun (q, d) () -> decl q d) (List.rev !types) @ List.map (fun c () -> object_type c) (List.rev !classes));
+  raw ","; key "modules"; list (fun f -> f ()) (List.rev !modules);
+  raw "}"
+
+let () =
+  let files = List.tl (Array.to_list Sys.argv) in
+  let errors = ref [] in
+  raw "{"; key "ocaml_version"; jstr Sys.ocaml_version; raw ","; key "units"; raw "[";
+  let first = ref true in
+  List.iter
+    (fun file ->
+      let mark = Buffer.length out in
+      try
+        let info = Cmt_format.read_cmt file in
+        match info.cmt_annots with
+        | Cmt_format.Implementation str ->
+            if not !first then raw ",";
+            unit_json file info str (read_interface file);
+            first := false
+        | _ -> errors := (file, "not the .cmt of an implementation") :: !errors
+      with e ->
+        Buffer.truncate out mark;
+        let msg =
+          match e with
+          | Cmi_format.Error _ | Cmt_format.Error _ ->
+              "not readable by OCaml " ^ Sys.ocaml_version ^ " (another version, or not a .cmt file)"
+          | Sys_error m -> m
+          | e -> Printexc.to_string e
+        in
+        errors := (file, msg) :: !errors)
+    files;
+  raw "],"; key "errors";
+  list (fun (f, m) -> raw "{"; key "file"; jstr f; raw ","; key "message"; jstr m; raw "}") (List.rev !errors);
+  raw "}\n";
+  print_string (Buffer.contents out)

@@ -1,0 +1,159 @@
+//! Where a snapshot's `.cmt` files are: beside the source files its line tables name, in a dune
+//! `_build/default` above them, in directories the user gives (`--cmt DIR`), and the standard
+//! library's in the toolchain.
+
+use heapsnap_format::{RootKind, Snapshot};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Directories are searched this deep (a dune tree's `.objs/byte` is 3 to 5 levels down).
+const MAX_DEPTH: usize = 8;
+/// A search stops after this many directory entries (a `--cmt /` must not take forever).
+const MAX_ENTRIES: usize = 200_000;
+
+/// The compilation units whose module blocks the snapshot holds (`camlFoo` -> `Foo`), with the
+/// block's size in words when it can be read.
+pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
+    let bits = snap.metadata().reserved_header_bits as u32;
+    let mut units = BTreeMap::new();
+    for r in snap.roots() {
+        if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
+            continue;
+        }
+        let Some(name) = snap.string(r.name).and_then(|n| n.strip_prefix("caml")).filter(|n| !n.is_empty()) else { continue };
+        let size = r
+            .slot
+            .checked_sub(8 * r.origin + 8)
+            .and_then(|h| snap.region_of(h).and_then(|reg| reg.word_at(h)))
+            .map(|header| (header << bits) >> (bits + 10));
+        units.insert(name.to_string(), size);
+    }
+    units
+}
+
+/// The directories of the source files named by the snapshot's line tables (the executable's).
+pub fn source_dirs(snap: &Snapshot) -> Vec<PathBuf> {
+    let mut dirs = BTreeSet::new();
+    let section = |id: gimli::SectionId| -> Result<gimli::EndianSlice<'_, gimli::LittleEndian>, gimli::Error> {
+        Ok(gimli::EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), gimli::LittleEndian))
+    };
+    let Ok(dwarf) = gimli::Dwarf::load(section) else { return Vec::new() };
+    let mut units = dwarf.units();
+    let mut count = 0;
+    while let Ok(Some(header)) = units.next() {
+        count += 1;
+        if count > 100_000 {
+            break;
+        }
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let comp_dir = unit.comp_dir.map(|d| PathBuf::from(d.to_string_lossy().into_owned()));
+        let Some(program) = &unit.line_program else { continue };
+        let h = program.header();
+        for file in h.file_names() {
+            let Ok(name) = dwarf.attr_string(&unit, file.path_name()) else { continue };
+            let name = PathBuf::from(name.to_string_lossy().into_owned());
+            if name.extension().and_then(|e| e.to_str()) != Some("ml") {
+                continue;
+            }
+            let dir =
+                file.directory(h).and_then(|d| dwarf.attr_string(&unit, d).ok()).map(|d| PathBuf::from(d.to_string_lossy().into_owned()));
+            let mut full = PathBuf::new();
+            if let Some(c) = &comp_dir {
+                full.push(c);
+            }
+            if let Some(d) = dir {
+                full.push(d);
+            }
+            full.push(name);
+            if let Some(parent) = full.parent() {
+                dirs.insert(parent.to_path_buf());
+            }
+        }
+    }
+    dirs.into_iter().collect()
+}
+
+/// The `.cmt` file of each wanted unit: from `given` (searched deep), then beside the sources
+/// and in a dune `_build/default` above them (deep), then the standard library's directory.
+/// The first place that has a unit wins.
+pub fn find_cmt_files(
+    given: &[PathBuf],
+    source_dirs: &[PathBuf],
+    stdlib: Option<&Path>,
+    wanted: &BTreeSet<String>,
+) -> BTreeMap<String, PathBuf> {
+    let mut found = BTreeMap::new();
+    let mut budget = MAX_ENTRIES;
+    for d in given {
+        if d.is_file() {
+            add_file(d, wanted, &mut found);
+        } else {
+            scan(d, MAX_DEPTH, wanted, &mut found, &mut budget);
+        }
+    }
+    for d in source_dirs {
+        scan(d, 0, wanted, &mut found, &mut budget);
+    }
+    let mut builds = BTreeSet::new();
+    for d in source_dirs {
+        for a in d.ancestors() {
+            if a.ends_with("_build/default") {
+                builds.insert(a.to_path_buf());
+            }
+            let b = a.join("_build/default");
+            if b.is_dir() {
+                builds.insert(b);
+            }
+        }
+    }
+    for b in builds {
+        scan(&b, MAX_DEPTH, wanted, &mut found, &mut budget);
+    }
+    if let Some(s) = stdlib {
+        scan(s, 0, wanted, &mut found, &mut budget);
+    }
+    found
+}
+
+fn add_file(path: &Path, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>) {
+    if path.extension().and_then(|e| e.to_str()) != Some("cmt") {
+        return;
+    }
+    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { return };
+    let mut unit = stem.to_string();
+    if let Some(first) = unit.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
+    if wanted.contains(&unit) && !found.contains_key(&unit) {
+        found.insert(unit, path.to_path_buf());
+    }
+}
+
+fn scan(dir: &Path, depth: usize, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>, budget: &mut usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut subdirs = Vec::new();
+    for e in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let path = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => subdirs.push(path),
+            Ok(t) if t.is_file() => add_file(&path, wanted, found),
+            _ => {}
+        }
+    }
+    if depth > 0 {
+        subdirs.sort();
+        for d in subdirs {
+            scan(&d, depth - 1, wanted, found, budget);
+        }
+    }
+}
+
+/// Whether a file lies in an OCaml distribution's source or build tree (its `stdlib/` beside
+/// or above it).
+pub fn in_ocaml_distribution(path: &Path) -> bool {
+    path.ancestors().skip(1).take(4).any(|a| a.join("camlinternalFormat.ml").is_file() || a.join("stdlib/camlinternalFormat.ml").is_file())
+}

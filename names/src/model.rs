@@ -1,0 +1,264 @@
+//! What the `.cmt` reader prints (and a snapshot's `ocaml_names` section holds), parsed. The
+//! JSON comes from a file that may be hostile: anything unexpected parses as "unknown", never
+//! as a panic.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The names of one program: every compilation unit the reader could read.
+#[derive(Debug, Default, Deserialize)]
+pub struct Program {
+    #[serde(default)]
+    pub ocaml_version: String,
+    #[serde(default)]
+    pub units: Vec<Unit>,
+    /// Files the reader could not read, with why.
+    #[serde(default)]
+    pub errors: Vec<FileError>,
+    /// Units left out when annotating: their module block does not match the snapshot's.
+    #[serde(default)]
+    pub refused: Vec<FileError>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct FileError {
+    pub file: String,
+    pub message: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Unit {
+    /// The module name (`Cache_leak`, `Stdlib__Hashtbl`).
+    pub unit: String,
+    #[serde(default)]
+    pub file: String,
+    #[serde(default)]
+    pub source: Option<String>,
+    /// The module block, field by field.
+    #[serde(default)]
+    pub fields: Vec<Field>,
+    #[serde(default)]
+    pub types: Vec<Decl>,
+    #[serde(default)]
+    pub modules: Vec<ModuleDef>,
+}
+
+/// A field of a module block.
+#[derive(Debug, Deserialize)]
+pub struct Field {
+    /// The identifier (`cache`, `equal`).
+    pub name: String,
+    /// The identifier with its submodules (`cache`, `Key.equal`).
+    pub path: String,
+    /// `value`, `module`, `exception`, `class`, `primitive`.
+    #[serde(default)]
+    pub kind: String,
+    #[serde(rename = "type", default, deserialize_with = "opt_ty")]
+    pub ty: Option<Ty>,
+}
+
+/// A type expression. Paths are qualified strings (`Stdlib__Hashtbl.t`, `Foo.Sub.t`,
+/// `Stdlib__Map.Make{Ord}.t` for a functor's parameter, `F(A).t` for an application).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Ty {
+    Var(i64),
+    Function,
+    Tuple(Vec<Ty>),
+    Constr(String, Vec<Ty>),
+    Object(Vec<String>),
+    PolyVariant(Vec<(String, Option<Ty>)>),
+    Unknown,
+}
+
+impl Ty {
+    fn from_value(v: &Value) -> Ty {
+        let list = |v: &Value| -> Vec<Ty> { v.as_array().map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default() };
+        let Some(o) = v.as_object() else { return Ty::Unknown };
+        if let Some(id) = o.get("v").and_then(Value::as_i64) {
+            Ty::Var(id)
+        } else if o.contains_key("f") {
+            Ty::Function
+        } else if let Some(t) = o.get("t") {
+            Ty::Tuple(list(t))
+        } else if let Some(c) = o.get("c").and_then(Value::as_str) {
+            Ty::Constr(c.to_string(), o.get("a").map(list).unwrap_or_default())
+        } else if let Some(m) = o.get("o").and_then(Value::as_array) {
+            Ty::Object(m.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        } else if let Some(fields) = o.get("pv").and_then(Value::as_array) {
+            Ty::PolyVariant(
+                fields
+                    .iter()
+                    .filter_map(|f| {
+                        let f = f.as_array()?;
+                        let label = f.first()?.as_str()?.to_string();
+                        let arg = f.get(1).filter(|a| !a.is_null()).map(Ty::from_value);
+                        Some((label, arg))
+                    })
+                    .collect(),
+            )
+        } else {
+            Ty::Unknown
+        }
+    }
+
+    /// The paths it names, rewritten by `f`.
+    pub fn map_paths(&self, f: &impl Fn(&str) -> String) -> Ty {
+        match self {
+            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| t.map_paths(f)).collect()),
+            Ty::Constr(p, a) => Ty::Constr(f(p), a.iter().map(|t| t.map_paths(f)).collect()),
+            Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| t.map_paths(f)))).collect()),
+            t => t.clone(),
+        }
+    }
+
+    /// Replaces type variables by what `bind` gives (others stay variables).
+    pub fn subst(&self, bind: &impl Fn(i64) -> Option<Ty>) -> Ty {
+        match self {
+            Ty::Var(v) => bind(*v).unwrap_or(Ty::Var(*v)),
+            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| t.subst(bind)).collect()),
+            Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| t.subst(bind)).collect()),
+            Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| t.subst(bind)))).collect()),
+            t => t.clone(),
+        }
+    }
+
+    /// Whether it holds a type variable (then the heap cannot be typed through it).
+    pub fn has_var(&self) -> bool {
+        match self {
+            Ty::Var(_) | Ty::Unknown => true,
+            Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(Ty::has_var),
+            Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(Ty::has_var)),
+            _ => false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Ty {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Ty::from_value(&Value::deserialize(d)?))
+    }
+}
+
+fn opt_ty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Ty>, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(if v.is_null() { None } else { Some(Ty::from_value(&v)) })
+}
+
+/// A type declaration.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Decl {
+    pub path: String,
+    #[serde(default)]
+    pub params: Vec<i64>,
+    #[serde(default, deserialize_with = "opt_ty")]
+    pub manifest: Option<Ty>,
+    #[serde(default, deserialize_with = "decl_kind")]
+    pub kind: DeclKind,
+}
+
+#[derive(Debug, Clone, Default)]
+pub enum DeclKind {
+    #[default]
+    Abstract,
+    Open,
+    /// A class's object type.
+    Object,
+    Record {
+        labels: Vec<Label>,
+        /// `regular`, `float` (all fields unboxed floats), `unboxed`, `other`.
+        repr: String,
+    },
+    Variant {
+        constructors: Vec<Constructor>,
+        unboxed: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Label {
+    pub name: String,
+    pub mutable: bool,
+    pub ty: Ty,
+}
+
+#[derive(Debug, Clone)]
+pub struct Constructor {
+    pub name: String,
+    pub args: Vec<Ty>,
+    /// An inline record's labels (then `args` is empty).
+    pub record: Option<Vec<Label>>,
+    /// A GADT constructor's result type.
+    pub res: Option<Ty>,
+}
+
+impl Constructor {
+    pub fn is_constant(&self) -> bool {
+        self.args.is_empty() && self.record.is_none()
+    }
+}
+
+fn labels(v: &Value) -> Vec<Label> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|l| {
+                    let l = l.as_array()?;
+                    Some(Label {
+                        name: l.first()?.as_str()?.to_string(),
+                        mutable: l.get(1).and_then(Value::as_bool).unwrap_or(false),
+                        ty: l.get(2).map(Ty::from_value).unwrap_or(Ty::Unknown),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn decl_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DeclKind, D::Error> {
+    let v = Value::deserialize(d)?;
+    Ok(if v.as_str() == Some("open") {
+        DeclKind::Open
+    } else if v.as_str() == Some("object") {
+        DeclKind::Object
+    } else if let Some(r) = v.get("record") {
+        DeclKind::Record { labels: labels(r), repr: v.get("repr").and_then(Value::as_str).unwrap_or("other").to_string() }
+    } else if let Some(cs) = v.get("variant").and_then(Value::as_array) {
+        let constructors = cs
+            .iter()
+            .map(|c| Constructor {
+                name: c.get("name").and_then(Value::as_str).unwrap_or("?").to_string(),
+                args: c.get("args").and_then(Value::as_array).map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default(),
+                record: c.get("record").map(labels),
+                res: c.get("res").filter(|r| !r.is_null()).map(Ty::from_value),
+            })
+            .collect();
+        DeclKind::Variant { constructors, unboxed: v.get("unboxed").and_then(Value::as_bool).unwrap_or(false) }
+    } else {
+        DeclKind::Abstract
+    })
+}
+
+/// What a module of a unit is, beyond its own declarations.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModuleDef {
+    pub path: String,
+    /// `module M = P` or `module M = F(A)`.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// A functor parameter's name (one entry per parameter, in order).
+    #[serde(default)]
+    pub functor: Option<String>,
+    /// `include P` in the module's structure.
+    #[serde(default)]
+    pub include: Option<String>,
+}
+
+impl Program {
+    pub fn parse(json: &str) -> Result<Program, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+
+    pub fn unit(&self, name: &str) -> Option<&Unit> {
+        self.units.iter().find(|u| u.unit == name)
+    }
+}

@@ -1,0 +1,179 @@
+//! heapsnap's `.cmt` reader (`names/ocaml/`): an OCaml program built on first use with the
+//! user's toolchain (its compiler-libs read `.cmt` files of that version only), cached by
+//! version and source under `$XDG_CACHE_HOME/heapsnap/cmt-reader/`, and run on `.cmt` files.
+
+use crate::NamesError;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MAIN: &str = include_str!("../ocaml/heapsnap_cmt.ml");
+const COMPAT_SINCE_5_2: &str = include_str!("../ocaml/compat_since_5_2.ml");
+const COMPAT_BEFORE_5_2: &str = include_str!("../ocaml/compat_before_5_2.ml");
+
+/// An OCaml toolchain: `ocamlopt` (through `ocamlfind` when that is what was found).
+#[derive(Debug, Clone)]
+pub struct Toolchain {
+    ocamlfind: Option<PathBuf>,
+    ocamlopt: PathBuf,
+    pub version: String,
+    /// The standard library's directory (`ocamlopt -where`), where its `.cmt` files are.
+    pub stdlib: PathBuf,
+}
+
+impl Toolchain {
+    /// The toolchain in `dir` (its prefix or its `bin/`), else `ocamlfind` or `ocamlopt` on
+    /// `PATH`.
+    pub fn find(dir: Option<&Path>) -> Result<Toolchain, NamesError> {
+        let (ocamlfind, ocamlopt) = match dir {
+            Some(d) => {
+                let exe = [d.join("bin/ocamlopt"), d.join("ocamlopt")].into_iter().find(|p| p.is_file());
+                match exe {
+                    Some(e) => (None, e),
+                    None => return Err(NamesError::Toolchain(format!("no ocamlopt in {} or {}/bin", d.display(), d.display()))),
+                }
+            }
+            None => match (on_path("ocamlfind"), on_path("ocamlopt")) {
+                (Some(f), _) => (Some(f), PathBuf::from("ocamlopt")),
+                (None, Some(o)) => (None, o),
+                (None, None) => {
+                    return Err(NamesError::Toolchain(
+                        "no ocamlfind or ocamlopt on PATH: give the program's OCaml toolchain with --ocaml DIR".into(),
+                    ))
+                }
+            },
+        };
+        let mut tc = Toolchain { ocamlfind, ocamlopt, version: String::new(), stdlib: PathBuf::new() };
+        tc.version = tc.query("-version")?;
+        tc.stdlib = PathBuf::from(tc.query("-where")?);
+        Ok(tc)
+    }
+
+    fn command(&self) -> Command {
+        match &self.ocamlfind {
+            Some(f) => {
+                let mut c = Command::new(f);
+                c.arg("ocamlopt");
+                c
+            }
+            None => Command::new(&self.ocamlopt),
+        }
+    }
+
+    fn query(&self, flag: &str) -> Result<String, NamesError> {
+        let out = self.command().arg(flag).output().map_err(|e| NamesError::Toolchain(format!("running {}: {e}", self.describe())))?;
+        if !out.status.success() {
+            return Err(NamesError::Toolchain(format!(
+                "{} {flag} failed: {}",
+                self.describe(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    pub fn describe(&self) -> String {
+        match &self.ocamlfind {
+            Some(f) => format!("{} ocamlopt", f.display()),
+            None => self.ocamlopt.display().to_string(),
+        }
+    }
+
+    /// Refuses a toolchain of another version than the snapshot's program.
+    pub fn check_version(&self, snapshot_version: &str) -> Result<(), NamesError> {
+        // `5.3.0+rhb16` and the like: the release is what compiler-libs' format depends on.
+        let release = |v: &str| v.split(['+', '~', '-']).next().unwrap_or(v).to_string();
+        if release(&self.version) != release(snapshot_version) {
+            return Err(NamesError::Toolchain(format!(
+                "the OCaml toolchain {} is {}, but the snapshot's program was built with OCaml {snapshot_version}: \
+                 give that version's toolchain with --ocaml DIR",
+                self.describe(),
+                self.version
+            )));
+        }
+        Ok(())
+    }
+
+    /// The reader built for this toolchain: from the cache, or compiled now (a few seconds)
+    /// and cached atomically.
+    pub fn reader(&self, progress: &dyn Fn(&str)) -> Result<PathBuf, NamesError> {
+        let compat = if version_at_least(&self.version, 5, 2) { COMPAT_SINCE_5_2 } else { COMPAT_BEFORE_5_2 };
+        let key = xxhash_rust::xxh3::xxh3_64(format!("{MAIN}{compat}{}", self.describe()).as_bytes());
+        let base = cache_dir().join("cmt-reader");
+        let dir = base.join(format!("{}-{key:016x}", self.version));
+        let exe = dir.join("heapsnap-cmt");
+        if exe.is_file() {
+            return Ok(exe);
+        }
+        progress(&format!("building heapsnap's .cmt reader with OCaml {} (once)", self.version));
+        let io = |e: std::io::Error| NamesError::Toolchain(format!("{}: {e}", base.display()));
+        std::fs::create_dir_all(&base).map_err(io)?;
+        let tmp = tempfile::Builder::new().prefix(".build.").tempdir_in(&base).map_err(io)?;
+        std::fs::write(tmp.path().join("compat.ml"), compat).map_err(io)?;
+        std::fs::write(tmp.path().join("heapsnap_cmt.ml"), MAIN).map_err(io)?;
+        let mut cmd = self.command();
+        match self.ocamlfind {
+            Some(_) => cmd.args(["-package", "compiler-libs.common", "-linkpkg"]),
+            None => cmd.args(["-I", "+compiler-libs", "ocamlcommon.cmxa"]),
+        };
+        let out = cmd
+            .args(["-w", "-a", "compat.ml", "heapsnap_cmt.ml", "-o", "heapsnap-cmt"])
+            .current_dir(tmp.path())
+            .output()
+            .map_err(|e| NamesError::Toolchain(format!("running {}: {e}", self.describe())))?;
+        if !out.status.success() {
+            return Err(NamesError::Toolchain(format!(
+                "building the .cmt reader with {} failed (are compiler-libs installed?): {}",
+                self.describe(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        // Another heapsnap may have finished first: then its reader is as good as ours.
+        let built = tmp.keep();
+        if std::fs::rename(&built, &dir).is_err() {
+            let _ = std::fs::remove_dir_all(&built);
+        }
+        if exe.is_file() {
+            Ok(exe)
+        } else {
+            Err(NamesError::Toolchain(format!("the .cmt reader was built but {} is missing", exe.display())))
+        }
+    }
+}
+
+/// Runs the reader on `files` and returns its JSON.
+pub fn run_reader(exe: &Path, files: &[PathBuf]) -> Result<String, NamesError> {
+    let out = Command::new(exe).args(files).output().map_err(|e| NamesError::Toolchain(format!("running {}: {e}", exe.display())))?;
+    if !out.status.success() {
+        return Err(NamesError::Toolchain(format!("the .cmt reader failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    String::from_utf8(out.stdout).map_err(|_| NamesError::Toolchain("the .cmt reader printed non-UTF-8 output".into()))
+}
+
+fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
+    let mut parts = version.split(['.', '+', '~']).map(|p| p.parse::<u32>().unwrap_or(0));
+    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// `$XDG_CACHE_HOME/heapsnap`, else `~/.cache/heapsnap`.
+pub fn cache_dir() -> PathBuf {
+    match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("heapsnap"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into())).join(".cache/heapsnap"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn versions() {
+        assert!(super::version_at_least("5.2.0", 5, 2));
+        assert!(super::version_at_least("5.3.0+rhb16", 5, 2));
+        assert!(!super::version_at_least("5.1.0", 5, 2));
+        assert!(!super::version_at_least("4.14.0", 5, 2));
+    }
+}

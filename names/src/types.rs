@@ -1,0 +1,491 @@
+//! Type declarations of a whole program, found by path: through module aliases
+//! (`Stdlib.Hashtbl` = `Stdlib__Hashtbl`), functor applications (`Stdlib__Map.Make(String).t`:
+//! the functor body's `t` with its parameter replaced by the argument) and includes; and what a
+//! value of a type looks like in the heap ([`Shape`]).
+
+use crate::model::{DeclKind, Program, Ty};
+use rustc_hash::FxHashMap;
+
+/// Resolution gives up past this depth (aliases of aliases, abbreviations of abbreviations).
+const MAX_DEPTH: usize = 40;
+
+pub struct TypeEnv {
+    decls: FxHashMap<String, crate::model::Decl>,
+    aliases: FxHashMap<String, String>,
+    params: FxHashMap<String, Vec<String>>,
+    includes: FxHashMap<String, Vec<String>>,
+}
+
+/// A block's fields: each with its label (records, inline records) and type.
+pub type FieldTypes = Vec<(Option<String>, Ty)>;
+
+/// What a value of a type is at run time, its type arguments applied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Shape {
+    /// An immediate: `int`, `char`, `bool`, `unit`, a variant of constant constructors only.
+    Immediate,
+    /// A boxed float (tag 253).
+    Float,
+    /// `string` or `bytes` (tag 252).
+    String,
+    /// `int32`, `int64`, `nativeint`: a custom block with these operations.
+    Custom(&'static str),
+    /// `float array` or `floatarray` (tag 254; `float array` may also be an empty block).
+    FloatArray,
+    /// `'a array` of non-floats: tag 0, any size.
+    Array(Ty),
+    /// A record or tuple: tag 0, one field each (named or not).
+    Fields(FieldTypes),
+    /// A float record: tag 254, one unboxed float per label.
+    FloatRecord(Vec<String>),
+    /// A variant: constant constructors are the immediates 0, 1, ...; the others are blocks whose
+    /// tag is their rank among them, with their arguments (an inline record's labels named).
+    Variant {
+        constants: Vec<String>,
+        blocks: Vec<(String, FieldTypes)>,
+    },
+    PolyVariant(Vec<(String, Option<Ty>)>),
+    /// `'a lazy_t`: a lazy block, a forward block, or (forced) the value itself.
+    Lazy(Ty),
+    /// An object (tag 248): its fields are instance variables the type does not list.
+    Object,
+    /// A closure.
+    Function,
+    /// An `[@@unboxed]` type: the value is its one field's.
+    Unboxed(Ty),
+    /// Typing stops: a type variable, an abstract or extensible type, an existential.
+    Unknown,
+}
+
+/// Builtin types (Predef) that need no declaration.
+fn predef(name: &str, args: &[Ty]) -> Option<Shape> {
+    let arg = || args.first().cloned().unwrap_or(Ty::Unknown);
+    Some(match name {
+        "int" | "char" | "bool" | "unit" => Shape::Immediate,
+        "float" => Shape::Float,
+        "string" | "bytes" => Shape::String,
+        "int32" => Shape::Custom("_i"),
+        "int64" => Shape::Custom("_j"),
+        "nativeint" => Shape::Custom("_n"),
+        "floatarray" => Shape::FloatArray,
+        "array" => match arg() {
+            Ty::Constr(f, a) if f == "float" && a.is_empty() => Shape::FloatArray,
+            t => Shape::Array(t),
+        },
+        "list" => Shape::Variant {
+            constants: vec!["[]".into()],
+            blocks: vec![("::".into(), vec![(None, arg()), (None, Ty::Constr("list".into(), vec![arg()]))])],
+        },
+        "option" => Shape::Variant { constants: vec!["None".into()], blocks: vec![("Some".into(), vec![(None, arg())])] },
+        "lazy_t" => Shape::Lazy(arg()),
+        _ => return None,
+    })
+}
+
+impl TypeEnv {
+    pub fn new(program: &Program) -> TypeEnv {
+        let mut env = TypeEnv {
+            decls: FxHashMap::default(),
+            aliases: FxHashMap::default(),
+            params: FxHashMap::default(),
+            includes: FxHashMap::default(),
+        };
+        for u in &program.units {
+            for d in &u.types {
+                env.decls.insert(d.path.clone(), d.clone());
+            }
+            for m in &u.modules {
+                if let Some(a) = &m.alias {
+                    env.aliases.insert(m.path.clone(), a.clone());
+                }
+                if let Some(p) = &m.functor {
+                    env.params.entry(m.path.clone()).or_default().push(p.clone());
+                }
+                if let Some(i) = &m.include {
+                    env.includes.entry(m.path.clone()).or_default().push(i.clone());
+                }
+            }
+        }
+        env
+    }
+
+    /// The declaration of a type path and the rewriting of the paths inside it (a functor's
+    /// parameters by the arguments, its body's own paths by the application).
+    pub fn lookup(&self, path: &str) -> Option<Found<'_>> {
+        self.lookup_at(path, 0)
+    }
+
+    fn lookup_at(&self, path: &str, depth: usize) -> Option<Found<'_>> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let (module, name) = split_last(path)?;
+        let (def, applied, rewrites) = self.resolve_module(module, depth)?;
+        let key = format!("{def}.{name}");
+        if let Some(decl) = self.decls.get(&key) {
+            return Some(Found { decl, rewrites, path: format!("{applied}.{name}") });
+        }
+        for inc in self.includes.get(&def).into_iter().flatten() {
+            let inc = rewrites.apply(inc);
+            if let Some(found) = self.lookup_at(&format!("{inc}.{name}"), depth + 1) {
+                return Some(found);
+            }
+        }
+        None
+    }
+
+    /// A module path's place of definition, following aliases, with the rewritings that its
+    /// applications call for.
+    fn resolve_module(&self, path: &str, depth: usize) -> Option<(String, String, Rewrites)> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        let segments = split_top(path, '.');
+        let mut def = String::new();
+        let mut applied = String::new();
+        let mut rewrites = Rewrites::default();
+        for (i, seg) in segments.iter().enumerate() {
+            let (name, args) = split_args(seg)?;
+            if !def.is_empty() {
+                def.push('.');
+                applied.push('.');
+            }
+            def.push_str(name);
+            applied.push_str(name);
+            if let Some(target) = self.aliases.get(&def) {
+                // `module M = P`: continue from P, with what follows M.
+                let mut rest = rewrites.apply(target);
+                if !args.is_empty() {
+                    rest.push_str(&seg[name.len()..]);
+                }
+                for s in &segments[i + 1..] {
+                    rest.push('.');
+                    rest.push_str(s);
+                }
+                return self.resolve_module(&rest, depth + 1);
+            }
+            if !args.is_empty() {
+                let params = self.params.get(&def)?;
+                for (k, arg) in args.iter().enumerate() {
+                    let param = params.get(k)?;
+                    // The argument's own canonical path, so that one module has one name.
+                    let arg = rewrites.apply(arg);
+                    let arg = self.resolve_module(&arg, depth + 1).map_or(arg, |(_, applied, _)| applied);
+                    applied.push('(');
+                    applied.push_str(&arg);
+                    applied.push(')');
+                    rewrites.0.push((format!("{def}{{{param}}}"), arg));
+                }
+                rewrites.0.push((def.clone(), applied.clone()));
+            }
+        }
+        Some((def, applied, rewrites))
+    }
+
+    /// The canonical form of a type: abbreviations expanded, every path the one of its
+    /// definition (applications kept), so that two names of one type are one type. `None` for
+    /// a type too big to be worth naming (nested types can grow without end).
+    pub fn canon(&self, ty: &Ty) -> Option<Ty> {
+        let mut budget = 400usize;
+        self.canon_at(ty, &mut budget, 0)
+    }
+
+    fn canon_at(&self, ty: &Ty, budget: &mut usize, depth: usize) -> Option<Ty> {
+        *budget = budget.checked_sub(1)?;
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        Some(match ty {
+            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
+            Ty::PolyVariant(l) => Ty::PolyVariant(
+                l.iter()
+                    .map(|(n, t)| {
+                        Some((
+                            n.clone(),
+                            match t {
+                                Some(t) => Some(self.canon_at(t, budget, depth + 1)?),
+                                None => None,
+                            },
+                        ))
+                    })
+                    .collect::<Option<_>>()?,
+            ),
+            Ty::Constr(p, args) if p.contains('.') => {
+                let Some(found) = self.lookup(p) else { return Some(Ty::Constr(p.clone(), args.clone())) };
+                if found.decl.params.len() != args.len() {
+                    return Some(Ty::Unknown);
+                }
+                if let (DeclKind::Abstract, Some(m)) = (&found.decl.kind, &found.decl.manifest) {
+                    let bind = |v: i64| found.decl.params.iter().position(|&q| q == v).map(|i| args[i].clone());
+                    let expanded = m.map_paths(&|q| found.rewrites.apply(q)).subst(&bind);
+                    return self.canon_at(&expanded, budget, depth + 1);
+                }
+                let args = args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?;
+                Ty::Constr(found.path, args)
+            }
+            Ty::Constr(p, args) => Ty::Constr(p.clone(), args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
+            t => t.clone(),
+        })
+    }
+
+    /// What a value of `ty` looks like in the heap.
+    pub fn shape(&self, ty: &Ty) -> Shape {
+        let mut ty = ty.clone();
+        for _ in 0..MAX_DEPTH {
+            let (path, args) = match &ty {
+                Ty::Constr(p, a) => (p.clone(), a.clone()),
+                Ty::Tuple(l) => return Shape::Fields(l.iter().map(|t| (None, t.clone())).collect()),
+                Ty::Function => return Shape::Function,
+                Ty::Object(_) => return Shape::Object,
+                Ty::PolyVariant(l) => return Shape::PolyVariant(l.clone()),
+                Ty::Var(_) | Ty::Unknown => return Shape::Unknown,
+            };
+            if !path.contains('.') {
+                return predef(&path, &args).unwrap_or(Shape::Unknown);
+            }
+            let Some(Found { decl, rewrites, .. }) = self.lookup(&path) else { return Shape::Unknown };
+            if decl.params.len() != args.len() {
+                return Shape::Unknown;
+            }
+            let bind = |v: i64| decl.params.iter().position(|&p| p == v).map(|i| args[i].clone());
+            let inst = |t: &Ty| t.map_paths(&|p| rewrites.apply(p)).subst(&bind);
+            match &decl.kind {
+                DeclKind::Record { labels, repr } => {
+                    return match repr.as_str() {
+                        "regular" => Shape::Fields(labels.iter().map(|l| (Some(l.name.clone()), inst(&l.ty))).collect()),
+                        "float" => Shape::FloatRecord(labels.iter().map(|l| l.name.clone()).collect()),
+                        "unboxed" => labels.first().map_or(Shape::Unknown, |l| Shape::Unboxed(inst(&l.ty))),
+                        _ => Shape::Unknown,
+                    }
+                }
+                DeclKind::Variant { constructors, unboxed } => {
+                    if *unboxed {
+                        let c = constructors.first();
+                        let t = c.and_then(|c| c.args.first().cloned().or_else(|| c.record.as_ref()?.first().map(|l| l.ty.clone())));
+                        return t.map_or(Shape::Unknown, |t| Shape::Unboxed(inst(&t)));
+                    }
+                    let mut constants = Vec::new();
+                    let mut blocks = Vec::new();
+                    for c in constructors {
+                        if c.is_constant() {
+                            constants.push(c.name.clone());
+                            continue;
+                        }
+                        // A GADT constructor: its own variables, bound by matching its result
+                        // type with the arguments; others are existential (stay unknown).
+                        let mut binds = Vec::new();
+                        if let Some(Ty::Constr(_, res_args)) = &c.res {
+                            if res_args.len() != args.len() || !res_args.iter().zip(&args).all(|(r, a)| unify(r, a, &mut binds)) {
+                                // This constructor cannot build a value of this type.
+                                binds.clear();
+                            }
+                        }
+                        let gadt_bind = |v: i64| -> Option<Ty> { binds.iter().find(|(w, _)| *w == v).map(|(_, t)| t.clone()) };
+                        let inst_c = |t: &Ty| {
+                            let t = t.map_paths(&|p| rewrites.apply(p));
+                            if c.res.is_some() {
+                                t.subst(&gadt_bind)
+                            } else {
+                                t.subst(&bind)
+                            }
+                        };
+                        let fields = match &c.record {
+                            Some(labels) => labels.iter().map(|l| (Some(l.name.clone()), inst_c(&l.ty))).collect(),
+                            None => c.args.iter().map(|t| (None, inst_c(t))).collect(),
+                        };
+                        blocks.push((c.name.clone(), fields));
+                    }
+                    return if blocks.is_empty() { Shape::Immediate } else { Shape::Variant { constants, blocks } };
+                }
+                DeclKind::Open => return Shape::Unknown,
+                DeclKind::Object => return Shape::Object,
+                DeclKind::Abstract => match &decl.manifest {
+                    Some(m) => ty = inst(m),
+                    None => return Shape::Unknown,
+                },
+            }
+        }
+        Shape::Unknown
+    }
+}
+
+/// Matches a GADT constructor's result type `pattern` with the actual type, binding the
+/// pattern's variables; false when they cannot match.
+fn unify(pattern: &Ty, actual: &Ty, binds: &mut Vec<(i64, Ty)>) -> bool {
+    match (pattern, actual) {
+        (Ty::Var(v), t) => match binds.iter().find(|(w, _)| w == v) {
+            Some((_, bound)) => bound == t,
+            None => {
+                binds.push((*v, t.clone()));
+                true
+            }
+        },
+        (Ty::Tuple(p), Ty::Tuple(a)) => p.len() == a.len() && p.iter().zip(a).all(|(p, a)| unify(p, a, binds)),
+        (Ty::Constr(pp, pa), Ty::Constr(ap, aa)) => pp == ap && pa.len() == aa.len() && pa.iter().zip(aa).all(|(p, a)| unify(p, a, binds)),
+        (p, a) => p == a,
+    }
+}
+
+/// A declaration found by path: the rewriting of the paths inside it, and the canonical path
+/// of the type (its definition's, with the applications that led there).
+pub struct Found<'e> {
+    pub decl: &'e crate::model::Decl,
+    pub rewrites: Rewrites,
+    pub path: String,
+}
+
+/// Rewritings of path prefixes, the latest first.
+#[derive(Debug, Default, Clone)]
+pub struct Rewrites(Vec<(String, String)>);
+
+impl Rewrites {
+    /// Rewrites every path inside `path` (its application arguments too) that starts with one of
+    /// the prefixes, at a path boundary.
+    pub fn apply(&self, path: &str) -> String {
+        if self.0.is_empty() {
+            return path.to_string();
+        }
+        let bytes = path.as_bytes();
+        let mut out = String::with_capacity(path.len());
+        let mut i = 0;
+        while i < path.len() {
+            let at_start = i == 0 || bytes[i - 1] == b'(';
+            if at_start {
+                let hit = self.0.iter().rev().filter(|(from, _)| {
+                    path[i..].starts_with(from.as_str()) && matches!(bytes.get(i + from.len()), None | Some(b'.' | b'(' | b')'))
+                });
+                if let Some((from, to)) = hit.max_by_key(|(from, _)| from.len()) {
+                    out.push_str(to);
+                    i += from.len();
+                    continue;
+                }
+            }
+            let c = path[i..].chars().next().expect("in bounds");
+            out.push(c);
+            i += c.len_utf8();
+        }
+        out
+    }
+}
+
+/// `A.B(C.D).t` -> (`A.B(C.D)`, `t`).
+fn split_last(path: &str) -> Option<(&str, &str)> {
+    let mut depth = 0i32;
+    for (i, c) in path.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => depth -= 1,
+            '.' if depth == 0 => return Some((&path[..i], &path[i + 1..])),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Splits at `sep` outside parentheses.
+fn split_top(path: &str, sep: char) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in path.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            c if c == sep && depth == 0 => {
+                out.push(&path[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&path[start..]);
+    out
+}
+
+/// `Make(A)(B)` -> (`Make`, [`A`, `B`]).
+fn split_args(seg: &str) -> Option<(&str, Vec<&str>)> {
+    let Some(open) = seg.find('(') else { return Some((seg, Vec::new())) };
+    let (name, mut rest) = seg.split_at(open);
+    let mut args = Vec::new();
+    while !rest.is_empty() {
+        let mut depth = 0i32;
+        let mut end = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        end = Some(i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let end = end?;
+        args.push(&rest[1..end]);
+        rest = &rest[end + 1..];
+        if !rest.is_empty() && !rest.starts_with('(') {
+            return None;
+        }
+    }
+    Some((name, args))
+}
+
+/// A type as an OCaml programmer writes it, with the standard library's paths shortened
+/// (`Stdlib__Hashtbl.t` -> `Hashtbl.t`).
+pub fn display(ty: &Ty) -> String {
+    match ty {
+        Ty::Var(_) => "_".into(),
+        Ty::Function => "<fun>".into(),
+        Ty::Unknown => "?".into(),
+        Ty::Object(m) => format!("< {} >", m.iter().map(|m| m.as_str()).chain(std::iter::once("..")).collect::<Vec<_>>().join("; ")),
+        Ty::PolyVariant(l) => {
+            let mut labels: Vec<String> = l.iter().map(|(n, _)| format!("`{n}")).collect();
+            labels.sort();
+            format!("[ {} ]", labels.join(" | "))
+        }
+        Ty::Tuple(l) => format!("({})", l.iter().map(display_arg).collect::<Vec<_>>().join(" * ")),
+        Ty::Constr(p, args) => {
+            let p = short_path(p);
+            match args.len() {
+                0 => p,
+                1 => format!("{} {p}", display_arg(&args[0])),
+                _ => format!("({}) {p}", args.iter().map(display).collect::<Vec<_>>().join(", ")),
+            }
+        }
+    }
+}
+
+fn display_arg(ty: &Ty) -> String {
+    match ty {
+        Ty::Constr(_, a) if a.len() == 1 => display(ty),
+        Ty::Tuple(_) => display(ty),
+        Ty::Constr(_, a) if a.len() > 1 => display(ty),
+        _ => display(ty),
+    }
+}
+
+/// `Stdlib__Hashtbl.t` -> `Hashtbl.t`, `Stdlib.ref` -> `ref`.
+pub fn short_path(p: &str) -> String {
+    let p = p.replace("Stdlib__", "");
+    let p = p.strip_prefix("Stdlib.").unwrap_or(&p).to_string();
+    p.replace("(Stdlib.", "(")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_and_rewrite() {
+        assert_eq!(split_last("A.B(C.D).t"), Some(("A.B(C.D)", "t")));
+        assert_eq!(split_top("A.B(C.D).t", '.'), vec!["A", "B(C.D)", "t"]);
+        assert_eq!(split_args("Make(A.B)(C)"), Some(("Make", vec!["A.B", "C"])));
+        let r = Rewrites(vec![("M.F{P}".into(), "X.K".into()), ("M.F".into(), "M.F(X.K)".into())]);
+        assert_eq!(r.apply("M.F{P}.t"), "X.K.t");
+        assert_eq!(r.apply("M.F.%1.t"), "M.F(X.K).%1.t");
+        assert_eq!(r.apply("M.G(M.F.%1).t"), "M.G(M.F(X.K).%1).t");
+        assert_eq!(r.apply("M.Fx.t"), "M.Fx.t");
+    }
+}

@@ -1,0 +1,309 @@
+//! OCaml names from `.cmt` files (issue 17): the reader heapsnap builds with each toolchain
+//! numbers module-block fields as the native compiler does, `dump` and `annotate` store the
+//! names, every report names globals by identifier, and bad inputs are refused with a message.
+
+mod dump_support;
+
+use dump_support::*;
+use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_names::reader::{run_reader, Toolchain};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The 5.x toolchains whose samples are built here.
+fn toolchains() -> Vec<(&'static str, PathBuf)> {
+    available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")).collect()
+}
+
+fn build_dir(samples: &Path) -> PathBuf {
+    samples.parent().unwrap().join(".build").join(samples.file_name().unwrap()).join("cmt")
+}
+
+/// `ocamlopt -dlambda`'s stores into the module block: field -> identifier (what
+/// samples/module-fields.sh prints, for any source file).
+fn lambda_fields(prefix: &Path, dir: &Path, source: &Path, includes: &[&str]) -> BTreeMap<u64, String> {
+    let out = Command::new(prefix.join("bin/ocamlopt"))
+        .args(includes.iter().flat_map(|i| ["-I", i]))
+        .args(["-dlambda", "-bin-annot", "-c"])
+        .arg(source)
+        .current_dir(dir)
+        .output()
+        .expect("run ocamlopt");
+    assert!(out.status.success(), "ocamlopt: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stderr).replace('\n', " ");
+    let mut fields = BTreeMap::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("setfield_ptr(root-init) ") {
+        rest = &rest[at + "setfield_ptr(root-init) ".len()..];
+        let mut words = rest.split_whitespace();
+        let (Some(field), Some(_global), Some(_module), Some(ident)) = (words.next(), words.next(), words.next(), words.next()) else {
+            continue;
+        };
+        if let (Ok(n), Some(id)) = (field.parse::<u64>(), ident.split('/').next()) {
+            if ident.contains('/') {
+                fields.insert(n, id.to_string());
+            }
+        }
+    }
+    fields
+}
+
+fn reader_units(prefix: &Path, files: &[PathBuf]) -> serde_json::Value {
+    let tc = Toolchain::find(Some(prefix)).expect("toolchain");
+    let exe = tc.reader(&|m| eprintln!("{m}")).expect("build the reader");
+    serde_json::from_str(&run_reader(&exe, files).expect("run the reader")).expect("JSON")
+}
+
+fn field_names(unit: &serde_json::Value) -> Vec<String> {
+    unit["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect()
+}
+
+/// Every sample, on every 5.x toolchain: the reader's field of each identifier is the one
+/// `samples/module-fields.sh` finds in the compiler's own lambda code.
+#[test]
+fn every_samples_fields_are_numbered_as_the_compiler_does() {
+    for (toolchain, samples) in toolchains() {
+        // The samples build.sh built (memtrace_sample needs a library it does not build).
+        let mut built: Vec<String> = std::fs::read_dir(&samples)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().replace(".cmxs", ""))
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        built.sort();
+        let out = Command::new("bash")
+            .arg(repo().join("samples/module-fields.sh"))
+            .arg(toolchain)
+            .args(&built)
+            .output()
+            .expect("module-fields.sh");
+        assert!(out.status.success(), "module-fields.sh {toolchain}: {}", String::from_utf8_lossy(&out.stderr));
+        let mut expected: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            expected.entry(w[0].trim_start_matches("caml").to_string()).or_default().insert(w[1].parse().unwrap(), w[2].to_string());
+        }
+        let build = build_dir(&samples);
+        let files: Vec<PathBuf> = expected.keys().map(|u| build.join(format!("{}.cmt", u.to_lowercase()))).collect();
+        let doc = reader_units(&toolchain_prefix(toolchain), &files);
+        assert_eq!(doc["errors"].as_array().unwrap().len(), 0, "{toolchain}: {}", doc["errors"]);
+        let mut compared = 0;
+        for unit in doc["units"].as_array().unwrap() {
+            let name = unit["unit"].as_str().unwrap();
+            let names = field_names(unit);
+            for (field, ident) in &expected[name] {
+                assert_eq!(names.get(*field), Some(ident), "{toolchain}: {name} field {field}: {names:?}");
+                compared += 1;
+            }
+        }
+        assert!(compared > 40, "{toolchain}: only {compared} fields compared");
+    }
+}
+
+/// What moves fields around in Translmod: an interface (exported fields first, in its order),
+/// shadowing, `open struct`, `include struct`, an `external` exported as a value, submodules,
+/// exceptions and classes. Compared with the compiler's lambda code on every toolchain.
+#[test]
+fn interfaces_and_shadowing_number_fields_as_the_compiler_does() {
+    let ml = r#"
+let first = ref 1
+let hidden = Array.make 3 0
+let first = (ref 2, "shadows")
+open struct let opened = ref "open" end
+include struct let included = Some 4 let also = [5] end
+external ident : 'a -> 'a = "%identity"
+exception Oops of string
+module Sub = struct let inner = ref 3.0 let inner2 = Bytes.create 3 end
+class counter = object val mutable n = 0 method incr = n <- n + 1 end
+let last = lazy (ident opened)
+"#;
+    let mli = r#"
+val last : string ref lazy_t
+val ident : 'a -> 'a
+module Sub : sig val inner2 : bytes val inner : float ref end
+val first : int ref * string
+exception Oops of string
+class counter : object method incr : unit end
+val also : int list
+"#;
+    for (toolchain, _) in toolchains() {
+        let prefix = toolchain_prefix(toolchain);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("layout.ml"), ml).unwrap();
+        std::fs::write(dir.path().join("layout.mli"), mli).unwrap();
+        let ok =
+            Command::new(prefix.join("bin/ocamlopt")).args(["-bin-annot", "-c", "layout.mli"]).current_dir(dir.path()).status().unwrap();
+        assert!(ok.success());
+        let expected = lambda_fields(&prefix, dir.path(), Path::new("layout.ml"), &[]);
+        let doc = reader_units(&prefix, &[dir.path().join("layout.cmt")]);
+        let unit = &doc["units"][0];
+        assert_eq!(unit["interface"], true);
+        let names = field_names(unit);
+        assert!(expected.len() >= 10, "{toolchain}: {expected:?}");
+        for (field, ident) in &expected {
+            assert_eq!(names.get(*field as usize), Some(ident), "{toolchain}: field {field}: {names:?} vs {expected:?}");
+        }
+        // The exported ones first, in the interface's order.
+        assert_eq!(&names[..2], ["last", "ident"], "{toolchain}");
+        // The same without the interface: the last `first` is exported, the shadowed one not.
+        std::fs::remove_file(dir.path().join("layout.mli")).unwrap();
+        std::fs::remove_file(dir.path().join("layout.cmi")).unwrap();
+        std::fs::remove_file(dir.path().join("layout.cmti")).unwrap();
+        let expected = lambda_fields(&prefix, dir.path(), Path::new("layout.ml"), &[]);
+        let doc = reader_units(&prefix, &[dir.path().join("layout.cmt")]);
+        let names = field_names(&doc["units"][0]);
+        for (field, ident) in &expected {
+            assert_eq!(names.get(*field as usize), Some(ident), "{toolchain} (no mli): field {field}: {names:?} vs {expected:?}");
+        }
+    }
+}
+
+/// `dump` of a running sample with `--cmt`: the snapshot carries names, and every report names
+/// the global by its identifier; the module block of every unit has as many fields as named.
+#[test]
+fn dump_stores_names_and_reports_use_them() {
+    for (toolchain, samples) in toolchains() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Sample::start(&samples.join("cache_leak"), &[]);
+        s.wait_ready(1);
+        let snap_path = dir.path().join("c.heapsnap");
+        let prefix = toolchain_prefix(toolchain);
+        let build = build_dir(&samples);
+        dump_ok(s.pid(), &snap_path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap()]);
+        drop(s);
+        let snap = Snapshot::open(&snap_path).unwrap();
+        let names = heapsnap_analyze::names::Names::new(&snap);
+        let ocaml = names.ocaml().expect("the snapshot has names");
+        let (units, _) = ocaml.counts();
+        assert!(units > 10, "{toolchain}: {units} units");
+        let mut labels = Vec::new();
+        for r in snap.roots().iter().filter(|r| r.root_kind() == RootKind::Global) {
+            labels.push(names.root_label(r));
+        }
+        assert!(labels.contains(&"Cache_leak.cache".to_string()), "{toolchain}: {labels:?}");
+        assert!(!labels.iter().any(|l| l.starts_with("Cache_leak.") && l[11..].parse::<u64>().is_ok()), "{toolchain}: {labels:?}");
+        let top = analyse("top", &[&snap_path], &["--by", "root", "--limit", "3"]);
+        assert_eq!(top["groups"][0]["name"], "Cache_leak.cache", "{toolchain}: {top}");
+        let info = Command::new(heapsnap()).arg("info").arg(&snap_path).output().unwrap();
+        assert!(String::from_utf8_lossy(&info.stdout).contains("ocaml names     "), "{toolchain}");
+    }
+}
+
+fn heapsnap_out(args: &[&str]) -> std::process::Output {
+    Command::new(heapsnap()).args(args).output().expect("run heapsnap")
+}
+
+/// A 5.3 dump of cache_leak without names (no .cmt file beside its sources).
+fn unnamed_cache_leak(dir: &Path) -> PathBuf {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let mut s = Sample::start(&samples.join("cache_leak"), &[]);
+    s.wait_ready(1);
+    let path = dir.join("c.heapsnap");
+    dump_ok(s.pid(), &path, &[]);
+    path
+}
+
+/// Names added after the index was built are not hidden by it: annotate changes the snapshot,
+/// so the index (tied to the snapshot's section table) is rebuilt with the new labels.
+#[test]
+fn annotating_after_indexing_shows_the_new_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    let p = path.to_str().unwrap();
+    let info = heapsnap_out(&["info", p]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("heapsnap annotate"), "info says how to add names");
+    let before = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+    assert_eq!(before["groups"][0]["name"], "Cache_leak.1");
+    assert!(dir.path().join("c.heapsnap.hsidx").exists() || std::env::var_os("XDG_CACHE_HOME").is_some());
+    let by_type = heapsnap_out(&["top", p, "--by", "type"]);
+    assert!(!by_type.status.success() && String::from_utf8_lossy(&by_type.stderr).contains("heapsnap annotate"));
+
+    let prefix = toolchain_prefix("5.3.0");
+    let build = build_dir(&toolchain_samples("5.3.0").unwrap());
+    let out = heapsnap_out(&["annotate", p, "--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(done["program_units"], 2, "cache_leak and heapsnap_sample: {done}");
+    let after = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+    assert_eq!(after["groups"][0]["name"], "Cache_leak.cache");
+    let by_type = analyse("top", &[&path], &["--by", "type", "--limit", "1"]);
+    assert_eq!(by_type["groups"][0]["name"], "(string, Cache_leak.entry) Hashtbl.t");
+    // The file stays owner-only.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// Bad inputs: `.cmt` files of another OCaml version, of another build of the program, corrupt
+/// ones, and a toolchain of another version, are refused with a message; the snapshot still
+/// analyses.
+#[test]
+fn bad_cmt_files_and_toolchains_are_refused_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    let p = path.to_str().unwrap();
+    let prefix = toolchain_prefix("5.3.0");
+    let ocaml = prefix.to_str().unwrap();
+
+    // A toolchain of another version: an error, the snapshot unchanged.
+    if let Some(old) = available_toolchains().iter().find(|(t, _)| *t == "5.1.0") {
+        let old_prefix = toolchain_prefix(old.0);
+        let out = heapsnap_out(&["annotate", p, "--ocaml", old_prefix.to_str().unwrap(), "--json"]);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("is 5.1.0") && err.contains("OCaml 5.3.0") && err.contains("--ocaml DIR"), "{err}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["error"]["kind"], "names");
+
+        // .cmt files of another version: left out, with a message.
+        let other = build_dir(&old.1);
+        let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", other.to_str().unwrap()]);
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cache_leak.cmt: not readable by OCaml 5.3.0"), "{err}");
+        let top = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+        assert_eq!(top["groups"][0]["name"], "Cache_leak.1", "no names from another version's .cmt");
+    }
+
+    // Another build of the program: a cache_leak.ml with one more global.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("cache_leak.ml"), "let a = ref 1\nlet b = ref 2\nlet c = ref 3\nlet d = ref 4\nlet e = ref 5\n").unwrap();
+    let ok = Command::new(prefix.join("bin/ocamlopt")).args(["-bin-annot", "-c", "cache_leak.ml"]).current_dir(&other).status().unwrap();
+    assert!(ok.success());
+    let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", other.to_str().unwrap()]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Cache_leak has 5 module fields here but 4 in the snapshot"), "{err}");
+    let info = heapsnap_out(&["info", p]);
+    assert!(String::from_utf8_lossy(&info.stdout).contains("left out"), "info lists what was left out");
+
+    // A corrupt .cmt: a message, never a crash; the analysis goes on.
+    let corrupt = dir.path().join("corrupt");
+    std::fs::create_dir(&corrupt).unwrap();
+    let mut bytes = std::fs::read(build_dir(&toolchain_samples("5.3.0").unwrap()).join("cache_leak.cmt")).unwrap();
+    let half = bytes.len() / 2;
+    bytes.truncate(half);
+    std::fs::write(corrupt.join("cache_leak.cmt"), &bytes).unwrap();
+    let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", corrupt.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cache_leak.cmt:"), "{}", String::from_utf8_lossy(&out.stderr));
+    analyse("top", &[&path], &["--by", "type"]);
+    analyse("dominators", &[&path], &[]);
+}
+
+/// A damaged names section (hostile JSON) reads as no names: every report works, info says so.
+#[test]
+fn a_damaged_names_section_reads_as_no_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = unnamed_cache_leak(dir.path());
+    for junk in ["{\"units\": [{\"unit\": 5}]", "[1,2,3]", "{\"units\":[{\"unit\":\"Cache_leak\",\"fields\":[{\"name\":\"x\",\"path\":\"x\",\"type\":{\"c\":\"Cache_leak.t\",\"a\":[{\"v\":1}]}}],\"types\":[{\"path\":\"Cache_leak.t\",\"params\":[1,1,1],\"manifest\":{\"c\":\"Cache_leak.t\",\"a\":[{\"c\":\"Cache_leak.t\",\"a\":[]}]},\"kind\":\"abstract\"}],\"modules\":[{\"path\":\"Cache_leak.M\",\"alias\":\"Cache_leak.M\"}]}]}"] {
+        heapsnap_format::replace_ocaml_names(&path, junk).unwrap();
+        let info = heapsnap_out(&["info", path.to_str().unwrap()]);
+        assert!(info.status.success());
+        analyse("top", &[&path], &["--by", "root"]);
+        analyse("dominators", &[&path], &[]);
+        let out = heapsnap_out(&["top", path.to_str().unwrap(), "--by", "type"]);
+        assert!(out.status.code() == Some(0) || out.status.code() == Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
