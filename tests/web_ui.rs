@@ -274,3 +274,35 @@ fn the_web_ui_shows_the_leak() {
     browser.wait_for("return document.body.innerText.includes('Largest groups') || null;", "the summary");
     browser.screenshot(&shots.join("summary.png"));
 }
+
+/// The Sites view, on a snapshot of the alloc_sites sample whose tracker stored call stacks:
+/// the leak's line is the first site, named as `top --by site` names it.
+#[test]
+fn the_web_ui_shows_allocation_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("sites.heapsnap");
+    let mut sample = dump_support::Sample::start(&samples_dir().join("alloc_sites"), &["--tracker", "callstack", "2000", "--steps", "1"]);
+    sample.wait_ready(1);
+    dump_support::dump_ok(sample.pid(), &snap, &[]);
+    drop(sample);
+    let source = std::fs::read_to_string(repo().join("samples/alloc_sites.ml")).unwrap();
+    let leak = source.lines().position(|l| l.contains("(* SITE leak *)")).expect("the leak's marker") + 1;
+    let top = dump_support::analyse("top", &[&snap], &["--by", "site"]);
+    let expected = top["groups"][0]["site"].as_str().unwrap().to_string();
+    assert!(expected.starts_with(&format!("alloc_sites.ml:{leak} ")), "{top:#}");
+
+    let (_server, url) = serve(&[snap]);
+    let browser = Browser::start();
+    browser.goto(&format!("{url}#sites"));
+    let first = browser.wait_for("const r = document.querySelector('#sites tbody tr'); return r ? r.innerText : null;", "the sites table");
+    browser.screenshot(&repo().join("target/web_ui/sites.png"));
+    let first = first.as_str().unwrap();
+    assert!(first.contains(&expected) && first.contains("≈"), "first site row: {first} (expected {expected})");
+    // Two frames: the leak's line under its caller.
+    browser.run("const s = document.querySelector('#site-depth'); s.value = '2'; s.onchange(); return null;");
+    let deeper = browser.wait_for(
+        "const r = document.querySelector('#sites tbody tr'); return r && r.innerText.includes(' <- ') ? r.innerText : null;",
+        "sites by two frames",
+    );
+    assert!(deeper.as_str().unwrap().contains("Alloc_sites.handle"), "{deeper}");
+}

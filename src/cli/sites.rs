@@ -19,6 +19,8 @@ pub enum By {
     Closure,
     /// The roots that retain the objects.
     Root,
+    /// The OCaml type (from the program's .cmt files: dump --cmt, or heapsnap annotate).
+    Type,
     /// Where statmemprof's sampled blocks were allocated (Gc.Memprof call stacks, or memtrace with --memtrace).
     Site,
 }
@@ -31,6 +33,7 @@ impl By {
             By::Kind => Some(GroupBy::Kind),
             By::Closure => Some(GroupBy::Closure),
             By::Root => Some(GroupBy::Root),
+            By::Type => Some(GroupBy::Type),
             By::Site => None,
         }
     }
