@@ -168,7 +168,7 @@ impl Sites {
         let snap = a.snap();
         let Some(entries) = snap.memprof() else {
             return Err(AnalyzeError::BadQuery(
-                "this snapshot has no statmemprof tables (OCaml 5.1 and 5.2 have no statmemprof; 5.3 and later have): allocation sites need a program sampled with Gc.Memprof or memtrace".into(),
+                "this snapshot has no statmemprof tables (OCaml 5.1 and 5.2 have no statmemprof; 4.14 and 5.3 and later have): allocation sites need a program sampled with Gc.Memprof or memtrace".into(),
             ));
         };
         if let Some(t) = trace {
