@@ -4,7 +4,9 @@
 
 use super::Runtime4;
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{copy_minor_heaps, data_segments, read_regions, registered_custom_ops, SpareBuffers, TornMinorHeap};
+use crate::runtime::capture::{
+    copy_minor_heaps, copy_static_data, data_segments, read_regions, registered_custom_ops, SpareBuffers, TornMinorHeap,
+};
 use crate::runtime::captured::{Capture, CapturedDomain};
 use crate::runtime::heap::{CapturedRegion, RegionIndex};
 use crate::runtime::safety::WorldCheck;
@@ -83,30 +85,8 @@ pub fn capture(
         .collect::<Result<Vec<_>>>()?;
     read_regions(source, &mut cap, chunks)?;
     lap(&mut cap, "heap chunks");
-    let plugins = crate::runtime::plugins::data_spans(
-        Some(rt.addr(rt.statics.dyn_globals)),
-        rt.symbol("caml_data_segments").ok(),
-        source,
-        spare.plugins(),
-    );
-    cap.warnings.extend(plugins.warnings);
-    cap.plugin_symbols = plugins.symbols;
-    cap.plugin_dwarf = plugins.dwarf;
-    let statics = crate::runtime::plugins::merge(static_spans(rt, source)?.into_iter().chain(plugins.spans).collect())
-        .into_iter()
-        .map(|(b, e)| {
-            Ok(CapturedRegion {
-                kind: RegionKind::Static,
-                domain: NO_DOMAIN,
-                base: b,
-                block_wsize: 0,
-                first_block: 0,
-                owner: 0,
-                bytes: spare.take_region(b, (e - b) as usize)?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    read_regions(source, &mut cap, statics)?;
+    let data_segments = rt.symbol("caml_data_segments").ok();
+    copy_static_data(source, &mut cap, spare, static_spans(rt, source)?, (Some(rt.addr(rt.statics.dyn_globals)), data_segments))?;
     lap(&mut cap, "static data");
     cap.free_blocks = small_free_blocks(rt, source, &cap)?;
     super::roots::capture_roots(rt, source, &mut cap, view.state, view.running.as_ref(), format)?;

@@ -106,7 +106,9 @@ pub fn capture_roots(
     }
     finalisers(&mut cx)?;
     memprof(&mut cx, &ring)?;
-    cap.ephemerons.extend(ephemerons(&cx)?);
+    // weak.c's `caml_ephe_list_head`: every ephemeron and weak array.
+    let head = cx.word(rt.addr(rt.statics.ephe_list_head))?;
+    cap.ephemerons.extend(root_chains::ephemeron_list(source, &cap.regions, head)?);
     cap.memprof_frames = root_chains::memprof_frames(source, &cx.memprof, &rt.frames, format);
     cap.roots = cx.roots;
     cap.memprof = Some(cx.memprof);
@@ -263,19 +265,4 @@ fn memprof(cx: &mut Ctx<'_>, ring: &[u64]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// weak.c's `caml_ephe_list_head`: every ephemeron and weak array, linked through field 0.
-fn ephemerons(cx: &Ctx<'_>) -> Result<Vec<u64>> {
-    let mut out = Vec::new();
-    let mut e = cx.word(cx.rt.addr(cx.rt.statics.ephe_list_head))?;
-    let mut seen = std::collections::HashSet::new();
-    while e != 0 && e & 1 == 0 && out.len() < MAX_CHAIN {
-        if !seen.insert(e) {
-            return Err(DumpError::Inconsistent(format!("ephemeron list loops at {e:#x}")));
-        }
-        out.push(e);
-        e = cx.word(e)?;
-    }
-    Ok(out)
 }

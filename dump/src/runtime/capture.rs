@@ -83,7 +83,8 @@ pub fn capture(
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
     lap(&mut cap, "pools and large allocations");
-    capture_static_data(rt, source, &mut cap, spare)?;
+    let data_segments = rt.symbol("caml_data_segments").ok();
+    copy_static_data(source, &mut cap, spare, static_spans(rt, source)?, (rt.dyn_globals(), data_segments))?;
     lap(&mut cap, "static data");
     roots::capture_roots(rt, source, &mut cap, format)?;
     lap(&mut cap, "roots and stacks");
@@ -621,14 +622,24 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
 
 /// The static data of every OCaml compilation unit (`caml_data_segments`) and of the units of
 /// loaded Dynlink plugins (see [`super::plugins`]).
-fn capture_static_data(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, spare: &mut SpareBuffers) -> Result<()> {
-    let plugins = super::plugins::data_spans(rt.dyn_globals(), rt.symbol("caml_data_segments").ok(), source, spare.plugins.as_ref());
+///
+/// `spans` are the executable's; `(dyn_globals, data_segments)` the target addresses of the
+/// runtime's `caml_dyn_globals` and `caml_data_segments`, which find the plugins' (OCaml 4.14
+/// and 5 alike).
+pub(crate) fn copy_static_data(
+    source: &dyn MemorySource,
+    cap: &mut Capture,
+    spare: &mut SpareBuffers,
+    spans: Vec<(u64, u64)>,
+    (dyn_globals, data_segments): (Option<u64>, Option<u64>),
+) -> Result<()> {
+    let plugins = super::plugins::data_spans(dyn_globals, data_segments, source, spare.plugins.as_ref());
     cap.warnings.extend(plugins.warnings);
     cap.plugin_symbols = plugins.symbols;
     cap.plugin_dwarf = plugins.dwarf;
-    let regions: Vec<CapturedRegion> = static_spans(rt, source)?
+    // Merged where they touch, so that regions never overlap.
+    let regions: Vec<CapturedRegion> = super::plugins::merge(spans.into_iter().chain(plugins.spans).collect())
         .into_iter()
-        .chain(plugins.spans)
         .map(|(b, e)| {
             Ok(CapturedRegion {
                 kind: RegionKind::Static,

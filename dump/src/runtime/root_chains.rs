@@ -5,6 +5,7 @@
 
 use super::captured::{CapturedRoot, RootName};
 use super::frames::{FrameTable, LiveSlot, SlotPlace};
+use super::heap::{CapturedRegion, RegionIndex};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{FrameDescrRecord, MemprofRecord, RootKind, NO_DOMAIN, ROOT_FLAG_WEAK};
@@ -281,4 +282,24 @@ pub fn memprof_frames(
     out.sort_unstable_by_key(|r| r.descriptor);
     out.dedup();
     out
+}
+
+/// An ephemeron list from `head`, linked through field 0 (weak.h `Ephe_link`), read from the
+/// captured heap where it has the words.
+pub fn ephemeron_list(source: &dyn MemorySource, regions: &[CapturedRegion], head: u64) -> Result<Vec<u64>> {
+    let index = RegionIndex::new(regions);
+    let mut out = Vec::new();
+    let mut e = head;
+    let mut seen = HashSet::new();
+    while e != 0 && e & 1 == 0 && out.len() < MAX_CHAIN {
+        if !seen.insert(e) {
+            return Err(DumpError::Inconsistent(format!("ephemeron list loops at {e:#x}")));
+        }
+        out.push(e);
+        e = match index.word(e) {
+            Some(next) => next,
+            None => source.read_u64(e)?,
+        };
+    }
+    Ok(out)
 }

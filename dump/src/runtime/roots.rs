@@ -91,7 +91,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         if ephe_info != 0 {
             for list in [l.roots.ephe_todo, l.roots.ephe_live] {
                 let head = cx.word(ephe_info + list)?;
-                cap.ephemerons.extend(ephemeron_chain(&cx, &cap.regions, head)?);
+                cap.ephemerons.extend(root_chains::ephemeron_list(source, &cap.regions, head)?);
             }
         }
     }
@@ -106,7 +106,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         n += 1;
     }
     let orphans = cx.word(orph_structs + l.roots.orph_ephe_live)?;
-    cap.ephemerons.extend(ephemeron_chain(&cx, &cap.regions, orphans)?);
+    cap.ephemerons.extend(root_chains::ephemeron_list(source, &cap.regions, orphans)?);
     if let (Some(m), Some((memprof_orphans, _))) = (&l.memprof, rt.statics.memprof_orphans) {
         let mut table = cx.word(rt.addr(memprof_orphans))?;
         let mut n = 0;
@@ -649,25 +649,6 @@ fn memprof_entries(cx: &mut Ctx<'_>, entries: u64, domain: u16, table_kind: u8) 
         );
     }
     Ok(())
-}
-
-/// An ephemeron list, linked through field 0 (weak.h `Ephe_link`), read from the captured heap.
-fn ephemeron_chain(cx: &Ctx<'_>, regions: &[CapturedRegion], head: u64) -> Result<Vec<u64>> {
-    let index = RegionIndex::new(regions);
-    let mut out = Vec::new();
-    let mut e = head;
-    let mut seen = HashMap::new();
-    while e != 0 && e & 1 == 0 && out.len() < MAX_CHAIN {
-        if seen.insert(e, ()).is_some() {
-            return Err(DumpError::Inconsistent(format!("ephemeron list loops at {e:#x}")));
-        }
-        out.push(e);
-        e = match index.word(e) {
-            Some(next) => next,
-            None => cx.word(e)?,
-        };
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
