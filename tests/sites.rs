@@ -20,19 +20,6 @@ fn site_line(name: &str) -> u64 {
     source.lines().position(|l| l.contains(&marker)).map(|n| n as u64 + 1).unwrap_or_else(|| panic!("no marker {marker}"))
 }
 
-/// The memtrace build of the sample, or `None` (said) when memtrace's source is missing.
-fn memtrace_programs() -> Option<PathBuf> {
-    let out = Command::new(repo().join("memtrace/scripts/build-ocaml-programs.sh")).output().expect("run build-ocaml-programs.sh");
-    match out.status.code() {
-        Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())),
-        Some(3) => {
-            eprintln!("NOT COVERED: {}", String::from_utf8_lossy(&out.stderr).trim());
-            None
-        }
-        _ => panic!("build-ocaml-programs.sh failed: {}", String::from_utf8_lossy(&out.stderr)),
-    }
-}
-
 /// Runs `program ARGS --steps 1` to its READY point and dumps it; the sample stays paused.
 fn snapshot_at_ready(program: &Path, args: &[&str], env: &[(&str, &std::ffi::OsStr)], out: &Path) -> Sample {
     let mut args = args.to_vec();

@@ -4,7 +4,7 @@
 //! trait, so both give the same answer.
 
 use crate::analysis::{Analysis, NodeKind};
-use crate::blocks::{BlockRef, NodeId, Target};
+use crate::blocks::{BlockMap, BlockRef, NodeId, Target};
 use crate::groups::{Group, GroupBy, GroupKey};
 use crate::names::Names;
 use crate::ocaml::HeaderLayout;
@@ -88,6 +88,11 @@ pub trait AnalysedHeap<'s> {
     }
 
     /// The block a pointer points at (its first field); `None` for anything else.
+    /// The blocks, when they were walked (a full analysis): walks on every core use them.
+    fn block_map(&self) -> Option<&BlockMap<'s>> {
+        None
+    }
+
     fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
         match self.resolve(value) {
             Target::Node(v) => self.block(v).filter(|b| b.address == value),
@@ -207,6 +212,10 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
 
     fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
         self.graph.blocks.block_of_pointer(value)
+    }
+
+    fn block_map(&self) -> Option<&BlockMap<'s>> {
+        Some(&self.graph.blocks)
     }
 
     fn is_ephemeron(&self, v: NodeId) -> bool {

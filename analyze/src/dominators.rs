@@ -97,6 +97,17 @@ pub struct DominatorTree {
     pub retained_pre: RetainedSizes,
     /// Preorder number -> node, built on first use (4 bytes per reachable node).
     preorder: std::sync::OnceLock<Vec<u32>>,
+    /// The dominator tree laid out in its own preorder, built on first use by
+    /// [`DominatorTree::union_retained`] (every grouping reuses it).
+    tree_order: std::sync::OnceLock<TreeOrder>,
+}
+
+/// The dominator tree in its own preorder: a node, then one child subtree after the other.
+struct TreeOrder {
+    /// Preorder numbers (the DFS's), in the tree's preorder.
+    order: Vec<u32>,
+    /// Where each node's subtree ends in `order`.
+    end: Vec<u32>,
 }
 
 /// Retained sizes by preorder number: in words as `u32` when every sum fits (heaps below
@@ -205,20 +216,23 @@ impl DominatorTree {
         if r == 0 {
             return vec![0; groups];
         }
-        // `span[p]` is first the size of p's subtree, then (once p is placed) where p's next
-        // child goes, and in the end where p's interval ends: p, then one child subtree after
-        // the other. In preorder, a node's dominator is placed before it.
-        let mut span = vec![1u32; r];
-        sum_over_subtrees(idom, &mut span);
-        let mut order = vec![0u32; r];
-        span[0] = 1;
-        for p in 1..r {
-            let d = idom[p] as usize;
-            let at = span[d];
-            span[d] += span[p];
-            span[p] = at + 1;
-            order[at as usize] = p as u32;
-        }
+        let TreeOrder { order, end: span } = self.tree_order.get_or_init(|| {
+            // `span[p]` is first the size of p's subtree, then (once p is placed) where p's next
+            // child goes, and in the end where p's interval ends: p, then one child subtree after
+            // the other. In preorder, a node's dominator is placed before it.
+            let mut span = vec![1u32; r];
+            sum_over_subtrees(idom, &mut span);
+            let mut order = vec![0u32; r];
+            span[0] = 1;
+            for p in 1..r {
+                let d = idom[p] as usize;
+                let at = span[d];
+                span[d] += span[p];
+                span[p] = at + 1;
+                order[at as usize] = p as u32;
+            }
+            TreeOrder { order, end: span }
+        });
         let mut retained = vec![0u64; groups];
         let mut end = vec![0u32; groups];
         for (i, &p) in order.iter().enumerate().skip(1) {
@@ -399,6 +413,7 @@ pub fn dominators_with<T: Send>(graph: Csr<'_>, root: u32, beside: impl FnOnce(&
         idom_pre: words,
         retained_pre: RetainedSizes::Bytes(Vec::new()),
         preorder: std::sync::OnceLock::new(),
+        tree_order: std::sync::OnceLock::new(),
     };
     (tree, beside)
 }

@@ -402,23 +402,33 @@ pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
 pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
     let Some(typing) = AnalysedHeap::typing(a) else { return Vec::new() };
     let n_types = typing.type_count();
-    let mut totals = vec![(0u64, 0u64); n_types];
     let pre_of = &a.tree.pre_of;
-    let mut gid = vec![crate::dominators::NONE; a.tree.reachable_count()];
     let blocks = &a.graph.blocks;
-    for r in blocks.block_regions() {
-        for b in blocks.region_blocks(r) {
-            let t = typing.type_id(b.node);
-            let p = pre_of[b.node as usize];
-            if t == crate::typed::NO_TYPE || p == NO_NODE {
-                continue;
-            }
-            totals[t as usize].0 += 1;
-            totals[t as usize].1 += b.header.bytes();
-            gid[p as usize] = t;
-        }
-    }
-    let retained = a.tree.union_retained(n_types, |p| gid[p]);
+    let regions: Vec<usize> = blocks.block_regions().collect();
+    let totals = regions
+        .par_iter()
+        .fold(
+            || vec![(0u64, 0u64); n_types],
+            |mut totals, &r| {
+                for b in blocks.region_blocks(r) {
+                    let t = typing.type_id(b.node);
+                    if t != crate::typed::NO_TYPE && pre_of[b.node as usize] != NO_NODE {
+                        totals[t as usize].0 += 1;
+                        totals[t as usize].1 += b.header.bytes();
+                    }
+                }
+                totals
+            },
+        )
+        .reduce(
+            || vec![(0u64, 0u64); n_types],
+            |mut x, y| {
+                x.iter_mut().zip(y).for_each(|(x, y)| (x.0, x.1) = (x.0 + y.0, x.1 + y.1));
+                x
+            },
+        );
+    let preorder = a.tree.preorder();
+    let retained = a.tree.union_retained(n_types, |p| typing.type_id(preorder[p]));
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)

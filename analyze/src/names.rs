@@ -142,6 +142,11 @@ impl<'s> Names<'s> {
         }
     }
 
+    /// Custom operations' addresses and identifiers.
+    pub fn custom_ops(&self) -> &HashMap<u64, &'s str> {
+        &self.custom_ops
+    }
+
     pub fn custom_identifier(&self, ops: u64) -> Option<&'s str> {
         self.custom_ops.get(&ops).copied()
     }

@@ -12,12 +12,14 @@
 //! that came through its immediate dominator; such conflicts are counted.
 
 use crate::analysed::AnalysedHeap;
-use crate::blocks::{NodeId, NO_NODE};
+use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::ocaml;
 use heapsnap_format::RootKind;
 use heapsnap_names::{Shape, Ty, TypeEnv};
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, AtomicU32};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub const NO_TYPE: u32 = u32::MAX;
 /// Distinct types named at most (nested types could make new ones without end).
@@ -81,6 +83,17 @@ impl Layout {
     /// Whether a pointer can have this type.
     fn allows_pointer(&self) -> bool {
         !matches!(self, Layout::Immediate)
+    }
+
+    /// The types this layout names (its fields', elements', contents').
+    fn named_types(&self) -> Vec<u32> {
+        match self {
+            Layout::Fields(_, f) => f.clone(),
+            Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, _, f)| f.iter().copied()).collect(),
+            Layout::PolyVariant(l) => l.iter().map(|&(_, _, t)| t).collect(),
+            Layout::Array(t) | Layout::Lazy(t) | Layout::Unboxed(t) => vec![*t],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -146,14 +159,15 @@ impl Interner<'_> {
         id
     }
 
-    #[inline]
-    fn allows(&mut self, id: u32) -> Allows {
-        match self.layouts.get(id as usize) {
-            Some(Some((_, allows))) => *allows,
-            _ => {
-                self.layout(id);
-                self.layouts[id as usize].as_ref().expect("just computed").1
+    /// Computes the layout of `id` and of every type it names, and so on, so that the walk
+    /// only reads them.
+    fn complete(&mut self, id: u32) {
+        let mut pending = vec![id];
+        while let Some(t) = pending.pop() {
+            if t == NO_TYPE || matches!(self.layouts.get(t as usize), Some(Some(_))) {
+                continue;
             }
+            pending.extend(self.layout(t).named_types());
         }
     }
 
@@ -230,18 +244,224 @@ pub fn hash_variant(label: &str) -> i64 {
     }
 }
 
+/// `(pointer, type, the node it was reached from)`: a value to type.
+type Arrival = (u64, u32, NodeId);
+
+/// Counts of one walk (or one part of a parallel walk).
+#[derive(Default)]
+struct Tally {
+    conflicts: u64,
+    mismatches: u64,
+    typed_objects: u64,
+    typed_bytes: u64,
+}
+
+impl Tally {
+    fn add(&mut self, o: &Tally) {
+        self.conflicts += o.conflicts;
+        self.mismatches += o.mismatches;
+        self.typed_objects += o.typed_objects;
+        self.typed_bytes += o.typed_bytes;
+    }
+}
+
+/// The typing walk over one heap, every layout it can meet computed beforehand.
+struct Walk<'w, 's, F> {
+    /// The block a pointer points at (`AnalysedHeap::block_of_pointer`).
+    find: F,
+    custom_ops: &'w std::collections::HashMap<u64, &'s str>,
+    layouts: &'w [Option<(Arc<Layout>, Allows)>],
+    node_type: Vec<AtomicU32>,
+    via: Vec<AtomicU32>,
+    /// Set by a parallel walk that met a block reached with two types.
+    conflicted: AtomicBool,
+    tally: Mutex<Tally>,
+}
+
+/// A parallel walk gives part of its stack away when it grows past this.
+const SPLIT_AT: usize = 4096;
+
+/// A block's immediate dominator, for the serial walk's conflicts.
+type Idom<'i> = &'i dyn Fn(NodeId) -> Option<NodeId>;
+
+impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
+    fn new(
+        find: F,
+        custom_ops: &'w std::collections::HashMap<u64, &'s str>,
+        layouts: &'w [Option<(Arc<Layout>, Allows)>],
+        nodes: usize,
+    ) -> Self {
+        let fresh = |value: u32| (0..nodes).map(|_| AtomicU32::new(value)).collect::<Vec<_>>();
+        Walk {
+            find,
+            custom_ops,
+            layouts,
+            node_type: fresh(NO_TYPE),
+            via: fresh(NO_NODE),
+            conflicted: AtomicBool::new(false),
+            tally: Mutex::new(Tally::default()),
+        }
+    }
+
+    fn layout_of(&self, t: u32) -> Option<&'w (Arc<Layout>, Allows)> {
+        self.layouts.get(t as usize).and_then(|l| l.as_ref())
+    }
+
+    /// Types the block one arrival reaches and pushes its typed fields. Without `idom` (the
+    /// parallel walk), a block already typed otherwise is a conflict left to the serial walk
+    /// (`false`).
+    fn visit(&self, (pointer, mut t, from): Arrival, stack: &mut Vec<Arrival>, tally: &mut Tally, idom: Option<Idom<'_>>) -> bool {
+        let parallel = idom.is_none();
+        let Some(b) = (self.find)(pointer) else { return true };
+        let Some((first, _)) = self.layout_of(t) else { return true };
+        let mut layout: &Layout = first;
+        // Unboxed types and forced lazy values: the block is the inner value.
+        let mut hops = 0;
+        loop {
+            let inner = match *layout {
+                Layout::Unboxed(inner) => inner,
+                Layout::Lazy(inner) if !matches!(b.header.tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG) => inner,
+                _ => break,
+            };
+            let Some((l, _)) = self.layout_of(inner).filter(|_| hops < 8) else { break };
+            (t, layout, hops) = (inner, &**l, hops + 1);
+        }
+        let v = b.node;
+        let current = self.node_type[v as usize].load(Relaxed);
+        if current == t {
+            // Typed so already: its fit was checked then.
+            return true;
+        }
+        if parallel && current != NO_TYPE {
+            return false;
+        }
+        let (tag, size) = (b.header.tag, b.header.wosize as usize);
+        let fits = match layout {
+            Layout::Fields(_, f) => tag == 0 && size == f.len(),
+            Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
+            Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
+            Layout::PolyVariant(l) => {
+                tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
+            }
+            Layout::Array(_) => tag == 0,
+            Layout::FloatArray => tag == ocaml::DOUBLE_ARRAY_TAG || size == 0,
+            Layout::String => tag == ocaml::STRING_TAG,
+            Layout::Float => tag == ocaml::DOUBLE_TAG,
+            Layout::Custom(id) => tag == ocaml::CUSTOM_TAG && b.fields.first().and_then(|ops| self.custom_ops.get(ops)) == Some(id),
+            Layout::Lazy(_) => matches!(tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG),
+            Layout::Object => tag == ocaml::OBJECT_TAG,
+            Layout::Unboxed(_) | Layout::Immediate | Layout::Opaque => false,
+        };
+        // Every field must be possible for its type too: an immediate where the type has
+        // only blocks (a string, a record) or a pointer where it has only immediates.
+        let field_types: &[u32] = match layout {
+            Layout::Fields(_, f) => f,
+            Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
+            _ => &[],
+        };
+        let fields_fit =
+            field_types.iter().zip(b.fields).all(|(&ft, &w)| ft == NO_TYPE || self.layout_of(ft).is_none_or(|(_, allows)| allows.word(w)));
+        if !fits || !fields_fit {
+            if !matches!(layout, Layout::Opaque | Layout::Unboxed(_)) {
+                tally.mismatches += 1;
+            }
+            return true;
+        }
+        if parallel {
+            // Claimed by whichever walk comes first; another type there is a conflict.
+            if let Err(other) = self.node_type[v as usize].compare_exchange(NO_TYPE, t, Relaxed, Relaxed) {
+                return other == t;
+            }
+        } else if let Some(idom) = idom {
+            if current != NO_TYPE {
+                tally.conflicts += 1;
+                // The type through the immediate dominator wins, once.
+                let idom = idom(v).unwrap_or(NO_NODE);
+                if !(from == idom && self.via[v as usize].load(Relaxed) != idom) {
+                    return true;
+                }
+            }
+            self.node_type[v as usize].store(t, Relaxed);
+        }
+        // Typed blocks are reachable: typing follows strong fields only (weak arrays and
+        // ephemerons are abstract blocks, never typed).
+        if current == NO_TYPE {
+            tally.typed_objects += 1;
+            tally.typed_bytes += b.header.bytes();
+        }
+        self.via[v as usize].store(from, Relaxed);
+        let mut push = |i: usize, ft: u32| {
+            if ft == NO_TYPE {
+                return;
+            }
+            if let Some(&w) = b.fields.get(i) {
+                if ocaml::is_pointer(w) {
+                    stack.push((w, ft, v));
+                }
+            }
+        };
+        match layout {
+            Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+            Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+            Layout::PolyVariant(l) => {
+                if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
+                    push(1, *ft);
+                }
+            }
+            Layout::Array(e) => (0..size).for_each(|i| push(i, *e)),
+            Layout::Lazy(inner) if tag == ocaml::FORWARD_TAG => push(0, *inner),
+            _ => {}
+        }
+        true
+    }
+
+    fn finish(self) -> (Vec<u32>, Tally) {
+        (self.node_type.into_iter().map(AtomicU32::into_inner).collect(), self.tally.into_inner().expect("tally"))
+    }
+
+    fn serial(&self, mut stack: Vec<Arrival>, idom: Idom<'_>) {
+        let mut tally = Tally::default();
+        while let Some(arrival) = stack.pop() {
+            self.visit(arrival, &mut stack, &mut tally, Some(idom));
+        }
+        self.tally.lock().expect("tally").add(&tally);
+    }
+
+    /// One part of the parallel walk: gives half its stack to another task when it grows.
+    fn parallel<'scope>(&'scope self, scope: &rayon::Scope<'scope>, mut stack: Vec<Arrival>)
+    where
+        'w: 'scope,
+        F: Sync,
+    {
+        let mut tally = Tally::default();
+        while let Some(arrival) = stack.pop() {
+            if !self.visit(arrival, &mut stack, &mut tally, None) {
+                self.conflicted.store(true, Relaxed);
+            }
+            if stack.len() >= SPLIT_AT {
+                if self.conflicted.load(Relaxed) {
+                    break;
+                }
+                let given: Vec<Arrival> = stack.drain(..stack.len() / 2).collect();
+                scope.spawn(move |scope| self.parallel(scope, given));
+            }
+        }
+        self.tally.lock().expect("tally").add(&tally);
+    }
+}
+
 impl Typing {
     /// Types the heap from its typed module globals; `None` without OCaml names.
+    ///
+    /// The walk runs on every core, each block claimed by the first arrival. When blocks are
+    /// reached with two types, which one wins must not depend on timing: the walk is then run
+    /// again on one core, in a fixed order, and the immediate dominator settles each conflict.
     pub fn compute<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
         let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
-        let n = a.node_count();
-        let mut node_type = vec![NO_TYPE; n];
-        let mut via = vec![NO_NODE; n];
-        // (pointer, type, the node it was reached from)
-        let mut queue: Vec<(u64, u32, NodeId)> = Vec::new();
+        let mut roots: Vec<Arrival> = Vec::new();
         let snap = a.snap();
         for r in snap.roots() {
             if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) || !ocaml::is_pointer(r.value) {
@@ -252,111 +472,42 @@ impl Typing {
             let Some(ty) = field.ty.as_ref().filter(|_| field.kind == "value") else { continue };
             let t = interner.intern(ty);
             if t != NO_TYPE {
+                interner.complete(t);
                 let holder = r.slot.checked_sub(8 * r.origin).and_then(|x| a.node_at(x).ok()).unwrap_or(NO_NODE);
-                queue.push((r.value, t, holder));
+                roots.push((r.value, t, holder));
             }
         }
-        let (mut conflicts, mut mismatches) = (0u64, 0u64);
-        let (mut typed_objects, mut typed_bytes) = (0, 0);
-        while let Some((pointer, mut t, from)) = queue.pop() {
-            // Unboxed types and forced lazy values: the block is the inner value.
-            let mut layout = interner.layout(t);
-            let Some(b) = a.block_of_pointer(pointer) else { continue };
-            let v = b.node;
-            let mut hops = 0;
-            loop {
-                match *layout {
-                    Layout::Unboxed(inner) if inner != NO_TYPE && hops < 8 => t = inner,
-                    Layout::Lazy(inner)
-                        if inner != NO_TYPE
-                            && hops < 8
-                            && !matches!(b.header.tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG) =>
-                    {
-                        t = inner
-                    }
-                    _ => break,
-                }
-                hops += 1;
-                layout = interner.layout(t);
-            }
-            let (tag, size) = (b.header.tag, b.header.wosize as usize);
-            let fits = match &*layout {
-                Layout::Fields(_, f) => tag == 0 && size == f.len(),
-                Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
-                Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
-                Layout::PolyVariant(l) => {
-                    tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
-                }
-                Layout::Array(_) => tag == 0,
-                Layout::FloatArray => tag == ocaml::DOUBLE_ARRAY_TAG || size == 0,
-                Layout::String => tag == ocaml::STRING_TAG,
-                Layout::Float => tag == ocaml::DOUBLE_TAG,
-                Layout::Custom(id) => {
-                    tag == ocaml::CUSTOM_TAG && b.fields.first().and_then(|&ops| names.custom_identifier(ops)) == Some(*id)
-                }
-                Layout::Lazy(_) => matches!(tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG),
-                Layout::Object => tag == ocaml::OBJECT_TAG,
-                Layout::Unboxed(_) | Layout::Immediate | Layout::Opaque => false,
-            };
-            // Every field must be possible for its type too: an immediate where the type has
-            // only blocks (a string, a record) or a pointer where it has only immediates.
-            let field_types: &[u32] = match &*layout {
-                Layout::Fields(_, f) => f,
-                Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
-                _ => &[],
-            };
-            let fields_fit = field_types.iter().zip(b.fields).all(|(&ft, &w)| ft == NO_TYPE || interner.allows(ft).word(w));
-            if !fits || !fields_fit {
-                if !matches!(*layout, Layout::Opaque | Layout::Unboxed(_)) {
-                    mismatches += 1;
-                }
-                continue;
-            }
-            let current = node_type[v as usize];
-            if current == t {
-                continue;
-            }
-            if current != NO_TYPE {
-                conflicts += 1;
-                // The type through the immediate dominator wins, once.
-                let idom = a.idom(v).unwrap_or(NO_NODE);
-                if !(from == idom && via[v as usize] != idom) {
-                    continue;
+        let n = a.node_count();
+        let (custom_ops, layouts) = (names.custom_ops(), &interner.layouts[..]);
+        let idom = |v| a.idom(v);
+        let (node_type, tally) = match a.block_map() {
+            Some(blocks) => {
+                let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n);
+                rayon::scope(|scope| w.parallel(scope, roots.clone()));
+                if w.conflicted.load(Relaxed) {
+                    timer.lap("parallel walk (conflicts: again on one core)");
+                    let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n);
+                    w.serial(roots, &idom);
+                    w.finish()
+                } else {
+                    w.finish()
                 }
             }
-            // Typed blocks are reachable: typing follows strong fields only (weak arrays and
-            // ephemerons are abstract blocks, never typed).
-            if current == NO_TYPE {
-                typed_objects += 1;
-                typed_bytes += b.header.bytes();
+            None => {
+                let w = Walk::new(|p| a.block_of_pointer(p), custom_ops, layouts, n);
+                w.serial(roots, &idom);
+                w.finish()
             }
-            node_type[v as usize] = t;
-            via[v as usize] = from;
-            let mut push = |i: usize, ft: u32| {
-                if ft == NO_TYPE {
-                    return;
-                }
-                if let Some(&w) = b.fields.get(i) {
-                    if ocaml::is_pointer(w) {
-                        queue.push((w, ft, v));
-                    }
-                }
-            };
-            match &*layout {
-                Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
-                Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
-                Layout::PolyVariant(l) => {
-                    if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
-                        push(1, *ft);
-                    }
-                }
-                Layout::Array(e) => (0..size).for_each(|i| push(i, *e)),
-                Layout::Lazy(inner) if tag == ocaml::FORWARD_TAG => push(0, *inner),
-                _ => {}
-            }
-        }
+        };
         timer.lap("typed walk");
-        Some(Typing { node_type, types: interner.types, conflicts, mismatches, typed_objects, typed_bytes })
+        Some(Typing {
+            node_type,
+            types: interner.types,
+            conflicts: tally.conflicts,
+            mismatches: tally.mismatches,
+            typed_objects: tally.typed_objects,
+            typed_bytes: tally.typed_bytes,
+        })
     }
 
     /// The type id of a node (`NO_TYPE`: untyped).

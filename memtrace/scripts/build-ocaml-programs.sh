@@ -5,6 +5,9 @@
 #   dump_trace        memtrace's own bin/dump_trace.ml: the reference decoder for our reader
 #   alloc_sites_memtrace  samples/alloc_sites.ml (with the samples' pause protocol) traced by
 #                     memtrace (samples/alloc_sites_memtrace.ml), for heapsnap's --memtrace tests
+#   lib/memtrace/     memtrace installed as ocamlfind installs a package (META, .cmi, .cmx,
+#                     .cmxa, and the .cmt files, which are nowhere else): where heapsnap's names
+#                     of installed libraries are found
 #
 #   memtrace/scripts/build-ocaml-programs.sh
 #
@@ -54,10 +57,15 @@ flags=(-g -I +unix -I +threads -I "$src")
   cd "$src"
   # Compile interfaces and implementations in dependency order, as dune would.
   order=$("$prefix/bin/ocamldep" -sort ./*.mli ./*.ml)
-  for f in $order; do "$ocamlopt" "${flags[@]}" -c "$f"; done
+  for f in $order; do "$ocamlopt" "${flags[@]}" -bin-annot -c "$f"; done
   cmx=()
   for f in $order; do case "$f" in *.ml) cmx+=("${f%.ml}.cmx") ;; esac; done
   "$ocamlopt" "${flags[@]}" -a "${cmx[@]}" -o memtrace.cmxa
+  # Installed as `ocamlfind install` would; the build tree keeps no .cmt (opam removes it).
+  mkdir -p "$out/lib/memtrace"
+  printf 'version = "a88470c"\ndescription = "memtrace"\narchive(native) = "memtrace.cmxa"\n' >"$out/lib/memtrace/META"
+  cp ./*.cmi ./*.cmx memtrace.cmxa memtrace.a "$out/lib/memtrace/"
+  mv ./*.cmt ./*.cmti "$out/lib/memtrace/"
 )
 libs=(unix.cmxa threads.cmxa "$src/memtrace.cmxa")
 "$ocamlopt" "${flags[@]}" "${libs[@]}" "$out/build/bin/dump_trace.ml" -o "$out/dump_trace"

@@ -42,7 +42,7 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     let units = find::snapshot_units(&snap);
     let wanted: BTreeSet<String> = units.keys().cloned().collect();
     let sources = find::source_dirs(&snap);
-    let program = find::find_cmt_files(&options.cmt_dirs, &sources, None, &wanted);
+    let program = find::find_cmt_files(&options.cmt_dirs, &sources, None, &[], &wanted);
     // The OCaml distribution's own build tree (where the standard library was compiled) may
     // still be on this machine, next to the sources its line tables name: its files are not
     // the program's, and alone they do not call for a toolchain.
@@ -55,7 +55,17 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     }
     let tc = Toolchain::find(options.ocaml.as_deref())?;
     tc.check_version(&snap.metadata().ocaml_version)?;
-    let files = find::find_cmt_files(&options.cmt_dirs, &sources, Some(&tc.stdlib), &wanted);
+    let libraries = tc.library_dirs();
+    let files = find::find_cmt_files(&options.cmt_dirs, &sources, Some(&tc.stdlib), &libraries, &wanted);
+    // A unit found among installed libraries may be another program's module of the same
+    // name: it is kept only if it was compiled from a source file the executable's debug
+    // info names (when that names a file of its name at all).
+    let compiled_from = find::source_files(&snap);
+    let from_library = |file: &Path| {
+        !options.cmt_dirs.iter().any(|d| file.starts_with(d))
+            && libraries.iter().any(|l| file.starts_with(l))
+            && file.parent() != Some(tc.stdlib.as_path())
+    };
     let exe = tc.reader(progress)?;
     progress(&format!("reading {} .cmt files", files.len()));
     let list: Vec<PathBuf> = files.values().cloned().collect();
@@ -86,6 +96,12 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
             }
             _ => {}
         }
+        if from_library(Path::new(&file)) {
+            if let Some(message) = foreign_source(&unit, &compiled_from) {
+                refused.push(FileError { file, message: format!("{name}: {message}: a .cmt of another program or build, left out") });
+                continue;
+            }
+        }
         fields += n as usize;
         if !Path::new(&file).starts_with(&stdlib) {
             program_units += 1;
@@ -101,4 +117,17 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     drop(snap);
     heapsnap_format::replace_ocaml_names(path, &stored.to_string())?;
     Ok(result)
+}
+
+/// Why a unit's `.cmt` was not compiled from one of `sources` (the executable's source files),
+/// when they name a file of its source's name; `None` when it was, or when they name none.
+fn foreign_source(unit: &Value, sources: &[PathBuf]) -> Option<String> {
+    let source = Path::new(unit.get("source")?.as_str()?);
+    let builddir = Path::new(unit.get("builddir").and_then(Value::as_str).unwrap_or(""));
+    let compiled = find::normalise(&builddir.join(source));
+    let same_name: Vec<&PathBuf> = sources.iter().filter(|f| f.file_name() == source.file_name()).collect();
+    if same_name.is_empty() || same_name.contains(&&compiled) {
+        return None;
+    }
+    Some(format!("compiled from {}, but the executable's {} is {}", compiled.display(), source.display(), same_name[0].display()))
 }

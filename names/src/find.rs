@@ -1,6 +1,6 @@
 //! Where a snapshot's `.cmt` files are: beside the source files its line tables name, in a dune
 //! `_build/default` above them, in directories the user gives (`--cmt DIR`), and the standard
-//! library's in the toolchain.
+//! library's and installed libraries' through the toolchain.
 
 use heapsnap_format::{RootKind, Snapshot};
 use std::collections::{BTreeMap, BTreeSet};
@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 /// Directories are searched this deep (a dune tree's `.objs/byte` is 3 to 5 levels down).
 const MAX_DEPTH: usize = 8;
+/// Library directories are searched this deep: `lib/PKG/SUBPKG/x.cmt`, or
+/// `lib/ocaml/site-lib/PKG/x.cmt`.
+const LIBRARY_DEPTH: usize = 3;
 /// A search stops after this many directory entries (a `--cmt /` must not take forever).
 const MAX_ENTRIES: usize = 200_000;
 
@@ -33,7 +36,14 @@ pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
 
 /// The directories of the source files named by the snapshot's line tables (the executable's).
 pub fn source_dirs(snap: &Snapshot) -> Vec<PathBuf> {
-    let mut dirs = BTreeSet::new();
+    let dirs: BTreeSet<PathBuf> = source_files(snap).iter().filter_map(|f| f.parent().map(Path::to_path_buf)).collect();
+    dirs.into_iter().collect()
+}
+
+/// The `.ml` files named by the snapshot's line tables (the executable's), as full paths
+/// without `.` components.
+pub fn source_files(snap: &Snapshot) -> Vec<PathBuf> {
+    let mut files = BTreeSet::new();
     let section = |id: gimli::SectionId| -> Result<gimli::EndianSlice<'_, gimli::LittleEndian>, gimli::Error> {
         Ok(gimli::EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), gimli::LittleEndian))
     };
@@ -65,21 +75,27 @@ pub fn source_dirs(snap: &Snapshot) -> Vec<PathBuf> {
                 full.push(d);
             }
             full.push(name);
-            if let Some(parent) = full.parent() {
-                dirs.insert(parent.to_path_buf());
-            }
+            files.insert(normalise(&full));
         }
     }
-    dirs.into_iter().collect()
+    files.into_iter().collect()
+}
+
+/// `path` without its `.` components (`/b/./x.ml` -> `/b/x.ml`), as debug info and `.cmt`
+/// files may write the same file.
+pub fn normalise(path: &Path) -> PathBuf {
+    path.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
 /// The `.cmt` file of each wanted unit: from `given` (searched deep), then beside the sources
-/// and in a dune `_build/default` above them (deep), then the standard library's directory.
-/// The first place that has a unit wins.
+/// and in a dune `_build/default` above them (deep), then the standard library's directory,
+/// then installed libraries (`libraries`, a package and its subdirectories each). The first
+/// place that has a unit wins.
 pub fn find_cmt_files(
     given: &[PathBuf],
     source_dirs: &[PathBuf],
     stdlib: Option<&Path>,
+    libraries: &[PathBuf],
     wanted: &BTreeSet<String>,
 ) -> BTreeMap<String, PathBuf> {
     let mut found = BTreeMap::new();
@@ -111,6 +127,12 @@ pub fn find_cmt_files(
     }
     if let Some(s) = stdlib {
         scan(s, 0, wanted, &mut found, &mut budget);
+    }
+    for l in libraries {
+        if found.len() == wanted.len() {
+            break;
+        }
+        scan(l, LIBRARY_DEPTH, wanted, &mut found, &mut budget);
     }
     found
 }

@@ -48,6 +48,23 @@ impl Toolchain {
         Ok(tc)
     }
 
+    /// Where installed libraries' `.cmt` files are: `ocamlfind printconf path` when the
+    /// toolchain came through `ocamlfind`, `$OCAMLPATH`, the standard library's directory (its
+    /// own `unix/`, `threads/`, and packages installed inside it) and, in an opam switch, the
+    /// switch's `lib/`.
+    pub fn library_dirs(&self) -> Vec<PathBuf> {
+        let findlib = self.ocamlfind.as_ref().and_then(|f| {
+            let out = Command::new(f).args(["printconf", "path"]).output().ok()?;
+            out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        });
+        library_dirs(
+            &self.stdlib,
+            findlib.as_deref(),
+            std::env::var_os("OCAMLPATH").as_deref(),
+            std::env::var_os("OPAM_SWITCH_PREFIX").as_deref(),
+        )
+    }
+
     fn command(&self) -> Command {
         match &self.ocamlfind {
             Some(f) => {
@@ -156,6 +173,41 @@ pub fn run_reader(exe: &Path, files: &[PathBuf]) -> Result<String, NamesError> {
     String::from_utf8(out.stdout).map_err(|_| NamesError::Toolchain("the .cmt reader printed non-UTF-8 output".into()))
 }
 
+/// The library directories of a toolchain whose standard library is `stdlib`, given what
+/// `ocamlfind printconf path` printed and the environment's `OCAMLPATH` and
+/// `OPAM_SWITCH_PREFIX`. The standard library's parent is taken only in an opam switch (a
+/// system toolchain's would be `/usr/lib`).
+pub fn library_dirs(
+    stdlib: &Path,
+    findlib_path: Option<&str>,
+    ocamlpath: Option<&std::ffi::OsStr>,
+    opam_switch: Option<&std::ffi::OsStr>,
+) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut add = |d: PathBuf| {
+        if d.is_dir() && !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    };
+    for line in findlib_path.unwrap_or("").lines().map(str::trim).filter(|l| !l.is_empty()) {
+        add(PathBuf::from(line));
+    }
+    for d in ocamlpath.map(|p| std::env::split_paths(p).collect::<Vec<_>>()).unwrap_or_default() {
+        add(d);
+    }
+    add(stdlib.to_path_buf());
+    if let Some(lib) = stdlib.parent() {
+        let in_switch = lib.parent().is_some_and(|sw| sw.join(".opam-switch").is_dir());
+        if in_switch {
+            add(lib.to_path_buf());
+        }
+    }
+    if let Some(sw) = opam_switch {
+        add(Path::new(sw).join("lib"));
+    }
+    dirs
+}
+
 fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
     let mut parts = version.split(['.', '+', '~']).map(|p| p.parse::<u32>().unwrap_or(0));
     let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
@@ -176,6 +228,26 @@ pub fn cache_dir() -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn library_dirs_of_findlib_opam_and_ocamlpath() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = |p: &str| {
+            let path = tmp.path().join(p);
+            std::fs::create_dir_all(&path).unwrap();
+            path
+        };
+        let (stdlib, switch_lib, site, extra) = (d("sw/lib/ocaml"), d("sw/lib"), d("site-lib"), d("extra"));
+        // A plain prefix: the stdlib only (its parent could be /usr/lib).
+        assert_eq!(super::library_dirs(&stdlib, None, None, None), vec![stdlib.clone()]);
+        // An opam switch: its lib/ too.
+        d("sw/.opam-switch");
+        assert_eq!(super::library_dirs(&stdlib, None, None, None), vec![stdlib.clone(), switch_lib.clone()]);
+        // ocamlfind's path first, then OCAMLPATH; missing and repeated directories dropped.
+        let findlib = format!("{}\n{}\n/no/such/dir\n", site.display(), stdlib.display());
+        let ocamlpath = std::env::join_paths([&extra, &site]).unwrap();
+        assert_eq!(super::library_dirs(&stdlib, Some(&findlib), Some(&ocamlpath), None), vec![site, stdlib, extra, switch_lib]);
+    }
+
     #[test]
     fn versions() {
         assert!(super::version_at_least("5.2.0", 5, 2));

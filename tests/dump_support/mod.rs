@@ -104,6 +104,20 @@ pub fn toolchain_prefix(toolchain: &str) -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
 }
 
+/// The programs memtrace/scripts/build-ocaml-programs.sh builds (memtrace itself, installed
+/// in their `lib/`), or `None` (said) when memtrace's source is missing.
+pub fn memtrace_programs() -> Option<PathBuf> {
+    let out = Command::new(repo().join("memtrace/scripts/build-ocaml-programs.sh")).output().expect("run build-ocaml-programs.sh");
+    match out.status.code() {
+        Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())),
+        Some(3) => {
+            eprintln!("NOT COVERED: {}", String::from_utf8_lossy(&out.stderr).trim());
+            None
+        }
+        _ => panic!("build-ocaml-programs.sh failed: {}", String::from_utf8_lossy(&out.stderr)),
+    }
+}
+
 /// Compiles an OCaml program (with -g) into `dir`; returns the executable.
 pub fn compile_ocaml(dir: &Path, name: &str, source: &str, libs: &[&str]) -> PathBuf {
     compile_ocaml_with_c(dir, name, source, libs, None)
