@@ -3,8 +3,9 @@
    variant with constant, tuple and inline-record constructors, a polymorphic tree, a GADT
    (whose existential payload must stay untyped), a Map.Make map, a Hashtbl.Make table, a
    stdlib Hashtbl, Queue, Stack and Buffer, objects, a polymorphic variant, a forced lazy, an
-   [@@unboxed] record, an Obj.magic'd value that must not be typed as its declared type, and a
-   block reached with two types. *)
+   [@@unboxed] record, an Obj.magic'd value that must not be typed as its declared type, a
+   block reached with two types, and an [include struct] before a submodule (whose fields
+   OCaml 4.14 and 5 number differently). *)
 
 type point = { x : int; y : int; label : string }
 type fpoint = { fx : float; fy : float }
@@ -43,6 +44,11 @@ let magic : point list = Obj.magic [| 1; 2 |]
 (* One block seen as an [a] (through [holder.x], its immediate dominator) and as a [b]
    (through the list): it must be an [a]. *)
 let conflict : holder = let v = { p = 1; q = 2 } in { x = v; more = [ Obj.magic v ] }
+(* Module fields the compilers number differently: OCaml 4.14 stores an [include struct]'s
+   bindings only as copies in the unit's own fields, 5.1 and later give the structure's
+   bindings fields of their own too, before those of a submodule. *)
+include struct let tags : string list = List.map String.uppercase_ascii [ "red"; "green" ] end
+module Registry = struct let entries : (int * string) list ref = ref [ (1, string_of_int 1) ] end
 
 let () =
   Heapsnap_sample.run (fun _cfg step ->

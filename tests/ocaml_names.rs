@@ -11,22 +11,22 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The 5.x toolchains whose samples are built here.
+/// The toolchains whose samples are built here, one per OCaml release (4.14 and 5.x: the
+/// reserved-bits builds compile alike).
 fn toolchains() -> Vec<(&'static str, PathBuf)> {
-    // OCaml 4.14 programs are refused (the reader does not number 4.14's fields yet).
-    available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16") && !t.starts_with("4.")).collect()
+    available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")).collect()
 }
 
 fn build_dir(samples: &Path) -> PathBuf {
     samples.parent().unwrap().join(".build").join(samples.file_name().unwrap()).join("cmt")
 }
 
-/// `ocamlopt -dlambda`'s stores into the module block: field -> identifier (what
-/// samples/module-fields.sh prints, for any source file).
-fn lambda_fields(prefix: &Path, dir: &Path, source: &Path, includes: &[&str]) -> BTreeMap<u64, String> {
+/// `ocamlopt -dlambda`'s stores into the module block: field -> identifier, and the block's
+/// size from `-dcmm` (what samples/module-fields.sh prints, for any source file).
+fn lambda_fields(prefix: &Path, dir: &Path, source: &Path, includes: &[&str]) -> (BTreeMap<u64, String>, usize) {
     let out = Command::new(prefix.join("bin/ocamlopt"))
         .args(includes.iter().flat_map(|i| ["-I", i]))
-        .args(["-dlambda", "-bin-annot", "-c"])
+        .args(["-dlambda", "-dcmm", "-bin-annot", "-c"])
         .arg(source)
         .current_dir(dir)
         .output()
@@ -47,7 +47,13 @@ fn lambda_fields(prefix: &Path, dir: &Path, source: &Path, includes: &[&str]) ->
             }
         }
     }
-    fields
+    // The module block's data: `int HEADER [global "camlUnit"] "camlUnit":`.
+    let stem = source.file_stem().unwrap().to_string_lossy();
+    let symbol = format!("\"caml{}{}\":", stem[..1].to_uppercase(), &stem[1..]);
+    let at = text.find(&symbol).expect("the module block in -dcmm");
+    let words: Vec<&str> = text[..at].split_whitespace().collect();
+    let header = words.iter().rposition(|w| *w == "int").and_then(|i| words[i + 1].parse::<u64>().ok()).expect("its header");
+    (fields, (header >> 10) as usize)
 }
 
 fn reader_units(prefix: &Path, files: &[PathBuf]) -> serde_json::Value {
@@ -60,8 +66,10 @@ fn field_names(unit: &serde_json::Value) -> Vec<String> {
     unit["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect()
 }
 
-/// Every sample, on every 5.x toolchain: the reader's field of each identifier is the one
-/// `samples/module-fields.sh` finds in the compiler's own lambda code.
+/// Every sample, on OCaml 4.14 and every 5.x toolchain: the reader's field of each identifier
+/// is the one `samples/module-fields.sh` finds in the compiler's own lambda code, and the
+/// reader has as many fields as the module block (typed_values has an `include struct`,
+/// whose bindings 4.14 gives no fields of their own).
 #[test]
 fn every_samples_fields_are_numbered_as_the_compiler_does() {
     for (toolchain, samples) in toolchains() {
@@ -81,25 +89,64 @@ fn every_samples_fields_are_numbered_as_the_compiler_does() {
             .expect("module-fields.sh");
         assert!(out.status.success(), "module-fields.sh {toolchain}: {}", String::from_utf8_lossy(&out.stderr));
         let mut expected: BTreeMap<String, BTreeMap<usize, String>> = BTreeMap::new();
+        let mut sizes: BTreeMap<String, usize> = BTreeMap::new();
         for line in String::from_utf8_lossy(&out.stdout).lines() {
             let w: Vec<&str> = line.split_whitespace().collect();
-            expected.entry(w[0].trim_start_matches("caml").to_string()).or_default().insert(w[1].parse().unwrap(), w[2].to_string());
+            let unit = w[0].trim_start_matches("caml").to_string();
+            if w[1] == "size" {
+                sizes.insert(unit, w[2].parse().unwrap());
+            } else {
+                expected.entry(unit).or_default().insert(w[1].parse().unwrap(), w[2].to_string());
+            }
         }
+        assert_eq!(sizes.len(), built.len(), "{toolchain}: a size per sample");
         let build = build_dir(&samples);
-        let files: Vec<PathBuf> = expected.keys().map(|u| build.join(format!("{}.cmt", u.to_lowercase()))).collect();
+        let files: Vec<PathBuf> = sizes.keys().map(|u| build.join(format!("{}.cmt", u.to_lowercase()))).collect();
         let doc = reader_units(&toolchain_prefix(toolchain), &files);
         assert_eq!(doc["errors"].as_array().unwrap().len(), 0, "{toolchain}: {}", doc["errors"]);
         let mut compared = 0;
         for unit in doc["units"].as_array().unwrap() {
             let name = unit["unit"].as_str().unwrap();
             let names = field_names(unit);
-            for (field, ident) in &expected[name] {
+            assert_eq!(names.len(), sizes[name], "{toolchain}: {name}'s module block: {names:?}");
+            for (field, ident) in expected.get(name).into_iter().flatten() {
                 assert_eq!(names.get(*field), Some(ident), "{toolchain}: {name} field {field}: {names:?}");
                 compared += 1;
             }
         }
+        assert_eq!(doc["units"].as_array().unwrap().len(), sizes.len(), "{toolchain}: a unit per sample");
         assert!(compared > 40, "{toolchain}: only {compared} fields compared");
     }
+}
+
+/// Compiles `ml` (with `mli` when given) as unit `unit` with `toolchain` and checks the reader's
+/// fields against the compiler's: each field the lambda code stores an identifier into, and the
+/// module block's size. Returns the reader's field names.
+fn compare_with_lambda(toolchain: &str, unit: &str, ml: &str, mli: Option<&str>) -> Vec<String> {
+    let prefix = toolchain_prefix(toolchain);
+    let dir = tempfile::tempdir().unwrap();
+    let source = format!("{unit}.ml");
+    std::fs::write(dir.path().join(&source), ml).unwrap();
+    if let Some(mli) = mli {
+        std::fs::write(dir.path().join(format!("{unit}.mli")), mli).unwrap();
+        let ok = Command::new(prefix.join("bin/ocamlopt"))
+            .args(["-bin-annot", "-c", &format!("{unit}.mli")])
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(ok.success());
+    }
+    let (expected, size) = lambda_fields(&prefix, dir.path(), Path::new(&source), &[]);
+    let doc = reader_units(&prefix, &[dir.path().join(format!("{unit}.cmt"))]);
+    let what = format!("{toolchain} {unit}{}", if mli.is_some() { "" } else { " (no mli)" });
+    assert_eq!(doc["units"][0]["interface"], mli.is_some(), "{what}");
+    let names = field_names(&doc["units"][0]);
+    assert!(expected.len() >= 8, "{what}: {expected:?}");
+    for (field, ident) in &expected {
+        assert_eq!(names.get(*field as usize), Some(ident), "{what}: field {field}: {names:?} vs {expected:?}");
+    }
+    assert_eq!(names.len(), size, "{what}: the module block has {size} fields: {names:?}");
+    names
 }
 
 /// What moves fields around in Translmod: an interface (exported fields first, in its order),
@@ -128,35 +175,100 @@ exception Oops of string
 class counter : object method incr : unit end
 val also : int list
 "#;
+    let mut sizes = BTreeMap::new();
     for (toolchain, _) in toolchains() {
-        let prefix = toolchain_prefix(toolchain);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("layout.ml"), ml).unwrap();
-        std::fs::write(dir.path().join("layout.mli"), mli).unwrap();
-        let ok =
-            Command::new(prefix.join("bin/ocamlopt")).args(["-bin-annot", "-c", "layout.mli"]).current_dir(dir.path()).status().unwrap();
-        assert!(ok.success());
-        let expected = lambda_fields(&prefix, dir.path(), Path::new("layout.ml"), &[]);
-        let doc = reader_units(&prefix, &[dir.path().join("layout.cmt")]);
-        let unit = &doc["units"][0];
-        assert_eq!(unit["interface"], true);
-        let names = field_names(unit);
-        assert!(expected.len() >= 10, "{toolchain}: {expected:?}");
-        for (field, ident) in &expected {
-            assert_eq!(names.get(*field as usize), Some(ident), "{toolchain}: field {field}: {names:?} vs {expected:?}");
-        }
+        let names = compare_with_lambda(toolchain, "layout", ml, Some(mli));
         // The exported ones first, in the interface's order.
         assert_eq!(&names[..2], ["last", "ident"], "{toolchain}");
+        // The `include struct`'s bindings: copied into the unit's own fields everywhere, and
+        // given fields of their own too (after Sub's) since OCaml 5.1, not by 4.14.
+        let copies = names.iter().filter(|n| *n == "included").count();
+        assert_eq!(copies, if toolchain.starts_with("4.") { 1 } else { 2 }, "{toolchain}: {names:?}");
+        sizes.insert(version_of(toolchain).to_string(), names.len());
         // The same without the interface: the last `first` is exported, the shadowed one not.
-        std::fs::remove_file(dir.path().join("layout.mli")).unwrap();
-        std::fs::remove_file(dir.path().join("layout.cmi")).unwrap();
-        std::fs::remove_file(dir.path().join("layout.cmti")).unwrap();
-        let expected = lambda_fields(&prefix, dir.path(), Path::new("layout.ml"), &[]);
-        let doc = reader_units(&prefix, &[dir.path().join("layout.cmt")]);
-        let names = field_names(&doc["units"][0]);
-        for (field, ident) in &expected {
-            assert_eq!(names.get(*field as usize), Some(ident), "{toolchain} (no mli): field {field}: {names:?} vs {expected:?}");
-        }
+        compare_with_lambda(toolchain, "layout", ml, None);
+    }
+    if let (Some(old), Some(new)) = (sizes.get("4.14.0"), sizes.get("5.3.0")) {
+        assert_eq!(old + 2, *new, "4.14 and 5.3 lay this unit out differently: {sizes:?}");
+    }
+}
+
+/// `include struct` and `open struct` nested in each other and in submodules, with externals,
+/// submodules and exceptions inside them; `include` of a constrained structure (compiled in
+/// place by 4.14 too) and of a module path; recursive modules, a functor application, extension
+/// constructors. With and without an interface that exports externals as values, and one
+/// through `external`.
+#[test]
+fn nested_open_and_include_number_fields_as_the_compiler_does() {
+    let ml = r#"
+external ext1 : int -> int = "%identity"
+let a = ref 1
+include struct
+  let b = ref 2
+  external ext2 : 'a -> 'a = "%identity"
+  module Inner = struct let c = ref 3 include struct let c2 = ref 33 end end
+  exception E1
+  open struct let hid = ref 4 end
+  let d = ext2 hid
+end
+include (struct let e = ref 5 let e2 = ref 55 external ext3 : int -> int = "%identity" end
+         : sig val e : int ref val ext3 : int -> int end)
+module M = struct
+  include struct let f = ref 6 end
+  open struct let g = ref 7 include struct let g2 = ref 77 end end
+  external ext4 : int -> int = "%identity"
+  let h = g
+end
+module P = struct let p = ref 8 end
+include P
+open struct
+  let q = ref 9
+  module Q = struct let q2 = ref 10 end
+  include struct let q3 = ref 11 end
+end
+module rec R1 : sig val r : int ref end = struct let r = ref 12 end
+and R2 : sig val r : int ref end = struct let r = ref 13 end
+module F (X : sig end) = struct let fx = ref 14 end
+module FA = F (struct end)
+class cls = object method m = 1 end
+exception E2 of int
+type ext = ..
+type ext += X1 | X2 of int
+let i = ref ext1
+let a = ref 15
+"#;
+    let mli = r#"
+val i : (int -> int) ref
+val ext2 : 'a -> 'a
+external ext1 : int -> int = "%identity"
+module M : sig val h : int ref val ext4 : int -> int val f : int ref end
+val d : int ref
+exception E1
+module Inner : sig val c2 : int ref end
+val e : int ref
+val p : int ref
+module FA : sig val fx : int ref end
+class cls : object method m : int end
+exception E2 of int
+type ext = ..
+type ext += X1 | X2 of int
+val a : int ref
+val ext3 : int -> int
+"#;
+    let mut sizes = BTreeMap::new();
+    for (toolchain, _) in toolchains() {
+        let with_mli = compare_with_lambda(toolchain, "nested", ml, Some(mli));
+        // `external ext1` in the interface is no field; `val ext2` is one (a closure).
+        assert_eq!(&with_mli[..2], ["i", "ext2"], "{toolchain}");
+        let without = compare_with_lambda(toolchain, "nested", ml, None);
+        sizes.insert(version_of(toolchain).to_string(), (with_mli.len(), without.len()));
+    }
+    // The plain `include struct`s (in Inner, in M, in M's and the unit's `open struct`) bind
+    // c2, f, g2 and q3, which 5.1 and later also give fields of their own, 4.14 not. (The
+    // first `include struct` hides an `open struct` from its signature, so 4.14's typing
+    // constrains it, and Translmod compiles it in place as 5.x does.)
+    if let (Some(old), Some(new)) = (sizes.get("4.14.0"), sizes.get("5.3.0")) {
+        assert_eq!((old.0 + 4, old.1 + 4), *new, "4.14 and 5.3 lay this unit out differently: {sizes:?}");
     }
 }
 
@@ -309,28 +421,55 @@ fn a_damaged_names_section_reads_as_no_names() {
     }
 }
 
-/// OCaml 4.14 programs get no names rather than wrong ones: its Translmod numbers some fields
-/// differently, which the reader does not follow yet.
+/// OCaml 4.14 programs get names too, with both 4.14 toolchains (the reserved-bits build's
+/// reader is its own): `annotate` of a 4.14 snapshot names every unit, the `include struct`
+/// binding and the submodule's (whose fields 4.14 numbers unlike 5.x) among them, and the
+/// reports use them. A 5.x toolchain is refused for it, the snapshot unchanged.
 #[test]
-fn ocaml_4_14_programs_are_refused_names() {
-    let Some(samples) = toolchain_samples("4.14.0") else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let mut sample = Sample::start(&samples.join("cache_leak"), &[]);
-    sample.wait_ready(1);
-    let snap = dir.path().join("c.snap");
-    dump_ok(sample.pid(), &snap, &[]);
-    sample.release();
-    sample.finish();
-    let out = Command::new(heapsnap())
-        .arg("annotate")
-        .arg(&snap)
-        .arg("--ocaml")
-        .arg(toolchain_prefix("4.14.0"))
-        .arg("--cmt")
-        .arg(samples.join("../.build/4.14.0/cmt"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains("only OCaml 5"), "{stderr}");
-    assert!(heapsnap_format::Snapshot::open(&snap).unwrap().ocaml_names().is_none(), "the snapshot was changed");
+fn ocaml_4_14_programs_get_names() {
+    for toolchain in ["4.14.0", "4.14.0-rhb16"] {
+        let Some(samples) = toolchain_samples(toolchain) else { continue };
+        let dir = tempfile::tempdir().unwrap();
+        let mut sample = Sample::start(&samples.join("typed_values"), &[]);
+        sample.wait_ready(1);
+        let snap = dir.path().join("t.snap");
+        dump_ok(sample.pid(), &snap, &[]);
+        drop(sample);
+        let p = snap.to_str().unwrap();
+        assert!(Snapshot::open(&snap).unwrap().ocaml_names().is_none(), "{toolchain}: no .cmt beside the sources");
+
+        let other = toolchain_prefix("5.3.0");
+        let out = heapsnap_out(&["annotate", p, "--ocaml", other.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains("is 5.3.0") && err.contains("OCaml 4.14.0"), "{toolchain}: {err}");
+        assert!(Snapshot::open(&snap).unwrap().ocaml_names().is_none(), "{toolchain}: the snapshot was changed");
+
+        let prefix = toolchain_prefix(toolchain);
+        let build = build_dir(&samples);
+        let out = heapsnap_out(&["annotate", p, "--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap(), "--json"]);
+        assert!(out.status.success(), "{toolchain}: {}", String::from_utf8_lossy(&out.stderr));
+        let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(done["program_units"], 2, "{toolchain}: typed_values and heapsnap_sample: {done}");
+        assert_eq!(done["refused"], serde_json::json!([]), "{toolchain}: every unit's fields fit its module block: {done}");
+        assert_eq!(done["units"], done["snapshot_units"], "{toolchain}: {done}");
+
+        let snapshot = Snapshot::open(&snap).unwrap();
+        let names = heapsnap_analyze::names::Names::new(&snapshot);
+        let labels: Vec<String> =
+            snapshot.roots().iter().filter(|r| r.root_kind() == RootKind::Global).map(|r| names.root_label(r)).collect();
+        let ours: Vec<&String> = labels.iter().filter(|l| l.starts_with("Typed_values.")).collect();
+        for global in ["Typed_values.stbl", "Typed_values.tags", "Typed_values.Registry.entries", "Typed_values.(method cache)"] {
+            assert!(ours.iter().any(|l| *l == global), "{toolchain}: {global} not in {ours:?}");
+        }
+        assert!(!labels.iter().any(|l| l.rsplit('.').next().is_some_and(|f| f.parse::<u64>().is_ok())), "{toolchain}: a numbered global");
+        let top = analyse("top", &[&snap], &["--by", "root", "--limit", "0"]);
+        let groups: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert!(groups.contains(&"Typed_values.stbl") && groups.contains(&"Typed_values.tags"), "{toolchain}: top --by root");
+        let by_type = analyse("top", &[&snap], &["--by", "type", "--limit", "0"]);
+        let types: Vec<&str> = by_type["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        assert!(
+            types.contains(&"(string, Typed_values.point) Hashtbl.t") && types.contains(&"(int * string) list ref"),
+            "{toolchain}: {types:?}"
+        );
+    }
 }

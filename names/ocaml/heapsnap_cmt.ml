@@ -10,7 +10,8 @@
 
    Field order is the native compiler's (Translmod.transl_store_gen): the interface's runtime
    components in order, then the other idents of the structure in order of definition, then
-   the idents of its submodules (more_idents). Paths are qualified strings: "Unit.Sub.t";
+   the idents of its submodules and of the included structures compiled in place (more_idents;
+   which includes those are depends on the OCaml version, see [translated_inline]). Paths are qualified strings: "Unit.Sub.t";
    a functor's parameter P is "Unit.F{P}"; an application is "F(A)"; an anonymous structure
    is "Unit.%N". Type expressions are JSON (see [ty]). Compat_* hides the compiler-libs
    differences between versions (chosen when heapsnap builds this program). *)
@@ -277,6 +278,18 @@ let rec defined_idents = function
       | Tstr_include incl -> bound_value_identifiers incl.incl_type @ defined_idents rem
       | _ -> defined_idents rem)
 
+(* The structure of an `include` that Translmod compiles in place, storing its idents as fields
+   of their own (more_idents, all_idents): `include (struct ... end : S)` always; a plain
+   `include struct ... end` since OCaml 5.1 (ocaml#11134), while 4.14 and 5.0 compile that as a
+   module block of its own whose fields are copied, so its inner idents get no field. *)
+let inline_plain_includes = Scanf.sscanf Sys.ocaml_version "%d.%d" (fun major minor -> (major, minor) >= (5, 1))
+
+let translated_inline (me : module_expr) =
+  match me.mod_desc with
+  | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) -> Some s
+  | Tmod_structure s when inline_plain_includes -> Some s
+  | _ -> None
+
 (* Translmod.more_idents *)
 let rec more_idents = function
   | [] -> []
@@ -285,9 +298,8 @@ let rec more_idents = function
       | Tstr_open od -> (
           let rest = more_idents rem in
           match od.open_expr.mod_desc with Tmod_structure s -> all_idents s.str_items @ rest | _ -> rest)
-      | Tstr_include
-          { incl_mod = { mod_desc = Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) | Tmod_structure s; _ }; _ } ->
-          all_idents s.str_items @ more_idents rem
+      | Tstr_include { incl_mod; _ } when translated_inline incl_mod <> None ->
+          (match translated_inline incl_mod with Some s -> all_idents s.str_items | None -> []) @ more_idents rem
       | Tstr_module
           { mb_presence = Mp_present;
             mb_expr = { mod_desc = Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _); _ };
@@ -310,9 +322,10 @@ and all_idents = function
           | Tmod_structure s -> bound_value_identifiers od.open_bound_items @ all_idents s.str_items @ rest
           | _ -> bound_value_identifiers od.open_bound_items @ rest)
       | Tstr_class cls -> List.map (fun (ci, _) -> ci.ci_id_class) cls @ all_idents rem
-      | Tstr_include
-          { incl_type; incl_mod = { mod_desc = Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) | Tmod_structure s; _ }; _ } ->
-          bound_value_identifiers incl_type @ all_idents s.str_items @ all_idents rem
+      | Tstr_include { incl_type; incl_mod; _ } when translated_inline incl_mod <> None ->
+          bound_value_identifiers incl_type
+          @ (match translated_inline incl_mod with Some s -> all_idents s.str_items | None -> [])
+          @ all_idents rem
       | Tstr_include incl -> bound_value_identifiers incl.incl_type @ all_idents rem
       | Tstr_module
           { mb_id = Some id;

@@ -97,13 +97,6 @@ impl Toolchain {
 
     /// Refuses a toolchain of another version than the snapshot's program.
     pub fn check_version(&self, snapshot_version: &str) -> Result<(), NamesError> {
-        // 4.14's Translmod numbers the fields of `open struct`/`include struct` and externals
-        // differently, and the reader does not follow it yet: a wrong name is worse than none.
-        if snapshot_version.starts_with("4.") {
-            return Err(NamesError::Toolchain(format!(
-                "OCaml names are not read for OCaml {snapshot_version} programs yet (only OCaml 5): reports name module fields by their index"
-            )));
-        }
         // `5.3.0+rhb16` and the like: the release is what compiler-libs' format depends on.
         let release = |v: &str| v.split(['+', '~', '-']).next().unwrap_or(v).to_string();
         if release(&self.version) != release(snapshot_version) {
