@@ -73,6 +73,7 @@ fn every_block_has_the_type_the_manifest_says() {
                 assert_eq!(names, want, "{toolchain}: {check}");
             }
         }
+        assert_walks_agree(&a, typing);
         assert!(typing.mismatches >= 1, "{toolchain}: Obj.magic'd [|1; 2|] as a point list is a mismatch");
         assert!(typing.conflicts >= 1, "{toolchain}: the conflict block was reached with two types");
 
@@ -93,6 +94,27 @@ fn every_block_has_the_type_the_manifest_says() {
             assert!(text.contains("Cons : Typed_values.point Queue.cell"), "{toolchain}: {text}");
         }
     }
+}
+
+/// The typing walk runs on every core when no block is reached with two types: on the large
+/// heap sample (a list and a Hashtbl of records, 1M objects), it types the same blocks as the
+/// one-core walk, with the same types.
+#[test]
+fn the_walk_on_every_core_types_as_the_one_core_walk() {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Sample::start(&samples.join("large_heap"), &[]);
+    s.wait_ready(1);
+    let path = dir.path().join("large.heapsnap");
+    let prefix = toolchain_prefix("5.3.0");
+    dump_ok(s.pid(), &path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", build_dir(&samples).to_str().unwrap()]);
+    drop(s);
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let typing = a.typing().expect("typed");
+    assert_eq!(typing.conflicts, 0, "no block of this heap has two types: the walk ran on every core");
+    assert!(typing.typed_objects > 500_000, "{} objects typed", typing.typed_objects);
+    assert_walks_agree(&a, typing);
 }
 
 /// A real program with `.cmt` files: the OCaml compiler, whose `.cmt` files the toolchain
@@ -141,8 +163,21 @@ fn the_compiler_mid_compilation_is_typed() {
         typing.mismatches
     );
     assert!(units > 200, "{units} units named");
+    assert_walks_agree(&a, typing);
     assert!(typing.typed_objects > 1000 && share > 0.05, "{:.3}", share);
     let top = analyse("top", &[&path], &["--by", "root", "--limit", "0"]);
     let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert!(!names.iter().any(|n| n.starts_with("Env.") && n[4..].parse::<u64>().is_ok()), "numbered Env globals: {names:?}");
+}
+
+/// The typing walk runs on every core unless blocks are reached with two types: its result
+/// must be the one-core walk's, block for block.
+fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::typed::Typing) {
+    let serial = heapsnap_analyze::typed::Typing::compute_on_one_core(a).expect("typed");
+    assert_eq!((serial.typed_objects, serial.typed_bytes), (typing.typed_objects, typing.typed_bytes));
+    assert_eq!((serial.conflicts, serial.mismatches), (typing.conflicts, typing.mismatches));
+    for v in 0..a.graph.offsets.len().saturating_sub(1) as u32 {
+        let name = |t: &heapsnap_analyze::typed::Typing| t.type_name(t.type_id(v)).map(str::to_string);
+        assert_eq!(name(&serial), name(typing), "node {v}");
+    }
 }

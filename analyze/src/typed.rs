@@ -272,6 +272,8 @@ struct Walk<'w, 's, F> {
     custom_ops: &'w std::collections::HashMap<u64, &'s str>,
     layouts: &'w [Option<(Arc<Layout>, Allows)>],
     node_type: Vec<AtomicU32>,
+    /// The node each block was typed from (the serial walk's conflicts need it; empty in the
+    /// parallel walk).
     via: Vec<AtomicU32>,
     /// Set by a parallel walk that met a block reached with two types.
     conflicted: AtomicBool,
@@ -290,14 +292,15 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         custom_ops: &'w std::collections::HashMap<u64, &'s str>,
         layouts: &'w [Option<(Arc<Layout>, Allows)>],
         nodes: usize,
+        serial: bool,
     ) -> Self {
-        let fresh = |value: u32| (0..nodes).map(|_| AtomicU32::new(value)).collect::<Vec<_>>();
+        let fresh = |value: u32, n: usize| (0..n).map(|_| AtomicU32::new(value)).collect::<Vec<_>>();
         Walk {
             find,
             custom_ops,
             layouts,
-            node_type: fresh(NO_TYPE),
-            via: fresh(NO_NODE),
+            node_type: fresh(NO_TYPE, nodes),
+            via: fresh(NO_NODE, if serial { nodes } else { 0 }),
             conflicted: AtomicBool::new(false),
             tally: Mutex::new(Tally::default()),
         }
@@ -377,7 +380,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
                 tally.conflicts += 1;
                 // The type through the immediate dominator wins, once.
                 let idom = idom(v).unwrap_or(NO_NODE);
-                if !(from == idom && self.via[v as usize].load(Relaxed) != idom) {
+                if !(from == idom && self.via.get(v as usize).map(|n| n.load(Relaxed)) != Some(idom)) {
                     return true;
                 }
             }
@@ -389,7 +392,9 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             tally.typed_objects += 1;
             tally.typed_bytes += b.header.bytes();
         }
-        self.via[v as usize].store(from, Relaxed);
+        if let Some(via) = self.via.get(v as usize) {
+            via.store(from, Relaxed);
+        }
         let mut push = |i: usize, ft: u32| {
             if ft == NO_TYPE {
                 return;
@@ -435,13 +440,14 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
     {
         let mut tally = Tally::default();
         while let Some(arrival) = stack.pop() {
+            // A conflict anywhere sends the whole walk to one core: stop soon.
+            if self.conflicted.load(Relaxed) {
+                break;
+            }
             if !self.visit(arrival, &mut stack, &mut tally, None) {
                 self.conflicted.store(true, Relaxed);
             }
             if stack.len() >= SPLIT_AT {
-                if self.conflicted.load(Relaxed) {
-                    break;
-                }
                 let given: Vec<Arrival> = stack.drain(..stack.len() / 2).collect();
                 scope.spawn(move |scope| self.parallel(scope, given));
             }
@@ -457,6 +463,16 @@ impl Typing {
     /// reached with two types, which one wins must not depend on timing: the walk is then run
     /// again on one core, in a fixed order, and the immediate dominator settles each conflict.
     pub fn compute<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
+        Self::compute_with(a, true)
+    }
+
+    /// The walk on one core only, in its fixed order: the reference the parallel walk must
+    /// agree with where it is used (tests compare them).
+    pub fn compute_on_one_core<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
+        Self::compute_with(a, false)
+    }
+
+    fn compute_with<'s>(a: &(impl AnalysedHeap<'s> + ?Sized), parallel: bool) -> Option<Typing> {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
@@ -480,13 +496,13 @@ impl Typing {
         let n = a.node_count();
         let (custom_ops, layouts) = (names.custom_ops(), &interner.layouts[..]);
         let idom = |v| a.idom(v);
-        let (node_type, tally) = match a.block_map() {
+        let (node_type, tally) = match a.block_map().filter(|_| parallel) {
             Some(blocks) => {
-                let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n);
+                let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, false);
                 rayon::scope(|scope| w.parallel(scope, roots.clone()));
                 if w.conflicted.load(Relaxed) {
                     timer.lap("parallel walk (conflicts: again on one core)");
-                    let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n);
+                    let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, true);
                     w.serial(roots, &idom);
                     w.finish()
                 } else {
@@ -494,7 +510,7 @@ impl Typing {
                 }
             }
             None => {
-                let w = Walk::new(|p| a.block_of_pointer(p), custom_ops, layouts, n);
+                let w = Walk::new(|p| a.block_of_pointer(p), custom_ops, layouts, n, true);
                 w.serial(roots, &idom);
                 w.finish()
             }
