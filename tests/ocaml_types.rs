@@ -74,6 +74,7 @@ fn every_block_has_the_type_the_manifest_says() {
             }
         }
         assert_walks_agree(&a, typing);
+        assert_saved_typing_reads_back(&a, typing);
         assert!(typing.mismatches >= 1, "{toolchain}: Obj.magic'd [|1; 2|] as a point list is a mismatch");
         assert!(typing.conflicts >= 1, "{toolchain}: the conflict block was reached with two types");
 
@@ -180,4 +181,28 @@ fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::typed::Typing
         let name = |t: &heapsnap_analyze::typed::Typing| t.type_name(t.type_id(v)).map(str::to_string);
         assert_eq!(name(&serial), name(typing), "node {v}");
     }
+}
+
+/// What the analysis index saves of a typing (every node's type id, the types as JSON) reads
+/// back as the same typing: every node's type, constructor and field names.
+fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::typed::Typing) {
+    let json = serde_json::to_vec(&typing.saved()).unwrap();
+    let env = &a.names.ocaml().expect("names").env;
+    let back = heapsnap_analyze::typed::Typing::from_saved(env, typing.node_types().to_vec(), serde_json::from_slice(&json).unwrap())
+        .expect("the saved typing fits the snapshot's names");
+    assert_eq!((back.typed_objects, back.conflicts, back.mismatches), (typing.typed_objects, typing.conflicts, typing.mismatches));
+    for v in 0..a.graph.offsets.len().saturating_sub(1) as u32 {
+        let Some(b) = a.block(v) else { continue };
+        let first = b.fields.first().copied();
+        assert_eq!(back.describe(v, b.header.tag, first), typing.describe(v, b.header.tag, first), "node {v}");
+        for i in 0..b.fields.len().min(4) {
+            assert_eq!(back.field_name(v, b.header.tag, i), typing.field_name(v, b.header.tag, i), "node {v} field {i}");
+        }
+    }
+    // A saved typing of other names (a type id past its types) is not trusted.
+    let mut wrong = typing.node_types().to_vec();
+    if let Some(t) = wrong.iter_mut().find(|t| **t != heapsnap_analyze::typed::NO_TYPE) {
+        *t = typing.type_count() as u32 + 5;
+    }
+    assert!(heapsnap_analyze::typed::Typing::from_saved(env, wrong, typing.saved()).is_none());
 }

@@ -244,6 +244,17 @@ pub fn hash_variant(label: &str) -> i64 {
     }
 }
 
+/// A typing's types and counts, as the analysis index stores them (JSON).
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct SavedTypes {
+    /// By type id: the canonical type.
+    pub types: Vec<Ty>,
+    pub conflicts: u64,
+    pub mismatches: u64,
+    pub typed_objects: u64,
+    pub typed_bytes: u64,
+}
+
 /// `(pointer, type, the node it was reached from)`: a value to type.
 type Arrival = (u64, u32, NodeId);
 
@@ -523,6 +534,48 @@ impl Typing {
             mismatches: tally.mismatches,
             typed_objects: tally.typed_objects,
             typed_bytes: tally.typed_bytes,
+        })
+    }
+
+    /// Every node's type id (`NO_TYPE`: untyped), by node.
+    pub fn node_types(&self) -> &[u32] {
+        &self.node_type
+    }
+
+    /// What the analysis index keeps beside [`Typing::node_types`].
+    pub fn saved(&self) -> SavedTypes {
+        SavedTypes {
+            types: self.types.iter().map(|t| t.ty.clone()).collect(),
+            conflicts: self.conflicts,
+            mismatches: self.mismatches,
+            typed_objects: self.typed_objects,
+            typed_bytes: self.typed_bytes,
+        }
+    }
+
+    /// The typing an analysis index saved, for a snapshot whose names give `env`. `None` when
+    /// it does not fit them (its types do not come back as the same ids, or a node names a
+    /// type it lacks): then the walk runs again.
+    pub fn from_saved(env: &TypeEnv, node_type: Vec<u32>, saved: SavedTypes) -> Option<Typing> {
+        let mut interner = Interner { env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
+        for (id, ty) in saved.types.iter().enumerate() {
+            if interner.intern(ty) != id as u32 {
+                return None;
+            }
+        }
+        for id in 0..saved.types.len() as u32 {
+            interner.complete(id);
+        }
+        if node_type.iter().any(|&t| t != NO_TYPE && t as usize >= saved.types.len()) {
+            return None;
+        }
+        Some(Typing {
+            node_type,
+            types: interner.types,
+            conflicts: saved.conflicts,
+            mismatches: saved.mismatches,
+            typed_objects: saved.typed_objects,
+            typed_bytes: saved.typed_bytes,
         })
     }
 

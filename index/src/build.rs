@@ -151,6 +151,11 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    // The types (made by the `type` grouping above), so that reports need not walk again.
+    if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
+        b.add_u32(TYPE_IDS, typing.node_types());
+        b.add(TYPES, serde_json::to_vec(&typing.saved()).expect("types serialise"));
+    }
     b
 }
 

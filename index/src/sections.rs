@@ -41,6 +41,11 @@ pub const TOP_LABEL_IDS: u32 = 15;
 pub const TOP_LABELS: u32 = 16;
 /// `u32` per block node: its kind, an index in [`Meta::kinds`].
 pub const KIND_IDS: u32 = 17;
+/// `u32` per node: its OCaml type, an index in [`TYPES`] (`u32::MAX`: untyped). Only when the
+/// snapshot has OCaml names.
+pub const TYPE_IDS: u32 = 18;
+/// JSON: the types of [`TYPE_IDS`] and the typing's counts (`heapsnap_analyze::typed::SavedTypes`).
+pub const TYPES: u32 = 19;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {

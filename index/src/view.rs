@@ -98,9 +98,10 @@ pub struct IndexView<'s> {
     modules: HashMap<u64, &'s str>,
     /// The snapshot's free blocks (OCaml 4.14), read when a bad pointer is first classified.
     free_blocks: OnceLock<Vec<u64>>,
-    /// The blocks' OCaml types, computed when a report first needs them (not saved: the
-    /// snapshot's names are read at each use, so an annotated snapshot is never stale).
+    /// The blocks' OCaml types, read from the index when a report first needs them (the
+    /// index is tied to the snapshot's names: `annotate` changes the snapshot).
     typing: OnceLock<Option<heapsnap_analyze::typed::Typing>>,
+    file: &'s IndexFile,
 }
 
 impl<'s> IndexView<'s> {
@@ -145,6 +146,7 @@ impl<'s> IndexView<'s> {
                 .collect(),
             free_blocks: OnceLock::new(),
             typing: OnceLock::new(),
+            file,
             meta,
         };
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
@@ -171,6 +173,14 @@ impl<'s> IndexView<'s> {
             return Err(IndexError::Inconsistent("root kinds".into()));
         }
         Ok(view)
+    }
+
+    /// The typing the index saved, when it has one that fits the snapshot's names.
+    fn saved_typing(&self) -> Option<heapsnap_analyze::typed::Typing> {
+        let env = &self.names.ocaml()?.env;
+        let ids = self.file.u32s(TYPE_IDS).ok().filter(|ids| ids.len() == self.meta.node_count as usize)?;
+        let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
+        heapsnap_analyze::typed::Typing::from_saved(env, ids.to_vec(), saved)
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
@@ -418,6 +428,6 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     fn typing(&self) -> Option<&heapsnap_analyze::typed::Typing> {
-        self.typing.get_or_init(|| heapsnap_analyze::typed::Typing::compute(self)).as_ref()
+        self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::typed::Typing::compute(self))).as_ref()
     }
 }

@@ -133,6 +133,31 @@ impl Ty {
     }
 }
 
+impl Ty {
+    /// The reader's JSON form (what [`Ty::from_value`] reads back).
+    fn to_value(&self) -> Value {
+        let list = |l: &[Ty]| Value::Array(l.iter().map(Ty::to_value).collect());
+        match self {
+            Ty::Var(id) => serde_json::json!({ "v": id }),
+            Ty::Function => serde_json::json!({ "f": true }),
+            Ty::Tuple(l) => serde_json::json!({ "t": list(l) }),
+            Ty::Constr(c, a) => serde_json::json!({ "c": c, "a": list(a) }),
+            Ty::Object(m) => serde_json::json!({ "o": m }),
+            Ty::PolyVariant(fields) => serde_json::json!({
+                "pv": fields.iter().map(|(label, arg)| serde_json::json!([label, arg.as_ref().map(Ty::to_value)])).collect::<Vec<_>>()
+            }),
+            Ty::Unknown => serde_json::json!({}),
+        }
+    }
+}
+
+/// In the reader's JSON form (the analysis index stores types so).
+impl serde::Serialize for Ty {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(s)
+    }
+}
+
 impl<'de> Deserialize<'de> for Ty {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         Ok(Ty::from_value(&Value::deserialize(d)?))
@@ -260,5 +285,23 @@ impl Program {
 
     pub fn unit(&self, name: &str) -> Option<&Unit> {
         self.units.iter().find(|u| u.unit == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ty;
+
+    #[test]
+    fn types_read_back_as_written() {
+        let ty = Ty::Constr(
+            "Stdlib__Hashtbl.t".into(),
+            vec![
+                Ty::Tuple(vec![Ty::Var(3), Ty::Function, Ty::Unknown]),
+                Ty::PolyVariant(vec![("A".into(), None), ("B".into(), Some(Ty::Object(vec!["m".into()])))]),
+            ],
+        );
+        let json = serde_json::to_string(&ty).unwrap();
+        assert_eq!(serde_json::from_str::<Ty>(&json).unwrap(), ty, "{json}");
     }
 }
