@@ -77,6 +77,42 @@ fn memlab(file: &Path) -> (f64, f64, f64, u64) {
     (v["seconds"].as_f64().unwrap(), wall, kib / 1024.0, v["root_retained"].as_u64().unwrap())
 }
 
+/// Chrome DevTools' own heap snapshot worker on `file` (export/scripts/install-devtools-worker.sh):
+/// seconds inside node, wall seconds, peak MiB, and its root's retained size.
+fn devtools_worker(file: &Path) -> (f64, f64, f64, u64) {
+    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let install = Command::new("bash").arg(scripts.join("install-devtools-worker.sh")).output().expect("run install-devtools-worker.sh");
+    assert!(install.status.success(), "install-devtools-worker.sh: {}", String::from_utf8_lossy(&install.stderr));
+    let bundle = PathBuf::from(String::from_utf8(install.stdout).unwrap().trim());
+    let t = Instant::now();
+    let out = Command::new("/usr/bin/time")
+        .args(["-f", "%M"])
+        .arg("node")
+        .arg("--max-old-space-size=16384")
+        .arg(&bundle)
+        .arg(file)
+        .output()
+        .expect("run node under /usr/bin/time");
+    let wall = t.elapsed().as_secs_f64();
+    assert!(out.status.success(), "the DevTools worker: {}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let kib: f64 = String::from_utf8_lossy(&out.stderr).lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(0.0);
+    (v["seconds"].as_f64().unwrap(), wall, kib / 1024.0, v["root_retained"].as_u64().unwrap())
+}
+
+/// A first analysis as the report commands run it: open and check the snapshot, analyse, build
+/// and write the analysis index (removed afterwards); seconds.
+fn first_analysis(path: &Path) -> f64 {
+    let index = heapsnap_index::store::beside(path);
+    let _ = std::fs::remove_file(&index);
+    let t = Instant::now();
+    let indexed = heapsnap_index::store::build_and_save(path, &Progress::hidden()).expect("first analysis");
+    let seconds = t.elapsed().as_secs_f64();
+    drop(indexed);
+    let _ = std::fs::remove_file(&index);
+    seconds
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
@@ -87,8 +123,21 @@ fn main() {
     heapsnap_analyze::mem::tune_allocator();
     let quiet = Progress::hidden();
     println!(
-        "{:>9} {:>10} {:>10} {:>10} {:>10} | {:>10} {:>10} {:>10} | {:>7}",
-        "objects", "analysis", "export", "baseline", "file MiB", "memlab", "node wall", "node MiB", "ratio"
+        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} | {:>9} {:>9} {:>8} | {:>7} {:>7}",
+        "objects",
+        "analysis",
+        "first",
+        "export",
+        "baseline",
+        "file MiB",
+        "memlab",
+        "node wall",
+        "node MiB",
+        "devtools",
+        "node wall",
+        "node MiB",
+        "w/first",
+        "w/anal."
     );
     for millions in sizes {
         let path = snapshot_for(millions);
@@ -110,31 +159,42 @@ fn main() {
         let reachable = a.reachable_bytes();
         drop(a);
         let file_mib = report.bytes as f64 / (1 << 20) as f64;
+        let first = first_analysis(&path);
         if !bench {
             println!(
-                "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | (memlab runs with --bench)",
-                millions, analysis, exported, with_baseline, file_mib
+                "{:>8.2}M {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3}s {:>9.1} | (memlab and the DevTools worker run with --bench)",
+                millions, analysis, first, exported, with_baseline, file_mib
             );
             let _ = std::fs::remove_file(&out);
             continue;
         }
         let (inside, wall, mib, root) = memlab(&out);
         assert_eq!(root, reachable, "memlab's root retains what heapsnap finds reachable");
+        let (worker, worker_wall, worker_mib, worker_root) = devtools_worker(&out);
+        assert_eq!(worker_root, reachable, "the DevTools worker's root retains what heapsnap finds reachable");
         println!(
-            "{:>8.2}M {:>9.3}s {:>9.3}s {:>9.3}s {:>10.1} | {:>9.3}s {:>9.3}s {:>10.0} | {:>6.1}x",
+            "{:>8.2}M {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3}s {:>9.1} | {:>8.3}s {:>8.3}s {:>8.0} | {:>8.3}s {:>8.3}s {:>8.0} | {:>6.1}x {:>6.1}x",
             millions,
             analysis,
+            first,
             exported,
             with_baseline,
             file_mib,
             inside,
             wall,
             mib,
-            wall / analysis
+            worker,
+            worker_wall,
+            worker_mib,
+            worker / first,
+            worker / analysis
         );
         let _ = std::fs::remove_file(&out);
     }
-    println!("(analysis: heapsnap's open, graph, dominators, top; export: the .heapsnapshot written from that analysis;");
+    println!("(analysis: heapsnap's open, graph, dominators, top; first: a first analysis as a report command runs it, the");
+    println!(" analysis index built and written; export: the .heapsnapshot written from that analysis;");
     println!(" baseline: the export with --baseline the same snapshot, its objects matched, analysis of the baseline not counted;");
-    println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; ratio: node wall / analysis)");
+    println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; devtools: Chrome");
+    println!(" DevTools' heap snapshot worker loading the export (parse, retainers, dominators, retained sizes);");
+    println!(" w/first, w/anal.: the worker's time over heapsnap's first analysis and over the analysis alone)");
 }
