@@ -271,3 +271,41 @@ fn devtools_ids_follow_the_objects_a_compaction_moved() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("cannot open the baseline") && !err.contains("panicked"), "{err}");
 }
+
+/// With OCaml names, the DevTools export speaks OCaml as the reports do: typed blocks are named
+/// by their type (DevTools' Summary view groups by it: one `Cache_leak.entry` per cache entry),
+/// and a record's fields are properties named by their labels. memlab still loads the file.
+#[test]
+fn devtools_export_names_blocks_by_type_and_fields_by_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = cache_leak_snapshot(dir.path());
+    let prefix = dump_support::toolchain_prefix("5.3.0");
+    let build = samples_dir().parent().unwrap().join(".build/5.3.0/cmt");
+    let annotated = Command::new(heapsnap())
+        .args(["annotate", snap.to_str().unwrap(), "--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(annotated.status.success(), "{}", String::from_utf8_lossy(&annotated.stderr));
+    let file = dir.path().join("cache.heapsnapshot");
+    let report = heapsnap_json(&["export", snap.to_str().unwrap(), "--format", "devtools", "-o", file.to_str().unwrap()]);
+    assert_eq!(report["largest"][0]["name"], "(string, Cache_leak.entry) Hashtbl.t", "{report}");
+
+    let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let strings: Vec<&str> = v["strings"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let nodes: Vec<u64> = v["nodes"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect();
+    let edges: Vec<u64> = v["edges"].as_array().unwrap().iter().map(|n| n.as_u64().unwrap()).collect();
+    let (node_fields, edge_fields) = (7, 3);
+    let named = |name: &str| nodes.chunks(node_fields).filter(|n| strings[n[1] as usize] == name).count();
+    let entries = heapsnap_json(&["top", snap.to_str().unwrap(), "--by", "type", "--limit", "0"]);
+    let count_of =
+        |name: &str| entries["groups"].as_array().unwrap().iter().find(|g| g["name"] == name).map(|g| g["count"].as_u64().unwrap());
+    assert_eq!(Some(named("Cache_leak.entry") as u64), count_of("Cache_leak.entry"), "one node per entry, named by its type");
+    assert!(named("Cache_leak.entry") >= 5000);
+    // Each entry's payload is a property edge named `payload` (field 1 of the record).
+    let property = v["snapshot"]["meta"]["edge_types"][0].as_array().unwrap().iter().position(|t| t == "property").unwrap() as u64;
+    let payloads = edges.chunks(edge_fields).filter(|e| e[0] == property && strings[e[1] as usize] == "payload").count();
+    assert_eq!(payloads, named("Cache_leak.entry"), "every entry's payload is named");
+
+    let m = memlab(&file, 3, &[]);
+    assert_eq!(m["nodes"], report["nodes"]);
+}

@@ -618,6 +618,35 @@ impl Typing {
         }
     }
 
+    /// The label of field `i` of a typed node (a record's or inline record's), without
+    /// allocating; `None` for unlabelled fields, array elements and untyped nodes.
+    pub fn field_label(&self, v: NodeId, tag: u8, i: usize) -> Option<&str> {
+        let info = self.types.get(self.type_id(v) as usize)?;
+        let names = match &**info.layout.get()? {
+            Layout::Fields(names, _) => names,
+            Layout::Variant(blocks, _) => &blocks.get(tag as usize)?.1,
+            _ => return None,
+        };
+        names.get(i)?.as_deref()
+    }
+
+    /// Every field label of the types met ([`Typing::field_label`]'s answers), once each.
+    pub fn labels(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for info in &self.types {
+            let Some(layout) = info.layout.get() else { continue };
+            let names: Vec<&Option<String>> = match &**layout {
+                Layout::Fields(names, _) => names.iter().collect(),
+                Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
+                _ => continue,
+            };
+            out.extend(names.into_iter().flatten().map(String::as_str));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
     /// A typed node's one-line description: `Server.session`, or with its constructor
     /// `Cons : (string, int) Hashtbl.bucketlist`.
     pub fn describe(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<String> {

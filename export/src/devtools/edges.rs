@@ -1,6 +1,7 @@
 //! The edges of each exported node, as DevTools types them: a block's pointer fields are
 //! `element` edges with the field's index (a stdlib `Hashtbl`'s bucket array the `data`
-//! property), the keys of an ephemeron `weak` edges, the data it keeps alive while its keys live
+//! property; with OCaml names, a record's or inline record's field a property named by its
+//! label), the keys of an ephemeron `weak` edges, the data it keeps alive while its keys live
 //! an `internal` edge from each key (`ephemeron data`: the analyser adds those edges for its
 //! dominators, so DevTools' dominators agree), a continuation's stack values `internal` edges.
 //! The synthetic root has an `element` edge to each root-kind node, and those a `property` edge
@@ -10,7 +11,9 @@ use super::strings::StringTable;
 use heapsnap_analyze::blocks::{BlockRef, NodeId, Target};
 use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
 use heapsnap_analyze::ocaml;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::typed::Typing;
+use heapsnap_analyze::{AnalysedHeap, Analysis};
+use rustc_hash::FxHashMap;
 
 /// DevTools' edge types, in V8's order (`snapshot.meta.edge_types[0]`).
 pub const EDGE_TYPES: [&str; 7] = ["context", "element", "property", "internal", "hidden", "shortcut", "weak"];
@@ -44,6 +47,10 @@ pub struct Edges<'a, 's> {
     stack: u32,
     reference: u32,
     hashtbl_data: u32,
+    /// The blocks' OCaml types (when the snapshot has names), and each field label's string id:
+    /// a typed block's labelled field is a `property` edge named by its label.
+    typing: Option<&'a Typing>,
+    labels: FxHashMap<&'a str, u32>,
 }
 
 impl<'a, 's> Edges<'a, 's> {
@@ -66,7 +73,11 @@ impl<'a, 's> Edges<'a, 's> {
                 }
             }
         }
+        let typing = a.typing();
+        let labels = typing.map(|t| t.labels().into_iter().map(|l| (l, table.intern(l))).collect()).unwrap_or_default();
         Edges {
+            typing,
+            labels,
             graph: &a.graph,
             slot_of,
             hashtbl,
@@ -130,7 +141,10 @@ impl<'a, 's> Edges<'a, 's> {
             let Some(s) = self.slot(t) else { continue };
             if let Some(&(i, _)) = fields.get(next).filter(|&&(_, ft)| ft == t) {
                 next += 1;
-                if hashtbl && i == 1 {
+                let label = self.typing.and_then(|ty| ty.field_label(v, tag, i as usize)).and_then(|l| self.labels.get(l));
+                if let Some(&label) = label {
+                    f(PROPERTY, label, s);
+                } else if hashtbl && i == 1 {
                     f(PROPERTY, self.hashtbl_data, s);
                 } else {
                     f(ELEMENT, i, s);

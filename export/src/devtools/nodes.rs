@@ -1,7 +1,9 @@
 //! What each exported node is called and which of DevTools' node types it has. The names are
 //! the analyser's: module blocks `module Foo`, closures by function and `file:line`, custom
-//! blocks by their operations' identifier, other blocks by kind (`block tag 0 size 3`, as
-//! `top --by kind` names them; a stdlib hash table `Hashtbl`), strings by their contents.
+//! blocks by their operations' identifier, other blocks by their OCaml type when the snapshot
+//! has names (`Cache_leak.entry`, as `top --by type` names them), else by kind (`block tag 0
+//! size 3`, as `top --by kind` names them; a stdlib hash table `Hashtbl`), strings by their
+//! contents.
 
 use super::strings::StringTable;
 use super::sweep::{for_each_block, freeable};
@@ -11,7 +13,8 @@ use heapsnap_analyze::groups::{key_name, kind_key, GroupKey};
 use heapsnap_analyze::names::string_preview;
 use heapsnap_analyze::ocaml;
 use heapsnap_analyze::structures::Structure;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::typed::{Typing, NO_TYPE};
+use heapsnap_analyze::{AnalysedHeap, Analysis};
 use heapsnap_format::RootKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
@@ -68,7 +71,14 @@ struct LocalNames {
     hashtbl: Vec<bool>,
     size: Vec<u64>,
     strings: Vec<String>,
-    kinds: Vec<GroupKey>,
+    kinds: Vec<Label>,
+}
+
+/// What names the nodes that are not named one by one: their kind, or their OCaml type.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Label {
+    Kind(GroupKey),
+    Type(u32),
 }
 
 /// Names every node of `order`; `preview` is the most bytes of a string shown in its name (0:
@@ -87,14 +97,15 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
         .filter_map(|v| Some((v, a.module_of(v)?)))
         .collect();
     let graph = &a.graph;
-    let locals: Vec<LocalNames> = order.par_chunks(CHUNK).map(|chunk| name_chunk(graph, &modules, chunk, preview)).collect();
+    let typing = a.typing();
+    let locals: Vec<LocalNames> = order.par_chunks(CHUNK).map(|chunk| name_chunk(graph, typing, &modules, chunk, preview)).collect();
     let mut out = NodeNames {
         kind: Vec::with_capacity(order.len()),
         name: Vec::with_capacity(order.len()),
         hashtbl: Vec::with_capacity(order.len()),
         size: Vec::with_capacity(order.len()),
     };
-    let mut by_kind: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let mut by_kind: FxHashMap<Label, u32> = FxHashMap::default();
     for local in locals {
         // Interned in node order (a string's id is the order it first appears in, as before
         // the naming was parallel); each of a chunk's strings names one node.
@@ -104,7 +115,10 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
             let id = if l & KIND_BIT != 0 {
                 let k = (l & !KIND_BIT) as usize;
                 *kinds[k].get_or_insert_with(|| {
-                    *by_kind.entry(local.kinds[k]).or_insert_with(|| table.intern(&key_name(&a.names, &local.kinds[k])))
+                    *by_kind.entry(local.kinds[k]).or_insert_with(|| match local.kinds[k] {
+                        Label::Kind(key) => table.intern(&key_name(&a.names, &key)),
+                        Label::Type(t) => table.intern(typing.and_then(|ty| ty.type_name(t)).unwrap_or("?")),
+                    })
                 })
             } else {
                 table.intern_owned(strings[l as usize].take().expect("one string per named node"))
@@ -118,9 +132,15 @@ pub fn name_nodes(a: &Analysis<'_>, order: &[NodeId], preview: usize, table: &mu
     out
 }
 
-fn name_chunk(graph: &HeapGraph<'_>, modules: &FxHashMap<NodeId, &str>, chunk: &[NodeId], preview: usize) -> LocalNames {
+fn name_chunk(
+    graph: &HeapGraph<'_>,
+    typing: Option<&Typing>,
+    modules: &FxHashMap<NodeId, &str>,
+    chunk: &[NodeId],
+    preview: usize,
+) -> LocalNames {
     let blocks = &graph.blocks;
-    let mut kind_ids: FxHashMap<GroupKey, u32> = FxHashMap::default();
+    let mut kind_ids: FxHashMap<Label, u32> = FxHashMap::default();
     let n = chunk.len();
     let mut local = LocalNames {
         kind: vec![HIDDEN; n],
@@ -154,8 +174,11 @@ fn name_chunk(graph: &HeapGraph<'_>, modules: &FxHashMap<NodeId, &str>, chunk: &
         } else {
             let key = kind_key(blocks, &b);
             local.hashtbl[i] = key == GroupKey::Structure(Structure::Hashtbl);
-            let id = *kind_ids.entry(key).or_insert_with(|| {
-                local.kinds.push(key);
+            // With OCaml names, a typed block is named by its type, as `top --by type` names it.
+            let t = typing.map_or(NO_TYPE, |ty| ty.type_id(v));
+            let label = if t == NO_TYPE { Label::Kind(key) } else { Label::Type(t) };
+            let id = *kind_ids.entry(label).or_insert_with(|| {
+                local.kinds.push(label);
                 local.kinds.len() as u32 - 1
             });
             (type_of_tag(tag), KIND_BIT | id)
