@@ -29,8 +29,20 @@
 //!        10.00M     2.682s     8.499s    55.705s      448.3 |
 //!
 //! (10M before, same load: export 21.329s.) `baseline` is the export with `--baseline` the
-//! snapshot itself, every object to match: at 10M the matching's log-time lookups of blocks and
-//! pointers (about 50M of them) dominate; an O(1) node-to-block map is the next step.
+//! snapshot itself, every object to match.
+//!
+//! With Chrome DevTools' own heap snapshot worker (export/scripts/install-devtools-worker.sh:
+//! chrome-devtools-frontend 1.0.1705227's HeapSnapshotLoader and its second worker, in node)
+//! and `first` (a first analysis as report commands run it: the analysis index built and
+//! written), load about 1:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal.
+//!         1.00M    0.143s    0.224s    0.381s    1.492s      43.4 |    2.818s    3.989s      457 |    1.258s    1.449s      403 |    5.6x    8.8x
+//!        10.00M    0.761s    2.472s    2.843s   18.385s     448.3 |   31.487s   44.981s     2548 |   11.659s   11.958s     2192 |    4.7x   15.3x
+//!
+//! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
+//! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
+//! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
 
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::{Analysis, Progress};
