@@ -65,51 +65,41 @@ fn snapshot_for(millions: f64) -> PathBuf {
     path
 }
 
-/// memlab on `file`: seconds inside node, wall seconds, peak MiB, and its root's retained size.
-fn memlab(file: &Path) -> (f64, f64, f64, u64) {
+/// Runs an install script of `export/scripts/` and returns the path it prints.
+fn install(script: &str) -> PathBuf {
     let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
-    let install = Command::new("bash").arg(scripts.join("install-memlab.sh")).output().expect("run install-memlab.sh");
-    assert!(install.status.success(), "install-memlab.sh: {}", String::from_utf8_lossy(&install.stderr));
-    let dir = PathBuf::from(String::from_utf8(install.stdout).unwrap().trim());
+    let out = Command::new("bash").arg(scripts.join(script)).output().expect("run an install script");
+    assert!(out.status.success(), "{script}: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+/// `node SCRIPT ARGS` (which prints `{"seconds", "root_retained"}`): seconds inside node, wall
+/// seconds, peak MiB, and the root's retained size.
+fn node(script: &Path, args: &[&std::ffi::OsStr], node_path: Option<&Path>) -> (f64, f64, f64, u64) {
     let t = Instant::now();
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
-        .arg("node")
-        .arg("--max-old-space-size=16384")
-        .arg(scripts.join("memlab-retained.js"))
-        .arg(file)
-        .arg("1")
-        .env("NODE_PATH", dir.join("node_modules"))
-        .output()
-        .expect("run node under /usr/bin/time");
+    let mut cmd = Command::new("/usr/bin/time");
+    cmd.args(["-f", "%M", "node", "--max-old-space-size=16384"]).arg(script).args(args);
+    if let Some(p) = node_path {
+        cmd.env("NODE_PATH", p);
+    }
+    let out = cmd.output().expect("run node under /usr/bin/time");
     let wall = t.elapsed().as_secs_f64();
-    assert!(out.status.success(), "memlab: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let kib: f64 = String::from_utf8_lossy(&out.stderr).lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(0.0);
     (v["seconds"].as_f64().unwrap(), wall, kib / 1024.0, v["root_retained"].as_u64().unwrap())
 }
 
-/// Chrome DevTools' own heap snapshot worker on `file` (export/scripts/install-devtools-worker.sh):
-/// seconds inside node, wall seconds, peak MiB, and its root's retained size.
+/// memlab on `file`.
+fn memlab(file: &Path) -> (f64, f64, f64, u64) {
+    let dir = install("install-memlab.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/memlab-retained.js");
+    node(&script, &[file.as_os_str(), "1".as_ref()], Some(&dir.join("node_modules")))
+}
+
+/// Chrome DevTools' own heap snapshot worker on `file` (export/scripts/install-devtools-worker.sh).
 fn devtools_worker(file: &Path) -> (f64, f64, f64, u64) {
-    let scripts = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
-    let install = Command::new("bash").arg(scripts.join("install-devtools-worker.sh")).output().expect("run install-devtools-worker.sh");
-    assert!(install.status.success(), "install-devtools-worker.sh: {}", String::from_utf8_lossy(&install.stderr));
-    let bundle = PathBuf::from(String::from_utf8(install.stdout).unwrap().trim());
-    let t = Instant::now();
-    let out = Command::new("/usr/bin/time")
-        .args(["-f", "%M"])
-        .arg("node")
-        .arg("--max-old-space-size=16384")
-        .arg(&bundle)
-        .arg(file)
-        .output()
-        .expect("run node under /usr/bin/time");
-    let wall = t.elapsed().as_secs_f64();
-    assert!(out.status.success(), "the DevTools worker: {}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let kib: f64 = String::from_utf8_lossy(&out.stderr).lines().last().and_then(|l| l.trim().parse().ok()).unwrap_or(0.0);
-    (v["seconds"].as_f64().unwrap(), wall, kib / 1024.0, v["root_retained"].as_u64().unwrap())
+    node(&install("install-devtools-worker.sh"), &[file.as_os_str()], None)
 }
 
 /// A first analysis as the report commands run it: open and check the snapshot, analyse, build
