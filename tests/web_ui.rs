@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
+use dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
 
 struct Running(Child);
 
@@ -31,11 +31,13 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them).
-fn three_snapshots(dir: &Path) -> Vec<PathBuf> {
+/// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them); `extra`:
+/// more options of `heapsnap run`.
+fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
     let child = Command::new(heapsnap())
         .args(["run", "--on-compaction", "--dir"])
         .arg(dir)
+        .args(extra)
         .arg("--")
         .arg(samples_dir().join("cache_leak"))
         .args(["--steps", "3", "--pause"])
@@ -201,7 +203,7 @@ fn the_web_ui_shows_the_leak() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web_ui");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let snaps = three_snapshots(&dir);
+    let snaps = three_snapshots(&dir, &[]);
     assert_eq!(snaps.len(), 3);
     let (_server, url) = serve(&snaps);
     let shots = repo().join("target/web_ui");
@@ -273,6 +275,49 @@ fn the_web_ui_shows_the_leak() {
     browser.goto(&format!("{url}#summary"));
     browser.wait_for("return document.body.innerText.includes('Largest groups') || null;", "the summary");
     browser.screenshot(&shots.join("summary.png"));
+}
+
+/// With OCaml names (the snapshots taken with `--cmt`), the UI speaks OCaml as the reports do:
+/// the dominator tree's top row is the global by its identifier and the table by its type, the
+/// object view names the table's fields by their labels, and the diff's suspect says the same.
+#[test]
+fn the_web_ui_speaks_ocaml_with_names() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("web_ui_names");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = toolchain_prefix("5.3.0");
+    let cmt = samples_dir().parent().unwrap().join(".build/5.3.0/cmt");
+    let snaps = three_snapshots(&dir, &["--ocaml", prefix.to_str().unwrap(), "--cmt", cmt.to_str().unwrap()]);
+    assert_eq!(snaps.len(), 3);
+    let (_server, url) = serve(&snaps);
+    let shots = repo().join("target/web_ui");
+    let table = "(string, Cache_leak.entry) Hashtbl.t";
+
+    let browser = Browser::start();
+    browser.goto(&format!("{url}#dominators"));
+    let first = browser.wait_for(
+        "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
+         return rows.length ? rows[0].innerText : null;",
+        "the dominator tree",
+    );
+    browser.screenshot(&shots.join("dominators-names.png"));
+    let first = first.as_str().unwrap();
+    assert!(first.contains("Cache_leak.cache") && first.contains(table), "top row: {first}");
+
+    browser.run("document.querySelector('#dominator-tree a.obj').click(); return null;");
+    let text = browser.wait_for("return document.querySelector('#fields') ? document.body.innerText : null;", "the object view");
+    browser.screenshot(&shots.join("object-names.png"));
+    let text = text.as_str().unwrap();
+    assert!(text.contains("global root Cache_leak.cache") && text.contains(&format!("type\t{table}")), "{text}");
+    // The table's fields by their labels (Hashtbl.t's record: size, data, seed, initial_size).
+    let labels = browser.run("return [...document.querySelectorAll('#fields tr')].map(r => r.children[1].innerText);");
+    assert_eq!(labels, serde_json::json!([".size", ".data", ".seed", ".initial_size"]), "{text}");
+
+    browser.goto(&format!("{url}#diff"));
+    let suspect = browser.wait_for("const s = document.querySelector('.suspect'); return s ? s.innerText : null;", "a leak suspect");
+    browser.screenshot(&shots.join("diff-names.png"));
+    let suspect = suspect.as_str().unwrap();
+    assert!(suspect.contains("Cache_leak.cache"), "suspect: {suspect}");
 }
 
 /// The Sites view, on a snapshot of the alloc_sites sample whose tracker stored call stacks:

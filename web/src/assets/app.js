@@ -149,6 +149,7 @@ async function showObject(node) {
     const i = o.inspection;
     const links = new Map(o.links.map(l => [l.index, l.node]));
     parts.push(el("table", { class: "kv" }, el("tbody", {},
+      ...(i.ocaml_type ? [el("tr", {}, el("td", {}, "type"), el("td", { class: "mono" }, i.ocaml_type))] : []),
       el("tr", {}, el("td", {}, "region"), el("td", {}, i.region_kind + (i.domain !== null ? ` (domain ${i.domain})` : ""))),
       el("tr", {}, el("td", {}, "header"), el("td", { class: "mono" }, `${i.header} tag ${i.tag} wosize ${i.wosize} ${i.colour}`)),
       el("tr", {}, el("td", {}, "shallow"), el("td", {}, bytes(i.shallow))),
@@ -156,7 +157,7 @@ async function showObject(node) {
       el("tr", {}, el("td", {}, "roots"), el("td", {}, i.roots.join(", ") || "—")))));
     parts.push(el("h2", {}, `Fields (${i.fields.length}${i.more_fields ? ` of ${i.fields.length + i.more_fields}` : ""})`));
     parts.push(el("table", { id: "fields" }, el("tbody", {}, i.fields.map(f => el("tr", {},
-      el("td", { class: "num" }, f.index), el("td", { class: "mono" }, f.raw), el("td", {}, f.kind),
+      el("td", { class: "num" }, f.index), el("td", { class: "mono" }, f.name ? `.${f.name}` : ""), el("td", { class: "mono" }, f.raw), el("td", {}, f.kind),
       el("td", {}, links.has(f.index) ? objectLink(links.get(f.index), f.value || "") : (f.value || "")))))));
     parts.push(el("h2", {}, "Dominator chain"), chain);
     parts.push(el("h2", {}, "Retainer paths (shortest, merged)"));
