@@ -162,4 +162,29 @@ mod tests {
         assert_ne!(m2[other as usize], m1[s as usize], "the edge is part of the signature");
         assert_eq!(m.counts(m2[other as usize]), &[0, 0]);
     }
+
+    #[test]
+    fn typed_shapes_name_their_fields_in_the_steps() {
+        // Snapshot 1 met the entry type before the cell type; its field labels come by shape.
+        let mut t1 = SigTrie::new(vec!["M.entry".into(), "Cons : M.entry list".into(), "string".into()]);
+        t1.field_labels = vec![vec![Some("id".into()), Some("payload".into())], vec![None, None], vec![]];
+        let r = t1.root("M.items");
+        let cell = t1.step(r, 0, 1);
+        let entry = t1.step(cell, 0, 0);
+        let payload = t1.step(entry, 1, 2);
+        let mut t2 = SigTrie::new(vec!["string".into(), "Cons : M.entry list".into(), "M.entry".into()]);
+        t2.field_labels = vec![vec![], vec![None, None], vec![Some("id".into()), Some("payload".into())]];
+        let r2 = t2.root("M.items");
+        let cell2 = t2.step(r2, 0, 1);
+        let entry2 = t2.step(cell2, 0, 2);
+        let payload2 = t2.step(entry2, 1, 0);
+        let mut m = MergedTrie::new(2);
+        let m1 = m.add(&t1, Some(0));
+        let m2 = m.add(&t2, Some(1));
+        assert_eq!(m1[payload as usize], m2[payload2 as usize]);
+        let steps = m.steps(m1[payload as usize]);
+        let edges: Vec<&str> = steps.iter().map(|s| s.edge.as_str()).collect();
+        assert_eq!(edges, ["root", "", ".0", ".payload"], "a tuple's or a constructor's unnamed field stays .N");
+        assert_eq!(crate::diff::trie::signature_text(&steps, false), "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string");
+    }
 }
