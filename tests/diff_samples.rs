@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
+use dump_support::{heapsnap, repo, samples_dir, toolchain, DiesWithTest};
 
 fn manifest_sample(name: &str) -> Value {
     static M: OnceLock<Value> = OnceLock::new();
@@ -271,4 +271,151 @@ fn diff_groups_are_the_groups_top_reports() {
             assert_eq!(got, expected, "--by {by}, snapshot {}", i + 1);
         }
     }
+}
+
+/// Copies of a series with the program's OCaml names added (`heapsnap annotate` with the
+/// samples' `.cmt` files and the 5.3.0 toolchain, as `dump --ocaml --cmt` would), once per test
+/// binary.
+fn named_series(name: &'static str) -> Vec<PathBuf> {
+    static NAMED: OnceLock<std::sync::Mutex<std::collections::HashMap<&'static str, Vec<PathBuf>>>> = OnceLock::new();
+    let named = NAMED.get_or_init(Default::default);
+    let mut named = named.lock().unwrap_or_else(|e| e.into_inner());
+    named
+        .entry(name)
+        .or_insert_with(|| {
+            let samples = samples_dir();
+            let cmt = samples.parent().unwrap().join(".build").join(samples.file_name().unwrap()).join("cmt");
+            let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diff_samples").join(format!("{name}-named"));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).expect("named series directory");
+            series(name)
+                .iter()
+                .map(|p| {
+                    let copy = d.join(p.file_name().unwrap());
+                    std::fs::copy(p, &copy).expect("copy the snapshot");
+                    let out = Command::new(heapsnap())
+                        .arg("annotate")
+                        .arg(&copy)
+                        .arg("--ocaml")
+                        .arg(toolchain())
+                        .arg("--cmt")
+                        .arg(&cmt)
+                        .output()
+                        .expect("run heapsnap annotate");
+                    assert!(out.status.success(), "annotate {}: {}", copy.display(), String::from_utf8_lossy(&out.stderr));
+                    copy
+                })
+                .collect()
+        })
+        .clone()
+}
+
+/// Every signature a diff report prints: its suspects' paths and its places of growth (with
+/// their children's steps).
+fn signatures(r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in r["suspects"].as_array().unwrap() {
+        for p in s["paths"].as_array().unwrap() {
+            out.push(format!("{}: {}", s["name"], p["signature"].as_str().unwrap()));
+            out.push(format!("{}: {}", s["name"], p["description"].as_str().unwrap()));
+        }
+    }
+    for g in r["growth"].as_array().unwrap() {
+        out.push(g["signature"].as_str().unwrap().to_string());
+        out.push(g["description"].as_str().unwrap().to_string());
+        for c in g["children"].as_array().unwrap() {
+            out.push(format!("  {} {}", c["edge"].as_str().unwrap(), c["shape"].as_str().unwrap()));
+        }
+    }
+    out
+}
+
+/// The typed part of cache_leak's table: `cache : (string, entry) Hashtbl.t`.
+const TABLE: &str = "(string, Cache_leak.entry) Hashtbl.t";
+const CHAINS: &str = "Cache_leak.cache -> (string, Cache_leak.entry) Hashtbl.t -> .data (string, Cache_leak.entry) Hashtbl.bucketlist array -> [*] Cons : (string, Cache_leak.entry) Hashtbl.bucketlist+";
+
+#[test]
+fn with_names_in_every_snapshot_signatures_speak_ocaml_and_without_they_are_shapes() {
+    let named = named_series("cache_leak");
+    let r = diff_json(&named, &[]);
+    assert_eq!(r["ocaml_names"], true);
+    assert!(r["warnings"].as_array().unwrap().is_empty(), "{:#}", r["warnings"]);
+    // The suspects' retainer paths: the global by its identifier, the table by its type, the
+    // fields by their labels; the bucket cells (one constructor of one type) fold into one step
+    // and the entries they hold are a step of their own.
+    let paths: Vec<&str> = r["suspects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["paths"].as_array().unwrap())
+        .map(|p| p["signature"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        CHAINS.to_string(),
+        format!("{CHAINS} -> .data Cache_leak.entry"),
+        format!("{CHAINS} -> .data Cache_leak.entry -> .payload string"),
+        format!("{CHAINS} -> .key string"),
+    ] {
+        assert!(paths.contains(&wanted.as_str()), "{wanted} not in {paths:#?}");
+    }
+    let path = r["suspects"][0]["paths"][0].clone();
+    assert_eq!(path["steps"][0]["shape"], "Cache_leak.cache");
+    assert_eq!(path["steps"][1]["shape"], TABLE);
+    assert_eq!(path["steps"][2]["edge"], ".data");
+    assert_eq!(path["steps"][3]["edge"], "[*]");
+    assert_eq!(path["steps"][3]["folded"], true);
+    // The dominator tree: the growth is in the bucket chains, whose entries hold it.
+    let place = &r["growth"][0];
+    assert_eq!(place["signature"], CHAINS, "{place:#}");
+    assert_eq!(place["description"], CHAINS, "{place:#}");
+    let child = &place["children"][0];
+    assert_eq!((child["edge"].as_str(), child["shape"].as_str()), (Some(".data"), Some("Cache_leak.entry")), "{place:#}");
+    // By root, the table's global is named by its identifier.
+    let r = diff_json(&named, &["--by", "root"]);
+    assert_eq!(r["suspects"][0]["name"], "Cache_leak.cache", "{:#}", r["suspects"]);
+    assert!(r["suspects"][0]["paths"][0]["signature"].as_str().unwrap().starts_with(&format!("Cache_leak.cache -> {TABLE} -> .data ")));
+    // The human report says the same.
+    let out = Command::new(heapsnap()).arg("diff").args(&named).output().expect("run heapsnap diff");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("{CHAINS} -> .data Cache_leak.entry -> .payload string")), "{text}");
+    assert!(text.contains(".data Cache_leak.entry\n"), "{text}");
+
+    // The same snapshots without names: the signatures as ever, by shape and field number.
+    let r = diff_json(&series("cache_leak"), &[]);
+    assert_eq!(r["ocaml_names"], false);
+    let all = signatures(&r);
+    let chains = "Cache_leak.1 -> Hashtbl -> .1 block tag 0 size >16 -> [*] block tag 0 size 3+";
+    assert!(all.iter().any(|s| s == chains), "{all:#?}");
+    assert!(all.iter().any(|s| s.ends_with(&format!("{chains} -> .1 string"))), "{all:#?}");
+    assert!(!all.iter().any(|s| s.contains("Cache_leak.cache") || s.contains("Hashtbl.t") || s.contains(".data")), "{all:#?}");
+}
+
+#[test]
+fn with_names_in_some_snapshots_only_signatures_are_shapes_and_the_report_says_why() {
+    let (named, unnamed) = (named_series("cache_leak"), series("cache_leak"));
+    let mixed = vec![named[0].clone(), unnamed[1].clone(), named[2].clone()];
+    for by in ["kind", "root"] {
+        let r = diff_json(&mixed, &["--by", by]);
+        assert_eq!(r["ocaml_names"], false);
+        let notes: Vec<&str> =
+            r["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap()).filter(|w| w.contains("OCaml names not used")).collect();
+        assert_eq!(notes.len(), 1, "{:#}", r["warnings"]);
+        let missing = unnamed[1].display().to_string();
+        assert!(notes[0].contains(&format!("{missing} has none")) && notes[0].contains("heapsnap annotate"), "{}", notes[0]);
+        // The same signatures as the diff of the snapshots without names: every place and path
+        // matches across the three snapshots (growth counted once, not as a new place).
+        let plain = diff_json(&unnamed, &["--by", by]);
+        assert_eq!(signatures(&r), signatures(&plain), "--by {by}");
+        assert!(!signatures(&r).is_empty(), "--by {by}");
+        let names = |r: &Value| -> Vec<String> { r["groups"].as_array().unwrap().iter().map(|g| g["name"].to_string()).collect() };
+        assert_eq!(names(&r), names(&plain), "--by {by}");
+        assert_eq!(r["growth"][0]["delta_retained"], plain["growth"][0]["delta_retained"], "--by {by}");
+    }
+    // The human report says it once, on stderr.
+    let out = Command::new(heapsnap()).arg("diff").args(&mixed).output().expect("run heapsnap diff");
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("OCaml names not used").count(), 1, "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Cache_leak.1 -> Hashtbl -> .1 Hashtbl data"));
 }

@@ -48,6 +48,13 @@ impl<'s> Names<'s> {
         self.ocaml.as_ref()
     }
 
+    /// Forgets the program's OCaml names: module globals are then numbered and no block gets
+    /// a type, as in a snapshot without names (a diff of snapshots of which only some have
+    /// names compares them all so, for their signatures to match).
+    pub fn forget_ocaml(&mut self) {
+        self.ocaml = None;
+    }
+
     /// A field of a compilation unit's module block, by the unit's symbol (`camlFoo`).
     pub fn global_field(&self, symbol: &str, index: u64) -> Option<&heapsnap_names::model::Field> {
         let unit = self.ocaml.as_ref()?.units.get(module_name(symbol))?;

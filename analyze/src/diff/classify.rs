@@ -7,10 +7,14 @@
 //! * the **edge** that links each reachable block to its immediate dominator: which field of
 //!   the dominator points at it.
 //!
+//! With the blocks' OCaml types ([`classify_with_types`]), a typed block's shape is its type,
+//! and the edges from it are its fields (any of its first [`FIELD_EDGES`], whatever its size),
+//! or `[*]` for an array's elements (whatever its length).
+//!
 //! One pass instead of the two of `groups` plus one for shapes: the diff analyses two heaps,
 //! and each pass over ten million blocks costs a tenth of a second.
 
-use super::shape::{shape_key, shape_name, ShapeKey, FOLD_ABOVE_FIELDS};
+use super::shape::{shape_key, shape_name, typed_shape, typed_shape_name, ShapeKey, FOLD_ABOVE_FIELDS};
 use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, Target, NO_NODE};
 use crate::dominators::DominatorTree;
@@ -18,21 +22,37 @@ use crate::graph::HeapGraph;
 use crate::groups::{key_for, key_name, GroupBy, GroupKey};
 use crate::ocaml;
 use crate::structures;
+use crate::typed::{Typing, NO_TYPE};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::sync::Mutex;
 
-/// Edge codes: `0..=15` a field index (of a block of at most 16 fields).
+/// Edge codes: below [`FIELD_EDGES`] a field index (of a block of at most 16 fields, or of a
+/// typed block that is no array).
 pub type Edge = u8;
-/// Some element of a block of more than 16 fields (`[*]`).
-pub const EDGE_ANY: Edge = 16;
+/// Field indices an edge can name.
+pub const FIELD_EDGES: usize = 240;
+/// Some element of a block of more than 16 fields, or of a typed array (`[*]`).
+pub const EDGE_ANY: Edge = 252;
 /// Dominated without being pointed at by the dominator (`~`): several referrers, all of them
 /// dominated by it.
-pub const EDGE_DOMINATED: Edge = 17;
+pub const EDGE_DOMINATED: Edge = 253;
 /// A root record (the trie level under the super-root).
-pub const EDGE_ROOT: Edge = 18;
+pub const EDGE_ROOT: Edge = 254;
 /// The object a root holds (the first object of a chain).
-pub const EDGE_TOP: Edge = 19;
+pub const EDGE_TOP: Edge = 255;
+
+/// How the edges from a block of a class are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EdgeMode {
+    /// An untyped block: `.N` up to 16 fields, `[*]` for larger blocks.
+    Shape,
+    /// A typed block that is no array: `.N` for its first [`FIELD_EDGES`] fields, whatever its
+    /// size (reports name them by their labels).
+    Fields,
+    /// A typed array: `[*]` whatever its length.
+    Elements,
+}
 
 /// No class: a preorder number that is not a block (super-root, root kinds).
 pub const NO_CLASS: u32 = u32::MAX;
@@ -41,6 +61,10 @@ pub const NO_GROUP: u32 = u32::MAX;
 
 /// What a block is for the diff: its group key (if the grouping has one for it) and its shape.
 type ClassKey = (Option<GroupKey>, ShapeKey);
+
+/// A class as the pass interns it: its key, the first block met of it (typed shapes are named
+/// from it), how edges from it are written.
+type ClassEntry = (ClassKey, NodeId, EdgeMode);
 
 /// The groups of a snapshot, as the pass found them.
 #[derive(Default)]
@@ -61,8 +85,13 @@ pub struct Classified {
     pub class_shape: Vec<u32>,
     /// Group id of each class ([`NO_GROUP`] when in none).
     pub class_group: Vec<u32>,
+    /// How the edges from each class's blocks are written.
+    pub class_edges: Vec<EdgeMode>,
     /// Shape names by shape id.
     pub shape_names: Vec<String>,
+    /// The field labels of each typed shape that has them (its record labels, `None` for an
+    /// unnamed field), by shape id; empty for the others.
+    pub shape_fields: Vec<Vec<Option<String>>>,
     pub groups: GroupTable,
     /// For `--by root`: `(preorder, bytes)` of every top object (one a root kind or the
     /// super-root immediately dominates), by preorder. Root groups count their bytes.
@@ -76,6 +105,15 @@ impl Classified {
         match self.class_pre[p] {
             NO_CLASS => NO_CLASS,
             c => self.class_shape[c as usize],
+        }
+    }
+
+    /// How the edges from the block of a preorder number are written.
+    #[inline]
+    pub fn edge_mode(&self, p: usize) -> EdgeMode {
+        match self.class_pre.get(p) {
+            Some(&c) if c != NO_CLASS => self.class_edges[c as usize],
+            _ => EdgeMode::Shape,
         }
     }
 }
@@ -109,6 +147,9 @@ struct RawKey {
     tag_size: u64,
     extra: u64,
     reserved: u32,
+    /// The typed shape's type and constructor ([`ShapeKey::Typed`]); `NO_TYPE` untyped.
+    ty: u32,
+    constructor: usize,
 }
 
 fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey {
@@ -120,14 +161,20 @@ fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey
         0 if b.header.wosize <= 5 => (b.header.wosize, structures::recognise(blocks, b).map_or(0, |s| 1 + s as u64)),
         _ => (b.header.wosize, 0),
     };
-    RawKey { tag_size: u64::from(tag) | (size << 8), extra, reserved: if by_reserved { b.header.reserved } else { 0 } }
+    RawKey {
+        tag_size: u64::from(tag) | (size << 8),
+        extra,
+        reserved: if by_reserved { b.header.reserved } else { 0 },
+        ty: NO_TYPE,
+        constructor: 0,
+    }
 }
 
 /// What each worker accumulates: its class ids, counts and bytes by global class id, and the
 /// top objects it met (`--by root` only).
 #[derive(Default)]
 struct Local {
-    ids: FxHashMap<RawKey, u32>,
+    ids: FxHashMap<RawKey, (u32, EdgeMode)>,
     stats: Vec<(u64, u64)>,
     tops: Vec<(u32, u64)>,
 }
@@ -143,7 +190,24 @@ impl Local {
     }
 }
 
+/// The classes of the blocks by their kinds (no types).
 pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
+    classify_with_types(a, by, None)
+}
+
+/// How edges from the blocks of a shape are written: a typed array's by `[*]`.
+fn edge_mode(typing: Option<&Typing>, shape: &ShapeKey, b: &BlockRef<'_>) -> EdgeMode {
+    match (shape, typing) {
+        (ShapeKey::Typed { .. }, Some(t)) => match t.field_name(b.node, b.header.tag, 0) {
+            Some(name) if name.starts_with('[') => EdgeMode::Elements,
+            _ => EdgeMode::Fields,
+        },
+        _ => EdgeMode::Shape,
+    }
+}
+
+/// The classes of the blocks, typed blocks by their types when `typing` is given.
+pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing>) -> Classified {
     // The names (not thread-safe) are used only after the parallel pass.
     let graph = &a.graph;
     let blocks = &graph.blocks;
@@ -156,16 +220,17 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
         if by == GroupBy::Root { (0..=graph.root_kinds.len() as NodeId).map(|n| tree.pre_of[n as usize]).collect() } else { Vec::new() };
     let mut class_pre = vec![NO_CLASS; reachable];
     let mut edge_pre = vec![EDGE_DOMINATED; reachable];
-    let global: Mutex<(FxHashMap<ClassKey, u32>, Vec<ClassKey>)> = Mutex::new(Default::default());
-    let intern = |key: ClassKey| -> u32 {
+    let global: Mutex<(FxHashMap<ClassKey, u32>, Vec<ClassEntry>)> = Mutex::new(Default::default());
+    let intern = |key: ClassKey, b: &BlockRef<'_>| -> (u32, EdgeMode) {
+        let mode = edge_mode(typing, &key.1, b);
         let mut g = global.lock().expect("no panic while holding the classes");
         if let Some(&id) = g.0.get(&key) {
-            return id;
+            return (id, mode);
         }
-        g.1.push(key);
+        g.1.push((key, b.node, mode));
         let id = g.1.len() as u32 - 1;
         g.0.insert(key, id);
-        id
+        (id, mode)
     };
     let Local { stats, tops: mut top_bytes, .. } = {
         let classes_out = Scatter(class_pre.as_mut_ptr());
@@ -175,20 +240,27 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
             .par_iter()
             .fold(Local::default, |mut local, &r| {
                 // The current run of blocks of one class: its raw key, class, count and bytes.
-                let mut run: Option<(RawKey, u32)> = None;
+                let mut run: Option<(RawKey, u32, EdgeMode)> = None;
                 let (mut count, mut bytes) = (0u64, 0u64);
                 for b in blocks.region_blocks(r) {
-                    let raw = raw_key(blocks, by_reserved, &b);
-                    let id = match run {
-                        Some((k, id)) if k == raw => id,
+                    let mut raw = raw_key(blocks, by_reserved, &b);
+                    let typed = typing.and_then(|t| typed_shape(t, &b));
+                    if let Some(ShapeKey::Typed { ty, constructor }) = typed {
+                        (raw.ty, raw.constructor) = (ty, constructor);
+                    }
+                    let (id, mode) = match run {
+                        Some((k, id, mode)) if k == raw => (id, mode),
                         _ => {
-                            if let Some((_, id)) = run {
+                            if let Some((_, id, _)) = run {
                                 local.add(id, count, bytes);
                             }
                             (count, bytes) = (0, 0);
-                            let id = *local.ids.entry(raw).or_insert_with(|| intern((key_for(by, blocks, &b), shape_key(blocks, &b))));
-                            run = Some((raw, id));
-                            id
+                            let (id, mode) = *local
+                                .ids
+                                .entry(raw)
+                                .or_insert_with(|| intern((key_for(by, blocks, &b), typed.unwrap_or_else(|| shape_key(blocks, &b))), &b));
+                            run = Some((raw, id, mode));
+                            (id, mode)
                         }
                     };
                     let p = tree.pre_of[b.node as usize];
@@ -205,10 +277,10 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
                     // dominator's visit.
                     unsafe {
                         classes_out.write(p as usize, id);
-                        dominated_edges(graph, tree, &b, p, &edges_out);
+                        dominated_edges(graph, tree, &b, p, mode, &edges_out);
                     }
                 }
-                if let Some((_, id)) = run {
+                if let Some((_, id, _)) = run {
                     local.add(id, count, bytes);
                 }
                 local
@@ -232,14 +304,29 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
     let mut shape_ids: FxHashMap<ShapeKey, u32> = FxHashMap::default();
     let mut group_ids: FxHashMap<GroupKey, u32> = FxHashMap::default();
     let mut shape_names = Vec::new();
+    let mut shape_fields = Vec::new();
     let mut groups = GroupTable::default();
     let mut class_shape = Vec::with_capacity(keys.len());
     let mut class_group = Vec::with_capacity(keys.len());
-    for (c, (group, shape)) in keys.iter().enumerate() {
+    let mut class_edges = Vec::with_capacity(keys.len());
+    for (c, ((group, shape), first, mode)) in keys.iter().enumerate() {
         class_shape.push(*shape_ids.entry(*shape).or_insert_with(|| {
-            shape_names.push(shape_name(a, shape));
+            let (name, fields) = match (shape, typing, blocks.block(*first)) {
+                (ShapeKey::Typed { .. }, Some(t), Some(b)) => {
+                    let fields = if *mode == EdgeMode::Fields {
+                        (0..(b.header.wosize as usize).min(FIELD_EDGES)).map(|i| t.field_name(b.node, b.header.tag, i)).collect()
+                    } else {
+                        Vec::new()
+                    };
+                    (typed_shape_name(t, &b), fields)
+                }
+                _ => (shape_name(a, shape), Vec::new()),
+            };
+            shape_names.push(name);
+            shape_fields.push(fields);
             shape_names.len() as u32 - 1
         }));
+        class_edges.push(*mode);
         let g = match group {
             None => NO_GROUP,
             Some(k) => *group_ids.entry(*k).or_insert_with(|| {
@@ -257,21 +344,21 @@ pub fn classify(a: &Analysis<'_>, by: GroupBy) -> Classified {
             groups.shallow[g as usize] += bytes;
         }
     }
-    Classified { class_pre, edge_pre, class_shape, class_group, shape_names, groups, top_bytes }
+    Classified { class_pre, edge_pre, class_shape, class_group, class_edges, shape_names, shape_fields, groups, top_bytes }
 }
 
 /// Writes the edge of every child that `b` (preorder `p`) immediately dominates and points at:
-/// `[*]` for a large block, the first field pointing at it for a small one.
+/// `[*]` for a large block or a typed array, the first field pointing at it for others.
 ///
 /// # Safety
 /// Only the immediate dominator of a node writes its slot: callers visit each block once.
-unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &BlockRef<'_>, p: u32, out: &Scatter<Edge>) {
+unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &BlockRef<'_>, p: u32, mode: EdgeMode, out: &Scatter<Edge>) {
     let blocks = &graph.blocks;
     let succ = graph.successors(b.node);
     if succ.is_empty() {
         return;
     }
-    let large = b.header.wosize > FOLD_ABOVE_FIELDS;
+    let large = folds_fields(b, mode);
     // Field index of each successor, in order: the scanned pointer fields, when every one of
     // them became an edge (no external or bad pointer, no extra ephemeron edge).
     let mut fields = [0u8; FOLD_ABOVE_FIELDS as usize];
@@ -284,7 +371,7 @@ unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &Block
             }
             n += 1;
         });
-        ordinal_ok = n == succ.len();
+        ordinal_ok = n == succ.len() && n <= fields.len();
     }
     for (k, &t) in succ.iter().enumerate() {
         let pt = tree.pre_of[t as usize];
@@ -306,8 +393,28 @@ unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &Block
     }
 }
 
-/// The first field of a small block pointing at `to` (scanned fields, then any field of an
-/// abstract block: ephemerons hold their data there).
+/// Whether the edges from `b` are all `[*]`: a typed array, an untyped block of more than 16
+/// fields, a typed block of more than [`FIELD_EDGES`].
+#[inline]
+fn folds_fields(b: &BlockRef<'_>, mode: EdgeMode) -> bool {
+    match mode {
+        EdgeMode::Shape => b.header.wosize > FOLD_ABOVE_FIELDS,
+        EdgeMode::Fields => b.header.wosize > FIELD_EDGES as u64,
+        EdgeMode::Elements => true,
+    }
+}
+
+/// The edge from `b` (whose edges are written as `mode` says) to the block `to`, which one of
+/// its fields points at: `[*]` or the first such field (`~` when none is found).
+pub fn edge_to(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId, mode: EdgeMode) -> Edge {
+    if folds_fields(b, mode) {
+        return EDGE_ANY;
+    }
+    field_pointing(blocks, b, to).map_or(EDGE_DOMINATED, |i| i as Edge)
+}
+
+/// The first field of a block pointing at `to` (scanned fields, then any field of an
+/// abstract block: ephemerons hold their data there), when an edge can name it.
 pub fn field_pointing(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId) -> Option<usize> {
     let mut found = None;
     b.header.scanned_fields(b.fields, |i, v| {
@@ -318,5 +425,5 @@ pub fn field_pointing(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId) -> Op
     if found.is_none() && b.header.tag == ocaml::ABSTRACT_TAG {
         found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && blocks.resolve(v) == Target::Node(to));
     }
-    found.filter(|&i| i < FOLD_ABOVE_FIELDS as usize)
+    found.filter(|&i| i < FIELD_EDGES)
 }

@@ -60,6 +60,7 @@ fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>)
     let tree = &a.tree;
     let r = tree.reachable_count();
     let mut trie = SigTrie::new(c.shape_names.clone());
+    trie.field_labels = c.shape_fields.clone();
     let mut sig_pre = vec![NOT_A_BLOCK; r];
     let preorder = a.preorder();
     let mut root_shallow: Vec<u64> = Vec::new();

@@ -1,10 +1,12 @@
 //! Matching signature tries across snapshots. Shape and root ids are per snapshot; names are
 //! not: two trie nodes match when their parents match, their edges are equal and their labels
 //! have the same name. The merged trie holds every signature seen in any snapshot, with one
-//! column of figures per snapshot (zero where a snapshot lacks it).
+//! column of figures per snapshot (zero where a snapshot lacks it). The labels of typed shapes'
+//! fields are kept by shape name, for the steps' texts.
 
+use super::classify::EDGE_ANY;
 use super::classify::{Edge, EDGE_ROOT};
-use super::trie::{describe_chain, SigTrie, StepText};
+use super::trie::{describe_named_chain, labels_by_name, SigTrie, StepText};
 use rustc_hash::FxHashMap;
 
 #[derive(Clone, Debug)]
@@ -20,6 +22,8 @@ pub struct MergedTrie {
     pub names: Vec<String>,
     name_ids: FxHashMap<String, u32>,
     index: FxHashMap<(u32, Edge, u32), u32>,
+    /// `(shape name id, field index)` -> the field's label, for typed shapes.
+    field_labels: FxHashMap<(u32, Edge), String>,
     /// Figures by `node * columns + snapshot`.
     pub count: Vec<u64>,
     pub retained: Vec<u64>,
@@ -33,6 +37,7 @@ impl MergedTrie {
             names: Vec::new(),
             name_ids: FxHashMap::default(),
             index: FxHashMap::default(),
+            field_labels: FxHashMap::default(),
             count: vec![0; columns],
             retained: vec![0; columns],
             columns,
@@ -54,6 +59,10 @@ impl MergedTrie {
     pub fn add(&mut self, t: &SigTrie, column: Option<usize>) -> Vec<u32> {
         let shapes: Vec<u32> = t.shape_names.iter().map(|n| self.name_id(n)).collect();
         let roots: Vec<u32> = t.root_labels.iter().map(|n| self.name_id(n)).collect();
+        for (shape, field, label) in labels_by_name(t) {
+            let shape = self.name_id(shape);
+            self.field_labels.entry((shape, field)).or_insert_with(|| label.to_string());
+        }
         let mut map = vec![0u32; t.nodes.len()];
         for (i, n) in t.nodes.iter().enumerate().skip(1) {
             let parent = map[n.parent as usize];
@@ -101,14 +110,19 @@ impl MergedTrie {
     /// The steps of the signature of `id`, named.
     pub fn steps(&self, id: u32) -> Vec<StepText> {
         let chain = self.chain(id);
-        let raw: Vec<(Edge, &str, bool)> = chain
+        let raw: Vec<(Edge, &str, bool, Option<&str>)> = chain
             .iter()
             .map(|&c| {
                 let n = &self.nodes[c as usize];
-                (n.edge, self.names.get(n.name as usize).map_or("?", String::as_str), n.folded)
+                let parent = &self.nodes[n.parent as usize];
+                // The field's label, when the previous step is a typed shape naming it.
+                let field = (n.edge < EDGE_ANY && n.parent != 0 && parent.edge != EDGE_ROOT)
+                    .then(|| self.field_labels.get(&(parent.name, n.edge)).map(String::as_str))
+                    .flatten();
+                (n.edge, self.names.get(n.name as usize).map_or("?", String::as_str), n.folded, field)
             })
             .collect();
-        describe_chain(&raw)
+        describe_named_chain(&raw)
     }
 
     /// Children of every node (by merged id).
@@ -147,5 +161,30 @@ mod tests {
         assert_eq!(m.counts(m1[s as usize]), &[5, 7]);
         assert_ne!(m2[other as usize], m1[s as usize], "the edge is part of the signature");
         assert_eq!(m.counts(m2[other as usize]), &[0, 0]);
+    }
+
+    #[test]
+    fn typed_shapes_name_their_fields_in_the_steps() {
+        // Snapshot 1 met the entry type before the cell type; its field labels come by shape.
+        let mut t1 = SigTrie::new(vec!["M.entry".into(), "Cons : M.entry list".into(), "string".into()]);
+        t1.field_labels = vec![vec![Some("id".into()), Some("payload".into())], vec![None, None], vec![]];
+        let r = t1.root("M.items");
+        let cell = t1.step(r, 0, 1);
+        let entry = t1.step(cell, 0, 0);
+        let payload = t1.step(entry, 1, 2);
+        let mut t2 = SigTrie::new(vec!["string".into(), "Cons : M.entry list".into(), "M.entry".into()]);
+        t2.field_labels = vec![vec![], vec![None, None], vec![Some("id".into()), Some("payload".into())]];
+        let r2 = t2.root("M.items");
+        let cell2 = t2.step(r2, 0, 1);
+        let entry2 = t2.step(cell2, 0, 2);
+        let payload2 = t2.step(entry2, 1, 0);
+        let mut m = MergedTrie::new(2);
+        let m1 = m.add(&t1, Some(0));
+        let m2 = m.add(&t2, Some(1));
+        assert_eq!(m1[payload as usize], m2[payload2 as usize]);
+        let steps = m.steps(m1[payload as usize]);
+        let edges: Vec<&str> = steps.iter().map(|s| s.edge.as_str()).collect();
+        assert_eq!(edges, ["root", "", ".0", ".payload"], "a tuple's or a constructor's unnamed field stays .N");
+        assert_eq!(crate::diff::trie::signature_text(&steps, false), "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string");
     }
 }

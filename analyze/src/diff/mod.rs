@@ -8,7 +8,8 @@
 //!   retained bytes in each snapshot ([`groups`]);
 //! * **places** in the dominator tree, matched by path signature: a root's name, then the chain
 //!   of fields and shapes, array indices folded to `[*]` and runs of one shape folded into one
-//!   step ([`trie`], [`domtrie`], [`merge`], [`places`]);
+//!   step ([`trie`], [`domtrie`], [`merge`], [`places`]); when every snapshot has OCaml names,
+//!   typed blocks are their types and their fields are named by their labels;
 //! * with three snapshots or more, **leak suspects**: the groups whose count grew at every
 //!   step, each with the shortest retainer paths of its members merged by signature, and how
 //!   many members each path gained from the first snapshot to the last ([`suspect_paths`]).
@@ -150,6 +151,10 @@ pub struct DiffReport {
     /// Oldest first.
     pub snapshots: Vec<SnapshotInfo>,
     pub warnings: Vec<String>,
+    /// Whether signatures and descriptions use the OCaml names (roots by identifier, typed
+    /// blocks by type, fields by label): only when every snapshot has them (a warning says why
+    /// not when some have).
+    pub ocaml_names: bool,
     pub min_growth: u64,
     /// Groups in any snapshot, and the `limit` that grew most.
     pub total_groups: u64,
@@ -185,12 +190,19 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         opts.by.check(i.snap).map_err(|source| DiffError::Analyze { name: i.name.clone(), source })?;
     }
     let snaps: Vec<&Snapshot> = inputs.iter().map(|i| i.snap).collect();
-    let warnings = compat::warnings(&snaps);
+    let mut warnings = compat::warnings(&snaps);
+    let ocaml_names = match names_note(inputs) {
+        Ok(used) => used,
+        Err(note) => {
+            warnings.push(note);
+            false
+        }
+    };
     let mut timings: Vec<Timing> = Vec::new();
     let mut time = |step: String, seconds: f64| timings.push(Timing { step, seconds });
 
     let t = Instant::now();
-    let (profiles, kept) = analyse_all(inputs, opts.by, progress)?;
+    let (profiles, kept) = analyse_all(inputs, opts.by, ocaml_names, progress)?;
     let k = profiles.len();
     time("analysis".into(), t.elapsed().as_secs_f64());
     for (i, p) in profiles.iter().enumerate() {
@@ -254,6 +266,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
             })
             .collect(),
         warnings,
+        ocaml_names,
         min_growth: opts.min_growth,
         total_groups,
         groups: listed,
@@ -263,6 +276,22 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     })
 }
 
+/// Whether the diff can use OCaml names: `Ok(true)` when every snapshot has them, `Ok(false)`
+/// when none has, and when only some have, why they are not used (signatures must be the same
+/// in every snapshot to match: a root named `Cache_leak.cache` in one and `Cache_leak.1` in
+/// another would be two places).
+fn names_note(inputs: &[Input<'_>]) -> Result<bool, String> {
+    let missing: Vec<&str> = inputs.iter().filter(|i| i.snap.ocaml_names().is_none()).map(|i| i.name.as_str()).collect();
+    if missing.is_empty() || missing.len() == inputs.len() {
+        return Ok(missing.is_empty());
+    }
+    Err(format!(
+        "OCaml names not used: {} {} none, so every snapshot is compared by block shapes and field numbers (add names to each with `heapsnap annotate SNAP --cmt DIR`)",
+        missing.join(", "),
+        if missing.len() == 1 { "has" } else { "have" }
+    ))
+}
+
 /// Analyses every snapshot, two at a time: the middle ones first (only their profiles stay),
 /// then the first and the last, kept analysed when there are three snapshots or more (the
 /// suspects' paths need them).
@@ -270,12 +299,13 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
 fn analyse_all<'s>(
     inputs: &[Input<'s>],
     by: GroupBy,
+    names: bool,
     progress: &Progress,
 ) -> Result<(Vec<Profile>, Option<(Kept<'s>, Kept<'s>)>), DiffError> {
     let k = inputs.len();
     let bar = progress.step("diff: analysing", k as u64);
     let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'s>>), DiffError> {
-        let r = profile(inputs[i].snap, by, keep).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
+        let r = profile(inputs[i].snap, by, keep, names).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
         bar.inc(1);
         r
     };

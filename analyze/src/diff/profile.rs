@@ -3,9 +3,10 @@
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
 use super::classify::EDGE_ROOT;
-use super::classify::{classify, Classified};
+use super::classify::{classify_with_types, Classified};
 use super::domtrie::{dominator_trie, DomTrie};
 use super::trie::SigTrie;
+use crate::analysed::AnalysedHeap;
 use crate::analysis::Analysis;
 use crate::groups::{Group, GroupBy};
 use crate::progress::Progress;
@@ -32,13 +33,21 @@ pub struct Kept<'s> {
     pub dom_sig_pre: Option<Vec<u32>>,
 }
 
-/// Analyses a snapshot and extracts its profile; with `keep`, also returns the analysis.
-pub fn profile(snap: &Snapshot, by: GroupBy, keep: bool) -> Result<(Profile, Option<Kept<'_>>), AnalyzeError> {
+/// Analyses a snapshot and extracts its profile; with `keep`, also returns the analysis. With
+/// `names`, its OCaml names name the roots and its blocks' types their shapes (when it has
+/// them); without, it is analysed as a snapshot without names.
+pub fn profile(snap: &Snapshot, by: GroupBy, keep: bool, names: bool) -> Result<(Profile, Option<Kept<'_>>), AnalyzeError> {
     let t = Instant::now();
-    let analysis = Analysis::new(snap, &Progress::hidden())?;
+    let mut analysis = Analysis::new(snap, &Progress::hidden())?;
+    if !names {
+        analysis.names.forget_ocaml();
+    }
     let mut timings = vec![("analysis", t.elapsed().as_secs_f64())];
     let t = Instant::now();
-    let classified = classify(&analysis, by);
+    let typing = analysis.typing();
+    timings.push(("types", t.elapsed().as_secs_f64()));
+    let t = Instant::now();
+    let classified = classify_with_types(&analysis, by, typing);
     timings.push(("classes", t.elapsed().as_secs_f64()));
     let t = Instant::now();
     let dom = dominator_trie(&analysis, &classified);

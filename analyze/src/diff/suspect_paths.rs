@@ -7,8 +7,7 @@
 //! how many members each chain gained: objects cannot be matched by address across snapshots,
 //! so "new objects" of a chain are the growth of its member count.
 
-use super::classify::{field_pointing, Classified, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
-use super::shape::FOLD_ABOVE_FIELDS;
+use super::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
 use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
@@ -54,6 +53,7 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
     let tree = &a.tree;
     let blocks = &g.blocks;
     let mut trie = SigTrie::new(c.shape_names.clone());
+    trie.field_labels = c.shape_fields.clone();
     let mut counts: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
     const UNSEEN: u32 = u32::MAX;
     const NOT_BLOCK: u32 = u32::MAX - 1;
@@ -88,8 +88,7 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
                     ublock = Some((u, blocks.block(u)));
                 }
                 match ublock.as_ref().and_then(|(_, b)| b.as_ref()) {
-                    Some(b) if b.header.wosize > FOLD_ABOVE_FIELDS => EDGE_ANY,
-                    Some(b) => field_pointing(blocks, b, t).map_or(EDGE_DOMINATED, |i| i as u8),
+                    Some(b) => edge_to(blocks, b, t, c.edge_mode(tree.pre_of[u as usize] as usize)),
                     None => EDGE_DOMINATED,
                 }
             };

@@ -8,6 +8,10 @@
 //! `+`. Chains longer than [`MAX_DEPTH`] steps, and new signatures past [`MAX_NODES`], stop
 //! growing: deeper objects count at their deepest recorded ancestor.
 //!
+//! With OCaml names, shapes are types and an edge from a typed block is written by its field's
+//! label (`.payload`): the trie keeps field indices, and the labels of each typed shape's fields
+//! beside them (one type has the same labels in every snapshot of one build).
+//!
 //! Each trie node is one signature; its parent is the signature one step shorter. Node 0 is the
 //! empty signature (above the roots).
 
@@ -42,6 +46,9 @@ pub struct SigTrie {
     pub nodes: Vec<SigNode>,
     /// Shape names by shape id.
     pub shape_names: Vec<String>,
+    /// Field labels of the typed shapes by shape id (`Classified::shape_fields`; empty when
+    /// the shape has none).
+    pub field_labels: Vec<Vec<Option<String>>>,
     /// Root labels by id.
     pub root_labels: Vec<String>,
     root_ids: FxHashMap<String, u32>,
@@ -58,6 +65,7 @@ impl SigTrie {
         SigTrie {
             nodes: vec![top],
             shape_names,
+            field_labels: Vec::new(),
             root_labels: Vec::new(),
             root_ids: FxHashMap::default(),
             index: FxHashMap::default(),
@@ -147,6 +155,15 @@ impl SigTrie {
     }
 }
 
+/// The fields' labels of a trie's shapes, by shape name and field index, as a merged trie
+/// keeps them.
+pub fn labels_by_name(t: &SigTrie) -> impl Iterator<Item = (&str, Edge, &str)> {
+    t.field_labels.iter().enumerate().flat_map(move |(shape, fields)| {
+        let name = t.shape_names.get(shape).map_or("?", String::as_str);
+        fields.iter().enumerate().filter_map(move |(i, l)| Some((name, i as Edge, l.as_deref()?)))
+    })
+}
+
 /// How an edge is written in a signature.
 pub fn edge_text(edge: Edge) -> String {
     match edge {
@@ -161,7 +178,8 @@ pub fn edge_text(edge: Edge) -> String {
 /// One step of a signature as the reports show it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct StepText {
-    /// `root` for the root, `""` for the object the root holds, then `.N`, `[*]` or `~`.
+    /// `root` for the root, `""` for the object the root holds, then `.N` (`.label` for a
+    /// typed block's named field), `[*]` or `~`.
     pub edge: String,
     /// The shape (or the root's name): what the signature is made of.
     pub shape: String,
@@ -175,9 +193,16 @@ pub struct StepText {
 /// The steps of a chain given as `(edge, shape name, folded)`, with context names for the
 /// parts of a `Hashtbl`.
 pub fn describe_chain(steps: &[(Edge, &str, bool)]) -> Vec<StepText> {
+    let named: Vec<(Edge, &str, bool, Option<&str>)> = steps.iter().map(|&(e, s, f)| (e, s, f, None)).collect();
+    describe_named_chain(&named)
+}
+
+/// As [`describe_chain`], each step with the label of the field its edge is, when the previous
+/// step's type names it: the edge is then written `.label`.
+pub fn describe_named_chain(steps: &[(Edge, &str, bool, Option<&str>)]) -> Vec<StepText> {
     let mut out: Vec<StepText> = Vec::with_capacity(steps.len());
     let (mut prev_structure, mut prev_role) = (None, None);
-    for (i, &(edge, shape, folded)) in steps.iter().enumerate() {
+    for (i, &(edge, shape, folded, field_label)) in steps.iter().enumerate() {
         let field = (edge < EDGE_ANY).then_some(edge as usize);
         let role = Role::of_child(prev_structure, prev_role, field).filter(|_| i > 0);
         let label = match role {
@@ -186,7 +211,11 @@ pub fn describe_chain(steps: &[(Edge, &str, bool)]) -> Vec<StepText> {
         };
         prev_structure = Structure::from_name(shape);
         prev_role = role;
-        out.push(StepText { edge: edge_text(edge), shape: shape.to_string(), label, folded });
+        let edge = match field_label {
+            Some(l) if edge < EDGE_ANY => format!(".{l}"),
+            _ => edge_text(edge),
+        };
+        out.push(StepText { edge, shape: shape.to_string(), label, folded });
     }
     out
 }
