@@ -419,3 +419,33 @@ fn with_names_in_some_snapshots_only_signatures_are_shapes_and_the_report_says_w
     assert_eq!(err.matches("OCaml names not used").count(), 1, "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Cache_leak.1 -> Hashtbl -> .1 Hashtbl data"));
 }
+
+/// `diff --by type` on named snapshots: growth per OCaml type, as `top --by type` counts each
+/// snapshot; the entries' type is a suspect whose paths go through the table.
+#[test]
+fn diff_by_type_groups_by_ocaml_type() {
+    let named = named_series("cache_leak");
+    let r = diff_json(&named, &["--by", "type", "--limit", "0"]);
+    let groups = r["groups"].as_array().unwrap();
+    let entry = groups.iter().find(|g| g["name"] == "Cache_leak.entry").unwrap_or_else(|| panic!("no Cache_leak.entry group: {r:#}"));
+    // Each snapshot's count is what `top --by type` says of it.
+    let counts: Vec<u64> = named
+        .iter()
+        .map(|s| {
+            let out = Command::new(heapsnap()).arg("top").arg(s).args(["--by", "type", "--limit", "0", "--json"]).output().unwrap();
+            let top: Value = serde_json::from_slice(&out.stdout).unwrap();
+            top["groups"].as_array().unwrap().iter().find(|g| g["name"] == "Cache_leak.entry").unwrap()["count"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(counts.windows(2).all(|w| w[1] > w[0]), "{counts:?}");
+    let per_snapshot: Vec<u64> = entry["count"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()).collect();
+    assert_eq!(per_snapshot, counts, "{entry:#}");
+    let suspect = r["suspects"].as_array().unwrap().iter().find(|s| s["name"] == "Cache_leak.entry");
+    let suspect = suspect.unwrap_or_else(|| panic!("Cache_leak.entry is not a suspect: {:#}", r["suspects"]));
+    let path = suspect["paths"][0]["signature"].as_str().unwrap();
+    assert!(path.starts_with(&format!("Cache_leak.cache -> {TABLE} -> .data ")), "{path}");
+    // Without names in every snapshot, --by type is refused.
+    let out = Command::new(heapsnap()).arg("diff").args(series("cache_leak")).args(["--by", "type"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("annotate"), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -272,9 +272,10 @@ fn devtools_ids_follow_the_objects_a_compaction_moved() {
     assert!(err.contains("cannot open the baseline") && !err.contains("panicked"), "{err}");
 }
 
-/// With OCaml names, the DevTools export speaks OCaml as the reports do: typed blocks are named
-/// by their type (DevTools' Summary view groups by it: one `Cache_leak.entry` per cache entry),
-/// and a record's fields are properties named by their labels. memlab still loads the file.
+/// With OCaml names, the exports speak OCaml as the reports do: in the DevTools export, typed
+/// blocks are named by their type (DevTools' Summary view groups by it: one `Cache_leak.entry`
+/// per cache entry) and a record's fields are properties named by their labels (memlab still
+/// loads the file); a flame graph's frames are types and labels, as `diff` signatures.
 #[test]
 fn devtools_export_names_blocks_by_type_and_fields_by_label() {
     let dir = tempfile::tempdir().unwrap();
@@ -308,4 +309,16 @@ fn devtools_export_names_blocks_by_type_and_fields_by_label() {
 
     let m = memlab(&file, 3, &[]);
     assert_eq!(m["nodes"], report["nodes"]);
+
+    // The flame graph's frames too: the widest stack goes through the table's type and labels.
+    let folded = dir.path().join("cache.folded");
+    heapsnap_json(&["export", snap.to_str().unwrap(), "--format", "folded", "-o", folded.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&folded).unwrap();
+    let widest = text.lines().max_by_key(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap()).unwrap();
+    assert!(
+        widest.starts_with(
+            "Cache_leak.cache;(string, Cache_leak.entry) Hashtbl.t;.data (string, Cache_leak.entry) Hashtbl.bucketlist array;"
+        ) && widest.contains(";.data Cache_leak.entry;.payload string "),
+        "{widest}"
+    );
 }

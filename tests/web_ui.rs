@@ -317,7 +317,7 @@ fn the_web_ui_speaks_ocaml_with_names() {
     let suspect = browser.wait_for("const s = document.querySelector('.suspect'); return s ? s.innerText : null;", "a leak suspect");
     browser.screenshot(&shots.join("diff-names.png"));
     let suspect = suspect.as_str().unwrap();
-    assert!(suspect.contains("Cache_leak.cache"), "suspect: {suspect}");
+    assert!(suspect.contains("Cache_leak.cache") && suspect.contains(&format!("{table} -> .data ")), "suspect: {suspect}");
 }
 
 /// The Sites view, on a snapshot of the alloc_sites sample whose tracker stored call stacks:

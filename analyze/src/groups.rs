@@ -94,6 +94,9 @@ pub enum GroupKey {
     Tagged(u8),
     Closure(u64),
     Custom(u64),
+    /// An OCaml type, by its id in the snapshot's typing (`diff --by type`; named by the caller,
+    /// which has the typing).
+    Type(u32),
 }
 
 /// The kind of a block: the structure it has the layout of, else its tag (and size, for
@@ -136,6 +139,7 @@ pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
         GroupKey::Tagged(t) => ocaml::tag_name(t).to_string(),
         GroupKey::Closure(code) => format!("closure {}", names.closure_function(code)),
         GroupKey::Custom(ops) => format!("custom {}", names.custom_identifier(ops).unwrap_or("?")),
+        GroupKey::Type(t) => format!("type {t}"),
     }
 }
 

@@ -12,11 +12,11 @@
 //! The bytes of all stacks add up to the reachable bytes (static data counts 0, as in the
 //! reports).
 
-use heapsnap_analyze::diff::classify::{classify, NO_CLASS, NO_GROUP};
+use heapsnap_analyze::diff::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
 use heapsnap_analyze::diff::domtrie::{dominator_trie, NOT_A_BLOCK};
-use heapsnap_analyze::diff::trie::{describe_chain, SigTrie};
+use heapsnap_analyze::diff::trie::{describe_named_chain, SigTrie};
 use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::{AnalysedHeap, Analysis};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 
@@ -67,7 +67,8 @@ fn self_bytes(a: &Analysis<'_>, p: usize) -> u64 {
 }
 
 fn by_signature(a: &Analysis<'_>) -> Vec<Stack> {
-    let classes = classify(a, GroupBy::Kind);
+    // With OCaml names, typed blocks are their types and named fields their labels, as in `diff`.
+    let classes = classify_with_types(a, GroupBy::Kind, a.typing());
     let dom = dominator_trie(a, &classes);
     let trie = &dom.trie;
     let mut bytes = vec![0u64; trie.len()];
@@ -82,10 +83,18 @@ fn by_signature(a: &Analysis<'_>) -> Vec<Stack> {
 /// The frames of a signature: the root's name, then `.N shape` per step (`+`: a folded run).
 fn signature_frames(trie: &SigTrie, id: u32) -> Vec<String> {
     let chain = trie.chain(id);
-    let names: Vec<(u8, String, bool)> =
-        chain.iter().map(|&c| (trie.nodes[c as usize].edge, trie.label_name(c).to_string(), trie.nodes[c as usize].folded)).collect();
-    let steps: Vec<(u8, &str, bool)> = names.iter().map(|(e, n, f)| (*e, n.as_str(), *f)).collect();
-    describe_chain(&steps)
+    // The label of the field an edge is, when the previous step's type names it.
+    let field_label = |k: usize| -> Option<&str> {
+        let (prev, node) = (&trie.nodes[chain[k.checked_sub(1)?] as usize], &trie.nodes[chain[k] as usize]);
+        let fields = trie.field_labels.get(prev.label as usize).filter(|_| prev.edge != EDGE_ROOT)?;
+        fields.get(node.edge as usize)?.as_deref()
+    };
+    let steps: Vec<(u8, &str, bool, Option<&str>)> = chain
+        .iter()
+        .enumerate()
+        .map(|(k, &c)| (trie.nodes[c as usize].edge, trie.label_name(c), trie.nodes[c as usize].folded, field_label(k)))
+        .collect();
+    describe_named_chain(&steps)
         .into_iter()
         .map(|s| {
             let edge = if s.edge.is_empty() || s.edge == "root" { String::new() } else { format!("{} ", s.edge) };

@@ -106,6 +106,7 @@ fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], repor
             let b = view.block(v)?;
             match report.by {
                 GroupBy::Reserved => Some(format!("reserved {}", b.header.reserved)),
+                GroupBy::Type => view.typing().and_then(|t| t.type_name(t.type_id(v))).map(str::to_string),
                 _ => Some(key_name(view.names(), &view.kind_of(&b))),
             }
         };

@@ -150,6 +150,8 @@ struct RawKey {
     /// The typed shape's type and constructor ([`ShapeKey::Typed`]); `NO_TYPE` untyped.
     ty: u32,
     constructor: usize,
+    /// `--by type`: the block's type, strings' included (`NO_TYPE`: untyped, or another grouping).
+    group_type: u32,
 }
 
 fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey {
@@ -167,6 +169,7 @@ fn raw_key(blocks: &BlockMap<'_>, by_reserved: bool, b: &BlockRef<'_>) -> RawKey
         reserved: if by_reserved { b.header.reserved } else { 0 },
         ty: NO_TYPE,
         constructor: 0,
+        group_type: NO_TYPE,
     }
 }
 
@@ -214,6 +217,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
     let tree = &a.tree;
     let reserved_bits = blocks.layout.reserved_bits();
     let by_reserved = by == GroupBy::Reserved && reserved_bits > 0;
+    let by_type = by == GroupBy::Type;
     let reachable = tree.reachable_count();
     // Preorder numbers of the super-root and the root kinds: what top objects hang from.
     let rootish: Vec<u32> =
@@ -248,6 +252,13 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                     if let Some(ShapeKey::Typed { ty, constructor }) = typed {
                         (raw.ty, raw.constructor) = (ty, constructor);
                     }
+                    if by_type {
+                        raw.group_type = typing.map_or(NO_TYPE, |t| t.type_id(b.node));
+                    }
+                    let group = |b: &BlockRef<'_>| match by_type {
+                        true => Some(raw.group_type).filter(|&t| t != NO_TYPE).map(GroupKey::Type),
+                        false => key_for(by, blocks, b),
+                    };
                     let (id, mode) = match run {
                         Some((k, id, mode)) if k == raw => (id, mode),
                         _ => {
@@ -258,7 +269,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                             let (id, mode) = *local
                                 .ids
                                 .entry(raw)
-                                .or_insert_with(|| intern((key_for(by, blocks, &b), typed.unwrap_or_else(|| shape_key(blocks, &b))), &b));
+                                .or_insert_with(|| intern((group(&b), typed.unwrap_or_else(|| shape_key(blocks, &b))), &b));
                             run = Some((raw, id, mode));
                             (id, mode)
                         }
@@ -331,7 +342,10 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
             None => NO_GROUP,
             Some(k) => *group_ids.entry(*k).or_insert_with(|| {
                 groups.keys.push(*k);
-                groups.names.push(key_name(&a.names, k));
+                groups.names.push(match (k, typing) {
+                    (GroupKey::Type(t), Some(typing)) => typing.type_name(*t).unwrap_or("?").to_string(),
+                    _ => key_name(&a.names, k),
+                });
                 groups.count.push(0);
                 groups.shallow.push(0);
                 groups.keys.len() as u32 - 1
