@@ -449,3 +449,25 @@ fn diff_by_type_groups_by_ocaml_type() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("annotate"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// A snapshot whose names section does not parse counts as one without names: the diff compares
+/// every snapshot by shape and says which one lacks them (else its places would match no other).
+#[test]
+fn a_damaged_names_section_counts_as_no_names_in_a_diff() {
+    let named = named_series("cache_leak");
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = named
+        .iter()
+        .map(|p| {
+            let c = dir.path().join(p.file_name().unwrap());
+            std::fs::copy(p, &c).unwrap();
+            c
+        })
+        .collect();
+    heapsnap_format::replace_ocaml_names(&copies[1], "[1,2,3]").unwrap();
+    let r = diff_json(&copies, &[]);
+    assert_eq!(r["ocaml_names"], false);
+    let warnings = r["warnings"].to_string();
+    assert!(warnings.contains(copies[1].file_name().unwrap().to_str().unwrap()), "{warnings}");
+    assert!(signatures(&r).iter().any(|s| s.starts_with("Cache_leak.1 -> Hashtbl")), "{:#?}", signatures(&r));
+}

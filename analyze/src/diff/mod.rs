@@ -281,7 +281,9 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
 /// in every snapshot to match: a root named `Cache_leak.cache` in one and `Cache_leak.1` in
 /// another would be two places).
 fn names_note(inputs: &[Input<'_>]) -> Result<bool, String> {
-    let missing: Vec<&str> = inputs.iter().filter(|i| i.snap.ocaml_names().is_none()).map(|i| i.name.as_str()).collect();
+    // A names section that does not parse is no names (the analysis reads it so).
+    let named = |i: &Input<'_>| i.snap.ocaml_names().is_some_and(|json| heapsnap_names::Program::parse(json).is_ok());
+    let missing: Vec<&str> = inputs.iter().filter(|i| !named(i)).map(|i| i.name.as_str()).collect();
     if missing.is_empty() || missing.len() == inputs.len() {
         return Ok(missing.is_empty());
     }
