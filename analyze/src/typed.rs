@@ -511,12 +511,13 @@ impl Typing {
             Some(blocks) => {
                 let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, false);
                 rayon::scope(|scope| w.parallel(scope, roots.clone()));
-                if w.conflicted.load(Relaxed) {
+                if !w.conflicted.load(Relaxed) {
+                    w.finish()
+                } else {
+                    drop(w);
                     timer.lap("parallel walk (conflicts: again on one core)");
                     let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, true);
                     w.serial(roots, &idom);
-                    w.finish()
-                } else {
                     w.finish()
                 }
             }
