@@ -156,6 +156,19 @@ impl Browser {
         }
     }
 
+    /// The first object row of the dominator tree (rows with an address), as displayed; the
+    /// page is saved as a screenshot in `shot`.
+    fn first_dominator_row(&self, url: &str, shot: &Path) -> String {
+        self.goto(&format!("{url}#dominators"));
+        let first = self.wait_for(
+            "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
+             return rows.length ? rows[0].innerText : null;",
+            "the dominator tree",
+        );
+        self.screenshot(shot);
+        first.as_str().expect("a row's text").to_string()
+    }
+
     fn screenshot(&self, path: &Path) {
         use base64::Engine;
         let shot = ureq::get(&format!("{}/screenshot", self.base)).call().expect("screenshot").into_string().unwrap();
@@ -226,15 +239,7 @@ fn the_web_ui_shows_the_leak() {
     let top_address = top["address"].as_str().unwrap().to_string();
 
     let browser = Browser::start();
-    browser.goto(&format!("{url}#dominators"));
-    // The first object row of the tree (rows with an address), as displayed.
-    let first = browser.wait_for(
-        "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
-         return rows.length ? rows[0].innerText : null;",
-        "the dominator tree",
-    );
-    browser.screenshot(&shots.join("dominators.png"));
-    let first = first.as_str().unwrap();
+    let first = browser.first_dominator_row(&url, &shots.join("dominators.png"));
     // Named as the CLI's reports name it (one vocabulary), with its number of entries.
     assert!(first.contains(&top_address) && first.contains("Cache_leak.1") && first.contains("Hashtbl ("), "top row: {first}");
 
@@ -294,14 +299,7 @@ fn the_web_ui_speaks_ocaml_with_names() {
     let table = "(string, Cache_leak.entry) Hashtbl.t";
 
     let browser = Browser::start();
-    browser.goto(&format!("{url}#dominators"));
-    let first = browser.wait_for(
-        "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
-         return rows.length ? rows[0].innerText : null;",
-        "the dominator tree",
-    );
-    browser.screenshot(&shots.join("dominators-names.png"));
-    let first = first.as_str().unwrap();
+    let first = browser.first_dominator_row(&url, &shots.join("dominators-names.png"));
     assert!(first.contains("Cache_leak.cache") && first.contains(table), "top row: {first}");
 
     browser.run("document.querySelector('#dominator-tree a.obj').click(); return null;");
