@@ -190,15 +190,9 @@ pub struct StepText {
     pub folded: bool,
 }
 
-/// The steps of a chain given as `(edge, shape name, folded)`, with context names for the
-/// parts of a `Hashtbl`.
-pub fn describe_chain(steps: &[(Edge, &str, bool)]) -> Vec<StepText> {
-    let named: Vec<(Edge, &str, bool, Option<&str>)> = steps.iter().map(|&(e, s, f)| (e, s, f, None)).collect();
-    describe_named_chain(&named)
-}
-
-/// As [`describe_chain`], each step with the label of the field its edge is, when the previous
-/// step's type names it: the edge is then written `.label`.
+/// The steps of a chain given as `(edge, shape name, folded, field label)`, with context names
+/// for the parts of a `Hashtbl`; an edge whose field the previous step's type names (its label)
+/// is written `.label`.
 pub fn describe_named_chain(steps: &[(Edge, &str, bool, Option<&str>)]) -> Vec<StepText> {
     let mut out: Vec<StepText> = Vec::with_capacity(steps.len());
     let (mut prev_structure, mut prev_role) = (None, None);
@@ -257,8 +251,8 @@ mod tests {
         assert_eq!(t.step(chain, 1, 3), s, "interned");
         let names: Vec<(Edge, String, bool)> =
             t.chain(s).iter().map(|&id| (t.nodes[id as usize].edge, t.label_name(id).to_string(), t.nodes[id as usize].folded)).collect();
-        let steps: Vec<(Edge, &str, bool)> = names.iter().map(|(e, n, f)| (*e, n.as_str(), *f)).collect();
-        let text = describe_chain(&steps);
+        let steps: Vec<(Edge, &str, bool, Option<&str>)> = names.iter().map(|(e, n, f)| (*e, n.as_str(), *f, None)).collect();
+        let text = describe_named_chain(&steps);
         assert_eq!(signature_text(&text, false), "Cache.0 -> Hashtbl -> .1 block tag 0 size >16 -> [*] block tag 0 size 3+ -> .1 string");
         assert_eq!(
             signature_text(&text, true),
