@@ -156,13 +156,18 @@ impl Browser {
         }
     }
 
-    /// The first object row of the dominator tree (rows with an address), as displayed; the
-    /// page is saved as a screenshot in `shot`.
+    /// The first object row below `(global roots)` in the dominator tree, as displayed, once
+    /// the page has opened that row (it opens the roots and the largest root kinds as it
+    /// loads: an earlier look may catch another kind's rows); the page is saved as a
+    /// screenshot in `shot`.
     fn first_dominator_row(&self, url: &str, shot: &Path) -> String {
         self.goto(&format!("{url}#dominators"));
         let first = self.wait_for(
-            "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')].filter(r => r.querySelector('a.obj'));
-             return rows.length ? rows[0].innerText : null;",
+            "const rows = [...document.querySelectorAll('#dominator-tree tr.tree-row')];
+             const g = rows.findIndex(r => r.innerText.includes('(global roots)'));
+             if (g < 0 || rows[g].querySelector('.toggle').textContent !== '▾') return null;
+             const next = rows[g + 1];
+             return next && next.querySelector('a.obj') ? next.innerText : null;",
             "the dominator tree",
         );
         self.screenshot(shot);
