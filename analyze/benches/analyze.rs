@@ -217,21 +217,7 @@ fn adversarial(cells: u32) -> (f64, f64) {
 }
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    // The workspace's target directory (cargo runs benchmarks from the package's directory).
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    let items = (millions * 1e6 / 7.0).round() as u64;
-    let path = dir.join(format!("large_heap_v{}_{items}.heapsnap", heapsnap_analyze::synth::LAYOUT_VERSION));
-    if !path.exists() {
-        eprintln!("generating {} ({} items)...", path.display(), items);
-        let t = Instant::now();
-        let shape = heapsnap_analyze::synth::large_heap_shape(items);
-        shape.heap.write(&path).expect("write snapshot");
-        eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
-    }
-    path
+    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
 }
 
 fn main() {

@@ -24,12 +24,7 @@ use std::process::Command;
 use std::time::Instant;
 
 fn snapshot_for(items: u64) -> PathBuf {
-    // The workspace's target directory (cargo runs benchmarks from the package's directory).
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    let path = dir.join(format!("large_heap_{items}.heapsnap"));
+    let path = heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR")).join(format!("large_heap_{items}.heapsnap"));
     if !path.exists() {
         eprintln!("generating {} ({items} items)...", path.display());
         let t = Instant::now();

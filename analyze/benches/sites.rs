@@ -29,7 +29,7 @@ use heapsnap_analyze::synth::{large_heap_shape, Value};
 use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_memtrace::Trace;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
@@ -45,11 +45,7 @@ fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
 }
 
 fn bench_dir() -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn main() {

@@ -45,9 +45,7 @@ fn shell(script: &str, arg: &str) -> PathBuf {
 
 /// The plain and the named snapshot of `items` items.
 fn snapshots(items: u64) -> (PathBuf, PathBuf) {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
+    let dir = heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR"));
     let plain = dir.join(format!("typed_large_heap_{items}.heapsnap"));
     let named = dir.join(format!("typed_large_heap_{items}-named.heapsnap"));
     if !plain.exists() {

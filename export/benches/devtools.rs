@@ -52,17 +52,7 @@ use std::process::Command;
 use std::time::Instant;
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    let items = (millions * 1e6 / 7.0).round() as u64;
-    let path = dir.join(format!("large_heap_v{}_{items}.heapsnap", heapsnap_analyze::synth::LAYOUT_VERSION));
-    if !path.exists() {
-        eprintln!("generating {} ({} items)...", path.display(), items);
-        heapsnap_analyze::synth::large_heap_shape(items).heap.write(&path).expect("write snapshot");
-    }
-    path
+    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
 }
 
 /// Runs an install script of `export/scripts/` and returns the path it prints.

@@ -42,21 +42,11 @@ use heapsnap_analyze::paths::PathQuery;
 use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
 use heapsnap_index::store::{beside, load};
 use heapsnap_index::Needs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    let items = (millions * 1e6 / 7.0).round() as u64;
-    let path = dir.join(format!("large_heap_v{}_{items}.heapsnap", heapsnap_analyze::synth::LAYOUT_VERSION));
-    if !path.exists() {
-        eprintln!("generating {} ({} items)...", path.display(), items);
-        heapsnap_analyze::synth::large_heap_shape(items).heap.write(&path).expect("write snapshot");
-    }
-    path
+    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
 }
 
 fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
