@@ -12,6 +12,8 @@
 #   4.14.0-rhb16  the same, configured with --enable-reserved-header-bits=16 (4.14's profinfo bits)
 #   std, rhb16    older names of 5.3.0 and 5.3.0-rhb16
 #
+#   scripts/ocaml-toolchain.sh --list   prints every toolchain's name, one a line
+#
 # Exit status 3 means the toolchain's source is not available on this machine (5.2.0 without
 # ../shared/sources); callers say plainly that it was not covered.
 #
@@ -26,6 +28,10 @@
 set -euo pipefail
 
 toolchain="${1:-5.3.0}"
+if [ "$toolchain" = --list ]; then
+  printf '%s\n' 5.3.0 5.3.0-rhb16 5.1.0 5.2.0 4.14.0 4.14.0-rhb16
+  exit 0
+fi
 case "$toolchain" in
   std) toolchain=5.3.0 ;;
   rhb16) toolchain=5.3.0-rhb16 ;;

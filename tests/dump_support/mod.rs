@@ -61,9 +61,31 @@ pub fn rhb16_samples_dir() -> PathBuf {
     toolchain_samples("5.3.0-rhb16").expect("the 5.3.0-rhb16 toolchain is always available")
 }
 
+/// Says that something could not be tested here. Under CI (`CI=true`) that fails the test:
+/// a green CI run must mean everything ran.
+pub fn not_covered(what: &str) {
+    eprintln!("NOT COVERED: {what}");
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "NOT COVERED under CI=true: {what}");
+}
+
+/// Notes that the running test uses a program built with `toolchain`, in
+/// `$HEAPSNAP_TOOLCHAIN_COVERAGE/TOOLCHAIN` (one test name a line), so that the test command
+/// can say how many tests each toolchain's lane covered.
+pub fn record_toolchain_use(toolchain: &str) {
+    let Some(dir) = std::env::var_os("HEAPSNAP_TOOLCHAIN_COVERAGE") else { return };
+    let dir = PathBuf::from(dir);
+    let test = std::thread::current().name().unwrap_or("unnamed").to_string();
+    let line = format!("{}::{test}\n", env!("CARGO_CRATE_NAME"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(toolchain)))
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    written.expect("write the toolchain coverage file");
+}
+
 /// The samples built by `toolchain`, or `None` when its source is not on this machine (OCaml
 /// 5.2.0 comes from ../shared/sources): then a line on stderr says it was not covered.
 pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
+    record_toolchain_use(toolchain);
     static DIRS: std::sync::Mutex<Vec<(String, Option<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
     let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, dir)) = dirs.iter().find(|(t, _)| t == toolchain) {
@@ -78,7 +100,7 @@ pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
     let dir = match out.status.code() {
         Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())),
         Some(3) => {
-            eprintln!("NOT COVERED: OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)");
+            not_covered(&format!("OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)"));
             None
         }
         _ => panic!("samples/build.sh {toolchain} failed"),
@@ -99,6 +121,7 @@ pub fn toolchain() -> PathBuf {
 
 /// A toolchain's prefix (scripts/ocaml-toolchain.sh TOOLCHAIN).
 pub fn toolchain_prefix(toolchain: &str) -> PathBuf {
+    record_toolchain_use(toolchain);
     let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(toolchain).output().expect("run ocaml-toolchain.sh");
     assert!(out.status.success(), "scripts/ocaml-toolchain.sh {toolchain} failed");
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
@@ -111,7 +134,7 @@ pub fn memtrace_programs() -> Option<PathBuf> {
     match out.status.code() {
         Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())),
         Some(3) => {
-            eprintln!("NOT COVERED: {}", String::from_utf8_lossy(&out.stderr).trim());
+            not_covered(String::from_utf8_lossy(&out.stderr).trim());
             None
         }
         _ => panic!("build-ocaml-programs.sh failed: {}", String::from_utf8_lossy(&out.stderr)),
