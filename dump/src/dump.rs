@@ -11,6 +11,8 @@ use crate::snapshot;
 use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory, ReadExt};
 use crate::target::{Copied, Target};
 use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
+use heapsnap_values::ocaml4::{chunk_block_colour, Ocaml4Gc};
+use heapsnap_values::{Colour, HeaderLayout};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -441,7 +443,7 @@ fn finish(
     let cap = &mut copied.cap;
     let more_ops = custom_ops_in_heap(rt.custom_layout(), source, cap, format);
     cap.custom_ops.extend(more_ops);
-    keep_plausible_conservative_roots(cap, format);
+    keep_plausible_conservative_roots(cap, format, copied.ocaml4_gc.as_ref());
     if options.redact {
         for r in cap.regions.iter_mut() {
             if r.kind.holds_heap_blocks() {
@@ -477,23 +479,37 @@ fn finish(
 }
 
 /// Conservative roots (the words and registers of an OCaml frame caught between call sites)
-/// are kept only when they name a block (a register may well hold an interior pointer).
-fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values::HeaderFormat) {
+/// are kept only when they name a block the analysis will find (a register may well hold an
+/// interior pointer, or any address of the data section): a root that names no block would
+/// make `verify` fail on a good snapshot.
+fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values::HeaderFormat, gc4: Option<&Ocaml4Gc>) {
     let conservative: std::collections::HashSet<u64> =
         cap.roots.iter().filter(|r| r.flags & ROOT_FLAG_CONSERVATIVE != 0).map(|r| r.value).collect();
     if conservative.is_empty() {
         return;
     }
-    // Blocks of the regions walked block by block that some conservative root names; a free
-    // block of a 4.14 heap chunk (blue) is no block.
-    const BLUE: u64 = heapsnap_values::ocaml4::BLUE as u64;
+    let layout = HeaderLayout::new(format.reserved_bits, cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL));
+    let free_blocks: std::collections::HashSet<u64> = cap.free_blocks.iter().copied().collect();
+    // Blocks of the regions walked block by block that some conservative root names. A block
+    // of a 4.14 heap chunk is live by the GC's phase and sweep pointer (or its colour); a free
+    // one (blue, or on a free list) is no block; nor is a minor-heap block of size 0.
     let walked: std::collections::HashSet<u64> = cap
         .regions
         .iter()
         .filter(|r| matches!(r.kind, RegionKind::MinorHeap | RegionKind::HeapChunk))
         .flat_map(|r| {
             let chunk = r.kind == RegionKind::HeapChunk;
-            r.blocks(format).into_iter().filter(move |&(_, hd)| !chunk || (hd >> 8) & 3 != BLUE).map(move |(at, _)| r.base + at as u64 + 8)
+            let (layout, free_blocks) = (&layout, &free_blocks);
+            r.blocks(format).into_iter().filter_map(move |(at, hd)| {
+                let header_at = r.base + at as u64;
+                let live = if chunk {
+                    let colour = chunk_block_colour(layout, gc4, header_at, hd, free_blocks.contains(&(header_at + 8)));
+                    !matches!(colour, Colour::Garbage | Colour::Free)
+                } else {
+                    format.wosize(hd) > 0
+                };
+                live.then_some(header_at + 8)
+            })
         })
         .filter(|b| conservative.contains(b))
         .collect();
@@ -501,7 +517,9 @@ fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values:
     let keep: Vec<bool> = cap
         .roots
         .iter()
-        .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &walked)))
+        .map(|r| {
+            r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &walked, &layout))
+        })
         .collect();
     drop(index);
     let mut keep = keep.into_iter();

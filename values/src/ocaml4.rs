@@ -3,7 +3,7 @@
 //! major_gc.c). A snapshot of 4.14 records the GC's phase and sweep pointer; [`Ocaml4Gc`] tells
 //! from them what a block's colour says.
 
-use crate::Colour;
+use crate::{Colour, HeaderLayout};
 use serde::{Deserialize, Serialize};
 
 /// The colour bits of 4.14 headers (gc.h).
@@ -61,6 +61,21 @@ impl Ocaml4Gc {
                 GcPhase::Sweep => Colour::Garbage,
             },
         }
+    }
+}
+
+/// What the heap-chunk block whose header, `hd`, is at `header_at` is, free blocks included: a
+/// fragment (size 0) or a block on one of the runtime's free lists (`listed_free`: the snapshot's
+/// free blocks) is `Free`; the others have the colour 4.14's GC state gives them, or without it
+/// the colour encoding's. The dumper and the analysis both ask this, so that a block the dumper
+/// keeps a root to is a block the analysis finds.
+pub fn chunk_block_colour(layout: &HeaderLayout, gc: Option<&Ocaml4Gc>, header_at: u64, hd: u64, listed_free: bool) -> Colour {
+    if layout.wosize(hd) == 0 || listed_free {
+        return Colour::Free;
+    }
+    match gc {
+        Some(gc) => gc.colour(layout.format().colour_bits(hd), header_at),
+        None => layout.decode(hd).colour,
     }
 }
 

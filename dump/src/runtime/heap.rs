@@ -3,7 +3,7 @@
 use super::Runtime;
 use crate::source::copy_threads;
 use heapsnap_format::RegionKind;
-use heapsnap_values::{HeaderFormat, CONT_TAG, STRING_TAG};
+use heapsnap_values::{Colour, HeaderFormat, HeaderLayout, CONT_TAG, INFIX_TAG, STRING_TAG};
 
 /// A memory region copied from the target.
 #[derive(Clone, Debug)]
@@ -83,16 +83,22 @@ impl<'a> RegionIndex<'a> {
         (offset + 8 <= r.bytes.len()).then(|| r.word(offset))
     }
 
-    /// Whether `value` names a block of a captured region: the start of a heap block (those of
-    /// regions walked block by block, minor heaps and heap chunks, are listed in `walked`), or
-    /// any word of static data.
-    pub fn names_block(&self, value: u64, walked: &std::collections::HashSet<u64>) -> bool {
+    /// Whether `value` names a block that the analysis will find: the start of a live heap block
+    /// (those of regions walked block by block, minor heaps and heap chunks, are listed in
+    /// `walked`), or the first field of a block of static data. A free pool slot, a garbage
+    /// block, a slot whose header the analysis would call malformed, the inside of a block and
+    /// a word of static data not preceded by a static block's header name no block.
+    pub fn names_block(&self, value: u64, walked: &std::collections::HashSet<u64>, layout: &HeaderLayout) -> bool {
         if value & 7 != 0 || value < 8 {
             return false;
         }
         let Some(r) = self.region_of(value) else { return false };
         // The first word of a region is a header (or a stack's), never a block.
         let Some(header_at) = (value - 8).checked_sub(r.base) else { return false };
+        let live_header_fits = |hd: u64, words: u64| {
+            let h = layout.decode(hd);
+            hd != 0 && h.wosize > 0 && h.wosize < words && h.tag != INFIX_TAG && h.colour != Colour::Garbage
+        };
         match r.kind {
             RegionKind::MinorHeap | RegionKind::HeapChunk => walked.contains(&value),
             RegionKind::Pool => {
@@ -100,10 +106,24 @@ impl<'a> RegionIndex<'a> {
                 header_at >= r.first_block as u64
                     && stride > 0
                     && (header_at - r.first_block as u64).is_multiple_of(stride)
-                    && r.word(header_at as usize) != 0
+                    && header_at + stride <= r.bytes.len() as u64
+                    && live_header_fits(r.word(header_at as usize), r.block_wsize as u64)
             }
-            RegionKind::Large => header_at == r.first_block as u64,
-            RegionKind::Static => true,
+            RegionKind::Large => {
+                header_at == r.first_block as u64 && live_header_fits(r.word(header_at as usize), (r.bytes.len() as u64 - header_at) / 8)
+            }
+            // ocamlopt emits static blocks with the colour no collector marks (NOT_MARKABLE in
+            // OCaml 5, black in 4.14: both 3), and the block must fit in the region, as the
+            // analysis requires; a register holding any other address of the data section is
+            // no root.
+            RegionKind::Static => {
+                let hd = r.word(header_at as usize);
+                let fields = layout.wosize(hd);
+                layout.format().colour_bits(hd) == 3
+                    && fields > 0
+                    && header_at + 8 + fields * 8 <= r.bytes.len() as u64
+                    && layout.format().tag(hd) != INFIX_TAG
+            }
             _ => false,
         }
     }
@@ -248,17 +268,78 @@ mod tests {
         }
     }
 
+    fn layout() -> HeaderLayout {
+        HeaderLayout::new(0, heapsnap_values::ColourEncoding::OCAML5_INITIAL)
+    }
+
+    /// The addresses among every word of `regions` (and one past each) that name a block.
+    fn named(regions: &[CapturedRegion], walked: &[u64]) -> Vec<u64> {
+        let index = RegionIndex::new(regions);
+        let walked = walked.iter().copied().collect();
+        regions.iter().flat_map(|r| (r.base..r.end() + 8).step_by(8)).filter(|&v| index.names_block(v, &walked, &layout())).collect()
+    }
+
     /// A conservative word may hold any address of a region, its very first word included.
     #[test]
     fn names_block_takes_any_address_of_a_region() {
         let pool = region(RegionKind::Pool, &[0, header(2, 0, 0), 0x11, 0x21, 0, 0, 0], 3, 8);
         let minor = CapturedRegion { base: 0x2000, ..region(RegionKind::MinorHeap, &[header(1, 0, 0), 0x11], 0, 0) };
-        let regions = [pool, minor];
-        let index = RegionIndex::new(&regions);
-        let minor_blocks = [0x2008u64].into_iter().collect();
-        let named: Vec<u64> =
-            (0x1000..0x1038).step_by(8).chain((0x2000..0x2010).step_by(8)).filter(|&v| index.names_block(v, &minor_blocks)).collect();
-        assert_eq!(named, [0x1010, 0x2008], "only the blocks' own addresses name them (the free slot at 0x1028 does not)");
+        assert_eq!(
+            named(&[pool, minor], &[0x2008]),
+            [0x1010, 0x2008],
+            "only the blocks' own addresses name them (the free slot at 0x1028 does not)"
+        );
+    }
+
+    /// What `verify` calls a pointer to no block is no root either (the OCaml compiler, dumped
+    /// mid-compilation, kept a register holding an address of its data section that no static
+    /// block starts at, and `verify` failed on the snapshot).
+    #[test]
+    fn conservative_roots_name_no_block_in_static_data_pool_interiors_or_large_allocations() {
+        // OCaml 5's initial encoding: marked 0, unmarked 1, garbage 2, not markable 3.
+        let (unmarked, garbage, static_black) = (1, 2, 3);
+        // Static data: a 2-field block (black header), then a word that is no header, then a
+        // white "header" (C data that looks like one), then a black header whose block would
+        // run past the region.
+        let statics = CapturedRegion {
+            base: 0x3000,
+            ..region(
+                RegionKind::Static,
+                &[header(2, static_black, 0), 0x11, 0x21, 0x5, header(1, 0, 0), 7, header(9, static_black, 0), 1],
+                0,
+                0,
+            )
+        };
+        assert_eq!(named(&[statics], &[]), [0x3008], "only the first field of the static block");
+
+        // A pool of 3-word slots from byte 8: a live block, a garbage one, a slot whose header
+        // is too big for it (malformed), and an infix header where a block should start.
+        let pool = region(
+            RegionKind::Pool,
+            &[
+                0,
+                header(2, unmarked, 0),
+                0x11,
+                0x21,
+                header(2, garbage, 0),
+                1,
+                1,
+                header(3, unmarked, 0),
+                1,
+                1,
+                header(1, unmarked, INFIX_TAG),
+                1,
+                1,
+            ],
+            3,
+            8,
+        );
+        assert_eq!(named(&[pool], &[]), [0x1010], "the live slot's first field, not its interior, a garbage or malformed slot");
+
+        // A large allocation: its block from byte 16, then a garbage one.
+        let large = CapturedRegion { base: 0x5000, ..region(RegionKind::Large, &[0, 0, header(3, unmarked, 0), 1, 2, 3], 0, 16) };
+        let dead = CapturedRegion { base: 0x6000, ..region(RegionKind::Large, &[0, 0, header(1, garbage, 0), 1], 0, 16) };
+        assert_eq!(named(&[large, dead], &[]), [0x5018], "the large block's first field only; a garbage large block is none");
     }
 
     #[test]
