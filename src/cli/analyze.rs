@@ -448,6 +448,17 @@ pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         let value = e.value.as_deref().map(|v| format!(" = {v}")).unwrap_or_default();
         println!("  {} at {}{field}{value}: {}", e.kind, e.address, e.detail);
     }
+    if let Some(f) = &report.floating_garbage {
+        let colours: Vec<String> = f.by_colour.iter().map(|(c, n)| format!("{n} {c}")).collect();
+        println!(
+            "floating garbage? {} of the unreachable major blocks ({}; {}) may be floating garbage ({})",
+            f.blocks,
+            human_bytes(f.bytes),
+            colours.join(", "),
+            f.gc_state
+        );
+        println!("  {}", f.explanation);
+    }
     for w in &report.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
