@@ -14,8 +14,13 @@ command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  echo "install-deps: installing ${need[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >&2
+  # apt and dpkg talk a lot: their output goes to a log, shown only when they fail.
+  log="$(mktemp "${TMPDIR:-/tmp}/heapsnap-install-deps.XXXXXX")"
+  echo "install-deps: installing ${need[*]} (log in $log)" >&2
+  if ! { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "install-deps: apt-get failed (whole log in $log)" >&2
+    exit 1
+  fi
 fi
 command -v cargo >/dev/null || { echo "install-deps: cargo is required (https://rustup.rs)" >&2; exit 1; }
