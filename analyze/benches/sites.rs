@@ -19,7 +19,7 @@
 //! the trace's 10^6 events is about 0.2 s, the site groups with their retained sizes about 0.3 s
 //! (`HEAPSNAP_TRACE=1` prints the steps apart).
 
-#[path = "../../memtrace/tests/common/synthetic.rs"]
+#[path = "../../memtrace/tests/traces/common/synthetic.rs"]
 mod synthetic;
 
 use heapsnap_analyze::groups::{groups, GroupBy};

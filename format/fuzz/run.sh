@@ -34,7 +34,7 @@ export PATH="$root/bin:$PATH"
 corpus=$repo/target/fuzz-corpus/read
 mkdir -p "$corpus"
 echo "run.sh: writing the seed corpus" >&2
-(cd "$repo" && HEAPSNAP_FUZZ_CORPUS="$corpus" cargo test -q -p heapsnap-format --test fuzz_mutations seed_corpus >/dev/null)
+(cd "$repo" && HEAPSNAP_FUZZ_CORPUS="$corpus" cargo test -q -p heapsnap-format --test snapshot_file fuzz_mutations::seed_corpus >/dev/null)
 
 # cargo-fuzz passes unstable flags even with --sanitizer none; RUSTC_BOOTSTRAP lets the stable
 # compiler accept them. A separate target directory: these builds use different flags.

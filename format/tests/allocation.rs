@@ -1,8 +1,10 @@
 //! No allocation is sized by a length field that lies: reading any input (hostile or mutated,
 //! and walking it in full when accepted) never makes one allocation larger than the input
 //! warrants. A counting global allocator records the largest single request; this binary holds
-//! one test only, so nothing else allocates meanwhile.
+//! one test only, so nothing else allocates meanwhile (which is why it is not part of the
+//! `snapshot_file` binary).
 
+#[path = "snapshot_file/common/mod.rs"]
 mod common;
 
 use common::exercise::read_and_walk;

@@ -10,7 +10,7 @@
 //! tests/common/synthetic.rs): backtraces of up to 60 frames walking a call tree of 400
 //! functions, most blocks dying young. Times are the best of 5 runs, from a memory-mapped file.
 
-#[path = "../tests/common/synthetic.rs"]
+#[path = "../tests/traces/common/synthetic.rs"]
 mod synthetic;
 
 use heapsnap_memtrace::{Event, Trace};

@@ -1,9 +1,7 @@
 //! The writer refuses to produce an invalid file, and never leaves a partial one under the
 //! final name (nor a temporary file once it is gone).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use heapsnap_format::*;
 use std::os::unix::fs::PermissionsExt;
 
@@ -196,7 +194,7 @@ fn a_relative_path_in_the_current_directory_works() {
     // `create("x.heapsnap")` has an empty parent: the temporary file goes in ".".
     let (dir, _path) = temp_path();
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "relative_path_child", "--include-ignored"])
+        .args(["--exact", "writer_errors::relative_path_child", "--include-ignored"])
         .current_dir(dir.path())
         .output()
         .unwrap();

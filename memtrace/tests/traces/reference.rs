@@ -3,9 +3,7 @@
 //! and on fresh traces of samples/memtrace_sample.ml. This checks the backtrace cache and
 //! prediction decoding, the move-to-front location decoding, ids and timestamps frame by frame.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use heapsnap_memtrace::Trace;
 use std::path::Path;
 use std::process::Command;

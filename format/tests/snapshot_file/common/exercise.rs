@@ -1,5 +1,5 @@
 //! What the fuzzers do with one input: shared by the stable mutation test
-//! (`tests/fuzz_mutations.rs`) and the cargo-fuzz target (`fuzz/fuzz_targets/read.rs`), so
+//! (`tests/snapshot_file/fuzz_mutations.rs`) and the cargo-fuzz target (`fuzz/fuzz_targets/read.rs`), so
 //! both check the same thing. Must itself never panic on any input.
 
 use heapsnap_format::{ReadOptions, SectionEntry, Snapshot, StrId, Trailer, END_MAGIC};

@@ -1,8 +1,6 @@
 //! Plugins' DWARF sections (kind 10, FORMAT.md §3.10): written per plugin, read back in file
 //! order; malformed ones are left out, never a failure.
 
-mod common;
-
 use heapsnap_format::{PluginDwarf, Snapshot, SnapshotWriter, DWARF_NAME_LEN, SECTION_KIND_PLUGIN_DWARF};
 
 /// Bytes before the section's own: the bias and the name.
@@ -11,7 +9,7 @@ const HEAD: usize = 8 + DWARF_NAME_LEN;
 fn write(f: impl FnOnce(&mut SnapshotWriter)) -> Snapshot {
     let dir = tempfile::tempdir().unwrap();
     let mut w = SnapshotWriter::create(dir.path().join("s.heapsnap")).unwrap();
-    w.write_metadata(&common::metadata()).unwrap();
+    w.write_metadata(&crate::common::metadata()).unwrap();
     f(&mut w);
     let path = w.finish().unwrap();
     Snapshot::open(&path).unwrap()

@@ -1,14 +1,12 @@
 //! The frames tracked blocks' call stacks name (kind 14, FORMAT.md §3.14): written in any
 //! order, read back sorted by descriptor; absent means none.
 
-mod common;
-
 use heapsnap_format::{FrameDescrRecord, Snapshot, SnapshotWriter};
 
 fn write(f: impl FnOnce(&mut SnapshotWriter)) -> Snapshot {
     let dir = tempfile::tempdir().unwrap();
     let mut w = SnapshotWriter::create(dir.path().join("s.heapsnap")).unwrap();
-    w.write_metadata(&common::metadata()).unwrap();
+    w.write_metadata(&crate::common::metadata()).unwrap();
     f(&mut w);
     let path = w.finish().unwrap();
     Snapshot::open(&path).unwrap()

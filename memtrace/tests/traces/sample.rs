@@ -3,9 +3,7 @@
 //! sample counts agree with the rate, and promotions and collections match what the program
 //! kept and dropped.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use heapsnap_memtrace::{AllocSource, Event, Frame, Trace};
 use std::collections::{BTreeMap, HashMap};
 use std::time::{SystemTime, UNIX_EPOCH};

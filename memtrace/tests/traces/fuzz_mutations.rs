@@ -4,8 +4,6 @@
 //!
 //! HEAPSNAP_FUZZ_CASES (default 3000) sets the number of mutated inputs.
 
-mod common;
-
 use heapsnap_memtrace::{Event, Trace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -16,9 +14,9 @@ use std::time::{Duration, Instant};
 fn seeds() -> &'static Vec<Vec<u8>> {
     static SEEDS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     SEEDS.get_or_init(|| {
-        let mut seeds = vec![common::synthetic::trace(6000, 9)];
+        let mut seeds = vec![crate::common::synthetic::trace(6000, 9)];
         let dir = tempfile::tempdir().unwrap();
-        if let Some(path) = common::memtrace_test_trace(dir.path()) {
+        if let Some(path) = crate::common::memtrace_test_trace(dir.path()) {
             seeds.push(std::fs::read(path).unwrap());
         }
         seeds

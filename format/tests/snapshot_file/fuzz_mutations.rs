@@ -5,10 +5,8 @@
 //! whichever comes first; HEAPSNAP_FUZZ_SEED picks another mutation sequence. A failing input
 //! is saved to the temporary directory and its path printed, with the seed and iteration.
 
-mod common;
-
-use common::exercise::{fuzz_one, read_and_walk};
-use common::mutate::{mutate, seeds, Rng};
+use crate::common::exercise::{fuzz_one, read_and_walk};
+use crate::common::mutate::{mutate, seeds, Rng};
 use heapsnap_format::{ReadOptions, Snapshot};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -2,9 +2,7 @@
 //! and the in-memory reader; the file's layout is exactly the one the spec encoder produces;
 //! lookups agree with naive models.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use heapsnap_format::*;
 use proptest::prelude::*;
 use std::os::unix::fs::PermissionsExt;

@@ -1,8 +1,6 @@
 //! Bad input gets the error that names its problem, at the right offset.
 
-mod common;
-
-use common::synthetic;
+use crate::common::synthetic;
 use heapsnap_memtrace::{Error, Problem, Trace};
 
 /// Offsets of the packets of a well-formed trace.

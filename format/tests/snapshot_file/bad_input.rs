@@ -1,9 +1,7 @@
 //! Every class of bad input gets its precise error, naming the section and offset.
 //! Files are built with the spec encoder in `common` and then broken in one way each.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use heapsnap_format::*;
 use xxhash_rust::xxh3::xxh3_64;
 

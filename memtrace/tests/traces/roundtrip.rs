@@ -1,9 +1,7 @@
 //! Traces from our writer read back event for event: random backtraces over a small set of
 //! codes exercise cache hits, misses, evictions and prediction runs (up to the 255 limit).
 
-mod common;
-
-use common::synthetic::{info, START_TIME};
+use crate::common::synthetic::{info, START_TIME};
 use heapsnap_memtrace::write::TraceWriter;
 use heapsnap_memtrace::{AllocSource, Event, Location, Trace};
 use proptest::prelude::*;
@@ -120,7 +118,7 @@ fn header_and_locations_read_back() {
 
 #[test]
 fn synthetic_index_matches_a_replay() {
-    let bytes = common::synthetic::trace(200_000, 11);
+    let bytes = crate::common::synthetic::trace(200_000, 11);
     let trace = Trace::from_bytes(&bytes).unwrap();
     // Replay: which ids are alive at the end, and their backtraces.
     let mut alive = std::collections::HashMap::new();
@@ -147,7 +145,7 @@ fn synthetic_index_matches_a_replay() {
 
 #[test]
 fn selected_allocations_keep_their_stacks_collected_or_not() {
-    let bytes = common::synthetic::trace(100_000, 5);
+    let bytes = crate::common::synthetic::trace(100_000, 5);
     let trace = Trace::from_bytes(&bytes).unwrap();
     let mut all = std::collections::HashMap::new();
     let mut events = trace.events();
