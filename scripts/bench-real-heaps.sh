@@ -31,7 +31,7 @@ pid=""
 cleanup() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi; rm -f "$out/stdin" "$out/ready"; }
 trap cleanup EXIT
 
-# The compiler mid-compilation of a generated file (as tests/dump_ocamlopt.rs, larger).
+# The compiler mid-compilation of a generated file (as tests/dump/dump_ocamlopt.rs, larger).
 dump_ocamlopt() {
   local snap="$1" work="$out/ocamlopt-work"
   rm -rf "$work" && mkdir -p "$work"

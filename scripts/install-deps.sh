@@ -9,7 +9,7 @@ command -v npm >/dev/null || need+=(npm)
 command -v flock >/dev/null || need+=(util-linux)
 command -v strip >/dev/null || need+=(binutils)
 command -v gdb >/dev/null || need+=(gdb)
-# The web UI's browser test (tests/web_ui.rs) drives a headless Chromium through chromedriver.
+# The web UI's browser test (tests/analysis/web_ui.rs) drives a headless Chromium through chromedriver.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
 if [ ${#need[@]} -gt 0 ]; then

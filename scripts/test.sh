@@ -65,7 +65,7 @@ lane_ocaml() {
 }
 
 lane_tests() {
-  step "lane tests: memtrace and the programs traced with it (tests/sites.rs, memtrace/tests)"
+  step "lane tests: memtrace and the programs traced with it (tests/analysis/sites.rs, memtrace/tests)"
   local status=0
   memtrace/scripts/build-ocaml-programs.sh >/dev/null || status=$?
   case "$status" in

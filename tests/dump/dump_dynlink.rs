@@ -5,9 +5,7 @@
 //! its data segment. Sample: samples/dynlink_plugin.ml loading plugin_data.cmxs
 //! (samples/plugin_data.ml); its numbers are in samples/manifest.json.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use serde_json::Value;
 use std::path::Path;

@@ -3,9 +3,7 @@
 //! OCaml (so that the OCaml stack is walked across C). Each holds a block nothing else holds:
 //! the oracle finds every live block reachable, and misses those blocks without that kind.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RootKind, Snapshot};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod dump_support;
-use dump_support::{heapsnap, sample_path as sample, toolchain_samples, DiesWithTest};
+use crate::dump_support::{heapsnap, sample_path as sample, toolchain_samples, DiesWithTest};
 
 fn preload_library() -> PathBuf {
     let path = heapsnap().with_file_name("libheapsnap_preload.so");
@@ -269,7 +268,7 @@ fn compaction_triggers_on(toolchain: &str) {
     assert_eq!(found.len(), 2, "{found:?}");
     for (i, path) in found.iter().enumerate() {
         let snap = check_snapshot(path, Trigger::Compaction);
-        assert_eq!(snap.metadata().ocaml_version, dump_support::version_of(toolchain));
+        assert_eq!(snap.metadata().ocaml_version, crate::dump_support::version_of(toolchain));
         assert_eq!(snap.metadata().compactions, Some(i as u64 + 1));
     }
 

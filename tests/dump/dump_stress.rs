@@ -2,9 +2,7 @@
 //! in a row while it runs: every snapshot is taken at a consistent stop and parses, and the
 //! program's results are unchanged.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::Snapshot;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};

@@ -4,9 +4,7 @@
 //! promotion, and the profile's rate; the blocks stay weak (they retain nothing) and the
 //! tracker's values are roots; OCaml 5.1 and 5.2 snapshots record none.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_analyze::blocks::Target;
 use heapsnap_format::{Snapshot, MEMPROF_PROMOTED, MEMPROF_SOURCE_NORMAL, MEMPROF_TABLE_DOMAIN};
 use std::io::{BufRead, BufReader};

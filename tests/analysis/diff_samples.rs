@@ -10,8 +10,7 @@ use std::sync::mpsc;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, toolchain, DiesWithTest};
+use crate::dump_support::{heapsnap, repo, samples_dir, toolchain, DiesWithTest};
 
 fn manifest_sample(name: &str) -> Value {
     static M: OnceLock<Value> = OnceLock::new();

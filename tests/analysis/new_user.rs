@@ -1,9 +1,7 @@
 //! A new user's first look at the cache and closure samples: every command names the same
 //! object, its kind and its root the same way, with the same sizes (issue 18's acceptance).
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use serde_json::Value;
 use std::path::Path;
 

@@ -6,9 +6,7 @@
 //! not the other line; the estimate of a 100 MB leak sampled at 1e-4 is within 25%; a trace of
 //! another run or program is refused.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

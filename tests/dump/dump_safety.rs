@@ -1,9 +1,7 @@
 //! The target is never left stopped, crashed or changed, whatever happens to the dumper, and
 //! bad targets get clear errors and no file.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

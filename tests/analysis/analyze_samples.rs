@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 
-mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
+use crate::dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
 
 fn manifest() -> &'static Value {
     static M: OnceLock<Value> = OnceLock::new();

@@ -4,9 +4,7 @@
 //! through `ocamlfind printconf path`; a `.cmt` of the same unit compiled elsewhere, found
 //! first, is refused rather than trusted.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RootKind, Snapshot};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -9,8 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
+use crate::dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
 
 struct Running(Child);
 
@@ -31,7 +30,7 @@ fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them); `extra`:
+/// Three snapshots of cache_leak, one per step (as tests/analysis/diff_samples.rs takes them); `extra`:
 /// more options of `heapsnap run`.
 fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
     let child = Command::new(heapsnap())
@@ -329,13 +328,14 @@ fn the_web_ui_speaks_ocaml_with_names() {
 fn the_web_ui_shows_allocation_sites() {
     let dir = tempfile::tempdir().unwrap();
     let snap = dir.path().join("sites.heapsnap");
-    let mut sample = dump_support::Sample::start(&samples_dir().join("alloc_sites"), &["--tracker", "callstack", "2000", "--steps", "1"]);
+    let mut sample =
+        crate::dump_support::Sample::start(&samples_dir().join("alloc_sites"), &["--tracker", "callstack", "2000", "--steps", "1"]);
     sample.wait_ready(1);
-    dump_support::dump_ok(sample.pid(), &snap, &[]);
+    crate::dump_support::dump_ok(sample.pid(), &snap, &[]);
     drop(sample);
     let source = std::fs::read_to_string(repo().join("samples/alloc_sites.ml")).unwrap();
     let leak = source.lines().position(|l| l.contains("(* SITE leak *)")).expect("the leak's marker") + 1;
-    let top = dump_support::analyse("top", &[&snap], &["--by", "site"]);
+    let top = crate::dump_support::analyse("top", &[&snap], &["--by", "site"]);
     let expected = top["groups"][0]["site"].as_str().unwrap().to_string();
     assert!(expected.starts_with(&format!("alloc_sites.ml:{leak} ")), "{top:#}");
 

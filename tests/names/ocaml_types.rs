@@ -3,9 +3,7 @@
 //! block is (and, where typing must stop, that the block stays untyped), on OCaml 4.14 and
 //! every 5.x toolchain; the reports (`top --by type`, `path`, `inspect`, `dominators`) show the same.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use serde_json::Value;

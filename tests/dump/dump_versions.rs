@@ -9,9 +9,7 @@
 //!   snapshot of the same process;
 //! - versions heapsnap does not know, and debug files of another build, are clear errors.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,9 +2,7 @@
 //! numbers module-block fields as the native compiler does, `dump` and `annotate` store the
 //! names, every report names globals by identifier, and bad inputs are refused with a message.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_names::reader::{run_reader, Toolchain};
 use std::collections::BTreeMap;

@@ -2,9 +2,7 @@
 //! a big, busy, real program. The snapshot is consistent and parses, its roots lead only to
 //! blocks, and the compilation still succeeds with a working program.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RootKind, Snapshot};
 use std::fmt::Write as _;
 use std::process::Command;

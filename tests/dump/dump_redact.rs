@@ -1,9 +1,7 @@
 //! `--redact`: string and bytes contents never reach the disk; lengths, headers and the rest of
 //! the heap do.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RegionKind, Snapshot};
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -2,9 +2,7 @@
 //! blocks reachable from its roots are the live blocks of its regions), and the sample goes
 //! on as if nothing happened (same output, same exit status).
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 
 macro_rules! sample_test {

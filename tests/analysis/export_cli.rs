@@ -8,8 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-mod dump_support;
-use dump_support::{dump_ok, heapsnap, repo, samples_dir, Sample};
+use crate::dump_support::{dump_ok, heapsnap, repo, samples_dir, Sample};
 
 fn cache_leak_snapshot(dir: &Path) -> PathBuf {
     let mut sample = Sample::start(&samples_dir().join("cache_leak"), &[]);
@@ -206,7 +205,7 @@ fn item_ids(file: &Path) -> (std::collections::HashMap<String, u64>, std::collec
 #[test]
 fn devtools_ids_follow_the_objects_a_compaction_moved() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dump_support::compile_ocaml(dir.path(), "movers", MOVERS, &[]);
+    let exe = crate::dump_support::compile_ocaml(dir.path(), "movers", MOVERS, &[]);
     let mut sample = Sample::start(&exe, &[]);
     sample.wait_ready(1);
     let (old, new) = (dir.path().join("1.heapsnap"), dir.path().join("2.heapsnap"));
@@ -280,7 +279,7 @@ fn devtools_ids_follow_the_objects_a_compaction_moved() {
 fn devtools_export_names_blocks_by_type_and_fields_by_label() {
     let dir = tempfile::tempdir().unwrap();
     let snap = cache_leak_snapshot(dir.path());
-    let prefix = dump_support::toolchain_prefix("5.3.0");
+    let prefix = crate::dump_support::toolchain_prefix("5.3.0");
     let build = samples_dir().parent().unwrap().join(".build/5.3.0/cmt");
     let annotated = Command::new(heapsnap())
         .args(["annotate", snap.to_str().unwrap(), "--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap()])

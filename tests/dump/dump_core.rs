@@ -1,9 +1,7 @@
 //! `heapsnap dump --core`: a `gcore` of a sample paused at READY gives the same snapshot as a
 //! live dump at the same moment, object for object; bad cores get clear errors.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,9 +1,7 @@
 //! Dump errors that say what to do (issue 18): a process another tracer holds is named with
 //! that tracer's PID; `dump --json` prints its report alone.
 
-mod dump_support;
-
-use dump_support::*;
+use crate::dump_support::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 

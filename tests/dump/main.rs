@@ -1,0 +1,19 @@
+//! The dumper, end to end, on the sample programs of every OCaml toolchain: live and core dumps,
+//! roots, consistent stops, safety of the target, stress, releases and deployed executables,
+//! and `heapsnap run`'s triggers. One test binary, so that the suite links once.
+
+#[path = "../dump_support/mod.rs"]
+mod dump_support;
+
+mod dump_core;
+mod dump_dynlink;
+mod dump_errors;
+mod dump_memprof;
+mod dump_ocamlopt;
+mod dump_redact;
+mod dump_roots;
+mod dump_safety;
+mod dump_samples;
+mod dump_stress;
+mod dump_versions;
+mod run_triggers;
