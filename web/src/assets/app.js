@@ -97,7 +97,7 @@ function treeRow(n, depth, total, body) {
   const open = el("span", { class: "toggle" }, n.children_count > 0 ? "▸" : "");
   const desc = n.address ? objectLink(n.node, `${n.address} ${n.description}`) : el("span", {}, n.description);
   const row = el("tr", { class: "tree-row", "data-node": n.node },
-    el("td", {}, el("span", { style: `padding-left:${depth * 18}px` }), open, desc, n.root ? el("span", { class: "root" }, `  ← ${n.root}`) : ""),
+    el("td", {}, el("span", { style: `padding-left:${depth * 18}px` }), open, desc, n.root ? el("span", { class: "root", title: n.root }, `  ← ${n.root}`) : ""),
     el("td", { class: "num" }, bytes(n.retained)),
     el("td", { class: "num" }, el("span", { class: "bar", style: `width:${Math.max(1, Math.round(n.percent * 0.6))}px` }), n.percent.toFixed(1) + "%"),
     el("td", { class: "num" }, bytes(n.shallow)),
