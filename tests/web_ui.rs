@@ -336,7 +336,7 @@ fn the_web_ui_shows_allocation_sites() {
     let source = std::fs::read_to_string(repo().join("samples/alloc_sites.ml")).unwrap();
     let leak = source.lines().position(|l| l.contains("(* SITE leak *)")).expect("the leak's marker") + 1;
     let top = dump_support::analyse("top", &[&snap], &["--by", "site"]);
-    let expected = top["groups"][0]["site"].as_str().unwrap().to_string();
+    let expected = top["groups"][0]["name"].as_str().unwrap().to_string();
     assert!(expected.starts_with(&format!("alloc_sites.ml:{leak} ")), "{top:#}");
 
     let (_server, url) = serve(&[snap]);
