@@ -39,6 +39,9 @@ case "$status" in
   *) exit "$status" ;;
 esac
 
+step "the MCP client of tests/mcp.rs (the official Python SDK, in target/mcp-venv)"
+scripts/mcp-client.sh >/dev/null
+
 step "formatting and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --release -q -- -D warnings

@@ -10,81 +10,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod dump_support;
+use dump_support::series::{lines_of, three_snapshots, Running};
 use dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
 
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
-}
-
-/// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them); `extra`:
-/// more options of `heapsnap run`.
-fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--dir"])
-        .arg(dir)
-        .args(extra)
-        .arg("--")
-        .arg(samples_dir().join("cache_leak"))
-        .args(["--steps", "3", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .dies_with_test()
-        .spawn()
-        .expect("start heapsnap run");
-    let mut running = Running(child);
-    let mut stdin = running.0.stdin.take();
-    let lines = lines_of(running.0.stdout.take().expect("piped stdout"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut ready = 0;
-    while ready < 3 {
-        let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a READY line");
-        let Some(step) = line.strip_prefix("READY ") else { continue };
-        ready = step.trim().parse().expect("READY <step>");
-        while snapshots_in(dir).len() < ready {
-            assert!(Instant::now() < deadline, "snapshot {ready} never appeared");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if ready < 3 {
-            writeln!(stdin.as_mut().expect("stdin")).expect("resume the sample");
-        } else {
-            stdin = None;
-        }
-    }
-    drop(stdin);
-    while running.0.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "the sample did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    snapshots_in(dir)
-}
-
-fn lines_of(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -15,6 +15,13 @@ fn is_cli_only(arg: &Arg) -> bool {
     matches!(arg.get_id().as_str(), "help" | "version" | "json")
 }
 
+/// The command as clap completes it before parsing (positions numbered).
+fn built(cmd: &Command) -> Command {
+    let mut cmd = cmd.clone().color(clap::ColorChoice::Never);
+    cmd.build();
+    cmd
+}
+
 fn json_args(cmd: &Command) -> impl Iterator<Item = &Arg> {
     cmd.get_arguments().filter(|a| !is_cli_only(a) && !a.is_hide_set())
 }
@@ -49,6 +56,7 @@ fn value_schema(arg: &Arg) -> Value {
 
 /// The JSON schema (an object) of a report's arguments.
 pub fn schema(cmd: &Command) -> Value {
+    let cmd = &built(cmd);
     let mut properties = Map::new();
     let mut required = Vec::new();
     for arg in json_args(cmd) {
@@ -97,6 +105,7 @@ fn word(name: &str, v: &Value) -> Result<String, String> {
 /// Parses JSON arguments with the report's own clap definitions: the same defaults, checks
 /// and errors as on the command line.
 pub fn matches(cmd: &Command, args: &Map<String, Value>) -> Result<ArgMatches, String> {
+    let cmd = &built(cmd);
     let known: Vec<&Arg> = json_args(cmd).collect();
     let mut options = Vec::new();
     let mut positionals: Vec<(usize, Vec<String>)> = Vec::new();
@@ -111,8 +120,11 @@ pub fn matches(cmd: &Command, args: &Map<String, Value>) -> Result<ArgMatches, S
         }
         if is_switch(arg) {
             match value {
+                // "true" and "false" as text too: URL queries hold nothing else.
                 Value::Bool(true) => options.push(format!("--{}", arg.get_long().unwrap_or(&id))),
+                Value::String(s) if s == "true" => options.push(format!("--{}", arg.get_long().unwrap_or(&id))),
                 Value::Bool(false) => {}
+                Value::String(s) if s == "false" => {}
                 other => return Err(format!("{key}: expected true or false, got {other}")),
             }
             continue;
@@ -130,17 +142,27 @@ pub fn matches(cmd: &Command, args: &Map<String, Value>) -> Result<ArgMatches, S
         }
     }
     positionals.sort();
+    // Positional values fill the positions in order: one left out would shift the next into
+    // its place (an address taken for the snapshot).
+    for (n, (index, _)) in positionals.iter().enumerate() {
+        if *index != n + 1 {
+            let missing = known.iter().find(|a| a.get_index() == Some(n + 1)).map_or("?", |a| a.get_id().as_str());
+            return Err(format!("missing argument {missing:?}"));
+        }
+    }
     // After `--`, every word is a positional value, whatever it looks like.
     let argv = std::iter::once(cmd.get_name().to_string())
         .chain(options)
         .chain(std::iter::once("--".to_string()))
         .chain(positionals.into_iter().flat_map(|(_, v)| v));
-    cmd.clone().color(clap::ColorChoice::Never).try_get_matches_from(argv).map_err(|e| clap_message(&e))
+    cmd.clone().try_get_matches_from(argv).map_err(|e| clap_message(&e))
 }
 
-/// A clap error's own line, without the usage and `--help` lines meant for a terminal.
+/// A clap error on one line, without the usage and `--help` lines meant for a terminal:
+/// `the following required arguments were not provided: <SNAPSHOT>`.
 fn clap_message(e: &clap::Error) -> String {
     let text = e.to_string();
-    let first = text.lines().next().unwrap_or("").trim();
-    first.strip_prefix("error: ").unwrap_or(first).to_string()
+    let said: Vec<&str> = text.lines().map(str::trim).take_while(|l| !l.is_empty()).collect();
+    let line = said.join(" ");
+    line.strip_prefix("error: ").unwrap_or(&line).to_string()
 }

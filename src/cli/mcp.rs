@@ -214,6 +214,6 @@ mod tests {
         let r = call(r#"{"snapshot":"x","lmit":3}"#);
         assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("unknown argument \"lmit\""), "{r}");
         let r = call(r#"{}"#);
-        assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("snapshot"), "{r}");
+        assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("<SNAPSHOT>"), "{r}");
     }
 }
