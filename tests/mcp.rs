@@ -49,7 +49,7 @@ fn an_agent_asks_who_keeps_the_cache_alive() {
     assert_eq!(seen["server"], "heapsnap");
     assert!(["2025-06-18", "2025-03-26", "2024-11-05"].contains(&seen["protocol"].as_str().unwrap()), "{}", seen["protocol"]);
     let tools: Vec<&str> = seen["tools"].as_object().unwrap().keys().map(String::as_str).collect();
-    for tool in ["summary", "top", "dominators", "path", "inspect", "diff", "info"] {
+    for tool in ["summary", "top", "dominators", "path", "inspect", "diff", "info", "sites"] {
         assert!(tools.contains(&tool), "{tool} is not a tool: {tools:?}");
     }
     assert_eq!(seen["tools"]["diff"]["required"], serde_json::json!(["snapshots"]));
@@ -80,6 +80,10 @@ fn an_agent_asks_who_keeps_the_cache_alive() {
     let damaged = &seen["damaged"];
     assert_eq!(damaged["isError"], true, "{damaged}");
     assert!(damaged["body"].as_str().unwrap().contains("damaged.heapsnap"), "names the file: {damaged}");
+    // cache_leak runs without Gc.Memprof: `sites` says there is nothing sampled.
+    let sites = &seen["sites"];
+    assert_eq!(sites["isError"], true, "{sites}");
+    assert!(sites["body"].as_str().unwrap().contains("statmemprof"), "{sites}");
     let bad = &seen["bad_by"];
     assert_eq!(bad["isError"], true, "{bad}");
     assert!(bad["body"].as_str().unwrap().contains("colour"), "{bad}");

@@ -38,6 +38,7 @@ async def main():
             seen["path"] = outcome(await session.call_tool("path", {"snapshot": named, "kind": "Hashtbl"}))
             seen["diff"] = outcome(await session.call_tool("diff", {"snapshots": series}))
             seen["damaged"] = outcome(await session.call_tool("summary", {"snapshot": damaged}))
+            seen["sites"] = outcome(await session.call_tool("sites", {"snapshot": named}))
             seen["bad_by"] = outcome(await session.call_tool("top", {"snapshot": named, "by": "colour"}))
             # The server is still there after the errors.
             seen["summary"] = outcome(await session.call_tool("summary", {"snapshot": named}))

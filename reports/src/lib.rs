@@ -6,6 +6,7 @@
 //! Every report answers from the snapshot's analysis index (`SNAP.hsidx`, built on first use)
 //! through a [`Loader`], except `verify`, `info` and `diff`, which read snapshots whole.
 
+pub mod allocation_sites;
 mod args;
 pub mod diff;
 pub mod dominators;

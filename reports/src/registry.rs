@@ -15,6 +15,7 @@ pub static REPORTS: &[&dyn Entry] = &[
     &entry::<crate::verify::Verify>(),
     &entry::<crate::diff::Diff>(),
     &entry::<crate::info::Info>(),
+    &entry::<crate::allocation_sites::AllocationSites>(),
 ];
 
 /// The report named `name`.

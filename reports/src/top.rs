@@ -13,7 +13,7 @@ use heapsnap_analyze::sites::{JoinStats, SiteFrame};
 use heapsnap_index::Needs;
 use serde::Serialize;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub struct Top;
 
@@ -93,18 +93,7 @@ impl Report for Top {
 
     fn run(args: &TopArgs, loader: &dyn Loader) -> anyhow::Result<TopOutput> {
         let Some(by) = args.by.grouping() else {
-            let ix = loader.indexed(&args.snapshot, Needs::All)?;
-            let view = ix.view(Needs::All)?;
-            let joined = sites::join(&view, args.sites.trace()?.as_ref())?;
-            let top = site_top(&view, &joined, args.site_depth as usize, args.limit);
-            return Ok(TopOutput::Sites(SiteTop {
-                by: top.by,
-                depth: top.depth,
-                reachable_bytes: top.reachable_bytes,
-                total_groups: top.total_groups,
-                join: top.join,
-                groups: top.groups.into_iter().map(SiteRow::from).collect(),
-            }));
+            return Ok(TopOutput::Sites(site_top_report(&args.snapshot, loader, &args.sites, args.site_depth as usize, args.limit)?));
         };
         if args.sites.memtrace.is_some() {
             anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
@@ -156,7 +145,24 @@ fn print_group_top(top: &GroupTop, out: &mut dyn Write) -> std::io::Result<()> {
     Ok(())
 }
 
-fn print_site_top(top: &SiteTop, out: &mut dyn Write) -> std::io::Result<()> {
+/// `top --by site` and `sites`: the sampled blocks' sites, `depth` frames each, at most
+/// `limit` of them.
+pub fn site_top_report(snapshot: &Path, loader: &dyn Loader, args: &SiteArgs, depth: usize, limit: usize) -> anyhow::Result<SiteTop> {
+    let ix = loader.indexed(snapshot, Needs::All)?;
+    let view = ix.view(Needs::All)?;
+    let joined = sites::join(&view, args.trace()?.as_ref())?;
+    let top = site_top(&view, &joined, depth, limit);
+    Ok(SiteTop {
+        by: top.by,
+        depth: top.depth,
+        reachable_bytes: top.reachable_bytes,
+        total_groups: top.total_groups,
+        join: top.join,
+        groups: top.groups.into_iter().map(SiteRow::from).collect(),
+    })
+}
+
+pub fn print_site_top(top: &SiteTop, out: &mut dyn Write) -> std::io::Result<()> {
     sites::print_join(out, &top.join)?;
     writeln!(out)?;
     writeln!(out, "{:>8} {:>8} {:>12} {:>12} {:>12}  site", "blocks", "samples", "sampled", "estimated", "retained")?;
