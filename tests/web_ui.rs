@@ -13,7 +13,6 @@ mod dump_support;
 use dump_support::series::{lines_of, three_snapshots, Running};
 use dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
 
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }

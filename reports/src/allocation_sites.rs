@@ -1,6 +1,7 @@
 //! `heapsnap sites`: where statmemprof's sampled blocks were allocated, for snapshots that
 //! have samples (OCaml 4.14 and 5.3+ with `Gc.Memprof` running). The same report as
-//! `top --by site`, under its own name so that an agent finds it among the MCP tools.
+//! `top --by site`, under its own name so that an agent finds it among the MCP tools; a
+//! snapshot without samples is an error here, not an empty table.
 
 use crate::loader::Loader;
 use crate::report::Report;
@@ -32,7 +33,15 @@ impl Report for AllocationSites {
     type Output = SiteTop;
 
     fn run(args: &SitesArgs, loader: &dyn Loader) -> anyhow::Result<SiteTop> {
-        site_top_report(&args.snapshot, loader, &args.sites, args.site_depth as usize, args.limit)
+        let top = site_top_report(&args.snapshot, loader, &args.sites, args.site_depth as usize, args.limit)?;
+        // An empty table would read as "nothing allocated": say why there is nothing to list.
+        if top.join.tracked == 0 {
+            return Err(heapsnap_analyze::AnalyzeError::BadQuery(
+                "this snapshot has no sampled blocks: the program ran without statmemprof (start Gc.Memprof, or memtrace, in it)".into(),
+            )
+            .into());
+        }
+        Ok(top)
     }
 
     fn print(_args: &SitesArgs, top: &SiteTop, out: &mut dyn Write) -> std::io::Result<()> {

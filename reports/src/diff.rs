@@ -69,7 +69,8 @@ impl Report for Diff {
 
     fn run(args: &DiffArgs, loader: &dyn Loader) -> anyhow::Result<DiffOutput> {
         let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| loader.snapshot(p)).collect::<anyhow::Result<_>>()?;
-        let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+        let inputs: Vec<Input<'_>> =
+            args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
         for other in &inputs[1..] {
             heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
                 .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
@@ -175,7 +176,8 @@ fn print_site_diff(r: &SiteDiff, out: &mut dyn Write) -> std::io::Result<()> {
     } else {
         writeln!(out, "Leak suspects: sites whose estimated bytes grew at every step (the new objects were allocated there)")?;
         for (i, s) in r.suspects.iter().enumerate() {
-            writeln!(out, 
+            writeln!(
+                out,
                 "{:>3}. {}: {} -> {} sampled blocks, estimated {} -> {} ({}), retained {} -> {}",
                 i + 1,
                 s.site,
@@ -193,7 +195,8 @@ fn print_site_diff(r: &SiteDiff, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "Sites, most grown first ({} of {}); estimated bytes are samples / sampling rate:", r.sites.len(), r.total_sites)?;
     writeln!(out, "{:>8} {:>12} {:>12} {:>12}  site", "blocks", "estimated", "change", "retained")?;
     for s in &r.sites {
-        writeln!(out, 
+        writeln!(
+            out,
             "{:>8} {:>12} {:>12} {:>12}  {}",
             s.count[k - 1],
             human_bytes(s.estimated_bytes[k - 1]),
@@ -228,7 +231,8 @@ fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
         writeln!(out, "Leak suspects: groups by {} whose count grew at every step, by retained growth", r.by.name())?;
         for (i, s) in r.suspects.iter().enumerate() {
             let g = &s.group;
-            writeln!(out, 
+            writeln!(
+                out,
                 "{:>3}. {}: {} -> {} objects ({}), retained {} -> {} ({})",
                 i + 1,
                 g.name,
@@ -246,7 +250,8 @@ fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
                 writeln!(out, "       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64)?;
             }
             for site in &s.sites {
-                writeln!(out, 
+                writeln!(
+                    out,
                     "       allocated at {} (estimated {}, {} sampled blocks)",
                     site.site,
                     signed_bytes(site.growth),
@@ -267,7 +272,8 @@ fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
                 "own" => "its own objects".to_string(),
                 _ => format!("{} objects", signed(p.delta_count)),
             };
-            writeln!(out, 
+            writeln!(
+                out,
                 "  {:>10}  retained {} -> {}, {what}{every}",
                 signed_bytes(p.growth),
                 human_bytes(p.retained[0]),
@@ -276,7 +282,13 @@ fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
             writeln!(out, "      {}", p.description)?;
             for c in p.children.iter().filter(|_| p.reason != "own") {
                 let edge = if c.step.edge.is_empty() { String::new() } else { format!("{} ", c.step.edge) };
-                writeln!(out, "        {:>10}  {edge}{}{}", signed_bytes(c.delta_retained), c.step.label, if c.step.folded { "+" } else { "" })?;
+                writeln!(
+                    out,
+                    "        {:>10}  {edge}{}{}",
+                    signed_bytes(c.delta_retained),
+                    c.step.label,
+                    if c.step.folded { "+" } else { "" }
+                )?;
             }
         }
     }
@@ -285,7 +297,8 @@ fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "Groups by {}, most grown first ({} of {}):", r.by.name(), r.groups.len(), r.total_groups)?;
     writeln!(out, "{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  group", "count", "change", "shallow", "change", "retained", "change")?;
     for g in &r.groups {
-        writeln!(out, 
+        writeln!(
+            out,
             "{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  {}",
             g.count[k - 1],
             signed(g.delta_count),

@@ -64,7 +64,14 @@ impl Report for Dominators {
                 n.description
             )?;
             if n.omitted_children > 0 {
-                writeln!(out, "{:>12} {:>7} {:>10}  {indent}  ({} smaller children)", human_bytes(n.omitted_retained), "", "", n.omitted_children)?;
+                writeln!(
+                    out,
+                    "{:>12} {:>7} {:>10}  {indent}  ({} smaller children)",
+                    human_bytes(n.omitted_retained),
+                    "",
+                    "",
+                    n.omitted_children
+                )?;
             }
             for c in n.children.iter().rev() {
                 stack.push((c, level + 1));

@@ -73,7 +73,14 @@ impl Report for Inspect {
             writeln!(out, "  referrer   {r}")?;
         }
         if let Some(al) = &i.allocation {
-            writeln!(out, "  allocated  {} ({} samples at rate {}, stack from {})", al.site, al.samples, al.sampling_rate, al.source.name())?;
+            writeln!(
+                out,
+                "  allocated  {} ({} samples at rate {}, stack from {})",
+                al.site,
+                al.samples,
+                al.sampling_rate,
+                al.source.name()
+            )?;
             for f in &al.stack {
                 writeln!(out, "    {}", f.describe())?;
             }

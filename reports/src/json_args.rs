@@ -41,7 +41,8 @@ fn value_schema(arg: &Arg) -> Value {
         return json!({"type": "string", "enum": values});
     }
     let id = arg.get_value_parser().type_id();
-    let integers = [TypeId::of::<u8>(), TypeId::of::<u16>(), TypeId::of::<u32>(), TypeId::of::<u64>(), TypeId::of::<usize>(), TypeId::of::<i64>()];
+    let integers =
+        [TypeId::of::<u8>(), TypeId::of::<u16>(), TypeId::of::<u32>(), TypeId::of::<u64>(), TypeId::of::<usize>(), TypeId::of::<i64>()];
     if arg.get_value_names().is_some_and(|n| n.iter().any(|n| n.as_str() == "ADDRESS")) {
         // Addresses are hex strings everywhere in heapsnap's JSON (`"0x7f..."`); decimal is taken too.
         json!({"type": ["string", "integer"]})

@@ -31,7 +31,13 @@ impl Report for Summary {
     }
 
     fn print(args: &SummaryArgs, s: &SummaryReport, out: &mut dyn Write) -> std::io::Result<()> {
-        writeln!(out, "snapshot     {} (OCaml {}, {} reserved header bits)", args.snapshot.display(), s.ocaml_version, s.reserved_header_bits)?;
+        writeln!(
+            out,
+            "snapshot     {} (OCaml {}, {} reserved header bits)",
+            args.snapshot.display(),
+            s.ocaml_version,
+            s.reserved_header_bits
+        )?;
         writeln!(out, "objects      {:>12}  {:>12}", s.objects, human_bytes(s.bytes))?;
         writeln!(out, "  reachable  {:>12}  {:>12}", s.reachable_objects, human_bytes(s.reachable_bytes))?;
         writeln!(out, "  unreachable{:>12}  {:>12}", s.unreachable_objects, human_bytes(s.unreachable_bytes))?;

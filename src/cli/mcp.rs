@@ -168,7 +168,9 @@ mod tests {
 
     #[test]
     fn negotiates_the_protocol_version() {
-        let r = reply(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#);
+        let r = reply(
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}"#,
+        );
         assert_eq!(r["result"]["protocolVersion"], "2024-11-05");
         let r = reply(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1999-01-01"}}"#);
         assert_eq!(r["result"]["protocolVersion"], PROTOCOL_VERSIONS[0]);
@@ -204,7 +206,9 @@ mod tests {
 
     #[test]
     fn bad_arguments_and_missing_files_are_tool_errors() {
-        let call = |args: &str| reply(&format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"top","arguments":{args}}}}}"#));
+        let call = |args: &str| {
+            reply(&format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"top","arguments":{args}}}}}"#))
+        };
         let r = call(r#"{"snapshot":"/nonexistent/x.heapsnap"}"#);
         assert_eq!(r["result"]["isError"], true);
         assert!(r["result"]["content"][0]["text"].as_str().unwrap().contains("/nonexistent/x.heapsnap"), "{r}");
