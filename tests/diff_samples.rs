@@ -3,12 +3,9 @@
 //! samples/manifest.json.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 mod dump_support;
 use dump_support::series::three_snapshots_of;
