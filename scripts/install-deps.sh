@@ -12,6 +12,9 @@ command -v gdb >/dev/null || need+=(gdb)
 # The web UI's browser test (tests/analysis/web_ui.rs) drives a headless Chromium through chromedriver.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)
+# The MCP test (tests/mcp.rs) drives `heapsnap mcp` with the official Python SDK, in a venv.
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   # apt and dpkg talk a lot: their output goes to a log, shown only when they fail.

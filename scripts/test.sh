@@ -74,6 +74,9 @@ lane_tests() {
     *) exit "$status" ;;
   esac
 
+  step "lane tests: the MCP client of tests/analysis/mcp.rs (the official Python SDK, in target/mcp-venv)"
+  scripts/mcp-client.sh >/dev/null
+
   step "lane tests: the Rust test suite"
   rm -rf "$HEAPSNAP_TOOLCHAIN_COVERAGE"
   local log=target/test-output.log

@@ -3,16 +3,14 @@
 
 mod cli;
 
-use clap::Parser;
-
 fn main() -> std::process::ExitCode {
     // Die quietly on a closed pipe (`heapsnap top SNAP | head`), as command-line tools do,
     // instead of panicking in println!.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // `--json` before a `--` (after it come a launched program's own arguments).
     let json = std::env::args().take_while(|a| a != "--").any(|a| a == "--json");
-    let args = cli::Cli::parse();
-    match cli::run(args) {
+    let matches = cli::command().get_matches();
+    match cli::run(&matches) {
         Ok(code) => code,
         Err(err) => {
             cli::errors::report(&err, json);

@@ -5,19 +5,10 @@
 use heapsnap_analyze::diff::DiffError;
 use heapsnap_analyze::AnalyzeError;
 use heapsnap_dump::DumpError;
-use heapsnap_format::{FormatError, Snapshot};
-use std::path::Path;
+use heapsnap_format::FormatError;
 
 /// A snapshot file, opened, or an error that says what was given instead.
-pub fn open_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
-    if path.is_dir() {
-        anyhow::bail!(
-            "{} is a directory, not a snapshot file (`heapsnap run` writes its snapshots inside it: give one of its .heapsnap files)",
-            path.display()
-        );
-    }
-    Ok(Snapshot::open(path)?)
-}
+pub use heapsnap_reports::open_snapshot;
 
 /// The message of an error and its causes, each cause said once: a cause whose text the
 /// message already holds (`path: Permission denied` then `Permission denied`) is left out.

@@ -45,7 +45,7 @@ pub struct ExportArgs {
     #[arg(long)]
     icicle: bool,
     #[command(flatten)]
-    sites: super::sites::SiteArgs,
+    sites: heapsnap_reports::sites::SiteArgs,
     /// Print what was written as JSON.
     #[arg(long)]
     json: bool,
@@ -81,9 +81,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format == Format::Devtools {
         // Sampled blocks' allocation stacks, as DevTools' allocation trace tree.
         let sites = if snap.memprof().is_some_and(|m| !m.is_empty()) {
-            let trace = args.sites.memtrace.as_deref().map(super::sites::open_trace).transpose()?;
-            let joined = super::sites::join(&analysis, trace.as_ref())?;
-            super::sites::warn_missing(&joined.stats);
+            let trace = args.sites.memtrace.as_deref().map(heapsnap_reports::sites::open_trace).transpose()?;
+            let joined = heapsnap_reports::sites::join(&analysis, trace.as_ref())?;
+            heapsnap_reports::sites::warn_missing(&joined.stats);
             Some(joined)
         } else {
             None

@@ -1,47 +1,24 @@
-//! Command-line parsing and dispatch. Each group of subcommands lives in its own module.
+//! Command-line parsing and dispatch. The reports' subcommands come from the reports'
+//! registry (`heapsnap_reports::registry`); the other commands each live in their own module.
 
-mod analyze;
 mod annotate;
-mod diff;
 mod dump;
 pub mod errors;
 mod export;
-mod indexed;
-mod info;
+mod mcp;
 mod run;
 mod serve;
-mod sites;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, Command, FromArgMatches, Subcommand};
+use heapsnap_reports::registry::{self, REPORTS};
+use heapsnap_reports::{Files, Format};
 use std::process::ExitCode;
 
-#[derive(Parser)]
-#[command(name = "heapsnap", version, about = "Heap snapshots for OCaml native programs (4.14, 5.x): who keeps this alive?")]
-pub struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
+/// The commands that are not reports: they dump, write files or serve.
 #[derive(Subcommand)]
-enum Command {
-    /// Totals of a snapshot: objects, bytes, garbage, free, per region kind and domain, top groups.
-    Summary(analyze::SummaryArgs),
-    /// Count, shallow and retained bytes per group (kind, closure, root, reserved bits, or allocation site).
-    Top(analyze::TopArgs),
-    /// The dominator tree with retained sizes.
-    Dominators(analyze::DominatorsArgs),
-    /// Shortest paths from the roots to objects (ignoring weak references), merged by chain.
-    Path(analyze::PathArgs),
-    /// One object: header, fields, retained size, immediate dominator.
-    Inspect(analyze::InspectArgs),
-    /// Check a snapshot's consistency (non-zero exit when it fails).
-    Verify(analyze::VerifyArgs),
-    /// Compare snapshots of one program: what grew, where it sits, leak suspects (3+ snapshots).
-    Diff(diff::DiffArgs),
+enum Commands {
     /// Add the program's OCaml names and types (from its .cmt files) to a snapshot.
     Annotate(annotate::AnnotateArgs),
-    /// Validate a snapshot and print its metadata and sections.
-    Info(info::InfoArgs),
     /// Attach to a running OCaml program, take one snapshot, detach.
     Dump(dump::DumpArgs),
     /// Write a snapshot for other tools: Chrome DevTools / memlab (.heapsnapshot), or a flame graph of retained sizes.
@@ -50,36 +27,36 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Launch a program and take numbered snapshots when triggers fire (also honours OCAML_HEAPSNAP).
     Run(run::RunArgs),
+    /// Serve the reports to AI agents: a Model Context Protocol server on stdin/stdout.
+    Mcp(mcp::McpArgs),
     /// Watch a program for the preload library (started by libheapsnap_preload.so, not by hand).
     #[command(hide = true)]
     Watch(run::WatchArgs),
 }
 
-/// A result limit (`--limit`, `--max-children`, `--sample`, ...): a count, where 0 means no
-/// limit (analyze/REPORTS.md, "Result limits").
-pub fn parse_limit(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Ok(usize::MAX),
-        Ok(n) => Ok(n),
-        Err(e) => Err(format!("{e} (a count; 0 for no limit)")),
-    }
+/// The whole command line: the reports first, then the other commands.
+pub fn command() -> Command {
+    let cli = Command::new("heapsnap").version(env!("CARGO_PKG_VERSION")).subcommand_required(true).arg_required_else_help(true);
+    let cli = REPORTS.iter().fold(cli, |cli, r| cli.subcommand(registry::subcommand(*r)));
+    // The about line after the subcommands: `Commands`' doc comment would replace it.
+    Commands::augment_subcommands(cli).about("Heap snapshots for OCaml native programs (4.14, 5.x): who keeps this alive?").long_about(None)
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Command::Summary(args) => analyze::summary_cmd(args),
-        Command::Top(args) => analyze::top_cmd(args),
-        Command::Dominators(args) => analyze::dominators_cmd(args),
-        Command::Path(args) => analyze::path_cmd(args),
-        Command::Inspect(args) => analyze::inspect_cmd(args),
-        Command::Verify(args) => analyze::verify_cmd(args),
-        Command::Diff(args) => diff::run(args),
-        Command::Annotate(args) => annotate::run(args),
-        Command::Info(args) => info::run(args),
-        Command::Dump(args) => dump::run(args),
-        Command::Export(args) => export::run(args),
-        Command::Serve(args) => serve::run(args),
-        Command::Run(args) => run::run(args),
-        Command::Watch(args) => run::watch(args),
+pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(report) = registry::find(name) {
+            let format = if sub.get_flag("json") { Format::Json } else { Format::Human };
+            let passed = report.print(sub, &Files, format, &mut std::io::stdout().lock())?;
+            return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) });
+        }
+    }
+    match Commands::from_arg_matches(matches)? {
+        Commands::Annotate(args) => annotate::run(args),
+        Commands::Dump(args) => dump::run(args),
+        Commands::Export(args) => export::run(args),
+        Commands::Serve(args) => serve::run(args),
+        Commands::Run(args) => run::run(args),
+        Commands::Mcp(args) => mcp::run(args),
+        Commands::Watch(args) => run::watch(args),
     }
 }

@@ -3,14 +3,12 @@
 //! samples/manifest.json.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use crate::dump_support::{heapsnap, repo, samples_dir, toolchain, DiesWithTest};
+use crate::dump_support::series::three_snapshots_of;
+use crate::dump_support::{heapsnap, repo, samples_dir, toolchain};
 
 fn manifest_sample(name: &str) -> Value {
     static M: OnceLock<Value> = OnceLock::new();
@@ -18,81 +16,6 @@ fn manifest_sample(name: &str) -> Value {
         serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON")
     });
     m["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest").clone()
-}
-
-/// A child process killed and reaped when dropped (a failing test leaves nothing running).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
-}
-
-/// Runs `name --steps 3 --pause` under `heapsnap run --on-compaction` and returns its three
-/// snapshots, oldest first: at each `READY i`, waits for the i-th snapshot before letting the
-/// sample go on, so that each snapshot shows one step.
-fn three_snapshots(name: &str, dir: &Path) -> Vec<PathBuf> {
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--dir"])
-        .arg(dir)
-        .arg("--")
-        .arg(samples_dir().join(name))
-        .args(["--steps", "3", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .dies_with_test()
-        .spawn()
-        .expect("start heapsnap run");
-    let mut running = Running(child);
-    let mut stdin = running.0.stdin.take();
-    let stdout = running.0.stdout.take().expect("piped stdout");
-    // Lines arrive through a channel so that a silent sample times out instead of hanging.
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut ready = 0;
-    while ready < 3 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let line = rx.recv_timeout(left).unwrap_or_else(|e| panic!("{name}: no READY line ({e})")).expect("read stdout");
-        let Some(step) = line.strip_prefix("READY ") else { continue };
-        ready = step.trim().parse().expect("READY <step>");
-        while snapshots_in(dir).len() < ready {
-            assert!(Instant::now() < deadline, "{name}: snapshot {ready} never appeared");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if ready < 3 {
-            writeln!(stdin.as_mut().expect("stdin")).expect("resume the sample");
-        } else {
-            stdin = None; // EOF: the sample runs to its end
-        }
-    }
-    drop(stdin);
-    while running.0.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "{name} did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let found = snapshots_in(dir);
-    assert_eq!(found.len(), 3, "{name}: {found:?}");
-    found
 }
 
 /// Three snapshots of a sample, taken once per test binary (under the target's temporary
@@ -107,7 +30,7 @@ fn series(name: &'static str) -> Vec<PathBuf> {
             let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diff_samples").join(name);
             let _ = std::fs::remove_dir_all(&d);
             std::fs::create_dir_all(&d).expect("sample directory");
-            three_snapshots(name, &d)
+            three_snapshots_of(name, &d, &[])
         })
         .clone()
 }

@@ -353,3 +353,68 @@ fn zero_is_no_limit_for_every_result_limit() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("0 for no limit"));
 }
+
+/// One shape for every grouping (REPORTS.md, "Groups"): whatever `--by` is, `top`'s rows
+/// have `name`, `count`, `shallow` and `retained`. Every value `--by` takes is run (`type`
+/// needs OCaml names: tests/mcp.rs runs it on a named snapshot; here it must be refused).
+#[test]
+fn every_grouping_has_the_same_row_keys() {
+    use heapsnap_memtrace::write::TraceWriter;
+    use heapsnap_memtrace::{AllocSource, Location, TraceInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let (pid, exe) = (777, "/opt/app/server");
+    let mut h = SynthHeap::new();
+    h.reserved_header_bits = 16;
+    h.process = Some((pid, exe.into()));
+    let payload = h.alloc(Space::Major, 0, &[Value::Int(1); 10]);
+    let session = h.alloc(Space::Major, 0, &[Value::Ptr(payload), Value::Int(0)]);
+    h.set_reserved(session, 7);
+    let closure = h.alloc_closure(Space::Major, 0x1000, 1, &[Value::Ptr(session)]);
+    h.add_module("Server", &[Value::Ptr(closure)]);
+    h.track(session, Value::Int(0), 1, 0.01);
+    let snapshot = write(dir.path(), "g.heapsnap", &h);
+    let info = TraceInfo {
+        version: 3,
+        sample_rate: 0.01,
+        word_size: 64,
+        executable_name: exe.into(),
+        host_name: "host".into(),
+        ocaml_runtime_params: String::new(),
+        pid: pid.into(),
+        initial_domain: 0,
+        start_time: 1_700_000_000_000_000,
+        context: None,
+    };
+    let mut w = TraceWriter::new(&info);
+    let at = |line| vec![Location { filename: "server.ml".into(), line, start_char: 0, end_char: 5, defname: "Server.open_".into() }];
+    w.define_location(1, at(12));
+    w.alloc(1_700_000_000_000_100, 3, 1, AllocSource::Minor, &[1]);
+    let trace = dir.path().join("g.ctf");
+    std::fs::write(&trace, w.finish()).unwrap();
+
+    let help = String::from_utf8(heapsnap(&["top", "--help"]).stdout).unwrap();
+    let values = help.split("Possible values:").nth(1).expect("--by lists its values");
+    let by: Vec<&str> = values.lines().filter_map(|l| l.trim().strip_prefix("- ")).map(|l| l.split(':').next().unwrap()).collect();
+    assert!(by.contains(&"site") && by.contains(&"kind") && by.len() >= 6, "{by:?}");
+    for by in by {
+        let mut args = vec!["top", "--by", by];
+        if by == "site" {
+            args.extend(["--memtrace", trace.to_str().unwrap()]);
+        }
+        if by == "type" {
+            let mut all = vec!["top", snapshot.to_str().unwrap()];
+            all.extend(&args[1..]);
+            assert_eq!(heapsnap(&all).status.code(), Some(2), "--by type needs names");
+            continue;
+        }
+        let top = json(&args, &snapshot);
+        let rows = top["groups"].as_array().unwrap();
+        assert!(!rows.is_empty(), "--by {by}: {top}");
+        for row in rows {
+            assert!(row["name"].is_string(), "--by {by}: {row}");
+            for key in ["count", "shallow", "retained"] {
+                assert!(row[key].is_u64(), "--by {by}: no {key} in {row}");
+            }
+        }
+    }
+}

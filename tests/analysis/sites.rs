@@ -55,7 +55,7 @@ fn assert_leak_named(snap: &Path, extra: &[&str]) -> Value {
     assert!(leak_bytes > 10 * bounded_bytes, "{leak_bytes} vs {bounded_bytes}");
     assert!((1_000_000..4_200_000).contains(&leak_bytes), "2000 sessions are 2.1 MB: {leak_bytes}");
     assert!(first["count"].as_u64().unwrap() > 500 && bounded["count"].as_u64().unwrap() <= 64, "{top:#}");
-    assert!(first["retained"].as_u64().unwrap() >= first["sampled_bytes"].as_u64().unwrap());
+    assert!(first["retained"].as_u64().unwrap() >= first["shallow"].as_u64().unwrap());
 
     // A longer stack: the leak's line, then its caller.
     let deep = analyse("top", &[snap], &[&["--by", "site", "--site-depth", "2"], extra].concat());
@@ -258,7 +258,7 @@ fn a_100_mb_leak_sampled_at_1e_4_is_estimated_within_25_percent() {
     let error = (estimate as f64 - truth as f64).abs() / truth as f64;
     assert!(error < 0.25, "estimated {estimate} bytes for {truth}: {:.1}% off", error * 100.0);
     // About 1300 samples: the sampled blocks themselves are about 1% of the leak.
-    assert!(leak["sampled_bytes"].as_u64().unwrap() < truth / 20, "{leak:#}");
+    assert!(leak["shallow"].as_u64().unwrap() < truth / 20, "{leak:#}");
 }
 
 #[test]

@@ -3,87 +3,12 @@
 //! `target/web_ui/*.png`. Needs Debian's `chromium` and `chromium-driver` (scripts/install-deps.sh).
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::dump_support::series::{lines_of, three_snapshots, Running};
 use crate::dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
-}
-
-/// Three snapshots of cache_leak, one per step (as tests/analysis/diff_samples.rs takes them); `extra`:
-/// more options of `heapsnap run`.
-fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
-    let child = Command::new(heapsnap())
-        .args(["run", "--on-compaction", "--dir"])
-        .arg(dir)
-        .args(extra)
-        .arg("--")
-        .arg(samples_dir().join("cache_leak"))
-        .args(["--steps", "3", "--pause"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .dies_with_test()
-        .spawn()
-        .expect("start heapsnap run");
-    let mut running = Running(child);
-    let mut stdin = running.0.stdin.take();
-    let lines = lines_of(running.0.stdout.take().expect("piped stdout"));
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut ready = 0;
-    while ready < 3 {
-        let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a READY line");
-        let Some(step) = line.strip_prefix("READY ") else { continue };
-        ready = step.trim().parse().expect("READY <step>");
-        while snapshots_in(dir).len() < ready {
-            assert!(Instant::now() < deadline, "snapshot {ready} never appeared");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        if ready < 3 {
-            writeln!(stdin.as_mut().expect("stdin")).expect("resume the sample");
-        } else {
-            stdin = None;
-        }
-    }
-    drop(stdin);
-    while running.0.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "the sample did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    snapshots_in(dir)
-}
-
-fn lines_of(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -336,7 +261,7 @@ fn the_web_ui_shows_allocation_sites() {
     let source = std::fs::read_to_string(repo().join("samples/alloc_sites.ml")).unwrap();
     let leak = source.lines().position(|l| l.contains("(* SITE leak *)")).expect("the leak's marker") + 1;
     let top = crate::dump_support::analyse("top", &[&snap], &["--by", "site"]);
-    let expected = top["groups"][0]["site"].as_str().unwrap().to_string();
+    let expected = top["groups"][0]["name"].as_str().unwrap().to_string();
     assert!(expected.starts_with(&format!("alloc_sites.ml:{leak} ")), "{top:#}");
 
     let (_server, url) = serve(&[snap]);
@@ -353,4 +278,39 @@ fn the_web_ui_shows_allocation_sites() {
         "sites by two frames",
     );
     assert!(deeper.as_str().unwrap().contains("Alloc_sites.handle"), "{deeper}");
+}
+
+/// Every report of the registry is an API route, `/api/report/NAME`, answering what the
+/// command line's `--json` answers for the same snapshot and arguments (no browser needed).
+#[test]
+fn every_report_is_an_api_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let snaps = three_snapshots(dir.path(), &[]);
+    let (_server, url) = serve(&snaps);
+    let (base, token) = url.split_once("/?token=").unwrap();
+    let get = |route: &str| -> Result<Value, (u16, String)> {
+        match ureq::get(&format!("{base}/api/{route}&token={token}")).call() {
+            Ok(r) => Ok(serde_json::from_str(&r.into_string().unwrap()).unwrap()),
+            Err(ureq::Error::Status(code, r)) => Err((code, r.into_string().unwrap_or_default())),
+            Err(e) => panic!("{route}: {e}"),
+        }
+    };
+    for report in heapsnap_reports::registry::REPORTS {
+        let answer = get(&format!("report/{}?s=1", report.name()));
+        match report.name() {
+            // Arguments of their own, or samples cache_leak has none of.
+            "path" | "inspect" | "sites" => assert_eq!(answer.unwrap_err().0, 400, "{}", report.name()),
+            name => assert!(answer.is_ok(), "{name}: {answer:?}"),
+        }
+    }
+    let top = get("report/top?s=1&by=root&limit=2").unwrap();
+    assert_eq!(top, crate::dump_support::analyse("top", &[&snaps[1]], &["--by", "root", "--limit", "2"]));
+    let path = get("report/path?s=2&kind=Hashtbl&limit=1").unwrap();
+    assert_eq!(path, crate::dump_support::analyse("path", &[&snaps[2]], &["--kind", "Hashtbl", "--limit", "1"]));
+    let diff = get("report/diff?max_suspects=1").unwrap();
+    assert_eq!(diff["snapshots"].as_array().unwrap().len(), 3, "diff compares every snapshot served");
+    assert_eq!(diff["suspects"].as_array().unwrap().len(), 1, "{diff}");
+    assert_eq!(get("report/top?by=colour").unwrap_err().0, 400);
+    assert_eq!(get("report/dump?s=0").unwrap_err().0, 404);
+    assert_eq!(get("report/summary?s=7").unwrap_err().0, 404);
 }

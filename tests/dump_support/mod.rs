@@ -4,6 +4,8 @@
 
 mod checks;
 mod oracle;
+#[allow(dead_code)]
+pub mod series;
 #[allow(unused_imports)]
 pub use checks::*;
 #[allow(unused_imports)]

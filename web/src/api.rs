@@ -42,11 +42,15 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
     if route == "diff" {
         return app.diff.clone().ok_or((404, "the diff needs two snapshots or more".into()));
     }
+    if let Some(name) = route.strip_prefix("report/") {
+        return crate::served::report(app, name, query);
+    }
     let s: usize = number(query, "s", 0)?;
     let shown = app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?;
     let view = &shown.view;
     match route {
-        "summary" => Ok(serde_json::to_value(view.summary(15)).expect("serialises")),
+        // The page's summary: the `summary` report with its 15 largest kinds.
+        "summary" => crate::served::report(app, "summary", &[("s".into(), s.to_string()), ("limit".into(), "15".into())]),
         "groups" => {
             let name = param(query, "by").unwrap_or("kind");
             let by = GroupBy::from_name(name).ok_or_else(|| bad(format!("no grouping {name}")))?;

@@ -9,6 +9,7 @@
 mod api;
 mod flame;
 mod http;
+mod served;
 
 use heapsnap_analyze::diff::{diff, DiffOptions, Input};
 use heapsnap_analyze::Progress;
@@ -33,6 +34,9 @@ pub enum WebError {
 /// One snapshot the UI shows.
 pub struct Shown {
     pub name: String,
+    /// The file, as given on the command line (reports name their snapshots by path).
+    pub path: PathBuf,
+    pub indexed: &'static Indexed,
     pub view: IndexView<'static>,
     /// Its sampled blocks joined with the call stacks their tracker stored, when first asked
     /// for (or why not: no statmemprof tables).
@@ -56,7 +60,7 @@ impl App {
             // The server runs until the process ends: its snapshots live as long.
             let indexed: &'static Indexed = Box::leak(Box::new(indexed));
             let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-            snapshots.push(Shown { name, view: indexed.view(Needs::All)?, sites: Default::default() });
+            snapshots.push(Shown { name, path: path.clone(), indexed, view: indexed.view(Needs::All)?, sites: Default::default() });
         }
         let diff = if snapshots.len() >= 2 {
             let inputs: Vec<Input<'_>> = snapshots.iter().map(|s| Input { name: s.name.clone(), snap: s.view.snap }).collect();

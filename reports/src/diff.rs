@@ -1,10 +1,10 @@
 //! `heapsnap diff OLD NEW [MORE...]`: what grew between snapshots, where it sits in the
-//! dominator tree, and (three snapshots or more) the leak suspects. JSON schema in
-//! analyze/REPORTS.md.
+//! dominator tree, and (three snapshots or more) the leak suspects.
 
-use super::indexed;
-use super::sites::{self, By, SiteArgs};
-use clap::Args;
+use crate::loader::Loader;
+use crate::report::Report;
+use crate::sites::{self, By, SiteArgs};
+use crate::text::{signed, signed_bytes};
 use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::groups::{key_name, GroupBy};
 use heapsnap_analyze::reports::human_bytes;
@@ -13,10 +13,13 @@ use heapsnap_analyze::AnalysedHeap;
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
 use heapsnap_index::Needs;
+use serde::Serialize;
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
-#[derive(Args)]
+pub struct Diff;
+
+#[derive(clap::Args)]
 pub struct DiffArgs {
     /// Snapshots of one program, oldest first (two or more; three or more for leak suspects).
     #[arg(required = true, num_args = 2.., value_name = "SNAPSHOT")]
@@ -30,56 +33,69 @@ pub struct DiffArgs {
     #[command(flatten)]
     sites: SiteArgs,
     /// How many groups to list (0: all).
-    #[arg(long, default_value_t = 30, value_name = "N", value_parser = super::parse_limit)]
+    #[arg(long, default_value_t = 30, value_name = "N", value_parser = crate::args::parse_limit)]
     limit: usize,
     /// Growth in bytes, first snapshot to last, below which a group is no suspect and a place
     /// of the dominator tree is not shown.
     #[arg(long, default_value_t = 4096)]
     min_growth: u64,
     /// At most this many leak suspects (0: no limit).
-    #[arg(long, default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::args::parse_limit)]
     max_suspects: usize,
     /// At most this many retainer paths per suspect (0: no limit).
-    #[arg(long, default_value_t = 5, value_name = "N", value_parser = super::parse_limit)]
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = crate::args::parse_limit)]
     max_paths: usize,
     /// At most this many places of the dominator tree (0: no limit).
-    #[arg(long, default_value_t = 10, value_name = "N", value_parser = super::parse_limit)]
+    #[arg(long, default_value_t = 10, value_name = "N", value_parser = crate::args::parse_limit)]
     max_places: usize,
     /// Compare snapshots of different builds of the same executable path (closures and
     /// symbols then rarely match).
     #[arg(long)]
     allow_rebuilt: bool,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    json: bool,
 }
 
-pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    heapsnap_analyze::mem::tune_allocator();
-    let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
-    let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
-    for other in &inputs[1..] {
-        heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
-            .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum DiffOutput {
+    Groups(Box<DiffReport>),
+    Sites(SiteDiff),
+}
+
+impl Report for Diff {
+    const NAME: &'static str = "diff";
+    const ABOUT: &'static str = "Compare snapshots of one program: what grew, where it sits, leak suspects (3+ snapshots)";
+    type Args = DiffArgs;
+    type Output = DiffOutput;
+
+    fn run(args: &DiffArgs, loader: &dyn Loader) -> anyhow::Result<DiffOutput> {
+        let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| loader.snapshot(p)).collect::<anyhow::Result<_>>()?;
+        let inputs: Vec<Input<'_>> =
+            args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+        for other in &inputs[1..] {
+            heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
+                .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
+        }
+        let Some(by) = args.by.grouping() else { return Ok(DiffOutput::Sites(site_diff_report(args, loader)?)) };
+        let opts = DiffOptions {
+            by,
+            limit: args.limit,
+            min_growth: args.min_growth,
+            max_suspects: args.max_suspects,
+            max_paths: args.max_paths,
+            max_places: args.max_places,
+            allow_rebuilt: args.allow_rebuilt,
+        };
+        let mut report = diff(&inputs, &opts, &Progress::stderr())?;
+        add_suspect_sites(args, &snaps, &mut report, loader)?;
+        Ok(DiffOutput::Groups(Box::new(report)))
     }
-    let Some(by) = args.by.grouping() else { return site_diff_cmd(&args) };
-    let opts = DiffOptions {
-        by,
-        limit: args.limit,
-        min_growth: args.min_growth,
-        max_suspects: args.max_suspects,
-        max_paths: args.max_paths,
-        max_places: args.max_places,
-        allow_rebuilt: args.allow_rebuilt,
-    };
-    let mut report = diff(&inputs, &opts, &Progress::stderr())?;
-    add_suspect_sites(&args, &snaps, &mut report)?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_report(&report);
+
+    fn print(_args: &DiffArgs, output: &DiffOutput, out: &mut dyn Write) -> std::io::Result<()> {
+        match output {
+            DiffOutput::Groups(r) => print_report(r, out),
+            DiffOutput::Sites(r) => print_site_diff(r, out),
+        }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// How many sites a suspect lists.
@@ -87,8 +103,8 @@ const SUSPECT_SITES: usize = 5;
 
 /// Names the sites of each suspect's new objects: its sampled blocks' sites in every snapshot,
 /// those that grew, when the snapshots hold statmemprof's tables.
-fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], report: &mut DiffReport) -> anyhow::Result<()> {
-    let tracked = |s: &heapsnap_format::Snapshot| s.memprof().is_some_and(|m| !m.is_empty());
+fn add_suspect_sites(args: &DiffArgs, snaps: &[Snapshot], report: &mut DiffReport, loader: &dyn Loader) -> anyhow::Result<()> {
+    let tracked = |s: &Snapshot| s.memprof().is_some_and(|m| !m.is_empty());
     if report.suspects.is_empty() || report.by == GroupBy::Root || !snaps.iter().all(tracked) {
         if args.sites.memtrace.is_some() {
             anyhow::bail!("--memtrace names the sites of leak suspects: it needs three snapshots or more with statmemprof's tables, grouped by kind, closure or reserved bits, or --by site");
@@ -99,7 +115,7 @@ fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], repor
     // Per suspect, per snapshot: the site groups of its sampled blocks.
     let mut per_suspect: Vec<Vec<Vec<heapsnap_analyze::sites::report::SiteGroup>>> = vec![Vec::new(); report.suspects.len()];
     for path in &args.snapshots {
-        let ix = indexed::load(path, Needs::All)?;
+        let ix = loader.indexed(path, Needs::All)?;
         let view = ix.view(Needs::All)?;
         let joined = sites::join(&view, trace.as_ref())?;
         let group_of = |v: u32| -> Option<String> {
@@ -132,41 +148,36 @@ fn add_suspect_sites(args: &DiffArgs, snaps: &[heapsnap_format::Snapshot], repor
 
 /// `diff --by site`: the sites of the sampled blocks in each snapshot, the most grown first;
 /// with three snapshots or more, the sites that grew at every step.
-fn site_diff_cmd(args: &DiffArgs) -> anyhow::Result<ExitCode> {
+fn site_diff_report(args: &DiffArgs, loader: &dyn Loader) -> anyhow::Result<SiteDiff> {
     let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
     let mut per_snapshot = Vec::new();
     for path in &args.snapshots {
-        let ix = indexed::load(path, Needs::All)?;
+        let ix = loader.indexed(path, Needs::All)?;
         let view = ix.view(Needs::All)?;
         let joined = sites::join(&view, trace.as_ref()).map_err(|e| e.context(path.display().to_string()))?;
         per_snapshot.push((site_groups(&view, &joined, args.site_depth as usize), joined.stats));
     }
     let names = args.snapshots.iter().map(|p| p.display().to_string()).collect();
-    let report = site_diff(names, &per_snapshot, args.site_depth as usize, args.min_growth, args.limit, args.max_suspects);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_site_diff(&report);
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(site_diff(names, &per_snapshot, args.site_depth as usize, args.min_growth, args.limit, args.max_suspects))
 }
 
-fn print_site_diff(r: &SiteDiff) {
+fn print_site_diff(r: &SiteDiff, out: &mut dyn Write) -> std::io::Result<()> {
     let k = r.snapshots.len();
     for (name, j) in r.snapshots.iter().zip(&r.join) {
-        println!("{name}:");
-        print!("  ");
-        sites::print_join(j);
+        writeln!(out, "{name}:")?;
+        write!(out, "  ")?;
+        sites::print_join(out, j)?;
     }
-    println!();
+    writeln!(out)?;
     if k < 3 {
-        println!("Leak suspects: take three snapshots or more (sites whose blocks grow at every step).");
+        writeln!(out, "Leak suspects: take three snapshots or more (sites whose blocks grow at every step).")?;
     } else if r.suspects.is_empty() {
-        println!("Leak suspects: none (no site's estimated bytes grew at every step).");
+        writeln!(out, "Leak suspects: none (no site's estimated bytes grew at every step).")?;
     } else {
-        println!("Leak suspects: sites whose estimated bytes grew at every step (the new objects were allocated there)");
+        writeln!(out, "Leak suspects: sites whose estimated bytes grew at every step (the new objects were allocated there)")?;
         for (i, s) in r.suspects.iter().enumerate() {
-            println!(
+            writeln!(
+                out,
                 "{:>3}. {}: {} -> {} sampled blocks, estimated {} -> {} ({}), retained {} -> {}",
                 i + 1,
                 s.site,
@@ -177,65 +188,51 @@ fn print_site_diff(r: &SiteDiff) {
                 signed_bytes(s.growth),
                 human_bytes(s.retained[0]),
                 human_bytes(s.retained[k - 1])
-            );
+            )?;
         }
     }
-    println!();
-    println!("Sites, most grown first ({} of {}); estimated bytes are samples / sampling rate:", r.sites.len(), r.total_sites);
-    println!("{:>8} {:>12} {:>12} {:>12}  site", "blocks", "estimated", "change", "retained");
+    writeln!(out)?;
+    writeln!(out, "Sites, most grown first ({} of {}); estimated bytes are samples / sampling rate:", r.sites.len(), r.total_sites)?;
+    writeln!(out, "{:>8} {:>12} {:>12} {:>12}  site", "blocks", "estimated", "change", "retained")?;
     for s in &r.sites {
-        println!(
+        writeln!(
+            out,
             "{:>8} {:>12} {:>12} {:>12}  {}",
             s.count[k - 1],
             human_bytes(s.estimated_bytes[k - 1]),
             signed_bytes(s.growth),
             human_bytes(s.retained[k - 1]),
             s.site
-        );
+        )?;
     }
+    Ok(())
 }
 
-/// `+1.5 MiB`, `-24 B`, `0 B`.
-fn signed_bytes(d: i64) -> String {
-    match d {
-        0 => "0 B".into(),
-        d if d > 0 => format!("+{}", human_bytes(d.unsigned_abs())),
-        d => format!("-{}", human_bytes(d.unsigned_abs())),
-    }
-}
-
-fn signed(d: i64) -> String {
-    if d > 0 {
-        format!("+{d}")
-    } else {
-        d.to_string()
-    }
-}
-
-fn print_report(r: &DiffReport) {
+fn print_report(r: &DiffReport, out: &mut dyn Write) -> std::io::Result<()> {
     let k = r.snapshots.len();
     let program = r.program.executable.as_deref().unwrap_or("an unknown program");
-    println!("{k} snapshots of {program} (OCaml {}), oldest first", r.program.ocaml_version);
-    println!("{:>3}  {:>10} {:>12} {:>12}  snapshot", "#", "objects", "reachable", "change");
+    writeln!(out, "{k} snapshots of {program} (OCaml {}), oldest first", r.program.ocaml_version)?;
+    writeln!(out, "{:>3}  {:>10} {:>12} {:>12}  snapshot", "#", "objects", "reachable", "change")?;
     for (i, s) in r.snapshots.iter().enumerate() {
         let change =
             if i == 0 { String::new() } else { signed_bytes(s.reachable_bytes as i64 - r.snapshots[i - 1].reachable_bytes as i64) };
-        println!("{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name);
+        writeln!(out, "{:>3}  {:>10} {:>12} {:>12}  {}", i + 1, s.objects, human_bytes(s.reachable_bytes), change, s.name)?;
     }
     for w in &r.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
 
-    println!();
+    writeln!(out)?;
     if k < 3 {
-        println!("Leak suspects: take three snapshots or more (groups that grow at every step).");
+        writeln!(out, "Leak suspects: take three snapshots or more (groups that grow at every step).")?;
     } else if r.suspects.is_empty() {
-        println!("Leak suspects: none (no group by {} grew at every step by {} or more).", r.by.name(), human_bytes(r.min_growth));
+        writeln!(out, "Leak suspects: none (no group by {} grew at every step by {} or more).", r.by.name(), human_bytes(r.min_growth))?;
     } else {
-        println!("Leak suspects: groups by {} whose count grew at every step, by retained growth", r.by.name());
+        writeln!(out, "Leak suspects: groups by {} whose count grew at every step, by retained growth", r.by.name())?;
         for (i, s) in r.suspects.iter().enumerate() {
             let g = &s.group;
-            println!(
+            writeln!(
+                out,
                 "{:>3}. {}: {} -> {} objects ({}), retained {} -> {} ({})",
                 i + 1,
                 g.name,
@@ -245,54 +242,63 @@ fn print_report(r: &DiffReport) {
                 human_bytes(g.retained[0]),
                 human_bytes(g.retained[k - 1]),
                 signed_bytes(g.delta_retained)
-            );
+            )?;
             for p in &s.paths {
-                println!("       {:>8} new ({} -> {})  {}", signed(p.new), p.count[0], p.count[1], p.description);
+                writeln!(out, "       {:>8} new ({} -> {})  {}", signed(p.new), p.count[0], p.count[1], p.description)?;
             }
             if s.growing_paths > s.paths.len() as u64 {
-                println!("       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64);
+                writeln!(out, "       ({} more paths gained members)", s.growing_paths - s.paths.len() as u64)?;
             }
             for site in &s.sites {
-                println!(
+                writeln!(
+                    out,
                     "       allocated at {} (estimated {}, {} sampled blocks)",
                     site.site,
                     signed_bytes(site.growth),
                     signed(site.count[k - 1] as i64 - site.count[0] as i64)
-                );
+                )?;
             }
         }
     }
 
-    println!();
+    writeln!(out)?;
     if r.growth.is_empty() {
-        println!("Growth in the dominator tree: no place grew by {} or more.", human_bytes(r.min_growth));
+        writeln!(out, "Growth in the dominator tree: no place grew by {} or more.", human_bytes(r.min_growth))?;
     } else {
-        println!("Growth in the dominator tree (retained bytes, first -> last snapshot):");
+        writeln!(out, "Growth in the dominator tree (retained bytes, first -> last snapshot):")?;
         for p in &r.growth {
             let every = if k >= 3 && p.grew_every_step { ", every step" } else { "" };
             let what = match p.reason {
                 "own" => "its own objects".to_string(),
                 _ => format!("{} objects", signed(p.delta_count)),
             };
-            println!(
+            writeln!(
+                out,
                 "  {:>10}  retained {} -> {}, {what}{every}",
                 signed_bytes(p.growth),
                 human_bytes(p.retained[0]),
                 human_bytes(p.retained[k - 1]),
-            );
-            println!("      {}", p.description);
+            )?;
+            writeln!(out, "      {}", p.description)?;
             for c in p.children.iter().filter(|_| p.reason != "own") {
                 let edge = if c.step.edge.is_empty() { String::new() } else { format!("{} ", c.step.edge) };
-                println!("        {:>10}  {edge}{}{}", signed_bytes(c.delta_retained), c.step.label, if c.step.folded { "+" } else { "" });
+                writeln!(
+                    out,
+                    "        {:>10}  {edge}{}{}",
+                    signed_bytes(c.delta_retained),
+                    c.step.label,
+                    if c.step.folded { "+" } else { "" }
+                )?;
             }
         }
     }
 
-    println!();
-    println!("Groups by {}, most grown first ({} of {}):", r.by.name(), r.groups.len(), r.total_groups);
-    println!("{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  group", "count", "change", "shallow", "change", "retained", "change");
+    writeln!(out)?;
+    writeln!(out, "Groups by {}, most grown first ({} of {}):", r.by.name(), r.groups.len(), r.total_groups)?;
+    writeln!(out, "{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  group", "count", "change", "shallow", "change", "retained", "change")?;
     for g in &r.groups {
-        println!(
+        writeln!(
+            out,
             "{:>10} {:>9} {:>11} {:>11} {:>11} {:>11}  {}",
             g.count[k - 1],
             signed(g.delta_count),
@@ -301,6 +307,7 @@ fn print_report(r: &DiffReport) {
             human_bytes(g.retained[k - 1]),
             signed_bytes(g.delta_retained),
             g.name
-        );
+        )?;
     }
+    Ok(())
 }

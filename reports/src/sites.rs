@@ -1,11 +1,11 @@
-//! Allocation sites on the command line: `--memtrace FILE` (a memtrace trace of the snapshot's
-//! run) and `--by site` (REPORTS.md, "Allocation sites"). The join is made on each command
-//! from the snapshot's memprof tables and the trace; the analysis index saves none of it.
+//! Allocation sites in the reports: `--memtrace FILE` (a memtrace trace of the snapshot's
+//! run) and `--by site` (REPORTS.md, "Allocation sites"). The join is made on each report from
+//! the snapshot's memprof tables and the trace; the analysis index saves none of it.
 
-use heapsnap_analyze::sites::report::{site_top, SiteTop};
 use heapsnap_analyze::sites::Sites;
 use heapsnap_analyze::AnalysedHeap;
 use heapsnap_memtrace::Trace;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// `--by` of `top` and `diff`: a grouping of the analysis, or allocation sites.
@@ -39,13 +39,20 @@ impl By {
     }
 }
 
-/// The flags every site-aware command takes.
+/// The flags every site-aware report takes.
 #[derive(clap::Args, Clone, Debug, Default)]
 pub struct SiteArgs {
     /// A memtrace trace (MEMTRACE=FILE) of the run the snapshot was taken of: sampled blocks
     /// whose tracker value is a memtrace allocation id get their call stack from it.
     #[arg(long, value_name = "FILE")]
     pub memtrace: Option<PathBuf>,
+}
+
+impl SiteArgs {
+    /// The trace, opened, when one was given.
+    pub fn trace(&self) -> anyhow::Result<Option<Trace<'static>>> {
+        self.memtrace.as_deref().map(open_trace).transpose()
+    }
 }
 
 /// Opens the trace, with an error naming the file.
@@ -61,25 +68,20 @@ pub fn join<'s>(a: &impl AnalysedHeap<'s>, trace: Option<&Trace<'_>>) -> anyhow:
     Ok(sites)
 }
 
-/// `top --by site`.
-pub fn top<'s>(a: &impl AnalysedHeap<'s>, args: &SiteArgs, depth: usize, limit: usize) -> anyhow::Result<SiteTop> {
-    let trace = args.memtrace.as_deref().map(open_trace).transpose()?;
-    let sites = join(a, trace.as_ref())?;
-    Ok(site_top(a, &sites, depth, limit))
-}
-
 /// One line on how the join went, and a warning when blocks found no stack.
-pub fn print_join(j: &heapsnap_analyze::sites::JoinStats) {
+pub fn print_join(out: &mut dyn Write, j: &heapsnap_analyze::sites::JoinStats) -> std::io::Result<()> {
     let rates: Vec<String> = j.sampling_rates.iter().map(|r| format!("{r}")).collect();
-    println!(
+    writeln!(
+        out,
         "{} tracked blocks: {} with a memtrace stack, {} with a stored call stack, {} gone from the heap; sampling rate {}",
         j.tracked,
         j.from_memtrace,
         j.from_callstack,
         j.not_in_heap,
         if rates.is_empty() { "-".to_string() } else { rates.join(", ") }
-    );
+    )?;
     warn_missing(j);
+    Ok(())
 }
 
 /// Warnings (stderr) about the sampled blocks that found no stack.

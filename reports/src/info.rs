@@ -1,0 +1,205 @@
+//! `heapsnap info`: the format-level view of a snapshot (its metadata and sections).
+
+use crate::loader::Loader;
+use crate::report::Report;
+use heapsnap_format::{Metadata, RegionKind, RootKind, Snapshot};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub struct Info;
+
+#[derive(clap::Args)]
+pub struct InfoArgs {
+    /// The snapshot file.
+    snapshot: PathBuf,
+}
+
+#[derive(Serialize)]
+pub struct InfoReport {
+    pub format_version: String,
+    pub metadata: Metadata,
+    pub sections: usize,
+    /// Per region kind: how many regions, and their bytes.
+    pub regions: BTreeMap<&'static str, RegionCount>,
+    /// Per root kind: how many roots.
+    pub roots: BTreeMap<&'static str, u64>,
+    pub symbols: usize,
+    pub dwarf_sections: Vec<String>,
+    pub plugin_dwarf: Vec<PluginDwarf>,
+    pub custom_ops: usize,
+    pub ephemerons: usize,
+    /// `None`: no memprof tables recorded.
+    pub memprof_entries: Option<usize>,
+    pub memprof_frames: usize,
+    pub ocaml_names: Option<NamesCounts>,
+    /// Why there are no names, and how to add them.
+    pub ocaml_names_missing: Option<String>,
+    /// For the human text only.
+    #[serde(skip)]
+    human: HumanOnly,
+}
+
+#[derive(Serialize)]
+pub struct RegionCount {
+    pub count: u64,
+    pub bytes: u64,
+}
+
+#[derive(Serialize)]
+pub struct PluginDwarf {
+    pub load_bias: u64,
+    pub sections: Vec<String>,
+}
+
+#[derive(Serialize)]
+pub struct NamesCounts {
+    pub units: usize,
+    pub fields: usize,
+    pub refused: usize,
+}
+
+/// What the human text says that the JSON does not.
+#[derive(Default)]
+struct HumanOnly {
+    free_blocks: usize,
+    memprof_samples: u64,
+    names_ocaml_version: String,
+    /// `(file, why)` of the `.cmt` files left out.
+    refused: Vec<(String, String)>,
+}
+
+impl Report for Info {
+    const NAME: &'static str = "info";
+    const ABOUT: &'static str = "Validate a snapshot and print its metadata and sections";
+    type Args = InfoArgs;
+    type Output = InfoReport;
+
+    fn run(args: &InfoArgs, loader: &dyn Loader) -> anyhow::Result<InfoReport> {
+        let snap = loader.snapshot(&args.snapshot)?;
+        let mut regions: BTreeMap<&'static str, RegionCount> = BTreeMap::new();
+        for region in snap.regions() {
+            let entry = regions.entry(region.kind().label()).or_insert(RegionCount { count: 0, bytes: 0 });
+            entry.count += 1;
+            entry.bytes += region.bytes.len() as u64;
+        }
+        let mut roots: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for root in snap.roots() {
+            *roots.entry(RootKind::from_code(root.kind).label()).or_default() += 1;
+        }
+        // The plugins' DWARF section names, by load bias.
+        let mut plugin_dwarf: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+        for d in snap.plugin_dwarf() {
+            plugin_dwarf.entry(d.load_bias).or_default().push(d.name.to_string());
+        }
+        let names = ocaml_names(&snap);
+        let mut human = HumanOnly {
+            free_blocks: snap.free_blocks().len(),
+            memprof_samples: snap.memprof().map_or(0, |entries| entries.iter().map(|e| e.samples).sum()),
+            ..HumanOnly::default()
+        };
+        let (ocaml_names, ocaml_names_missing) = match names {
+            Ok(n) => {
+                human.names_ocaml_version = n.ocaml_version.to_string();
+                human.refused = n.refused.iter().map(|r| (r.file.to_string(), r.message.to_string())).collect();
+                let fields = n.units.iter().map(|u| u.fields.len()).sum();
+                (Some(NamesCounts { units: n.units.len(), fields, refused: n.refused.len() }), None)
+            }
+            Err(why) => (None, Some(why)),
+        };
+        Ok(InfoReport {
+            format_version: format!("{}.{}", snap.header().version_major, snap.header().version_minor),
+            metadata: snap.metadata().clone(),
+            sections: snap.sections().len(),
+            regions,
+            roots,
+            symbols: snap.symbols().len(),
+            dwarf_sections: snap.dwarf_section_names().map(str::to_string).collect(),
+            plugin_dwarf: plugin_dwarf.into_iter().map(|(load_bias, sections)| PluginDwarf { load_bias, sections }).collect(),
+            custom_ops: snap.custom_ops().len(),
+            ephemerons: snap.ephemerons().len(),
+            memprof_entries: snap.memprof().map(|e| e.len()),
+            memprof_frames: snap.memprof_frames().len(),
+            ocaml_names,
+            ocaml_names_missing,
+            human,
+        })
+    }
+
+    fn print(args: &InfoArgs, info: &InfoReport, out: &mut dyn Write) -> std::io::Result<()> {
+        let (m, version) = (&info.metadata, &info.format_version);
+        writeln!(out, "snapshot        {} (format {version})", args.snapshot.display())?;
+        writeln!(out, "ocaml           {} ({} reserved header bits)", m.ocaml_version, m.reserved_header_bits)?;
+        if m.forced_version {
+            writeln!(out, "                not a version heapsnap knows: read as the newest one it knows (--force)")?;
+        }
+        match m.layouts_from.as_deref() {
+            Some("tables") => writeln!(out, "layouts         heapsnap's tables (the executable had no debug info)")?,
+            Some("debug_file") => writeln!(out, "layouts         DWARF of a separate debug file")?,
+            Some(_) => writeln!(out, "layouts         DWARF of the executable")?,
+            None => {}
+        }
+        match (&m.pools, &m.ocaml4_gc) {
+            (_, Some(gc)) => writeln!(
+                out,
+                "major heap      OCaml 4.14's chunks; the major GC was {} (sweep pointer {:#x}), which gives the colours their meaning, and {} small free blocks were listed",
+                format!("{:?}", gc.phase).to_lowercase(),
+                gc.sweep_pointer,
+                info.human.free_blocks
+            )?,
+            (Some(p), None) => writeln!(out, "pools           {} size classes in pools of {} words", p.size_classes.len(), p.pool_wsize)?,
+            (None, None) => writeln!(out, "pools           not recorded (a format 1.0 file: OCaml 5.3's geometry)")?,
+        }
+        writeln!(out, "taken by        {} on {:?}", m.dumper, m.trigger)?;
+        if let Some(exe) = &m.executable {
+            writeln!(out, "executable      {exe} (pid {})", m.pid.map_or("-".into(), |p| p.to_string()))?;
+        }
+        writeln!(out, "domains         {}", m.domains.len())?;
+        for kind in RegionKind::ALL {
+            if let Some(r) = info.regions.get(kind.label()) {
+                writeln!(out, "region {:<12} {:>8} regions {:>14} bytes", kind.label(), r.count, r.bytes)?;
+            }
+        }
+        for (kind, n) in &info.roots {
+            writeln!(out, "roots  {kind:<20} {n:>8}")?;
+        }
+        writeln!(out, "symbols         {}", info.symbols)?;
+        let exe_lines = if info.dwarf_sections.iter().any(|s| s == ".debug_line") { "yes" } else { "no" };
+        writeln!(out, "line tables     executable: {exe_lines}; Dynlink plugins: {}", info.plugin_dwarf.len())?;
+        match info.memprof_entries {
+            Some(entries) => {
+                let frames = info.memprof_frames;
+                let stacks = if frames > 0 { format!("; {frames} frames of stored call stacks") } else { String::new() };
+                writeln!(out, "memprof         {entries} tracked blocks, {} samples{stacks}", info.human.memprof_samples)?;
+            }
+            None => writeln!(out, "memprof         none recorded (statmemprof exists in OCaml 4.14 and from 5.3 on)")?,
+        }
+        match (&info.ocaml_names, &info.ocaml_names_missing) {
+            (Some(n), _) => {
+                writeln!(
+                    out,
+                    "ocaml names     {} compilation units, {} module fields, with types (OCaml {})",
+                    n.units, n.fields, info.human.names_ocaml_version
+                )?;
+                for (file, message) in &info.human.refused {
+                    writeln!(out, "                left out: {file}: {message}")?;
+                }
+            }
+            (None, why) => writeln!(out, "ocaml names     {}", why.as_deref().unwrap_or_default())?,
+        }
+        for w in &m.warnings {
+            writeln!(out, "warning         {w}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The snapshot's OCaml names, or why there are none and how to add them.
+fn ocaml_names(snap: &Snapshot) -> Result<heapsnap_names::Program, String> {
+    match snap.ocaml_names().map(heapsnap_names::Program::parse) {
+        Some(Ok(p)) => Ok(p),
+        Some(Err(e)) => Err(format!("the names section is damaged ({e}); {}", heapsnap_names::MISSING_HINT)),
+        None => Err(heapsnap_names::MISSING_HINT.to_string()),
+    }
+}
