@@ -90,9 +90,10 @@ pub struct Malformed {
     pub reason: String,
 }
 
-/// Where a pointer goes.
+/// What a pointer-looking word points to: a block's node, nothing the heap holds, or a bad
+/// place inside a block-holding region (not `dump`'s `Target`, the process it reads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum PointsTo {
     Node(NodeId),
     /// Outside every region that holds OCaml blocks: code, C data, the runtime's atoms...
     External,
@@ -364,30 +365,30 @@ impl<'s> BlockMap<'s> {
 
     /// Where a pointer-looking word (even, non-zero) goes.
     #[inline]
-    pub fn resolve(&self, value: u64) -> Target {
+    pub fn resolve(&self, value: u64) -> PointsTo {
         let Some(r) = self.index.region_of(value) else {
             return if self.dead_minor.iter().any(|&(a, b)| (a..b).contains(&value)) {
-                Target::Bad(BadPointer::DeadMinor)
+                PointsTo::Bad(BadPointer::DeadMinor)
             } else {
-                Target::External
+                PointsTo::External
             };
         };
         self.resolve_in(r, value)
     }
 
     #[inline]
-    fn resolve_in(&self, r: usize, value: u64) -> Target {
+    fn resolve_in(&self, r: usize, value: u64) -> PointsTo {
         let rb = &self.regions[r];
         let offset = value - rb.base;
         match rb.lookup {
-            Lookup::None => Target::External,
-            _ if !offset.is_multiple_of(8) => Target::Bad(BadPointer::Misaligned),
+            Lookup::None => PointsTo::External,
+            _ if !offset.is_multiple_of(8) => PointsTo::Bad(BadPointer::Misaligned),
             Lookup::Single { word } => {
                 let w = offset / 8;
                 if w == word {
-                    Target::Node(rb.nodes.start)
+                    PointsTo::Node(rb.nodes.start)
                 } else {
-                    self.resolve_infix(rb, w).map_or(Target::Bad(self.classify_bad(r, value)), Target::Node)
+                    self.resolve_infix(rb, w).map_or(PointsTo::Bad(self.classify_bad(r, value)), PointsTo::Node)
                 }
             }
             Lookup::Bitmap { start } => {
@@ -395,9 +396,9 @@ impl<'s> BlockMap<'s> {
                 let rw = &self.rank[start + (w / 64) as usize];
                 let bit = 1u64 << (w % 64);
                 if rw.bits & bit != 0 {
-                    Target::Node(rw.base + (rw.bits & (bit - 1)).count_ones())
+                    PointsTo::Node(rw.base + (rw.bits & (bit - 1)).count_ones())
                 } else {
-                    self.resolve_infix(rb, w).map_or_else(|| Target::Bad(self.classify_bad(r, value)), Target::Node)
+                    self.resolve_infix(rb, w).map_or_else(|| PointsTo::Bad(self.classify_bad(r, value)), PointsTo::Node)
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! `inspect`: one object, its header, its fields resolved to names, its sizes and dominator.
 
-use crate::analysed::AnalysedHeap;
-use crate::blocks::Target;
+use crate::analysed_heap::AnalysedHeap;
+use crate::blocks::PointsTo;
 use crate::ocaml;
 use serde::Serialize;
 
@@ -87,9 +87,9 @@ pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -
     let is_ephemeron = a.is_ephemeron(node);
     let node_name = |v: u64| -> (String, Option<String>) {
         match a.resolve(v) {
-            Target::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
-            Target::External => ("external".into(), a.names().symbol(v).map(str::to_string)),
-            Target::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
+            PointsTo::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
+            PointsTo::External => ("external".into(), a.names().symbol(v).map(str::to_string)),
+            PointsTo::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
         }
     };
     let mut fields = Vec::new();

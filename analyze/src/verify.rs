@@ -13,7 +13,7 @@
 //! (ephemeron keys, weak arrays, the data of dead ephemerons, roots flagged WEAK such as
 //! `Gc.finalise`d values) reach it: that is a missed root.
 
-use crate::blocks::{BadPointer, Target, NO_NODE};
+use crate::blocks::{BadPointer, PointsTo, NO_NODE};
 use crate::graph::{HeapGraph, SUPER_ROOT};
 use crate::ocaml::{self, Colour};
 use crate::progress::Progress;
@@ -216,7 +216,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
         if r.root_kind() == RootKind::SuspendedStack || !ocaml::is_pointer(r.value) {
             continue;
         }
-        if let Target::Bad(k) = blocks.resolve(r.value) {
+        if let PointsTo::Bad(k) = blocks.resolve(r.value) {
             errors.push(VerifyProblem {
                 kind: "root_to_no_block".into(),
                 address: format!("{:#x}", r.slot),
@@ -236,7 +236,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
                 return;
             }
             let mut report = |field: Option<usize>, v: u64| {
-                if let Target::Bad(k) = blocks.resolve(v) {
+                if let PointsTo::Bad(k) = blocks.resolve(v) {
                     if errors.len() < limit {
                         errors.push(VerifyProblem {
                             kind: "pointer_to_no_block".into(),

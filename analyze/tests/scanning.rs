@@ -1,6 +1,6 @@
 //! Each scanning rule on synthetic blocks laid out as OCaml 5.3 lays them out.
 
-use heapsnap_analyze::blocks::Target;
+use heapsnap_analyze::blocks::PointsTo;
 use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::ocaml;
 use heapsnap_analyze::synth::{addresses, large_heap_shape, Space, SynthHeap, Value};
@@ -23,7 +23,7 @@ fn write(h: &SynthHeap) -> Written {
 fn node_of(a: &Analysis<'_>, h: &SynthHeap, id: u64) -> u32 {
     let addr = h.address_of(id);
     match a.graph.blocks.resolve(addr) {
-        Target::Node(n) => n,
+        PointsTo::Node(n) => n,
         other => panic!("block {id} at {addr:#x}: {other:?}"),
     }
 }

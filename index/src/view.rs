@@ -9,7 +9,7 @@
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
 use heapsnap_analyze::analysis::NodeKind;
-use heapsnap_analyze::blocks::{chunk_colour, BadPointer, BadPointerFacts, BlockRef, NodeId, Target, NO_NODE};
+use heapsnap_analyze::blocks::{chunk_colour, BadPointer, BadPointerFacts, BlockRef, NodeId, PointsTo, NO_NODE};
 use heapsnap_analyze::groups::{shape_key, Group, GroupBy, GroupKey};
 use heapsnap_analyze::names::Names;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
@@ -324,13 +324,13 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     /// As `BlockMap::resolve`, from the saved addresses and the snapshot's words.
-    fn resolve(&self, value: u64) -> Target {
+    fn resolve(&self, value: u64) -> PointsTo {
         if let Some(v) = self.exact(value) {
-            return Target::Node(v);
+            return PointsTo::Node(v);
         }
         let Some(r) = self.snap.region_index_of(value) else {
             let dead_minor = self.snap.metadata().domains.iter().any(|d| (d.minor_start..d.young_ptr).contains(&value));
-            return if dead_minor { Target::Bad(BadPointer::DeadMinor) } else { Target::External };
+            return if dead_minor { PointsTo::Bad(BadPointer::DeadMinor) } else { PointsTo::External };
         };
         let region = self.snap.region(r);
         let holds_blocks = match region.kind() {
@@ -339,10 +339,10 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
             _ => false,
         };
         if !holds_blocks {
-            return Target::External;
+            return PointsTo::External;
         }
         if !(value - region.base()).is_multiple_of(8) {
-            return Target::Bad(BadPointer::Misaligned);
+            return PointsTo::Bad(BadPointer::Misaligned);
         }
         // An infix pointer resolves to its closure.
         let w = (value - region.base()) / 8;
@@ -358,11 +358,11 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
             self.exact(region.base() + start * 8)
         })();
         if let Some(v) = infix {
-            return Target::Node(v);
+            return PointsTo::Node(v);
         }
         let free_blocks = self.free_blocks.get_or_init(|| self.snap.free_blocks());
         let facts = BadPointerFacts { snap: self.snap, layout: &self.layout, gc4: self.snap.metadata().ocaml4_gc.as_ref(), free_blocks };
-        Target::Bad(facts.classify(r, value))
+        PointsTo::Bad(facts.classify(r, value))
     }
 
     fn is_ephemeron(&self, node: NodeId) -> bool {

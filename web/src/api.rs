@@ -1,7 +1,7 @@
 //! The JSON answers of `/api/...`, each from a snapshot's index.
 
 use crate::App;
-use heapsnap_analyze::blocks::{NodeId, Target};
+use heapsnap_analyze::blocks::{NodeId, PointsTo};
 use heapsnap_analyze::groups::GroupBy;
 use heapsnap_analyze::paths::PathQuery;
 use heapsnap_analyze::sites::report::site_top;
@@ -123,7 +123,7 @@ fn object(view: &IndexView<'_>, node: NodeId) -> Answer {
                 return None;
             }
             match view.resolve(raw) {
-                Target::Node(n) => Some(json!({ "index": f.index, "node": n })),
+                PointsTo::Node(n) => Some(json!({ "index": f.index, "node": n })),
                 _ => None,
             }
         })

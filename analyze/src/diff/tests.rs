@@ -1,7 +1,7 @@
-//! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by [`crate::synth`]).
+//! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by `heapsnap_testkit::synth`).
 
 use super::*;
-use crate::synth::{Space, SynthHeap, Value};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use heapsnap_format::{Metadata, SnapshotWriter, Trigger};
 use std::path::{Path, PathBuf};
 
@@ -263,8 +263,7 @@ fn incompatible_snapshots_are_refused() {
 
 #[test]
 fn groups_agree_with_the_analysers_groups() {
-    use crate::groups::groups;
-    use crate::synth::addresses::CODE_BASE;
+    use heapsnap_testkit::synth::addresses::CODE_BASE;
     let dir = tempfile::tempdir().unwrap();
     for reserved in [0u8, 8] {
         let mut h = cache_heap(300, 10, 5);
@@ -297,7 +296,7 @@ fn groups_agree_with_the_analysers_groups() {
         let snap = Snapshot::open(&path).unwrap();
         let a = crate::Analysis::new(&snap, &Progress::hidden()).unwrap();
         for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Reserved, GroupBy::Root] {
-            let Ok(expected) = groups(&a, by) else {
+            let Ok(expected) = a.group_by(by) else {
                 assert!(by == GroupBy::Reserved && reserved == 0, "{by:?} refused with {reserved} reserved bits");
                 continue;
             };

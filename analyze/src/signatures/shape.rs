@@ -10,11 +10,12 @@
 //!
 //! Known structures (`Hashtbl`, `list cell`, ...) are named as everywhere, by [`crate::structures`].
 
-use crate::analysis::Analysis;
+use crate::full_analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef};
-use crate::groups::{key_name, kind_key, GroupKey};
+use crate::groups::{key_name, kind_key};
+use crate::model::{GroupKey, NO_TYPE};
 use crate::ocaml;
-use crate::typed::{Typing, NO_TYPE};
+use crate::typed::Typing;
 
 /// Blocks with more fields than this are arrays for signatures: their field indices are folded
 /// to `[*]` and their size is left out of their shape.
