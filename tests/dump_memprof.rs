@@ -7,7 +7,7 @@
 mod dump_support;
 
 use dump_support::*;
-use heapsnap_analyze::blocks::PointsTo;
+use heapsnap_analyze::PointsTo;
 use heapsnap_format::{Snapshot, MEMPROF_PROMOTED, MEMPROF_SOURCE_NORMAL, MEMPROF_TABLE_DOMAIN};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

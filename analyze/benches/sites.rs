@@ -22,13 +22,12 @@
 #[path = "../../memtrace/tests/common/synthetic.rs"]
 mod synthetic;
 
-use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::sites::report::site_top;
 use heapsnap_analyze::sites::Sites;
-use heapsnap_analyze::synth::{large_heap_shape, Value};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_memtrace::Trace;
+use heapsnap_testkit::synth::{large_heap_shape, Value};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -45,7 +44,7 @@ fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
 }
 
 fn bench_dir() -> PathBuf {
-    heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR"))
+    heapsnap_testkit::bench::bench_dir()
 }
 
 fn main() {
@@ -89,7 +88,7 @@ fn main() {
     let hidden = Progress::hidden();
     let (analysis_time, analysis) = best_of(runs, || {
         let a = Analysis::new(&snap, &hidden).unwrap();
-        std::hint::black_box(groups(&a, GroupBy::Kind).unwrap());
+        std::hint::black_box(a.group_by(GroupBy::Kind).unwrap());
         a
     });
     let (sites_time, top) = best_of(runs, || {

@@ -8,9 +8,9 @@
 //! those of OCaml 5.1-5.3's stdlib.
 
 use crate::blocks::{BlockMap, BlockRef};
+use crate::model::Structure;
 use crate::ocaml;
 use crate::ocaml::Header;
-use crate::model::Structure;
 
 /// A one-line description of a recognised block: its name, and its number of elements where
 /// the structure records it.

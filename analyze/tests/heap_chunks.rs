@@ -2,10 +2,9 @@
 //! the free-block section, or fragments) and the ones the GC's phase shows dead get no node,
 //! and the colour of the others is read through the GC's phase and sweep pointer.
 
-use heapsnap_analyze::blocks::{BadPointer, PointsTo};
 use heapsnap_analyze::ocaml::ocaml4::{GcPhase, Ocaml4Gc, BLACK, BLUE, WHITE};
 use heapsnap_analyze::ocaml::Colour;
-use heapsnap_analyze::{verify, Analysis, Progress};
+use heapsnap_analyze::{verify, Analysis, BadPointer, PointsTo, Progress};
 use heapsnap_format::*;
 
 const BASE: u64 = 0x10_0000;

@@ -5,10 +5,7 @@
 use super::indexed;
 use super::sites::{self, By, SiteArgs};
 use clap::Args;
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::reports::{dominator_report, human_bytes, TreeNode};
-use heapsnap_analyze::Progress;
+use heapsnap_analyze::{dominator_report, human_bytes, GroupBy, PathQuery, Progress, TreeNode};
 use heapsnap_format::Snapshot;
 use heapsnap_index::Needs;
 use std::path::{Path, PathBuf};
@@ -16,7 +13,7 @@ use std::process::ExitCode;
 
 fn open(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     super::errors::open_snapshot(path)
 }
 
@@ -102,7 +99,7 @@ pub fn summary_cmd(args: SummaryArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_groups(list: &[heapsnap_analyze::groups::Group], total: u64) {
+fn print_groups(list: &[heapsnap_analyze::Group], total: u64) {
     println!("{:>10} {:>12} {:>12} {:>7}  group", "count", "shallow", "retained", "%");
     for g in list {
         println!(
@@ -140,7 +137,7 @@ pub fn top_cmd(args: TopArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
     }
     let ix = indexed::load(&args.snapshot, Needs::Meta)?;
-    let top = heapsnap_analyze::groups::top(&ix.view(Needs::Meta)?, by, args.limit)?;
+    let top = heapsnap_analyze::top(&ix.view(Needs::Meta)?, by, args.limit)?;
     if args.json {
         return print_json!(top);
     }
@@ -325,7 +322,7 @@ pub fn path_cmd(args: PathArgs) -> anyhow::Result<ExitCode> {
         }
         _ => anyhow::bail!("give an address, --tag, --reserved, --kind or --site"),
     };
-    let report = heapsnap_analyze::paths::paths(&view, &query, args.sample, args.limit)?;
+    let report = heapsnap_analyze::paths(&view, &query, args.sample, args.limit)?;
     if args.json {
         return print_json!(report);
     }
@@ -366,12 +363,12 @@ pub struct InspectArgs {
 pub fn inspect_cmd(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let ix = indexed::load(&args.snapshot, Needs::All)?;
     let view = ix.view(Needs::All)?;
-    let mut i = heapsnap_analyze::inspect::inspect(&view, args.address, args.max_fields)?;
+    let mut i = heapsnap_analyze::inspect(&view, args.address, args.max_fields)?;
     // A sampled block's allocation stack, when the snapshot has statmemprof's tables.
-    if heapsnap_analyze::AnalysedHeap::snap(&view).memprof().is_some_and(|m| !m.is_empty()) {
+    if heapsnap_analyze::HeapFacts::snap(&view).memprof().is_some_and(|m| !m.is_empty()) {
         let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
         let joined = sites::join(&view, trace.as_ref())?;
-        i.allocation = heapsnap_analyze::inspect::Allocation::of(&joined, i.node);
+        i.allocation = heapsnap_analyze::Allocation::of(&joined, i.node);
     } else if args.sites.memtrace.is_some() {
         anyhow::bail!("--memtrace: this snapshot has no statmemprof tables (nothing was sampled, or the runtime is before OCaml 5.3)");
     }
@@ -424,7 +421,7 @@ pub struct VerifyArgs {
 
 pub fn verify_cmd(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let snap = open(&args.snapshot)?;
-    let report = heapsnap_analyze::verify::verify_with(&snap, args.strict, &Progress::stderr())?;
+    let report = heapsnap_analyze::verify_with(&snap, args.strict, &Progress::stderr())?;
     let code = if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) };
     if args.json {
         let _: anyhow::Result<ExitCode> = print_json!(report);

@@ -6,11 +6,9 @@ use super::indexed;
 use super::sites::{self, By, SiteArgs};
 use clap::Args;
 use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
-use heapsnap_analyze::groups::{key_name, GroupBy};
-use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
-use heapsnap_analyze::AnalysedHeap;
-use heapsnap_analyze::Progress;
+use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_index::Needs;
 use std::path::PathBuf;
@@ -55,7 +53,7 @@ pub struct DiffArgs {
 }
 
 pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     for other in &inputs[1..] {

@@ -3,9 +3,7 @@
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::reports::human_bytes;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{human_bytes, Analysis, GroupBy, Progress};
 use heapsnap_export::devtools::{self, Limits};
 use heapsnap_export::flame::folded;
 use heapsnap_export::output::AtomicFile;
@@ -73,7 +71,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format != Format::Devtools && args.baseline.is_some() {
         anyhow::bail!("--baseline applies to --format devtools (flame graphs have no ids)");
     }
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
     let analysis = Analysis::new(&snap, &progress)?;
@@ -148,7 +146,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "{line}").with_context(write_err)?;
         }
     } else {
-        let title = format!("retained bytes of {} (by {})", args.snapshot.display(), heapsnap_index::build::grouping_name(args.by));
+        let title = format!("retained bytes of {} (by {})", args.snapshot.display(), args.by.name());
         heapsnap_export::svg::write_svg(&stacks, &title, args.icicle, &mut out).with_context(write_err)?;
     }
     let bytes = out.commit().with_context(write_err)?;

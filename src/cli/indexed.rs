@@ -12,7 +12,7 @@ pub fn load(snapshot: &Path, needs: Needs) -> anyhow::Result<Indexed> {
         super::errors::open_snapshot(snapshot)?;
     }
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     load_index(snapshot, needs, &Progress::stderr()).map_err(|e| match e {
         // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
         StoreError::Snapshot { source, .. } => source.into(),

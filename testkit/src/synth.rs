@@ -19,11 +19,11 @@
 //! [`SynthHeap::write`]. [`large_heap_shape`] builds the benchmark heap: the shape of
 //! `samples/large_heap.ml`.
 
-use heapsnap_values::{self as ocaml, Colour, HeaderLayout, PoolGeometry};
 use heapsnap_format::{
     ColourEncoding, CustomOpsRecord, DomainInfo, FormatError, Metadata, RegionHeader, RegionKind, RootKind, RootRecord, SnapshotWriter,
     StrId, SymbolKind, SymbolRecord, Trigger, NO_DOMAIN,
 };
+use heapsnap_values::{self as ocaml, Colour, HeaderLayout, PoolGeometry};
 use std::path::Path;
 
 /// Bumped whenever the layout of generated snapshots changes (benchmarks cache them by it).

@@ -185,6 +185,9 @@ mod tests {
         let steps = m.steps(m1[payload as usize]);
         let edges: Vec<&str> = steps.iter().map(|s| s.edge.as_str()).collect();
         assert_eq!(edges, ["root", "", ".0", ".payload"], "a tuple's or a constructor's unnamed field stays .N");
-        assert_eq!(crate::signatures::trie::signature_text(&steps, false), "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string");
+        assert_eq!(
+            crate::signatures::trie::signature_text(&steps, false),
+            "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string"
+        );
     }
 }

@@ -41,8 +41,8 @@ mod tests;
 
 use crate::model::GroupBy;
 use crate::progress::Progress;
-use crate::AnalyzeError;
 use crate::signatures::trie;
+use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
 use merge::MergedTrie;
 use profile::{profile, Kept, Profile};

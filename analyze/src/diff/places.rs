@@ -5,8 +5,8 @@
 //! gains members (a list's cells, a table's bucket chains). A place whose growth no single child
 //! explains (its own objects grew, or the growth is spread thin) is reported as well.
 
-use crate::signatures::classify::EDGE_ROOT;
 use super::merge::MergedTrie;
+use crate::signatures::classify::EDGE_ROOT;
 use crate::signatures::trie::{signature_text, StepText};
 use serde::Serialize;
 

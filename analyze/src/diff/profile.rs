@@ -2,14 +2,14 @@
 //! signature (a few kilobytes to megabytes, whatever the heap's size). The first and last
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
-use crate::signatures::classify::EDGE_ROOT;
-use crate::signatures::classify::{classify_with_types, Classified};
-use crate::signatures::domtrie::{dominator_trie, DomTrie};
-use crate::signatures::trie::SigTrie;
 use crate::analysed_heap::AnalysedHeap;
 use crate::full_analysis::Analysis;
 use crate::model::{Group, GroupBy};
 use crate::progress::Progress;
+use crate::signatures::classify::EDGE_ROOT;
+use crate::signatures::classify::{classify_with_types, Classified};
+use crate::signatures::domtrie::{dominator_trie, DomTrie};
+use crate::signatures::trie::SigTrie;
 use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
 use std::time::Instant;

@@ -7,12 +7,12 @@
 //! how many members each chain gained: objects cannot be matched by address across snapshots,
 //! so "new objects" of a chain are the growth of its member count.
 
-use crate::signatures::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
-use crate::signatures::trie::SigTrie;
-use crate::full_analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
+use crate::full_analysis::Analysis;
 use crate::graph::SUPER_ROOT;
 use crate::model::GroupBy;
+use crate::signatures::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
+use crate::signatures::trie::SigTrie;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 

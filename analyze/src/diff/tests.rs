@@ -1,8 +1,8 @@
 //! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by `heapsnap_testkit::synth`).
 
 use super::*;
-use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use heapsnap_format::{Metadata, SnapshotWriter, Trigger};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use std::path::{Path, PathBuf};
 
 /// Bytes of one cache entry: bucket cell {key; entry; next} 32, key "req-NNNNNN" 24, entry
@@ -300,8 +300,8 @@ fn groups_agree_with_the_analysers_groups() {
                 assert!(by == GroupBy::Reserved && reserved == 0, "{by:?} refused with {reserved} reserved bits");
                 continue;
             };
-            let c = classify::classify(&a, by);
-            let dom = domtrie::dominator_trie(&a, &c);
+            let c = crate::signatures::classify::classify(&a, by);
+            let dom = crate::signatures::domtrie::dominator_trie(&a, &c);
             let ours = if by == GroupBy::Root { profile::root_group_list(&dom) } else { profile::group_list(&c, &dom.group_retained) };
             assert_eq!(ours, expected, "{by:?} with {reserved} reserved bits");
         }

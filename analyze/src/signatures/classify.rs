@@ -15,9 +15,9 @@
 //! and each pass over ten million blocks costs a tenth of a second.
 
 use super::shape::{shape_key, shape_name, typed_shape, typed_shape_name, ShapeKey, FOLD_ABOVE_FIELDS};
-use crate::full_analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo, NO_NODE};
 use crate::dominators::DominatorTree;
+use crate::full_analysis::Analysis;
 use crate::graph::HeapGraph;
 use crate::groups::{key_for, key_name};
 use crate::model::{GroupBy, GroupKey, NO_TYPE};

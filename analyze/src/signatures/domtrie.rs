@@ -14,8 +14,8 @@
 
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
-use crate::full_analysis::Analysis;
 use crate::dominators::DominatorTree;
+use crate::full_analysis::Analysis;
 
 /// Marks the super-root and root-kind nodes in the signature array.
 pub const NOT_A_BLOCK: u32 = u32::MAX;

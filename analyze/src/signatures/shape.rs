@@ -10,8 +10,8 @@
 //!
 //! Known structures (`Hashtbl`, `list cell`, ...) are named as everywhere, by [`crate::structures`].
 
-use crate::full_analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef};
+use crate::full_analysis::Analysis;
 use crate::groups::{key_name, kind_key};
 use crate::model::{GroupKey, NO_TYPE};
 use crate::ocaml;

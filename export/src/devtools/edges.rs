@@ -8,11 +8,7 @@
 //! per root record, named as reports name roots (`Cache_leak.1`), `weak` for weak roots.
 
 use super::strings::StringTable;
-use heapsnap_analyze::blocks::{BlockRef, NodeId, PointsTo};
-use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::typed::Typing;
-use heapsnap_analyze::{AnalysedHeap, Analysis};
+use heapsnap_analyze::{ocaml, AnalysedHeap, Analysis, BlockRef, HeapGraph, NodeId, PointsTo, Typing, SUPER_ROOT};
 use rustc_hash::FxHashMap;
 
 /// DevTools' edge types, in V8's order (`snapshot.meta.edge_types[0]`).

@@ -26,12 +26,7 @@
 //! those that moved where no path, referrer or contents tell them apart (the cells of a list
 //! whose items are all alike, after a compaction).
 
-use heapsnap_analyze::blocks::{BlockRef, NodeId, PointsTo, NO_NODE};
-use heapsnap_analyze::dominators::DominatorTree;
-use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::names::root_label;
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::{ocaml, root_label, Analysis, BlockRef, DominatorTree, HeapGraph, NodeId, PointsTo, NO_NODE};
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
