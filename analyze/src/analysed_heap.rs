@@ -1,16 +1,15 @@
 //! What the reports read of an analysed snapshot: the heap facts ([`HeapFacts`]) and what is
 //! computed from them (kinds, retained sizes, the dominator tree's children, groups, root
-//! shares, types). The full [`Analysis`] answers it from the graph; the analysis index (crate
+//! shares, types). The full analysis (`Analysis`) answers it from the graph; the analysis index (crate
 //! `heapsnap-index`) answers it from what the first analysis saved. Each report (`dominators`,
 //! `path`, `inspect`, `top`) is written once, against this trait, so both give the same answer.
-//!
-//! [`Analysis`]: crate::Analysis
 
 use crate::blocks::{BlockRef, NodeId};
+use crate::error::AnalyzeError;
 use crate::facts::HeapFacts;
 use crate::model::{Group, GroupBy, GroupKey, NodeKind, RootShare};
 use crate::typed::Typing;
-use crate::AnalyzeError;
+use heapsnap_values as ocaml;
 use std::borrow::Cow;
 
 pub trait AnalysedHeap<'s>: HeapFacts<'s> {
@@ -55,7 +54,7 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// floats, boxed integers).
     fn type_label(&self, v: NodeId) -> Option<String> {
         let b = self.block(v)?;
-        if matches!(b.header.tag, crate::ocaml::STRING_TAG | crate::ocaml::DOUBLE_TAG | crate::ocaml::CUSTOM_TAG) {
+        if matches!(b.header.tag, ocaml::STRING_TAG | ocaml::DOUBLE_TAG | ocaml::CUSTOM_TAG) {
             return None;
         }
         self.typing()?.describe(v, b.header.tag, b.fields.first().copied())

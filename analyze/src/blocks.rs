@@ -14,9 +14,9 @@
 //! GC's phase shows dead (see `ocaml4::Ocaml4Gc`) are counted the same way.
 
 use crate::address_index::AddressIndex;
-use crate::ocaml::ocaml4::Ocaml4Gc;
-use crate::ocaml::{self, Colour, Header, HeaderLayout, PoolGeometry};
 use heapsnap_format::{RegionKind, Snapshot, NO_DOMAIN};
+use heapsnap_values::ocaml4::Ocaml4Gc;
+use heapsnap_values::{self as ocaml, Colour, Header, HeaderLayout, PoolGeometry};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -160,7 +160,7 @@ pub struct BlockRef<'s> {
 impl<'s> BlockMap<'s> {
     /// Walks every pool, minor heap and large allocation. Static blocks are added later by
     /// [`BlockMap::add_static_blocks`], once the pointers that reach them are known.
-    pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::AnalyzeError> {
+    pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::error::AnalyzeError> {
         let meta = snap.metadata();
         let layout = HeaderLayout::new(meta.reserved_header_bits, meta.colours);
         let pools = meta.pools.clone().unwrap_or_else(PoolGeometry::ocaml_5_2);
@@ -172,7 +172,7 @@ impl<'s> BlockMap<'s> {
         for (i, r) in snap.regions().enumerate() {
             let words = r.words();
             if words.len() as u64 >= (u32::MAX as u64) * 64 {
-                return Err(crate::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
+                return Err(crate::error::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
             }
             let lookup = match r.kind() {
                 RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => {
@@ -283,7 +283,7 @@ impl<'s> BlockMap<'s> {
                 let start = next;
                 next += rb.counts.live_blocks;
                 if next >= u64::from(NO_NODE >> 1) {
-                    return Err(crate::AnalyzeError::TooLarge(format!("more than {} blocks", NO_NODE >> 1)));
+                    return Err(crate::error::AnalyzeError::TooLarge(format!("more than {} blocks", NO_NODE >> 1)));
                 }
                 rb.nodes = start as NodeId..next as NodeId;
             }
@@ -694,7 +694,7 @@ struct StaticSpan<'a> {
 impl StaticSpan<'_> {
     #[inline]
     fn contains(&self, v: u64) -> bool {
-        v >= self.lo && v < self.hi && crate::ocaml::is_pointer(v) && self.index.region_of(v).is_some_and(|r| self.is_static[r])
+        v >= self.lo && v < self.hi && ocaml::is_pointer(v) && self.index.region_of(v).is_some_and(|r| self.is_static[r])
     }
 }
 
@@ -702,7 +702,7 @@ impl Walk<'_> {
     /// Pointers from a live block's scanned fields into static data: the seeds of the static
     /// blocks (abstract blocks are skipped: ephemerons are read apart, the rest is C data).
     fn collect_static(&mut self, header: &Header, fields: &[u64]) {
-        if self.statics.lo >= self.statics.hi || header.tag == crate::ocaml::ABSTRACT_TAG {
+        if self.statics.lo >= self.statics.hi || header.tag == ocaml::ABSTRACT_TAG {
             return;
         }
         let statics = self.statics;

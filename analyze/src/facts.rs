@@ -1,16 +1,14 @@
 //! The heap facts the typing, the retainer labels and the reports read: blocks, where pointers
-//! go, names, roots and immediate dominators. Narrow on purpose: the full [`Analysis`] answers
+//! go, names, roots and immediate dominators. Narrow on purpose: the full analysis (`Analysis`) answers
 //! them from its graph, the analysis index (crate `heapsnap-index`) from what it saved; what is
 //! computed from these facts (groups, root shares, typing) is the analysed-heap trait's.
-//!
-//! [`Analysis`]: crate::Analysis
 
 use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo};
+use crate::error::AnalyzeError;
 use crate::model::NodeKind;
 use crate::names::Names;
-use crate::ocaml::HeaderLayout;
-use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
+use heapsnap_values::HeaderLayout;
 
 pub trait HeapFacts<'s> {
     fn snap(&self) -> &'s Snapshot;

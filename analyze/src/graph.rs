@@ -11,10 +11,10 @@
 //! paths do not follow them.
 
 use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, PointsTo};
-use crate::ocaml;
+use crate::error::AnalyzeError;
 use crate::progress::{PhaseTimer, Progress};
-use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 

@@ -11,11 +11,11 @@ use crate::dominators::{DominatorTree, NONE};
 use crate::mem::Scatter;
 use crate::model::{Group, GroupBy, GroupKey, NO_LABEL, NO_TYPE};
 use crate::names::Names;
-use crate::ocaml;
 use crate::progress::PhaseTimer;
 use crate::retainers::Retainers;
 use crate::structures;
 use crate::typed::Typing;
+use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
 

@@ -2,7 +2,7 @@
 
 use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::PointsTo;
-use crate::ocaml;
+use heapsnap_values as ocaml;
 use serde::Serialize;
 
 #[derive(Serialize, Clone, Debug)]
@@ -78,9 +78,9 @@ impl Allocation {
     }
 }
 
-pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
+pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::error::AnalyzeError> {
     let node = a.node_at(address)?;
-    let b = a.block(node).ok_or(crate::AnalyzeError::NoBlockAt(address))?;
+    let b = a.block(node).ok_or(crate::error::AnalyzeError::NoBlockAt(address))?;
     let region = a.snap().region(b.region as usize);
     let h = b.header;
     let scanned_from = h.first_scanned_field(b.fields);

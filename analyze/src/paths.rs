@@ -8,7 +8,7 @@ use crate::blocks::{NodeId, PointsTo, NO_NODE};
 use crate::graph::SUPER_ROOT;
 use crate::groups::key_name;
 use crate::model::{GroupKey, NodeKind, Role, Structure};
-use crate::ocaml;
+use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
@@ -74,7 +74,7 @@ pub struct PathsReport {
 }
 
 /// The objects a query selects.
-pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
+pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::error::AnalyzeError> {
     match query {
         PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
         PathQuery::Nodes(nodes) => Ok(nodes.clone()),
@@ -91,7 +91,7 @@ pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<No
                 close.sort_unstable();
                 close.truncate(5);
                 let hint = if close.is_empty() { String::new() } else { format!(" (kinds containing it: {})", close.join(", ")) };
-                return Err(crate::AnalyzeError::BadQuery(format!(
+                return Err(crate::error::AnalyzeError::BadQuery(format!(
                     "no object of kind {k:?} in this snapshot{hint}; kinds are named as `heapsnap top --by kind` lists them"
                 )));
             }
@@ -103,9 +103,9 @@ pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<No
 
 /// Refuses `--reserved` on a snapshot whose runtime has no reserved header bits (every block
 /// would hold 0).
-pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError> {
+pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::error::AnalyzeError> {
     if reserved_bits == 0 {
-        return Err(crate::AnalyzeError::BadQuery(
+        return Err(crate::error::AnalyzeError::BadQuery(
             "--reserved selects by the reserved header bits, and this snapshot's runtime has none: use --tag (block tag) or --kind".into(),
         ));
     }
@@ -114,7 +114,12 @@ pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError
 
 /// Paths to the selected objects; `limit` caps how many objects are followed (evenly sampled),
 /// `max_paths` how many distinct chains are reported.
-pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max_paths: usize) -> Result<PathsReport, crate::AnalyzeError> {
+pub fn paths<'s>(
+    a: &impl AnalysedHeap<'s>,
+    query: &PathQuery,
+    limit: usize,
+    max_paths: usize,
+) -> Result<PathsReport, crate::error::AnalyzeError> {
     let targets = select(a, query)?;
     let parent = a.bfs_parents();
     let single = matches!(query, PathQuery::Address(_));

@@ -127,7 +127,7 @@ pub struct Top {
 }
 
 /// The `top` report, at most `limit` groups and roots (0: all).
-pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<Top, crate::AnalyzeError> {
+pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<Top, crate::error::AnalyzeError> {
     let all = a.groups(by)?;
     let keep = if limit == 0 { all.len() } else { limit.min(all.len()) };
     let roots = (by == GroupBy::Root).then(|| {

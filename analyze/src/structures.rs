@@ -9,8 +9,8 @@
 
 use crate::blocks::{BlockMap, BlockRef};
 use crate::model::Structure;
-use crate::ocaml;
-use crate::ocaml::Header;
+use heapsnap_values as ocaml;
+use heapsnap_values::Header;
 
 /// A one-line description of a recognised block: its name, and its number of elements where
 /// the structure records it.

@@ -14,9 +14,9 @@
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::facts::HeapFacts;
 use crate::model::NO_TYPE;
-use crate::ocaml;
 use heapsnap_format::RootKind;
 use heapsnap_names::{Shape, Ty, TypeEnv};
+use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32};

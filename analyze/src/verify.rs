@@ -14,11 +14,11 @@
 //! `Gc.finalise`d values) reach it: that is a missed root.
 
 use crate::blocks::{BadPointer, PointsTo, NO_NODE};
+use crate::error::AnalyzeError;
 use crate::graph::{HeapGraph, SUPER_ROOT};
-use crate::ocaml::{self, Colour};
 use crate::progress::Progress;
-use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_values::{self as ocaml, Colour};
 use serde::Serialize;
 use std::collections::BTreeMap;
 

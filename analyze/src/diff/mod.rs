@@ -39,10 +39,10 @@ pub mod suspect_paths;
 #[cfg(test)]
 mod tests;
 
+use crate::error::AnalyzeError;
 use crate::model::GroupBy;
 use crate::progress::Progress;
 use crate::signatures::trie;
-use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
 use merge::MergedTrie;
 use profile::{profile, Kept, Profile};

@@ -3,6 +3,7 @@
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
 use crate::analysed_heap::AnalysedHeap;
+use crate::error::AnalyzeError;
 use crate::full_analysis::Analysis;
 use crate::model::{Group, GroupBy};
 use crate::progress::Progress;
@@ -10,7 +11,6 @@ use crate::signatures::classify::EDGE_ROOT;
 use crate::signatures::classify::{classify_with_types, Classified};
 use crate::signatures::domtrie::{dominator_trie, DomTrie};
 use crate::signatures::trie::SigTrie;
-use crate::AnalyzeError;
 use heapsnap_format::Snapshot;
 use std::time::Instant;
 

@@ -294,7 +294,7 @@ fn groups_agree_with_the_analysers_groups() {
         h.add_root(heapsnap_format::RootKind::LocalRoot, Value::Ptr(young), "", 0);
         let path = write(dir.path(), &format!("g{reserved}.heapsnap"), &h);
         let snap = Snapshot::open(&path).unwrap();
-        let a = crate::Analysis::new(&snap, &Progress::hidden()).unwrap();
+        let a = crate::full_analysis::Analysis::new(&snap, &Progress::hidden()).unwrap();
         for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Reserved, GroupBy::Root] {
             let Ok(expected) = a.group_by(by) else {
                 assert!(by == GroupBy::Reserved && reserved == 0, "{by:?} refused with {reserved} reserved bits");

@@ -1,7 +1,7 @@
 //! How blocks are grouped (`--by`), the key of a group, and what a report lists of a group.
 
 use super::Structure;
-use crate::AnalyzeError;
+use crate::error::AnalyzeError;
 
 /// How blocks are grouped (`--by`; `--help` lists these from the doc comments).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]

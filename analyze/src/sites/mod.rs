@@ -16,8 +16,8 @@ pub mod report;
 
 use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{NodeId, PointsTo};
+use crate::error::AnalyzeError;
 use crate::names::function_name;
-use crate::AnalyzeError;
 use heapsnap_format::{MemprofRecord, Snapshot, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET};
 use heapsnap_memtrace::Trace;
 use rustc_hash::{FxHashMap, FxHashSet};
