@@ -11,14 +11,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, toolchain, DiesWithTest};
+use dump_support::{heapsnap, samples_dir, toolchain, DiesWithTest};
 
 fn manifest_sample(name: &str) -> Value {
-    static M: OnceLock<Value> = OnceLock::new();
-    let m = M.get_or_init(|| {
-        serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON")
-    });
-    m["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest").clone()
+    heapsnap_testkit::samples::manifest_sample(name).clone()
 }
 
 /// A child process killed and reaped when dropped (a failing test leaves nothing running).

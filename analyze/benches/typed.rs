@@ -32,16 +32,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn shell(script: &str, arg: &str) -> PathBuf {
-    let out = Command::new("bash").arg(repo().join(script)).arg(arg).output().expect("run script");
-    assert!(out.status.success(), "{script} {arg} failed: {}", String::from_utf8_lossy(&out.stderr));
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
 /// The plain and the named snapshot of `items` items.
 fn snapshots(items: u64) -> (PathBuf, PathBuf) {
     let dir = heapsnap_testkit::bench::bench_dir();
@@ -52,8 +42,8 @@ fn snapshots(items: u64) -> (PathBuf, PathBuf) {
         heapsnap_testkit::synth::large_heap_shape(items).heap.write(&plain).expect("write snapshot");
     }
     if !named.exists() {
-        let prefix = shell("scripts/ocaml-toolchain.sh", "5.3.0");
-        let samples = shell("samples/build.sh", "5.3.0");
+        let prefix = heapsnap_testkit::samples::toolchain();
+        let samples = heapsnap_testkit::samples::samples_dir();
         let build = samples.parent().unwrap().join(".build/5.3.0/cmt");
         let tc = heapsnap_names::reader::Toolchain::find(Some(&prefix)).expect("toolchain");
         let exe = tc.reader(&|m| eprintln!("{m}")).expect("the .cmt reader");
