@@ -111,6 +111,30 @@ fn index_reports_equal_the_full_analysis() {
     assert!(inspect(&view, 0x10, 64).is_err());
 }
 
+/// `--by reserved` from the index is the full analysis's: the index stores the grouping under the
+/// name it reads it back by.
+#[test]
+fn reserved_groups_from_the_index_equal_the_full_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = large_heap_shape(50).heap;
+    h.reserved_header_bits = 16;
+    let tagged: Vec<u64> = (0..3).map(|i| h.alloc(Space::Major, 0, &[Value::Int(i), Value::Int(i + 1)])).collect();
+    for &b in &tagged {
+        h.set_reserved(b, 42);
+    }
+    let list = tagged.iter().fold(Value::Int(0), |tail, &b| Value::Ptr(h.alloc(Space::Major, 0, &[Value::Ptr(b), tail])));
+    h.add_module("Tagged", &[list]);
+    let path = dir.path().join("reserved.heapsnap");
+    h.write(&path).unwrap();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
+    let full = heapsnap_analyze::top(&a, GroupBy::Reserved, 0).unwrap();
+    assert!(full.groups.iter().any(|g| g.name == "reserved 42" && g.count == 3), "{:?}", full.groups);
+    assert_eq!(json(&heapsnap_analyze::top(&view, GroupBy::Reserved, 0).unwrap()), json(&full));
+}
+
 #[test]
 fn a_second_open_reads_the_index_written_owner_only() {
     use std::os::unix::fs::PermissionsExt;
