@@ -57,8 +57,11 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| super::errors::open_snapshot(p)).collect::<anyhow::Result<_>>()?;
     let inputs: Vec<Input<'_>> = args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
     for other in &inputs[1..] {
-        heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
-            .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
+        heapsnap_analyze::diff::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt).map_err(|reason| DiffError::Incompatible {
+            first: inputs[0].name.clone(),
+            other: other.name.clone(),
+            reason,
+        })?;
     }
     let Some(by) = args.by.grouping() else { return site_diff_cmd(&args) };
     let opts = DiffOptions {

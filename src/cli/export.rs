@@ -90,9 +90,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
         let old = match &args.baseline {
             Some(old_path) => {
                 let old = Snapshot::open(old_path).with_context(|| format!("cannot open the baseline {}", old_path.display()))?;
-                heapsnap_analyze::diff::compat::check_pair(&old, &snap, false)
+                heapsnap_analyze::diff::check_pair(&old, &snap, false)
                     .with_context(|| format!("--baseline {} cannot give ids to {}", old_path.display(), args.snapshot.display()))?;
-                for w in heapsnap_analyze::diff::compat::warnings(&[&old, &snap]) {
+                for w in heapsnap_analyze::diff::warnings(&[&old, &snap]) {
                     eprintln!("heapsnap: warning: --baseline: {w}");
                 }
                 Some((old, old_path.display().to_string()))

@@ -29,12 +29,12 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod compat;
-pub mod groups;
-pub mod merge;
-pub mod places;
-pub mod profile;
-pub mod suspect_paths;
+mod compat;
+mod groups;
+mod merge;
+mod places;
+mod profile;
+mod suspect_paths;
 
 #[cfg(test)]
 mod tests;
@@ -49,7 +49,7 @@ use profile::{profile, Kept, Profile};
 use serde::Serialize;
 use std::time::Instant;
 
-pub use compat::Incompatibility;
+pub use compat::{check_pair, warnings, Incompatibility};
 pub use groups::GroupDiff;
 pub use places::Place;
 

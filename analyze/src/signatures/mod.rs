@@ -5,5 +5,5 @@
 
 pub mod classify;
 pub mod domtrie;
-pub mod shape;
+mod shape;
 pub mod trie;
