@@ -228,13 +228,7 @@ fn main() {
     }
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
     // then a small smoke run checks that the benchmark works, quickly.
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> = value("--sizes")
-        .or_else(|| std::env::var("HEAPSNAP_BENCH_SIZES").ok())
-        .unwrap_or_else(|| default_sizes.into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     // --snapshots A,B: measure these files (e.g. real dumps) instead of synthetic ones.

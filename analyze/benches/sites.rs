@@ -27,21 +27,10 @@ use heapsnap_analyze::sites::Sites;
 use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_memtrace::Trace;
+use heapsnap_testkit::bench::best_of;
 use heapsnap_testkit::synth::{large_heap_shape, Value};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut best = Duration::MAX;
-    let mut out = None;
-    for _ in 0..runs {
-        let started = Instant::now();
-        let value = f();
-        best = best.min(started.elapsed());
-        out = Some(value);
-    }
-    (best, out.unwrap())
-}
+use std::time::Instant;
 
 fn bench_dir() -> PathBuf {
     heapsnap_testkit::bench::bench_dir()

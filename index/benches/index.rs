@@ -59,10 +59,7 @@ fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> =
-        value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
     heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();
     println!(

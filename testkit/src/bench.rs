@@ -3,6 +3,7 @@
 
 use crate::synth::{large_heap_shape, LAYOUT_VERSION};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// The benchmarks' directory of generated snapshots, `<target>/heapsnap-bench/`, created if
 /// missing: the workspace's target directory (`CARGO_TARGET_DIR` when set).
@@ -25,4 +26,32 @@ pub fn bench_large_heap(millions: f64) -> PathBuf {
         eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
     }
     path
+}
+
+/// The snapshot sizes a benchmark measures, in millions of objects: `--sizes 1,10,50` (or the
+/// variable `HEAPSNAP_BENCH_SIZES`), else 1 and 10 under `cargo bench` (which passes `--bench`),
+/// else 0.05: `cargo test --all-targets` runs the benchmarks without it, as a quick check that
+/// they work.
+pub fn sizes(args: &[String]) -> Vec<f64> {
+    let given = args.iter().position(|a| a == "--sizes").and_then(|i| args.get(i + 1)).cloned();
+    let default = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
+    given
+        .or_else(|| std::env::var("HEAPSNAP_BENCH_SIZES").ok())
+        .unwrap_or_else(|| default.into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect()
+}
+
+/// The shortest of `runs` runs of `f`, and the last run's value.
+pub fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
+    let mut best = Duration::MAX;
+    let mut out = None;
+    for _ in 0..runs.max(1) {
+        let started = Instant::now();
+        let value = f();
+        best = best.min(started.elapsed());
+        out = Some(value);
+    }
+    (best, out.expect("at least one run"))
 }

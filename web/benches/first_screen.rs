@@ -84,10 +84,7 @@ fn first_screen(path: &Path) -> (f64, f64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> =
-        value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
     heapsnap_analyze::tune_allocator();
     println!("{:>9} {:>10} | {:>13} {:>11} | {:>6}", "objects", "index MiB", "first screen", "dominators", "goal");
     for millions in sizes {
