@@ -82,7 +82,7 @@ pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
     out
 }
 
-/// The groups, as `groups::groups` lists them: largest retained first.
+/// The groups, as `Analysis::group_by` lists them: largest retained first.
 pub(super) fn group_list(c: &Classified, retained: &[u64]) -> Vec<Group> {
     let t = &c.groups;
     let mut out: Vec<Group> = (0..t.keys.len())

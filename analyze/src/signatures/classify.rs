@@ -277,7 +277,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                     };
                     let p = tree.pre_of[b.node as usize];
                     if p == NO_NODE {
-                        continue; // unreachable: counted in no group (as `groups::groups`)
+                        continue; // unreachable: counted in no group (as `Analysis::group_by`)
                     }
                     count += 1;
                     bytes += b.header.bytes();
