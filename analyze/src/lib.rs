@@ -64,7 +64,7 @@ pub mod sites;
 pub use heapsnap_values as ocaml;
 
 // The vocabulary.
-pub use model::{Group, GroupBy, GroupKey, NodeKind, Role, RootShare, Structure, NO_LABEL, NO_TYPE};
+pub use model::{Group, GroupBy, GroupKey, NodeKind, Role, RootShare, Structure, NO_TYPE};
 
 // The heap as read.
 pub use blocks::{chunk_colour, BadPointer, BadPointerFacts, BlockMap, BlockRef, NodeId, PointsTo, RegionCounts, NO_NODE};
@@ -73,13 +73,13 @@ pub use dominators::{
 };
 pub use graph::{HeapGraph, PointerCounts, SUPER_ROOT};
 pub use names::{module_name, root_label, string_preview, Names};
-pub use structures::describe as describe_structure;
 
 // Facts, what is computed from them, and the full analysis.
 pub use analysed_heap::AnalysedHeap;
 pub use facts::HeapFacts;
 pub use full_analysis::{dominator_tree, Analysis};
-pub use groups::{key_name, kind_key, shape_key};
+pub use groups::{key_name, kind_key, shape_key, BlockKinds};
+pub use retainers::Retainers;
 pub use typed::{SavedTypes, Typing};
 pub use walks::bfs_parents;
 
