@@ -33,7 +33,7 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// Children in the dominator tree, largest retained first (ties by node).
     fn children(&self, v: NodeId) -> Vec<NodeId>;
     /// The name of a top object (right below the super-root or a root kind): its most stable
-    /// roots ([`crate::retainers`]).
+    /// roots (`Retainers`).
     fn top_label(&self, v: NodeId) -> String;
     /// Up to `max` nodes with a strong edge to `v`, ascending.
     fn referrers(&self, v: NodeId, max: usize) -> Vec<NodeId>;
@@ -45,7 +45,7 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn root_shares(&self) -> Cow<'_, [RootShare]>;
     /// Live blocks no root reaches and their bytes, counted apart from every group.
     fn unreachable(&self) -> (u64, u64);
-    /// The blocks' OCaml types ([`crate::typed`]), computed on first use; `None` when the
+    /// The blocks' OCaml types ([`Typing`]), computed on first use; `None` when the
     /// snapshot has no OCaml names.
     fn typing(&self) -> Option<&Typing>;
 

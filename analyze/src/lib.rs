@@ -86,7 +86,7 @@ pub use walks::bfs_parents;
 // The reports.
 pub use inspect::{inspect, Allocation, Field, Inspection};
 pub use paths::{paths, MergedPath, PathQuery, PathsReport, Step};
-pub use reports::{dominator_report, human_bytes, summary, top, RegionTotals, RootKindTotal, Summary, Top, TreeNode};
+pub use reports::{dominator_report, human_bytes, summary, top, RegionTotals, RootKindTotal, Similar, Summary, Top, TreeNode};
 pub use verify::{verify, verify_with, VerifyProblem, VerifyReport};
 
 // Running an analysis.

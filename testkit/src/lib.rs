@@ -1,7 +1,7 @@
 //! What heapsnap's tests and benchmarks share (a dev-dependency only, never shipped):
 //!
 //! * [`synth`]: synthetic OCaml 5.3 heaps written as real snapshots;
-//! * [`bench`]: the benchmarks' directory of generated snapshots and their large-heap snapshot;
+//! * [`mod@bench`]: the benchmarks' directory of generated snapshots and their large-heap snapshot;
 //! * [`samples`]: the OCaml toolchains and sample programs (`scripts/ocaml-toolchain.sh`,
 //!   `samples/build.sh`, `samples/manifest.json`).
 //!

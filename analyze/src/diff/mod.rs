@@ -5,17 +5,17 @@
 //! next. The diff compares what is stable:
 //!
 //! * **groups** (by tag, kind, closure or root), matched by name: their count, shallow and
-//!   retained bytes in each snapshot ([`groups`]);
+//!   retained bytes in each snapshot (`groups`);
 //! * **places** in the dominator tree, matched by path signature: a root's name, then the chain
 //!   of fields and shapes, array indices folded to `[*]` and runs of one shape folded into one
-//!   step ([`crate::signatures`], [`merge`], [`places`]); when every snapshot has OCaml names,
+//!   step ([`crate::signatures`], `merge`, `places`); when every snapshot has OCaml names,
 //!   typed blocks are their types and their fields are named by their labels;
 //! * with three snapshots or more, **leak suspects**: the groups whose count grew at every
 //!   step, each with the shortest retainer paths of its members merged by signature, and how
-//!   many members each path gained from the first snapshot to the last ([`suspect_paths`]).
+//!   many members each path gained from the first snapshot to the last (`suspect_paths`).
 //!
 //! Snapshots of different programs, builds, OCaml versions or header layouts are refused
-//! ([`compat`]). Two snapshots are analysed at a time, concurrently.
+//! ([`check_pair`]). Two snapshots are analysed at a time, concurrently.
 //!
 //! ```no_run
 //! use heapsnap_analyze::diff::{diff, DiffOptions, Input};
