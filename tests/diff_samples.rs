@@ -11,30 +11,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, samples_dir, toolchain, DiesWithTest};
+use dump_support::{heapsnap, samples_dir, snapshots_in, toolchain, DiesWithTest, KillOnDrop};
 
 fn manifest_sample(name: &str) -> Value {
     heapsnap_testkit::samples::manifest_sample(name).clone()
-}
-
-/// A child process killed and reaped when dropped (a failing test leaves nothing running).
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
 }
 
 /// Runs `name --steps 3 --pause` under `heapsnap run --on-compaction` and returns its three
@@ -53,7 +33,7 @@ fn three_snapshots(name: &str, dir: &Path) -> Vec<PathBuf> {
         .dies_with_test()
         .spawn()
         .expect("start heapsnap run");
-    let mut running = Running(child);
+    let mut running = KillOnDrop(child);
     let mut stdin = running.0.stdin.take();
     let stdout = running.0.stdout.take().expect("piped stdout");
     // Lines arrive through a channel so that a silent sample times out instead of hanging.

@@ -10,26 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 mod dump_support;
-use dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
-}
+use dump_support::{heapsnap, repo, samples_dir, snapshots_in, toolchain_prefix, DiesWithTest, KillOnDrop};
 
 /// Three snapshots of cache_leak, one per step (as tests/diff_samples.rs takes them); `extra`:
 /// more options of `heapsnap run`.
@@ -47,7 +28,7 @@ fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
         .dies_with_test()
         .spawn()
         .expect("start heapsnap run");
-    let mut running = Running(child);
+    let mut running = KillOnDrop(child);
     let mut stdin = running.0.stdin.take();
     let lines = lines_of(running.0.stdout.take().expect("piped stdout"));
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -92,7 +73,7 @@ fn free_port() -> u16 {
 
 /// A WebDriver session on a headless Chromium.
 struct Browser {
-    _driver: Running,
+    _driver: KillOnDrop,
     base: String,
     _profile: tempfile::TempDir,
 }
@@ -107,7 +88,7 @@ impl Browser {
             .dies_with_test()
             .spawn()
             .expect("chromedriver (Debian package chromium-driver; scripts/install-deps.sh installs it)");
-        let driver = Running(driver);
+        let driver = KillOnDrop(driver);
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while ureq::get(&format!("{url}/status")).call().is_err() {
@@ -199,7 +180,7 @@ fn post(url: &str, body: &Value) -> Value {
 }
 
 /// Starts `heapsnap serve` and returns it with the URL it prints.
-fn serve(snapshots: &[PathBuf]) -> (Running, String) {
+fn serve(snapshots: &[PathBuf]) -> (KillOnDrop, String) {
     let mut child = Command::new(heapsnap())
         .arg("serve")
         .args(snapshots)
@@ -209,7 +190,7 @@ fn serve(snapshots: &[PathBuf]) -> (Running, String) {
         .spawn()
         .unwrap();
     let lines = lines_of(child.stdout.take().unwrap());
-    let running = Running(child);
+    let running = KillOnDrop(child);
     let line = lines.recv_timeout(Duration::from_secs(300)).expect("the URL line");
     let url = line.split_whitespace().last().unwrap().to_string();
     assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{line}");

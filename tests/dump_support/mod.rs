@@ -288,6 +288,17 @@ pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// busy program running, holding the test's output open).
 pub struct KillOnDrop(pub Child);
 
+/// The snapshots (`*.heapsnap`) in `dir`, by name (`heapsnap run` numbers them in order).
+pub fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("snapshot directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
+        .collect();
+    found.sort();
+    found
+}
+
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
