@@ -24,9 +24,7 @@
 //! issue). A real dump of the sample lies in between: its minor collections promoted blocks in
 //! their own order.
 
-use heapsnap_analyze::dominators::{bfs_baseline, dfs_baseline, Csr};
-use heapsnap_analyze::groups::{groups, GroupBy};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{bfs_baseline, dfs_baseline, Analysis, Csr, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -79,7 +77,7 @@ impl AnonPeak {
 /// The child: measures one snapshot and prints one JSON line.
 fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) {
     // As the heapsnap command does.
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let file_bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let anon_before = status_kib("RssAnon:") * 1024;
     let sampler = AnonPeak::start();
@@ -89,7 +87,7 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
     let analysis = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
     let t_analysis = t0.elapsed().as_secs_f64();
     let anon_analysis = sampler.current_peak();
-    let top = groups(&analysis, GroupBy::Kind).unwrap();
+    let top = analysis.group_by(GroupBy::Kind).unwrap();
     let t_total = t0.elapsed().as_secs_f64();
     let anon_peak = sampler.finish();
     let hwm = status_kib("VmHWM:") * 1024;
@@ -106,7 +104,7 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
     // machine adds noise to single runs).
     let [(dom_warm_s, _), (dfs_s, reached_dfs), (bfs_s, reached_bfs)] = best_interleaved(
         repeat,
-        [&mut || heapsnap_analyze::analysis::dominator_tree(&analysis.graph).reachable_count(), &mut || dfs_baseline(csr, 0), &mut || {
+        [&mut || heapsnap_analyze::dominator_tree(&analysis.graph).reachable_count(), &mut || dfs_baseline(csr, 0), &mut || {
             bfs_baseline(csr, 0)
         }],
     );
@@ -148,14 +146,12 @@ fn measure(path: &Path, petgraph_max: usize, repeat: usize, shuffle_max: usize) 
             edges.extend(csr.successors(u).iter().map(|&t| (perm[u as usize], perm[t as usize])));
         }
         drop(perm);
-        let (o, t) = heapsnap_analyze::dominators::csr_from_edges(nodes, &edges);
+        let (o, t) = heapsnap_analyze::csr_from_edges(nodes, &edges);
         drop(edges);
         let g = Csr { offsets: &o, targets: &t };
         let [(dom, _), (dfs, _), (bfs, _)] = best_interleaved(
             repeat,
-            [&mut || heapsnap_analyze::dominators::dominators(g, 0).reachable_count(), &mut || dfs_baseline(g, 0), &mut || {
-                bfs_baseline(g, 0)
-            }],
+            [&mut || heapsnap_analyze::dominators(g, 0).reachable_count(), &mut || dfs_baseline(g, 0), &mut || bfs_baseline(g, 0)],
         );
         shuffled = serde_json::json!({ "dominators_s": dom, "dfs_s": dfs, "bfs_s": bfs });
     }
@@ -194,10 +190,10 @@ fn adversarial(cells: u32) -> (f64, f64) {
             hub_list.push((2 + i, 3 + i));
         }
     }
-    let (o, t) = heapsnap_analyze::dominators::csr_from_edges(cells as usize + 2, &hub_list);
+    let (o, t) = heapsnap_analyze::csr_from_edges(cells as usize + 2, &hub_list);
     drop(hub_list);
     let start = Instant::now();
-    let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
+    let tree = heapsnap_analyze::dominators(Csr { offsets: &o, targets: &t }, 0);
     let hub_s = start.elapsed().as_secs_f64();
     assert_eq!(tree.reachable_count(), cells as usize + 2);
     // root -> head; cell i -> shared, cell i -> cell i + 1
@@ -208,16 +204,16 @@ fn adversarial(cells: u32) -> (f64, f64) {
             shared.push((2 + i, 3 + i));
         }
     }
-    let (o, t) = heapsnap_analyze::dominators::csr_from_edges(cells as usize + 2, &shared);
+    let (o, t) = heapsnap_analyze::csr_from_edges(cells as usize + 2, &shared);
     let start = Instant::now();
-    let tree = heapsnap_analyze::dominators::dominators(Csr { offsets: &o, targets: &t }, 0);
+    let tree = heapsnap_analyze::dominators(Csr { offsets: &o, targets: &t }, 0);
     let shared_s = start.elapsed().as_secs_f64();
     assert_eq!(tree.reachable_count(), cells as usize + 2);
     (hub_s, shared_s)
 }
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
+    heapsnap_testkit::bench::bench_large_heap(millions)
 }
 
 fn main() {
@@ -232,13 +228,7 @@ fn main() {
     }
     // `cargo bench` passes --bench; `cargo test --all-targets` runs this binary without it:
     // then a small smoke run checks that the benchmark works, quickly.
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> = value("--sizes")
-        .or_else(|| std::env::var("HEAPSNAP_BENCH_SIZES").ok())
-        .unwrap_or_else(|| default_sizes.into())
-        .split(',')
-        .filter_map(|s| s.trim().parse().ok())
-        .collect();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
     let exe = std::env::current_exe().expect("own path");
     let mut rows = Vec::new();
     // --snapshots A,B: measure these files (e.g. real dumps) instead of synthetic ones.

@@ -15,20 +15,18 @@
 //! little more than `top`) is printed for reference.
 
 use heapsnap_analyze::diff::{diff, DiffOptions, Input};
-use heapsnap_analyze::groups::{groups, GroupBy};
-use heapsnap_analyze::reports::summary;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{summary, Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 fn snapshot_for(items: u64) -> PathBuf {
-    let path = heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR")).join(format!("large_heap_{items}.heapsnap"));
+    let path = heapsnap_testkit::bench::bench_dir().join(format!("large_heap_{items}.heapsnap"));
     if !path.exists() {
         eprintln!("generating {} ({items} items)...", path.display());
         let t = Instant::now();
-        heapsnap_analyze::synth::large_heap_shape(items).heap.write(&path).expect("write snapshot");
+        heapsnap_testkit::synth::large_heap_shape(items).heap.write(&path).expect("write snapshot");
         eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
     }
     path
@@ -46,14 +44,14 @@ fn cpu_seconds() -> f64 {
 
 /// The child: one measurement, printed as one JSON line.
 fn measure(what: &str, paths: &[PathBuf]) {
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let t = Instant::now();
     let cpu0 = cpu_seconds();
     let out = match what {
         "analysis" | "summary" => {
             let snap = Snapshot::open(&paths[0]).expect("open");
             let a = Analysis::new(&snap, &Progress::hidden()).expect("analysis");
-            let groups = if what == "summary" { summary(&a, 10).top_groups.len() } else { groups(&a, GroupBy::Kind).unwrap().len() };
+            let groups = if what == "summary" { summary(&a, 10).top_groups.len() } else { a.group_by(GroupBy::Kind).unwrap().len() };
             let objects: u64 = a.graph.blocks.regions.iter().map(|r| r.counts.live_blocks).sum();
             serde_json::json!({"seconds": t.elapsed().as_secs_f64(), "cpu": cpu_seconds() - cpu0, "objects": objects, "groups": groups})
         }

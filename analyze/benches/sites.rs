@@ -22,30 +22,18 @@
 #[path = "../../memtrace/tests/traces/common/synthetic.rs"]
 mod synthetic;
 
-use heapsnap_analyze::groups::{groups, GroupBy};
 use heapsnap_analyze::sites::report::site_top;
 use heapsnap_analyze::sites::Sites;
-use heapsnap_analyze::synth::{large_heap_shape, Value};
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_memtrace::Trace;
+use heapsnap_testkit::bench::best_of;
+use heapsnap_testkit::synth::{large_heap_shape, Value};
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
-
-fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut best = Duration::MAX;
-    let mut out = None;
-    for _ in 0..runs {
-        let started = Instant::now();
-        let value = f();
-        best = best.min(started.elapsed());
-        out = Some(value);
-    }
-    (best, out.unwrap())
-}
+use std::time::Instant;
 
 fn bench_dir() -> PathBuf {
-    heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR"))
+    heapsnap_testkit::bench::bench_dir()
 }
 
 fn main() {
@@ -89,7 +77,7 @@ fn main() {
     let hidden = Progress::hidden();
     let (analysis_time, analysis) = best_of(runs, || {
         let a = Analysis::new(&snap, &hidden).unwrap();
-        std::hint::black_box(groups(&a, GroupBy::Kind).unwrap());
+        std::hint::black_box(a.group_by(GroupBy::Kind).unwrap());
         a
     });
     let (sites_time, top) = best_of(runs, || {

@@ -26,35 +26,24 @@
 //! which type wins never depends on timing): the typing walk alone is then about twice as long
 //! (0.27 s against 0.55 s here at 10M). The OCaml compiler mid-compilation has such blocks.
 
-use heapsnap_analyze::groups::{groups, GroupBy};
-use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn shell(script: &str, arg: &str) -> PathBuf {
-    let out = Command::new("bash").arg(repo().join(script)).arg(arg).output().expect("run script");
-    assert!(out.status.success(), "{script} {arg} failed: {}", String::from_utf8_lossy(&out.stderr));
-    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-}
-
 /// The plain and the named snapshot of `items` items.
 fn snapshots(items: u64) -> (PathBuf, PathBuf) {
-    let dir = heapsnap_analyze::synth::bench_dir(env!("CARGO_MANIFEST_DIR"));
+    let dir = heapsnap_testkit::bench::bench_dir();
     let plain = dir.join(format!("typed_large_heap_{items}.heapsnap"));
     let named = dir.join(format!("typed_large_heap_{items}-named.heapsnap"));
     if !plain.exists() {
         eprintln!("generating {} ({items} items)...", plain.display());
-        heapsnap_analyze::synth::large_heap_shape(items).heap.write(&plain).expect("write snapshot");
+        heapsnap_testkit::synth::large_heap_shape(items).heap.write(&plain).expect("write snapshot");
     }
     if !named.exists() {
-        let prefix = shell("scripts/ocaml-toolchain.sh", "5.3.0");
-        let samples = shell("samples/build.sh", "5.3.0");
+        let prefix = heapsnap_testkit::samples::toolchain();
+        let samples = heapsnap_testkit::samples::samples_dir();
         let build = samples.parent().unwrap().join(".build/5.3.0/cmt");
         let tc = heapsnap_names::reader::Toolchain::find(Some(&prefix)).expect("toolchain");
         let exe = tc.reader(&|m| eprintln!("{m}")).expect("the .cmt reader");
@@ -68,14 +57,14 @@ fn snapshots(items: u64) -> (PathBuf, PathBuf) {
 
 /// One measurement, in this (child) process: seconds, and what was typed.
 fn measure(path: &Path, typed: bool) -> (f64, String) {
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let t = Instant::now();
     let snap = Snapshot::open(path).expect("open");
     let a = Analysis::new(&snap, &Progress::hidden()).expect("analyse");
-    let kinds = groups(&a, GroupBy::Kind).expect("kinds");
+    let kinds = a.group_by(GroupBy::Kind).expect("kinds");
     let mut note = format!("{} kinds", kinds.len());
     if typed {
-        let types = groups(&a, GroupBy::Type).expect("types");
+        let types = a.group_by(GroupBy::Type).expect("types");
         let typing = a.typing().expect("typed");
         note = format!(
             "{} types, {} of {} objects typed ({:.1}% of reachable bytes), {} conflicts, {} mismatches",

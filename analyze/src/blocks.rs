@@ -14,9 +14,9 @@
 //! GC's phase shows dead (see `ocaml4::Ocaml4Gc`) are counted the same way.
 
 use crate::address_index::AddressIndex;
-use crate::ocaml::ocaml4::Ocaml4Gc;
-use crate::ocaml::{self, Colour, Header, HeaderLayout, PoolGeometry};
 use heapsnap_format::{RegionKind, Snapshot, NO_DOMAIN};
+use heapsnap_values::ocaml4::Ocaml4Gc;
+use heapsnap_values::{self as ocaml, Colour, Header, HeaderLayout, PoolGeometry};
 use rayon::prelude::*;
 use std::ops::Range;
 
@@ -90,9 +90,10 @@ pub struct Malformed {
     pub reason: String,
 }
 
-/// Where a pointer goes.
+/// What a pointer-looking word points to: a block's node, nothing the heap holds, or a bad
+/// place inside a block-holding region (not `dump`'s `Target`, the process it reads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum PointsTo {
     Node(NodeId),
     /// Outside every region that holds OCaml blocks: code, C data, the runtime's atoms...
     External,
@@ -159,7 +160,7 @@ pub struct BlockRef<'s> {
 impl<'s> BlockMap<'s> {
     /// Walks every pool, minor heap and large allocation. Static blocks are added later by
     /// [`BlockMap::add_static_blocks`], once the pointers that reach them are known.
-    pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::AnalyzeError> {
+    pub fn build(snap: &'s Snapshot, first_block_node: NodeId) -> Result<Self, crate::error::AnalyzeError> {
         let meta = snap.metadata();
         let layout = HeaderLayout::new(meta.reserved_header_bits, meta.colours);
         let pools = meta.pools.clone().unwrap_or_else(PoolGeometry::ocaml_5_2);
@@ -171,7 +172,7 @@ impl<'s> BlockMap<'s> {
         for (i, r) in snap.regions().enumerate() {
             let words = r.words();
             if words.len() as u64 >= (u32::MAX as u64) * 64 {
-                return Err(crate::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
+                return Err(crate::error::AnalyzeError::TooLarge(format!("region {i} at {:#x} has {} words", r.base(), words.len())));
             }
             let lookup = match r.kind() {
                 RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => {
@@ -282,7 +283,7 @@ impl<'s> BlockMap<'s> {
                 let start = next;
                 next += rb.counts.live_blocks;
                 if next >= u64::from(NO_NODE >> 1) {
-                    return Err(crate::AnalyzeError::TooLarge(format!("more than {} blocks", NO_NODE >> 1)));
+                    return Err(crate::error::AnalyzeError::TooLarge(format!("more than {} blocks", NO_NODE >> 1)));
                 }
                 rb.nodes = start as NodeId..next as NodeId;
             }
@@ -364,30 +365,30 @@ impl<'s> BlockMap<'s> {
 
     /// Where a pointer-looking word (even, non-zero) goes.
     #[inline]
-    pub fn resolve(&self, value: u64) -> Target {
+    pub fn resolve(&self, value: u64) -> PointsTo {
         let Some(r) = self.index.region_of(value) else {
             return if self.dead_minor.iter().any(|&(a, b)| (a..b).contains(&value)) {
-                Target::Bad(BadPointer::DeadMinor)
+                PointsTo::Bad(BadPointer::DeadMinor)
             } else {
-                Target::External
+                PointsTo::External
             };
         };
         self.resolve_in(r, value)
     }
 
     #[inline]
-    fn resolve_in(&self, r: usize, value: u64) -> Target {
+    fn resolve_in(&self, r: usize, value: u64) -> PointsTo {
         let rb = &self.regions[r];
         let offset = value - rb.base;
         match rb.lookup {
-            Lookup::None => Target::External,
-            _ if !offset.is_multiple_of(8) => Target::Bad(BadPointer::Misaligned),
+            Lookup::None => PointsTo::External,
+            _ if !offset.is_multiple_of(8) => PointsTo::Bad(BadPointer::Misaligned),
             Lookup::Single { word } => {
                 let w = offset / 8;
                 if w == word {
-                    Target::Node(rb.nodes.start)
+                    PointsTo::Node(rb.nodes.start)
                 } else {
-                    self.resolve_infix(rb, w).map_or(Target::Bad(self.classify_bad(r, value)), Target::Node)
+                    self.resolve_infix(rb, w).map_or(PointsTo::Bad(self.classify_bad(r, value)), PointsTo::Node)
                 }
             }
             Lookup::Bitmap { start } => {
@@ -395,9 +396,9 @@ impl<'s> BlockMap<'s> {
                 let rw = &self.rank[start + (w / 64) as usize];
                 let bit = 1u64 << (w % 64);
                 if rw.bits & bit != 0 {
-                    Target::Node(rw.base + (rw.bits & (bit - 1)).count_ones())
+                    PointsTo::Node(rw.base + (rw.bits & (bit - 1)).count_ones())
                 } else {
-                    self.resolve_infix(rb, w).map_or_else(|| Target::Bad(self.classify_bad(r, value)), Target::Node)
+                    self.resolve_infix(rb, w).map_or_else(|| PointsTo::Bad(self.classify_bad(r, value)), PointsTo::Node)
                 }
             }
         }
@@ -693,7 +694,7 @@ struct StaticSpan<'a> {
 impl StaticSpan<'_> {
     #[inline]
     fn contains(&self, v: u64) -> bool {
-        v >= self.lo && v < self.hi && crate::ocaml::is_pointer(v) && self.index.region_of(v).is_some_and(|r| self.is_static[r])
+        v >= self.lo && v < self.hi && ocaml::is_pointer(v) && self.index.region_of(v).is_some_and(|r| self.is_static[r])
     }
 }
 
@@ -701,7 +702,7 @@ impl Walk<'_> {
     /// Pointers from a live block's scanned fields into static data: the seeds of the static
     /// blocks (abstract blocks are skipped: ephemerons are read apart, the rest is C data).
     fn collect_static(&mut self, header: &Header, fields: &[u64]) {
-        if self.statics.lo >= self.statics.hi || header.tag == crate::ocaml::ABSTRACT_TAG {
+        if self.statics.lo >= self.statics.hi || header.tag == ocaml::ABSTRACT_TAG {
             return;
         }
         let statics = self.statics;

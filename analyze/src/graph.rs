@@ -10,11 +10,11 @@
 //! Those key -> data edges ([`HeapGraph::condition_edges`]) serve dominators only; retainer
 //! paths do not follow them.
 
-use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, Target};
-use crate::ocaml;
+use crate::blocks::{BadPointer, BlockMap, BlockRef, NodeId, PointsTo};
+use crate::error::AnalyzeError;
 use crate::progress::{PhaseTimer, Progress};
-use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 
@@ -98,12 +98,12 @@ impl EdgeContext<'_, '_> {
     #[inline]
     fn push(&self, v: u64, out: &mut Vec<u32>, sink: &mut EdgeSink) {
         match self.blocks.resolve(v) {
-            Target::Node(n) => {
+            PointsTo::Node(n) => {
                 sink.counts.to_blocks += 1;
                 out.push(n);
             }
-            Target::External => sink.counts.external += 1,
-            Target::Bad(kind) => {
+            PointsTo::External => sink.counts.external += 1,
+            PointsTo::Bad(kind) => {
                 sink.counts.bad += 1;
                 *sink.bad.entry(kind).or_default() += 1;
             }
@@ -168,18 +168,18 @@ impl<'s> HeapGraph<'s> {
                 }
                 if r.is_weak() {
                     // Tracked without being kept alive (Gc.finalise values, memprof samples).
-                    if let Target::Node(node) = blocks.resolve(r.value) {
+                    if let PointsTo::Node(node) = blocks.resolve(r.value) {
                         weak_roots.push(node);
                     }
                     continue;
                 }
                 match blocks.resolve(r.value) {
-                    Target::Node(node) => {
+                    PointsTo::Node(node) => {
                         targets.push(node);
                         roots.push(RootEdge { node, record: i as u32 });
                     }
-                    Target::External => sink.counts.external += 1,
-                    Target::Bad(kind) => {
+                    PointsTo::External => sink.counts.external += 1,
+                    PointsTo::Bad(kind) => {
                         sink.counts.bad += 1;
                         *sink.bad.entry(kind).or_default() += 1;
                     }
@@ -325,7 +325,7 @@ impl<'s> HeapGraph<'s> {
             return;
         }
         for &value in snap.ephemerons() {
-            let Target::Node(node) = self.blocks.resolve(value) else {
+            let PointsTo::Node(node) = self.blocks.resolve(value) else {
                 self.bad_ephemerons += 1;
                 continue;
             };
@@ -339,12 +339,12 @@ impl<'s> HeapGraph<'s> {
                     return Ok(None);
                 }
                 match self.blocks.resolve(v) {
-                    Target::Node(n) => {
+                    PointsTo::Node(n) => {
                         let r = self.blocks.region_of_node(n).map(|r| self.blocks.regions[r as usize].kind);
                         Ok((r != Some(RegionKind::Static)).then_some(n))
                     }
-                    Target::External => Ok(None),
-                    Target::Bad(_) => Err(()),
+                    PointsTo::External => Ok(None),
+                    PointsTo::Bad(_) => Err(()),
                 }
             };
             let mut keys = Vec::new();
@@ -358,7 +358,7 @@ impl<'s> HeapGraph<'s> {
             }
             let data_word = block.fields[ocaml::EPHE_DATA_FIELD];
             let data = match self.blocks.resolve(data_word) {
-                Target::Node(n) if ocaml::is_pointer(data_word) => Some(n),
+                PointsTo::Node(n) if ocaml::is_pointer(data_word) => Some(n),
                 _ => None,
             };
             for &k in &keys {
@@ -455,7 +455,7 @@ fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u
     seeds.extend(snap.roots().iter().map(|r| r.value).filter(|&v| in_static(v).is_some()));
     seeds.extend(suspended.values().flatten().copied().filter(|&v| in_static(v).is_some()));
     for &e in snap.ephemerons() {
-        if let Target::Node(n) = blocks.resolve(e) {
+        if let PointsTo::Node(n) = blocks.resolve(e) {
             if let Some(b) = blocks.block(n) {
                 seeds.extend(b.fields.iter().skip(1).copied().filter(|&v| in_static(v).is_some()));
             }

@@ -6,98 +6,18 @@
 //! member dominated by another member is not counted twice), from
 //! [`crate::dominators::DominatorTree::union_retained`].
 
-use crate::analysed::AnalysedHeap;
-use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef, NodeId, NO_NODE};
+use crate::dominators::{DominatorTree, NONE};
 use crate::mem::Scatter;
+use crate::model::{Group, GroupBy, GroupKey, NO_LABEL, NO_TYPE};
 use crate::names::Names;
-use crate::ocaml;
 use crate::progress::PhaseTimer;
-use crate::retainers::RootShare;
-use crate::structures::{self, Structure};
+use crate::retainers::Retainers;
+use crate::structures;
+use crate::typed::Typing;
+use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap as HashMap;
-
-/// How blocks are grouped (`--by`; `--help` lists these from the doc comments).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum GroupBy {
-    /// The value of the reserved header bits (only for runtimes configured with them).
-    Reserved,
-    /// What a block is: a known structure (Hashtbl, list cell, ...), else its block tag and size, closure function or custom type.
-    Kind,
-    /// Closures only, by function.
-    Closure,
-    /// The roots that retain the objects.
-    Root,
-    /// The OCaml type of each block (snapshots with OCaml names: `heapsnap annotate`); untyped blocks are in no group.
-    Type,
-}
-
-impl GroupBy {
-    /// The name given on the command line and in JSON (`kind`).
-    pub fn name(self) -> &'static str {
-        match self {
-            GroupBy::Reserved => "reserved",
-            GroupBy::Kind => "kind",
-            GroupBy::Closure => "closure",
-            GroupBy::Root => "root",
-            GroupBy::Type => "type",
-        }
-    }
-
-    /// The grouping named `name` (as `--by` takes it).
-    pub fn from_name(name: &str) -> Option<GroupBy> {
-        [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type].into_iter().find(|b| b.name() == name)
-    }
-
-    /// Refuses a grouping the snapshot cannot give: `reserved` without reserved header bits
-    /// would put every block in one group.
-    pub fn check(self, snap: &heapsnap_format::Snapshot) -> Result<(), crate::AnalyzeError> {
-        if self == GroupBy::Reserved && snap.metadata().reserved_header_bits == 0 {
-            return Err(crate::AnalyzeError::BadQuery(
-                "--by reserved groups by the reserved header bits, and this snapshot's runtime has none: use --by kind (block tags and structures)".into(),
-            ));
-        }
-        if self == GroupBy::Type && snap.ocaml_names().is_none() {
-            return Err(crate::AnalyzeError::BadQuery(format!(
-                "--by type needs OCaml names, and this snapshot has {}",
-                heapsnap_names::MISSING_HINT
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// One group of a report.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct Group {
-    pub name: String,
-    /// Blocks in the group (for `root`: blocks the root retains).
-    pub count: u64,
-    /// Their own bytes, headers included (for `root`: the bytes of the objects the root points at).
-    pub shallow: u64,
-    /// Bytes freed if every member became unreachable.
-    pub retained: u64,
-}
-
-/// What a block is, for grouping. Cheap to hash; named only once per group.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-pub enum GroupKey {
-    Reserved(u32),
-    /// A standard-library structure ([`crate::structures`]).
-    Structure(Structure),
-    Block {
-        tag: u8,
-        size: u64,
-    },
-    Tagged(u8),
-    Closure(u64),
-    Custom(u64),
-    /// An OCaml type, by its id in the snapshot's typing (`diff --by type`; named by the caller,
-    /// which has the typing).
-    Type(u32),
-}
 
 /// The kind of a block: the structure it has the layout of, else its tag (and size, for
 /// ordinary blocks), closure function or custom operations.
@@ -145,7 +65,7 @@ pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
 
 /// Every block's kind ([`kind_key`]): the distinct kinds, and for each block node (by node
 /// minus the first block node) its index in them. Recognising structures reads the blocks a
-/// block points to: done once per analysis ([`Analysis::block_kinds`]), for the `kind` and
+/// block points to: done once per analysis (`Analysis::block_kinds`), for the `kind` and
 /// `closure` groupings and the analysis index alike.
 pub struct BlockKinds {
     pub kinds: Vec<GroupKey>,
@@ -221,11 +141,8 @@ impl BlockKinds {
 }
 
 /// The `kind` and `closure` groupings, from every block's kind.
-fn kind_groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
+pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_>, bk: &BlockKinds, by: GroupBy) -> Vec<Group> {
     let timer = PhaseTimer::start("groups");
-    let bk = a.block_kinds();
-    let blocks = &a.graph.blocks;
-    let tree = &a.tree;
     let keep: Vec<bool> = bk.kinds.iter().map(|k| by == GroupBy::Kind || matches!(k, GroupKey::Closure(_))).collect();
     let first = blocks.first_block_node;
     // Counts and bytes of the reachable blocks of each kind, region by region.
@@ -257,12 +174,12 @@ fn kind_groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
             },
         );
     timer.lap("groups");
-    let preorder = a.preorder();
+    let preorder = tree.preorder();
     let retained = tree.union_retained(bk.kinds.len(), |p| {
         let v = preorder[p];
         match bk.ids.get(v.wrapping_sub(first) as usize) {
             Some(&id) if v >= first && id != u32::MAX && keep[id as usize] => id,
-            _ => crate::dominators::NONE,
+            _ => NONE,
         }
     });
     timer.lap("retained sizes");
@@ -274,25 +191,16 @@ fn kind_groups(a: &Analysis<'_>, by: GroupBy) -> Vec<Group> {
         .zip(retained)
         .zip(&keep)
         .filter(|(((_, (count, _)), _), &kept)| kept && *count > 0)
-        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(&a.names, k), count, shallow, retained })
+        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(names, k), count, shallow, retained })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out
 }
 
-/// Groups, largest retained first. Errors when the snapshot cannot be grouped so
-/// ([`GroupBy::check`]).
-pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::AnalyzeError> {
-    by.check(a.snap)?;
-    match by {
-        GroupBy::Root => return Ok(root_groups(a)),
-        GroupBy::Kind | GroupBy::Closure => return Ok(kind_groups(a, by)),
-        GroupBy::Type => return Ok(type_groups(a)),
-        GroupBy::Reserved => {}
-    }
+/// The `reserved` grouping: by the value of the reserved header bits.
+pub fn reserved_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_>) -> Vec<Group> {
+    let by = GroupBy::Reserved;
     let timer = PhaseTimer::start("groups");
-    let blocks = &a.graph.blocks;
-    let tree = &a.tree;
     let regions: Vec<usize> = blocks.block_regions().collect();
     // Pass 1: the groups of each region, with counts and shallow bytes of reachable blocks.
     let local: Vec<Vec<(GroupKey, u64, u64)>> = regions
@@ -337,8 +245,8 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
     }
     timer.lap("groups");
     // Pass 2: the group of every reachable node, by preorder number.
-    let pre_of = &a.tree.pre_of;
-    let mut gid = vec![crate::dominators::NONE; a.tree.reachable_count()];
+    let pre_of = &tree.pre_of;
+    let mut gid = vec![NONE; tree.reachable_count()];
     {
         let out = Scatter(gid.as_mut_ptr());
         let global = &global;
@@ -362,34 +270,37 @@ pub fn groups(a: &Analysis<'_>, by: GroupBy) -> Result<Vec<Group>, crate::Analyz
         });
     }
     timer.lap("group of every node");
-    let retained = a.tree.union_retained(totals.len(), |p| gid[p]);
+    let retained = tree.union_retained(totals.len(), |p| gid[p]);
     timer.lap("retained sizes");
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)
-        .map(|(&(k, count, shallow), retained)| Group { name: key_name(&a.names, &k), count, shallow, retained })
+        .map(|(&(k, count, shallow), retained)| Group { name: key_name(names, &k), count, shallow, retained })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
-    Ok(out)
+    out
 }
 
 /// Every top object (one whose immediate dominator is the super-root or a root kind) with its
-/// label ([`top_label`]), by preorder number: `(preorder number, label id)` pairs, ascending, and
-/// the distinct labels.
-pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
-    let ret = a.retainers();
-    let preorder = a.preorder();
-    let first_block = a.graph.blocks.first_block_node;
+/// label (its roots' label, else `describe`'s), by preorder number: `(preorder number, label
+/// id)` pairs, ascending, and the distinct labels.
+pub fn labelled_tops(
+    ret: &Retainers,
+    tree: &DominatorTree,
+    first_block: NodeId,
+    describe: impl Fn(NodeId) -> String,
+) -> (Vec<(u32, u32)>, Vec<String>) {
+    let preorder = tree.preorder();
     let mut labels = ret.labels.clone();
     // Top objects no root names are named by their description, interned with the labels
     // (the map is made only when one is met).
     let mut by_name: Option<HashMap<String, u32>> = None;
-    let tops = (1..a.tree.reachable_count() as u32)
+    let tops = (1..tree.reachable_count() as u32)
         .filter(|&p| ret.top[p as usize] == p && preorder[p as usize] >= first_block)
         .map(|p| {
             let id = ret.label_id(p).unwrap_or_else(|| {
                 let names = by_name.get_or_insert_with(|| labels.iter().enumerate().map(|(i, l)| (l.clone(), i as u32)).collect());
-                let label = a.describe(preorder[p as usize]);
+                let label = describe(preorder[p as usize]);
                 *names.entry(label.clone()).or_insert_with(|| {
                     labels.push(label);
                     labels.len() as u32 - 1
@@ -402,12 +313,11 @@ pub fn labelled_tops(a: &Analysis<'_>) -> (Vec<(u32, u32)>, Vec<String>) {
 }
 
 /// Groups by OCaml type ([`crate::typed`]): count, shallow and retained bytes of the reachable
-/// blocks of each type.
-pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
-    let Some(typing) = AnalysedHeap::typing(a) else { return Vec::new() };
+/// blocks of each type (none without a typing).
+pub fn type_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, typing: Option<&Typing>) -> Vec<Group> {
+    let Some(typing) = typing else { return Vec::new() };
     let n_types = typing.type_count();
-    let pre_of = &a.tree.pre_of;
-    let blocks = &a.graph.blocks;
+    let pre_of = &tree.pre_of;
     let regions: Vec<usize> = blocks.block_regions().collect();
     let totals = regions
         .par_iter()
@@ -416,7 +326,7 @@ pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
             |mut totals, &r| {
                 for b in blocks.region_blocks(r) {
                     let t = typing.type_id(b.node);
-                    if t != crate::typed::NO_TYPE && pre_of[b.node as usize] != NO_NODE {
+                    if t != NO_TYPE && pre_of[b.node as usize] != NO_NODE {
                         totals[t as usize].0 += 1;
                         totals[t as usize].1 += b.header.bytes();
                     }
@@ -431,8 +341,8 @@ pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
                 x
             },
         );
-    let preorder = a.tree.preorder();
-    let retained = a.tree.union_retained(n_types, |p| typing.type_id(preorder[p]));
+    let preorder = tree.preorder();
+    let retained = tree.union_retained(n_types, |p| typing.type_id(preorder[p]));
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)
@@ -452,17 +362,16 @@ pub fn type_groups(a: &Analysis<'_>) -> Vec<Group> {
 /// Where a reachable node's retention is attributed: the root at the top of its chain of
 /// dominators (the node right below the super-root or a root kind). Groups partition the
 /// reachable blocks.
-pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
-    let tree = &a.tree;
-    let top = &a.retainers().top;
+/// `labelled` is [`labelled_tops`]'s answer.
+pub fn root_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, ret: &Retainers, labelled: (Vec<(u32, u32)>, Vec<String>)) -> Vec<Group> {
+    let top = &ret.top;
     // One group per distinct label, by preorder number of the top objects.
-    let (tops, names) = labelled_tops(a);
-    let mut group_of = vec![crate::retainers::NO_LABEL; tree.reachable_count()];
+    let (tops, names) = labelled;
+    let mut group_of = vec![NO_LABEL; tree.reachable_count()];
     for &(p, g) in &tops {
         group_of[p as usize] = g;
     }
     // Sizes, region by region.
-    let blocks = &a.graph.blocks;
     let regions: Vec<usize> = blocks.block_regions().collect();
     let groups = names.len();
     let sums: Vec<Vec<(u64, u64, u64)>> = regions
@@ -478,7 +387,7 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
                     }
                     let t = top[p as usize];
                     let g = group_of[t as usize];
-                    if g == crate::retainers::NO_LABEL {
+                    if g == NO_LABEL {
                         continue;
                     }
                     let e = &mut acc[g as usize];
@@ -505,51 +414,4 @@ pub fn root_groups(a: &Analysis<'_>) -> Vec<Group> {
     }
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(x.name.cmp(&y.name)));
     out
-}
-
-/// The label of a top node (one whose immediate dominator is the super-root or a root kind):
-/// its most stable roots ([`crate::retainers`]): `Module.field` for a global, `shared: A, B`
-/// when several roots of the same stability reach it.
-pub fn top_label(a: &Analysis<'_>, v: NodeId) -> String {
-    match a.retainers().label(a, v) {
-        Some(label) => label.to_string(),
-        None => a.describe(v),
-    }
-}
-
-/// The `top` report: the groups of one grouping, the unreachable objects counted in none of
-/// them, and with `--by root` what each root retains alone and shared. Fields in alphabetical
-/// order, as `top --json` prints them.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Top {
-    pub by: GroupBy,
-    /// The largest groups (all of them with a limit of 0).
-    pub groups: Vec<Group>,
-    pub reachable_bytes: u64,
-    /// With `--by root` only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub roots: Option<Vec<RootShare>>,
-    pub total_groups: u64,
-    pub unreachable_bytes: u64,
-    pub unreachable_objects: u64,
-}
-
-/// The `top` report, at most `limit` groups and roots (0: all).
-pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<Top, crate::AnalyzeError> {
-    let all = a.groups(by)?;
-    let keep = if limit == 0 { all.len() } else { limit.min(all.len()) };
-    let roots = (by == GroupBy::Root).then(|| {
-        let shares = a.root_shares();
-        shares[..if limit == 0 { shares.len() } else { limit.min(shares.len()) }].to_vec()
-    });
-    let (unreachable_objects, unreachable_bytes) = a.unreachable();
-    Ok(Top {
-        by,
-        groups: all[..keep].to_vec(),
-        reachable_bytes: a.reachable_bytes(),
-        roots,
-        total_groups: all.len() as u64,
-        unreachable_bytes,
-        unreachable_objects,
-    })
 }

@@ -1,8 +1,8 @@
 //! `inspect`: one object, its header, its fields resolved to names, its sizes and dominator.
 
-use crate::analysed::AnalysedHeap;
-use crate::blocks::Target;
-use crate::ocaml;
+use crate::analysed_heap::AnalysedHeap;
+use crate::blocks::PointsTo;
+use heapsnap_values as ocaml;
 use serde::Serialize;
 
 #[derive(Serialize, Clone, Debug)]
@@ -78,18 +78,18 @@ impl Allocation {
     }
 }
 
-pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::AnalyzeError> {
+pub fn inspect<'s>(a: &impl AnalysedHeap<'s>, address: u64, max_fields: usize) -> Result<Inspection, crate::error::AnalyzeError> {
     let node = a.node_at(address)?;
-    let b = a.block(node).ok_or(crate::AnalyzeError::NoBlockAt(address))?;
+    let b = a.block(node).ok_or(crate::error::AnalyzeError::NoBlockAt(address))?;
     let region = a.snap().region(b.region as usize);
     let h = b.header;
     let scanned_from = h.first_scanned_field(b.fields);
     let is_ephemeron = a.is_ephemeron(node);
     let node_name = |v: u64| -> (String, Option<String>) {
         match a.resolve(v) {
-            Target::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
-            Target::External => ("external".into(), a.names().symbol(v).map(str::to_string)),
-            Target::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
+            PointsTo::Node(n) => ("pointer".into(), Some(format!("{v:#x} {}", a.describe(n)))),
+            PointsTo::External => ("external".into(), a.names().symbol(v).map(str::to_string)),
+            PointsTo::Bad(k) => ("bad_pointer".into(), Some(format!("{k:?}"))),
         }
     };
     let mut fields = Vec::new();

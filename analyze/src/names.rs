@@ -3,9 +3,9 @@
 //! operations' identifier, strings with a short escaped preview.
 
 use crate::blocks::BlockRef;
-use crate::ocaml;
 use gimli::{EndianSlice, LittleEndian};
 use heapsnap_format::{RootKind, RootRecord, Snapshot};
+use heapsnap_values as ocaml;
 use std::collections::HashMap;
 use std::sync::Mutex;
 

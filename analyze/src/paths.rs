@@ -3,14 +3,12 @@
 //! each target's chain of BFS parents. Identical chains are merged with counts; runs of the same
 //! step (a list's tail field, repeated) are folded into one step with a repeat count.
 
-use crate::analysed::AnalysedHeap;
-use crate::analysis::{Analysis, NodeKind};
-use crate::blocks::{NodeId, Target, NO_NODE};
+use crate::analysed_heap::AnalysedHeap;
+use crate::blocks::{NodeId, PointsTo, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::{key_name, GroupKey};
-use crate::ocaml;
-use crate::structures::{Role, Structure};
-use rayon::prelude::*;
+use crate::groups::key_name;
+use crate::model::{GroupKey, NodeKind, Role, Structure};
+use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
@@ -75,40 +73,8 @@ pub struct PathsReport {
     pub paths: Vec<MergedPath>,
 }
 
-/// One breadth-first search from the super-root over strong edges (weak and ephemeron edges
-/// never retain): `discover(u, t)` is called once for every node `t` the search reaches, with
-/// the node `u` it was first reached from, in BFS order (so `u` was discovered before).
-pub fn strong_bfs(a: &Analysis<'_>, mut discover: impl FnMut(NodeId, NodeId)) {
-    let g = &a.graph;
-    let mut seen = vec![0u64; g.node_count().div_ceil(64)];
-    seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
-    let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
-    let mut head = 0;
-    let check = !g.condition_edges.is_empty();
-    while head < queue.len() {
-        let u = queue[head];
-        head += 1;
-        for &t in g.successors(u) {
-            let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
-            if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
-                seen[word] |= bit;
-                queue.push(t);
-                discover(u, t);
-            }
-        }
-    }
-}
-
-/// BFS parents from the super-root, over strong edges only (the super-root is its own).
-pub fn bfs_parents(a: &Analysis<'_>) -> Vec<NodeId> {
-    let mut parent = vec![NO_NODE; a.graph.node_count()];
-    parent[SUPER_ROOT as usize] = SUPER_ROOT;
-    strong_bfs(a, |u, t| parent[t as usize] = u);
-    parent
-}
-
 /// The objects a query selects.
-pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::AnalyzeError> {
+pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<NodeId>, crate::error::AnalyzeError> {
     match query {
         PathQuery::Address(x) => Ok(vec![a.node_at(*x)?]),
         PathQuery::Nodes(nodes) => Ok(nodes.clone()),
@@ -125,7 +91,7 @@ pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<No
                 close.sort_unstable();
                 close.truncate(5);
                 let hint = if close.is_empty() { String::new() } else { format!(" (kinds containing it: {})", close.join(", ")) };
-                return Err(crate::AnalyzeError::BadQuery(format!(
+                return Err(crate::error::AnalyzeError::BadQuery(format!(
                     "no object of kind {k:?} in this snapshot{hint}; kinds are named as `heapsnap top --by kind` lists them"
                 )));
             }
@@ -137,9 +103,9 @@ pub fn select<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery) -> Result<Vec<No
 
 /// Refuses `--reserved` on a snapshot whose runtime has no reserved header bits (every block
 /// would hold 0).
-pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError> {
+pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::error::AnalyzeError> {
     if reserved_bits == 0 {
-        return Err(crate::AnalyzeError::BadQuery(
+        return Err(crate::error::AnalyzeError::BadQuery(
             "--reserved selects by the reserved header bits, and this snapshot's runtime has none: use --tag (block tag) or --kind".into(),
         ));
     }
@@ -148,7 +114,12 @@ pub fn check_reserved_bits(reserved_bits: u32) -> Result<(), crate::AnalyzeError
 
 /// Paths to the selected objects; `limit` caps how many objects are followed (evenly sampled),
 /// `max_paths` how many distinct chains are reported.
-pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max_paths: usize) -> Result<PathsReport, crate::AnalyzeError> {
+pub fn paths<'s>(
+    a: &impl AnalysedHeap<'s>,
+    query: &PathQuery,
+    limit: usize,
+    max_paths: usize,
+) -> Result<PathsReport, crate::error::AnalyzeError> {
     let targets = select(a, query)?;
     let parent = a.bfs_parents();
     let single = matches!(query, PathQuery::Address(_));
@@ -163,7 +134,7 @@ pub fn paths<'s>(a: &impl AnalysedHeap<'s>, query: &PathQuery, limit: usize, max
     // (root, [(label, field)]) -> index in `merged`
     type Shape = (String, Vec<(String, Option<String>)>);
     let mut index: HashMap<Shape, usize> = HashMap::default();
-    let mut label_cache: HashMap<crate::groups::GroupKey, String> = HashMap::default();
+    let mut label_cache: HashMap<GroupKey, String> = HashMap::default();
     // Per node: label id, field, address, and its structure and role (for its children's roles).
     type StepInfo = (u32, u32, u64, Option<Structure>, Option<Role>);
     let mut memo: HashMap<NodeId, StepInfo> = HashMap::default();
@@ -343,22 +314,12 @@ pub fn field_pointing<'s>(a: &impl AnalysedHeap<'s>, from: NodeId, to: NodeId) -
     }
     let mut found = None;
     b.header.scanned_fields(b.fields, |i, v| {
-        if found.is_none() && a.resolve(v) == Target::Node(to) {
+        if found.is_none() && a.resolve(v) == PointsTo::Node(to) {
             found = Some(i);
         }
     });
     if found.is_none() && b.header.tag == ocaml::ABSTRACT_TAG {
-        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && a.resolve(v) == Target::Node(to));
+        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && a.resolve(v) == PointsTo::Node(to));
     }
-    found
-}
-
-/// Up to `max` nodes with an edge to `v` (one pass over all edges).
-pub fn referrers(a: &Analysis<'_>, v: NodeId, max: usize) -> Vec<NodeId> {
-    let g = &a.graph;
-    let n = g.node_count();
-    let mut found: Vec<NodeId> =
-        (0..n as NodeId).into_par_iter().filter(|&u| g.successors(u).contains(&v) && !g.is_condition_edge(u, v)).collect();
-    found.truncate(max);
     found
 }

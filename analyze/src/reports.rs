@@ -1,11 +1,11 @@
-//! The `summary` and `dominators` reports (JSON schemas in REPORTS.md).
+//! The `summary`, `top` and `dominators` reports (JSON schemas in REPORTS.md).
 
-use crate::analysed::AnalysedHeap;
-use crate::analysis::{Analysis, NodeKind};
+use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
+use crate::full_analysis::Analysis;
 use crate::graph::{PointerCounts, SUPER_ROOT};
-use crate::groups::{self, Group, GroupBy, GroupKey};
-use crate::structures::{Role, Structure};
+use crate::groups::key_name;
+use crate::model::{Group, GroupBy, GroupKey, NodeKind, Role, RootShare, Structure};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -72,7 +72,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
     let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
     let reachable_bytes = a.reachable_bytes();
-    let (unreachable_objects, unreachable_bytes) = unreachable(a);
+    let (unreachable_objects, unreachable_bytes) = a.unreachable();
     let roots = a
         .graph
         .root_kinds
@@ -84,7 +84,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
             retained: a.retained(1 + i as NodeId),
         })
         .collect();
-    let mut top_groups = groups::groups(a, GroupBy::Kind).expect("every snapshot groups by kind");
+    let mut top_groups = a.group_by(GroupBy::Kind).expect("every snapshot groups by kind");
     top_groups.truncate(top);
     Summary {
         ocaml_version: a.snap.metadata().ocaml_version.clone(),
@@ -109,15 +109,41 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
 }
 
-/// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
-/// and their bytes: counted apart from every group.
-pub fn unreachable(a: &Analysis<'_>) -> (u64, u64) {
-    let blocks = &a.graph.blocks;
-    blocks
-        .block_regions()
-        .flat_map(|r| blocks.region_blocks(r))
-        .filter(|b| !a.tree.is_reachable(b.node))
-        .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()))
+/// The `top` report: the groups of one grouping, the unreachable objects counted in none of
+/// them, and with `--by root` what each root retains alone and shared. Fields in alphabetical
+/// order, as `top --json` prints them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Top {
+    pub by: GroupBy,
+    /// The largest groups (all of them with a limit of 0).
+    pub groups: Vec<Group>,
+    pub reachable_bytes: u64,
+    /// With `--by root` only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roots: Option<Vec<RootShare>>,
+    pub total_groups: u64,
+    pub unreachable_bytes: u64,
+    pub unreachable_objects: u64,
+}
+
+/// The `top` report, at most `limit` groups and roots (0: all).
+pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<Top, crate::error::AnalyzeError> {
+    let all = a.groups(by)?;
+    let keep = if limit == 0 { all.len() } else { limit.min(all.len()) };
+    let roots = (by == GroupBy::Root).then(|| {
+        let shares = a.root_shares();
+        shares[..if limit == 0 { shares.len() } else { limit.min(shares.len()) }].to_vec()
+    });
+    let (unreachable_objects, unreachable_bytes) = a.unreachable();
+    Ok(Top {
+        by,
+        groups: all[..keep].to_vec(),
+        reachable_bytes: a.reachable_bytes(),
+        roots,
+        total_groups: all.len() as u64,
+        unreachable_bytes,
+        unreachable_objects,
+    })
 }
 
 /// A node of the dominator tree report.
@@ -233,7 +259,7 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
             }
             let kind = match (r, key) {
                 (Some(r), _) => r.plural().to_string(),
-                (None, Some(k)) => groups::key_name(a.names(), &k),
+                (None, Some(k)) => key_name(a.names(), &k),
                 (None, None) => "objects".to_string(),
             };
             let largest = members[0]; // sorted by retained, largest first

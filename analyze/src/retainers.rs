@@ -14,10 +14,13 @@
 //! over the *subtree graph*: top objects, linked where some edge crosses from one subtree into
 //! another; one pass over the edges builds it.
 
-use crate::analysed::AnalysedHeap;
-use crate::analysis::Analysis;
-use crate::blocks::NodeId;
-use heapsnap_format::RootKind;
+use crate::blocks::{NodeId, NO_NODE};
+use crate::dominators::DominatorTree;
+use crate::facts::HeapFacts;
+use crate::graph::HeapGraph;
+use crate::model::{RootShare, NO_LABEL};
+use crate::names::Names;
+use heapsnap_format::{RootKind, Snapshot};
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -88,9 +91,6 @@ impl Reach {
     }
 }
 
-/// Not a top object, or a top object no root names (its label is then its description).
-pub const NO_LABEL: u32 = u32::MAX;
-
 /// The names of the top objects, and each root's retained bytes, alone and shared.
 pub struct Retainers {
     /// Root names (`Cache_leak.1`, `stack camlFoo.bar_12`), by id.
@@ -105,27 +105,12 @@ pub struct Retainers {
     pub per_root: Vec<RootShare>,
 }
 
-/// What one root (by name) retains: alone, and together with other roots of its rank.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct RootShare {
-    pub root: String,
-    /// Bytes freed if this root alone dropped its references.
-    pub alone: u64,
-    /// Bytes this root reaches together with other roots, freed only when all of them drop
-    /// their references.
-    pub shared: u64,
-    /// The other roots it shares with (at most a few).
-    pub shared_with: Vec<String>,
-}
-
 impl Retainers {
     /// Millions of top objects are usual (every item of a table that two globals reach): they
     /// are numbered densely, and their labels interned, so that nothing here is per-object
     /// hashing or a string per object.
-    pub fn compute(a: &Analysis<'_>) -> Retainers {
-        let tree = &a.tree;
-        let graph = &a.graph;
-        let preorder = a.preorder();
+    pub fn compute(snap: &Snapshot, graph: &HeapGraph<'_>, tree: &DominatorTree, root_names: &Names<'_>) -> Retainers {
+        let preorder = tree.preorder();
         let first_block = graph.blocks.first_block_node;
         let r = tree.reachable_count();
         // The top object of every reachable node, by preorder number (dominators come first).
@@ -152,11 +137,11 @@ impl Retainers {
         let mut held: Vec<u32> = Vec::new();
         for edge in &graph.roots {
             let p = tree.pre_of[edge.node as usize];
-            if p == crate::blocks::NO_NODE || slot[p as usize] == NO_LABEL {
+            if p == NO_NODE || slot[p as usize] == NO_LABEL {
                 continue;
             }
-            let record = &a.snap.roots()[edge.record as usize];
-            let label = a.names.root_label(record);
+            let record = &snap.roots()[edge.record as usize];
+            let label = root_names.root_label(record);
             let id = *name_ids.entry(label.clone()).or_insert_with(|| {
                 names.push(label);
                 names.len() as u32 - 1
@@ -177,7 +162,7 @@ impl Retainers {
                     let from = top[p as usize];
                     for &w in graph.successors(u) {
                         let q = tree.pre_of[w as usize];
-                        if q != crate::blocks::NO_NODE && q != from && is_top(q) {
+                        if q != NO_NODE && q != from && is_top(q) {
                             out.push((slot[from as usize], slot[q as usize]));
                         }
                     }
@@ -236,7 +221,7 @@ impl Retainers {
             last = Some((s, id));
             let p = tops[s];
             label_of[p as usize] = id;
-            label_bytes[id as usize] += a.retained(preorder[p as usize]);
+            label_bytes[id as usize] += tree.retained(preorder[p as usize]);
         }
         let mut alone = vec![0u64; names.len()];
         let mut shared = vec![0u64; names.len()];
@@ -274,8 +259,8 @@ impl Retainers {
     }
 
     /// The label of a top object (by node): its most stable roots.
-    pub fn label(&self, a: &Analysis<'_>, v: NodeId) -> Option<&str> {
-        let p = *a.tree.pre_of.get(v as usize)?;
+    pub fn label(&self, tree: &DominatorTree, v: NodeId) -> Option<&str> {
+        let p = *tree.pre_of.get(v as usize)?;
         self.label_id(p).map(|l| self.labels[l as usize].as_str())
     }
 }
@@ -292,7 +277,7 @@ fn label_of_set(names: &[String], set: &Reach) -> String {
 
 /// The roots of `kind` that point at `v` themselves, named (`Module.field`; `A (+2 roots)` when
 /// several differ): where a retainer path starts, as `inspect` lists an object's roots.
-pub fn held_by<'s>(a: &impl AnalysedHeap<'s>, kind: RootKind, v: NodeId) -> String {
+pub fn held_by<'s>(a: &impl HeapFacts<'s>, kind: RootKind, v: NodeId) -> String {
     let snap = a.snap();
     let mut labels: Vec<String> = a
         .root_records(v)

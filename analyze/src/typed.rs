@@ -11,17 +11,17 @@
 //! extensible types, objects' instance variables. A block reached with two types keeps the one
 //! that came through its immediate dominator; such conflicts are counted.
 
-use crate::analysed::AnalysedHeap;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
-use crate::ocaml;
+use crate::facts::HeapFacts;
+use crate::model::NO_TYPE;
 use heapsnap_format::RootKind;
 use heapsnap_names::{Shape, Ty, TypeEnv};
+use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Mutex, OnceLock};
 
-pub const NO_TYPE: u32 = u32::MAX;
 /// Distinct types named at most (nested types could make new ones without end).
 const MAX_TYPES: usize = 100_000;
 
@@ -278,7 +278,7 @@ impl Tally {
 
 /// The typing walk over one heap, every layout it can meet computed beforehand.
 struct Walk<'w, 's, F> {
-    /// The block a pointer points at (`AnalysedHeap::block_of_pointer`).
+    /// The block a pointer points at (`HeapFacts::block_of_pointer`).
     find: F,
     custom_ops: &'w std::collections::HashMap<u64, &'s str>,
     layouts: &'w [Option<(Arc<Layout>, Allows)>],
@@ -473,17 +473,17 @@ impl Typing {
     /// The walk runs on every core, each block claimed by the first arrival. When blocks are
     /// reached with two types, which one wins must not depend on timing: the walk is then run
     /// again on one core, in a fixed order, and the immediate dominator settles each conflict.
-    pub fn compute<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
+    pub fn compute<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing> {
         Self::compute_with(a, true)
     }
 
     /// The walk on one core only, in its fixed order: the reference the parallel walk must
     /// agree with where it is used (tests compare them).
-    pub fn compute_on_one_core<'s>(a: &(impl AnalysedHeap<'s> + ?Sized)) -> Option<Typing> {
+    pub fn compute_on_one_core<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing> {
         Self::compute_with(a, false)
     }
 
-    fn compute_with<'s>(a: &(impl AnalysedHeap<'s> + ?Sized), parallel: bool) -> Option<Typing> {
+    fn compute_with<'s>(a: &(impl HeapFacts<'s> + ?Sized), parallel: bool) -> Option<Typing> {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");

@@ -19,12 +19,12 @@
 //! garbage given the GC state the snapshot records, and how to get a clean check
 //! ([`FloatingGarbage`]).
 
-use crate::blocks::{BadPointer, Target, NO_NODE};
+use crate::blocks::{BadPointer, PointsTo, NO_NODE};
+use crate::error::AnalyzeError;
 use crate::graph::{HeapGraph, SUPER_ROOT};
-use crate::ocaml::{self, Colour};
 use crate::progress::Progress;
-use crate::AnalyzeError;
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
+use heapsnap_values::{self as ocaml, Colour};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -302,7 +302,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
         if r.root_kind() == RootKind::SuspendedStack || !ocaml::is_pointer(r.value) {
             continue;
         }
-        if let Target::Bad(k) = blocks.resolve(r.value) {
+        if let PointsTo::Bad(k) = blocks.resolve(r.value) {
             errors.push(VerifyProblem {
                 kind: "root_to_no_block".into(),
                 address: format!("{:#x}", r.slot),
@@ -322,7 +322,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
                 return;
             }
             let mut report = |field: Option<usize>, v: u64| {
-                if let Target::Bad(k) = blocks.resolve(v) {
+                if let PointsTo::Bad(k) = blocks.resolve(v) {
                     if errors.len() < limit {
                         errors.push(VerifyProblem {
                             kind: "pointer_to_no_block".into(),

@@ -1,7 +1,7 @@
 //! Dominators against petgraph's `simple_fast` (the oracle) on random and adversarial graphs,
 //! and the retained-size identity: retained(n) = shallow(n) + sum of retained(children).
 
-use heapsnap_analyze::dominators::{csr_from_edges, dominators_and_retained, Csr, NONE};
+use heapsnap_analyze::{csr_from_edges, dominators_and_retained, Csr, NONE};
 use petgraph::graph::{DiGraph, NodeIndex};
 use proptest::prelude::*;
 
@@ -41,7 +41,7 @@ fn check(n: usize, edges: &[(u32, u32)]) {
     let mut pos = vec![usize::MAX; n];
     let preorder = tree.preorder();
     // Subtree sums by preorder number: the root's counts every reachable node.
-    let counts = heapsnap_analyze::dominators::subtree_sums(&tree, |_| 1);
+    let counts = heapsnap_analyze::subtree_sums(&tree, |_| 1);
     assert_eq!(counts[0] as usize, tree.reachable_count());
     for (i, &v) in preorder.iter().enumerate() {
         assert_eq!(pos[v as usize], usize::MAX);

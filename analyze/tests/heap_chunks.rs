@@ -2,10 +2,9 @@
 //! the free-block section, or fragments) and the ones the GC's phase shows dead get no node,
 //! and the colour of the others is read through the GC's phase and sweep pointer.
 
-use heapsnap_analyze::blocks::{BadPointer, Target};
 use heapsnap_analyze::ocaml::ocaml4::{GcPhase, Ocaml4Gc, BLACK, BLUE, WHITE};
 use heapsnap_analyze::ocaml::Colour;
-use heapsnap_analyze::{verify, Analysis, Progress};
+use heapsnap_analyze::{verify, Analysis, BadPointer, PointsTo, Progress};
 use heapsnap_format::*;
 
 const BASE: u64 = 0x10_0000;
@@ -110,15 +109,15 @@ fn a_chunk_in_the_sweep_phase() {
     assert_eq!((c.live_blocks, c.free_slots, c.garbage_blocks), (3, 3, 1), "{c:?}");
     assert_eq!(c.live_bytes, 24 + 16 + 16);
     let node = |addr| match blocks.resolve(addr) {
-        Target::Node(n) => n,
+        PointsTo::Node(n) => n,
         other => panic!("{addr:#x}: {other:?}"),
     };
     assert_eq!(blocks.block(node(at[0])).unwrap().header.colour, Colour::Unmarked);
     assert_eq!(blocks.block(node(at[3])).unwrap().header.colour, Colour::Marked);
-    assert_eq!(blocks.resolve(at[1]), Target::Bad(BadPointer::FreeSlot));
-    assert_eq!(blocks.resolve(at[2]), Target::Bad(BadPointer::FreeSlot));
-    assert_eq!(blocks.resolve(at[4]), Target::Bad(BadPointer::Garbage));
-    assert_eq!(blocks.resolve(at[0] + 8), Target::Bad(BadPointer::Interior));
+    assert_eq!(blocks.resolve(at[1]), PointsTo::Bad(BadPointer::FreeSlot));
+    assert_eq!(blocks.resolve(at[2]), PointsTo::Bad(BadPointer::FreeSlot));
+    assert_eq!(blocks.resolve(at[4]), PointsTo::Bad(BadPointer::Garbage));
+    assert_eq!(blocks.resolve(at[0] + 8), PointsTo::Bad(BadPointer::Interior));
     // The root reaches 0 and 3; the black string 6 is live but unreachable: strict verify says so.
     assert_eq!(a.reachable_bytes(), 24 + 16);
     let report = verify(&snap, true).unwrap();

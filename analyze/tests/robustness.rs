@@ -2,11 +2,9 @@
 //! checksums are then not checked): every report runs to the end without panicking or hanging,
 //! and `verify` notices.
 
-use heapsnap_analyze::groups::{groups, GroupBy};
-use heapsnap_analyze::paths::{paths, PathQuery};
-use heapsnap_analyze::synth::{addresses, Space, SynthHeap, Value};
-use heapsnap_analyze::{verify, Analysis, Progress};
+use heapsnap_analyze::{paths, verify, Analysis, GroupBy, PathQuery, Progress};
 use heapsnap_format::{ReadOptions, RootKind, Snapshot};
+use heapsnap_testkit::synth::{addresses, Space, SynthHeap, Value};
 use proptest::prelude::*;
 use std::sync::OnceLock;
 
@@ -54,15 +52,15 @@ fn run_everything(snap: &Snapshot) {
     let _ = report.ok;
     let a = Analysis::new(snap, &Progress::hidden()).unwrap();
     for by in [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
-        let _ = groups(&a, by);
+        let _ = a.group_by(by);
     }
-    let _ = heapsnap_analyze::reports::summary(&a, 5);
-    let _ = heapsnap_analyze::reports::dominator_report(&a, 6, 0.0, 10);
+    let _ = heapsnap_analyze::summary(&a, 5);
+    let _ = heapsnap_analyze::dominator_report(&a, 6, 0.0, 10);
     let _ = paths(&a, &PathQuery::Kind("string".into()), 50, 5).unwrap();
     let _ = paths(&a, &PathQuery::Tag(0), 50, 5).unwrap();
     for &n in a.preorder().iter().take(50) {
         if let Some(x) = a.address(n) {
-            let _ = heapsnap_analyze::inspect::inspect(&a, x, 16).unwrap();
+            let _ = heapsnap_analyze::inspect(&a, x, 16).unwrap();
             let _ = paths(&a, &PathQuery::Address(x), 10, 3).unwrap();
         }
     }

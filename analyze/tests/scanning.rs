@@ -1,11 +1,8 @@
 //! Each scanning rule on synthetic blocks laid out as OCaml 5.3 lays them out.
 
-use heapsnap_analyze::blocks::Target;
-use heapsnap_analyze::groups::{groups, GroupBy};
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::synth::{addresses, large_heap_shape, Space, SynthHeap, Value};
-use heapsnap_analyze::{verify, Analysis, Progress};
+use heapsnap_analyze::{ocaml, verify, Analysis, GroupBy, PointsTo, Progress};
 use heapsnap_format::{ColourEncoding, RootKind, Snapshot, SymbolKind};
+use heapsnap_testkit::synth::{addresses, large_heap_shape, Space, SynthHeap, Value};
 
 struct Written {
     _dir: tempfile::TempDir,
@@ -23,7 +20,7 @@ fn write(h: &SynthHeap) -> Written {
 fn node_of(a: &Analysis<'_>, h: &SynthHeap, id: u64) -> u32 {
     let addr = h.address_of(id);
     match a.graph.blocks.resolve(addr) {
-        Target::Node(n) => n,
+        PointsTo::Node(n) => n,
         other => panic!("block {id} at {addr:#x}: {other:?}"),
     }
 }
@@ -45,14 +42,14 @@ fn large_heap_shape_is_fully_reachable_and_consistent() {
     assert_eq!(a.reachable_bytes(), live_bytes);
     let report = verify(&w.snap, true).unwrap();
     assert!(report.ok, "{report:#?}");
-    let by_kind = groups(&a, GroupBy::Kind).unwrap();
+    let by_kind = a.group_by(GroupBy::Kind).unwrap();
     let closures = by_kind.iter().find(|g| g.name.starts_with("closure camlLarge_heap.score_123")).unwrap();
     assert_eq!(closures.count, 1000);
     assert_eq!(closures.shallow, 1000 * 5 * 8);
     let strings = by_kind.iter().find(|g| g.name == "string").unwrap();
     assert_eq!(strings.count, 1000);
     // Each name string has two referrers (item, closure), both below the item: dominated by it.
-    let by_root = groups(&a, GroupBy::Root).unwrap();
+    let by_root = a.group_by(GroupBy::Root).unwrap();
     assert_eq!(by_root.iter().map(|g| g.count).sum::<u64>(), shape.objects);
     assert!(by_root.iter().any(|g| g.name == "Large_heap.0" || g.name == "Large_heap.1"), "{by_root:?}");
 }
@@ -82,8 +79,8 @@ fn no_scan_blocks_have_no_edges_and_closures_skip_code() {
     assert_eq!(a.describe(node_of(&a, &h, clo)), "closure camlM.f_1");
     // The module block is static data that nothing points to: its fields are the roots.
     let _ = m;
-    assert_eq!(heapsnap_analyze::groups::top_label(&a, node_of(&a, &h, target)), "M.3");
-    assert_eq!(heapsnap_analyze::groups::top_label(&a, node_of(&a, &h, clo)), "M.0");
+    assert_eq!(a.top_label(node_of(&a, &h, target)), "M.3");
+    assert_eq!(a.top_label(node_of(&a, &h, clo)), "M.0");
     assert!(verify(&w.snap, true).unwrap().ok);
 }
 
@@ -174,7 +171,7 @@ fn ephemeron_keys_are_weak_and_data_needs_all_keys() {
     assert!(report.ok, "{report:#?}");
     assert_eq!(report.weakly_reachable_objects, 3);
     // Paths do not go through the key -> data edges.
-    let path = heapsnap_analyze::paths::paths(&a, &heapsnap_analyze::paths::PathQuery::Address(h.address_of(data_alive)), 10, 10).unwrap();
+    let path = heapsnap_analyze::paths(&a, &heapsnap_analyze::PathQuery::Address(h.address_of(data_alive)), 10, 10).unwrap();
     for p in &path.paths {
         assert!(p.steps.iter().any(|s| s.label.contains("abstract")), "{p:?}");
     }
@@ -191,7 +188,7 @@ fn custom_blocks_are_named_and_not_scanned() {
     let n = node_of(&a, &h, c);
     assert_eq!(a.graph.successors(n).len(), 0);
     assert_eq!(a.describe(n), "custom _bigarr02");
-    assert!(groups(&a, GroupBy::Kind).unwrap().iter().any(|g| g.name == "custom _bigarr02"));
+    assert!(a.group_by(GroupBy::Kind).unwrap().iter().any(|g| g.name == "custom _bigarr02"));
 }
 
 #[test]
@@ -206,7 +203,7 @@ fn garbage_and_free_slots_are_counted_apart() {
     h.add_module("G", &[Value::Ptr(holder)]);
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
-    let s = heapsnap_analyze::reports::summary(&a, 5);
+    let s = heapsnap_analyze::summary(&a, 5);
     assert_eq!(s.garbage_objects, 1);
     assert_eq!(s.garbage_bytes, 24);
     assert!(s.free_slots > 10);
@@ -276,10 +273,10 @@ fn reserved_bits_and_rotated_colours() {
     h.add_module("R", &[Value::Ptr(a1), Value::Ptr(a2)]);
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
-    let by_reserved = groups(&a, GroupBy::Reserved).unwrap();
+    let by_reserved = a.group_by(GroupBy::Reserved).unwrap();
     let g42 = by_reserved.iter().find(|g| g.name == "reserved 42").unwrap();
     assert_eq!((g42.count, g42.shallow), (2, 16 + 24));
-    assert_eq!(heapsnap_analyze::reports::summary(&a, 3).garbage_objects, 1);
+    assert_eq!(heapsnap_analyze::summary(&a, 3).garbage_objects, 1);
 }
 
 #[test]
@@ -320,15 +317,15 @@ fn a_long_list_goes_through_every_report() {
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
     assert_eq!(a.reachable_bytes(), 2_000_000 * 24 + 16);
-    let by_kind = groups(&a, GroupBy::Kind).unwrap();
+    let by_kind = a.group_by(GroupBy::Kind).unwrap();
     assert_eq!(by_kind[0].name, "list cell");
     assert_eq!(by_kind[0].retained, 2_000_000 * 24);
-    let roots = groups(&a, GroupBy::Root).unwrap();
+    let roots = a.group_by(GroupBy::Root).unwrap();
     assert_eq!(roots.iter().map(|g| g.count).sum::<u64>(), 2_000_001);
-    let tree = heapsnap_analyze::reports::dominator_report(&a, 5, 0.0, 5);
+    let tree = heapsnap_analyze::dominator_report(&a, 5, 0.0, 5);
     assert_eq!(tree.children[0].children[0].retained, 2_000_000 * 24);
-    let q = heapsnap_analyze::paths::PathQuery::Kind("list cell".into());
-    let paths = heapsnap_analyze::paths::paths(&a, &q, 100, 5).unwrap();
+    let q = heapsnap_analyze::PathQuery::Kind("list cell".into());
+    let paths = heapsnap_analyze::paths(&a, &q, 100, 5).unwrap();
     // Chains average 10^6 steps: the step budget stops after a few objects.
     assert!((1..100).contains(&paths.sampled), "{}", paths.sampled);
     assert_eq!(paths.unreachable, 0);
@@ -340,9 +337,9 @@ fn a_heap_without_roots_or_blocks() {
     let empty = write(&SynthHeap::new());
     let a = Analysis::new(&empty.snap, &Progress::hidden()).unwrap();
     assert_eq!(a.reachable_bytes(), 0);
-    assert!(groups(&a, GroupBy::Root).unwrap().is_empty());
+    assert!(a.group_by(GroupBy::Root).unwrap().is_empty());
     assert!(verify(&empty.snap, true).unwrap().ok);
-    let tree = heapsnap_analyze::reports::dominator_report(&a, 3, 0.0, 3);
+    let tree = heapsnap_analyze::dominator_report(&a, 3, 0.0, 3);
     assert!(tree.children.is_empty());
 
     let mut h = SynthHeap::new();
@@ -350,7 +347,7 @@ fn a_heap_without_roots_or_blocks() {
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
     assert!(!a.tree.is_reachable(node_of(&a, &h, lonely)));
-    let s = heapsnap_analyze::reports::summary(&a, 3);
+    let s = heapsnap_analyze::summary(&a, 3);
     assert_eq!((s.objects, s.unreachable_objects, s.reachable_bytes), (1, 1, 0));
     assert!(!verify(&w.snap, true).unwrap().ok);
 }

@@ -5,11 +5,11 @@
 
 use heapsnap_analyze::sites::report::{site_top, union_retained};
 use heapsnap_analyze::sites::{Sites, StackSource};
-use heapsnap_analyze::synth::{Space, SynthHeap, Value};
-use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
+use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_memtrace::write::TraceWriter;
 use heapsnap_memtrace::{AllocSource, Location, Trace, TraceInfo};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use std::borrow::Cow;
 
 const PID: u32 = 777;
@@ -95,7 +95,7 @@ fn memtrace_ids_join_their_allocations_and_missing_ones_are_counted() {
     // 3 samples at 0.01 per word: 300 words.
     assert_eq!(session.estimated_bytes, 2400);
     // x dominates y: the site retains x's subtree, y counted once.
-    let x = a.node_at(a.snap().memprof().unwrap()[0].block).unwrap();
+    let x = a.node_at(a.snap.memprof().unwrap()[0].block).unwrap();
     assert_eq!(session.retained, a.retained(x));
     assert_eq!(session.sampled_bytes, 3 * 8 + 101 * 8);
     let deep = site_top(&a, &sites, 2, usize::MAX);
@@ -127,7 +127,7 @@ fn union_retained_counts_dominated_members_once() {
     let dir = tempfile::tempdir().unwrap();
     let snap = Snapshot::open(snapshot(dir.path())).unwrap();
     let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
-    let node = |i: usize| a.node_at(a.snap().memprof().unwrap()[i].block).unwrap();
+    let node = |i: usize| a.node_at(a.snap.memprof().unwrap()[i].block).unwrap();
     let (x, y, z) = (node(0), node(1), node(2));
     // x dominates y: a set of both retains x's subtree.
     assert_eq!(union_retained(&a, &[vec![y, x], vec![z]]), vec![a.retained(x), a.retained(z)]);

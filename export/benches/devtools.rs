@@ -44,15 +44,14 @@
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
 
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_export::devtools::{export, export_with, Baseline, Extras, Limits};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
+    heapsnap_testkit::bench::bench_large_heap(millions)
 }
 
 /// Runs an install script of `export/scripts/` and returns the path it prints.
@@ -112,7 +111,7 @@ fn main() {
     let default_sizes = if bench { "1,10" } else { "0.05" };
     let sizes: Vec<f64> =
         value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();
     println!(
         "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} | {:>9} {:>9} {:>8} | {:>7} {:>7}",
@@ -137,7 +136,7 @@ fn main() {
         let snap = heapsnap_format::Snapshot::open(&path).unwrap();
         let t = Instant::now();
         let a = Analysis::new(&snap, &quiet).unwrap();
-        std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).expect("kind groups").len());
+        std::hint::black_box(a.group_by(GroupBy::Kind).expect("kind groups").len());
         let analysis = t.elapsed().as_secs_f64();
         let t = Instant::now();
         let report = export(&a, &out, &Limits::default(), &quiet).unwrap();

@@ -12,11 +12,10 @@
 //! The bytes of all stacks add up to the reachable bytes (static data counts 0, as in the
 //! reports).
 
-use heapsnap_analyze::diff::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
-use heapsnap_analyze::diff::domtrie::{dominator_trie, NOT_A_BLOCK};
-use heapsnap_analyze::diff::trie::{describe_named_chain, SigTrie};
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::{AnalysedHeap, Analysis};
+use heapsnap_analyze::signatures::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
+use heapsnap_analyze::signatures::domtrie::{dominator_trie, NOT_A_BLOCK};
+use heapsnap_analyze::signatures::trie::{describe_named_chain, SigTrie};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 

@@ -2,11 +2,11 @@
 //! node types, edge types (fields as elements, ephemeron keys weak, root records as
 //! properties), ids, self sizes, and the limits.
 
-use heapsnap_analyze::synth::{Space, SynthHeap, Value};
 use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_export::devtools::{export, Limits};
 use heapsnap_export::ExportError;
 use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use serde_json::Value as Json;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

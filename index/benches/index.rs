@@ -37,16 +37,14 @@
 //! checksums of the ~440 MB of sections they read, and the sibling summaries of the 1.4M objects
 //! below the global roots, take longer than 5% of 0.7 s.
 
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_index::store::{beside, load};
 use heapsnap_index::Needs;
 use std::path::PathBuf;
 use std::time::Instant;
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
+    heapsnap_testkit::bench::bench_large_heap(millions)
 }
 
 fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
@@ -61,11 +59,8 @@ fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> =
-        value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
-    heapsnap_analyze::mem::tune_allocator();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
+    heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();
     println!(
         "{:>9} {:>10} {:>10} {:>10} | {:>9} {:>9} {:>9} {:>9} {:>9} | {:>8} {:>8}",
@@ -78,7 +73,7 @@ fn main() {
         let analysis = best_of(1, || {
             let snap = heapsnap_format::Snapshot::open(&path).unwrap();
             let a = Analysis::new(&snap, &quiet).unwrap();
-            std::hint::black_box(heapsnap_analyze::groups::groups(&a, GroupBy::Kind).expect("kind groups").len());
+            std::hint::black_box(a.group_by(GroupBy::Kind).expect("kind groups").len());
         });
         let first = best_of(1, || {
             let ix = load(&path, Needs::Meta, &quiet).unwrap();
@@ -97,10 +92,10 @@ fn main() {
             std::hint::black_box(v.summary(10).objects);
         });
         let top = report(Needs::Meta, &|v| {
-            std::hint::black_box(heapsnap_analyze::groups::top(v, GroupBy::Kind, 30).unwrap().groups.len());
+            std::hint::black_box(heapsnap_analyze::top(v, GroupBy::Kind, 30).unwrap().groups.len());
         });
         let dominators = report(Needs::Tree, &|v| {
-            std::hint::black_box(heapsnap_analyze::reports::dominator_report(v, 4, 1.0, 20).children.len());
+            std::hint::black_box(heapsnap_analyze::dominator_report(v, 4, 1.0, 20).children.len());
         });
         // The biggest object below the roots: the hash table of the large-heap shape.
         let biggest = {
@@ -110,10 +105,10 @@ fn main() {
             v.address(top).unwrap()
         };
         let inspect = report(Needs::All, &|v| {
-            std::hint::black_box(heapsnap_analyze::inspect::inspect(v, biggest, 64).unwrap().retained);
+            std::hint::black_box(heapsnap_analyze::inspect(v, biggest, 64).unwrap().retained);
         });
         let paths = report(Needs::All, &|v| {
-            std::hint::black_box(heapsnap_analyze::paths::paths(v, &PathQuery::Address(biggest), 1, 10).unwrap().paths.len());
+            std::hint::black_box(heapsnap_analyze::paths(v, &PathQuery::Address(biggest), 1, 10).unwrap().paths.len());
         });
         let worst = [summary, top, dominators, inspect, paths].into_iter().fold(0.0, f64::max);
         println!(

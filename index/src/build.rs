@@ -2,29 +2,11 @@
 
 use crate::file::IndexBuilder;
 use crate::sections::*;
-use heapsnap_analyze::blocks::{NodeId, NO_NODE};
-use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::groups::{groups, labelled_tops, GroupBy};
-use heapsnap_analyze::paths::bfs_parents;
-use heapsnap_analyze::progress::PhaseTimer;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::{bfs_parents, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
 use rayon::prelude::*;
 use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
-
-/// The key of a grouping in the index's `groups` (INDEX.md). `--by reserved` was spelled
-/// `--by tag` when the format was made: the stored key keeps that name, so that existing
-/// indexes stay valid.
-pub fn grouping_name(by: GroupBy) -> &'static str {
-    match by {
-        GroupBy::Reserved => "tag",
-        GroupBy::Kind => "kind",
-        GroupBy::Closure => "closure",
-        GroupBy::Root => "root",
-        GroupBy::Type => "type",
-    }
-}
 
 /// The index of an analysed snapshot, ready to write (its sections borrow from the analysis).
 pub fn build<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
@@ -55,7 +37,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
 
     let timer = PhaseTimer::start("index");
     // The summary lists the kind groups: all of them are the `kind` grouping (made once).
-    let mut summary = heapsnap_analyze::reports::summary(a, usize::MAX);
+    let mut summary = heapsnap_analyze::summary(a, usize::MAX);
     let kind_groups = std::mem::take(&mut summary.top_groups);
     timer.lap("summary");
     let mut kind_groups = Some(kind_groups);
@@ -67,16 +49,16 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
         .filter_map(|&by| {
             let list = match by {
                 GroupBy::Kind => kind_groups.take().expect("one kind grouping"),
-                _ => groups(a, by).ok()?,
+                _ => a.group_by(by).ok()?,
             };
-            Some((grouping_name(by).to_string(), list))
+            Some((by.name().to_string(), list))
         })
         .collect();
     timer.lap("every grouping");
 
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
     let first_block = a.graph.blocks.first_block_node;
-    let (tops, label_names) = labelled_tops(a);
+    let (tops, label_names) = a.labelled_tops();
     let mut top_pairs: Vec<(NodeId, u32)> = tops.into_iter().map(|(p, l)| (preorder[p as usize], l)).collect();
     top_pairs.par_sort_unstable();
     let (top_nodes, top_label_ids): (Vec<NodeId>, Vec<u32>) = top_pairs.into_iter().unzip();
@@ -145,7 +127,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     b.add_u32_vec(KID_OFFSETS, offsets);
     b.add_u32_vec(KIDS, sorted_kids);
     b.add_u32(KIND_IDS, &block_kinds.ids);
-    b.add_u32_vec(BFS_PARENT, bfs_parents(a));
+    b.add_u32_vec(BFS_PARENT, bfs_parents(&a.graph));
     timer.lap("shortest-path parents");
     b.add_u32_vec(ROOT_EDGES, root_edges);
     b.add_u32_vec(TOP_NODES, top_nodes);

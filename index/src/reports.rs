@@ -4,11 +4,7 @@
 //! [`IndexView`] through [`AnalysedHeap`].
 
 use crate::view::IndexView;
-use heapsnap_analyze::analysis::NodeKind;
-use heapsnap_analyze::blocks::NodeId;
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::reports::{Summary, TreeNode};
-use heapsnap_analyze::AnalysedHeap;
+use heapsnap_analyze::{AnalysedHeap, GroupBy, HeapFacts, NodeId, NodeKind, Summary, TreeNode};
 
 impl IndexView<'_> {
     /// The `summary` report: saved whole, but for its `top` largest kinds.

@@ -1,8 +1,6 @@
 //! The sections of an index (INDEX.md describes each).
 
-use heapsnap_analyze::groups::{Group, GroupKey};
-use heapsnap_analyze::reports::Summary;
-use heapsnap_analyze::retainers::RootShare;
+use heapsnap_analyze::{Group, GroupKey, RootShare, Summary};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -44,7 +42,7 @@ pub const KIND_IDS: u32 = 17;
 /// `u32` per node: its OCaml type, an index in [`TYPES`] (`u32::MAX`: untyped). Only when the
 /// snapshot has OCaml names.
 pub const TYPE_IDS: u32 = 18;
-/// JSON: the types of [`TYPE_IDS`] and the typing's counts (`heapsnap_analyze::typed::SavedTypes`).
+/// JSON: the types of [`TYPE_IDS`] and the typing's counts (`heapsnap_analyze::SavedTypes`).
 pub const TYPES: u32 = 19;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]

@@ -96,7 +96,7 @@ pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, S
         let mut last_error = None;
         let mut saved = None;
         for path in candidates(snapshot) {
-            let timer = heapsnap_analyze::progress::PhaseTimer::start("index");
+            let timer = heapsnap_analyze::PhaseTimer::start("index");
             let result = save_with(&path, |w| builder.write_to(w, id));
             timer.lap("hashed and written");
             match result {

@@ -8,13 +8,11 @@
 
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
-use heapsnap_analyze::analysis::NodeKind;
-use heapsnap_analyze::blocks::{chunk_colour, BadPointer, BadPointerFacts, BlockRef, NodeId, Target, NO_NODE};
-use heapsnap_analyze::groups::{shape_key, Group, GroupBy, GroupKey};
-use heapsnap_analyze::names::Names;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
-use heapsnap_analyze::retainers::RootShare;
-use heapsnap_analyze::{AnalysedHeap, AnalyzeError};
+use heapsnap_analyze::{
+    chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts, Names,
+    NodeId, NodeKind, PointsTo, RootShare, NO_NODE,
+};
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
@@ -100,7 +98,7 @@ pub struct IndexView<'s> {
     free_blocks: OnceLock<Vec<u64>>,
     /// The blocks' OCaml types, read from the index when a report first needs them (the
     /// index is tied to the snapshot's names: `annotate` changes the snapshot).
-    typing: OnceLock<Option<heapsnap_analyze::typed::Typing>>,
+    typing: OnceLock<Option<heapsnap_analyze::Typing>>,
     file: &'s IndexFile,
 }
 
@@ -142,7 +140,7 @@ impl<'s> IndexView<'s> {
                 .iter()
                 .filter(|r| matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal))
                 .filter(|r| r.slot != 0)
-                .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, heapsnap_analyze::names::module_name(snap.string(r.name)?))))
+                .filter_map(|r| Some((r.slot.checked_sub(8 * r.origin)?, heapsnap_analyze::module_name(snap.string(r.name)?))))
                 .collect(),
             free_blocks: OnceLock::new(),
             typing: OnceLock::new(),
@@ -176,11 +174,11 @@ impl<'s> IndexView<'s> {
     }
 
     /// The typing the index saved, when it has one that fits the snapshot's names.
-    fn saved_typing(&self) -> Option<heapsnap_analyze::typed::Typing> {
+    fn saved_typing(&self) -> Option<heapsnap_analyze::Typing> {
         let env = &self.names.ocaml()?.env;
         let ids = self.file.u32s(TYPE_IDS).ok().filter(|ids| ids.len() == self.meta.node_count as usize)?;
         let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
-        heapsnap_analyze::typed::Typing::from_saved(env, ids.to_vec(), saved)
+        heapsnap_analyze::Typing::from_saved(env, ids.to_vec(), saved)
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
@@ -239,7 +237,7 @@ impl<'s> IndexView<'s> {
     }
 }
 
-impl<'s> AnalysedHeap<'s> for IndexView<'s> {
+impl<'s> HeapFacts<'s> for IndexView<'s> {
     fn snap(&self) -> &'s Snapshot {
         self.snap
     }
@@ -286,6 +284,69 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         Some(BlockRef { node, address, header, fields: words.get(w..end)?, region: r as u32 })
     }
 
+    fn module_of(&self, node: NodeId) -> Option<&'s str> {
+        self.modules.get(self.address.get(node as usize).filter(|&&a| a != 0)?).copied()
+    }
+
+    /// As `BlockMap::resolve`, from the saved addresses and the snapshot's words.
+    fn resolve(&self, value: u64) -> PointsTo {
+        if let Some(v) = self.exact(value) {
+            return PointsTo::Node(v);
+        }
+        let Some(r) = self.snap.region_index_of(value) else {
+            let dead_minor = self.snap.metadata().domains.iter().any(|d| (d.minor_start..d.young_ptr).contains(&value));
+            return if dead_minor { PointsTo::Bad(BadPointer::DeadMinor) } else { PointsTo::External };
+        };
+        let region = self.snap.region(r);
+        let holds_blocks = match region.kind() {
+            RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => true,
+            RegionKind::Large => self.has_block_in(region.base(), region.base() + region.words().len() as u64 * 8),
+            _ => false,
+        };
+        if !holds_blocks {
+            return PointsTo::External;
+        }
+        if !(value - region.base()).is_multiple_of(8) {
+            return PointsTo::Bad(BadPointer::Misaligned);
+        }
+        // An infix pointer resolves to its closure.
+        let w = (value - region.base()) / 8;
+        let words = region.words();
+        let infix = (|| {
+            let h = self.layout.decode(*words.get(w.checked_sub(1)? as usize)?);
+            if h.tag != ocaml::INFIX_TAG {
+                return None;
+            }
+            let start = w.checked_sub(h.wosize)?;
+            let closure = self.layout.decode(*words.get(start.checked_sub(1)? as usize)?);
+            (closure.tag == ocaml::CLOSURE_TAG).then_some(())?;
+            self.exact(region.base() + start * 8)
+        })();
+        if let Some(v) = infix {
+            return PointsTo::Node(v);
+        }
+        let free_blocks = self.free_blocks.get_or_init(|| self.snap.free_blocks());
+        let facts = BadPointerFacts { snap: self.snap, layout: &self.layout, gc4: self.snap.metadata().ocaml4_gc.as_ref(), free_blocks };
+        PointsTo::Bad(facts.classify(r, value))
+    }
+
+    fn is_ephemeron(&self, node: NodeId) -> bool {
+        self.address(node).is_some_and(|x| self.snap.ephemerons().contains(&x))
+    }
+
+    fn idom(&self, node: NodeId) -> Option<NodeId> {
+        let p = self.pre(node).filter(|&p| p != 0)?;
+        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
+    }
+
+    fn root_records(&self, node: NodeId) -> Vec<u32> {
+        let pairs: &[[u32; 2]] = bytemuck::cast_slice(&self.root_edges[..self.root_edges.len() / 2 * 2]);
+        let start = pairs.partition_point(|p| p[0] < node);
+        pairs[start..].iter().take_while(|p| p[0] == node).map(|p| p[1]).collect()
+    }
+}
+
+impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey {
         let id = (b.node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
         match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
@@ -319,56 +380,6 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         self.kind_ids.iter().enumerate().filter(|(_, k)| ids.contains(k)).map(|(i, _)| first + i as NodeId).collect()
     }
 
-    fn module_of(&self, node: NodeId) -> Option<&'s str> {
-        self.modules.get(self.address.get(node as usize).filter(|&&a| a != 0)?).copied()
-    }
-
-    /// As `BlockMap::resolve`, from the saved addresses and the snapshot's words.
-    fn resolve(&self, value: u64) -> Target {
-        if let Some(v) = self.exact(value) {
-            return Target::Node(v);
-        }
-        let Some(r) = self.snap.region_index_of(value) else {
-            let dead_minor = self.snap.metadata().domains.iter().any(|d| (d.minor_start..d.young_ptr).contains(&value));
-            return if dead_minor { Target::Bad(BadPointer::DeadMinor) } else { Target::External };
-        };
-        let region = self.snap.region(r);
-        let holds_blocks = match region.kind() {
-            RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => true,
-            RegionKind::Large => self.has_block_in(region.base(), region.base() + region.words().len() as u64 * 8),
-            _ => false,
-        };
-        if !holds_blocks {
-            return Target::External;
-        }
-        if !(value - region.base()).is_multiple_of(8) {
-            return Target::Bad(BadPointer::Misaligned);
-        }
-        // An infix pointer resolves to its closure.
-        let w = (value - region.base()) / 8;
-        let words = region.words();
-        let infix = (|| {
-            let h = self.layout.decode(*words.get(w.checked_sub(1)? as usize)?);
-            if h.tag != ocaml::INFIX_TAG {
-                return None;
-            }
-            let start = w.checked_sub(h.wosize)?;
-            let closure = self.layout.decode(*words.get(start.checked_sub(1)? as usize)?);
-            (closure.tag == ocaml::CLOSURE_TAG).then_some(())?;
-            self.exact(region.base() + start * 8)
-        })();
-        if let Some(v) = infix {
-            return Target::Node(v);
-        }
-        let free_blocks = self.free_blocks.get_or_init(|| self.snap.free_blocks());
-        let facts = BadPointerFacts { snap: self.snap, layout: &self.layout, gc4: self.snap.metadata().ocaml4_gc.as_ref(), free_blocks };
-        Target::Bad(facts.classify(r, value))
-    }
-
-    fn is_ephemeron(&self, node: NodeId) -> bool {
-        self.address(node).is_some_and(|x| self.snap.ephemerons().contains(&x))
-    }
-
     fn retained(&self, node: NodeId) -> u64 {
         self.pre(node).and_then(|p| self.retained_pre.get(p)).copied().unwrap_or(0)
     }
@@ -379,11 +390,6 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
 
     fn is_reachable(&self, node: NodeId) -> bool {
         self.pre(node).is_some()
-    }
-
-    fn idom(&self, node: NodeId) -> Option<NodeId> {
-        let p = self.pre(node).filter(|&p| p != 0)?;
-        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
     }
 
     fn children(&self, node: NodeId) -> Vec<NodeId> {
@@ -399,12 +405,6 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         }
     }
 
-    fn root_records(&self, node: NodeId) -> Vec<u32> {
-        let pairs: &[[u32; 2]] = bytemuck::cast_slice(&self.root_edges[..self.root_edges.len() / 2 * 2]);
-        let start = pairs.partition_point(|p| p[0] < node);
-        pairs[start..].iter().take_while(|p| p[0] == node).map(|p| p[1]).collect()
-    }
-
     fn referrers(&self, node: NodeId, max: usize) -> Vec<NodeId> {
         let range = (|| Some(*self.ref_offsets.get(node as usize)? as usize..*self.ref_offsets.get(node as usize + 1)? as usize))();
         range.and_then(|r| self.refs.get(r)).unwrap_or(&[]).iter().take(max).copied().collect()
@@ -416,7 +416,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {
         by.check(self.snap)?;
-        Ok(Cow::Borrowed(self.meta.groups.get(crate::build::grouping_name(by)).map_or(&[], Vec::as_slice)))
+        Ok(Cow::Borrowed(self.meta.groups.get(by.name()).map_or(&[], Vec::as_slice)))
     }
 
     fn root_shares(&self) -> Cow<'_, [RootShare]> {
@@ -427,7 +427,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         (self.meta.summary.unreachable_objects, self.meta.summary.unreachable_bytes)
     }
 
-    fn typing(&self) -> Option<&heapsnap_analyze::typed::Typing> {
-        self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::typed::Typing::compute(self))).as_ref()
+    fn typing(&self) -> Option<&heapsnap_analyze::Typing> {
+        self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::Typing::compute(self))).as_ref()
     }
 }

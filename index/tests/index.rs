@@ -1,13 +1,11 @@
 //! The index answers as the full analysis does, and never trusts a bad file.
 
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::paths::PathQuery;
-use heapsnap_analyze::synth::{large_heap_shape, Space, Value};
-use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
 use heapsnap_index::store::{beside, open_or_build};
 use heapsnap_index::{IndexView, Needs};
+use heapsnap_testkit::synth::{large_heap_shape, Space, Value};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -54,33 +52,33 @@ fn index_reports_equal_the_full_analysis() {
     assert!(ix.built);
     let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
 
-    use heapsnap_analyze::{groups, inspect, paths, reports};
-    let summary = reports::summary(&a, 10);
+    use heapsnap_analyze::{dominator_report, inspect, paths, summary, top};
+    let summary = summary(&a, 10);
     assert_eq!(json(&summary), json(&view.summary(10)));
     assert!(summary.unreachable_objects > 0, "the heap has garbage, counted apart");
     for by in [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         for limit in [0, 3] {
-            let full = groups::top(&a, by, limit).map(|t| json(&t)).map_err(|e| e.to_string());
-            assert_eq!(full, groups::top(&view, by, limit).map(|t| json(&t)).map_err(|e| e.to_string()), "top --by {by:?}");
+            let full = top(&a, by, limit).map(|t| json(&t)).map_err(|e| e.to_string());
+            assert_eq!(full, top(&view, by, limit).map(|t| json(&t)).map_err(|e| e.to_string()), "top --by {by:?}");
         }
     }
     // Without reserved header bits, --by tag is refused by both; --by root names each root's share.
-    assert!(groups::top(&view, GroupBy::Reserved, 0).is_err());
-    let by_root = groups::top(&view, GroupBy::Root, 0).unwrap();
+    assert!(top(&view, GroupBy::Reserved, 0).is_err());
+    let by_root = top(&view, GroupBy::Root, 0).unwrap();
     let shares = by_root.roots.expect("--by root lists the roots");
     assert!(shares.iter().any(|r| r.root == "Sessions.0" && r.alone > 0), "{shares:?}");
     assert!(shares.iter().any(|r| r.shared > 0 && !r.shared_with.is_empty()), "{shares:?}");
     assert!(by_root.groups.iter().any(|g| g.name.starts_with("shared: Large_heap.")), "{:?}", by_root.groups);
     for (depth, min) in [(4, 1.0), (10, 0.0), (1, 0.0), (3, 2.0)] {
         assert_eq!(
-            json(&reports::dominator_report(&a, depth, min, 20)),
-            json(&reports::dominator_report(&view, depth, min, 20)),
+            json(&dominator_report(&a, depth, min, 20)),
+            json(&dominator_report(&view, depth, min, 20)),
             "dominators depth {depth} min {min}"
         );
     }
-    let tree = json(&reports::dominator_report(&view, 4, 1.0, 20));
+    let tree = json(&dominator_report(&view, 4, 1.0, 20));
     assert!(tree.contains("Hashtbl (300 entries)") && tree.contains("\"similar\""), "{tree}");
-    let closure = groups::groups(&a, GroupBy::Closure).unwrap()[0].name.clone();
+    let closure = a.group_by(GroupBy::Closure).unwrap()[0].name.clone();
     let mut queries = vec![
         PathQuery::Tag(0),
         PathQuery::Tag(252),
@@ -91,26 +89,50 @@ fn index_reports_equal_the_full_analysis() {
         PathQuery::Kind("block tag 0 size 3".into()),
     ];
     for q in &queries[4..] {
-        assert!(paths::paths(&view, q, 1000, 10).unwrap().targets > 0, "{q:?} matches");
+        assert!(paths(&view, q, 1000, 10).unwrap().targets > 0, "{q:?} matches");
     }
     // Exact names only; the error (with the kinds containing the text) is the same.
     for bad in ["Hashtb", "block tag 0 size"] {
         let q = PathQuery::Kind(bad.into());
-        assert_eq!(paths::paths(&a, &q, 10, 10).unwrap_err().to_string(), paths::paths(&view, &q, 10, 10).unwrap_err().to_string());
+        assert_eq!(paths(&a, &q, 10, 10).unwrap_err().to_string(), paths(&view, &q, 10, 10).unwrap_err().to_string());
     }
     // Every block by address: paths and inspect.
     let addresses: Vec<u64> = a.graph.blocks.block_regions().flat_map(|r| a.graph.blocks.region_blocks(r)).map(|b| b.address).collect();
     assert!(addresses.len() > 2000);
     for &x in addresses.iter().step_by(37).chain(addresses.iter().rev().take(12)) {
         queries.push(PathQuery::Address(x));
-        assert_eq!(json(&inspect::inspect(&a, x, 64).unwrap()), json(&inspect::inspect(&view, x, 64).unwrap()), "inspect {x:#x}");
+        assert_eq!(json(&inspect(&a, x, 64).unwrap()), json(&inspect(&view, x, 64).unwrap()), "inspect {x:#x}");
     }
     for q in &queries {
-        assert_eq!(json(&paths::paths(&a, q, 1000, 10).unwrap()), json(&paths::paths(&view, q, 1000, 10).unwrap()), "paths {q:?}");
+        assert_eq!(json(&paths(&a, q, 1000, 10).unwrap()), json(&paths(&view, q, 1000, 10).unwrap()), "paths {q:?}");
     }
-    let stack_and_global = paths::paths(&view, &PathQuery::Kind("Hashtbl".into()), 1000, 10).unwrap();
+    let stack_and_global = paths(&view, &PathQuery::Kind("Hashtbl".into()), 1000, 10).unwrap();
     assert!(stack_and_global.paths.iter().any(|p| p.root == "Sessions.0"), "{stack_and_global:?}");
-    assert!(inspect::inspect(&view, 0x10, 64).is_err());
+    assert!(inspect(&view, 0x10, 64).is_err());
+}
+
+/// `--by reserved` from the index is the full analysis's: the index stores the grouping under the
+/// name it reads it back by.
+#[test]
+fn reserved_groups_from_the_index_equal_the_full_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = large_heap_shape(50).heap;
+    h.reserved_header_bits = 16;
+    let tagged: Vec<u64> = (0..3).map(|i| h.alloc(Space::Major, 0, &[Value::Int(i), Value::Int(i + 1)])).collect();
+    for &b in &tagged {
+        h.set_reserved(b, 42);
+    }
+    let list = tagged.iter().fold(Value::Int(0), |tail, &b| Value::Ptr(h.alloc(Space::Major, 0, &[Value::Ptr(b), tail])));
+    h.add_module("Tagged", &[list]);
+    let path = dir.path().join("reserved.heapsnap");
+    h.write(&path).unwrap();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
+    let full = heapsnap_analyze::top(&a, GroupBy::Reserved, 0).unwrap();
+    assert!(full.groups.iter().any(|g| g.name == "reserved 42" && g.count == 3), "{:?}", full.groups);
+    assert_eq!(json(&heapsnap_analyze::top(&view, GroupBy::Reserved, 0).unwrap()), json(&full));
 }
 
 #[test]
@@ -162,22 +184,22 @@ fn an_index_of_another_snapshot_or_version_is_rebuilt() {
 fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
     let file = IndexFile::parse(Bytes::copied(bytes), SnapshotId::of(snap))?;
     let view = IndexView::open(snap, &file, Needs::All)?;
-    use heapsnap_analyze::{groups, inspect, paths, reports};
+    use heapsnap_analyze::{dominator_report, inspect, paths, top};
     let _ = view.summary(5);
-    let _ = reports::dominator_report(&view, 6, 0.0, 50);
+    let _ = dominator_report(&view, 6, 0.0, 50);
     for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
-        let _ = groups::top(&view, by, 0);
+        let _ = top(&view, by, 0);
     }
     for v in (0..view.node_count() as u32 + 3).step_by(7) {
         let _ = view.dominator_chain(v);
         let _ = view.tree_node(v);
         if let Some(x) = view.address(v) {
-            let _ = inspect::inspect(&view, x, 8);
-            let _ = paths::paths(&view, &PathQuery::Address(x), 10, 4);
+            let _ = inspect(&view, x, 8);
+            let _ = paths(&view, &PathQuery::Address(x), 10, 4);
         }
     }
     for kind in ["closure", "string", "Hashtbl", "list cell"] {
-        let _ = paths::paths(&view, &PathQuery::Kind(kind.into()), 100, 4);
+        let _ = paths(&view, &PathQuery::Kind(kind.into()), 100, 4);
     }
     Ok(())
 }

@@ -14,20 +14,9 @@
 mod synthetic;
 
 use heapsnap_memtrace::{Event, Trace};
+use heapsnap_testkit::bench::best_of;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-
-fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (Duration, T) {
-    let mut best = Duration::MAX;
-    let mut out = None;
-    for _ in 0..runs {
-        let started = Instant::now();
-        let value = f();
-        best = best.min(started.elapsed());
-        out = Some(value);
-    }
-    (best, out.unwrap())
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -6,8 +6,8 @@
 //! The decoder must replay the writer's cache updates exactly.
 
 use crate::cursor::Cursor;
+use crate::error::Problem;
 use crate::location::LocationCode;
-use crate::Problem;
 
 pub(crate) const CACHE_SLOTS: usize = 1 << 14;
 
@@ -108,7 +108,7 @@ impl BacktraceDecoder {
 }
 
 fn push(out: &mut Vec<LocationCode>, code: LocationCode) -> Result<(), Problem> {
-    if out.len() >= crate::MAX_BACKTRACE {
+    if out.len() >= crate::limits::MAX_BACKTRACE {
         return Err(Problem::BacktraceTooLong);
     }
     out.push(code);

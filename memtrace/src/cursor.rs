@@ -1,6 +1,6 @@
 //! Bounds-checked little-endian reads over a slice: every read past the end is an error.
 
-use crate::Problem;
+use crate::error::Problem;
 
 #[derive(Clone)]
 pub(crate) struct Cursor<'a> {

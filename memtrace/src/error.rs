@@ -9,7 +9,7 @@ pub enum Error {
     #[error("not a memtrace trace: {reason}")]
     NotMemtrace { reason: &'static str },
 
-    #[error("memtrace format v{version:03} in the packet at byte {packet}: this reader knows v001 to v{:03}", crate::MAX_VERSION)]
+    #[error("memtrace format v{version:03} in the packet at byte {packet}: this reader knows v001 to v{:03}", crate::limits::MAX_VERSION)]
     UnsupportedVersion { packet: usize, version: u16 },
 
     #[error("truncated trace: the packet at byte {packet} needs {needed} bytes, the file has {available} left")]
@@ -32,7 +32,7 @@ pub enum Problem {
     BadMagic(u32),
     #[error("packet size {bits} bits is not a whole number of bytes at least as long as its header ({header} bytes)")]
     BadPacketSize { bits: u32, header: usize },
-    #[error("packet of {bytes} bytes, longer than memtrace's limit of {} bytes", crate::MAX_PACKET_SIZE)]
+    #[error("packet of {bytes} bytes, longer than memtrace's limit of {} bytes", crate::limits::MAX_PACKET_SIZE)]
     PacketTooLarge { bytes: usize },
     #[error("packet ends before time it begins ({begin} > {end})")]
     ReversedTimestamps { begin: u64, end: u64 },
@@ -44,7 +44,7 @@ pub enum Problem {
     BadTraceInfoPacket,
     #[error("a second trace-info event")]
     SecondTraceInfo,
-    #[error("more than {} domains", crate::MAX_DOMAINS)]
+    #[error("more than {} domains", crate::limits::MAX_DOMAINS)]
     TooManyDomains,
     #[error("backtrace cache out of sync with the writer's (slot {slot})")]
     CacheVerification { slot: u16 },
@@ -64,7 +64,7 @@ pub enum Problem {
     Negative(&'static str),
     #[error("object id out of range (allocation counter {counter}, delta {delta})")]
     BadObjectId { counter: u64, delta: i64 },
-    #[error("backtrace of more than {} frames", crate::MAX_BACKTRACE)]
+    #[error("backtrace of more than {} frames", crate::limits::MAX_BACKTRACE)]
     BacktraceTooLong,
     #[error("move-to-front code {0} names an empty slot")]
     EmptyMtfSlot(u8),

@@ -2,9 +2,11 @@
 
 use crate::backtrace::BacktraceDecoder;
 use crate::cursor::Cursor;
+use crate::error::{Error, Problem};
+use crate::limits::MAX_DOMAINS;
 use crate::location::{Location, LocationCode, LocationDecoder, LocationTable};
+use crate::packet::TraceInfo;
 use crate::packet::*;
-use crate::{Error, Problem, TraceInfo, MAX_DOMAINS};
 
 /// Where an allocation came from, as `Gc.Memprof` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

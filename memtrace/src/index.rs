@@ -2,9 +2,10 @@
 //! Call stacks are stored once in a tree of (parent, code) nodes: consecutive backtraces share
 //! long prefixes, which the trace encodes and the tree keeps shared.
 
+use crate::error::Error;
+use crate::events::AllocSource;
 use crate::events::{frames_of_code, Event, EventReader, Frame};
 use crate::location::{LocationCode, LocationTable};
-use crate::{AllocSource, Error};
 use rustc_hash::FxHashMap;
 
 /// The parent of outermost frames; also the stack of an allocation with an empty backtrace.

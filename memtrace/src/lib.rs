@@ -20,6 +20,7 @@ mod cursor;
 mod error;
 mod events;
 mod index;
+mod limits;
 mod location;
 mod packet;
 pub mod write;
@@ -27,21 +28,11 @@ pub mod write;
 pub use error::{Error, Problem};
 pub use events::{Alloc, AllocSource, Backtrace, Event, EventReader, Frame};
 pub use index::{AllocInfo, LiveIndex, TraceStats};
+pub use limits::{MAX_BACKTRACE, MAX_DOMAINS, MAX_PACKET_SIZE, MAX_VERSION};
 pub use location::{Location, LocationCode, LocationTable};
 pub use packet::TraceInfo;
 
 use std::path::Path;
-
-/// The newest format version this reader knows (memtrace's `memtrace_version`).
-pub const MAX_VERSION: u16 = 3;
-/// memtrace writes packets of at most 32 KiB; larger ones are corrupt.
-pub const MAX_PACKET_SIZE: usize = 1 << 15;
-/// Distinct domains accepted in one trace (memtrace itself traces the main domain only); each
-/// costs a 160 KiB backtrace cache.
-pub const MAX_DOMAINS: usize = 128;
-/// Backtraces longer than this many frames are refused: it bounds the memory a hostile file
-/// can make the decoder use (a few bytes of trace can extend a backtrace by 256 frames).
-pub const MAX_BACKTRACE: usize = 1 << 22;
 
 enum Data<'t> {
     Borrowed(&'t [u8]),

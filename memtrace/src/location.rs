@@ -2,7 +2,7 @@
 //! for, several when functions were inlined. File and function names are move-to-front coded.
 
 use crate::cursor::Cursor;
-use crate::Problem;
+use crate::error::Problem;
 use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::fmt;

@@ -2,7 +2,8 @@
 
 use crate::backtrace::CacheVerifier;
 use crate::cursor::Cursor;
-use crate::{Error, Problem, MAX_PACKET_SIZE, MAX_VERSION};
+use crate::error::{Error, Problem};
+use crate::limits::{MAX_PACKET_SIZE, MAX_VERSION};
 
 pub(crate) const CTF_MAGIC: u32 = 0xc1fc_1fc1;
 

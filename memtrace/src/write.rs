@@ -3,9 +3,11 @@
 //! cache slot choice and packet boundaries differ, which a reader must not depend on.
 
 use crate::backtrace::CACHE_SLOTS;
+use crate::events::AllocSource;
+use crate::limits::MAX_PACKET_SIZE;
 use crate::location::{Location, LocationCode};
+use crate::packet::TraceInfo;
 use crate::packet::*;
-use crate::{AllocSource, TraceInfo, MAX_PACKET_SIZE};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 const VERSION: u16 = 3;

@@ -6,11 +6,9 @@ use crate::report::Report;
 use crate::sites::{self, By, SiteArgs};
 use crate::text::{signed, signed_bytes};
 use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
-use heapsnap_analyze::groups::{key_name, GroupBy};
-use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
-use heapsnap_analyze::AnalysedHeap;
-use heapsnap_analyze::Progress;
+use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
 use heapsnap_format::Snapshot;
 use heapsnap_index::Needs;
 use serde::Serialize;
@@ -72,7 +70,7 @@ impl Report for Diff {
         let inputs: Vec<Input<'_>> =
             args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
         for other in &inputs[1..] {
-            heapsnap_analyze::diff::compat::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
+            heapsnap_analyze::diff::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
                 .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
         }
         let Some(by) = args.by.grouping() else { return Ok(DiffOutput::Sites(site_diff_report(args, loader)?)) };

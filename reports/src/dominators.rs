@@ -2,7 +2,7 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
-use heapsnap_analyze::reports::{dominator_report, human_bytes, TreeNode};
+use heapsnap_analyze::{dominator_report, human_bytes, TreeNode};
 use heapsnap_index::Needs;
 use std::io::Write;
 use std::path::PathBuf;

@@ -4,9 +4,9 @@ use crate::args::parse_address;
 use crate::loader::Loader;
 use crate::report::Report;
 use crate::sites::{self, SiteArgs};
-use heapsnap_analyze::inspect::{Allocation, Inspection};
-use heapsnap_analyze::reports::human_bytes;
-use heapsnap_analyze::AnalysedHeap;
+use heapsnap_analyze::human_bytes;
+use heapsnap_analyze::HeapFacts;
+use heapsnap_analyze::{Allocation, Inspection};
 use heapsnap_index::Needs;
 use std::io::Write;
 use std::path::PathBuf;
@@ -36,7 +36,7 @@ impl Report for Inspect {
     fn run(args: &InspectArgs, loader: &dyn Loader) -> anyhow::Result<Inspection> {
         let ix = loader.indexed(&args.snapshot, Needs::All)?;
         let view = ix.view(Needs::All)?;
-        let mut i = heapsnap_analyze::inspect::inspect(&view, args.address, args.max_fields)?;
+        let mut i = heapsnap_analyze::inspect(&view, args.address, args.max_fields)?;
         // A sampled block's allocation stack, when the snapshot has statmemprof's tables.
         if view.snap().memprof().is_some_and(|m| !m.is_empty()) {
             let joined = sites::join(&view, args.sites.trace()?.as_ref())?;

@@ -44,7 +44,7 @@ impl Loader for Files {
             open_snapshot(path)?;
         }
         // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
-        heapsnap_analyze::mem::tune_allocator();
+        heapsnap_analyze::tune_allocator();
         let ix = load_index(path, needs, &Progress::stderr()).map_err(|e| match e {
             // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
             StoreError::Snapshot { source, .. } => anyhow::Error::from(source),
@@ -64,6 +64,6 @@ pub fn open_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
         );
     }
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     Ok(Snapshot::open(path)?)
 }

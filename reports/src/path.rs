@@ -4,7 +4,7 @@ use crate::args::parse_address;
 use crate::loader::Loader;
 use crate::report::Report;
 use crate::sites::{self, SiteArgs};
-use heapsnap_analyze::paths::{PathQuery, PathsReport};
+use heapsnap_analyze::{PathQuery, PathsReport};
 use heapsnap_index::Needs;
 use std::io::Write;
 use std::path::PathBuf;
@@ -76,7 +76,7 @@ impl Report for RetainerPaths {
             }
             _ => anyhow::bail!("give an address, --tag, --reserved, --kind or --site"),
         };
-        Ok(heapsnap_analyze::paths::paths(&view, &query, args.sample, args.limit)?)
+        Ok(heapsnap_analyze::paths(&view, &query, args.sample, args.limit)?)
     }
 
     fn print(_args: &PathArgs, report: &PathsReport, out: &mut dyn Write) -> std::io::Result<()> {

@@ -26,8 +26,8 @@ pub enum By {
 }
 
 impl By {
-    pub fn grouping(self) -> Option<heapsnap_analyze::groups::GroupBy> {
-        use heapsnap_analyze::groups::GroupBy;
+    pub fn grouping(self) -> Option<heapsnap_analyze::GroupBy> {
+        use heapsnap_analyze::GroupBy;
         match self {
             By::Reserved => Some(GroupBy::Reserved),
             By::Kind => Some(GroupBy::Kind),

@@ -3,7 +3,7 @@
 use crate::loader::Loader;
 use crate::report::Report;
 use crate::text::{pct, print_groups};
-use heapsnap_analyze::reports::{human_bytes, Summary as SummaryReport};
+use heapsnap_analyze::{human_bytes, Summary as SummaryReport};
 use heapsnap_index::Needs;
 use std::io::Write;
 use std::path::PathBuf;

@@ -1,7 +1,7 @@
 //! Pieces of the human tables that several reports print.
 
-use heapsnap_analyze::groups::Group;
-use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::human_bytes;
+use heapsnap_analyze::Group;
 use std::io::{Result, Write};
 
 /// `part` as a percentage of `whole` (0 when `whole` is).

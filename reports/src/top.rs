@@ -6,10 +6,10 @@ use crate::loader::Loader;
 use crate::report::Report;
 use crate::sites::{self, By, SiteArgs};
 use crate::text::print_groups;
-use heapsnap_analyze::groups::{GroupBy, Top as GroupTop};
-use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_top, SiteGroup};
 use heapsnap_analyze::sites::{JoinStats, SiteFrame};
+use heapsnap_analyze::{GroupBy, Top as GroupTop};
 use heapsnap_index::Needs;
 use serde::Serialize;
 use std::io::Write;
@@ -99,7 +99,7 @@ impl Report for Top {
             anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
         }
         let ix = loader.indexed(&args.snapshot, Needs::Meta)?;
-        Ok(TopOutput::Groups(heapsnap_analyze::groups::top(&ix.view(Needs::Meta)?, by, args.limit)?))
+        Ok(TopOutput::Groups(heapsnap_analyze::top(&ix.view(Needs::Meta)?, by, args.limit)?))
     }
 
     fn print(_args: &TopArgs, output: &TopOutput, out: &mut dyn Write) -> std::io::Result<()> {

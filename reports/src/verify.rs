@@ -3,7 +3,7 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
-use heapsnap_analyze::reports::human_bytes;
+use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::{Progress, VerifyReport};
 use std::io::Write;
 use std::path::PathBuf;
@@ -28,7 +28,7 @@ impl Report for Verify {
 
     fn run(args: &VerifyArgs, loader: &dyn Loader) -> anyhow::Result<VerifyReport> {
         let snap = loader.snapshot(&args.snapshot)?;
-        Ok(heapsnap_analyze::verify::verify_with(&snap, args.strict, &Progress::stderr())?)
+        Ok(heapsnap_analyze::verify_with(&snap, args.strict, &Progress::stderr())?)
     }
 
     fn passed(report: &VerifyReport) -> bool {

@@ -78,7 +78,7 @@ pub fn check_forced(report: &DumpReport) {
     }
     let problems = heapsnap_format::Snapshot::open(&report.path)
         .map_err(anyhow::Error::from)
-        .and_then(|snap| Ok(heapsnap_analyze::verify::verify(&snap, false)?));
+        .and_then(|snap| Ok(heapsnap_analyze::verify(&snap, false)?));
     match problems {
         Ok(v) if v.ok => eprintln!(
             "heapsnap: warning: OCaml {} was read as {}: the snapshot passed verification ({} objects)",

@@ -3,9 +3,7 @@
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::reports::human_bytes;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{human_bytes, Analysis, GroupBy, Progress};
 use heapsnap_export::devtools::{self, Limits};
 use heapsnap_export::flame::folded;
 use heapsnap_export::output::AtomicFile;
@@ -73,7 +71,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format != Format::Devtools && args.baseline.is_some() {
         anyhow::bail!("--baseline applies to --format devtools (flame graphs have no ids)");
     }
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
     let analysis = Analysis::new(&snap, &progress)?;
@@ -92,9 +90,9 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
         let old = match &args.baseline {
             Some(old_path) => {
                 let old = Snapshot::open(old_path).with_context(|| format!("cannot open the baseline {}", old_path.display()))?;
-                heapsnap_analyze::diff::compat::check_pair(&old, &snap, false)
+                heapsnap_analyze::diff::check_pair(&old, &snap, false)
                     .with_context(|| format!("--baseline {} cannot give ids to {}", old_path.display(), args.snapshot.display()))?;
-                for w in heapsnap_analyze::diff::compat::warnings(&[&old, &snap]) {
+                for w in heapsnap_analyze::diff::warnings(&[&old, &snap]) {
                     eprintln!("heapsnap: warning: --baseline: {w}");
                 }
                 Some((old, old_path.display().to_string()))
@@ -148,7 +146,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
             writeln!(out, "{line}").with_context(write_err)?;
         }
     } else {
-        let title = format!("retained bytes of {} (by {})", args.snapshot.display(), heapsnap_index::build::grouping_name(args.by));
+        let title = format!("retained bytes of {} (by {})", args.snapshot.display(), args.by.name());
         heapsnap_export::svg::write_svg(&stacks, &title, args.icicle, &mut out).with_context(write_err)?;
     }
     let bytes = out.commit().with_context(write_err)?;

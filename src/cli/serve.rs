@@ -22,7 +22,7 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    heapsnap_analyze::mem::tune_allocator();
+    heapsnap_analyze::tune_allocator();
     let ip = args.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     if !ip.is_loopback() {
         eprintln!("heapsnap serve: WARNING: listening on {ip}, not only this machine: anyone who can reach it and has the token can read these snapshots");

@@ -1,8 +1,8 @@
-//! The analysis commands end to end on synthetic snapshots (`heapsnap_analyze::synth`), through
+//! The analysis commands end to end on synthetic snapshots (`heapsnap_testkit::synth`), through
 //! the binary, with `--json`.
 
-use heapsnap_analyze::synth::{addresses, Space, SynthHeap, Value};
 use heapsnap_format::SymbolKind;
+use heapsnap_testkit::synth::{addresses, Space, SynthHeap, Value};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -6,16 +6,9 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 
-use crate::dump_support::{heapsnap, repo, samples_dir, DiesWithTest};
-
-fn manifest() -> &'static Value {
-    static M: OnceLock<Value> = OnceLock::new();
-    M.get_or_init(|| {
-        serde_json::from_str(&std::fs::read_to_string(repo().join("samples/manifest.json")).expect("manifest")).expect("manifest JSON")
-    })
-}
+use crate::dump_support::{heapsnap, samples_dir, toolchain_samples, DiesWithTest};
+use heapsnap_testkit::samples::manifest;
 
 /// A sample paused at `READY 1`; killed when dropped.
 struct Paused(Child);
@@ -188,14 +181,8 @@ fn reserved_header_bits_group_by_reserved_on_4_14() {
 }
 
 fn reserved_header_bits_group_by_reserved_on(toolchain: &str) {
-    let out = Command::new("bash")
-        .arg(repo().join("samples/build.sh"))
-        .arg(toolchain)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run samples/build.sh");
-    assert!(out.status.success(), "samples/build.sh {toolchain} failed");
-    let dir_rhb16 = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let dir_rhb16 =
+        toolchain_samples(toolchain).unwrap_or_else(|| panic!("samples/build.sh {toolchain}: the rhb16 toolchains are always available"));
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(dir_rhb16.join("reserved_bits"))
         .arg("--pause")

@@ -1,6 +1,6 @@
 //! `heapsnap diff` on synthetic snapshots: the command line, the JSON document's shape, errors.
 
-use heapsnap_analyze::synth::{Space, SynthHeap, Value};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

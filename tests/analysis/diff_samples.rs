@@ -144,7 +144,7 @@ fn snapshots_of_different_programs_are_refused() {
 
     // A synthetic snapshot is of no known program.
     let synthetic = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("diff_samples").join("synthetic.heapsnap");
-    heapsnap_analyze::synth::large_heap_shape(100).heap.write(&synthetic).expect("write a synthetic snapshot");
+    heapsnap_testkit::synth::large_heap_shape(100).heap.write(&synthetic).expect("write a synthetic snapshot");
     let out = Command::new(heapsnap()).arg("diff").arg(&a[0]).arg(&synthetic).output().expect("run heapsnap diff");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);

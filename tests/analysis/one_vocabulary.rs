@@ -1,10 +1,10 @@
 //! The reports agree with each other (issue 18): a structure is named alike by `top`,
 //! `dominators`, `path` and `inspect`; many small siblings of one kind are one line; retention
 //! is named by the most stable roots; flags and errors say one thing each. On synthetic
-//! snapshots (`heapsnap_analyze::synth`), through the binary.
+//! snapshots (`heapsnap_testkit::synth`), through the binary.
 
-use heapsnap_analyze::synth::{ObjId, Space, SynthHeap, Value};
 use heapsnap_format::RootKind;
+use heapsnap_testkit::synth::{ObjId, Space, SynthHeap, Value};
 use serde_json::Value as Json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

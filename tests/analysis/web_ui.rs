@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::dump_support::series::{lines_of, three_snapshots, Running};
+use crate::dump_support::series::{lines_of, three_snapshots, KillOnDrop};
 use crate::dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
 
 fn free_port() -> u16 {
@@ -16,7 +16,7 @@ fn free_port() -> u16 {
 
 /// A WebDriver session on a headless Chromium.
 struct Browser {
-    _driver: Running,
+    _driver: KillOnDrop,
     base: String,
     _profile: tempfile::TempDir,
 }
@@ -31,7 +31,7 @@ impl Browser {
             .dies_with_test()
             .spawn()
             .expect("chromedriver (Debian package chromium-driver; scripts/install-deps.sh installs it)");
-        let driver = Running(driver);
+        let driver = KillOnDrop(driver);
         let url = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(30);
         while ureq::get(&format!("{url}/status")).call().is_err() {
@@ -123,7 +123,7 @@ fn post(url: &str, body: &Value) -> Value {
 }
 
 /// Starts `heapsnap serve` and returns it with the URL it prints.
-fn serve(snapshots: &[PathBuf]) -> (Running, String) {
+fn serve(snapshots: &[PathBuf]) -> (KillOnDrop, String) {
     let mut child = Command::new(heapsnap())
         .arg("serve")
         .args(snapshots)
@@ -133,7 +133,7 @@ fn serve(snapshots: &[PathBuf]) -> (Running, String) {
         .spawn()
         .unwrap();
     let lines = lines_of(child.stdout.take().unwrap());
-    let running = Running(child);
+    let running = KillOnDrop(child);
     let line = lines.recv_timeout(Duration::from_secs(300)).expect("the URL line");
     let url = line.split_whitespace().last().unwrap().to_string();
     assert!(url.starts_with("http://127.0.0.1:") && url.contains("/?token="), "{line}");

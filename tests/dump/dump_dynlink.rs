@@ -12,15 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn manifest_sample() -> Value {
-    let text = std::fs::read_to_string(repo().join("samples/manifest.json")).expect("read samples/manifest.json");
-    let manifest: Value = serde_json::from_str(&text).expect("manifest is JSON");
-    manifest["samples"]
-        .as_array()
-        .expect("samples")
-        .iter()
-        .find(|s| s["name"] == "dynlink_plugin")
-        .expect("dynlink_plugin in the manifest")
-        .clone()
+    heapsnap_testkit::samples::manifest_sample("dynlink_plugin").clone()
 }
 
 /// The manifest's object count for the plugin's root `ident` and object description prefix.

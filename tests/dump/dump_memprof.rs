@@ -5,7 +5,7 @@
 //! tracker's values are roots; OCaml 5.1 and 5.2 snapshots record none.
 
 use crate::dump_support::*;
-use heapsnap_analyze::blocks::Target;
+use heapsnap_analyze::PointsTo;
 use heapsnap_format::{Snapshot, MEMPROF_PROMOTED, MEMPROF_SOURCE_NORMAL, MEMPROF_TABLE_DOMAIN};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -61,7 +61,7 @@ fn tracked_blocks_are_recorded_on(toolchain: &str) {
         // The tracker returned Some (1000 + samples): memprof keeps the option's content.
         assert_eq!(e.user_data, ((1000 + e.samples) << 1) | 1, "{e:?}");
         // The sampled block, an array or a list cell, is still there, of the size recorded.
-        let Target::Node(block) = index.graph.blocks.resolve(e.block) else { panic!("block {:#x} is no block", e.block) };
+        let PointsTo::Node(block) = index.graph.blocks.resolve(e.block) else { panic!("block {:#x} is no block", e.block) };
         assert_eq!(index.graph.blocks.block(block).unwrap().header.wosize, e.wosize);
         if e.flags & MEMPROF_PROMOTED != 0 {
             promoted += 1;

@@ -171,9 +171,7 @@ pub fn manifest_args(name: &str) -> Vec<String> {
 
 /// The samples of samples/manifest.json.
 pub fn manifest_samples() -> Vec<serde_json::Value> {
-    let text = std::fs::read_to_string(repo().join("samples/manifest.json")).expect("read samples/manifest.json");
-    let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest is JSON");
-    manifest["samples"].as_array().expect("samples").clone()
+    heapsnap_testkit::samples::manifest()["samples"].as_array().expect("samples").clone()
 }
 
 /// [`check_sample`] for any sample executable: every sample reaches READY right after its

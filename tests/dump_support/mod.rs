@@ -8,6 +8,12 @@ mod oracle;
 pub mod series;
 #[allow(unused_imports)]
 pub use checks::*;
+/// Where the toolchains and the samples are (shared with the other crates' tests).
+#[allow(unused_imports)]
+pub use heapsnap_testkit::samples::{
+    available_toolchains, not_covered, repo, rhb16_samples_dir, samples_dir, toolchain, toolchain_prefix, toolchain_samples, version_of,
+    TOOLCHAINS,
+};
 #[allow(unused_imports)]
 pub use oracle::*;
 
@@ -36,97 +42,8 @@ impl DiesWithTest for Command {
     }
 }
 
-pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 pub fn heapsnap() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_heapsnap"))
-}
-
-/// Every toolchain the tests build samples with (scripts/ocaml-toolchain.sh): one per OCaml
-/// release heapsnap supports, and 5.3.0 and 4.14.0 with 16 reserved header bits.
-pub const TOOLCHAINS: [&str; 6] = ["4.14.0", "4.14.0-rhb16", "5.1.0", "5.2.0", "5.3.0", "5.3.0-rhb16"];
-
-/// The OCaml version a toolchain builds ("5.3.0" for "5.3.0-rhb16").
-pub fn version_of(toolchain: &str) -> &str {
-    toolchain.split('-').next().unwrap_or(toolchain)
-}
-
-/// The directory of the 5.3.0 sample executables, built by samples/build.sh when missing.
-pub fn samples_dir() -> PathBuf {
-    toolchain_samples("5.3.0").expect("the 5.3.0 toolchain is always available")
-}
-
-/// The samples built with 16 reserved header bits (the 5.3.0-rhb16 toolchain).
-pub fn rhb16_samples_dir() -> PathBuf {
-    toolchain_samples("5.3.0-rhb16").expect("the 5.3.0-rhb16 toolchain is always available")
-}
-
-/// Says that something could not be tested here. Under CI (`CI=true`) that fails the test:
-/// a green CI run must mean everything ran.
-pub fn not_covered(what: &str) {
-    eprintln!("NOT COVERED: {what}");
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "NOT COVERED under CI=true: {what}");
-}
-
-/// Notes that the running test uses a program built with `toolchain`, in
-/// `$HEAPSNAP_TOOLCHAIN_COVERAGE/TOOLCHAIN` (one test name a line), so that the test command
-/// can say how many tests each toolchain's lane covered.
-pub fn record_toolchain_use(toolchain: &str) {
-    let Some(dir) = std::env::var_os("HEAPSNAP_TOOLCHAIN_COVERAGE") else { return };
-    let dir = PathBuf::from(dir);
-    let test = std::thread::current().name().unwrap_or("unnamed").to_string();
-    let line = format!("{}::{test}\n", env!("CARGO_CRATE_NAME"));
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(toolchain)))
-        .and_then(|mut f| f.write_all(line.as_bytes()));
-    written.expect("write the toolchain coverage file");
-}
-
-/// The samples built by `toolchain`, or `None` when its source is not on this machine (OCaml
-/// 5.2.0 comes from ../shared/sources): then a line on stderr says it was not covered.
-pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
-    record_toolchain_use(toolchain);
-    static DIRS: std::sync::Mutex<Vec<(String, Option<PathBuf>)>> = std::sync::Mutex::new(Vec::new());
-    let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, dir)) = dirs.iter().find(|(t, _)| t == toolchain) {
-        return dir.clone();
-    }
-    let out = Command::new("bash")
-        .arg(repo().join("samples/build.sh"))
-        .arg(toolchain)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run samples/build.sh");
-    let dir = match out.status.code() {
-        Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())),
-        Some(3) => {
-            not_covered(&format!("OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)"));
-            None
-        }
-        _ => panic!("samples/build.sh {toolchain} failed"),
-    };
-    dirs.push((toolchain.to_string(), dir.clone()));
-    dir
-}
-
-/// The toolchains whose samples could be built here, with their sample directories.
-pub fn available_toolchains() -> Vec<(&'static str, PathBuf)> {
-    TOOLCHAINS.iter().filter_map(|&t| Some((t, toolchain_samples(t)?))).collect()
-}
-
-/// The OCaml 5.3.0 toolchain's prefix (scripts/ocaml-toolchain.sh).
-pub fn toolchain() -> PathBuf {
-    toolchain_prefix("5.3.0")
-}
-
-/// A toolchain's prefix (scripts/ocaml-toolchain.sh TOOLCHAIN).
-pub fn toolchain_prefix(toolchain: &str) -> PathBuf {
-    record_toolchain_use(toolchain);
-    let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(toolchain).output().expect("run ocaml-toolchain.sh");
-    assert!(out.status.success(), "scripts/ocaml-toolchain.sh {toolchain} failed");
-    PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
 }
 
 /// The programs memtrace/scripts/build-ocaml-programs.sh builds (memtrace itself, installed
@@ -373,6 +290,17 @@ pub fn wait_gone(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
 /// Kills the child when the test ends, however it ends (a failed assertion must not leave a
 /// busy program running, holding the test's output open).
 pub struct KillOnDrop(pub Child);
+
+/// The snapshots (`*.heapsnap`) in `dir`, by name (`heapsnap run` numbers them in order).
+pub fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("snapshot directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
+        .collect();
+    found.sort();
+    found
+}
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {

@@ -9,9 +9,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// A child process, killed when dropped.
-pub struct Running(pub Child);
+pub struct KillOnDrop(pub Child);
 
-impl Drop for Running {
+impl Drop for KillOnDrop {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -50,7 +50,7 @@ pub fn three_snapshots_of(name: &str, dir: &Path, extra: &[&str]) -> Vec<PathBuf
         .dies_with_test()
         .spawn()
         .expect("start heapsnap run");
-    let mut running = Running(child);
+    let mut running = KillOnDrop(child);
     let mut stdin = running.0.stdin.take();
     let lines = lines_of(running.0.stdout.take().expect("piped stdout"));
     let deadline = Instant::now() + Duration::from_secs(120);

@@ -68,7 +68,7 @@ fn annotate(snap: &Path, args: &[&str], path_first: Option<&Path>, cache: &Path)
 /// The units whose module-block fields the snapshot's names name.
 fn named_units(snap: &Path) -> BTreeSet<String> {
     let snap = Snapshot::open(snap).unwrap();
-    let names = heapsnap_analyze::names::Names::new(&snap);
+    let names = heapsnap_analyze::Names::new(&snap);
     let mut units = BTreeSet::new();
     for r in snap.roots().iter().filter(|r| r.root_kind() == RootKind::Global) {
         let Some(symbol) = snap.string(r.name) else { continue };

@@ -284,7 +284,7 @@ fn dump_stores_names_and_reports_use_them() {
         dump_ok(s.pid(), &snap_path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", build.to_str().unwrap()]);
         drop(s);
         let snap = Snapshot::open(&snap_path).unwrap();
-        let names = heapsnap_analyze::names::Names::new(&snap);
+        let names = heapsnap_analyze::Names::new(&snap);
         let ocaml = names.ocaml().expect("the snapshot has names");
         let (units, _) = ocaml.counts();
         assert!(units > 10, "{toolchain}: {units} units");
@@ -452,7 +452,7 @@ fn ocaml_4_14_programs_get_names() {
         assert_eq!(done["units"], done["snapshot_units"], "{toolchain}: {done}");
 
         let snapshot = Snapshot::open(&snap).unwrap();
-        let names = heapsnap_analyze::names::Names::new(&snapshot);
+        let names = heapsnap_analyze::Names::new(&snapshot);
         let labels: Vec<String> =
             snapshot.roots().iter().filter(|r| r.root_kind() == RootKind::Global).map(|r| names.root_label(r)).collect();
         let ours: Vec<&String> = labels.iter().filter(|l| l.starts_with("Typed_values.")).collect();

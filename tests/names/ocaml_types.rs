@@ -4,7 +4,7 @@
 //! every 5.x toolchain; the reports (`top --by type`, `path`, `inspect`, `dominators`) show the same.
 
 use crate::dump_support::*;
-use heapsnap_analyze::{AnalysedHeap, Analysis, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, HeapFacts, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -171,22 +171,22 @@ fn the_compiler_mid_compilation_is_typed() {
 
 /// The typing walk runs on every core unless blocks are reached with two types: its result
 /// must be the one-core walk's, block for block.
-fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::typed::Typing) {
-    let serial = heapsnap_analyze::typed::Typing::compute_on_one_core(a).expect("typed");
+fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
+    let serial = heapsnap_analyze::Typing::compute_on_one_core(a).expect("typed");
     assert_eq!((serial.typed_objects, serial.typed_bytes), (typing.typed_objects, typing.typed_bytes));
     assert_eq!((serial.conflicts, serial.mismatches), (typing.conflicts, typing.mismatches));
     for v in 0..a.graph.offsets.len().saturating_sub(1) as u32 {
-        let name = |t: &heapsnap_analyze::typed::Typing| t.type_name(t.type_id(v)).map(str::to_string);
+        let name = |t: &heapsnap_analyze::Typing| t.type_name(t.type_id(v)).map(str::to_string);
         assert_eq!(name(&serial), name(typing), "node {v}");
     }
 }
 
 /// What the analysis index saves of a typing (every node's type id, the types as JSON) reads
 /// back as the same typing: every node's type, constructor and field names.
-fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::typed::Typing) {
+fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
     let json = serde_json::to_vec(&typing.saved()).unwrap();
     let env = &a.names.ocaml().expect("names").env;
-    let back = heapsnap_analyze::typed::Typing::from_saved(env, typing.node_types().to_vec(), serde_json::from_slice(&json).unwrap())
+    let back = heapsnap_analyze::Typing::from_saved(env, typing.node_types().to_vec(), serde_json::from_slice(&json).unwrap())
         .expect("the saved typing fits the snapshot's names");
     assert_eq!((back.typed_objects, back.conflicts, back.mismatches), (typing.typed_objects, typing.conflicts, typing.mismatches));
     for v in 0..a.graph.offsets.len().saturating_sub(1) as u32 {
@@ -199,8 +199,8 @@ fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::t
     }
     // A saved typing of other names (a type id past its types) is not trusted.
     let mut wrong = typing.node_types().to_vec();
-    if let Some(t) = wrong.iter_mut().find(|t| **t != heapsnap_analyze::typed::NO_TYPE) {
+    if let Some(t) = wrong.iter_mut().find(|t| **t != heapsnap_analyze::NO_TYPE) {
         *t = typing.type_count() as u32 + 5;
     }
-    assert!(heapsnap_analyze::typed::Typing::from_saved(env, wrong, typing.saved()).is_none());
+    assert!(heapsnap_analyze::Typing::from_saved(env, wrong, typing.saved()).is_none());
 }

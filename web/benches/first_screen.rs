@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn snapshot_for(millions: f64) -> PathBuf {
-    heapsnap_analyze::synth::bench_large_heap(env!("CARGO_MANIFEST_DIR"), millions)
+    heapsnap_testkit::bench::bench_large_heap(millions)
 }
 
 /// One GET as a browser sends it (a new connection each time, the worst case); the body.
@@ -84,11 +84,8 @@ fn first_screen(path: &Path) -> (f64, f64) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let default_sizes = if args.iter().any(|a| a == "--bench") { "1,10" } else { "0.05" };
-    let sizes: Vec<f64> =
-        value("--sizes").unwrap_or_else(|| default_sizes.into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
-    heapsnap_analyze::mem::tune_allocator();
+    let sizes = heapsnap_testkit::bench::sizes(&args);
+    heapsnap_analyze::tune_allocator();
     println!("{:>9} {:>10} | {:>13} {:>11} | {:>6}", "objects", "index MiB", "first screen", "dominators", "goal");
     for millions in sizes {
         let path = snapshot_for(millions);

@@ -1,12 +1,9 @@
 //! The JSON answers of `/api/...`, each from a snapshot's index.
 
 use crate::App;
-use heapsnap_analyze::blocks::{NodeId, Target};
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::paths::PathQuery;
 use heapsnap_analyze::sites::report::site_top;
 use heapsnap_analyze::sites::Sites;
-use heapsnap_analyze::AnalysedHeap;
+use heapsnap_analyze::{AnalysedHeap, GroupBy, HeapFacts, NodeId, PathQuery, PointsTo};
 use heapsnap_index::IndexView;
 use serde_json::{json, Value};
 
@@ -86,7 +83,7 @@ pub fn answer(app: &App, route: &str, query: &[(String, String)]) -> Answer {
     }
 }
 
-/// The flame graph (SVG) of snapshot `snapshot`, stacked `by` (`root`, `kind`, `tag` or
+/// The flame graph (SVG) of snapshot `snapshot`, stacked `by` (`root`, `kind`, `reserved` or
 /// `closure`). Not `s`: inferno's script reads `s` from its URL as a search term.
 pub fn flame(app: &App, query: &[(String, String)]) -> Result<std::sync::Arc<Vec<u8>>, (u16, String)> {
     let s: usize = number(query, "snapshot", 0)?;
@@ -117,7 +114,7 @@ fn object(view: &IndexView<'_>, node: NodeId) -> Answer {
         // The super-root and the root kinds: no block, their children are the view.
         return Ok(json!({ "node": tree_row(view, node), "chain": chain }));
     };
-    let inspection = heapsnap_analyze::inspect::inspect(view, address, 256).map_err(|e| (404, e.to_string()))?;
+    let inspection = heapsnap_analyze::inspect(view, address, 256).map_err(|e| (404, e.to_string()))?;
     let links: Vec<Value> = inspection
         .fields
         .iter()
@@ -127,14 +124,14 @@ fn object(view: &IndexView<'_>, node: NodeId) -> Answer {
                 return None;
             }
             match view.resolve(raw) {
-                Target::Node(n) => Some(json!({ "index": f.index, "node": n })),
+                PointsTo::Node(n) => Some(json!({ "index": f.index, "node": n })),
                 _ => None,
             }
         })
         .collect();
     let referrers: Vec<Value> =
         view.referrers(node, 16).into_iter().map(|u| json!({ "node": u, "description": view.with_address(u) })).collect();
-    let paths = heapsnap_analyze::paths::paths(view, &PathQuery::Address(address), 1, 10).map_err(|e| (404, e.to_string()))?;
+    let paths = heapsnap_analyze::paths(view, &PathQuery::Address(address), 1, 10).map_err(|e| (404, e.to_string()))?;
     Ok(json!({
         "node": tree_row(view, node),
         "inspection": inspection,

@@ -3,8 +3,7 @@
 //! the one view the index cannot answer (it needs the graph's fields): the first look at a big
 //! snapshot takes an analysis.
 
-use heapsnap_analyze::groups::GroupBy;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_export::flame::folded;
 use heapsnap_export::svg::write_svg;
 use heapsnap_format::Snapshot;

@@ -1,7 +1,7 @@
 //! Groups across snapshots: the same group (by name) in each snapshot, its figures and their
 //! growth, and the leak suspects among them.
 
-use crate::groups::Group;
+use crate::model::Group;
 use serde::Serialize;
 use std::collections::HashMap;
 

@@ -4,9 +4,9 @@
 //! column of figures per snapshot (zero where a snapshot lacks it). The labels of typed shapes'
 //! fields are kept by shape name, for the steps' texts.
 
-use super::classify::EDGE_ANY;
-use super::classify::{Edge, EDGE_ROOT};
-use super::trie::{describe_named_chain, labels_by_name, SigTrie, StepText};
+use crate::signatures::classify::EDGE_ANY;
+use crate::signatures::classify::{Edge, EDGE_ROOT};
+use crate::signatures::trie::{describe_named_chain, labels_by_name, SigTrie, StepText};
 use rustc_hash::FxHashMap;
 
 #[derive(Clone, Debug)]
@@ -138,7 +138,7 @@ impl MergedTrie {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::diff::classify::EDGE_ANY;
+    use crate::signatures::classify::EDGE_ANY;
 
     #[test]
     fn same_structure_matches_through_different_ids() {
@@ -185,6 +185,9 @@ mod tests {
         let steps = m.steps(m1[payload as usize]);
         let edges: Vec<&str> = steps.iter().map(|s| s.edge.as_str()).collect();
         assert_eq!(edges, ["root", "", ".0", ".payload"], "a tuple's or a constructor's unnamed field stays .N");
-        assert_eq!(crate::diff::trie::signature_text(&steps, false), "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string");
+        assert_eq!(
+            crate::signatures::trie::signature_text(&steps, false),
+            "M.items -> Cons : M.entry list -> .0 M.entry -> .payload string"
+        );
     }
 }

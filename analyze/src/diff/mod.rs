@@ -5,17 +5,17 @@
 //! next. The diff compares what is stable:
 //!
 //! * **groups** (by tag, kind, closure or root), matched by name: their count, shallow and
-//!   retained bytes in each snapshot ([`groups`]);
+//!   retained bytes in each snapshot (`groups`);
 //! * **places** in the dominator tree, matched by path signature: a root's name, then the chain
 //!   of fields and shapes, array indices folded to `[*]` and runs of one shape folded into one
-//!   step ([`trie`], [`domtrie`], [`merge`], [`places`]); when every snapshot has OCaml names,
+//!   step ([`crate::signatures`], `merge`, `places`); when every snapshot has OCaml names,
 //!   typed blocks are their types and their fields are named by their labels;
 //! * with three snapshots or more, **leak suspects**: the groups whose count grew at every
 //!   step, each with the shortest retainer paths of its members merged by signature, and how
-//!   many members each path gained from the first snapshot to the last ([`suspect_paths`]).
+//!   many members each path gained from the first snapshot to the last (`suspect_paths`).
 //!
 //! Snapshots of different programs, builds, OCaml versions or header layouts are refused
-//! ([`compat`]). Two snapshots are analysed at a time, concurrently.
+//! ([`check_pair`]). Two snapshots are analysed at a time, concurrently.
 //!
 //! ```no_run
 //! use heapsnap_analyze::diff::{diff, DiffOptions, Input};
@@ -29,30 +29,27 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-pub mod classify;
-pub mod compat;
-pub mod domtrie;
-pub mod groups;
-pub mod merge;
-pub mod places;
-pub mod profile;
-pub mod shape;
-pub mod suspect_paths;
-pub mod trie;
+mod compat;
+mod groups;
+mod merge;
+mod places;
+mod profile;
+mod suspect_paths;
 
 #[cfg(test)]
 mod tests;
 
-use crate::groups::GroupBy;
+use crate::error::AnalyzeError;
+use crate::model::GroupBy;
 use crate::progress::Progress;
-use crate::AnalyzeError;
+use crate::signatures::trie;
 use heapsnap_format::Snapshot;
 use merge::MergedTrie;
 use profile::{profile, Kept, Profile};
 use serde::Serialize;
 use std::time::Instant;
 
-pub use compat::Incompatibility;
+pub use compat::{check_pair, warnings, Incompatibility};
 pub use groups::GroupDiff;
 pub use places::Place;
 
@@ -212,7 +209,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     }
 
     let t = Instant::now();
-    let group_lists: Vec<&[crate::groups::Group]> = profiles.iter().map(|p| p.groups.as_slice()).collect();
+    let group_lists: Vec<&[crate::model::Group]> = profiles.iter().map(|p| p.groups.as_slice()).collect();
     let all_groups = groups::diff_groups(&group_lists);
     let mut suspect_groups = groups::suspects(&all_groups, opts.min_growth);
     suspect_groups.truncate(opts.max_suspects);

@@ -5,9 +5,9 @@
 //! gains members (a list's cells, a table's bucket chains). A place whose growth no single child
 //! explains (its own objects grew, or the growth is spread thin) is reported as well.
 
-use super::classify::EDGE_ROOT;
 use super::merge::MergedTrie;
-use super::trie::{signature_text, StepText};
+use crate::signatures::classify::EDGE_ROOT;
+use crate::signatures::trie::{signature_text, StepText};
 use serde::Serialize;
 
 /// One step of a place's signature, with its figures.

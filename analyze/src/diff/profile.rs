@@ -2,15 +2,15 @@
 //! signature (a few kilobytes to megabytes, whatever the heap's size). The first and last
 //! snapshots of a series of three or more are also kept analysed, for the suspects' paths.
 
-use super::classify::EDGE_ROOT;
-use super::classify::{classify_with_types, Classified};
-use super::domtrie::{dominator_trie, DomTrie};
-use super::trie::SigTrie;
-use crate::analysed::AnalysedHeap;
-use crate::analysis::Analysis;
-use crate::groups::{Group, GroupBy};
+use crate::analysed_heap::AnalysedHeap;
+use crate::error::AnalyzeError;
+use crate::full_analysis::Analysis;
+use crate::model::{Group, GroupBy};
 use crate::progress::Progress;
-use crate::AnalyzeError;
+use crate::signatures::classify::EDGE_ROOT;
+use crate::signatures::classify::{classify_with_types, Classified};
+use crate::signatures::domtrie::{dominator_trie, DomTrie};
+use crate::signatures::trie::SigTrie;
 use heapsnap_format::Snapshot;
 use std::time::Instant;
 
@@ -82,7 +82,7 @@ pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
     out
 }
 
-/// The groups, as `groups::groups` lists them: largest retained first.
+/// The groups, as `Analysis::group_by` lists them: largest retained first.
 pub(super) fn group_list(c: &Classified, retained: &[u64]) -> Vec<Group> {
     let t = &c.groups;
     let mut out: Vec<Group> = (0..t.keys.len())

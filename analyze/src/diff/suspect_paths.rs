@@ -2,17 +2,17 @@
 //!
 //! One breadth-first search from the roots over strong references (as `heapsnap path` does)
 //! gives every reachable object a shortest path; its signature (root, then fields and shapes,
-//! folded as in [`super::trie`]) is built as the search discovers it. Members of the suspect
+//! folded as in [`crate::signatures::trie`]) is built as the search discovers it. Members of the suspect
 //! groups are counted per signature. Done on the first and the last snapshot, the counts say
 //! how many members each chain gained: objects cannot be matched by address across snapshots,
 //! so "new objects" of a chain are the growth of its member count.
 
-use super::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
-use super::trie::SigTrie;
-use crate::analysis::Analysis;
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
+use crate::full_analysis::Analysis;
 use crate::graph::SUPER_ROOT;
-use crate::groups::GroupBy;
+use crate::model::GroupBy;
+use crate::signatures::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
+use crate::signatures::trie::SigTrie;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
@@ -61,7 +61,7 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
     sig[SUPER_ROOT as usize] = NOT_BLOCK;
     // The block of the last referrer whose fields were needed (a BFS meets its children in a row).
     let mut ublock: Option<(NodeId, Option<BlockRef<'_>>)> = None;
-    crate::paths::strong_bfs(a, |u, t| {
+    crate::walks::strong_bfs(&a.graph, |u, t| {
         let pt = tree.pre_of[t as usize];
         let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
         if u == SUPER_ROOT || shape == NO_CLASS {

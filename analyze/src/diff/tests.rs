@@ -1,8 +1,8 @@
-//! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by [`crate::synth`]).
+//! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by `heapsnap_testkit::synth`).
 
 use super::*;
-use crate::synth::{Space, SynthHeap, Value};
 use heapsnap_format::{Metadata, SnapshotWriter, Trigger};
+use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use std::path::{Path, PathBuf};
 
 /// Bytes of one cache entry: bucket cell {key; entry; next} 32, key "req-NNNNNN" 24, entry
@@ -263,8 +263,7 @@ fn incompatible_snapshots_are_refused() {
 
 #[test]
 fn groups_agree_with_the_analysers_groups() {
-    use crate::groups::groups;
-    use crate::synth::addresses::CODE_BASE;
+    use heapsnap_testkit::synth::addresses::CODE_BASE;
     let dir = tempfile::tempdir().unwrap();
     for reserved in [0u8, 8] {
         let mut h = cache_heap(300, 10, 5);
@@ -295,14 +294,14 @@ fn groups_agree_with_the_analysers_groups() {
         h.add_root(heapsnap_format::RootKind::LocalRoot, Value::Ptr(young), "", 0);
         let path = write(dir.path(), &format!("g{reserved}.heapsnap"), &h);
         let snap = Snapshot::open(&path).unwrap();
-        let a = crate::Analysis::new(&snap, &Progress::hidden()).unwrap();
+        let a = crate::full_analysis::Analysis::new(&snap, &Progress::hidden()).unwrap();
         for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Reserved, GroupBy::Root] {
-            let Ok(expected) = groups(&a, by) else {
+            let Ok(expected) = a.group_by(by) else {
                 assert!(by == GroupBy::Reserved && reserved == 0, "{by:?} refused with {reserved} reserved bits");
                 continue;
             };
-            let c = classify::classify(&a, by);
-            let dom = domtrie::dominator_trie(&a, &c);
+            let c = crate::signatures::classify::classify(&a, by);
+            let dom = crate::signatures::domtrie::dominator_trie(&a, &c);
             let ours = if by == GroupBy::Root { profile::root_group_list(&dom) } else { profile::group_list(&c, &dom.group_retained) };
             assert_eq!(ours, expected, "{by:?} with {reserved} reserved bits");
         }

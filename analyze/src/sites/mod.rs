@@ -14,10 +14,10 @@
 
 pub mod report;
 
-use crate::analysed::AnalysedHeap;
-use crate::blocks::{NodeId, Target};
+use crate::analysed_heap::AnalysedHeap;
+use crate::blocks::{NodeId, PointsTo};
+use crate::error::AnalyzeError;
 use crate::names::function_name;
-use crate::AnalyzeError;
 use heapsnap_format::{MemprofRecord, Snapshot, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET};
 use heapsnap_memtrace::Trace;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -332,7 +332,7 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
             return None;
         }
         match self.a.resolve(e.block) {
-            Target::Node(n) if self.a.address(n) == Some(e.block) => Some(n),
+            PointsTo::Node(n) if self.a.address(n) == Some(e.block) => Some(n),
             _ => None,
         }
     }
@@ -373,7 +373,7 @@ impl<'a, 's, A: AnalysedHeap<'s>> Join<'a, 's, A> {
     }
 
     fn decode_callstack(&mut self, value: u64) -> Option<u32> {
-        let Target::Node(n) = self.a.resolve(value) else { return None };
+        let PointsTo::Node(n) = self.a.resolve(value) else { return None };
         let b = self.a.block(n).filter(|b| b.address == value && b.header.tag == 0 && !b.fields.is_empty())?;
         let mut frames = Vec::new();
         for &slot in b.fields {

@@ -3,7 +3,7 @@
 //! snapshot to the next). JSON schemas in REPORTS.md.
 
 use super::{JoinStats, SiteFrame, Sites};
-use crate::analysed::AnalysedHeap;
+use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::NodeId;
 use crate::graph::SUPER_ROOT;
 use rustc_hash::FxHashMap;

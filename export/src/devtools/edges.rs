@@ -8,11 +8,7 @@
 //! per root record, named as reports name roots (`Cache_leak.1`), `weak` for weak roots.
 
 use super::strings::StringTable;
-use heapsnap_analyze::blocks::{BlockRef, NodeId, Target};
-use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::typed::Typing;
-use heapsnap_analyze::{AnalysedHeap, Analysis};
+use heapsnap_analyze::{ocaml, AnalysedHeap, Analysis, BlockRef, HeapGraph, NodeId, PointsTo, Typing, SUPER_ROOT};
 use rustc_hash::FxHashMap;
 
 /// DevTools' edge types, in V8's order (`snapshot.meta.edge_types[0]`).
@@ -64,7 +60,7 @@ impl<'a, 's> Edges<'a, 's> {
             if !ocaml::is_pointer(r.value) {
                 continue;
             }
-            if let Target::Node(target) = a.graph.blocks.resolve(r.value) {
+            if let PointsTo::Node(target) = a.graph.blocks.resolve(r.value) {
                 let root = RootRef { label: table.intern(&a.names.root_label(r)), target };
                 if r.is_weak() {
                     weak_roots[k].push(root);
@@ -129,7 +125,7 @@ impl<'a, 's> Edges<'a, 's> {
         fields.clear();
         if tag != ocaml::CONT_TAG {
             b.header.scanned_fields(b.fields, |i, w| {
-                if let Target::Node(t) = g.blocks.resolve(w) {
+                if let PointsTo::Node(t) = g.blocks.resolve(w) {
                     fields.push((i as u32, t));
                 }
             });
@@ -154,7 +150,7 @@ impl<'a, 's> Edges<'a, 's> {
             } else if conditions && g.is_condition_edge(v, t) {
                 f(INTERNAL, self.ephemeron_data, s);
             } else if let Some(i) = (tag == ocaml::ABSTRACT_TAG)
-                .then(|| b.fields.iter().position(|&w| ocaml::is_pointer(w) && g.blocks.resolve(w) == Target::Node(t)))
+                .then(|| b.fields.iter().position(|&w| ocaml::is_pointer(w) && g.blocks.resolve(w) == PointsTo::Node(t)))
                 .flatten()
             {
                 f(ELEMENT, i as u32, s);

@@ -14,8 +14,7 @@
 //! object gets its address's id unless the baseline's export uses that id (for an object that
 //! may be gone, or moved elsewhere), else the next id neither uses.
 
-use heapsnap_analyze::blocks::NodeId;
-use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
+use heapsnap_analyze::{HeapGraph, NodeId, SUPER_ROOT};
 use rayon::prelude::*;
 use rustc_hash::FxHashSet;
 

@@ -26,12 +26,7 @@
 //! those that moved where no path, referrer or contents tell them apart (the cells of a list
 //! whose items are all alike, after a compaction).
 
-use heapsnap_analyze::blocks::{BlockRef, NodeId, Target, NO_NODE};
-use heapsnap_analyze::dominators::DominatorTree;
-use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::names::root_label;
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::Analysis;
+use heapsnap_analyze::{ocaml, root_label, Analysis, BlockRef, DominatorTree, HeapGraph, NodeId, PointsTo, NO_NODE};
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
@@ -99,7 +94,7 @@ impl<'a, 's> Side<'a, 's> {
             return None;
         }
         match self.graph.blocks.resolve(w) {
-            Target::Node(t) => Some(t),
+            PointsTo::Node(t) => Some(t),
             _ => None,
         }
     }
@@ -164,7 +159,7 @@ fn unique_roots(a: &Analysis<'_>) -> FxHashMap<String, Option<NodeId>> {
         if r.is_weak() || !ocaml::is_pointer(r.value) {
             continue;
         }
-        let Target::Node(t) = a.graph.blocks.resolve(r.value) else { continue };
+        let PointsTo::Node(t) = a.graph.blocks.resolve(r.value) else { continue };
         by_label.entry(root_label(a.snap, r)).and_modify(|e| *e = None).or_insert(Some(t));
     }
     by_label
@@ -334,7 +329,7 @@ pub fn match_objects(old: &Analysis<'_>, old_order: &[NodeId], new: &Analysis<'_
             continue;
         }
         let Some(address) = new.address(n) else { continue };
-        if let Target::Node(o) = old.graph.blocks.resolve(address) {
+        if let PointsTo::Node(o) = old.graph.blocks.resolve(address) {
             if old.address(o) == Some(address) && m.try_match(o, n, Rule::Address) {
                 m.propagate();
             }

@@ -26,9 +26,7 @@ pub mod traces;
 use crate::output::AtomicFile;
 use crate::ExportError;
 use edges::{exported_nodes, Edges, EDGE_TYPES};
-use heapsnap_analyze::blocks::NodeId;
-use heapsnap_analyze::graph::HeapGraph;
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, HeapGraph, NodeId, Progress};
 use nodes::{name_nodes, NodeNames, NODE_TYPES};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -203,7 +201,7 @@ pub fn export_with(
     progress: &Progress,
 ) -> Result<DevtoolsReport, ExportError> {
     let start = std::time::Instant::now();
-    let timer = heapsnap_analyze::progress::PhaseTimer::start("devtools");
+    let timer = heapsnap_analyze::PhaseTimer::start("devtools");
     let (order, slot_of) = exported_nodes(a);
     let step = progress.step("devtools: naming nodes", 0);
     let mut previews = limits.string_preview;

@@ -7,14 +7,9 @@
 
 use super::strings::StringTable;
 use super::sweep::{for_each_block, freeable};
-use heapsnap_analyze::blocks::NodeId;
-use heapsnap_analyze::graph::{HeapGraph, SUPER_ROOT};
-use heapsnap_analyze::groups::{key_name, kind_key, GroupKey};
-use heapsnap_analyze::names::string_preview;
-use heapsnap_analyze::ocaml;
-use heapsnap_analyze::structures::Structure;
-use heapsnap_analyze::typed::{Typing, NO_TYPE};
-use heapsnap_analyze::{AnalysedHeap, Analysis};
+use heapsnap_analyze::{
+    key_name, kind_key, ocaml, string_preview, AnalysedHeap, Analysis, GroupKey, HeapGraph, NodeId, Structure, Typing, NO_TYPE, SUPER_ROOT,
+};
 use heapsnap_format::RootKind;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;

@@ -2,7 +2,7 @@
 //! block in log time; the export reads every block several times, and a pass over the
 //! regions' blocks in node order (which the export's node order is) costs a fraction of that.
 
-use heapsnap_analyze::blocks::{BlockMap, BlockRef, NodeId};
+use heapsnap_analyze::{BlockMap, BlockRef, NodeId};
 
 /// Calls `f(i, block)` for each `nodes[i]` that is a block; `nodes` ascending.
 pub fn for_each_block<'s>(blocks: &BlockMap<'s>, nodes: &[NodeId], mut f: impl FnMut(usize, BlockRef<'s>)) {
@@ -43,8 +43,8 @@ pub fn freeable(blocks: &BlockMap<'_>, b: &BlockRef<'_>) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    use heapsnap_analyze::synth::large_heap_shape;
     use heapsnap_analyze::{Analysis, Progress};
+    use heapsnap_testkit::synth::large_heap_shape;
 
     #[test]
     fn the_sweep_finds_what_lookups_find() {

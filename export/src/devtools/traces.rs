@@ -8,9 +8,8 @@
 //! `trace_node_id` is its stack's innermost tree node (0 for other nodes).
 
 use super::strings::StringTable;
-use heapsnap_analyze::blocks::NodeId;
 use heapsnap_analyze::sites::Sites;
-use heapsnap_analyze::AnalysedHeap;
+use heapsnap_analyze::{AnalysedHeap, NodeId};
 use rustc_hash::FxHashMap;
 
 /// The trace tree's root has function 0, `(root)`.

@@ -233,7 +233,7 @@ async function showSites(depth = 1) {
 
 // The flame graph: inferno's SVG in an <object>, so its own script (zoom on click, search) runs.
 function showFlame(by = "root") {
-  const select = el("select", { id: "flame-by" }, ["root", "kind", "tag", "closure"].map(b => el("option", { value: b }, b)));
+  const select = el("select", { id: "flame-by" }, ["root", "kind", "reserved", "closure"].map(b => el("option", { value: b }, b)));
   select.value = by;
   select.onchange = () => showFlame(select.value);
   const graph = el("object", { id: "flame-graph", type: "image/svg+xml", data: `flame.svg?token=${token}&snapshot=${snapshot}&by=${by}` });

@@ -16,7 +16,7 @@
 //! empty signature (above the roots).
 
 use super::classify::{Edge, EDGE_ANY, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP};
-use crate::structures::{Role, Structure};
+use crate::model::{Role, Structure};
 use rustc_hash::FxHashMap;
 
 /// Steps after the root that a signature records.

@@ -14,8 +14,8 @@
 
 use super::classify::{Classified, EDGE_TOP, NO_CLASS, NO_GROUP};
 use super::trie::SigTrie;
-use crate::analysis::Analysis;
 use crate::dominators::DominatorTree;
+use crate::full_analysis::Analysis;
 
 /// Marks the super-root and root-kind nodes in the signature array.
 pub const NOT_A_BLOCK: u32 = u32::MAX;
@@ -74,7 +74,7 @@ fn signatures(a: &Analysis<'_>, c: &Classified) -> (SigTrie, Vec<u32>, Vec<u64>)
         let d = tree.idom_pre[p] as usize;
         let (s, head) = if sig_pre[d] == NOT_A_BLOCK {
             // A top object (a root kind or the super-root dominates it), named by its roots.
-            let root = trie.root(&crate::groups::top_label(a, preorder[p]));
+            let root = trie.root(&a.top_label(preorder[p]));
             while top_bytes.next_if(|&&(q, _)| (q as usize) < p).is_some() {}
             if let Some(&(_, bytes)) = top_bytes.next_if(|&&(q, _)| q as usize == p) {
                 let label = trie.nodes[root as usize].label as usize;

@@ -10,11 +10,12 @@
 //!
 //! Known structures (`Hashtbl`, `list cell`, ...) are named as everywhere, by [`crate::structures`].
 
-use crate::analysis::Analysis;
 use crate::blocks::{BlockMap, BlockRef};
-use crate::groups::{key_name, kind_key, GroupKey};
-use crate::ocaml;
-use crate::typed::{Typing, NO_TYPE};
+use crate::full_analysis::Analysis;
+use crate::groups::{key_name, kind_key};
+use crate::model::{GroupKey, NO_TYPE};
+use crate::typed::Typing;
+use heapsnap_values as ocaml;
 
 /// Blocks with more fields than this are arrays for signatures: their field indices are folded
 /// to `[*]` and their size is left out of their shape.
@@ -35,7 +36,7 @@ pub enum ShapeKey {
 }
 
 /// The typed shape of a block, when it has a type that says more than its kind: as
-/// [`crate::AnalysedHeap::type_label`], strings, floats and custom blocks are left to their kind.
+/// [`crate::analysed_heap::AnalysedHeap::type_label`], strings, floats and custom blocks are left to their kind.
 #[inline]
 pub fn typed_shape(typing: &Typing, b: &BlockRef<'_>) -> Option<ShapeKey> {
     let ty = typing.type_id(b.node);

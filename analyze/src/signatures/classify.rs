@@ -1,7 +1,7 @@
 //! One parallel pass over the blocks of an analysed snapshot, for everything the diff needs per
 //! block:
 //!
-//! * the block's **class**: its group (as [`crate::groups::groups`] would put it, for `reserved`,
+//! * the block's **class**: its group (as the groupings would put it, for `reserved`,
 //!   `kind` and `closure`) and its shape (for signatures), as one id by preorder number;
 //! * every group's count and shallow bytes (reachable blocks only, as `groups`);
 //! * the **edge** that links each reachable block to its immediate dominator: which field of
@@ -15,14 +15,15 @@
 //! and each pass over ten million blocks costs a tenth of a second.
 
 use super::shape::{shape_key, shape_name, typed_shape, typed_shape_name, ShapeKey, FOLD_ABOVE_FIELDS};
-use crate::analysis::Analysis;
-use crate::blocks::{BlockMap, BlockRef, NodeId, Target, NO_NODE};
+use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo, NO_NODE};
 use crate::dominators::DominatorTree;
+use crate::full_analysis::Analysis;
 use crate::graph::HeapGraph;
-use crate::groups::{key_for, key_name, GroupBy, GroupKey};
-use crate::ocaml;
+use crate::groups::{key_for, key_name};
+use crate::model::{GroupBy, GroupKey, NO_TYPE};
 use crate::structures;
-use crate::typed::{Typing, NO_TYPE};
+use crate::typed::Typing;
+use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 use std::sync::Mutex;
@@ -276,7 +277,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                     };
                     let p = tree.pre_of[b.node as usize];
                     if p == NO_NODE {
-                        continue; // unreachable: counted in no group (as `groups::groups`)
+                        continue; // unreachable: counted in no group (as `Analysis::group_by`)
                     }
                     count += 1;
                     bytes += b.header.bytes();
@@ -432,12 +433,12 @@ pub fn edge_to(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId, mode: EdgeMo
 pub fn field_pointing(blocks: &BlockMap<'_>, b: &BlockRef<'_>, to: NodeId) -> Option<usize> {
     let mut found = None;
     b.header.scanned_fields(b.fields, |i, v| {
-        if found.is_none() && blocks.resolve(v) == Target::Node(to) {
+        if found.is_none() && blocks.resolve(v) == PointsTo::Node(to) {
             found = Some(i);
         }
     });
     if found.is_none() && b.header.tag == ocaml::ABSTRACT_TAG {
-        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && blocks.resolve(v) == Target::Node(to));
+        found = b.fields.iter().position(|&v| ocaml::is_pointer(v) && blocks.resolve(v) == PointsTo::Node(to));
     }
     found.filter(|&i| i < FIELD_EDGES)
 }

@@ -1,15 +1,27 @@
-//! One analysed snapshot: the graph, its dominator tree with retained sizes, and names.
+//! The full analysis of one snapshot: the graph, its dominator tree with retained sizes, and
+//! names, with the caches of what the reports compute from them (root labels, block kinds, the
+//! dominator tree's children, types). It answers the heap facts and the analysed-heap trait
+//! from the graph.
 
-use crate::analysed::AnalysedHeap;
-use crate::blocks::{NodeId, NO_NODE};
+use crate::analysed_heap::AnalysedHeap;
+use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo, NO_NODE};
 use crate::dominators::{self, Csr, DominatorTree};
+use crate::error::AnalyzeError;
+use crate::facts::HeapFacts;
 use crate::graph::{HeapGraph, SUPER_ROOT};
+use crate::groups::{self, BlockKinds};
 use crate::mem::Scatter;
+use crate::model::{Group, GroupBy, GroupKey, NodeKind, RootShare};
 use crate::names::Names;
 use crate::progress::{PhaseTimer, Progress};
-use crate::AnalyzeError;
+use crate::retainers::Retainers;
+use crate::typed::Typing;
+use crate::walks;
 use heapsnap_format::{RegionKind, Snapshot};
+use heapsnap_values::HeaderLayout;
 use rayon::prelude::*;
+use std::borrow::Cow;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 pub struct Analysis<'s> {
@@ -22,22 +34,14 @@ pub struct Analysis<'s> {
     /// Module block address -> module name, from the `global` roots (slot - 8 * field index).
     modules: rustc_hash::FxHashMap<u64, &'s str>,
     /// Which roots retain what, computed when a report first needs it.
-    retainers: std::sync::OnceLock<crate::retainers::Retainers>,
+    retainers: OnceLock<Retainers>,
     /// Every block's kind, found when a grouping or the index first needs it.
-    block_kinds: std::sync::OnceLock<crate::groups::BlockKinds>,
+    block_kinds: OnceLock<BlockKinds>,
     /// The dominator tree's children (offsets and preorder numbers, by preorder number),
     /// computed when a report first walks the tree.
-    children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
+    children: OnceLock<(Vec<u32>, Vec<u32>)>,
     /// The blocks' OCaml types, computed when a report first needs them.
-    pub(crate) typing: std::sync::OnceLock<Option<crate::typed::Typing>>,
-}
-
-/// What a node stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodeKind {
-    SuperRoot,
-    Roots(heapsnap_format::RootKind),
-    Block(RegionKind),
+    typing: OnceLock<Option<Typing>>,
 }
 
 impl<'s> Analysis<'s> {
@@ -74,13 +78,54 @@ impl<'s> Analysis<'s> {
     }
 
     /// The names of the top objects by their most stable roots, and each root's share.
-    pub fn retainers(&self) -> &crate::retainers::Retainers {
-        self.retainers.get_or_init(|| crate::retainers::Retainers::compute(self))
+    pub fn retainers(&self) -> &Retainers {
+        self.retainers.get_or_init(|| Retainers::compute(self.snap, &self.graph, &self.tree, &self.names))
     }
 
-    /// Every block's kind ([`crate::groups::BlockKinds`]).
-    pub fn block_kinds(&self) -> &crate::groups::BlockKinds {
-        self.block_kinds.get_or_init(|| crate::groups::BlockKinds::of(&self.graph.blocks, self.graph.node_count()))
+    /// Every block's kind ([`BlockKinds`]).
+    pub fn block_kinds(&self) -> &BlockKinds {
+        self.block_kinds.get_or_init(|| BlockKinds::of(&self.graph.blocks, self.graph.node_count()))
+    }
+
+    /// Groups, largest retained first. Errors when the snapshot cannot be grouped so
+    /// ([`GroupBy::check`]).
+    pub fn group_by(&self, by: GroupBy) -> Result<Vec<Group>, AnalyzeError> {
+        by.check(self.snap)?;
+        let (blocks, tree) = (&self.graph.blocks, &self.tree);
+        Ok(match by {
+            GroupBy::Root => groups::root_groups(blocks, tree, self.retainers(), self.labelled_tops()),
+            GroupBy::Kind | GroupBy::Closure => groups::kind_groups(blocks, tree, &self.names, self.block_kinds(), by),
+            GroupBy::Type => groups::type_groups(blocks, tree, AnalysedHeap::typing(self)),
+            GroupBy::Reserved => groups::reserved_groups(blocks, tree, &self.names),
+        })
+    }
+
+    /// Every top object (one whose immediate dominator is the super-root or a root kind) with
+    /// its label ([`Analysis::top_label`]), by preorder number: `(preorder number, label id)`
+    /// pairs, ascending, and the distinct labels.
+    pub fn labelled_tops(&self) -> (Vec<(u32, u32)>, Vec<String>) {
+        groups::labelled_tops(self.retainers(), &self.tree, self.graph.blocks.first_block_node, |v| self.describe(v))
+    }
+
+    /// The label of a top node (one whose immediate dominator is the super-root or a root
+    /// kind): its most stable roots ([`Retainers`]): `Module.field` for a global, `shared: A, B`
+    /// when several roots of the same stability reach it; else its description.
+    pub fn top_label(&self, v: NodeId) -> String {
+        match self.retainers().label(&self.tree, v) {
+            Some(label) => label.to_string(),
+            None => self.describe(v),
+        }
+    }
+
+    /// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
+    /// and their bytes: counted apart from every group.
+    pub fn unreachable(&self) -> (u64, u64) {
+        let blocks = &self.graph.blocks;
+        blocks
+            .block_regions()
+            .flat_map(|r| blocks.region_blocks(r))
+            .filter(|b| !self.tree.is_reachable(b.node))
+            .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()))
     }
 
     /// Children in the dominator tree, largest retained first (ties by node).
@@ -154,15 +199,143 @@ impl<'s> Analysis<'s> {
     /// The node of the block at `address` (its first field, or any address inside it).
     pub fn node_at(&self, address: u64) -> Result<NodeId, AnalyzeError> {
         match self.graph.blocks.resolve(address) {
-            crate::blocks::Target::Node(n) => Ok(n),
+            PointsTo::Node(n) => Ok(n),
             _ => {
                 // Accept the header's address, too.
                 match self.graph.blocks.resolve(address + 8) {
-                    crate::blocks::Target::Node(n) => Ok(n),
+                    PointsTo::Node(n) => Ok(n),
                     _ => Err(AnalyzeError::NoBlockAt(address)),
                 }
             }
         }
+    }
+}
+
+impl<'s> HeapFacts<'s> for Analysis<'s> {
+    fn snap(&self) -> &'s Snapshot {
+        self.snap
+    }
+
+    fn names(&self) -> &Names<'s> {
+        &self.names
+    }
+
+    fn layout(&self) -> &HeaderLayout {
+        &self.graph.blocks.layout
+    }
+
+    fn node_count(&self) -> usize {
+        self.graph.node_count()
+    }
+
+    fn node_kind(&self, v: NodeId) -> Option<NodeKind> {
+        Analysis::node_kind(self, v)
+    }
+
+    fn block(&self, v: NodeId) -> Option<BlockRef<'s>> {
+        self.graph.blocks.block(v)
+    }
+
+    fn module_of(&self, v: NodeId) -> Option<&'s str> {
+        Analysis::module_of(self, v)
+    }
+
+    fn resolve(&self, value: u64) -> PointsTo {
+        self.graph.blocks.resolve(value)
+    }
+
+    fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
+        self.graph.blocks.block_of_pointer(value)
+    }
+
+    fn block_map(&self) -> Option<&BlockMap<'s>> {
+        Some(&self.graph.blocks)
+    }
+
+    fn is_ephemeron(&self, v: NodeId) -> bool {
+        self.graph.ephemerons.iter().any(|e| e.node == v)
+    }
+
+    fn idom(&self, v: NodeId) -> Option<NodeId> {
+        Analysis::idom(self, v)
+    }
+
+    fn root_records(&self, v: NodeId) -> Vec<u32> {
+        self.graph.roots_of(v).iter().map(|r| r.record).collect()
+    }
+}
+
+impl<'s> AnalysedHeap<'s> for Analysis<'s> {
+    fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey {
+        groups::kind_key(&self.graph.blocks, b)
+    }
+
+    fn kinds(&self) -> Vec<GroupKey> {
+        use rayon::prelude::*;
+        let blocks = &self.graph.blocks;
+        let regions: Vec<usize> = blocks.block_regions().collect();
+        let keys: rustc_hash::FxHashSet<GroupKey> = regions
+            .into_par_iter()
+            .flat_map_iter(|r| blocks.region_blocks(r).map(|b| groups::kind_key(blocks, &b)).collect::<rustc_hash::FxHashSet<_>>())
+            .collect();
+        keys.into_iter().collect()
+    }
+
+    fn blocks_where(&self, keep: &(dyn Fn(&BlockRef<'s>) -> bool + Sync)) -> Vec<NodeId> {
+        use rayon::prelude::*;
+        let blocks = &self.graph.blocks;
+        let mut regions: Vec<usize> = blocks.block_regions().collect();
+        regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
+        regions.into_par_iter().flat_map_iter(|r| blocks.region_blocks(r).filter(|b| keep(b)).map(|b| b.node).collect::<Vec<_>>()).collect()
+    }
+
+    fn blocks_of_kinds(&self, kinds: &[GroupKey]) -> Vec<NodeId> {
+        let blocks = &self.graph.blocks;
+        self.blocks_where(&|b| kinds.contains(&groups::kind_key(blocks, b)))
+    }
+
+    fn retained(&self, v: NodeId) -> u64 {
+        Analysis::retained(self, v)
+    }
+
+    fn reachable_bytes(&self) -> u64 {
+        Analysis::reachable_bytes(self)
+    }
+
+    fn is_reachable(&self, v: NodeId) -> bool {
+        self.tree.is_reachable(v)
+    }
+
+    fn children(&self, v: NodeId) -> Vec<NodeId> {
+        Analysis::children(self, v)
+    }
+
+    fn top_label(&self, v: NodeId) -> String {
+        Analysis::top_label(self, v)
+    }
+
+    fn referrers(&self, v: NodeId, max: usize) -> Vec<NodeId> {
+        walks::referrers(&self.graph, v, max)
+    }
+
+    fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
+        Cow::Owned(walks::bfs_parents(&self.graph))
+    }
+
+    fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {
+        self.group_by(by).map(Cow::Owned)
+    }
+
+    fn root_shares(&self) -> Cow<'_, [RootShare]> {
+        Cow::Borrowed(&self.retainers().per_root)
+    }
+
+    fn unreachable(&self) -> (u64, u64) {
+        Analysis::unreachable(self)
+    }
+
+    fn typing(&self) -> Option<&Typing> {
+        self.typing.get_or_init(|| Typing::compute(self)).as_ref()
     }
 }
 

@@ -19,11 +19,11 @@
 //! [`SynthHeap::write`]. [`large_heap_shape`] builds the benchmark heap: the shape of
 //! `samples/large_heap.ml`.
 
-use crate::ocaml::{self, Colour, HeaderLayout, PoolGeometry};
 use heapsnap_format::{
     ColourEncoding, CustomOpsRecord, DomainInfo, FormatError, Metadata, RegionHeader, RegionKind, RootKind, RootRecord, SnapshotWriter,
     StrId, SymbolKind, SymbolRecord, Trigger, NO_DOMAIN,
 };
+use heapsnap_values::{self as ocaml, Colour, HeaderLayout, PoolGeometry};
 use std::path::Path;
 
 /// Bumped whenever the layout of generated snapshots changes (benchmarks cache them by it).
@@ -690,29 +690,4 @@ pub fn large_heap_shape(items: u64) -> LargeHeapShape {
     // The module block is static data that no pointer reaches: its fields are roots, it is no node.
     let objects = items * 7 + 3;
     LargeHeapShape { heap: h, items, objects }
-}
-
-/// The benchmarks' directory of generated snapshots, `<target>/heapsnap-bench/`, created if
-/// missing: the workspace's target directory (`CARGO_TARGET_DIR` when set), found from the
-/// calling crate's `CARGO_MANIFEST_DIR` (cargo runs benchmarks from the package's directory).
-pub fn bench_dir(manifest_dir: &str) -> std::path::PathBuf {
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| Path::new(manifest_dir).join("../target"));
-    let dir = target.join("heapsnap-bench");
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    dir
-}
-
-/// The benchmarks' [`large_heap_shape`] snapshot of about `millions` million objects (7 per
-/// item), in [`bench_dir`], generated the first time it is asked for.
-pub fn bench_large_heap(manifest_dir: &str, millions: f64) -> std::path::PathBuf {
-    let items = (millions * 1e6 / 7.0).round() as u64;
-    let path = bench_dir(manifest_dir).join(format!("large_heap_v{LAYOUT_VERSION}_{items}.heapsnap"));
-    if !path.exists() {
-        eprintln!("generating {} ({items} items)...", path.display());
-        let t = std::time::Instant::now();
-        large_heap_shape(items).heap.write(&path).expect("write snapshot");
-        eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
-    }
-    path
 }

@@ -1,0 +1,103 @@
+//! What the reports read of an analysed snapshot: the heap facts ([`HeapFacts`]) and what is
+//! computed from them (kinds, retained sizes, the dominator tree's children, groups, root
+//! shares, types). The full analysis (`Analysis`) answers it from the graph; the analysis index (crate
+//! `heapsnap-index`) answers it from what the first analysis saved. Each report (`dominators`,
+//! `path`, `inspect`, `top`) is written once, against this trait, so both give the same answer.
+
+use crate::blocks::{BlockRef, NodeId};
+use crate::error::AnalyzeError;
+use crate::facts::HeapFacts;
+use crate::model::{Group, GroupBy, GroupKey, NodeKind, RootShare};
+use crate::typed::Typing;
+use heapsnap_values as ocaml;
+use std::borrow::Cow;
+
+pub trait AnalysedHeap<'s>: HeapFacts<'s> {
+    /// What a block is ([`crate::groups::kind_key`]: a recognised structure, else its shape).
+    fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey;
+    /// The kind of a node's block (`None`: not a block).
+    fn kind_of_node(&self, v: NodeId) -> Option<GroupKey> {
+        self.block(v).map(|b| self.kind_of(&b))
+    }
+
+    /// Every kind some block has, reachable or not.
+    fn kinds(&self) -> Vec<GroupKey>;
+    /// The block nodes `keep` selects, ascending.
+    fn blocks_where(&self, keep: &(dyn Fn(&BlockRef<'s>) -> bool + Sync)) -> Vec<NodeId>;
+    /// The block nodes of these kinds, ascending.
+    fn blocks_of_kinds(&self, kinds: &[GroupKey]) -> Vec<NodeId>;
+    fn retained(&self, v: NodeId) -> u64;
+    /// Total heap bytes reachable from the roots (static data excluded).
+    fn reachable_bytes(&self) -> u64;
+    fn is_reachable(&self, v: NodeId) -> bool;
+    /// Children in the dominator tree, largest retained first (ties by node).
+    fn children(&self, v: NodeId) -> Vec<NodeId>;
+    /// The name of a top object (right below the super-root or a root kind): its most stable
+    /// roots (`Retainers`).
+    fn top_label(&self, v: NodeId) -> String;
+    /// Up to `max` nodes with a strong edge to `v`, ascending.
+    fn referrers(&self, v: NodeId, max: usize) -> Vec<NodeId>;
+    /// Parents in one breadth-first search from the super-root over strong edges.
+    fn bfs_parents(&self) -> Cow<'_, [NodeId]>;
+    /// The groups of a grouping, largest retained first.
+    fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError>;
+    /// Per root: what it retains alone and shared ([`crate::retainers::Retainers`]).
+    fn root_shares(&self) -> Cow<'_, [RootShare]>;
+    /// Live blocks no root reaches and their bytes, counted apart from every group.
+    fn unreachable(&self) -> (u64, u64);
+    /// The blocks' OCaml types ([`Typing`]), computed on first use; `None` when the
+    /// snapshot has no OCaml names.
+    fn typing(&self) -> Option<&Typing>;
+
+    /// A node's OCaml type, as reports show it (`Server.session`, `Cons : int list`); `None`
+    /// when untyped, or when the type says no more than the block's own description (strings,
+    /// floats, boxed integers).
+    fn type_label(&self, v: NodeId) -> Option<String> {
+        let b = self.block(v)?;
+        if matches!(b.header.tag, ocaml::STRING_TAG | ocaml::DOUBLE_TAG | ocaml::CUSTOM_TAG) {
+            return None;
+        }
+        self.typing()?.describe(v, b.header.tag, b.fields.first().copied())
+    }
+
+    /// The name of field `i` of node `v` when its type names it (a record label, `[i]`).
+    fn field_label(&self, v: NodeId, i: usize) -> Option<String> {
+        if let Some(m) = self.module_of(v) {
+            let symbol = format!("caml{m}");
+            return self.names().global_field(&symbol, i as u64).map(|f| f.path.clone());
+        }
+        let b = self.block(v)?;
+        self.typing()?.field_name(v, b.header.tag, i)
+    }
+
+    /// A one-line description of any node: a recognised structure with its size
+    /// (`Hashtbl (5000 entries)`), else the block's own description; a module block says so.
+    fn describe(&self, v: NodeId) -> String {
+        match self.node_kind(v) {
+            Some(NodeKind::SuperRoot) => "(all roots)".into(),
+            Some(NodeKind::Roots(k)) => format!("({k} roots)"),
+            Some(NodeKind::Block(_)) => {
+                let Some(b) = self.block(v) else { return format!("(no block for node {v})") };
+                let d = match (self.kind_of(&b), self.type_label(v)) {
+                    (GroupKey::Structure(s), Some(t)) => format!("{t} ({})", crate::structures::describe(s, &b)),
+                    (_, Some(t)) => t,
+                    (GroupKey::Structure(s), None) => crate::structures::describe(s, &b),
+                    _ => self.names().describe(&b),
+                };
+                match self.module_of(v) {
+                    Some(m) => format!("module {m} ({d})"),
+                    None => d,
+                }
+            }
+            None => format!("(no node {v})"),
+        }
+    }
+
+    /// Describes a node with its address first, as `inspect` lists nodes.
+    fn with_address(&self, v: NodeId) -> String {
+        match self.address(v) {
+            Some(x) => format!("{x:#x} {}", self.describe(v)),
+            None => self.describe(v),
+        }
+    }
+}
