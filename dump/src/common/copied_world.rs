@@ -1,8 +1,9 @@
 //! What a dump copies while the world is stopped: the domains, regions and roots, before they
 //! are written as a snapshot.
 
-use super::heap::CapturedRegion;
-use heapsnap_format::{ColourEncoding, DomainInfo, RootKind};
+use crate::common::regions::{CapturedRegion, RegionIndex};
+use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, RootKind, ROOT_FLAG_CONSERVATIVE};
+use heapsnap_values::HeaderFormat;
 
 /// A domain as captured.
 #[derive(Clone, Debug)]
@@ -72,4 +73,41 @@ pub struct CapturedRoot {
     pub value: u64,
     pub origin: u64,
     pub name: RootName,
+}
+
+impl Capture {
+    /// Conservative roots (the words and registers of an OCaml frame caught between call sites)
+    /// are kept only when they name a block (a register may well hold an interior pointer).
+    pub fn keep_plausible_conservative_roots(&mut self, format: HeaderFormat) {
+        let conservative: std::collections::HashSet<u64> =
+            self.roots.iter().filter(|r| r.flags & ROOT_FLAG_CONSERVATIVE != 0).map(|r| r.value).collect();
+        if conservative.is_empty() {
+            return;
+        }
+        // Blocks of the regions walked block by block that some conservative root names; a free
+        // block of a 4.14 heap chunk (blue) is no block.
+        const BLUE: u64 = heapsnap_values::ocaml4::BLUE as u64;
+        let walked: std::collections::HashSet<u64> = self
+            .regions
+            .iter()
+            .filter(|r| matches!(r.kind, RegionKind::MinorHeap | RegionKind::HeapChunk))
+            .flat_map(|r| {
+                let chunk = r.kind == RegionKind::HeapChunk;
+                r.blocks(format)
+                    .into_iter()
+                    .filter(move |&(_, hd)| !chunk || (hd >> 8) & 3 != BLUE)
+                    .map(move |(at, _)| r.base + at as u64 + 8)
+            })
+            .filter(|b| conservative.contains(b))
+            .collect();
+        let index = RegionIndex::new(&self.regions);
+        let keep: Vec<bool> = self
+            .roots
+            .iter()
+            .map(|r| r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &walked)))
+            .collect();
+        drop(index);
+        let mut keep = keep.into_iter();
+        self.roots.retain(|_| keep.next().expect("one flag per root"));
+    }
 }
