@@ -17,7 +17,7 @@ scripts/install-deps.sh
 step "OCaml toolchains (cached in ${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap})"
 not_covered=()
 toolchains=()
-for tc in 5.3.0 5.3.0-rhb16 5.1.0 5.2.0 4.14.0 4.14.0-rhb16; do
+for tc in $(scripts/releases.sh toolchains); do
   status=0
   scripts/ocaml-toolchain.sh "$tc" >/dev/null || status=$?
   case "$status" in
