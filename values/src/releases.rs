@@ -226,6 +226,35 @@ mod tests {
         assert_eq!(f("5.3.0").pool_geometry(), Some(PoolGeometry::ocaml_5_2()));
     }
 
+    /// The scripts read the registry with `scripts/releases.sh`: it must see what this module
+    /// sees.
+    #[test]
+    fn the_scripts_read_the_registry_as_rust_does() {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/releases.sh");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("bash").arg(&script).args(args).output().expect("run scripts/releases.sh");
+            (out.status.code(), String::from_utf8(out.stdout).expect("utf-8").trim_end().to_string())
+        };
+        let r = registry();
+        let names: Vec<&str> = r.toolchains.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(run(&["toolchains"]), (Some(0), names.join("\n")));
+        let family = |f| r.toolchains.iter().filter(|t| find(&t.version).unwrap().family == f).map(|t| t.name.as_str()).collect::<Vec<_>>();
+        assert_eq!(run(&["toolchains", "ocaml4"]).1, family(Family::Ocaml4).join("\n"));
+        assert_eq!(run(&["toolchains", "ocaml5"]).1, family(Family::Ocaml5).join("\n"));
+        for t in &r.toolchains {
+            let release = find(&t.version).unwrap();
+            assert_eq!(run(&["get", &t.name, "version"]).1, t.version);
+            assert_eq!(run(&["get", &t.name, "origin"]).1, t.origin);
+            let configure = if t.configure.is_empty() { "-".to_string() } else { t.configure.join(",") };
+            assert_eq!(run(&["get", &t.name, "configure"]).1, configure);
+            for (feature, has) in [("effects", release.effects), ("domains", release.domains), ("compaction", release.compaction)] {
+                assert_eq!(run(&["has", &t.name, feature]).0, Some(if has { 0 } else { 1 }), "{} {feature}", t.name);
+            }
+        }
+        assert_eq!(run(&["get", "no-such-toolchain", "version"]).0, Some(2));
+        assert_eq!(run(&["get", "5.3.0", "no-such-column"]).0, Some(2));
+    }
+
     #[test]
     fn malformed_registries_are_refused_with_the_line() {
         let header = "toolchain\tversion\tfamily\torigin\tconfigure\tpools\tcmt\tfeatures\n";

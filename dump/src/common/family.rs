@@ -1,7 +1,7 @@
 //! The one door between a dump and the runtime its target runs: [`RuntimeFamily`]. A dump
-//! (`crate::dump`) discovers the target's family once (`crate::target::discover`), then asks
-//! it everything only the runtime knows through this trait; stopping, retrying, filtering and
-//! writing are the dump's own and the same for every family.
+//! discovers the target's family once (the `target` module), then asks it everything only the
+//! runtime knows through this trait; stopping, retrying, filtering and writing are the dump's
+//! own and the same for every family.
 
 use crate::common::copied_world::Capture;
 use crate::common::copy::{SpareBuffers, TornMinorHeap};
