@@ -9,10 +9,8 @@ use std::process::Command;
 const MAIN: &str = include_str!("../ocaml/heapsnap_cmt.ml");
 /// The shims that adapt the reader to compiler-libs' changes, by the name the registry of
 /// releases (`releases.tsv`'s `cmt` column) gives them: `names/ocaml/compat_NAME.ml`.
-const SHIMS: &[(&str, &str)] = &[
-    ("before_5_2", include_str!("../ocaml/compat_before_5_2.ml")),
-    ("since_5_2", include_str!("../ocaml/compat_since_5_2.ml")),
-];
+const SHIMS: &[(&str, &str)] =
+    &[("before_5_2", include_str!("../ocaml/compat_before_5_2.ml")), ("since_5_2", include_str!("../ocaml/compat_since_5_2.ml"))];
 
 /// An OCaml toolchain: `ocamlopt` (through `ocamlfind` when that is what was found).
 #[derive(Debug, Clone)]
@@ -211,7 +209,10 @@ fn shim_for(version: &str) -> Result<&'static str, NamesError> {
     let release = heapsnap_values::releases::nearest(version);
     let shim = SHIMS.iter().find(|(name, _)| *name == release.cmt_shim).map(|(_, text)| *text);
     shim.ok_or_else(|| {
-        NamesError::Toolchain(format!("releases.tsv names the .cmt shim {:?} for OCaml {}, which heapsnap lacks", release.cmt_shim, release.series))
+        NamesError::Toolchain(format!(
+            "releases.tsv names the .cmt shim {:?} for OCaml {}, which heapsnap lacks",
+            release.cmt_shim, release.series
+        ))
     })
 }
 
