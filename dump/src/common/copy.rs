@@ -78,7 +78,7 @@ fn capture_minor_heaps(source: &dyn MemorySource, cap: &mut Capture, spare: &mut
 pub struct SpareBuffers {
     pool_size: usize,
     pools: Vec<Vec<u8>>,
-    /// Pools expected on the heap lists (from [`candidate_pools`]).
+    /// Pools expected on the heap lists (the OCaml 5 family lists them while the target runs).
     pub candidates: Vec<u64>,
     /// Other regions' buffers, by the target address they were made for.
     regions: BTreeMap<u64, Vec<u8>>,
