@@ -78,15 +78,7 @@ impl Runtime4 {
         let (data, next) = (layout.link_data, layout.link_next);
         let mut frames = FrameTable::read(source, bias + statics.frametables, data, next)?;
         if frames.is_empty() {
-            // The runtime has not built its table yet: read the executable's own frametables.
-            let array = bias + exe.require("caml_frametable")?;
-            for i in 0..100_000 {
-                let table = source.read_u64(array + 8 * i)?;
-                if table == 0 {
-                    break;
-                }
-                frames.read_one(source, table)?;
-            }
+            frames.read_linked(source, &exe, bias)?;
         }
         let detected_reserved_bits = crate::common::program::detect_reserved_bits(&exe);
         let code = CodeMap::new(&exe);

@@ -108,15 +108,7 @@ impl Runtime {
         let frametables = bias + statics.current_frame_descrs + r.frametables;
         let mut frames = FrameTable::read(source, frametables, r.frametable_list_table, r.frametable_list_next)?;
         if frames.is_empty() {
-            // The runtime has not built its table yet: read the executable's own frametables.
-            let array = bias + exe.require("caml_frametable")?;
-            for i in 0.. {
-                let table = source.read_u64(array + 8 * i)?;
-                if table == 0 {
-                    break;
-                }
-                frames.read_one(source, table)?;
-            }
+            frames.read_linked(source, &exe, bias)?;
         }
         let unwinder = unwind::Unwinder::new(&mappings);
         Ok(Runtime {
