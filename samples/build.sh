@@ -11,8 +11,8 @@
 # directory is printed on stdout.
 #   every toolchain : every sample except reserved_bits
 #   *-rhb16         : reserved_bits too (it needs 16 reserved header bits)
-#   4.14.0*         : not effect_cont (effects) nor domains_shared (domains), which
-#                     OCaml 4.14 does not have
+#   without effects : not effect_cont, and without domains: not domains_shared (what the
+#                     registry, releases.tsv, says of the release: OCaml 4.14 has neither)
 # Plugins (ocamlopt -shared) go next to the executables as NAME.cmxs: dynlink_plugin
 # loads plugin_data.cmxs from its own directory.
 set -euo pipefail
@@ -22,13 +22,13 @@ case "$variant" in
   std) variant=5.3.0 ;;
   rhb16) variant=5.3.0-rhb16 ;;
 esac
-case "$variant" in
-  5.3.0|5.3.0-rhb16|5.2.0|5.1.0|4.14.0|4.14.0-rhb16) ;;
-  *) echo "samples/build.sh: unknown toolchain '$variant' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0, 4.14.0, 4.14.0-rhb16)" >&2; exit 2 ;;
-esac
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(dirname "$here")"
+releases="$repo/scripts/releases.sh"
+if ! "$releases" get "$variant" version >/dev/null 2>&1; then
+  echo "samples/build.sh: unknown toolchain '$variant' (expected: $("$releases" toolchains | paste -sd, - | sed 's/,/, /g'))" >&2
+  exit 2
+fi
 status=0
 prefix="$("$repo/scripts/ocaml-toolchain.sh" "$variant")" || status=$?
 [ "$status" -eq 0 ] || exit "$status"
@@ -68,15 +68,15 @@ plugins=(plugin_data)
 case "$variant" in
   *-rhb16) samples+=("reserved_bits||reserved_bits_stubs.c") ;;
 esac
-case "$variant" in
-  4.*)
-    kept=()
-    for entry in "${samples[@]}"; do
-      case "$entry" in effect_cont\|*|domains_shared\|*) ;; *) kept+=("$entry") ;; esac
-    done
-    samples=("${kept[@]}")
-    ;;
-esac
+# What the release lacks, its samples are not built for.
+without=()
+"$releases" has "$variant" effects || without+=(effect_cont)
+"$releases" has "$variant" domains || without+=(domains_shared)
+kept=()
+for entry in "${samples[@]}"; do
+  case " ${without[*]} " in *" ${entry%%|*} "*) ;; *) kept+=("$entry") ;; esac
+done
+samples=("${kept[@]}")
 
 flags=(-g -bin-annot)
 # The .cmt files (-bin-annot: OCaml names for heapsnap, issue 17) go to $build/cmt, away from

@@ -3,16 +3,12 @@
 #
 #   scripts/ocaml-toolchain.sh [TOOLCHAIN]
 #
-# TOOLCHAIN (default 5.3.0):
-#   5.3.0         OCaml 5.3.0, from the npm registry's ocaml@5.3.0
-#   5.3.0-rhb16   the same, configured with --enable-reserved-header-bits=16
-#   5.2.0         OCaml 5.2.0, from ../shared/sources/ocaml-5.2.0.tar.gz (checksum verified)
-#   5.1.0         OCaml 5.1.0, from the npm registry's ocaml@5.1.4 (which holds 5.1.0)
-#   4.14.0        OCaml 4.14.0, from the npm registry's ocaml@4.14.0
-#   4.14.0-rhb16  the same, configured with --enable-reserved-header-bits=16 (4.14's profinfo bits)
-#   std, rhb16    older names of 5.3.0 and 5.3.0-rhb16
-#
-#   scripts/ocaml-toolchain.sh --list   prints every toolchain's name, one a line
+# TOOLCHAIN (default 5.3.0) is a toolchain of the registry, releases.tsv at the repository's
+# root, which says its OCaml version, where its source comes from (npm:PACKAGE@VERSION from the
+# npm registry, e.g. ocaml@5.1.4 which holds 5.1.0; or file:TARBALL in ../shared/sources,
+# checksum verified) and its extra configure flags (the -rhb16 toolchains:
+# --enable-reserved-header-bits=16, 4.14's profinfo bits). `std` and `rhb16` are older names of
+# 5.3.0 and 5.3.0-rhb16.
 #
 # Exit status 3 means the toolchain's source is not available on this machine (5.2.0 without
 # ../shared/sources); callers say plainly that it was not covered.
@@ -28,26 +24,20 @@
 set -euo pipefail
 
 toolchain="${1:-5.3.0}"
-if [ "$toolchain" = --list ]; then
-  printf '%s\n' 5.3.0 5.3.0-rhb16 5.1.0 5.2.0 4.14.0 4.14.0-rhb16
-  exit 0
-fi
 case "$toolchain" in
   std) toolchain=5.3.0 ;;
   rhb16) toolchain=5.3.0-rhb16 ;;
 esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 shared_sources="$here/../../shared/sources"
+if ! version="$("$here/releases.sh" get "$toolchain" version 2>/dev/null)"; then
+  echo "ocaml-toolchain: unknown toolchain '$toolchain' (expected: $("$here/releases.sh" toolchains | paste -sd, - | sed 's/,/, /g'))" >&2
+  exit 2
+fi
+origin="$("$here/releases.sh" get "$toolchain" origin)"
 configure_extra=()
-case "$toolchain" in
-  5.3.0) version=5.3.0; origin=npm:ocaml@5.3.0 ;;
-  5.3.0-rhb16) version=5.3.0; origin=npm:ocaml@5.3.0; configure_extra=(--enable-reserved-header-bits=16) ;;
-  5.2.0) version=5.2.0; origin=file:ocaml-5.2.0.tar.gz ;;
-  5.1.0) version=5.1.0; origin=npm:ocaml@5.1.4 ;;
-  4.14.0) version=4.14.0; origin=npm:ocaml@4.14.0 ;;
-  4.14.0-rhb16) version=4.14.0; origin=npm:ocaml@4.14.0; configure_extra=(--enable-reserved-header-bits=16) ;;
-  *) echo "ocaml-toolchain: unknown toolchain '$toolchain' (expected: 5.3.0, 5.3.0-rhb16, 5.2.0, 5.1.0, 4.14.0, 4.14.0-rhb16)" >&2; exit 2 ;;
-esac
+configure="$("$here/releases.sh" get "$toolchain" configure)"
+[ "$configure" = - ] || IFS=, read -r -a configure_extra <<<"$configure"
 
 cache="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}"
 prefix="$cache/ocaml-$toolchain"

@@ -8,7 +8,7 @@
 # Lanes:
 #   rust              formatting, clippy -D warnings, rustdoc -D warnings, and the minimum Rust
 #                     version every crate declares (scripts/check-msrv.py); needs no OCaml
-#   ocaml-TOOLCHAIN   one per OCaml toolchain (scripts/ocaml-toolchain.sh lists them): builds it
+#   ocaml-TOOLCHAIN   one per OCaml toolchain of releases.tsv (scripts/releases.sh toolchains): builds it
 #                     (cached outside the repo) and the sample programs with it
 #   tests             the Rust test suite: unit, property and end-to-end tests on every toolchain
 #                     built; then, per toolchain, how many tests ran programs built with it
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*" >&2; }
 
-mapfile -t all_toolchains < <(scripts/ocaml-toolchain.sh --list)
+mapfile -t all_toolchains < <(scripts/releases.sh toolchains)
 lanes=("$@")
 if [ ${#lanes[@]} -eq 0 ]; then
   lanes=(rust)

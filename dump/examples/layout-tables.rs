@@ -1,4 +1,4 @@
-//! Prints the layout tables of one OCaml release (see `heapsnap_dump::runtime::tables`), from
+//! Prints the layout tables of one OCaml release (see `heapsnap_dump::ocaml5::tables`), from
 //! an executable built by that release's toolchain with DWARF and `.symtab`, linked with the
 //! threads library so that systhreads' structures are in it.
 //!
@@ -8,8 +8,8 @@
 
 use heapsnap_dump::dwarf::TypeIndex;
 use heapsnap_dump::elf::Executable;
-use heapsnap_dump::runtime::tables::Tables;
-use heapsnap_dump::runtime::versions;
+use heapsnap_dump::ocaml5::tables::Tables;
+use heapsnap_dump::ocaml5::versions;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

@@ -1,18 +1,17 @@
 //! One dump of a live process: discover its runtime while it runs, stop it, wait for a
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
+use crate::common::copied_world::Capture;
+use crate::common::copy::{SpareBuffers, TornMinorHeap};
+use crate::common::custom_ops::custom_ops_in_heap;
+use crate::common::family::{Copied, RuntimeFamily};
+use crate::common::program::{header_format, DiscoverOptions};
+use crate::common::regions::redact_strings;
 use crate::error::{describe, DumpError, Result};
-use crate::runtime::capture::{custom_ops_in_heap, SpareBuffers, TornMinorHeap};
-use crate::runtime::captured::Capture;
-use crate::runtime::heap::{redact_strings, RegionIndex};
-use crate::runtime::roots::interrupted_thread_roots;
-use crate::runtime::{header_format, DiscoverOptions, Runtime};
 use crate::snapshot;
-use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory, ReadExt};
-use crate::target::{Copied, Target};
-use heapsnap_format::{ColourEncoding, Metadata, RegionKind, RootKind, Trigger, ROOT_FLAG_CONSERVATIVE};
-use heapsnap_values::ocaml4::{chunk_block_colour, Ocaml4Gc};
-use heapsnap_values::{Colour, HeaderLayout};
+use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory};
+use crate::target;
+use heapsnap_format::{ColourEncoding, Metadata, Trigger};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -100,24 +99,9 @@ impl DumpReport {
 }
 
 /// Where a running process counts its compactions, found without stopping it (for a watcher
-/// that polls it): OCaml 5's `caml_compactions_count`, or OCaml 4.14's
-/// `Caml_state->stat_compactions` (through the `Caml_state` pointer, NULL until the runtime
-/// starts).
+/// that polls it); see [`target::compactions_counter`].
 pub fn compactions_counter(pid: i32) -> Result<crate::watch::CompactionsCounter> {
-    use crate::watch::{symbol_address, CompactionsCounter};
-    let pid = checked_pid(pid)?;
-    let missing = match symbol_address(pid, "caml_compactions_count") {
-        Ok(address) => return Ok(CompactionsCounter::At(address)),
-        Err(e) => e,
-    };
-    let Ok(state) = symbol_address(pid, "Caml_state") else { return Err(missing) };
-    let mut exe = crate::elf::Executable::open(
-        &std::fs::read_link(format!("/proc/{pid}/exe"))
-            .map_err(|e| DumpError::Io { path: PathBuf::from(format!("/proc/{pid}/exe")), source: e })?,
-    )?;
-    crate::debuginfo::attach(&mut exe, None, Path::new(crate::debuginfo::DEBUG_ROOT))?;
-    let offset = crate::dwarf::TypeIndex::load(&exe)?.offset_of("caml_domain_state", "stat_compactions")?;
-    Ok(CompactionsCounter::InRuntimeState { state, offset })
+    target::compactions_counter(checked_pid(pid)?)
 }
 
 fn checked_pid(pid: i32) -> Result<u32> {
@@ -130,9 +114,9 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let pid = checked_pid(pid)?;
     let memory = ProcessMemory::new(pid)?;
     // Everything static is read while the target runs.
-    let rt = Target::discover(&memory, &options.discover)?;
+    let rt = target::discover(&memory, &options.discover)?;
     let mut warnings = Vec::new();
-    let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
+    let reserved_bits = reserved_bits_for(&*rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
     // Buffers for everything the copy writes, prepared while the target runs.
@@ -193,8 +177,8 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     // The target runs again; the rest works on our copy.
     let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
     let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
-    let written = finish(&rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
-    let report = DumpReport::of_capture(&rt, &copied.cap, pid, reserved_bits, written, started, warnings);
+    let written = finish(&*rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
+    let report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
     Ok(DumpReport { pause_ns: pause.as_nanos() as u64, total_stopped_ns: total_stopped.as_nanos() as u64, attempts, consistent, ..report })
 }
 
@@ -208,8 +192,8 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     let source = CoreFile::open(core, exe)?;
     let mut warnings = Vec::new();
     warnings.extend(check_build_id(&source)?);
-    let rt = Target::discover(&source, &options.discover)?;
-    let reserved_bits = reserved_bits_for(&rt, options, &mut warnings)?;
+    let rt = target::discover(&source, &options.discover)?;
+    let reserved_bits = reserved_bits_for(&*rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
     if let Some((declared, actual)) = source.truncation() {
@@ -245,19 +229,15 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     };
     copied.cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
     if !consistent {
-        match &rt {
-            Target::Ocaml5(rt) => add_interrupted_thread_roots(rt, &source, &check, &mut copied.cap, format, &mut warnings)?,
-            Target::Ocaml4(_) => warnings
-                .push("no conservative roots were added for the threads caught inside the OCaml 4.14 runtime: what only they hold may show as garbage".into()),
-        }
+        rt.add_interrupted_thread_roots(&source, &check, &mut copied.cap, format, &mut warnings)?;
     }
     // The core's own modification time is the best guess of when it was taken.
     let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
     let pid = source.core_pid();
     let origin = Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core };
-    let written = finish(&rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
+    let written = finish(&*rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     // Nothing was stopped: no pause, one "attempt".
-    let report = DumpReport::of_capture(&rt, &copied.cap, pid, reserved_bits, written, started, warnings);
+    let report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
     Ok(DumpReport { consistent, missing: source.missing().to_vec(), ..report })
 }
 
@@ -266,7 +246,7 @@ impl DumpReport {
     /// reports. A target stopped for the copy overrides the pause, stops and consistency
     /// (here none, one, and consistent); a core, the memory it lacks.
     fn of_capture(
-        rt: &Target,
+        rt: &dyn RuntimeFamily,
         cap: &Capture,
         pid: u32,
         reserved_bits: u8,
@@ -298,62 +278,6 @@ impl DumpReport {
             missing: Vec::new(),
         }
     }
-}
-
-/// A core taken at an inconsistent moment: the threads that hold a domain without running
-/// OCaml code (inside the runtime: a collection, an allocation, the glue) may keep blocks alive
-/// from their C locals and registers, which no table describes. Their registers and C stacks are
-/// scanned conservatively (see [`interrupted_thread_roots`]); a warning in the metadata says
-/// how many roots that added, from which threads.
-fn add_interrupted_thread_roots(
-    rt: &Runtime,
-    source: &CoreFile,
-    check: &crate::runtime::safety::WorldCheck,
-    cap: &mut Capture,
-    format: heapsnap_values::HeaderFormat,
-    warnings: &mut Vec<String>,
-) -> Result<()> {
-    let l = &rt.layout;
-    let mut added = Vec::new();
-    let mut total = 0;
-    for view in check.domains.iter().filter(|v| v.running.is_none()) {
-        let Some(domain) = cap.domains.iter().find(|d| d.state == view.state).map(|d| d.id) else { continue };
-        let lock = view.internal + l.domains.internal_domain_lock;
-        // A domain whose lock is free is in a blocking section, at rest.
-        if source.read_u32(lock + l.mutex.lock)? == 0 {
-            continue;
-        }
-        let owner = source.read_u32(lock + l.mutex.owner)?;
-        let Some(thread) = source.threads().iter().find(|t| t.tid == owner && owner != 0) else {
-            warnings.push(format!("domain {domain}: its lock is held by no thread of the core: no conservative roots for it"));
-            continue;
-        };
-        // The best snapshot possible: a thread whose stack cannot be scanned costs its roots only.
-        let scan = match interrupted_thread_roots(rt, source, cap, format, domain, thread) {
-            Ok(scan) => scan,
-            Err(e) => {
-                warnings.push(format!("domain {domain}: thread {}: no conservative roots: {e}", thread.tid));
-                continue;
-            }
-        };
-        let stack = match scan.stack {
-            Some((low, high)) => format!("{} from its stack {low:#x}..{high:#x}", scan.roots.len() - scan.registers),
-            None => "none from its stack".into(),
-        };
-        added.push(format!("thread {} (domain {domain}): {} from registers, {stack}", thread.tid, scan.registers));
-        if let Some(problem) = scan.problem {
-            warnings.push(format!("domain {domain}: thread {}: {problem}", thread.tid));
-        }
-        total += scan.roots.len();
-        cap.roots.extend(scan.roots);
-    }
-    if !added.is_empty() {
-        warnings.push(format!(
-            "{total} conservative roots added for the threads caught inside the runtime (words that point into heap blocks): {}",
-            added.join("; ")
-        ));
-    }
-    Ok(())
 }
 
 /// The executable must be the one the core was taken from: its build-id note, where the
@@ -398,7 +322,7 @@ fn check_build_id(source: &CoreFile) -> Result<Option<String>> {
 }
 
 /// The number of reserved header bits: detected, or given (a difference is a warning).
-fn reserved_bits_for(rt: &Target, options: &DumpOptions, warnings: &mut Vec<String>) -> Result<u8> {
+fn reserved_bits_for(rt: &dyn RuntimeFamily, options: &DumpOptions, warnings: &mut Vec<String>) -> Result<u8> {
     let reserved_bits = match (rt.detected_reserved_bits(), options.reserved_bits) {
         (Some(found), Some(given)) if found != given => {
             warnings.push(format!("--reserved-bits {given} overrides the {found} detected in the target"));
@@ -431,7 +355,7 @@ struct Origin {
 /// path and size; `warnings` gets the capture's own.
 #[allow(clippy::too_many_arguments)]
 fn finish(
-    rt: &Target,
+    rt: &dyn RuntimeFamily,
     source: &dyn MemorySource,
     copied: &mut Copied,
     format: heapsnap_values::HeaderFormat,
@@ -443,7 +367,7 @@ fn finish(
     let cap = &mut copied.cap;
     let more_ops = custom_ops_in_heap(rt.custom_layout(), source, cap, format);
     cap.custom_ops.extend(more_ops);
-    keep_plausible_conservative_roots(cap, format, copied.ocaml4_gc.as_ref());
+    cap.keep_plausible_conservative_roots(format, copied.ocaml4_gc.as_ref());
     if options.redact {
         for r in cap.regions.iter_mut() {
             if r.kind.holds_heap_blocks() {
@@ -476,52 +400,4 @@ fn finish(
         ocaml4_gc: copied.ocaml4_gc,
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
-}
-
-/// Conservative roots (the words and registers of an OCaml frame caught between call sites)
-/// are kept only when they name a block the analysis will find (a register may well hold an
-/// interior pointer, or any address of the data section): a root that names no block would
-/// make `verify` fail on a good snapshot.
-fn keep_plausible_conservative_roots(cap: &mut Capture, format: heapsnap_values::HeaderFormat, gc4: Option<&Ocaml4Gc>) {
-    let conservative: std::collections::HashSet<u64> =
-        cap.roots.iter().filter(|r| r.flags & ROOT_FLAG_CONSERVATIVE != 0).map(|r| r.value).collect();
-    if conservative.is_empty() {
-        return;
-    }
-    let layout = HeaderLayout::new(format.reserved_bits, cap.colours.unwrap_or(ColourEncoding::OCAML5_INITIAL));
-    let free_blocks: std::collections::HashSet<u64> = cap.free_blocks.iter().copied().collect();
-    // Blocks of the regions walked block by block that some conservative root names. A block
-    // of a 4.14 heap chunk is live by the GC's phase and sweep pointer (or its colour); a free
-    // one (blue, or on a free list) is no block; nor is a minor-heap block of size 0.
-    let walked: std::collections::HashSet<u64> = cap
-        .regions
-        .iter()
-        .filter(|r| matches!(r.kind, RegionKind::MinorHeap | RegionKind::HeapChunk))
-        .flat_map(|r| {
-            let chunk = r.kind == RegionKind::HeapChunk;
-            let (layout, free_blocks) = (&layout, &free_blocks);
-            r.blocks(format).into_iter().filter_map(move |(at, hd)| {
-                let header_at = r.base + at as u64;
-                let live = if chunk {
-                    let colour = chunk_block_colour(layout, gc4, header_at, hd, free_blocks.contains(&(header_at + 8)));
-                    !matches!(colour, Colour::Garbage | Colour::Free)
-                } else {
-                    format.wosize(hd) > 0
-                };
-                live.then_some(header_at + 8)
-            })
-        })
-        .filter(|b| conservative.contains(b))
-        .collect();
-    let index = RegionIndex::new(&cap.regions);
-    let keep: Vec<bool> = cap
-        .roots
-        .iter()
-        .map(|r| {
-            r.flags & ROOT_FLAG_CONSERVATIVE == 0 || (r.kind != RootKind::SuspendedStack && index.names_block(r.value, &walked, &layout))
-        })
-        .collect();
-    drop(index);
-    let mut keep = keep.into_iter();
-    cap.roots.retain(|_| keep.next().expect("one flag per root"));
 }

@@ -48,7 +48,7 @@ pub struct Executable {
     pub build_id: Option<String>,
     /// Where `symbols` came from.
     pub symbols_from: SymbolTable,
-    /// The separate debug-info file in use, if any (see [`crate::debuginfo`]).
+    /// The separate debug-info file in use, if any (see the `debuginfo` module).
     pub debug_file: Option<DebugFile>,
 }
 

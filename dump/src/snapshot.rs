@@ -1,8 +1,8 @@
 //! Writing a capture as a snapshot file (after the target has been resumed).
 
+use crate::common::copied_world::{Capture, RootName};
 use crate::elf::{symbol_holding, Executable, Symbol};
 use crate::error::Result;
-use crate::runtime::captured::{Capture, RootName};
 use heapsnap_format::{CustomOpsRecord, Metadata, RegionHeader, RootRecord, SnapshotWriter, StrId, SymbolKind, SymbolRecord};
 use std::path::{Path, PathBuf};
 

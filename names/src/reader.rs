@@ -7,8 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const MAIN: &str = include_str!("../ocaml/heapsnap_cmt.ml");
-const COMPAT_SINCE_5_2: &str = include_str!("../ocaml/compat_since_5_2.ml");
-const COMPAT_BEFORE_5_2: &str = include_str!("../ocaml/compat_before_5_2.ml");
+/// The shims that adapt the reader to compiler-libs' changes, by the name the registry of
+/// releases (`releases.tsv`'s `cmt` column) gives them: `names/ocaml/compat_NAME.ml`.
+const SHIMS: &[(&str, &str)] =
+    &[("before_5_2", include_str!("../ocaml/compat_before_5_2.ml")), ("since_5_2", include_str!("../ocaml/compat_since_5_2.ml"))];
 
 /// An OCaml toolchain: `ocamlopt` (through `ocamlfind` when that is what was found).
 #[derive(Debug, Clone)]
@@ -113,7 +115,7 @@ impl Toolchain {
     /// The reader built for this toolchain: from the cache, or compiled now (a few seconds)
     /// and cached atomically.
     pub fn reader(&self, progress: &dyn Fn(&str)) -> Result<PathBuf, NamesError> {
-        let compat = if version_at_least(&self.version, 5, 2) { COMPAT_SINCE_5_2 } else { COMPAT_BEFORE_5_2 };
+        let compat = shim_for(&self.version)?;
         let key = xxhash_rust::xxh3::xxh3_64(format!("{MAIN}{compat}{}", self.describe()).as_bytes());
         let base = cache_dir().join("cmt-reader");
         let dir = base.join(format!("{}-{key:016x}", self.version));
@@ -201,10 +203,17 @@ pub fn library_dirs(
     dirs
 }
 
-fn version_at_least(version: &str, major: u32, minor: u32) -> bool {
-    let mut parts = version.split(['.', '+', '~']).map(|p| p.parse::<u32>().unwrap_or(0));
-    let (ma, mi) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    (ma, mi) >= (major, minor)
+/// The shim for OCaml `version`: the one the registry gives its release, or, for a release it
+/// does not list, the nearest older one (compiler-libs' format changes with releases).
+fn shim_for(version: &str) -> Result<&'static str, NamesError> {
+    let release = heapsnap_values::releases::nearest(version);
+    let shim = SHIMS.iter().find(|(name, _)| *name == release.cmt_shim).map(|(_, text)| *text);
+    shim.ok_or_else(|| {
+        NamesError::Toolchain(format!(
+            "releases.tsv names the .cmt shim {:?} for OCaml {}, which heapsnap lacks",
+            release.cmt_shim, release.series
+        ))
+    })
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -242,10 +251,17 @@ mod tests {
     }
 
     #[test]
-    fn versions() {
-        assert!(super::version_at_least("5.2.0", 5, 2));
-        assert!(super::version_at_least("5.3.0+rhb16", 5, 2));
-        assert!(!super::version_at_least("5.1.0", 5, 2));
-        assert!(!super::version_at_least("4.14.0", 5, 2));
+    fn versions_choose_the_shim_the_registry_gives_them() {
+        let shim = |v| super::shim_for(v).unwrap();
+        let named = |n| super::SHIMS.iter().find(|s| s.0 == n).unwrap().1;
+        assert_eq!(shim("5.2.0"), named("since_5_2"));
+        assert_eq!(shim("5.3.0+rhb16"), named("since_5_2"));
+        assert_eq!(shim("5.4.0"), named("since_5_2"));
+        assert_eq!(shim("5.1.0"), named("before_5_2"));
+        assert_eq!(shim("4.14.0"), named("before_5_2"));
+        // Every release the registry lists has its shim here.
+        for r in &heapsnap_values::releases::registry().releases {
+            assert!(super::SHIMS.iter().any(|s| s.0 == r.cmt_shim), "OCaml {}: no shim {}", r.series, r.cmt_shim);
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! CORE [--exe EXE]`: the same snapshot from a core file of one.
 
 use clap::Args;
-use heapsnap_dump::runtime::DiscoverOptions;
+use heapsnap_dump::DiscoverOptions;
 use heapsnap_dump::{dump_core, dump_process, install_interrupt_guard, DumpError, DumpOptions, DumpReport};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -13,9 +13,11 @@ pub fn repo() -> PathBuf {
     testkit.parent().expect("testkit/ is a folder of the repository").to_path_buf()
 }
 
-/// Every toolchain the tests build samples with (scripts/ocaml-toolchain.sh): one per OCaml
-/// release heapsnap supports, and 5.3.0 and 4.14.0 with 16 reserved header bits.
-pub const TOOLCHAINS: [&str; 6] = ["4.14.0", "4.14.0-rhb16", "5.1.0", "5.2.0", "5.3.0", "5.3.0-rhb16"];
+/// Every toolchain the tests build samples with: the registry's (`releases.tsv`), one per OCaml
+/// release heapsnap supports and its variants (16 reserved header bits).
+pub fn toolchains() -> impl Iterator<Item = &'static str> {
+    heapsnap_values::releases::registry().toolchains.iter().map(|t| t.name.as_str())
+}
 
 /// The OCaml version a toolchain builds ("5.3.0" for "5.3.0-rhb16").
 pub fn version_of(toolchain: &str) -> &str {
@@ -82,7 +84,7 @@ pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
 
 /// The toolchains whose samples could be built here, with their sample directories.
 pub fn available_toolchains() -> Vec<(&'static str, PathBuf)> {
-    TOOLCHAINS.iter().filter_map(|&t| Some((t, toolchain_samples(t)?))).collect()
+    toolchains().filter_map(|t| Some((t, toolchain_samples(t)?))).collect()
 }
 
 /// The OCaml 5.3.0 toolchain's prefix (scripts/ocaml-toolchain.sh).

@@ -78,7 +78,7 @@ fn every_sample_on_4_14_with_reserved_header_bits() {
 /// DWARF now.
 #[test]
 fn layout_tables_match_the_dwarf_of_every_toolchain() {
-    use heapsnap_dump::runtime::{tables::Tables, versions};
+    use heapsnap_dump::ocaml5::{tables::Tables, versions};
     for release in versions::RELEASES {
         let Some(dir) = toolchain_samples(release.tables_version) else { continue };
         let exe = heapsnap_dump::elf::Executable::open(&dir.join("systhread_stack")).expect("open sample");
@@ -95,8 +95,8 @@ fn layout_tables_match_the_dwarf_of_every_toolchain() {
         for (name, entry) in &committed.statics {
             assert!(!entry.locators.is_empty(), "{}: no locator for {name}", release.tables_version);
             for l in &entry.locators {
-                let found = heapsnap_dump::runtime::locate::resolve(&exe, l);
-                let file = heapsnap_dump::runtime::statics::STATIC_VARIABLES.iter().find(|v| v.0 == name).unwrap().1;
+                let found = heapsnap_dump::ocaml5::locate::resolve(&exe, l);
+                let file = heapsnap_dump::ocaml5::static_variables::STATIC_VARIABLES.iter().find(|v| v.0 == name).unwrap().1;
                 assert_eq!(found, Some(types.variable(name, file).unwrap().address), "{}: {name} by {l:?}", release.tables_version);
             }
         }

@@ -5,12 +5,14 @@
 //!
 //! What differs between OCaml versions is said here only where it is a fact about values
 //! (each version's pool size classes, [`PoolGeometry`]); what differs in the runtime's own
-//! structures belongs to the dumper's version modules.
+//! structures belongs to the dumper's version modules. Which releases are supported at all is
+//! said once, in [`releases`] (the registry every crate and script reads).
 
 mod closure;
 mod header;
 pub mod ocaml4;
 mod pools;
+pub mod releases;
 mod tags;
 
 pub use closure::{arity_closinfo, make_closinfo, start_env_closinfo};

@@ -61,6 +61,16 @@ impl PoolGeometry {
         PoolGeometry::from_tables(4096, 4, &WSIZE_5_2, &WASTAGE_5_2, true)
     }
 
+    /// The geometry the registry (`releases.tsv`'s `pools` column) names: "5.1" (5.1's tables,
+    /// waste last) or "5.2" (5.2's tables, waste first, as in every later release so far).
+    pub fn named(name: &str) -> Option<PoolGeometry> {
+        match name {
+            "5.1" => Some(PoolGeometry::ocaml_5_1()),
+            "5.2" => Some(PoolGeometry::ocaml_5_2()),
+            _ => None,
+        }
+    }
+
     /// Blocks of at most this many words, header included, live in pools; bigger ones are
     /// large allocations (`SIZECLASS_MAX`).
     pub fn sizeclass_max(&self) -> usize {

@@ -3,13 +3,12 @@
 //! then the roots (see [`super::roots`]).
 
 use super::Runtime4;
+use crate::common::copied_world::{Capture, CapturedDomain};
+use crate::common::copy::{copy_minor_heaps, copy_static_data, data_segments, read_regions, SpareBuffers, TornMinorHeap};
+use crate::common::custom_ops::registered_custom_ops;
+use crate::common::regions::{CapturedRegion, RegionIndex};
+use crate::common::world_check::WorldCheck;
 use crate::error::{DumpError, Result};
-use crate::runtime::capture::{
-    copy_minor_heaps, copy_static_data, data_segments, read_regions, registered_custom_ops, SpareBuffers, TornMinorHeap,
-};
-use crate::runtime::captured::{Capture, CapturedDomain};
-use crate::runtime::heap::{CapturedRegion, RegionIndex};
-use crate::runtime::safety::WorldCheck;
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{ColourEncoding, DomainInfo, RegionKind, NO_DOMAIN};
 use heapsnap_values::ocaml4::{GcPhase, Ocaml4Gc};
@@ -112,7 +111,7 @@ pub fn prepare(rt: &Runtime4, source: &dyn MemorySource) -> Result<SpareBuffers>
     spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().map(|(b, e)| (b, (e - b) as usize)));
     // The mapped plugins' files are parsed now, not during the stop.
     let plugins =
-        crate::runtime::plugins::data_spans(Some(rt.addr(rt.statics.dyn_globals)), rt.symbol("caml_data_segments").ok(), source, None);
+        crate::common::plugins::data_spans(Some(rt.addr(rt.statics.dyn_globals)), rt.symbol("caml_data_segments").ok(), source, None);
     spans.extend(plugins.spans.iter().map(|&(b, e)| (b, (e - b) as usize)));
     spare.set_plugins(plugins);
     spare.add_spans(spans);
@@ -160,7 +159,7 @@ pub fn static_spans(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<(u64
     if atoms != 0 {
         spans.push((atoms, atoms + 8 * 257));
     }
-    Ok(crate::runtime::plugins::merge(spans))
+    Ok(crate::common::plugins::merge(spans))
 }
 
 /// The best-fit allocator's small free blocks (`bf_small_fl[1..=16]`, linked through field 0),

@@ -2,10 +2,10 @@
 //! of its variables, all from the executable's DWARF. (4.14 executables without debug info
 //! are refused: heapsnap carries no layout tables for 4.14.)
 
+use crate::common::custom_ops::CustomLayout;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
-use crate::runtime::layout::CustomLayout;
 
 /// `caml_domain_state` (runtime/caml/domain_state.tbl): 4.14's one runtime state.
 #[derive(Clone, Debug)]
@@ -226,7 +226,7 @@ impl Layout4 {
                 deallocated: t.bit_field("tracked", "deallocated")?,
                 deleted: t.bit_field("tracked", "deleted")?,
             },
-            custom: crate::runtime::layout::custom(t)?,
+            custom: crate::common::custom_ops::custom(t)?,
             link_data: t.offset_of("link", "data")?,
             link_next: t.offset_of("link", "next")?,
         })

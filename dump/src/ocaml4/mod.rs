@@ -1,7 +1,7 @@
-//! Knowledge of the OCaml 4.14 runtime, read through any [`MemorySource`]. Its differences
-//! from OCaml 5 are too deep for [`crate::runtime::versions`]' data, so it has its own place;
-//! what is shared (executables, frame tables, unwinding, the captured world) comes from
-//! [`crate::runtime`].
+//! The OCaml 4.14 family, read through any [`MemorySource`]. Its differences from OCaml 5 are
+//! too deep for release data, so it is a family of its own ([`family`] makes it a
+//! [`crate::common::family::RuntimeFamily`]); what is shared (executables, frame tables,
+//! unwinding, the captured world, the copy) comes from [`crate::common`].
 //!
 //! What differs from OCaml 5:
 //! - **One runtime state**: `Caml_state` is a global pointer to the only `caml_domain_state`;
@@ -24,17 +24,19 @@
 //! - **Compactions** are counted in `Caml_state->stat_compactions`.
 
 pub mod capture;
+pub mod family;
 pub mod layout;
 pub mod roots;
 pub mod safety;
 pub mod stack;
 
+use crate::common::code::CodeMap;
+use crate::common::frames::FrameTable;
+use crate::common::program::LayoutsFrom;
+use crate::common::unwind;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::Result;
-use crate::runtime::code::CodeMap;
-use crate::runtime::frames::FrameTable;
-use crate::runtime::{unwind, LayoutsFrom};
 use crate::source::{MemorySource, ReadExt};
 use layout::{Layout4, Statics4};
 
@@ -76,17 +78,9 @@ impl Runtime4 {
         let (data, next) = (layout.link_data, layout.link_next);
         let mut frames = FrameTable::read(source, bias + statics.frametables, data, next)?;
         if frames.is_empty() {
-            // The runtime has not built its table yet: read the executable's own frametables.
-            let array = bias + exe.require("caml_frametable")?;
-            for i in 0..100_000 {
-                let table = source.read_u64(array + 8 * i)?;
-                if table == 0 {
-                    break;
-                }
-                frames.read_one(source, table)?;
-            }
+            frames.read_linked(source, &exe, bias)?;
         }
-        let detected_reserved_bits = crate::runtime::detect_reserved_bits(&exe);
+        let detected_reserved_bits = crate::common::program::detect_reserved_bits(&exe);
         let code = CodeMap::new(&exe);
         let unwinder = unwind::Unwinder::new(&source.mappings()?);
         Ok(Runtime4 {
@@ -138,19 +132,26 @@ impl Runtime4 {
     }
 }
 
-/// Whether `version` ("4.14.1", "4.14.0+options") is a 4.14 release.
-pub fn is_ocaml4(version: &str) -> bool {
-    version.strip_prefix(SERIES).is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '+', '~', '-']))
+/// Where a running OCaml 4.14 process counts its compactions: `Caml_state->stat_compactions`
+/// (through the `Caml_state` pointer, NULL until the runtime starts), found without stopping
+/// it. `None` when the program has no `Caml_state` (it is no OCaml 4.14 program).
+pub fn compactions_counter(pid: u32) -> Result<Option<crate::watch::CompactionsCounter>> {
+    let Ok(state) = crate::watch::symbol_address(pid, "Caml_state") else { return Ok(None) };
+    let exe_link = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
+    let mut exe =
+        Executable::open(&std::fs::read_link(&exe_link).map_err(|e| crate::error::DumpError::Io { path: exe_link.clone(), source: e })?)?;
+    crate::debuginfo::attach(&mut exe, None, std::path::Path::new(crate::debuginfo::DEBUG_ROOT))?;
+    let offset = TypeIndex::load(&exe)?.offset_of("caml_domain_state", "stat_compactions")?;
+    Ok(Some(crate::watch::CompactionsCounter::InRuntimeState { state, offset }))
 }
 
 #[cfg(test)]
 mod tests {
+    use heapsnap_values::releases::{self, Family};
+
     #[test]
-    fn only_4_14_is_read_here() {
-        assert!(super::is_ocaml4("4.14.0"));
-        assert!(super::is_ocaml4("4.14.2+flambda"));
-        assert!(!super::is_ocaml4("4.140.0"));
-        assert!(!super::is_ocaml4("4.13.1"));
-        assert!(!super::is_ocaml4("5.3.0"));
+    fn the_registry_lists_this_series_as_an_ocaml4_release() {
+        assert_eq!(releases::find(super::SERIES).map(|r| r.family), Some(Family::Ocaml4));
+        assert_eq!(releases::find("4.14.2+flambda").map(|r| r.series.as_str()), Some(super::SERIES));
     }
 }

@@ -3,9 +3,9 @@
 
 use super::stack::{walk, StackStart};
 use super::Runtime4;
+use crate::common::copied_world::{Capture, CapturedRoot, RootName};
+use crate::common::root_chains::{self, FinalShape, RootsBlockShape, SkipListShape, StateSpan, MAX_CHAIN};
 use crate::error::{DumpError, Result, UnsafeStop};
-use crate::runtime::captured::{Capture, CapturedRoot, RootName};
-use crate::runtime::root_chains::{self, FinalShape, RootsBlockShape, SkipListShape, StateSpan, MAX_CHAIN};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 use heapsnap_format::{
     MemprofRecord, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN,

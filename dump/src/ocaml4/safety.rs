@@ -1,5 +1,5 @@
 //! Is the stopped OCaml 4.14 world consistent? The same choice as OCaml 5's
-//! ([`crate::runtime::safety`]): detect an unsafe stop and retry, never drive the target.
+//! (`crate::ocaml5::safety`): detect an unsafe stop and retry, never drive the target.
 //!
 //! 4.14 has one runtime lock (systhreads' master lock). A stop is safe when:
 //! - no minor collection runs (`Caml_state->in_minor_collection`), and the master lock's
@@ -17,9 +17,9 @@
 //!   youngest block points only at blocks of the minor heap.
 
 use super::Runtime4;
+use crate::common::code::CodeKind;
+use crate::common::world_check::{DomainView, WorldCheck};
 use crate::error::{BusyPlace, Result, UnsafeStop};
-use crate::runtime::code::CodeKind;
-use crate::runtime::safety::{DomainView, WorldCheck};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 
 /// Runtime files whose functions leave heap structures half-updated while they run.

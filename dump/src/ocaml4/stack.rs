@@ -4,8 +4,8 @@
 //! `caml_start_program` leaves where OCaml was entered from C (amd64: `Callback_link(sp)` is
 //! `sp + 16`).
 
+use crate::common::frames::{FrameTable, LiveSlot, SlotPlace, StackWalk};
 use crate::error::Result;
-use crate::runtime::frames::{FrameTable, LiveSlot, SlotPlace, StackWalk};
 
 /// Where the walk starts: the OCaml stack pointer just above the innermost return address,
 /// that return address, and the register bucket of the innermost frame (`gc_regs`).
@@ -76,8 +76,8 @@ pub fn walk(frames: &FrameTable, start: StackStart, word: &mut dyn FnMut(u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::frames::FrameDescr;
     use crate::error::DumpError;
-    use crate::runtime::frames::FrameDescr;
     use std::collections::HashMap;
 
     #[test]

@@ -9,7 +9,8 @@
 //! [`CoreFile::missing`]. Read-only file mappings left out of the core are read from the mapped
 //! file instead, as debuggers do: their bytes cannot have changed since they were mapped.
 
-use super::{Mapping, MemorySource, Registers, ThreadState};
+use super::maps::Mapping;
+use super::memory::{MemorySource, Registers, ThreadState};
 use crate::error::{DumpError, Result};
 use memmap2::Mmap;
 use object::elf::{FileHeader64, ET_CORE, NT_AUXV, NT_FILE, NT_PRSTATUS, PF_R, PF_W, PF_X, PT_LOAD, PT_NOTE};

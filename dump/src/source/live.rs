@@ -11,7 +11,8 @@
 //! own batched `process_vm_readv` over its share of the bytes ([`read_parallel`]): the pause is
 //! the copy, and one core cannot saturate what the kernel can copy.
 
-use super::{maps::parse_maps, Mapping, MemorySource, ReadRequest, Registers, ThreadState};
+use super::maps::{parse_maps, Mapping};
+use super::memory::{MemorySource, ReadRequest, Registers, ThreadState};
 use crate::error::{DumpError, Result};
 use nix::errno::Errno;
 use nix::sys::ptrace;

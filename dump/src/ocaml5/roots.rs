@@ -2,11 +2,11 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
-use super::captured::{Capture, CapturedRoot, RootName};
-use super::frames::walk_stack;
-use super::heap::{find_continuations, CapturedRegion, ContinuationShape, RegionIndex};
 use super::versions::Indirection;
 use super::Runtime;
+use crate::common::copied_world::{Capture, CapturedRoot, RootName};
+use crate::common::frames::walk_stack;
+use crate::common::regions::{find_continuations, CapturedRegion, RegionIndex};
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{
@@ -16,7 +16,7 @@ use heapsnap_format::{
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
 
-use super::root_chains::{self, StateSpan, MAX_CHAIN};
+use crate::common::root_chains::{self, StateSpan, MAX_CHAIN};
 
 struct Ctx<'a> {
     rt: &'a Runtime,
@@ -119,7 +119,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
 
     // Suspended continuations own their fiber stacks: what those reference is attributed to
     // the continuation (kind SuspendedStack, origin = the stack), not made a root.
-    let conts = find_continuations(&cap.regions, format, ContinuationShape::of(rt));
+    let conts = find_continuations(&cap.regions, format, rt.continuation_shape());
     let index = RegionIndex::new(&cap.regions);
     let fibers: Vec<u64> = conts.iter().filter_map(|&c| index.word(c)).filter(|&f| f & 1 == 1 && f > 1).map(|f| f - 1).collect();
     drop(index);
@@ -130,7 +130,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     cap.regions.append(&mut cx.new_regions);
     cap.memprof_frames = root_chains::memprof_frames(source, &cx.memprof, &rt.frames, format);
     cap.roots = cx.roots;
-    cap.memprof = rt.release.memprof.then_some(cx.memprof);
+    cap.memprof = rt.release.memprof().then_some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);
     Ok(())
 }

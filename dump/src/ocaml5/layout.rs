@@ -5,6 +5,7 @@
 //! variables are not layouts: see [`super::statics`].
 
 use super::versions::{Indirection, Release};
+use crate::common::custom_ops::{custom, CustomLayout};
 use crate::dwarf::TypeIndex;
 use crate::error::{DumpError, Result};
 use serde::{Deserialize, Serialize};
@@ -165,14 +166,6 @@ pub struct ThreadsLayout {
     pub gc_regs: u64,
 }
 
-/// custom.c's registered custom operations (`custom_ops_table`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CustomLayout {
-    pub list_ops: u64,
-    pub list_next: u64,
-    pub ops_identifier: u64,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Layout {
     pub domain_state: DomainStateLayout,
@@ -211,7 +204,7 @@ impl Layout {
             heap: heap(t)?,
             fiber: fiber(t)?,
             roots: roots(t)?,
-            memprof: if release.memprof { Some(memprof(t)?) } else { None },
+            memprof: if release.memprof() { Some(memprof(t)?) } else { None },
             threads,
             custom: custom(t)?,
         })
@@ -251,7 +244,7 @@ fn domain_state(t: &TypeIndex, release: &Release) -> Result<DomainStateLayout> {
         final_info: f("final_info")?,
         shared_heap: f("shared_heap")?,
         id: f("id")?,
-        memprof: if release.memprof { Some(f("memprof")?) } else { None },
+        memprof: if release.memprof() { Some(f("memprof")?) } else { None },
         members: t.members(ty),
         size: t.size_of(ty).unwrap_or(0),
     })
@@ -390,13 +383,5 @@ fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
         local_roots: t.offset_of("caml_thread_struct", "local_roots")?,
         backtrace_last_exn: t.offset_of("caml_thread_struct", "backtrace_last_exn")?,
         gc_regs: t.offset_of("caml_thread_struct", "gc_regs")?,
-    })
-}
-
-pub(crate) fn custom(t: &TypeIndex) -> Result<CustomLayout> {
-    Ok(CustomLayout {
-        list_ops: t.offset_of("custom_operations_list", "ops")?,
-        list_next: t.offset_of("custom_operations_list", "next")?,
-        ops_identifier: t.offset_of("custom_operations", "identifier")?,
     })
 }

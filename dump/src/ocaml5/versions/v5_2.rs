@@ -11,16 +11,12 @@
 //!   say where they are.)
 
 use super::{Indirection, Release};
-use heapsnap_values::PoolGeometry;
 
 pub const RELEASE: Release = Release {
     series: "5.2",
     tables_version: "5.2.0",
     tables: include_str!("tables/5.2.0.json"),
-    pools: PoolGeometry::ocaml_5_2,
     continuation_fields: 2,
-    compaction: true,
-    memprof: false,
     domain_table: Indirection::InlineArray,
     thread_table: Indirection::InlineArray,
 };

@@ -93,7 +93,7 @@ impl CodeMap {
         let row = eh.unwind_info_for_address(&bases, &mut ctx, pc, EhFrame::cie_from_offset).ok()?;
         match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } if *offset >= 8 => {
-                Some(super::unwind::register(regs, register.0)?.wrapping_add(*offset as u64))
+                Some(crate::common::unwind::register(regs, register.0)?.wrapping_add(*offset as u64))
             }
             _ => None,
         }

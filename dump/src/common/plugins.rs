@@ -60,7 +60,7 @@ struct PluginFile {
 }
 
 /// The spans of static data of every plugin the target has loaded (not the executable's: see
-/// [`super::capture`]'s `static_spans`). `earlier` is what a previous call found in the same
+/// each family's static spans). `earlier` is what a previous call found in the same
 /// process (the preparation of this dump): it is kept when no plugin was registered since.
 ///
 /// `dyn_globals` is the target address of the runtime's `caml_dyn_globals` list, when it is

@@ -1,6 +1,7 @@
 //! OCaml frame descriptors (runtime/caml/frame_descriptors.h) and the precise walk of an OCaml
 //! fiber stack, as `caml_scan_stack` does it (runtime/fiber.c, amd64 without frame pointers).
 
+use crate::elf::Executable;
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use std::collections::HashMap;
@@ -61,6 +62,20 @@ impl FrameTable {
     /// A table of the given descriptors (for tests of stack walks).
     pub fn from_descriptors(entries: impl IntoIterator<Item = (u64, FrameDescr)>) -> FrameTable {
         FrameTable { descriptors: entries.into_iter().collect(), by_slot: HashMap::new() }
+    }
+
+    /// Adds the frametables linked into the executable (its `caml_frametable` array, ended by
+    /// a null entry): what a runtime that has not built its table yet will register.
+    pub fn read_linked(&mut self, source: &dyn MemorySource, exe: &Executable, bias: u64) -> Result<()> {
+        let array = bias + exe.require("caml_frametable")?;
+        for i in 0..100_000 {
+            let table = source.read_u64(array + 8 * i)?;
+            if table == 0 {
+                break;
+            }
+            self.read_one(source, table)?;
+        }
+        Ok(())
     }
 
     /// Reads every frametable the runtime registered (`current_frame_descrs.frametables`, which

@@ -1,6 +1,5 @@
 //! Block headers (runtime/caml/mlvalues.h) and walks over the blocks of captured regions.
 
-use super::Runtime;
 use crate::source::copy_threads;
 use heapsnap_format::RegionKind;
 use heapsnap_values::{Colour, HeaderFormat, HeaderLayout, CONT_TAG, INFIX_TAG, STRING_TAG};
@@ -154,14 +153,6 @@ pub fn redact_strings(region: &mut CapturedRegion, format: HeaderFormat) -> usiz
 pub struct ContinuationShape {
     pub fields: u64,
     pub slot_wsize: u32,
-}
-
-impl ContinuationShape {
-    pub fn of(rt: &Runtime) -> ContinuationShape {
-        let fields = rt.release.continuation_fields;
-        let class = rt.pools.sizeclass_of_whsize(fields as usize + 1);
-        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| rt.pools.size_classes[sz].wsize) }
-    }
 }
 
 /// Continuation blocks in the captured heap: minor heaps and the pools of the size class that

@@ -28,9 +28,10 @@
 //!   of its minor heap (C code that allocated it has written its fields; until then they hold
 //!   an earlier minor cycle's words).
 
-use super::code::CodeKind;
 use super::versions::Indirection;
 use super::Runtime;
+use crate::common::code::CodeKind;
+use crate::common::world_check::{DomainView, WorldCheck};
 use crate::error::{BusyPlace, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 
@@ -132,32 +133,6 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
         }
         CodeKind::System if C_CALL_GLUE.contains(&function(boundary.pc).as_str()) => Holder::InRuntime,
         _ => Holder::Unsafe(BusyPlace::EnteredThrough(function(boundary.pc))),
-    }
-}
-
-/// One domain taking part in stop-the-world sections, as found in the stopped target.
-#[derive(Clone, Debug)]
-pub struct DomainView {
-    /// Address of its `dom_internal`.
-    pub internal: u64,
-    /// Address of its `caml_domain_state`.
-    pub state: u64,
-    /// The thread that holds the domain and executes OCaml code, if any: its `r15` is the
-    /// domain's allocation pointer and its innermost frame is live in registers.
-    pub running: Option<ThreadState>,
-}
-
-/// The verdict on one stop of the world.
-#[derive(Clone, Debug, Default)]
-pub struct WorldCheck {
-    pub domains: Vec<DomainView>,
-    /// Why the stop is not consistent; empty when it is.
-    pub unsafe_reasons: Vec<UnsafeStop>,
-}
-
-impl WorldCheck {
-    pub fn is_safe(&self) -> bool {
-        self.unsafe_reasons.is_empty()
     }
 }
 

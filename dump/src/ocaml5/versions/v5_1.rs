@@ -13,16 +13,12 @@
 //!   say where they are.)
 
 use super::{Indirection, Release};
-use heapsnap_values::PoolGeometry;
 
 pub const RELEASE: Release = Release {
     series: "5.1",
     tables_version: "5.1.0",
     tables: include_str!("tables/5.1.0.json"),
-    pools: PoolGeometry::ocaml_5_1,
     continuation_fields: 1,
-    compaction: false,
-    memprof: false,
     domain_table: Indirection::InlineArray,
     thread_table: Indirection::InlineArray,
 };

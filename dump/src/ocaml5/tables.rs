@@ -9,7 +9,7 @@
 
 use super::layout::Layout;
 use super::locate::{self, Locator};
-use super::statics::STATIC_VARIABLES;
+use super::static_variables::STATIC_VARIABLES;
 use super::versions::Release;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;

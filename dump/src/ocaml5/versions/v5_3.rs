@@ -6,16 +6,12 @@
 //!   `thread_table` point to arrays allocated at start-up.
 
 use super::{Indirection, Release};
-use heapsnap_values::PoolGeometry;
 
 pub const RELEASE: Release = Release {
     series: "5.3",
     tables_version: "5.3.0",
     tables: include_str!("tables/5.3.0.json"),
-    pools: PoolGeometry::ocaml_5_2,
     continuation_fields: 2,
-    compaction: true,
-    memprof: true,
     domain_table: Indirection::Pointer,
     thread_table: Indirection::Pointer,
 };

@@ -3,9 +3,9 @@
 //! chains, the skip lists of registered global roots, finaliser tables, and the live slots a
 //! stack walk finds. Where the structures sit (offsets, variables) is each release's business.
 
-use super::captured::{CapturedRoot, RootName};
-use super::frames::{FrameTable, LiveSlot, SlotPlace};
-use super::heap::{CapturedRegion, RegionIndex};
+use crate::common::copied_world::{CapturedRoot, RootName};
+use crate::common::frames::{FrameTable, LiveSlot, SlotPlace};
+use crate::common::regions::{CapturedRegion, RegionIndex};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{FrameDescrRecord, MemprofRecord, RootKind, NO_DOMAIN, ROOT_FLAG_WEAK};

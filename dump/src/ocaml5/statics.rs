@@ -31,24 +31,6 @@ pub struct Statics {
     pub custom_ops_table: u64,
 }
 
-/// (variable, defining file) of every file-static variable in [`Statics`].
-pub const STATIC_VARIABLES: &[(&str, &str)] = &[
-    ("stw_domains", "domain.c"),
-    ("stw_leader", "domain.c"),
-    ("all_domains_lock", "domain.c"),
-    ("pool_freelist", "shared_heap.c"),
-    ("atoms", "shared_heap.c"),
-    ("roots_mutex", "globroots.c"),
-    ("caml_dyn_globals", "globroots.c"),
-    ("orph_structs", "major_gc.c"),
-    ("orphaned_lock", "major_gc.c"),
-    ("current_frame_descrs", "frame_descriptors.c"),
-    ("orphans", "memprof.c"),
-    ("orphans_lock", "memprof.c"),
-    ("thread_table", "st_stubs.c"),
-    ("custom_ops_table", "custom.c"),
-];
-
 /// Whether the systhreads library is linked in (its exported entry point is there).
 pub fn threads_linked(exe: &Executable) -> bool {
     exe.symbol("caml_thread_initialize").is_some()
@@ -112,7 +94,7 @@ impl Statics {
             Some(t) => t.variable("thread_table", "st_stubs.c").is_ok(),
             None => threads_linked(exe),
         };
-        let memprof_orphans = match release.memprof {
+        let memprof_orphans = match release.memprof() {
             true => Some((f.required("orphans", "memprof.c")?, f.required("orphans_lock", "memprof.c")?)),
             false => None,
         };

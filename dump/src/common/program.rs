@@ -1,0 +1,184 @@
+//! The target's program as every runtime family first sees it: its executable (with debug
+//! info attached), where it is loaded, and the OCaml version it runs; plus what is read from
+//! the executable the same way in every family (the reserved header bits).
+
+use crate::elf::Executable;
+use crate::error::{DumpError, Result};
+use crate::source::{MemorySource, ReadExt};
+use heapsnap_values::{HeaderFormat, STRING_TAG};
+use std::path::PathBuf;
+
+/// How to read the target's runtime: which files to trust, and whether to go on with a
+/// version heapsnap does not know.
+#[derive(Clone, Debug, Default)]
+pub struct DiscoverOptions {
+    /// The executable to read symbols and debug info from, instead of the target's own file
+    /// (an unstripped copy of the same build; its build id must match).
+    pub exe: Option<PathBuf>,
+    /// A separate debug-info file of the executable.
+    pub debug_file: Option<PathBuf>,
+    /// Where separate debug files are looked for by build id and debuglink (default
+    /// `/usr/lib/debug`, gdb's `debug-file-directory`).
+    pub debug_dir: Option<PathBuf>,
+    /// Read an OCaml version heapsnap does not know as the newest one it knows.
+    pub force: bool,
+}
+
+/// Where the structure layouts came from (recorded in the snapshot's metadata).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayoutsFrom {
+    Dwarf,
+    DebugFile,
+    Tables,
+}
+
+impl std::fmt::Display for LayoutsFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutsFrom::Dwarf => "dwarf",
+            LayoutsFrom::DebugFile => "debug_file",
+            LayoutsFrom::Tables => "tables",
+        })
+    }
+}
+
+/// The target's executable as found (with its debug file attached), where it is loaded, and
+/// the OCaml version it runs: what every release's knowledge starts from.
+pub struct Program {
+    pub exe: Executable,
+    pub bias: u64,
+    pub version: String,
+}
+
+/// Opens the target's executable (or the copy given instead), attaches its debug file, and
+/// reads its load bias and OCaml version. `source` need not be stopped.
+pub fn open_program(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Program> {
+    let target_exe = source.executable_path();
+    let mut exe = match &options.exe {
+        Some(given) => {
+            let exe = Executable::open(given)?;
+            check_same_build(&exe, &target_exe)?;
+            exe
+        }
+        None => Executable::open(&target_exe)?,
+    };
+    let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
+    crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
+    if exe.symbol("caml_start_program").is_none() {
+        return Err(DumpError::NotOcaml { path: exe.path.clone() });
+    }
+    let mappings = source.mappings()?;
+    let bias = exe.load_bias(&mappings, &target_exe)?;
+    for required in ["caml_globals", "caml_data_segments"] {
+        exe.require(required)?;
+    }
+    let version = detect_version(&exe, bias, source)?;
+    Ok(Program { exe, bias, version })
+}
+
+/// An executable given in place of the target's own file must be the same build.
+fn check_same_build(given: &Executable, target: &std::path::Path) -> Result<()> {
+    let theirs = std::fs::read(target).ok().and_then(|data| object::File::parse(&*data).ok().and_then(|f| crate::elf::build_id_of(&f)));
+    let real = std::fs::read_link(target).unwrap_or_else(|_| target.to_path_buf());
+    match (&given.build_id, &theirs) {
+        (Some(a), Some(b)) if a == b => Ok(()),
+        (a, b) => Err(DumpError::ExecutableMismatch {
+            given: given.path.clone(),
+            actual: real,
+            why: format!("build id {} against {}", a.as_deref().unwrap_or("(none)"), b.as_deref().unwrap_or("(none)")),
+        }),
+    }
+}
+
+/// An OCaml string block's contents, from its words.
+fn ocaml_string(bytes: &[u8]) -> Option<&[u8]> {
+    let pad = *bytes.last()? as usize;
+    bytes.get(..bytes.len().checked_sub(1 + pad)?)
+}
+
+/// The module block of `Stdlib__Sys` (its fields, read from the target).
+fn sys_fields(exe: &Executable, bias: u64, source: &dyn MemorySource) -> Result<Vec<u64>> {
+    let block = bias + exe.require("camlStdlib__Sys")?;
+    let header = source.read_u64(block - 8)?;
+    // Reserved bits are not known yet: take the 22 bits above the colour, enough for a module.
+    let wosize = ((header >> 10) & 0x3f_ffff) as usize;
+    if wosize == 0 || wosize > 4096 {
+        return Err(DumpError::UnknownVersion(format!("Stdlib__Sys module block has {wosize} fields")));
+    }
+    source.read_words(block, wosize)
+}
+
+/// `Sys.ocaml_version`: the one string field of the `Stdlib__Sys` module that looks like a
+/// version. The native runtime embeds no version string of its own.
+pub fn detect_version(exe: &Executable, bias: u64, source: &dyn MemorySource) -> Result<String> {
+    let fields =
+        sys_fields(exe, bias, source).map_err(|e| DumpError::UnknownVersion(format!("cannot read Stdlib.Sys ({e}); is it linked in?")))?;
+    for v in fields {
+        if v & 1 != 0 || v < 4096 {
+            continue;
+        }
+        let Ok(header) = source.read_u64(v - 8) else { continue };
+        if header as u8 != STRING_TAG {
+            continue;
+        }
+        let wosize = ((header >> 10) & 0xff) as usize;
+        if wosize == 0 || wosize > 8 {
+            continue;
+        }
+        let Ok(bytes) = source.read_bytes(v, wosize * 8) else { continue };
+        let Some(s) = ocaml_string(&bytes).and_then(|s| std::str::from_utf8(s).ok()) else { continue };
+        let mut parts = s.split(['.', '+', '~']);
+        let numeric = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if numeric(parts.next()) && numeric(parts.next()) {
+            return Ok(s.to_string());
+        }
+    }
+    Err(DumpError::UnknownVersion("no version string among the fields of Stdlib.Sys".into()))
+}
+
+/// The number of reserved header bits of the target's runtime, from the code of
+/// `caml_sys_const_max_wosize` (sys.c), which returns `Val_long(Max_wosize)` with
+/// `Max_wosize = 2^(54 - R) - 1`: its only immediate is `2^(55 - R) - 1`. (The `Sys` module's
+/// `max_array_length` cannot be used: ocamlopt folds `%max_wosize` without the reserved bits.)
+pub fn detect_reserved_bits(exe: &Executable) -> Option<u8> {
+    let f = exe.symbol("caml_sys_const_max_wosize")?;
+    let (text_address, text) = exe.section_data(".text")?;
+    let start = f.address.checked_sub(text_address)? as usize;
+    let len = if f.size > 0 { f.size as usize } else { 32 };
+    let code = text.get(start..(start + len).min(text.len()))?;
+    let mut decoder = iced_x86::Decoder::with_ip(64, code, f.address, iced_x86::DecoderOptions::NONE);
+    for insn in &mut decoder {
+        if insn.mnemonic() == iced_x86::Mnemonic::Ret {
+            break;
+        }
+        for op in 0..insn.op_count() {
+            let immediate = match insn.op_kind(op) {
+                iced_x86::OpKind::Immediate64 | iced_x86::OpKind::Immediate32to64 | iced_x86::OpKind::Immediate32 => insn.immediate(op),
+                _ => continue,
+            };
+            let value = immediate.wrapping_add(1);
+            if value.is_power_of_two() {
+                let r = 55i64 - value.trailing_zeros() as i64;
+                if (0..=31).contains(&r) {
+                    return Some(r as u8);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// How block headers are laid out in this target.
+pub fn header_format(reserved_bits: u8) -> HeaderFormat {
+    HeaderFormat { reserved_bits }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_padding() {
+        assert_eq!(ocaml_string(b"5.3.0\0\0\x02"), Some(&b"5.3.0"[..]));
+    }
+}

@@ -1,0 +1,220 @@
+//! The OCaml 5 family of runtimes, read through any [`MemorySource`]: what is found once per
+//! target before the world stops ([`Runtime`]), what is checked when it is stopped
+//! ([`safety`]), and what is copied while it is stopped ([`capture`], [`roots`]); [`family`]
+//! makes it a [`crate::common::family::RuntimeFamily`]. What differs between OCaml 5 releases
+//! is in [`versions`], one file each; what every family shares is in [`crate::common`].
+
+pub mod capture;
+pub mod family;
+pub mod layout;
+pub mod locate;
+pub mod roots;
+pub mod safety;
+pub mod static_variables;
+pub mod statics;
+pub mod tables;
+pub mod versions;
+
+use crate::common::code::CodeMap;
+use crate::common::frames::FrameTable;
+use crate::common::program::{detect_reserved_bits, open_program, DiscoverOptions, LayoutsFrom, Program};
+use crate::common::regions::ContinuationShape;
+use crate::common::unwind;
+use crate::dwarf::TypeIndex;
+use crate::elf::{Executable, SymbolTable};
+use crate::error::{DumpError, Result};
+use crate::source::{MemorySource, ReadExt};
+use heapsnap_values::PoolGeometry;
+use layout::Layout;
+use statics::Statics;
+use tables::Tables;
+use versions::Release;
+
+/// Everything about the target's runtime that does not change while it runs: executable,
+/// version, layouts, variables, header format, pools and frame tables. Addresses in
+/// [`Statics`] and the executable's symbols are link-time; add [`Runtime::bias`].
+pub struct Runtime {
+    pub exe: Executable,
+    pub release: &'static Release,
+    pub layout: Layout,
+    pub statics: Statics,
+    pub layouts_from: LayoutsFrom,
+    pub code: CodeMap,
+    pub bias: u64,
+    pub version: String,
+    /// The version is not one heapsnap knows; it is read as [`Runtime::release`] (`--force`).
+    pub forced: bool,
+    /// Reserved header bits, when the runtime's code says it (see [`detect_reserved_bits`]).
+    pub detected_reserved_bits: Option<u8>,
+    pub pools: PoolGeometry,
+    pub frames: FrameTable,
+    /// Unwind tables of the executable and the shared libraries the target maps.
+    pub unwinder: unwind::Unwinder,
+    /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
+    /// they are exact; from the tables they cover the runtime's files only, and approximately.
+    pub units: Vec<(u64, u64, String)>,
+    pub units_exact: bool,
+    /// What the report should say once about what is missing (e.g. source lines).
+    pub notes: Vec<String>,
+}
+
+impl Runtime {
+    /// Reads what the dump needs to know about an OCaml 5 target before stopping it. `source`
+    /// need not be stopped: only static data is read.
+    pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Runtime> {
+        Runtime::from_program(source, open_program(source, options)?, options)
+    }
+
+    /// [`Runtime::discover`], from the program already opened.
+    pub fn from_program(source: &dyn MemorySource, program: Program, options: &DiscoverOptions) -> Result<Runtime> {
+        let Program { exe, bias, version } = program;
+        let mappings = source.mappings()?;
+        let (release, forced) = match (versions::find(&version), options.force) {
+            (Some(r), _) => (r, false),
+            // OCaml 4 is too different to be read as OCaml 5, forced or not.
+            (None, true) if !version.starts_with("4.") => (versions::newest(), true),
+            (None, _) => {
+                let supported = heapsnap_values::releases::supported();
+                return Err(DumpError::UnsupportedVersion { version, supported });
+            }
+        };
+        let mut notes = Vec::new();
+        let (layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
+            let types = TypeIndex::load(&exe)?;
+            let layout = Layout::load(&types, release)?;
+            let statics = Statics::find(&exe, Some(&types), release, None)?;
+            let from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
+            (layout, statics, from, types.code_units(), true)
+        } else {
+            if release.tables_version != version && !forced {
+                return Err(DumpError::NoLayoutTables { path: exe.path.clone(), version, tables: release.tables_version });
+            }
+            let tables = Tables::parse(release)?;
+            let statics = Statics::find(&exe, None, release, Some(&tables))?;
+            notes.push(format!(
+                "{} has no DWARF debug info: structure layouts come from heapsnap's tables for OCaml {}, and snapshots have no source lines",
+                exe.path.display(),
+                release.tables_version
+            ));
+            (tables.layout.clone(), statics, LayoutsFrom::Tables, tables.file_ranges(&exe), false)
+        };
+        if exe.symbols_from == SymbolTable::Dynsym {
+            notes.push(format!("{} has no .symtab: only exported symbols name functions and data", exe.path.display()));
+        }
+        let detected_reserved_bits = detect_reserved_bits(&exe);
+        let pools = pool_geometry(&exe, bias, source, &layout, release)?;
+        let code = CodeMap::new(&exe);
+        let r = &layout.roots;
+        let frametables = bias + statics.current_frame_descrs + r.frametables;
+        let mut frames = FrameTable::read(source, frametables, r.frametable_list_table, r.frametable_list_next)?;
+        if frames.is_empty() {
+            frames.read_linked(source, &exe, bias)?;
+        }
+        let unwinder = unwind::Unwinder::new(&mappings);
+        Ok(Runtime {
+            exe,
+            release,
+            layout,
+            statics,
+            layouts_from,
+            code,
+            bias,
+            version,
+            forced,
+            detected_reserved_bits,
+            pools,
+            frames,
+            unwinder,
+            units,
+            units_exact,
+            notes,
+        })
+    }
+
+    /// The shape of this release's continuation blocks.
+    pub fn continuation_shape(&self) -> ContinuationShape {
+        let fields = self.release.continuation_fields;
+        let class = self.pools.sizeclass_of_whsize(fields as usize + 1);
+        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| self.pools.size_classes[sz].wsize) }
+    }
+
+    /// Target address of a link-time address.
+    pub fn addr(&self, link: u64) -> u64 {
+        link.wrapping_add(self.bias)
+    }
+
+    /// Target address of symbol `name`.
+    pub fn symbol(&self, name: &str) -> Result<u64> {
+        Ok(self.addr(self.exe.require(name)?))
+    }
+
+    /// Target address of globroots.c's `caml_dyn_globals`, when it was found.
+    pub fn dyn_globals(&self) -> Option<u64> {
+        self.statics.dyn_globals.map(|h| self.addr(h))
+    }
+
+    /// The source files whose code may hold target code address `address`: the compilation
+    /// unit holding it, or, where units are only known approximately (from the tables), the
+    /// runtime files on either side of a gap between them.
+    pub fn unit_files_at(&self, address: u64) -> Vec<&str> {
+        let link = address.wrapping_sub(self.bias);
+        let after = self.units.partition_point(|u| u.0 <= link);
+        if let Some(u) = self.units[..after].iter().rev().take(8).find(|u| link < u.1) {
+            return vec![u.2.as_str()];
+        }
+        if self.units_exact {
+            return Vec::new();
+        }
+        let before = after.checked_sub(1).map(|i| self.units[i].2.as_str());
+        before.into_iter().chain(self.units.get(after).map(|u| u.2.as_str())).collect()
+    }
+
+    /// The executable's symbol holding target address `address`, if any.
+    pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
+        self.exe.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
+    }
+}
+
+fn read_table<const N: usize>(
+    exe: &Executable,
+    bias: u64,
+    source: &dyn MemorySource,
+    name: &str,
+    count: usize,
+) -> Result<Option<Vec<u32>>> {
+    // The tables are `static const` in a header: every C file that uses them has a copy.
+    let Some(address) = exe.addresses_of(name).into_iter().next() else { return Ok(None) };
+    let bytes = source.read_bytes(bias + address, N * count)?;
+    Ok(Some(bytes.chunks(N).map(|c| c.iter().rev().fold(0u32, |acc, &b| (acc << 8) | b as u32)).collect()))
+}
+
+/// Where a running OCaml 5 process counts its compactions (`caml_compactions_count`, which 5.1
+/// lacks), found without stopping it.
+pub fn compactions_counter(pid: u32) -> Result<crate::watch::CompactionsCounter> {
+    crate::watch::symbol_address(pid, "caml_compactions_count").map(crate::watch::CompactionsCounter::At)
+}
+
+/// The release's pool geometry, checked against the target's own size-class tables and pool
+/// header size where the executable names them: a difference means the version was misread.
+fn pool_geometry(exe: &Executable, bias: u64, source: &dyn MemorySource, layout: &Layout, release: &Release) -> Result<PoolGeometry> {
+    let geometry = release.pools();
+    let n = layout.heap.num_sizeclasses as usize;
+    let wsize = read_table::<4>(exe, bias, source, "wsize_sizeclass", n)?;
+    let expected: Vec<u32> = geometry.size_classes.iter().map(|c| c.wsize).collect();
+    if wsize.as_ref().is_some_and(|w| *w != expected) || n != expected.len() {
+        return Err(DumpError::VersionMismatch(format!(
+            "its size classes {:?} are not OCaml {}'s {expected:?}",
+            wsize.unwrap_or_default(),
+            release.series
+        )));
+    }
+    if layout.heap.pool_header_bytes != 8 * u64::from(geometry.header_wsize) {
+        return Err(DumpError::VersionMismatch(format!(
+            "its pool header is {} bytes, OCaml {}'s is {}",
+            layout.heap.pool_header_bytes,
+            release.series,
+            8 * geometry.header_wsize
+        )));
+    }
+    Ok(geometry)
+}
