@@ -6,8 +6,9 @@
 #   FUZZ_SECONDS=0 scripts/test.sh   # the fuzz lane runs no cargo-fuzz (the stable-Rust fuzz test still runs)
 #
 # Lanes:
-#   rust              formatting, clippy -D warnings, rustdoc -D warnings, and the minimum Rust
-#                     version every crate declares (scripts/check-msrv.py); needs no OCaml
+#   rust              formatting, clippy -D warnings, rustdoc -D warnings, no import circle between
+#                     the files of any crate (scripts/check-import-cycles.py), and the minimum
+#                     Rust version every crate declares (scripts/check-msrv.py); needs no OCaml
 #   ocaml-TOOLCHAIN   one per OCaml toolchain of releases.tsv (scripts/releases.sh toolchains): builds it
 #                     (cached outside the repo) and the sample programs with it
 #   tests             the Rust test suite: unit, property and end-to-end tests on every toolchain
@@ -47,7 +48,8 @@ lane_rust() {
   cargo clippy --workspace --all-targets --release -q -- -D warnings
   RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --release -q
   python3 scripts/check-msrv.py
-  covered+=("rust: fmt, clippy -D warnings, rustdoc -D warnings, declared rust-version of $(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workspace_members"]))') crates")
+  python3 scripts/check-import-cycles.py
+  covered+=("rust: fmt, clippy -D warnings, rustdoc -D warnings, no import circle between any crate's files, declared rust-version of $(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["workspace_members"]))') crates")
 }
 
 lane_ocaml() {
