@@ -225,7 +225,7 @@ const EXEC_WAIT: Duration = Duration::from_secs(1);
 /// symbol table alone (see [`crate::elf::locate_symbol`]: a watcher pays this once per program).
 /// Right after a spawn the process may still be inside execve: the parent of a vfork, or of a
 /// close-on-exec pipe, resumes before the new program is mapped, even before /proc/PID/exe
-/// names it. So this waits (up to [`EXEC_WAIT`]) for the exec to be done.
+/// names it. So this waits (up to `EXEC_WAIT`) for the exec to be done.
 /// Where a process counts its compactions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CompactionsCounter {

@@ -38,7 +38,7 @@ pub struct Capture {
     /// Registered custom operations: (address of `struct custom_operations`, identifier).
     pub custom_ops: Vec<(u64, String)>,
     /// Symbols of the loaded Dynlink plugins, at target addresses (the executable's are in
-    /// [`Runtime`]).
+    /// the family's runtime).
     pub plugin_symbols: Vec<crate::elf::Symbol>,
     /// DWARF sections of the loaded Dynlink plugins: (load bias, section name, bytes).
     pub plugin_dwarf: Vec<(u64, &'static str, std::sync::Arc<[u8]>)>,

@@ -157,7 +157,7 @@ pub struct ContinuationShape {
 
 /// Continuation blocks in the captured heap: minor heaps and the pools of the size class that
 /// holds them. This runs while the target is stopped and reads a good part of the heap, so the
-/// regions are scanned by [`copy_threads`] threads (the result is in region order all the same).
+/// regions are scanned by `copy_threads` threads (the result is in region order all the same).
 pub fn find_continuations(regions: &[CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
     let scanned: Vec<&CapturedRegion> = regions
         .iter()
