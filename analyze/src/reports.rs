@@ -51,7 +51,16 @@ pub struct Summary {
     /// Keyed by domain id ("none" for regions without a domain).
     pub by_domain: BTreeMap<String, RegionTotals>,
     pub roots: Vec<RootKindTotal>,
+    /// The largest groups: by OCaml type when the snapshot has names (what a person asks
+    /// first), else by kind.
     pub top_groups: Vec<Group>,
+    /// The grouping of `top_groups`: `type` or `kind`.
+    #[serde(default = "kind_grouping")]
+    pub top_groups_by: String,
+}
+
+fn kind_grouping() -> String {
+    GroupBy::Kind.name().to_string()
 }
 
 pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
@@ -106,6 +115,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
         by_domain,
         roots,
         top_groups,
+        top_groups_by: kind_grouping(),
     }
 }
 

@@ -7,10 +7,17 @@ use crate::view::IndexView;
 use heapsnap_analyze::{AnalysedHeap, GroupBy, HeapFacts, NodeId, NodeKind, Summary, TreeNode};
 
 impl IndexView<'_> {
-    /// The `summary` report: saved whole, but for its `top` largest kinds.
+    /// The `summary` report: saved whole, but for its `top` largest groups, by OCaml type when
+    /// the snapshot has names, else by kind.
     pub fn summary(&self, top: usize) -> Summary {
         let mut s = self.meta.summary.clone();
-        s.top_groups = self.groups(GroupBy::Kind).map(|g| g.iter().take(top).cloned().collect()).unwrap_or_default();
+        let by = if self.snap.ocaml_names().is_some() && self.meta.groups.contains_key(GroupBy::Type.name()) {
+            GroupBy::Type
+        } else {
+            GroupBy::Kind
+        };
+        s.top_groups = self.groups(by).map(|g| g.iter().take(top).cloned().collect()).unwrap_or_default();
+        s.top_groups_by = by.name().to_string();
         s
     }
 

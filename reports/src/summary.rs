@@ -14,7 +14,7 @@ pub struct Summary;
 pub struct SummaryArgs {
     /// The snapshot file.
     snapshot: PathBuf,
-    /// How many of the largest groups (by kind) to list (0: all).
+    /// How many of the largest groups (by OCaml type with names, else by kind) to list (0: all).
     #[arg(long, alias = "top", default_value_t = 10, value_name = "N", value_parser = crate::args::parse_limit)]
     limit: usize,
 }

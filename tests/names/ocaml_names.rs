@@ -326,6 +326,8 @@ fn annotating_after_indexing_shows_the_new_names() {
     assert!(String::from_utf8_lossy(&info.stdout).contains("heapsnap annotate"), "info says how to add names");
     let before = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
     assert_eq!(before["groups"][0]["name"], "Cache_leak.1");
+    let summary = analyse("summary", &[&path], &["--limit", "1"]);
+    assert_eq!(summary["top_groups_by"], "kind", "without names, summary's groups are by kind");
     assert!(dir.path().join("c.heapsnap.hsidx").exists() || std::env::var_os("XDG_CACHE_HOME").is_some());
     let by_type = heapsnap_out(&["top", p, "--by", "type"]);
     assert!(!by_type.status.success() && String::from_utf8_lossy(&by_type.stderr).contains("heapsnap annotate"));
@@ -340,6 +342,10 @@ fn annotating_after_indexing_shows_the_new_names() {
     assert_eq!(after["groups"][0]["name"], "Cache_leak.cache");
     let by_type = analyse("top", &[&path], &["--by", "type", "--limit", "1"]);
     assert_eq!(by_type["groups"][0]["name"], "(string, Cache_leak.entry) Hashtbl.t");
+    // summary's largest groups speak OCaml too: they are the type groups.
+    let summary = analyse("summary", &[&path], &["--limit", "3"]);
+    assert_eq!(summary["top_groups_by"], "type", "{summary:#}");
+    assert_eq!(summary["top_groups"][0], by_type["groups"][0], "{summary:#}");
     // The file stays owner-only.
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
