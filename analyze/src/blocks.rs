@@ -658,14 +658,11 @@ pub fn chunk_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, header_at: u6
     }
 }
 
-/// What a heap-chunk block is, free blocks included: a fragment (size 0), a blue block or one
-/// the snapshot lists as free (`free_blocks`, first fields, sorted) is `Free`; the others have
-/// their [`chunk_colour`].
+/// What a heap-chunk block is, free blocks included (`free_blocks`: the snapshot's, first fields,
+/// sorted): the one rule the dumper applies too, `heapsnap_values::ocaml4::chunk_block_colour`.
 fn chunk_block_colour(layout: &HeaderLayout, gc4: Option<&Ocaml4Gc>, free_blocks: &[u64], header_at: u64, hd: u64) -> Colour {
-    if layout.wosize(hd) == 0 || free_blocks.binary_search(&(header_at + 8)).is_ok() {
-        return Colour::Free;
-    }
-    chunk_colour(layout, gc4, header_at, hd)
+    let listed_free = free_blocks.binary_search(&(header_at + 8)).is_ok();
+    heapsnap_values::ocaml4::chunk_block_colour(layout, gc4, header_at, hd, listed_free)
 }
 
 /// The walk of one region's blocks (pass 1).
