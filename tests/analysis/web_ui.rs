@@ -240,6 +240,22 @@ fn the_web_ui_speaks_ocaml_with_names() {
     let labels = browser.run("return [...document.querySelectorAll('#fields tr')].map(r => r.children[1].innerText);");
     assert_eq!(labels, serde_json::json!([".size", ".data", ".seed", ".initial_size"]), "{text}");
 
+    // The summary's largest groups and the Groups view are by type.
+    browser.goto(&format!("{url}#summary"));
+    let heading = browser.wait_for(
+        "return [...document.querySelectorAll('h2')].map(h => h.innerText).find(t => t.startsWith('Largest groups')) || null;",
+        "the summary's groups",
+    );
+    assert_eq!(heading, "Largest groups by type");
+    browser.goto(&format!("{url}#groups"));
+    let groups = browser.wait_for(
+        "const s = document.querySelector('#group-by'); const t = document.querySelector('main table'); return s && t ? [s.value, t.innerText] : null;",
+        "the groups by type",
+    );
+    browser.screenshot(&shots.join("groups-names.png"));
+    assert_eq!(groups[0], "type", "{groups}");
+    assert!(groups[1].as_str().unwrap().contains("Cache_leak.entry"), "{groups}");
+
     browser.goto(&format!("{url}#diff"));
     let suspect = browser.wait_for("const s = document.querySelector('.suspect'); return s ? s.innerText : null;", "a leak suspect");
     browser.screenshot(&shots.join("diff-names.png"));

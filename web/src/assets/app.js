@@ -70,7 +70,7 @@ async function showSummary() {
       { title: "retained", num: true, key: r => r.retained, cell: r => bytes(r.retained) },
       { title: "%", num: true, key: r => r.retained, cell: r => pct(r.retained, total) },
     ]),
-    el("h2", {}, "Largest groups by kind"),
+    el("h2", {}, `Largest groups by ${s.top_groups_by || "kind"}`),
     groupTable(s.top_groups, total));
 }
 
@@ -84,9 +84,13 @@ function groupTable(groups, total) {
   ]);
 }
 
-async function showGroups(by = "kind") {
+async function showGroups(by) {
+  // With OCaml names the summary's groups are by type: the groupings offer it, and start there.
+  const named = (await api("summary")).top_groups_by === "type";
+  by = by || (named ? "type" : "kind");
   const r = await api("groups", { by });
-  const select = el("select", { id: "group-by" }, ["kind", "closure", "root", "reserved"].map(b => {
+  const choices = (named ? ["type"] : []).concat(["kind", "closure", "root", "reserved"]);
+  const select = el("select", { id: "group-by" }, choices.map(b => {
     const o = el("option", { value: b }, `by ${b}`); if (b === by) o.selected = true; return o;
   }));
   select.onchange = () => showGroups(select.value);
