@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::dump_support::series::{lines_of, three_snapshots, KillOnDrop};
-use crate::dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest};
+use crate::dump_support::series::{lines_of, three_snapshots};
+use crate::dump_support::{heapsnap, repo, samples_dir, toolchain_prefix, DiesWithTest, KillOnDrop};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()

@@ -1,32 +1,12 @@
 //! A leaking series: three snapshots of the cache_leak sample, one per step, taken by
-//! `heapsnap run` (tests/web_ui.rs, tests/mcp.rs, tests/diff_samples.rs).
+//! `heapsnap run` (tests/analysis: web_ui.rs, mcp.rs, diff_samples.rs).
 
-use super::{heapsnap, samples_dir, DiesWithTest};
+use super::{heapsnap, samples_dir, snapshots_in, DiesWithTest, KillOnDrop};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-/// A child process, killed when dropped.
-pub struct KillOnDrop(pub Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-pub fn snapshots_in(dir: &Path) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .expect("snapshot directory")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "heapsnap"))
-        .collect();
-    found.sort();
-    found
-}
 
 /// Three snapshots of cache_leak, one per step; `extra`: more options of `heapsnap run`.
 pub fn three_snapshots(dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
