@@ -35,21 +35,7 @@ trap cleanup EXIT
 dump_ocamlopt() {
   local snap="$1" work="$out/ocamlopt-work"
   rm -rf "$work" && mkdir -p "$work"
-  python3 - "$work/big.ml" <<'PY'
-import sys
-n = 8000
-out = ["type shape = Circle of int | Rect of int * int | Named of string * int list",
-       "type r = { a : int; b : string; c : float list }"]
-for i in range(n):
-    out.append(f"let f{i} x = match x with\n  | Circle r -> r * {i} + List.length [{i}; {i}]\n"
-               f"  | Rect (w, h) -> w + h + String.length \"{i}\"\n"
-               f"  | Named (s, l) -> String.length s + List.fold_left ( + ) {i} l\n"
-               f"let g{i} () = let v = {{ a = {i}; b = string_of_int {i}; c = [float_of_int {i}] }} in f{i} (Named (v.b, [v.a; {i}]))")
-out.append("let () =\n  let total = ref 0 in")
-out += [f"  total := !total + g{i} ();" for i in range(n)]
-out.append("  print_int !total; print_newline ()")
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-PY
+  scripts/gen-big-source.py 8000 "$work/big.ml"
   echo "bench-real-heaps: dumping ocamlopt.opt 12 s into compiling a 2.7 MB file" >&2
   (cd "$work" && exec "$toolchain/bin/ocamlopt.opt" -g big.ml -o big) &
   pid=$!

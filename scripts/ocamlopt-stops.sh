@@ -19,21 +19,7 @@ pid=""
 cleanup() { if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; fi; rm -rf "$work"; }
 trap cleanup EXIT
 
-python3 - "$work/big.ml" <<'PY'
-import sys
-n = 8500
-out = ["type shape = Circle of int | Rect of int * int | Named of string * int list",
-       "type r = { a : int; b : string; c : float list }"]
-for i in range(n):
-    out.append(f"let f{i} x = match x with\n  | Circle r -> r * {i} + List.length [{i}; {i}]\n"
-               f"  | Rect (w, h) -> w + h + String.length \"{i}\"\n"
-               f"  | Named (s, l) -> String.length s + List.fold_left ( + ) {i} l\n"
-               f"let g{i} () = let v = {{ a = {i}; b = string_of_int {i}; c = [float_of_int {i}] }} in f{i} (Named (v.b, [v.a; {i}]))")
-out.append("let () =\n  let total = ref 0 in")
-out += [f"  total := !total + g{i} ();" for i in range(n)]
-out.append("  print_int !total; print_newline ()")
-open(sys.argv[1], "w").write("\n".join(out) + "\n")
-PY
+scripts/gen-big-source.py 8500 "$work/big.ml"
 echo "ocamlopt-stops: $(wc -l <"$work/big.ml") lines to compile" >&2
 
 multi_stop_at="" failed_verify=0
