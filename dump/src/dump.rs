@@ -367,7 +367,7 @@ fn finish(
     let cap = &mut copied.cap;
     let more_ops = custom_ops_in_heap(rt.custom_layout(), source, cap, format);
     cap.custom_ops.extend(more_ops);
-    cap.keep_plausible_conservative_roots(format, copied.ocaml4_gc.as_ref());
+    cap.keep_plausible_conservative_roots(format, copied.gc_state.as_ref());
     if options.redact {
         for r in cap.regions.iter_mut() {
             if r.kind.holds_heap_blocks() {
@@ -397,7 +397,7 @@ fn finish(
         pools: rt.pools(),
         forced_version: rt.forced(),
         layouts_from: Some(rt.layouts_from().to_string()),
-        ocaml4_gc: copied.ocaml4_gc,
+        ocaml4_gc: copied.gc_state,
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }

@@ -18,8 +18,9 @@ use std::time::Duration;
 /// What one stop copied, with what the family adds to the metadata.
 pub struct Copied {
     pub cap: Capture,
-    /// OCaml 4.14's major GC state (the metadata's `ocaml4_gc`).
-    pub ocaml4_gc: Option<Ocaml4Gc>,
+    /// The major GC's state, for families whose block colours depend on it (OCaml 4.14: the
+    /// metadata's `ocaml4_gc`); `None` where the colours say it all.
+    pub gc_state: Option<Ocaml4Gc>,
 }
 
 /// One family of OCaml runtimes (today the OCaml 5 releases, and OCaml 4.14), as a dump sees

@@ -65,7 +65,7 @@ impl RuntimeFamily for Runtime4 {
         torn: TornMinorHeap,
     ) -> Result<Copied> {
         let (cap, gc) = capture::capture(self, source, world, format, spare, torn)?;
-        Ok(Copied { cap, ocaml4_gc: Some(gc) })
+        Ok(Copied { cap, gc_state: Some(gc) })
     }
 
     fn add_interrupted_thread_roots(

@@ -78,7 +78,7 @@ impl RuntimeFamily for Runtime {
         spare: &mut SpareBuffers,
         torn: TornMinorHeap,
     ) -> Result<Copied> {
-        Ok(Copied { cap: capture::capture(self, source, world, format, spare, torn)?, ocaml4_gc: None })
+        Ok(Copied { cap: capture::capture(self, source, world, format, spare, torn)?, gc_state: None })
     }
 
     /// The threads that hold a domain without running OCaml code (inside the runtime: a
