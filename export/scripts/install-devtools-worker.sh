@@ -14,6 +14,12 @@ dir="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}/devtools-worker-$VERSION"
 bundle="$dir/driver/load.mjs"
 key="$(cat "$here"/devtools-worker/*.ts | sha256sum | cut -c1-16)"
 if [[ ! -f "$dir/.built-$key" ]]; then
+    # Concurrent callers build it once: the others wait for the lock, then find it built.
+    mkdir -p "$(dirname "$dir")"
+    exec 9>"$dir.lock"
+    flock 9
+fi
+if [[ ! -f "$dir/.built-$key" ]]; then
     command -v npm >/dev/null || { echo "install-devtools-worker.sh: npm is needed (scripts/install-deps.sh installs it)" >&2; exit 1; }
     echo "install-devtools-worker.sh: building chrome-devtools-frontend@$VERSION's heap snapshot worker in $dir" >&2
     mkdir -p "$dir/driver"

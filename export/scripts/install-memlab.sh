@@ -8,6 +8,13 @@ VERSION=2.0.5
 dir="${HEAPSNAP_CACHE:-$HOME/.cache/heapsnap}/memlab"
 stamp="$dir/.installed-$VERSION"
 if [[ ! -f "$stamp" ]]; then
+    # Tests that run at once call this together: one installs, the others wait for it (two
+    # npm installs into one directory fail with ENOTEMPTY).
+    mkdir -p "$(dirname "$dir")"
+    exec 9>"$dir.lock"
+    flock 9
+fi
+if [[ ! -f "$stamp" ]]; then
     command -v npm >/dev/null || { echo "install-memlab.sh: npm is needed (scripts/install-deps.sh installs it)" >&2; exit 1; }
     mkdir -p "$dir"
     echo "install-memlab.sh: installing @memlab/core@$VERSION into $dir" >&2
