@@ -19,7 +19,7 @@
 //! garbage given the GC state the snapshot records, and how to get a clean check
 //! ([`FloatingGarbage`]).
 
-use crate::blocks::{BadPointer, PointsTo, NO_NODE};
+use crate::blocks::{PointsTo, NO_NODE};
 use crate::error::AnalyzeError;
 use crate::graph::{HeapGraph, SUPER_ROOT};
 use crate::progress::Progress;
@@ -95,8 +95,7 @@ fn gc_state(snap: &Snapshot) -> String {
     let meta = snap.metadata();
     match meta.ocaml4_gc {
         Some(gc) => {
-            let phase = serde_json::to_value(gc.phase).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-            format!("OCaml {}, major GC phase {phase}", meta.ocaml_version)
+            format!("OCaml {}, major GC phase {}", meta.ocaml_version, serde_name(gc.phase))
         }
         None if meta.ocaml_version.starts_with("4.") => format!("OCaml {}, major GC phase not recorded", meta.ocaml_version),
         None => format!("OCaml {}: a major cycle is always under way (the colours say which blocks it has marked)", meta.ocaml_version),
@@ -128,8 +127,9 @@ pub fn verify_with(snap: &Snapshot, strict: bool, progress: &Progress) -> Result
     Ok(verify_graph(&graph, strict))
 }
 
-fn bad_name(k: BadPointer) -> String {
-    serde_json::to_value(k).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{k:?}"))
+/// A unit enum's name as the JSON says it (`free_slot`, `unmarked`, `idle`).
+fn serde_name<T: Serialize + std::fmt::Debug>(v: T) -> String {
+    serde_json::to_value(&v).ok().and_then(|j| j.as_str().map(str::to_string)).unwrap_or_else(|| format!("{v:?}"))
 }
 
 pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
@@ -152,7 +152,7 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
         }
     }
     for (k, n) in &graph.bad_by_kind {
-        error_counts.insert(format!("pointer_to_no_block:{}", bad_name(*k)), *n);
+        error_counts.insert(format!("pointer_to_no_block:{}", serde_name(*k)), *n);
     }
     if graph.pointers.bad > 0 {
         list_bad_pointers(graph, &mut errors);
@@ -191,7 +191,7 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
                     if floating {
                         floating_blocks += 1;
                         floating_bytes += b.header.bytes();
-                        *floating_by_colour.entry(colour_name(b.header.colour)).or_default() += 1;
+                        *floating_by_colour.entry(serde_name(b.header.colour)).or_default() += 1;
                     }
                     if strict && unreachable_listed < MAX_LISTED && errors.len() < 2 * MAX_LISTED {
                         unreachable_listed += 1;
@@ -268,10 +268,6 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
     }
 }
 
-fn colour_name(c: Colour) -> String {
-    serde_json::to_value(c).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_else(|| format!("{c:?}"))
-}
-
 fn bfs(graph: &HeapGraph<'_>, seeds: &[u32], reached: &mut [bool]) {
     let mut queue: Vec<u32> = Vec::new();
     for &s in seeds {
@@ -308,7 +304,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
                 address: format!("{:#x}", r.slot),
                 field: None,
                 value: Some(format!("{:#x}", r.value)),
-                detail: format!("root {i} ({}): {}", crate::names::root_label(snap, r), bad_name(k)),
+                detail: format!("root {i} ({}): {}", crate::names::root_label(snap, r), serde_name(k)),
             });
         }
     }
@@ -329,7 +325,7 @@ fn list_bad_pointers(graph: &HeapGraph<'_>, errors: &mut Vec<VerifyProblem>) {
                             address: format!("{:#x}", b.address),
                             field,
                             value: Some(format!("{v:#x}")),
-                            detail: format!("{} in {}: {}", ocaml::tag_name(b.header.tag), blocks.regions[reg].kind, bad_name(k)),
+                            detail: format!("{} in {}: {}", ocaml::tag_name(b.header.tag), blocks.regions[reg].kind, serde_name(k)),
                         });
                     }
                 }
