@@ -62,6 +62,7 @@ samples=(
   "dynlink_plugin|dynlink|-"
   "alloc_sites||-"
   "typed_values||-"
+  "closure_shapes||-"
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)

@@ -37,6 +37,7 @@
 mod address_index;
 mod analysed_heap;
 mod blocks;
+mod closures;
 mod dominators;
 mod error;
 mod facts;

@@ -43,6 +43,11 @@ impl<'s> Names<'s> {
         Names { snap, ocaml, lines, plugin_lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
     }
 
+    /// What the target's addresses minus the executable's link-time addresses are (PIE).
+    pub fn load_bias(&self) -> u64 {
+        self.load_bias
+    }
+
     /// The program's OCaml names and types, when the snapshot carries them (`heapsnap annotate`).
     pub fn ocaml(&self) -> Option<&OcamlNames> {
         self.ocaml.as_ref()

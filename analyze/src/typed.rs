@@ -64,6 +64,9 @@ enum Layout {
     Object,
     /// The value is the one field's: typed as that.
     Unboxed(u32),
+    /// A closure of a known function: its environment from `env_start` on, each field named
+    /// (a free variable) and typed.
+    Closure { env_start: usize, names: Vec<Option<String>>, types: Vec<u32> },
     /// Immediates only (`int`, `char`, `bool`, constant-only variants).
     Immediate,
     /// Typing stops here (a type variable, an abstract type, a function): anything goes.
@@ -92,6 +95,7 @@ impl Layout {
             Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, _, f)| f.iter().copied()).collect(),
             Layout::PolyVariant(l) => l.iter().map(|&(_, _, t)| t).collect(),
             Layout::Array(t) | Layout::Lazy(t) | Layout::Unboxed(t) => vec![*t],
+            Layout::Closure { types, .. } => types.clone(),
             _ => Vec::new(),
         }
     }
@@ -209,6 +213,10 @@ impl Interner<'_> {
             Shape::Object => Layout::Object,
             Shape::Unboxed(t) => Layout::Unboxed(self.intern(&t)),
             Shape::Immediate => Layout::Immediate,
+            Shape::Closure { env_start, fields: f } => {
+                let (names, types) = fields(&f, self);
+                Layout::Closure { env_start, names, types }
+            }
             Shape::Function | Shape::Unknown => Layout::Opaque,
         };
         let allows = Allows {
@@ -364,17 +372,25 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             Layout::Custom(id) => tag == ocaml::CUSTOM_TAG && b.fields.first().and_then(|ops| self.custom_ops.get(ops)) == Some(id),
             Layout::Lazy(_) => matches!(tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG),
             Layout::Object => tag == ocaml::OBJECT_TAG,
+            Layout::Closure { env_start, types, .. } => {
+                tag == ocaml::CLOSURE_TAG
+                    && b.fields.get(1).is_some_and(|&info| crate::closures::closure_info(info).1 == *env_start)
+                    && size.checked_sub(*env_start) == Some(types.len())
+            }
             Layout::Unboxed(_) | Layout::Immediate | Layout::Opaque => false,
         };
         // Every field must be possible for its type too: an immediate where the type has
         // only blocks (a string, a record) or a pointer where it has only immediates.
-        let field_types: &[u32] = match layout {
-            Layout::Fields(_, f) => f,
-            Layout::Variant(blocks, _) if fits => &blocks[tag as usize].2,
-            _ => &[],
+        let (field_types, first_field): (&[u32], usize) = match layout {
+            Layout::Fields(_, f) => (f, 0),
+            Layout::Variant(blocks, _) if fits => (&blocks[tag as usize].2, 0),
+            Layout::Closure { env_start, types, .. } if fits => (types, *env_start),
+            _ => (&[], 0),
         };
-        let fields_fit =
-            field_types.iter().zip(b.fields).all(|(&ft, &w)| ft == NO_TYPE || self.layout_of(ft).is_none_or(|(_, allows)| allows.word(w)));
+        let fields_fit = field_types
+            .iter()
+            .zip(&b.fields[first_field.min(b.fields.len())..])
+            .all(|(&ft, &w)| ft == NO_TYPE || self.layout_of(ft).is_none_or(|(_, allows)| allows.word(w)));
         if !fits || !fields_fit {
             if !matches!(layout, Layout::Opaque | Layout::Unboxed(_)) {
                 tally.mismatches += 1;
@@ -426,6 +442,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             }
             Layout::Array(e) => (0..size).for_each(|i| push(i, *e)),
             Layout::Lazy(inner) if tag == ocaml::FORWARD_TAG => push(0, *inner),
+            Layout::Closure { env_start, types, .. } => types.iter().enumerate().for_each(|(i, &ft)| push(env_start + i, ft)),
             _ => {}
         }
         true
@@ -504,6 +521,16 @@ impl Typing {
                 roots.push((r.value, t, holder));
             }
         }
+        // Closures say which function they run, and so what their environment holds: each is
+        // a root of the walk too, however it was reached.
+        for c in crate::closures::typed_closures(a, &ocaml.env) {
+            let t = interner.intern(&c.ty);
+            if t != NO_TYPE {
+                interner.complete(t);
+                roots.push((c.address, t, NO_NODE));
+            }
+        }
+        timer.lap("closures");
         let n = a.node_count();
         let (custom_ops, layouts) = (names.custom_ops(), &interner.layouts[..]);
         let idom = |v| a.idom(v);
@@ -615,6 +642,7 @@ impl Typing {
             Layout::Fields(names, _) => names.get(i).cloned().flatten(),
             Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
             Layout::Array(_) => Some(format!("[{i}]")),
+            Layout::Closure { env_start, names, .. } => names.get(i.checked_sub(*env_start)?).cloned().flatten(),
             _ => None,
         }
     }
@@ -623,9 +651,10 @@ impl Typing {
     /// allocating; `None` for unlabelled fields, array elements and untyped nodes.
     pub fn field_label(&self, v: NodeId, tag: u8, i: usize) -> Option<&str> {
         let info = self.types.get(self.type_id(v) as usize)?;
-        let names = match &**info.layout.get()? {
-            Layout::Fields(names, _) => names,
-            Layout::Variant(blocks, _) => &blocks.get(tag as usize)?.1,
+        let (names, i) = match &**info.layout.get()? {
+            Layout::Fields(names, _) => (names, i),
+            Layout::Variant(blocks, _) => (&blocks.get(tag as usize)?.1, i),
+            Layout::Closure { env_start, names, .. } => (names, i.checked_sub(*env_start)?),
             _ => return None,
         };
         names.get(i)?.as_deref()
@@ -639,6 +668,7 @@ impl Typing {
             let names: Vec<&Option<String>> = match &**layout {
                 Layout::Fields(names, _) => names.iter().collect(),
                 Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
+                Layout::Closure { names, .. } => names.iter().collect(),
                 _ => continue,
             };
             out.extend(names.into_iter().flatten().map(String::as_str));

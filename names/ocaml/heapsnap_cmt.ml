@@ -438,6 +438,220 @@ let block_fields (str : structure) (intf : signature option) =
   let cache = if has_method_cache str then [ { ident = None; name = "(method cache)"; kind = "method_cache"; fty = None } ] else [] in
   exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache
 
+(* ---- functions: what their closures hold ----
+
+   A closure's environment holds its function's free variables, in the order closure
+   conversion (Closure.close_functions, the same in 4.14 to 5.3) sorts them: the set of
+   Lambda's free variables of the function (of the whole group for `let rec`), ordered by
+   Ident.compare. Typed-tree idents keep their stamps through translation, so the free
+   variables found here sort the same way; heapsnap checks every closure's environment size
+   and each field against these types before it believes them. What the typed tree cannot
+   see is left out on purpose: identifiers stored in the unit's module block are read from
+   the global, not captured (Translmod.transl_store_structure); primitives are not values;
+   `let x = y` is an alias Simplif replaces by `y`. Each function is found by where its code
+   starts (the line table's first row at its entry is the function's location), lazy thunks
+   likewise (their code starts at the lazy expression's body). *)
+
+let bound_types : (string, type_expr) Hashtbl.t = Hashtbl.create 1024
+let aliases : (string, Ident.t) Hashtbl.t = Hashtbl.create 64
+
+(* A function, a lazy value's thunk, or the application of a known function to fewer
+   arguments than it takes: closure conversion (Closure, "partial application") makes that a
+   new function at the application's place whose environment holds the arguments given, in
+   order, then the function applied. *)
+type fn_kind = Fun | Lazy_thunk | Partial of string * expression list
+
+type fn_node = { floc : Location.t; fname : string option; fexp : expression; fty : type_expr option; kind : fn_kind }
+
+let fn_nodes : fn_node list ref = ref []
+(* A `let rec` group's functions (by location): the group's bodies and its idents. *)
+let rec_groups : (int * int, expression list * Ident.t list) Hashtbl.t = Hashtbl.create 64
+let fn_names : (int * int, string) Hashtbl.t = Hashtbl.create 256
+
+let loc_key (l : Location.t) = (l.loc_start.pos_lnum, l.loc_start.pos_cnum - l.loc_start.pos_bol)
+
+let is_function (e : expression) = match e.exp_desc with Texp_function _ -> true | _ -> false
+
+let rec_group vbs =
+  let fns = List.filter_map (fun vb -> if is_function vb.vb_expr then Some vb.vb_expr else None) vbs in
+  let ids = List.map fst (Compat.let_bound vbs) in
+  List.iter (fun e -> Hashtbl.replace rec_groups (loc_key e.exp_loc) (fns, ids)) fns
+
+let name_functions vbs =
+  List.iter
+    (fun (vb : value_binding) ->
+      match (Compat.pat_vars vb.vb_pat, vb.vb_expr.exp_desc) with
+      | [ (id, _) ], Texp_function _ -> Hashtbl.replace fn_names (loc_key vb.vb_expr.exp_loc) (Ident.name id)
+      | _ -> ())
+    vbs
+
+(* The arguments' types of a function type, in order (at most 32). *)
+let rec arrow_args env t n =
+  if n = 0 then []
+  else
+    match get_desc (try Ctype.expand_head env t with _ -> t) with
+    | Tarrow (_, a, r, _) -> a :: arrow_args env r (n - 1)
+    | _ -> []
+
+(* Every function and lazy thunk of the unit; the types and aliases of the idents it binds. *)
+let collect_functions (str : structure) =
+  let open Tast_iterator in
+  let pat : type k. iterator -> k general_pattern -> unit =
+   fun it p ->
+    List.iter (fun (id, t) -> Hashtbl.replace bound_types (Ident.unique_name id) t) (Compat.pat_vars p);
+    default_iterator.pat it p
+  in
+  let value_bindings it ((rf, vbs) as b) =
+    if rf = Asttypes.Recursive then rec_group vbs;
+    name_functions vbs;
+    List.iter
+      (fun (vb : value_binding) ->
+        match (Compat.pat_vars vb.vb_pat, vb.vb_expr.exp_desc) with
+        | [ (id, _) ], Texp_ident (Pident w, _, { val_kind = Val_reg; _ }) when rf = Asttypes.Nonrecursive ->
+            Hashtbl.replace aliases (Ident.unique_name id) w
+        | _ -> ())
+      vbs;
+    default_iterator.value_bindings it b
+  in
+  let expr it (e : expression) =
+    (match e.exp_desc with
+     | Texp_function _ ->
+         fn_nodes := { floc = e.exp_loc; fname = Hashtbl.find_opt fn_names (loc_key e.exp_loc); fexp = e; fty = Some e.exp_type; kind = Fun } :: !fn_nodes
+     | Texp_lazy body -> fn_nodes := { floc = body.exp_loc; fname = None; fexp = body; fty = None; kind = Lazy_thunk } :: !fn_nodes
+     | Texp_apply ({ exp_desc = Texp_ident (p, _, _); _ }, args)
+       when args <> [] && List.for_all (function Asttypes.Nolabel, Some _ -> true | _ -> false) args
+            && arrow_args e.exp_env e.exp_type 1 <> [] ->
+         let given = List.filter_map snd args in
+         let callee = match p with Pident id -> Ident.name id | Pdot (_, s) -> s | _ -> "?" in
+         fn_nodes := { floc = e.exp_loc; fname = Some callee; fexp = e; fty = None; kind = Partial (callee, given) } :: !fn_nodes
+     | _ -> ());
+    default_iterator.expr it e
+  in
+  let it = { default_iterator with pat; value_bindings; expr } in
+  it.structure it str
+
+(* The idents an expression refers to and those it binds itself. *)
+let refs_and_binds (e : expression) =
+  let refs = ref [] and binds = Hashtbl.create 16 in
+  let bind id = Hashtbl.replace binds (Ident.unique_name id) () in
+  let rec refer id =
+    match Hashtbl.find_opt aliases (Ident.unique_name id) with
+    | Some w when not (Ident.same w id) -> refer w
+    | _ -> refs := id :: !refs
+  in
+  let head p = match Path.head p with id -> refer id | exception _ -> () in
+  let open Tast_iterator in
+  let pat : type k. iterator -> k general_pattern -> unit =
+   fun it p ->
+    List.iter (fun (id, _) -> bind id) (Compat.pat_vars p);
+    (match p.pat_desc with
+     | Tpat_construct (_, { cstr_tag = Cstr_extension (Pident id, _); _ }, _, _) -> refer id
+     | _ -> ());
+    default_iterator.pat it p
+  in
+  let expr it (e : expression) =
+    (match e.exp_desc with
+     | Texp_ident (Pident id, _, { val_kind = Val_reg; _ }) -> refer id
+     | Texp_ident (Pident _, _, _) -> ()
+     | Texp_ident (p, _, _) -> head p
+     | Texp_construct (_, { cstr_tag = Cstr_extension (p, _); _ }, _) -> head p
+     | Texp_for (id, _, _, _, _, _) -> bind id
+     | Texp_letmodule (Some id, _, _, _, _) -> bind id
+     | Texp_letexception (ext, _) -> bind ext.ext_id
+     | _ -> ());
+    default_iterator.expr it e
+  in
+  let module_expr it (me : module_expr) =
+    (match me.mod_desc with
+     | Tmod_ident (p, _) -> head p
+     | Tmod_functor (Named (Some id, _, _), _) -> bind id
+     | _ -> ());
+    default_iterator.module_expr it me
+  in
+  let it = { default_iterator with pat; expr; module_expr } in
+  it.expr it e;
+  (!refs, binds)
+
+(* The idents Translmod.transl_store_structure replaces by a field of the unit's global, so
+   that no closure captures them: true for those it always replaces (values, exceptions,
+   classes, and everything a structure compiled in place binds), false for those it replaces
+   only when the unit's interface does not coerce their field (modules, and what an include
+   or an open binds), which otherwise stay variables that closures capture. A submodule is
+   compiled in place when it is a structure, or one constrained by a signature that changes
+   it (Tcoerce_structure); constrained to no effect, it is an ordinary module whose bindings
+   are local to it. *)
+let rec stored_idents (tbl : (string, bool) Hashtbl.t) (items : structure_item list) =
+  let add sure id = if sure || not (Hashtbl.mem tbl (Ident.unique_name id)) then Hashtbl.replace tbl (Ident.unique_name id) sure in
+  let in_place (me : module_expr) =
+    match me.mod_desc with
+    | Tmod_structure s | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, Tcoerce_structure _) -> Some s
+    | _ -> None
+  in
+  List.iter
+    (fun item ->
+      match item.str_desc with
+      | Tstr_value (_, vbs) -> List.iter (add true) (let_idents vbs)
+      | Tstr_typext te -> List.iter (fun e -> add true e.ext_id) te.tyext_constructors
+      | Tstr_exception e -> add true e.tyexn_constructor.ext_id
+      | Tstr_class cls -> List.iter (fun (ci, _) -> add true ci.ci_id_class) cls
+      | Tstr_module { mb_id = Some id; mb_presence = Mp_present; mb_expr; _ } ->
+          add false id;
+          Option.iter (fun s -> stored_idents tbl s.str_items) (in_place mb_expr)
+      | Tstr_recmodule mbs -> List.iter (fun mb -> Option.iter (add false) mb.mb_id) mbs
+      | Tstr_include incl ->
+          List.iter (add false) (bound_value_identifiers incl.incl_type);
+          Option.iter (fun s -> stored_idents tbl s.str_items) (translated_inline incl.incl_mod)
+      | Tstr_open od ->
+          List.iter (add false) (bound_value_identifiers od.open_bound_items);
+          (match od.open_expr.mod_desc with Tmod_structure s -> stored_idents tbl s.str_items | _ -> ())
+      | _ -> ())
+    items
+
+let functions_json (stored : (string, bool) Hashtbl.t) =
+  (* Free variables in their environment order, each with whether the global may hold it
+     instead (see [stored_idents]). *)
+  let free_of exprs excluded =
+    let ids = Hashtbl.create 16 in
+    List.iter
+      (fun e ->
+        let refs, binds = refs_and_binds e in
+        List.iter
+          (fun id ->
+            let u = Ident.unique_name id in
+            if not (Hashtbl.mem binds u || Hashtbl.find_opt stored u = Some true || Ident.global id || Ident.is_predef id
+                    || List.exists (Ident.same id) excluded)
+            then Hashtbl.replace ids u id)
+          refs)
+      exprs;
+    List.map (fun id -> (id, Hashtbl.mem stored (Ident.unique_name id))) (List.sort Ident.compare (Hashtbl.fold (fun _ id acc -> id :: acc) ids []))
+  in
+  let fn f =
+    let line, col = loc_key f.floc in
+    raw "{"; key "line"; raw (string_of_int line); raw ","; key "col"; raw (string_of_int col); raw ",";
+    key "name"; opt jstr (match f.kind with Lazy_thunk -> Some "lazy" | _ -> f.fname); raw ",";
+    key "params"; list ty (match f.fty with Some t -> arrow_args f.fexp.exp_env t 32 | None -> []); raw ",";
+    let free_var ?(maybe = false) name t =
+      raw "["; jstr name; raw ","; (match t with Some t -> ty t | None -> raw "null"); if maybe then raw ",true"; raw "]"
+    in
+    (match f.kind with
+     | Partial (_, given) ->
+         key "partial"; raw "true"; raw ",";
+         key "free";
+         list
+           (fun (name, t) -> free_var name t)
+           (List.mapi (fun i e -> (Printf.sprintf "argument %d" (i + 1), Some e.exp_type)) given @ [ ("function", None) ])
+     | Fun | Lazy_thunk ->
+         let fv =
+           match Hashtbl.find_opt rec_groups (loc_key f.floc) with
+           | Some (group, ids) when f.kind = Fun -> free_of group ids
+           | _ -> free_of [ f.fexp ] []
+         in
+         key "free";
+         list (fun (id, maybe) -> free_var ~maybe (Ident.name id) (Hashtbl.find_opt bound_types (Ident.unique_name id))) fv);
+    raw "}"
+  in
+  list fn (List.rev !fn_nodes)
+
 (* ---- files ---- *)
 
 let digest_hex = function Some d -> Some (Digest.to_hex d) | None -> None
@@ -452,10 +666,14 @@ let read_interface cmt_file =
 
 let unit_json file (info : Cmt_format.cmt_infos) str intf =
   Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; anon := 0;
+  Hashtbl.reset bound_types; Hashtbl.reset aliases; fn_nodes := []; Hashtbl.reset rec_groups; Hashtbl.reset fn_names;
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
   let fields = block_fields str intf in
+  collect_functions str;
+  let stored = Hashtbl.create 256 in
+  stored_idents stored str.str_items;
   raw "{"; key "unit"; jstr u; raw ","; key "file"; jstr file; raw ",";
   key "source"; opt jstr info.cmt_sourcefile; raw ","; key "builddir"; jstr info.cmt_builddir; raw ",";
   key "digest"; opt jstr (Option.map Digest.to_hex info.cmt_source_digest); raw ",";
@@ -475,6 +693,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
   in
   list (fun f -> f ()) (List.map (fun (q, d) () -> decl q d) (List.rev !types) @ List.map (fun c () -> object_type c) (List.rev !classes));
   raw ","; key "modules"; list (fun f -> f ()) (List.rev !modules);
+  raw ","; key "functions"; functions_json stored;
   raw "}"
 
 let () =

@@ -41,6 +41,72 @@ pub struct Unit {
     pub types: Vec<Decl>,
     #[serde(default)]
     pub modules: Vec<ModuleDef>,
+    /// Its functions and lazy thunks, with what their closures hold.
+    #[serde(default, deserialize_with = "functions")]
+    pub functions: Vec<Function>,
+}
+
+/// A function (or a lazy value's thunk) of a unit, found by where its code starts.
+#[derive(Debug, Clone)]
+pub struct Function {
+    /// Where the function's code starts in the unit's source (0-based column), as the
+    /// executable's line table says it.
+    pub line: u32,
+    pub col: u32,
+    /// The identifier it is bound to (`make_handler`), `lazy` for a lazy value's thunk,
+    /// `None` for an anonymous function.
+    pub name: Option<String>,
+    /// The types of its arguments, in order (a partial application holds the first ones).
+    pub params: Vec<Ty>,
+    /// Its free variables in the order its closure's environment stores them.
+    pub free: Vec<FreeVariable>,
+    /// The application of a known function to fewer arguments than it takes (`name`): the
+    /// closure the compiler makes there holds the arguments given, then the function.
+    pub partial: bool,
+}
+
+/// A variable a closure may capture.
+#[derive(Debug, Clone)]
+pub struct FreeVariable {
+    pub name: String,
+    /// `Ty::Unknown` where the reader knows none (a module, for instance).
+    pub ty: Ty,
+    /// A module of the unit (or what an include binds): the closure captures it only when
+    /// the unit's interface coerces it, else reads it from the unit's global.
+    pub maybe_global: bool,
+}
+
+fn functions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Function>, D::Error> {
+    let v = Value::deserialize(d)?;
+    let uint = |f: &Value, k: &str| f.get(k).and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
+    Ok(v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| {
+                    Some(Function {
+                        line: uint(f, "line")?,
+                        col: uint(f, "col")?,
+                        name: f.get("name").and_then(Value::as_str).map(str::to_string),
+                        partial: f.get("partial").and_then(Value::as_bool).unwrap_or(false),
+                        params: f.get("params").and_then(Value::as_array).map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default(),
+                        free: f
+                            .get("free")
+                            .and_then(Value::as_array)?
+                            .iter()
+                            .map(|fv| {
+                                let fv = fv.as_array()?;
+                                Some(FreeVariable {
+                                    name: fv.first()?.as_str()?.to_string(),
+                                    ty: fv.get(1).map_or(Ty::Unknown, Ty::from_value),
+                                    maybe_global: fv.get(2).and_then(Value::as_bool).unwrap_or(false),
+                                })
+                            })
+                            .collect::<Option<Vec<_>>>()?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default())
 }
 
 /// A field of a module block.
@@ -67,7 +133,29 @@ pub enum Ty {
     Constr(String, Vec<Ty>),
     Object(Vec<String>),
     PolyVariant(Vec<(String, Option<Ty>)>),
+    /// A closure, typed by the function its code runs rather than by an OCaml type.
+    Closure(Box<ClosureTy>),
     Unknown,
+}
+
+/// Which closure: a function's own, or a partial application of it (`caml_curryN_K`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ClosureTy {
+    /// The unit and the place where the function's code starts: [`Function::line`], `col`.
+    pub unit: String,
+    pub line: u32,
+    pub col: u32,
+    /// How reports name it: `Unit.name`, `Unit.fun` or `Unit.lazy`, and `file:line`.
+    pub function: String,
+    pub source: String,
+    /// Arguments a partial application holds (its arity `arity`); 0 for the function's own
+    /// closure.
+    pub applied: u32,
+    pub arity: u32,
+    /// Where the environment starts in the block (its closure information says so), and
+    /// its length.
+    pub env_start: u32,
+    pub env_len: u32,
 }
 
 impl Ty {
@@ -84,6 +172,23 @@ impl Ty {
             Ty::Constr(c.to_string(), o.get("a").map(list).unwrap_or_default())
         } else if let Some(m) = o.get("o").and_then(Value::as_array) {
             Ty::Object(m.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        } else if let Some(c) = o.get("cl").and_then(Value::as_array) {
+            let text = |i: usize| c.get(i).and_then(Value::as_str).map(str::to_string);
+            let num = |i: usize| c.get(i).and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
+            let closure = (|| {
+                Some(ClosureTy {
+                    unit: text(0)?,
+                    line: num(1)?,
+                    col: num(2)?,
+                    function: text(3)?,
+                    source: text(4)?,
+                    applied: num(5)?,
+                    arity: num(6)?,
+                    env_start: num(7)?,
+                    env_len: num(8)?,
+                })
+            })();
+            closure.map_or(Ty::Unknown, |c| Ty::Closure(Box::new(c)))
         } else if let Some(fields) = o.get("pv").and_then(Value::as_array) {
             Ty::PolyVariant(
                 fields
@@ -146,6 +251,9 @@ impl Ty {
             Ty::PolyVariant(fields) => serde_json::json!({
                 "pv": fields.iter().map(|(label, arg)| serde_json::json!([label, arg.as_ref().map(Ty::to_value)])).collect::<Vec<_>>()
             }),
+            Ty::Closure(c) => {
+                serde_json::json!({ "cl": [c.unit, c.line, c.col, c.function, c.source, c.applied, c.arity, c.env_start, c.env_len] })
+            }
             Ty::Unknown => serde_json::json!({}),
         }
     }
@@ -299,6 +407,17 @@ mod tests {
             vec![
                 Ty::Tuple(vec![Ty::Var(3), Ty::Function, Ty::Unknown]),
                 Ty::PolyVariant(vec![("A".into(), None), ("B".into(), Some(Ty::Object(vec!["m".into()])))]),
+                Ty::Closure(Box::new(super::ClosureTy {
+                    unit: "Cache".into(),
+                    line: 12,
+                    col: 4,
+                    function: "Cache.memo".into(),
+                    source: "cache.ml:12".into(),
+                    applied: 2,
+                    arity: 3,
+                    env_start: 3,
+                    env_len: 2,
+                })),
             ],
         );
         let json = serde_json::to_string(&ty).unwrap();

@@ -3,7 +3,7 @@
 //! the functor body's `t` with its parameter replaced by the argument) and includes; and what a
 //! value of a type looks like in the heap ([`Shape`]).
 
-use crate::model::{DeclKind, Program, Ty};
+use crate::model::{ClosureTy, DeclKind, Function, Program, Ty};
 use rustc_hash::FxHashMap;
 
 /// Resolution gives up past this depth (aliases of aliases, abbreviations of abbreviations).
@@ -14,6 +14,9 @@ pub struct TypeEnv {
     aliases: FxHashMap<String, String>,
     params: FxHashMap<String, Vec<String>>,
     includes: FxHashMap<String, Vec<String>>,
+    /// Functions by unit and where their code starts; `None` where two share the place (their
+    /// closures cannot be told apart).
+    functions: FxHashMap<(String, u32, u32), Option<Function>>,
 }
 
 /// A block's fields: each with its label (records, inline records) and type.
@@ -49,8 +52,12 @@ pub enum Shape {
     Lazy(Ty),
     /// An object (tag 248): its fields are instance variables the type does not list.
     Object,
-    /// A closure.
+    /// A closure of a function the program's names do not say (reached through a field of a
+    /// function type).
     Function,
+    /// A closure whose function is known: its environment's fields from `env_start` on (free
+    /// variables, or a partial application's argument and the closure it extends).
+    Closure { env_start: usize, fields: FieldTypes },
     /// An `[@@unboxed]` type: the value is its one field's.
     Unboxed(Ty),
     /// Typing stops: a type variable, an abstract or extensible type, an existential.
@@ -89,8 +96,15 @@ impl TypeEnv {
             aliases: FxHashMap::default(),
             params: FxHashMap::default(),
             includes: FxHashMap::default(),
+            functions: FxHashMap::default(),
         };
         for u in &program.units {
+            for f in &u.functions {
+                env.functions
+                    .entry((u.unit.clone(), f.line, f.col))
+                    .and_modify(|known| *known = None)
+                    .or_insert_with(|| Some(f.clone()));
+            }
             for d in &u.types {
                 env.decls.insert(d.path.clone(), d.clone());
             }
@@ -107,6 +121,36 @@ impl TypeEnv {
             }
         }
         env
+    }
+
+    /// The function of `unit` whose code starts at `line`, `col`; `None` when none is known there
+    /// or two are.
+    pub fn function(&self, unit: &str, line: u32, col: u32) -> Option<&Function> {
+        self.functions.get(&(unit.to_string(), line, col))?.as_ref()
+    }
+
+    /// What a closure's environment holds: its function's free variables, or a partial
+    /// application's argument (the `applied`-th parameter) and the closure it extends.
+    fn closure_shape(&self, c: &ClosureTy) -> Shape {
+        let Some(f) = self.function(&c.unit, c.line, c.col) else { return Shape::Unknown };
+        let fields = if c.applied == 0 || f.partial {
+            // A closed function's closure keeps no environment at all (its free variables
+            // were constants); modules are captured only when the unit's interface coerces
+            // them: the environment's length says which.
+            let all = f.free.len();
+            let sure = f.free.iter().filter(|v| !v.maybe_global).count();
+            let keep_maybe = match c.env_len as usize {
+                0 => return Shape::Closure { env_start: c.env_start as usize, fields: Vec::new() },
+                n if n == all => true,
+                n if n == sure => false,
+                _ => return Shape::Unknown,
+            };
+            f.free.iter().filter(|v| keep_maybe || !v.maybe_global).map(|v| (Some(v.name.clone()), v.ty.clone())).collect()
+        } else {
+            let Some(arg) = f.params.get(c.applied as usize - 1) else { return Shape::Unknown };
+            vec![(Some(format!("argument {}", c.applied)), arg.clone()), (Some("applied to".into()), Ty::Unknown)]
+        };
+        Shape::Closure { env_start: c.env_start as usize, fields }
     }
 
     /// The declaration of a type path and the rewriting of the paths inside it (a functor's
@@ -236,6 +280,7 @@ impl TypeEnv {
                 Ty::Constr(p, a) => (p.clone(), a.clone()),
                 Ty::Tuple(l) => return Shape::Fields(l.iter().map(|t| (None, t.clone())).collect()),
                 Ty::Function => return Shape::Function,
+                Ty::Closure(c) => return self.closure_shape(c),
                 Ty::Object(_) => return Shape::Object,
                 Ty::PolyVariant(l) => return Shape::PolyVariant(l.clone()),
                 Ty::Var(_) | Ty::Unknown => return Shape::Unknown,
@@ -438,6 +483,11 @@ pub fn display(ty: &Ty) -> String {
     match ty {
         Ty::Var(_) => "_".into(),
         Ty::Function => "<fun>".into(),
+        Ty::Closure(c) => match c.applied {
+            0 if c.function.ends_with(".lazy") => format!("lazy thunk of {} ({})", &c.function[..c.function.len() - 5], c.source),
+            0 => format!("closure {} ({})", c.function, c.source),
+            k => format!("partial application of {} ({}), {k} of {} arguments", c.function, c.source, c.arity),
+        },
         Ty::Unknown => "?".into(),
         Ty::Object(m) => format!("< {} >", m.iter().map(|m| m.as_str()).chain(std::iter::once("..")).collect::<Vec<_>>().join("; ")),
         Ty::PolyVariant(l) => {

@@ -1,0 +1,214 @@
+//! Which function each closure runs, and so what its environment holds (issue 26).
+//!
+//! A closure block starts with a code pointer and its closure information: the arity and where
+//! the environment starts (OCaml 4.14 and 5.x alike). A function of one argument is its own
+//! code pointer; a function of more has `caml_curryN` (or `caml_tuplifyN`) there and its own
+//! code in field 2. A partial application is a closure of `caml_curryN_K`: its environment
+//! holds the K-th argument and the closure it extends, back to the function's own closure
+//! (`Cmm_helpers.intermediate_curry_functions`).
+//!
+//! The function is found by where its code starts: the line table's first row at its entry is
+//! the function's own location, and the unit its symbol names has the `.cmt` reader's entry for
+//! that place. Without symbols or line tables, no closure is typed.
+
+use crate::blocks::{BlockRef, NodeId};
+use crate::facts::HeapFacts;
+use gimli::{EndianSlice, LittleEndian};
+use heapsnap_names::model::ClosureTy;
+use heapsnap_names::{Ty, TypeEnv};
+use heapsnap_values as ocaml;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+/// Partial applications are chains at most this long (OCaml's functions take at most 126
+/// arguments): a longer chain is not a partial application.
+const MAX_CHAIN: usize = 128;
+
+/// A reachable closure block whose function is known: its address and its type.
+pub struct TypedClosure {
+    pub address: u64,
+    pub ty: Ty,
+}
+
+/// The closure information word: (arity, where the environment starts).
+pub fn closure_info(word: u64) -> (i64, usize) {
+    ((word as i64) >> 56, ((word << 8) >> 9) as usize)
+}
+
+/// `caml_curryN_K` -> (N, K): the code of a partial application holding K arguments of N.
+fn curry_step(symbol: &str) -> Option<(u32, u32)> {
+    let rest = symbol.strip_prefix("caml_curry")?;
+    let (n, k) = rest.split_once('_')?;
+    Some((n.parse().ok()?, k.parse().ok()?))
+}
+
+/// What a closure runs: a function's own code, or a partial application of one.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Runs {
+    code: u64,
+    applied: u32,
+    arity: u32,
+    env_start: u32,
+    env_len: u32,
+}
+
+/// Every reachable closure whose function the snapshot's OCaml names know, with its type.
+pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> Vec<TypedClosure> {
+    let names = a.names();
+    let mut symbols: FxHashMap<u64, Option<&'s str>> = FxHashMap::default();
+    let mut symbol = |code: u64| *symbols.entry(code).or_insert_with(|| names.symbol(code));
+    let mut found: Vec<(NodeId, u64, Runs)> = Vec::new();
+    for v in 0..a.node_count() as NodeId {
+        let Some(b) = a.block(v).filter(|b| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2) else { continue };
+        if a.idom(v).is_none() {
+            continue;
+        }
+        if let Some(runs) = runs_of(a, &b, &mut symbol) {
+            found.push((v, b.address, runs));
+        }
+    }
+    let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
+    let entries = entry_locations(a, &codes);
+    let mut types: FxHashMap<Runs, Option<Ty>> = FxHashMap::default();
+    found
+        .into_iter()
+        .filter_map(|(_, address, runs)| {
+            let ty = types
+                .entry(runs)
+                .or_insert_with(|| {
+                    let &(line, col, ref file) = entries.get(&runs.code)?;
+                    let sym = symbol(runs.code)?;
+                    let (unit, f) = units_of(sym).into_iter().find_map(|u| Some((u, env.function(u, line, col)?)))?;
+                    // A partial application's argument must be one of the function's.
+                    if runs.applied > 0 && (runs.applied as usize > f.params.len() || runs.arity as usize > f.params.len()) {
+                        return None;
+                    }
+                    let what = f.name.as_deref().unwrap_or("fun");
+                    // A known function's partial application: the arguments it holds, and
+                    // those it still takes.
+                    let (applied, arity) = match f.free.len().checked_sub(1).filter(|_| f.partial) {
+                        Some(given) => (given as u32, given as u32 + runs.arity),
+                        None => (runs.applied, runs.arity),
+                    };
+                    Some(Ty::Closure(Box::new(ClosureTy {
+                        unit: unit.to_string(),
+                        line,
+                        col,
+                        function: format!("{}.{what}", heapsnap_names::types::short_path(unit)),
+                        source: format!("{file}:{line}"),
+                        applied,
+                        arity,
+                        env_start: runs.env_start,
+                        env_len: runs.env_len,
+                    })))
+                })
+                .clone()?;
+            Some(TypedClosure { address, ty })
+        })
+        .collect()
+}
+
+/// What one closure block runs; `None` for closures heapsnap cannot read (a tupled function's,
+/// an unnamed code pointer).
+fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut impl FnMut(u64) -> Option<&'s str>) -> Option<Runs> {
+    let (arity, env_start) = closure_info(b.fields[1]);
+    let env_start32 = u32::try_from(env_start).ok()?;
+    let env_len = u32::try_from(b.fields.len().checked_sub(env_start)?).ok()?;
+    if let Some((n, k)) = symbol(b.fields[0]).and_then(curry_step) {
+        // Back along the chain of partial applications to the function's own closure.
+        let mut block = *b;
+        for _ in 0..MAX_CHAIN {
+            let (_, start) = closure_info(block.fields[1]);
+            let previous = *block.fields.get(start + 1)?;
+            block = a.block_of_pointer(previous).filter(|p| p.header.tag == ocaml::CLOSURE_TAG && p.fields.len() >= 3)?;
+            if symbol(block.fields[0]).and_then(curry_step).is_none() {
+                let (own_arity, _) = closure_info(block.fields[1]);
+                return (own_arity == i64::from(n) && k < n).then_some(Runs {
+                    code: block.fields[2],
+                    applied: k,
+                    arity: n,
+                    env_start: env_start32,
+                    env_len,
+                });
+            }
+        }
+        return None;
+    }
+    let code = match arity {
+        1 => b.fields[0],
+        // A tupled function (negative arity) takes one tuple: its parameters are not the
+        // type's arrows.
+        n if n > 1 => *b.fields.get(2)?,
+        _ => return None,
+    };
+    Some(Runs { code, applied: 0, arity: arity as u32, env_start: env_start32, env_len })
+}
+
+/// The units a function symbol may belong to: `camlFoo__Bar.f_12` (OCaml 5) names `Foo__Bar`;
+/// `camlFoo__Bar__f_12` (4.14) any prefix before a `__`.
+fn units_of(symbol: &str) -> Vec<&str> {
+    let Some(name) = symbol.strip_prefix("caml") else { return Vec::new() };
+    if let Some((unit, _)) = name.split_once('.') {
+        return vec![unit];
+    }
+    name.match_indices("__").map(|(i, _)| &name[..i]).filter(|u| !u.is_empty()).collect()
+}
+
+type Reader<'s> = EndianSlice<'s, LittleEndian>;
+
+/// For each code address, the first line-table row at it (line, 0-based column, file name):
+/// where the function whose code starts there was written.
+fn entry_locations<'s>(a: &(impl HeapFacts<'s> + ?Sized), codes: &FxHashSet<u64>) -> FxHashMap<u64, (u32, u32, String)> {
+    let mut out = FxHashMap::default();
+    if codes.is_empty() {
+        return out;
+    }
+    let snap = a.snap();
+    let bias = a.names().load_bias();
+    let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
+        Ok(EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), LittleEndian))
+    };
+    let Ok(dwarf) = gimli::Dwarf::load(load) else { return out };
+    let wanted: FxHashSet<u64> = codes.iter().map(|c| c.wrapping_sub(bias)).collect();
+    let mut units = dwarf.units();
+    while let Ok(Some(header)) = units.next() {
+        let Ok(unit) = dwarf.unit(header) else { continue };
+        let Some(program) = unit.line_program.clone() else { continue };
+        let mut rows = program.rows();
+        while let Ok(Some((header, row))) = rows.next_row() {
+            let address = row.address();
+            if !wanted.contains(&address) || out.contains_key(&address.wrapping_add(bias)) {
+                continue;
+            }
+            let (Some(line), column) = (row.line(), row.column()) else { continue };
+            let col = match column {
+                gimli::ColumnType::LeftEdge => 0,
+                gimli::ColumnType::Column(c) => c.get(),
+            };
+            let file = row
+                .file(header)
+                .and_then(|f| dwarf.attr_string(&unit, f.path_name()).ok())
+                .map(|s| String::from_utf8_lossy(s.slice()).rsplit('/').next().unwrap_or_default().to_string())
+                .unwrap_or_default();
+            let (Ok(line), Ok(col)) = (u32::try_from(line.get()), u32::try_from(col)) else { continue };
+            out.insert(address.wrapping_add(bias), (line, col, file));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closure_information_and_curry_symbols_read() {
+        // arity 3, environment at field 3: (3 << 56) | (3 << 1) | 1
+        assert_eq!(closure_info((3 << 56) | (3 << 1) | 1), (3, 3));
+        assert_eq!(closure_info(((-2i64 as u64) << 56) | (5 << 1) | 1), (-2, 5));
+        assert_eq!(curry_step("caml_curry5_4"), Some((5, 4)));
+        assert_eq!(curry_step("caml_curry5"), None);
+        assert_eq!(curry_step("caml_curry5_4_app"), None);
+        assert_eq!(units_of("camlFoo__Bar.f_12"), vec!["Foo__Bar"]);
+        assert_eq!(units_of("camlFoo__Bar__f_12"), vec!["Foo", "Foo__Bar"]);
+    }
+}

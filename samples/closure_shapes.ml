@@ -1,0 +1,114 @@
+(* closure_shapes: the data functional programs keep in closures (issue 26), one module global
+   per shape, with what each block's type must be in closure_shapes.types.json: a partial
+   application, a closure capturing a record, a list, an array and a ref, mutually recursive
+   functions sharing one block, nested closures, a closure over a functor-made table, an
+   unforced lazy value, a memoisation library over a first-class module, a GADT with an
+   existential, and callback chains in the style of Lwt promises. *)
+
+type point = { x : int; y : int; label : string }
+
+module SH = Hashtbl.Make (struct type t = string let equal = String.equal let hash = Hashtbl.hash end)
+
+(* A partial application: [handler] holds its first four arguments. *)
+let make_handler (id : int) (scratch : Bytes.t) (weight : float) (label : string) (ev : int) =
+  if ev = id then int_of_float weight + Bytes.length scratch + String.length label else 0
+
+let handlers : (int -> int) list ref = ref []
+
+(* A closure over a record, a list, an array and a ref. *)
+let counter (p : point) (names : string list) (samples : float array) =
+  let calls = ref 0 in
+  fun () -> incr calls; !calls + p.x + List.length names + Array.length samples
+
+(* Mutually recursive functions share one block, and its environment. *)
+let parity (seen : (string, point) Hashtbl.t) =
+  let rec even n = n = 0 || (odd (n - 1) && Hashtbl.length seen >= 0)
+  and odd n = n <> 0 && even (n - 1) in
+  even
+
+(* A closure that returns a closure: both keep [prefix]. *)
+let greeter (prefix : string) =
+  let greet (times : int) = fun name -> String.concat "" (List.init times (fun _ -> prefix ^ name)) in
+  greet
+
+(* A closure over a table made by a functor. *)
+let lookup (table : point SH.t) = fun key -> SH.find_opt table key
+
+(* An unforced lazy value, its thunk holding an array. *)
+let delayed_sum (values : float array) = lazy (Array.fold_left ( +. ) 0. values)
+
+(* A memoisation library in plain OCaml: a first-class module packs the table's
+   implementation, and the memoised function keeps its table. *)
+module type TABLE = sig
+  type key
+  type 'a t
+  val create : int -> 'a t
+  val find : 'a t -> key -> 'a option
+  val add : 'a t -> key -> 'a -> unit
+end
+
+module String_table = struct
+  type key = string
+  type 'a t = 'a SH.t
+  let create = SH.create
+  let find = SH.find_opt
+  let add = SH.replace
+end
+
+let memoise (type k) (module T : TABLE with type key = k) (f : k -> int) : k -> int =
+  let table = T.create 16 in
+  fun key ->
+    match T.find table key with
+    | Some v -> v
+    | None -> let v = f key in T.add table key v; v
+
+(* A GADT whose constructor hides its payload's type. *)
+type shown = Shown : 'a list * ('a -> string) -> shown
+
+(* Callback chains in the style of Lwt: a promise keeps the callbacks waiting for it, each a
+   closure over the next promise. *)
+type 'a state = Pending of ('a -> unit) list | Resolved of 'a
+type 'a promise = { mutable state : 'a state }
+
+let resolve p v =
+  match p.state with
+  | Pending waiting -> p.state <- Resolved v; List.iter (fun k -> k v) waiting
+  | Resolved _ -> ()
+
+let bind (p : 'a promise) (f : 'a -> 'b promise) : 'b promise =
+  let next = { state = Pending [] } in
+  let on_value v = let q = f v in match q.state with Resolved w -> resolve next w | Pending l -> q.state <- Pending ((fun w -> resolve next w) :: l) in
+  (match p.state with Resolved v -> on_value v | Pending l -> p.state <- Pending (on_value :: l));
+  next
+
+let counters : (unit -> int) list ref = ref []
+let parities : (int -> bool) list ref = ref []
+let greeters : (string -> string) list ref = ref []
+let lookups : (string -> point option) list ref = ref []
+let delayed : float Lazy.t list ref = ref []
+let memo_lengths : (string -> int) list ref = ref []
+let shown : shown list ref = ref []
+let pending : (string promise * int promise) list ref = ref []
+
+let pt i = { x = i; y = -i; label = "p" ^ string_of_int i }
+
+let () =
+  Heapsnap_sample.run (fun _cfg step ->
+      handlers := make_handler step (Bytes.make 16 'h') 1.5 ("handler-" ^ string_of_int step) :: !handlers;
+      counters := counter (pt step) [ "a" ^ string_of_int step; "b" ] (Array.make 3 0.5) :: !counters;
+      let seen = Hashtbl.create 4 in
+      Hashtbl.replace seen ("k" ^ string_of_int step) (pt step);
+      parities := parity seen :: !parities;
+      greeters := greeter ("hello-" ^ string_of_int step) 2 :: !greeters;
+      let table = SH.create 4 in
+      SH.replace table ("t" ^ string_of_int step) (pt (10 + step));
+      lookups := lookup table :: !lookups;
+      delayed := delayed_sum (Array.make 4 (float step)) :: !delayed;
+      let memo = memoise (module String_table) String.length in
+      ignore (memo ("word" ^ string_of_int step));
+      memo_lengths := memo :: !memo_lengths;
+      shown := Shown ([ pt step ], fun p -> p.label) :: !shown;
+      let first = { state = Pending [] } in
+      let second = bind first (fun s -> { state = Resolved (String.length s + step) }) in
+      pending := (first, second) :: !pending;
+      ignore (Sys.opaque_identity (List.map (fun h -> h step) !handlers)))
