@@ -461,7 +461,39 @@ let aliases : (string, Ident.t) Hashtbl.t = Hashtbl.create 64
    order, then the function applied. *)
 type fn_kind = Fun | Lazy_thunk | Partial of string * expression list
 
-type fn_node = { floc : Location.t; fname : string option; fexp : expression; fty : type_expr option; kind : fn_kind }
+type fn_node = { floc : Location.t; fname : string option; fexp : expression; fty : type_expr option; kind : fn_kind; ordered : bool }
+
+(* Where translation gives identifiers new stamps, which then sort after all others, so that a
+   closure's environment may not be in the typed tree's order: Lambda.rename, which Simplif
+   applies to the body of a function with a default argument (split_default_wrapper, from the
+   outermost function of its curried chain) and to a static handler it inlines (simplify_exits:
+   the value cases of a match with exception cases, the body of a case with an or-pattern).
+   Closures made there are named, but their environment is not typed. The same holds inside
+   classes and objects. *)
+let chain_has_default (e : expression) =
+  let rec go e n = Compat.has_default_arg e || (n > 0 && match Compat.nested_function e with Some b -> go b (n - 1) | None -> false) in
+  go e 130
+
+(* Whether one of the expression's own cases (a match's, a function's, a try's) has an
+   or-pattern or an exception pattern (compiled as a static handler that Simplif may inline). *)
+let renames_cases (e : expression) =
+  let found = ref false and depth = ref 0 in
+  let open Tast_iterator in
+  let pat : type k. iterator -> k general_pattern -> unit =
+   fun it p ->
+    (match p.pat_desc with Tpat_or _ | Tpat_exception _ -> found := true | _ -> ());
+    default_iterator.pat it p
+  in
+  let case : type k. iterator -> k case -> unit = fun it c -> it.pat it c.c_lhs in
+  let expr it (e : expression) =
+    if !depth = 0 then (
+      incr depth;
+      default_iterator.expr it e;
+      decr depth)
+  in
+  let it = { default_iterator with pat; case; expr } in
+  it.expr it e;
+  !found
 
 let fn_nodes : fn_node list ref = ref []
 (* A `let rec` group's functions (by location): the group's bodies and its idents. *)
@@ -495,6 +527,9 @@ let rec arrow_args env t n =
 
 (* Every function and lazy thunk of the unit; the types and aliases of the idents it binds. *)
 let collect_functions (str : structure) =
+  let renamed = ref 0 in
+  let renaming f = incr renamed; Fun.protect ~finally:(fun () -> decr renamed) f in
+  let in_chain = ref false in
   let open Tast_iterator in
   let pat : type k. iterator -> k general_pattern -> unit =
    fun it p ->
@@ -514,20 +549,37 @@ let collect_functions (str : structure) =
     default_iterator.value_bindings it b
   in
   let expr it (e : expression) =
+    let ordered = !renamed = 0 in
     (match e.exp_desc with
      | Texp_function _ ->
-         fn_nodes := { floc = e.exp_loc; fname = Hashtbl.find_opt fn_names (loc_key e.exp_loc); fexp = e; fty = Some e.exp_type; kind = Fun } :: !fn_nodes
-     | Texp_lazy body -> fn_nodes := { floc = body.exp_loc; fname = None; fexp = body; fty = None; kind = Lazy_thunk } :: !fn_nodes
+         fn_nodes := { floc = e.exp_loc; fname = Hashtbl.find_opt fn_names (loc_key e.exp_loc); fexp = e; fty = Some e.exp_type; kind = Fun; ordered } :: !fn_nodes
+     | Texp_lazy body -> fn_nodes := { floc = body.exp_loc; fname = None; fexp = body; fty = None; kind = Lazy_thunk; ordered } :: !fn_nodes
      | Texp_apply ({ exp_desc = Texp_ident (p, _, _); _ }, args)
        when args <> [] && List.for_all (function Asttypes.Nolabel, Some _ -> true | _ -> false) args
             && arrow_args e.exp_env e.exp_type 1 <> [] ->
          let given = List.filter_map snd args in
          let callee = match p with Pident id -> Ident.name id | Pdot (_, s) -> s | _ -> "?" in
-         fn_nodes := { floc = e.exp_loc; fname = Some callee; fexp = e; fty = None; kind = Partial (callee, given) } :: !fn_nodes
+         fn_nodes := { floc = e.exp_loc; fname = Some callee; fexp = e; fty = None; kind = Partial (callee, given); ordered = true } :: !fn_nodes
      | _ -> ());
-    default_iterator.expr it e
+    let outermost = not !in_chain in
+    match e.exp_desc with
+    | Texp_function _ when outermost && chain_has_default e -> renaming (fun () -> default_iterator.expr it e)
+    | (Texp_match _ | Texp_try _ | Texp_function _) when renames_cases e -> renaming (fun () -> default_iterator.expr it e)
+    | Texp_function _ ->
+        (* The nodes of one curried chain are one function once translated. *)
+        let inner = Compat.nested_function e <> None in
+        let saved = !in_chain in
+        in_chain := inner;
+        Fun.protect ~finally:(fun () -> in_chain := saved) (fun () -> default_iterator.expr it e)
+    | _ ->
+        let saved = !in_chain in
+        in_chain := false;
+        Fun.protect ~finally:(fun () -> in_chain := saved) (fun () -> default_iterator.expr it e)
   in
-  let it = { default_iterator with pat; value_bindings; expr } in
+  (* Methods and instance variables are translated through Translclass's own variables
+     (self, the environment of the class): no order is known there. *)
+  let class_structure it cs = renaming (fun () -> default_iterator.class_structure it cs) in
+  let it = { default_iterator with pat; value_bindings; expr; class_structure } in
   it.structure it str
 
 (* The idents an expression refers to and those it binds itself. *)
@@ -607,6 +659,34 @@ let rec stored_idents (tbl : (string, bool) Hashtbl.t) (items : structure_item l
       | _ -> ())
     items
 
+(* Functor parameters, ranked as translation renames them: Translmod.compile_functor binds each
+   parameter to a fresh copy (Ident.rename, a new stamp) once the functor's body is translated,
+   the last parameter of a curried functor first, and Simplif replaces the parameter by its
+   copy. Their stamps therefore sort after every identifier of the typed tree, in this rank. *)
+let functor_params : (string, int) Hashtbl.t = Hashtbl.create 16
+
+let rank_functor_params (str : structure) =
+  let next = ref 0 in
+  let open Tast_iterator in
+  let rec module_expr it (me : module_expr) =
+    match me.mod_desc with
+    | Tmod_functor _ ->
+        let rec params acc (me : module_expr) =
+          match me.mod_desc with
+          | Tmod_functor (Named (Some id, _, _), body) -> params (Some id :: acc) body
+          | Tmod_functor (_, body) -> params (None :: acc) body
+          | _ -> (acc, me)
+        in
+        let reversed, body = params [] me in
+        module_expr it body;
+        List.iter
+          (function Some id -> incr next; Hashtbl.replace functor_params (Ident.unique_name id) !next | None -> incr next)
+          reversed
+    | _ -> default_iterator.module_expr it me
+  in
+  let it = { default_iterator with module_expr } in
+  it.structure it str
+
 let functions_json (stored : (string, bool) Hashtbl.t) =
   (* Free variables in their environment order, each with whether the global may hold it
      instead (see [stored_idents]). *)
@@ -623,7 +703,15 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
             then Hashtbl.replace ids u id)
           refs)
       exprs;
-    List.map (fun id -> (id, Hashtbl.mem stored (Ident.unique_name id))) (List.sort Ident.compare (Hashtbl.fold (fun _ id acc -> id :: acc) ids []))
+    let rank id = Hashtbl.find_opt functor_params (Ident.unique_name id) in
+    let order a b =
+      match (rank a, rank b) with
+      | None, None -> Ident.compare a b
+      | None, Some _ -> -1
+      | Some _, None -> 1
+      | Some x, Some y -> compare x y
+    in
+    List.map (fun id -> (id, Hashtbl.mem stored (Ident.unique_name id))) (List.sort order (Hashtbl.fold (fun _ id acc -> id :: acc) ids []))
   in
   let fn f =
     let line, col = loc_key f.floc in
@@ -646,6 +734,7 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
            | Some (group, ids) when f.kind = Fun -> free_of group ids
            | _ -> free_of [ f.fexp ] []
          in
+         if not f.ordered then (key "ordered"; raw "false,");
          key "free";
          list (fun (id, maybe) -> free_var ~maybe (Ident.name id) (Hashtbl.find_opt bound_types (Ident.unique_name id))) fv);
     raw "}"
@@ -667,11 +756,13 @@ let read_interface cmt_file =
 let unit_json file (info : Cmt_format.cmt_infos) str intf =
   Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; anon := 0;
   Hashtbl.reset bound_types; Hashtbl.reset aliases; fn_nodes := []; Hashtbl.reset rec_groups; Hashtbl.reset fn_names;
+  Hashtbl.reset functor_params;
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
   let fields = block_fields str intf in
   collect_functions str;
+  rank_functor_params str;
   let stored = Hashtbl.create 256 in
   stored_idents stored str.str_items;
   raw "{"; key "unit"; jstr u; raw ","; key "file"; jstr file; raw ",";

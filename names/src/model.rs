@@ -63,6 +63,10 @@ pub struct Function {
     /// The application of a known function to fewer arguments than it takes (`name`): the
     /// closure the compiler makes there holds the arguments given, then the function.
     pub partial: bool,
+    /// Whether its environment is in the order of `free`: false where translation renames
+    /// identifiers (the reader says where), and then heapsnap names the closure but does not
+    /// type its environment.
+    pub ordered: bool,
 }
 
 /// A variable a closure may capture.
@@ -88,6 +92,7 @@ fn functions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Function>, D:
                         col: uint(f, "col")?,
                         name: f.get("name").and_then(Value::as_str).map(str::to_string),
                         partial: f.get("partial").and_then(Value::as_bool).unwrap_or(false),
+                        ordered: f.get("ordered").and_then(Value::as_bool).unwrap_or(true),
                         params: f.get("params").and_then(Value::as_array).map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default(),
                         free: f
                             .get("free")

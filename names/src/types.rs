@@ -141,6 +141,7 @@ impl TypeEnv {
             let sure = f.free.iter().filter(|v| !v.maybe_global).count();
             let keep_maybe = match c.env_len as usize {
                 0 => return Shape::Closure { env_start: c.env_start as usize, fields: Vec::new() },
+                n if !f.ordered => return Shape::Closure { env_start: c.env_start as usize, fields: vec![(None, Ty::Unknown); n] },
                 n if n == all => true,
                 n if n == sure => false,
                 _ => return Shape::Unknown,
