@@ -116,7 +116,7 @@ fn print_stack_only(out: &mut dyn Write, s: &StackOnly) -> Result<()> {
     }
     writeln!(out)?;
     if s.bytes > 0 {
-        writeln!(out, "  (stack frames name no variables: what only they hold has no OCaml type)")?;
+        writeln!(out, "  (stack frames name no variables: no OCaml type reaches these bytes through them)")?;
     }
     Ok(())
 }
