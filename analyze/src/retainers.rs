@@ -247,7 +247,10 @@ impl Retainers {
         }
         // The whole list of roots of each label that names only some: the roots (of the label's
         // rank) that reach any of its members, found up the subtree graph from them.
-        let full_lists = {
+        let any_partial = label_sets.iter().any(|set| set.more);
+        let full_lists = if !any_partial {
+            label_sets.iter().map(|set| Some(set.names.clone())).collect::<Vec<_>>()
+        } else {
             let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
             reverse.par_sort_unstable();
             let mut starts = vec![0u32; tops.len() + 1];

@@ -76,7 +76,10 @@ fn index_reports_equal_the_full_analysis() {
     assert!(shares.iter().any(|r| r.root == "Sessions.0" && r.alone > 0), "{shares:?}");
     assert!(shares.iter().any(|r| r.shared > 0 && !r.shared_with.is_empty()), "{shares:?}");
     assert!(
-        by_root.groups.iter().any(|g| g.name.contains(" shared by ") && g.roots.len() > 1 && g.roots.iter().all(|r| r.starts_with("Large_heap."))),
+        by_root
+            .groups
+            .iter()
+            .any(|g| g.name.contains(" shared by ") && g.roots.len() > 1 && g.roots.iter().all(|r| r.starts_with("Large_heap."))),
         "{:?}",
         by_root.groups
     );

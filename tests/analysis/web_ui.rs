@@ -275,7 +275,10 @@ fn the_web_ui_speaks_ocaml_with_names() {
     assert_eq!(heading, "Largest groups by type");
     let suspect = browser.run("const s = document.querySelector('#suspects .suspect'); return s ? s.innerText : null;");
     browser.screenshot(&shots.join("summary-names.png"));
-    assert!(suspect.as_str().is_some_and(|t| t.contains(table) && t.contains("Hashtbl entries") && t.contains("held by Cache_leak.cache")), "{suspect}");
+    assert!(
+        suspect.as_str().is_some_and(|t| t.contains(table) && t.contains("Hashtbl entries") && t.contains("held by Cache_leak.cache")),
+        "{suspect}"
+    );
     browser.goto(&format!("{url}#groups"));
     let groups = browser.wait_for(
         "const s = document.querySelector('#group-by'); const t = document.querySelector('main table'); return s && t ? [s.value, t.innerText] : null;",

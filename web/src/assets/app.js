@@ -92,7 +92,7 @@ function suspectsPanel(r) {
   if (st) {
     const frames = st.frames.slice(0, 5).map(f => `${f.function}${f.location ? " " + f.location : ""} (${bytes(f.bytes)})`).join(", ");
     parts.push(el("p", { id: "stack-only" }, el("b", {}, "Held only by stack frames: "), `${bytes(st.bytes)} (${st.percent.toFixed(1)}%)`,
-      frames ? `: ${frames}` : "", st.bytes ? el("span", { class: "muted" }, " (stack frames name no variables: no OCaml type reaches these bytes through them)") : ""));
+      frames ? `: ${frames}` : "", st.percent >= 1 ? el("span", { class: "muted" }, " (stack frames name no variables: no OCaml type reaches these bytes through them)") : ""));
   }
   return el("section", { id: "suspects" }, parts);
 }
