@@ -27,6 +27,8 @@ use std::collections::BTreeMap;
 pub const DOMINANT_CHILD_PERCENT: u64 = 80;
 /// Cells of a list, or nodes of a `Map`/`Set`, counted at most (a count past it is a lower bound).
 const MAX_COUNTED: u64 = 10_000_000;
+/// Links of a chain counted at most (each is a step down the dominator tree).
+const MAX_CHAINED: u64 = 1_000_000;
 /// Stack-only objects whose frame is looked for, largest first; the rest are counted as
 /// "not attributed".
 const MAX_ATTRIBUTED: usize = 100_000;
@@ -36,7 +38,8 @@ const MAX_ATTRIBUTED: usize = 100_000;
 pub struct ElementCount {
     pub count: u64,
     /// `Hashtbl entries`, `array elements`, `list cells`, `Map bindings`, `Set elements`,
-    /// `Queue elements`, `Stack elements`, `Buffer bytes`, or `fields` for a block whose type
+    /// `Queue elements`, `Stack elements`, `Buffer bytes`, `linked blocks of its kind (a
+    /// chain)` for the head of a chain of blocks of one kind, or `fields` for a block whose type
     /// is not known (`fields (an untyped block: an array or a record)`: heapsnap cannot tell which).
     pub of: String,
     /// False when the count stopped at its limit (10 million): a lower bound.
@@ -136,6 +139,14 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
         .into_iter()
         .map(|(top, v)| {
             let path = a.address(v).and_then(|x| paths(a, &PathQuery::Address(x), 1, 1).ok()).and_then(|p| p.paths.into_iter().next());
+            // A collection counts its elements; the head of a chain its links.
+            let elements = match element_count(a, v) {
+                Some(e) if e.of != FIELDS => Some(e),
+                other => match chain_length(a, v) {
+                    (1, _) => other,
+                    (count, exact) => Some(ElementCount { count, of: CHAINED.to_string(), exact }),
+                },
+            };
             Suspect {
                 node: v,
                 address: address(v),
@@ -145,7 +156,7 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
                 shallow: a.shallow(v),
                 retained: a.retained(v),
                 percent: percent(a.retained(v)),
-                elements: element_count(a, v),
+                elements,
                 top_address: address(top),
                 top_description: a.describe(top),
                 top_retained: a.retained(top),
@@ -165,15 +176,44 @@ fn accumulation_point<'s>(a: &impl AnalysedHeap<'s>, v: NodeId, threshold: u64) 
         if element_count(a, x).is_some_and(|c| c.count > 1 && c.of != FIELDS) {
             return x;
         }
-        let Some(&c) = a.children(x).first() else { return x };
-        let r = a.retained(c);
-        if r < threshold || r.saturating_mul(100) < a.retained(x).saturating_mul(DOMINANT_CHILD_PERCENT) {
+        let Some(c) = dominant_child(a, x) else { return x };
+        if a.retained(c) < threshold {
+            return x;
+        }
+        // A chain of blocks of one kind (a compiler's sequence of instructions, a hand-made
+        // linked list) loses a little at each link: the walk would stop at whichever link
+        // falls under the threshold. Its head is where the memory accumulates.
+        if a.kind_of_node(c).is_some() && a.kind_of_node(c) == a.kind_of_node(x) {
             return x;
         }
         x = c;
     }
 }
 
+/// The child of `v` in the dominator tree that retains at least [`DOMINANT_CHILD_PERCENT`] of it.
+fn dominant_child<'s>(a: &impl AnalysedHeap<'s>, v: NodeId) -> Option<NodeId> {
+    let c = *a.children(v).first()?;
+    (a.retained(c).saturating_mul(100) >= a.retained(v).saturating_mul(DOMINANT_CHILD_PERCENT)).then_some(c)
+}
+
+/// The blocks of a chain starting at `v`: at each link, its largest child in the dominator
+/// tree of the same kind (near the end, a link's own contents may outweigh the rest).
+fn chain_length<'s>(a: &impl AnalysedHeap<'s>, v: NodeId) -> (u64, bool) {
+    let kind = a.kind_of_node(v);
+    let mut count = 1;
+    let mut x = v;
+    while let Some(c) = a.children(x).into_iter().find(|&c| a.kind_of_node(c) == kind) {
+        if count == MAX_CHAINED {
+            return (count, false);
+        }
+        count += 1;
+        x = c;
+    }
+    (count, true)
+}
+
+/// What the count of a chain's head counts.
+const CHAINED: &str = "linked blocks of its kind (a chain)";
 /// What a count of a block of unknown type counts.
 const FIELDS: &str = "fields (an untyped block: an array or a record)";
 

@@ -183,3 +183,28 @@ fn shared_memory_is_named_by_what_it_is_and_who_shares_it() {
     // The dominator tree names them alike (where a top object's root is shown).
     assert_eq!(a.top_label(a.node_at(h.address_of(memo)).unwrap()), "Hashtbl shared by 5 globals of Build");
 }
+
+#[test]
+fn a_chain_of_blocks_of_one_kind_is_a_suspect_at_its_head() {
+    let mut h = SynthHeap::new();
+    // 2000 links of a constructor of tag 15 (a compiler's sequence), each holding 100 bytes:
+    // every link retains nearly all of the next, so only the head stands for the chain.
+    let mut chain = Value::Int(0);
+    let mut links = Vec::new();
+    for _ in 0..2000 {
+        let s = h.alloc_string(Space::Major, &[b'c'; 100]);
+        let link = h.alloc(Space::Major, 15, &[Value::Ptr(s), chain]);
+        links.push(link);
+        chain = Value::Ptr(link);
+    }
+    let holder = h.alloc(Space::Major, 0, &[chain, Value::Int(1), Value::Int(2)]);
+    h.add_module("Seq", &[Value::Ptr(holder)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let r = suspects(&a, 10.0, 0);
+    assert_eq!(r.suspects.len(), 1, "{r:#?}");
+    let s = &r.suspects[0];
+    assert_eq!(s.address, format!("{:#x}", h.address_of(*links.last().unwrap())), "the chain's head");
+    let e = s.elements.as_ref().unwrap();
+    assert_eq!((e.count, e.of.as_str(), e.exact), (2000, "linked blocks of its kind (a chain)", true));
+}
