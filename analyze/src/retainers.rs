@@ -297,6 +297,10 @@ impl Retainers {
                 (list, full.is_some())
             })
             .collect();
+        let (labels, label_roots, merged_into) = one_label_per_name(labels, label_roots);
+        for l in label_of.iter_mut().filter(|l| **l != NO_LABEL) {
+            *l = merged_into[*l as usize];
+        }
         let mut alone = vec![0u64; names.len()];
         let mut shared = vec![0u64; names.len()];
         let mut partners: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); names.len()];
@@ -405,6 +409,52 @@ impl UpGraph<'_> {
         found.dedup();
         Some(found)
     }
+}
+
+/// Labels such that one name stands for one list of roots: labels of the same roots (sets
+/// that kept different first names) become one; labels that name different roots alike
+/// (`objects shared by 5 globals of Foo`, twice) each add their roots (the first 5, then how
+/// many more). Deterministic: it depends on the lists, not on the order labels were met in.
+/// Returns the labels, their roots, and each old label's new id.
+fn one_label_per_name(labels: Vec<String>, roots: Vec<(Vec<String>, bool)>) -> (Vec<String>, Vec<(Vec<String>, bool)>, Vec<u32>) {
+    let mut lists_of: FxHashMap<&str, Vec<&[String]>> = FxHashMap::default();
+    for (label, (list, _)) in labels.iter().zip(&roots) {
+        let lists = lists_of.entry(label.as_str()).or_default();
+        if !lists.contains(&list.as_slice()) {
+            lists.push(list);
+        }
+    }
+    const LISTED: usize = 5;
+    let named: Vec<String> = labels
+        .iter()
+        .zip(&roots)
+        .map(|(label, (list, _))| {
+            if lists_of[label.as_str()].len() < 2 {
+                return label.clone();
+            }
+            let more = if list.len() > LISTED { format!(", ... {} more", list.len() - LISTED) } else { String::new() };
+            format!("{label} [{}{more}]", list.iter().take(LISTED).cloned().collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
+    let mut out_labels: Vec<String> = Vec::new();
+    let mut out_roots: Vec<(Vec<String>, bool)> = Vec::new();
+    let mut merged_into = Vec::with_capacity(named.len());
+    for (label, (list, complete)) in named.iter().zip(&roots) {
+        let id = *ids.entry(label.as_str()).or_insert_with(|| {
+            out_labels.push(label.clone());
+            out_roots.push((Vec::new(), true));
+            out_labels.len() as u32 - 1
+        });
+        // Still alike (the same first roots and count): their roots together.
+        let (all, all_complete) = &mut out_roots[id as usize];
+        all.extend(list.iter().cloned());
+        all.sort_unstable();
+        all.dedup();
+        *all_complete &= complete;
+        merged_into.push(id);
+    }
+    (out_labels, out_roots, merged_into)
 }
 
 /// The group a root name belongs to in a shared label: a global's module, another root's kind.

@@ -169,9 +169,20 @@ fn shared_memory_is_named_by_what_it_is_and_who_shares_it() {
     let cell = list(&mut h, 1, 3000);
     refs_to(&mut h, "Alpha", 5, cell);
     refs_to(&mut h, "Beta", 4, cell);
+    // Two other strings, each shared by 4 globals of one module: named alike but for their
+    // roots, which each name then lists.
+    let x = h.alloc_string(Space::Major, &[b'x'; 500]);
+    let y = h.alloc_string(Space::Major, &[b'y'; 600]);
+    let cells: Vec<Value> = (0..8).map(|i| Value::Ptr(h.alloc(Space::Major, 0, &[Value::Ptr(if i < 4 { x } else { y })]))).collect();
+    h.add_module("Twice", &cells);
     let w = write(&h);
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
     let groups = a.group_by(GroupBy::Root).unwrap();
+    let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+    let mut unique = names.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), names.len(), "one group per name: {names:?}");
     let find = |name: &str| groups.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("{name}: {groups:#?}"));
     let memo_group = find("Hashtbl shared by 5 globals of Build");
     assert_eq!(memo_group.roots, ["Build.0", "Build.1", "Build.2", "Build.3", "Build.4"]);
@@ -180,6 +191,10 @@ fn shared_memory_is_named_by_what_it_is_and_who_shares_it() {
     assert_eq!(list_group.roots.len(), 9, "every root, past the 6 the reach keeps: {:?}", list_group.roots);
     assert!(list_group.roots.contains(&"Beta.3".to_string()), "{:?}", list_group.roots);
     assert!(!list_group.roots_incomplete);
+    let x_group = find("string shared by 4 globals of Twice [Twice.0, Twice.1, Twice.2, Twice.3]");
+    assert_eq!(x_group.retained, a.retained(a.node_at(h.address_of(x)).unwrap()));
+    let y_group = find("string shared by 4 globals of Twice [Twice.4, Twice.5, Twice.6, Twice.7]");
+    assert_eq!(y_group.roots, ["Twice.4", "Twice.5", "Twice.6", "Twice.7"]);
     // The dominator tree names them alike (where a top object's root is shown).
     assert_eq!(a.top_label(a.node_at(h.address_of(memo)).unwrap()), "Hashtbl shared by 5 globals of Build");
 }
