@@ -100,7 +100,7 @@ pub struct Retainers {
     pub labels: Vec<String>,
     /// Per label: every root it stands for, sorted, and whether that list is whole (false when
     /// the walk up to the roots ran out of budget: then the roots named are the first ones).
-    pub label_roots: Vec<(Vec<String>, bool)>,
+    pub label_roots: Vec<LabelRoots>,
     /// The top object of every reachable node, by preorder number.
     pub top: Vec<u32>,
     /// By preorder number: a top object's label (an index in `labels`), else [`NO_LABEL`].
@@ -287,7 +287,7 @@ impl Retainers {
                 _ => shared_label(&names, set, full.as_deref(), &kind.name(root_names)),
             })
             .collect();
-        let label_roots: Vec<(Vec<String>, bool)> = label_sets
+        let label_roots: Vec<LabelRoots> = label_sets
             .iter()
             .zip(&full_lists)
             .map(|(set, full)| {
@@ -411,12 +411,15 @@ impl UpGraph<'_> {
     }
 }
 
+/// Every root a label stands for, sorted, and whether the list is whole.
+type LabelRoots = (Vec<String>, bool);
+
 /// Labels such that one name stands for one list of roots: labels of the same roots (sets
 /// that kept different first names) become one; labels that name different roots alike
 /// (`objects shared by 5 globals of Foo`, twice) each add their roots (the first 5, then how
 /// many more). Deterministic: it depends on the lists, not on the order labels were met in.
 /// Returns the labels, their roots, and each old label's new id.
-fn one_label_per_name(labels: Vec<String>, roots: Vec<(Vec<String>, bool)>) -> (Vec<String>, Vec<(Vec<String>, bool)>, Vec<u32>) {
+fn one_label_per_name(labels: Vec<String>, roots: Vec<LabelRoots>) -> (Vec<String>, Vec<LabelRoots>, Vec<u32>) {
     let mut lists_of: FxHashMap<&str, Vec<&[String]>> = FxHashMap::default();
     for (label, (list, _)) in labels.iter().zip(&roots) {
         let lists = lists_of.entry(label.as_str()).or_default();
@@ -438,7 +441,7 @@ fn one_label_per_name(labels: Vec<String>, roots: Vec<(Vec<String>, bool)>) -> (
         .collect();
     let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
     let mut out_labels: Vec<String> = Vec::new();
-    let mut out_roots: Vec<(Vec<String>, bool)> = Vec::new();
+    let mut out_roots: Vec<LabelRoots> = Vec::new();
     let mut merged_into = Vec::with_capacity(named.len());
     for (label, (list, complete)) in named.iter().zip(&roots) {
         let id = *ids.entry(label.as_str()).or_insert_with(|| {
