@@ -20,6 +20,7 @@ use crate::names::function_name;
 use crate::paths::{paths, MergedPath, PathQuery};
 use heapsnap_format::RootKind;
 use heapsnap_values as ocaml;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -284,11 +285,12 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
     let snap = a.snap();
     let mut frames: BTreeMap<(String, Option<String>), (u64, u64)> = BTreeMap::new();
     let mut not_attributed = 0;
+    let mut below: FxHashMap<NodeId, Option<NodeId>> = FxHashMap::default();
     for (i, top) in a.children(stack).into_iter().enumerate() {
         let retained = a.retained(top);
         // The object a frame holds itself: the first below the stack roots' node on the
         // shortest path.
-        let held = (i < MAX_ATTRIBUTED).then(|| first_below(&parents, stack, top)).flatten();
+        let held = (i < MAX_ATTRIBUTED).then(|| first_below(&parents, stack, top, &mut below)).flatten();
         let record = held.and_then(|h| {
             a.root_records(h).into_iter().filter_map(|r| snap.roots().get(r as usize)).find(|r| r.root_kind() == RootKind::Stack)
         });
@@ -312,17 +314,27 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
 }
 
 /// The node right below `stack` on the shortest path to `v` (bounded by the node count).
-fn first_below(parents: &[NodeId], stack: NodeId, v: NodeId) -> Option<NodeId> {
+/// Paths share their beginnings: what was found for each node walked is kept in `known`, so
+/// that many objects behind one long path cost its length once.
+fn first_below(parents: &[NodeId], stack: NodeId, v: NodeId, known: &mut FxHashMap<NodeId, Option<NodeId>>) -> Option<NodeId> {
+    let mut walked = Vec::new();
     let mut x = v;
-    for _ in 0..parents.len() {
-        let p = *parents.get(x as usize)?;
-        if p == stack {
-            return Some(x);
+    let found = loop {
+        if let Some(&f) = known.get(&x) {
+            break f;
         }
-        if p == NO_NODE || p == SUPER_ROOT {
-            return None;
+        if walked.len() > parents.len() {
+            break None;
         }
-        x = p;
+        walked.push(x);
+        match parents.get(x as usize) {
+            Some(&p) if p == stack => break Some(x),
+            Some(&p) if p != NO_NODE && p != SUPER_ROOT => x = p,
+            _ => break None,
+        }
+    };
+    for w in walked {
+        known.insert(w, found);
     }
-    None
+    found
 }
