@@ -43,7 +43,8 @@ pub struct ElementCount {
     /// chain)` for the head of a chain of blocks of one kind, or `fields` for a block whose type
     /// is not known (`fields (an untyped block: an array or a record)`: heapsnap cannot tell which).
     pub of: String,
-    /// False when the count stopped at its limit (10 million): a lower bound.
+    /// False when the count stopped at its limit (10 million cells or nodes, a million links):
+    /// a lower bound.
     pub exact: bool,
 }
 
