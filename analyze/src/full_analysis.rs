@@ -108,8 +108,9 @@ impl<'s> Analysis<'s> {
     }
 
     /// The label of a top node (one whose immediate dominator is the super-root or a root
-    /// kind): its most stable roots ([`Retainers`]): `Module.field` for a global, `shared: A, B`
-    /// when several roots of the same stability reach it; else its description.
+    /// kind): its most stable roots ([`Retainers`]): `Module.field` for a global, what it is
+    /// and who shares it (`list cell shared by A.0, B.0`) when several roots of the same
+    /// stability reach it; else its description.
     pub fn top_label(&self, v: NodeId) -> String {
         match self.retainers().label(&self.tree, v) {
             Some(label) => label.to_string(),

@@ -191,7 +191,7 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
         .zip(retained)
         .zip(&keep)
         .filter(|(((_, (count, _)), _), &kept)| kept && *count > 0)
-        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(names, k), count, shallow, retained })
+        .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(names, k), count, shallow, retained, ..Default::default() })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out
@@ -275,7 +275,7 @@ pub fn reserved_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Name
     let mut out: Vec<Group> = totals
         .iter()
         .zip(retained)
-        .map(|(&(k, count, shallow), retained)| Group { name: key_name(names, &k), count, shallow, retained })
+        .map(|(&(k, count, shallow), retained)| Group { name: key_name(names, &k), count, shallow, retained, ..Default::default() })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out
@@ -353,6 +353,7 @@ pub fn type_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, typing: Option<&
             count,
             shallow,
             retained,
+            ..Default::default()
         })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
@@ -404,7 +405,15 @@ pub fn root_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, ret: &Retainers,
             },
         )
         .collect();
-    let mut out: Vec<Group> = names.into_iter().map(|name| Group { name, count: 0, shallow: 0, retained: 0 }).collect();
+    // Labels past the retainers' own are descriptions of top objects no root names.
+    let mut out: Vec<Group> = names
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (roots, complete) = ret.label_roots.get(i).filter(|(roots, _)| roots.len() > 1).cloned().unwrap_or_default();
+            Group { name, roots_incomplete: !roots.is_empty() && !complete, roots, ..Default::default() }
+        })
+        .collect();
     for acc in sums {
         for (g, (c, s, r)) in out.iter_mut().zip(acc) {
             g.count += c;

@@ -28,7 +28,7 @@
 //! 5. `full_analysis`: the analysis data and its caches ([`Analysis`]), which implements both
 //!    traits from the graph;
 //! 6. the reports (JSON schemas in `REPORTS.md`): summary, top and dominators, paths, inspect,
-//!    [`verify()`] (the consistency check the dumper's tests use), the [`signatures`] of blocks,
+//!    [`verify()`] (the consistency check the dumper's tests use), the leak [`suspects()`] of one snapshot, the [`signatures`] of blocks,
 //!    the snapshot [`diff`] and the allocation [`sites`] of statmemprof's sampled blocks.
 //!
 //! This file is the crate's whole surface: the layers' modules are private, and what the other
@@ -53,6 +53,7 @@ mod progress;
 mod reports;
 mod retainers;
 mod structures;
+mod suspects;
 mod typed;
 mod verify;
 mod walks;
@@ -88,6 +89,9 @@ pub use walks::bfs_parents;
 pub use inspect::{inspect, Allocation, Field, Inspection};
 pub use paths::{paths, MergedPath, PathQuery, PathsReport, Step};
 pub use reports::{dominator_report, human_bytes, summary, top, RegionTotals, RootKindTotal, Similar, Summary, Top, TreeNode};
+pub use suspects::{
+    element_count, stack_only, suspects, ElementCount, FrameShare, StackOnly, Suspect, SuspectsReport, DOMINANT_CHILD_PERCENT,
+};
 pub use verify::{verify, verify_with, FloatingGarbage, VerifyProblem, VerifyReport};
 
 // Running an analysis.

@@ -18,7 +18,7 @@ use crate::blocks::{NodeId, NO_NODE};
 use crate::dominators::DominatorTree;
 use crate::facts::HeapFacts;
 use crate::graph::HeapGraph;
-use crate::model::{RootShare, NO_LABEL};
+use crate::model::{GroupKey, RootShare, NO_LABEL};
 use crate::names::Names;
 use heapsnap_format::{RootKind, Snapshot};
 use rayon::prelude::*;
@@ -95,8 +95,12 @@ impl Reach {
 pub struct Retainers {
     /// Root names (`Cache_leak.1`, `stack camlFoo.bar_12`), by id.
     pub names: Vec<String>,
-    /// The distinct labels of the top objects (`Cache_leak.1`, `shared: A, B`).
+    /// The distinct labels of the top objects (`Cache_leak.1`, `Hashtbl shared by 14 globals
+    /// of Foo`).
     pub labels: Vec<String>,
+    /// Per label: every root it stands for, sorted, and whether that list is whole (false when
+    /// the walk up to the roots ran out of budget: then the roots named are the first ones).
+    pub label_roots: Vec<LabelRoots>,
     /// The top object of every reachable node, by preorder number.
     pub top: Vec<u32>,
     /// By preorder number: a top object's label (an index in `labels`), else [`NO_LABEL`].
@@ -132,9 +136,12 @@ impl Retainers {
 
         // Root names, and the roots that hold each top object directly.
         let mut names: Vec<String> = Vec::new();
+        let mut name_rank: Vec<u8> = Vec::new();
         let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
         let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
         let mut held: Vec<u32> = Vec::new();
+        // (top object's slot, root name id) for every root that holds a top object itself.
+        let mut holders: Vec<(u32, u32)> = Vec::new();
         for edge in &graph.roots {
             let p = tree.pre_of[edge.node as usize];
             if p == NO_NODE || slot[p as usize] == NO_LABEL {
@@ -142,14 +149,17 @@ impl Retainers {
             }
             let record = &snap.roots()[edge.record as usize];
             let label = root_names.root_label(record);
+            let rank = stability(record.root_kind());
             let id = *name_ids.entry(label.clone()).or_insert_with(|| {
                 names.push(label);
+                name_rank.push(rank);
                 names.len() as u32 - 1
             });
-            let from = Reach { rank: stability(record.root_kind()), names: vec![id], more: false };
+            let from = Reach { rank, names: vec![id], more: false };
             let s = slot[p as usize];
             reach[s as usize].absorb(&from);
             held.push(s);
+            holders.push((s, id));
         }
 
         // The subtree graph: top(u) -> w for every edge u -> w into another subtree, as
@@ -197,11 +207,14 @@ impl Retainers {
             }
         }
 
-        // Labels, interned by the set of names they list; bytes per label, then per root.
-        let mut labels: Vec<String> = Vec::new();
+        // Labels, interned by the set of names they list; bytes per label, then per root. Their
+        // text is made once every member is known: it names what the members are.
         let mut label_sets: Vec<Reach> = Vec::new();
         let mut label_ids: FxHashMap<(Vec<u32>, bool), u32> = FxHashMap::default();
         let mut label_bytes: Vec<u64> = Vec::new();
+        let mut label_kind: Vec<MemberKind> = Vec::new();
+        // The members of the labels that name only some of their roots (`more`), by slot.
+        let mut label_members: Vec<Vec<u32>> = Vec::new();
         let mut label_of = vec![NO_LABEL; r];
         let mut last: Option<(usize, u32)> = None;
         for (s, set) in reach.iter().enumerate() {
@@ -212,16 +225,81 @@ impl Retainers {
             let id = match last {
                 Some((l, id)) if reach[l].names == set.names && reach[l].more == set.more => id,
                 _ => *label_ids.entry((set.names.clone(), set.more)).or_insert_with(|| {
-                    labels.push(label_of_set(&names, set));
                     label_sets.push(set.clone());
                     label_bytes.push(0);
-                    labels.len() as u32 - 1
+                    label_kind.push(MemberKind::None);
+                    label_members.push(Vec::new());
+                    label_sets.len() as u32 - 1
                 }),
             };
             last = Some((s, id));
             let p = tops[s];
+            let node = preorder[p as usize];
             label_of[p as usize] = id;
-            label_bytes[id as usize] += tree.retained(preorder[p as usize]);
+            label_bytes[id as usize] += tree.retained(node);
+            if set.names.len() > 1 || set.more {
+                let key = graph.blocks.block(node).map(|b| crate::groups::kind_key(&graph.blocks, &b));
+                label_kind[id as usize].add(key);
+            }
+            if set.more {
+                label_members[id as usize].push(s as u32);
+            }
+        }
+        // The whole list of roots of each label that names only some: the roots (of the label's
+        // rank) that reach any of its members, found up the subtree graph from them.
+        let any_partial = label_sets.iter().any(|set| set.more);
+        let full_lists = if !any_partial {
+            label_sets.iter().map(|set| Some(set.names.clone())).collect::<Vec<_>>()
+        } else {
+            let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
+            reverse.par_sort_unstable();
+            let mut starts = vec![0u32; tops.len() + 1];
+            for &(to, _) in &reverse {
+                starts[to as usize + 1] += 1;
+            }
+            for i in 0..tops.len() {
+                starts[i + 1] += starts[i];
+            }
+            holders.sort_unstable();
+            holders.dedup();
+            let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders };
+            let mut seen = vec![u32::MAX; tops.len()];
+            let mut budget = UP_WALK_BUDGET;
+            (0..label_sets.len())
+                .map(|id| {
+                    let set = &label_sets[id];
+                    if !set.more {
+                        return Some(set.names.clone());
+                    }
+                    let mut found = up.roots_reaching(&label_members[id], id as u32, &mut seen, &mut budget)?;
+                    found.retain(|&n| name_rank[n as usize] == set.rank);
+                    Some(found)
+                })
+                .collect::<Vec<Option<Vec<u32>>>>()
+        };
+        drop(label_members);
+        let labels: Vec<String> = label_sets
+            .iter()
+            .zip(&full_lists)
+            .zip(&label_kind)
+            .map(|((set, full), kind)| match (set.names.as_slice(), set.more) {
+                ([one], false) => names[*one as usize].clone(),
+                _ => shared_label(&names, set, full.as_deref(), &kind.name(root_names)),
+            })
+            .collect();
+        let label_roots: Vec<LabelRoots> = label_sets
+            .iter()
+            .zip(&full_lists)
+            .map(|(set, full)| {
+                let ids = full.as_deref().unwrap_or(&set.names);
+                let mut list: Vec<String> = ids.iter().map(|&n| names[n as usize].clone()).collect();
+                list.sort_unstable();
+                (list, full.is_some())
+            })
+            .collect();
+        let (labels, label_roots, merged_into) = one_label_per_name(labels, label_roots);
+        for l in label_of.iter_mut().filter(|l| **l != NO_LABEL) {
+            *l = merged_into[*l as usize];
         }
         let mut alone = vec![0u64; names.len()];
         let mut shared = vec![0u64; names.len()];
@@ -249,7 +327,7 @@ impl Retainers {
             })
             .collect();
         per_root.sort_by(|x, y| (y.alone + y.shared).cmp(&(x.alone + x.shared)).then(x.root.cmp(&y.root)));
-        Retainers { names, labels, top, label_of, per_root }
+        Retainers { names, labels, label_roots, top, label_of, per_root }
     }
 
     /// The label of a top object (by preorder number) as an index in `labels`; None for other
@@ -265,14 +343,163 @@ impl Retainers {
     }
 }
 
-/// `Cache_leak.1`; `shared: A, B`; `shared: A, B, ... (more)`, names sorted.
-fn label_of_set(names: &[String], set: &Reach) -> String {
-    let mut list: Vec<&str> = set.names.iter().map(|&n| names[n as usize].as_str()).collect();
-    list.sort_unstable();
-    match (list.as_slice(), set.more) {
-        ([one], false) => one.to_string(),
-        (_, more) => format!("shared: {}{}", list.join(", "), if more { ", ... (more)" } else { "" }),
+/// Steps of the walks up the subtree graph that list every root of the labels naming only
+/// some of theirs; past it, those labels name the roots they know.
+const UP_WALK_BUDGET: u64 = 50_000_000;
+
+/// What the members of a label are: none yet, all of one kind, or of several kinds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum MemberKind {
+    None,
+    One(Option<GroupKey>),
+    Mixed,
+}
+
+impl MemberKind {
+    fn add(&mut self, key: Option<GroupKey>) {
+        *self = match *self {
+            MemberKind::None => MemberKind::One(key),
+            MemberKind::One(k) if k == key => MemberKind::One(k),
+            _ => MemberKind::Mixed,
+        };
     }
+
+    /// `Hashtbl`, `block tag 0 size 4`; `objects` for members of several kinds.
+    fn name(self, names: &Names<'_>) -> String {
+        match self {
+            MemberKind::One(Some(k)) => crate::groups::key_name(names, &k),
+            _ => "objects".to_string(),
+        }
+    }
+}
+
+/// The subtree graph reversed (who reaches each top object), and the roots holding each.
+struct UpGraph<'a> {
+    /// `(to, from)` pairs sorted, `starts` their offsets by `to`.
+    reverse: &'a [(u32, u32)],
+    starts: &'a [u32],
+    /// `(slot, root name)` pairs, sorted.
+    holders: &'a [(u32, u32)],
+}
+
+impl UpGraph<'_> {
+    /// The roots that reach any of `members`, sorted; `None` when `budget` runs out. `seen`
+    /// marks the slots met in walk `stamp`.
+    fn roots_reaching(&self, members: &[u32], stamp: u32, seen: &mut [u32], budget: &mut u64) -> Option<Vec<u32>> {
+        let mut todo: Vec<u32> = Vec::new();
+        for &m in members {
+            if seen[m as usize] != stamp {
+                seen[m as usize] = stamp;
+                todo.push(m);
+            }
+        }
+        let mut found: Vec<u32> = Vec::new();
+        while let Some(s) = todo.pop() {
+            *budget = budget.checked_sub(1)?;
+            let held = self.holders.partition_point(|&(t, _)| t < s);
+            found.extend(self.holders[held..].iter().take_while(|&&(t, _)| t == s).map(|&(_, n)| n));
+            for &(_, from) in &self.reverse[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize] {
+                if seen[from as usize] != stamp {
+                    seen[from as usize] = stamp;
+                    todo.push(from);
+                }
+            }
+        }
+        found.sort_unstable();
+        found.dedup();
+        Some(found)
+    }
+}
+
+/// Every root a label stands for, sorted, and whether the list is whole.
+type LabelRoots = (Vec<String>, bool);
+
+/// Labels such that one name stands for one list of roots: labels of the same roots (sets
+/// that kept different first names) become one; labels that name different roots alike
+/// (`objects shared by 5 globals of Foo`, twice) each add their roots (the first 5, then how
+/// many more). Deterministic: it depends on the lists, not on the order labels were met in.
+/// Returns the labels, their roots, and each old label's new id.
+fn one_label_per_name(labels: Vec<String>, roots: Vec<LabelRoots>) -> (Vec<String>, Vec<LabelRoots>, Vec<u32>) {
+    let mut lists_of: FxHashMap<&str, Vec<&[String]>> = FxHashMap::default();
+    for (label, (list, _)) in labels.iter().zip(&roots) {
+        let lists = lists_of.entry(label.as_str()).or_default();
+        if !lists.contains(&list.as_slice()) {
+            lists.push(list);
+        }
+    }
+    const LISTED: usize = 5;
+    let named: Vec<String> = labels
+        .iter()
+        .zip(&roots)
+        .map(|(label, (list, _))| {
+            if lists_of[label.as_str()].len() < 2 {
+                return label.clone();
+            }
+            let more = if list.len() > LISTED { format!(", ... {} more", list.len() - LISTED) } else { String::new() };
+            format!("{label} [{}{more}]", list.iter().take(LISTED).cloned().collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
+    let mut out_labels: Vec<String> = Vec::new();
+    let mut out_roots: Vec<LabelRoots> = Vec::new();
+    let mut merged_into = Vec::with_capacity(named.len());
+    for (label, (list, complete)) in named.iter().zip(&roots) {
+        let id = *ids.entry(label.as_str()).or_insert_with(|| {
+            out_labels.push(label.clone());
+            out_roots.push((Vec::new(), true));
+            out_labels.len() as u32 - 1
+        });
+        // Still alike (the same first roots and count): their roots together.
+        let (all, all_complete) = &mut out_roots[id as usize];
+        all.extend(list.iter().cloned());
+        all.sort_unstable();
+        all.dedup();
+        *all_complete &= complete;
+        merged_into.push(id);
+    }
+    (out_labels, out_roots, merged_into)
+}
+
+/// The group a root name belongs to in a shared label: a global's module, another root's kind.
+fn group_of(name: &str) -> &str {
+    let separator = if name.contains(' ') { ' ' } else { '.' };
+    name.split(separator).next().unwrap_or(name)
+}
+
+/// A label for top objects several roots reach, naming what they are and who shares them:
+/// `Hashtbl shared by Foo.a, Bar.b`, `objects shared by 14 globals of Foo`, `list cell shared by
+/// 9 roots: Foo (5), Bar (4)`. `full`: every root, when known; else the label names the roots it
+/// knows (the first six) and says there are more. It depends on the roots and the members' kind
+/// only, not on sizes, so that snapshots of a growing heap name their shared memory alike.
+fn shared_label(names: &[String], set: &Reach, full: Option<&[u32]>, what: &str) -> String {
+    let Some(full) = full else {
+        let mut list: Vec<&str> = set.names.iter().map(|&n| names[n as usize].as_str()).collect();
+        list.sort_unstable();
+        return format!("{what} shared by more than {} roots: {}, ...", list.len(), list.join(", "));
+    };
+    let mut list: Vec<&str> = full.iter().map(|&n| names[n as usize].as_str()).collect();
+    list.sort_unstable();
+    if list.len() <= 3 {
+        return format!("{what} shared by {}", list.join(", "));
+    }
+    // Globals are `Module.field`; other roots are `kind name`: grouped by kind.
+    let globals = set.rank == 0 && list.iter().all(|n| !n.contains(' '));
+    let who = if globals { "globals" } else { "roots" };
+    let mut groups: Vec<(&str, usize)> = Vec::new();
+    for n in &list {
+        match groups.iter_mut().find(|(g, _)| *g == group_of(n)) {
+            Some(g) => g.1 += 1,
+            None => groups.push((group_of(n), 1)),
+        }
+    }
+    if let [(group, _)] = groups.as_slice() {
+        return format!("{what} shared by {} {who} of {group}", list.len());
+    }
+    groups.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(y.0)));
+    const SHOWN: usize = 3;
+    let shown: Vec<String> = groups.iter().take(SHOWN).map(|(g, k)| format!("{g} ({k})")).collect();
+    let rest = if groups.len() > SHOWN { format!(", {} more", groups.len() - SHOWN) } else { String::new() };
+    format!("{what} shared by {} {who}: {}{rest}", list.len(), shown.join(", "))
 }
 
 /// The roots of `kind` that point at `v` themselves, named (`Module.field`; `A (+2 roots)` when

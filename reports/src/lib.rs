@@ -19,6 +19,7 @@ pub mod registry;
 pub mod report;
 pub mod sites;
 pub mod summary;
+pub mod suspects;
 mod text;
 pub mod top;
 pub mod verify;

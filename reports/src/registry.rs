@@ -9,6 +9,7 @@ use clap::{Arg, ArgAction, Command};
 pub static REPORTS: &[&dyn Entry] = &[
     &entry::<crate::summary::Summary>(),
     &entry::<crate::top::Top>(),
+    &entry::<crate::suspects::Suspects>(),
     &entry::<crate::dominators::Dominators>(),
     &entry::<crate::path::RetainerPaths>(),
     &entry::<crate::inspect::Inspect>(),

@@ -1,10 +1,11 @@
-//! `heapsnap summary`: totals of a snapshot.
+//! `heapsnap summary`: totals of a snapshot, after its leak suspects (`heapsnap suspects`).
 
 use crate::loader::Loader;
 use crate::report::Report;
 use crate::text::{pct, print_groups};
-use heapsnap_analyze::{human_bytes, Summary as SummaryReport};
+use heapsnap_analyze::{human_bytes, Summary as SummaryReport, SuspectsReport};
 use heapsnap_index::Needs;
+use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -19,18 +20,38 @@ pub struct SummaryArgs {
     limit: usize,
 }
 
+/// The summary's totals, and first the leak suspects (with their default threshold).
+#[derive(Serialize)]
+pub struct SummaryOutput {
+    #[serde(flatten)]
+    pub totals: SummaryReport,
+    pub suspects: SuspectsReport,
+}
+
+/// The summary lists suspects retaining at least this percentage, at most [`SUSPECTS_SHOWN`].
+const SUSPECTS_MIN_PERCENT: f64 = 10.0;
+const SUSPECTS_SHOWN: usize = 5;
+
 impl Report for Summary {
     const NAME: &'static str = "summary";
-    const ABOUT: &'static str = "Totals of a snapshot: objects, bytes, garbage, free, per region kind and domain, top groups";
+    const ABOUT: &'static str =
+        "Leak suspects, then totals of a snapshot: objects, bytes, garbage, free, per region kind and domain, top groups";
     type Args = SummaryArgs;
-    type Output = SummaryReport;
+    type Output = SummaryOutput;
 
-    fn run(args: &SummaryArgs, loader: &dyn Loader) -> anyhow::Result<SummaryReport> {
-        let ix = loader.indexed(&args.snapshot, Needs::Meta)?;
-        Ok(ix.view(Needs::Meta)?.summary(args.limit))
+    fn run(args: &SummaryArgs, loader: &dyn Loader) -> anyhow::Result<SummaryOutput> {
+        let ix = loader.indexed(&args.snapshot, Needs::All)?;
+        let view = ix.view(Needs::All)?;
+        Ok(SummaryOutput {
+            totals: view.summary(args.limit),
+            suspects: heapsnap_analyze::suspects(&view, SUSPECTS_MIN_PERCENT, SUSPECTS_SHOWN),
+        })
     }
 
-    fn print(args: &SummaryArgs, s: &SummaryReport, out: &mut dyn Write) -> std::io::Result<()> {
+    fn print(args: &SummaryArgs, output: &SummaryOutput, out: &mut dyn Write) -> std::io::Result<()> {
+        crate::suspects::print_suspects(out, &output.suspects)?;
+        writeln!(out)?;
+        let s = &output.totals;
         writeln!(
             out,
             "snapshot     {} (OCaml {}, {} reserved header bits)",

@@ -116,6 +116,56 @@ fn cache_hashtbl_retains_most_of_the_heap() {
     assert_eq!(paths["paths"][0]["root"], "Cache_leak.1");
     let verify = json(&["verify", "--strict"], &snapshot);
     assert_eq!(verify["ok"], true, "{verify:#}");
+    // The leak suspect is the table itself (not its bucket array), with its entries counted:
+    // the manifest's bucket cells at step 1.
+    let cells = sample("cache_leak")["roots"][0]["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["desc"].as_str().unwrap().starts_with("bucket cell"))
+        .unwrap()["count_by_step"][0]
+        .clone();
+    let suspects = json(&["suspects"], &snapshot);
+    let first = &suspects["suspects"][0];
+    assert_eq!(first["kind"], "Hashtbl", "{suspects:#}");
+    assert_eq!(first["elements"], serde_json::json!({"count": cells, "of": "Hashtbl entries", "exact": true}));
+    assert_eq!(first["held_by"], "Cache_leak.1");
+    assert_eq!(first["path"]["root"], "Cache_leak.1");
+    assert!(first["retained"].as_u64().unwrap() * 10 >= reachable * 9, "{first:#}");
+}
+
+/// The systhread's table is held only by its blocked frame: `suspects` reports those bytes
+/// apart, under the frame's function and line (the manifest's), and `summary` says so first.
+#[test]
+fn what_only_a_stack_frame_holds_is_reported_by_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = &sample("systhread_stack")["roots"][0];
+    let expect = &root["retained_bytes"][0];
+    let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
+    let line = root["location"].as_str().unwrap().rsplit('/').next().unwrap();
+    let snapshot = dump_sample("systhread_stack", &[], dir.path());
+    let report = json(&["suspects"], &snapshot);
+    let stack = &report["stack_only"];
+    let frame = &stack["frames"][0];
+    assert_eq!(frame["function"], "Systhread_stack.worker", "{stack:#}");
+    assert_eq!(frame["location"], line, "{stack:#}");
+    let table = frame["bytes"].as_u64().unwrap();
+    assert!((min..=max).contains(&table), "the worker's frame alone holds {table}, expected {min}..={max}");
+    // Besides the table, the other frames hold a few small values alone.
+    let all = stack["bytes"].as_u64().unwrap();
+    assert!(all >= table && all - table < 4096, "{stack:#}");
+    // The table is the first suspect: an untyped block of 4096 fields, held by the frame.
+    let first = &report["suspects"][0];
+    assert_eq!(first["elements"]["count"], 4096, "{report:#}");
+    assert!(first["held_by"].as_str().unwrap().starts_with("stack camlSysthread_stack.worker_"), "{first:#}");
+    // `summary` opens with the same, in JSON and in text.
+    let summary = json(&["summary"], &snapshot);
+    assert_eq!(summary["suspects"]["stack_only"], *stack);
+    let out = Command::new(heapsnap()).arg("summary").arg(&snapshot).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("Leak suspects: "), "{text}");
+    let held = text.lines().find(|l| l.starts_with("held only by stack frames: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(held.contains(&format!("Systhread_stack.worker {line} (")), "{held}");
 }
 
 #[test]

@@ -158,7 +158,10 @@ fn globals_name_what_a_stack_slot_also_holds() {
     let groups = top["groups"].as_array().unwrap();
     let names: Vec<&str> = groups.iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert_eq!(names[0], "Leaky.0", "{names:?}");
-    assert!(names.contains(&"shared: A.0, B.0"), "{names:?}");
+    // Named by what the shared memory is and who shares it; the JSON lists every root.
+    assert!(names.contains(&"list cell shared by A.0, B.0"), "{names:?}");
+    let shared_group = groups.iter().find(|g| g["name"] == "list cell shared by A.0, B.0").unwrap();
+    assert_eq!(shared_group["roots"], serde_json::json!(["A.0", "B.0"]));
     assert!(!names.iter().any(|n| n.contains("several")), "{names:?}");
     let roots = top["roots"].as_array().unwrap();
     let a0 = roots.iter().find(|r| r["root"] == "A.0").unwrap();

@@ -206,9 +206,35 @@ fn the_web_ui_shows_the_leak() {
     let width: f64 = widest.lines().filter_map(|l| l.rsplit_once(" | ")?.1.trim_end_matches('%').parse().ok()).fold(0.0, f64::max);
     assert!(width >= 90.0, "the Hashtbl frame should span the graph: {widest}");
 
+    // The summary opens with the leak suspects: the table, its entries, who holds it, its path;
+    // then what only stack frames hold.
     browser.goto(&format!("{url}#summary"));
     browser.wait_for("return document.body.innerText.includes('Largest groups') || null;", "the summary");
     browser.screenshot(&shots.join("summary.png"));
+    let first = browser.run("const s = document.querySelector('#suspects .suspect'); return s ? s.innerText : null;");
+    let first = first.as_str().unwrap_or_else(|| panic!("no suspect on the summary page: {first}"));
+    // The page shows one of the three snapshots: its table's entries, as the CLI counts them.
+    let entries = snaps
+        .iter()
+        .map(|snap| {
+            let out = Command::new(heapsnap()).arg("suspects").arg(snap).arg("--json").output().unwrap();
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()["suspects"][0]["elements"]["count"].as_u64().unwrap()
+        })
+        .find(|n| first.contains(&format!("Hashtbl ({n} entries)")))
+        .unwrap_or_else(|| panic!("no snapshot's table in: {first}"));
+    assert!(
+        first.contains(&format!("Hashtbl ({entries} entries)"))
+            && first.contains(&format!("{entries} Hashtbl entries"))
+            && first.contains("held by Cache_leak.1")
+            && first.contains("from global root Cache_leak.1"),
+        "suspect: {first}"
+    );
+    let stack = browser.run("const s = document.querySelector('#stack-only'); return s ? s.innerText : null;");
+    assert!(stack.as_str().is_some_and(|t| t.starts_with("Held only by stack frames: ")), "{stack}");
+    // Its address links to the object view.
+    browser.run("document.querySelector('#suspects .suspect a.obj').click(); return null;");
+    let text = browser.wait_for("return document.querySelector('#fields') ? document.body.innerText : null;", "the suspect's object view");
+    assert!(text.as_str().unwrap().contains("global root Cache_leak.1"), "{text}");
 }
 
 /// With OCaml names (the snapshots taken with `--cmt`), the UI speaks OCaml as the reports do:
@@ -247,6 +273,12 @@ fn the_web_ui_speaks_ocaml_with_names() {
         "the summary's groups",
     );
     assert_eq!(heading, "Largest groups by type");
+    let suspect = browser.run("const s = document.querySelector('#suspects .suspect'); return s ? s.innerText : null;");
+    browser.screenshot(&shots.join("summary-names.png"));
+    assert!(
+        suspect.as_str().is_some_and(|t| t.contains(table) && t.contains("Hashtbl entries") && t.contains("held by Cache_leak.cache")),
+        "{suspect}"
+    );
     browser.goto(&format!("{url}#groups"));
     let groups = browser.wait_for(
         "const s = document.querySelector('#group-by'); const t = document.querySelector('main table'); return s && t ? [s.value, t.innerText] : null;",

@@ -88,7 +88,7 @@ mod tests {
     use super::*;
 
     fn g(name: &str, count: u64, bytes: u64) -> Group {
-        Group { name: name.into(), count, shallow: bytes, retained: bytes }
+        Group { name: name.into(), count, shallow: bytes, retained: bytes, ..Default::default() }
     }
 
     #[test]

@@ -68,7 +68,7 @@ pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
         .root_labels
         .iter()
         .zip(&dom.root_shallow)
-        .map(|(name, &shallow)| Group { name: name.clone(), count: 0, shallow, retained: 0 })
+        .map(|(name, &shallow)| Group { name: name.clone(), count: 0, shallow, retained: 0, ..Default::default() })
         .collect();
     for n in t.nodes.iter().skip(1) {
         let g = &mut out[n.root as usize];
@@ -86,7 +86,7 @@ pub(super) fn root_group_list(dom: &DomTrie) -> Vec<Group> {
 pub(super) fn group_list(c: &Classified, retained: &[u64]) -> Vec<Group> {
     let t = &c.groups;
     let mut out: Vec<Group> = (0..t.keys.len())
-        .map(|g| Group { name: t.names[g].clone(), count: t.count[g], shallow: t.shallow[g], retained: retained[g] })
+        .map(|g| Group { name: t.names[g].clone(), count: t.count[g], shallow: t.shallow[g], retained: retained[g], ..Default::default() })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
     out

@@ -55,7 +55,7 @@ impl GroupBy {
 }
 
 /// One group of a report.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct Group {
     pub name: String,
     /// Blocks in the group (for `root`: blocks the root retains).
@@ -64,6 +64,12 @@ pub struct Group {
     pub shallow: u64,
     /// Bytes freed if every member became unreachable.
     pub retained: u64,
+    /// `root` groups of memory several roots share: every root the name stands for, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<String>,
+    /// True when `roots` lists only the roots known (the walk to the roots ran out of budget).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub roots_incomplete: bool,
 }
 
 /// What a block is, for grouping. Cheap to hash; named only once per group.

@@ -56,6 +56,7 @@ async function showSummary() {
   const total = s.reachable_bytes;
   main.replaceChildren(
     el("h2", {}, `Snapshot ${info.snapshots[snapshot].name}`),
+    suspectsPanel(s.suspects),
     el("table", { class: "kv" }, el("tbody", {},
       el("tr", {}, el("td", {}, "OCaml"), el("td", {}, s.ocaml_version)),
       el("tr", {}, el("td", {}, "objects"), el("td", {}, `${s.objects} (${bytes(s.bytes)})`)),
@@ -72,6 +73,28 @@ async function showSummary() {
     ]),
     el("h2", {}, `Largest groups by ${s.top_groups_by || "kind"}`),
     groupTable(s.top_groups, total));
+}
+
+// The leak suspects of this snapshot (`heapsnap suspects`): where retained memory accumulates,
+// with each one's count of elements and path from a root; then what only stack frames hold.
+function suspectsPanel(r) {
+  const parts = [el("h2", {}, "Leak suspects ", el("span", { class: "muted" }, `(objects retaining ${r.min_percent}% of the reachable bytes or more, where the memory accumulates)`))];
+  if (!r.suspects.length) parts.push(el("p", { class: "muted" }, "None."));
+  for (const s of r.suspects) {
+    const inside = s.top_address !== s.address ? `inside ${s.top_description} (${bytes(s.top_retained)}), ` : "";
+    parts.push(el("div", { class: "suspect" },
+      el("div", {}, el("b", {}, `${bytes(s.retained)} (${s.percent.toFixed(1)}%) `), objectLink(s.node, s.description)),
+      s.elements ? el("div", {}, `${s.elements.exact ? "" : "at least "}${s.elements.count} ${s.elements.of}`) : "",
+      el("div", { class: "muted" }, `${inside}held by ${s.held_by}`),
+      s.path ? pathView(`${s.path.root_kind} root ${s.path.root}`, s.path.count, s.path.steps.map(st => ({ text: (st.field ? `.${st.field} → ` : "") + st.label, address: st.example }))) : ""));
+  }
+  const st = r.stack_only;
+  if (st) {
+    const frames = st.frames.slice(0, 5).map(f => `${f.function}${f.location ? " " + f.location : ""} (${bytes(f.bytes)})`).join(", ");
+    parts.push(el("p", { id: "stack-only" }, el("b", {}, "Held only by stack frames: "), `${bytes(st.bytes)} (${st.percent.toFixed(1)}%)`,
+      frames ? `: ${frames}` : "", st.percent >= 1 ? el("span", { class: "muted" }, " (stack frames name no variables: no OCaml type reaches these bytes through them)") : ""));
+  }
+  return el("section", { id: "suspects" }, parts);
 }
 
 function groupTable(groups, total) {
