@@ -56,7 +56,14 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     let tc = Toolchain::find(options.ocaml.as_deref())?;
     tc.check_version(&snap.metadata().ocaml_version)?;
     let libraries = tc.library_dirs();
-    let files = find::find_cmt_files(&options.cmt_dirs, &sources, Some(&tc.stdlib), &libraries, &wanted);
+    let mut files = find::find_cmt_files(&options.cmt_dirs, &sources, Some(&tc.stdlib), &libraries, &wanted);
+    // Units without a module block of their own (a library's alias module, dune's `Lib__`
+    // that maps `Lib__.M` to `Lib__M`; a module of types only) still name the types of their
+    // library: the program's units' neighbours are read for their types and aliases.
+    let in_toolchain = |f: &Path| f.starts_with(&tc.stdlib) || libraries.iter().any(|l| f.starts_with(l));
+    let type_only = find::neighbours(files.values().filter(|f| !in_toolchain(f)), &files);
+    files.extend(type_only.iter().map(|(unit, file)| (unit.clone(), file.clone())));
+    let type_only: BTreeSet<String> = type_only.into_values().map(|f| f.display().to_string()).collect();
     // A unit found among installed libraries may be another program's module of the same
     // name: it is kept only if it was compiled from a source file the executable's debug
     // info names (when that names a file of its name at all).
@@ -78,12 +85,21 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
         }));
     }
     let stdlib = tc.stdlib.clone();
-    let (mut kept, mut fields, mut program_units) = (Vec::new(), 0, 0);
+    let (mut kept, mut fields, mut program_units, mut type_only_kept) = (Vec::new(), 0, 0, 0);
     for unit in doc.get_mut("units").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default() {
         let name = unit.get("unit").and_then(Value::as_str).unwrap_or("").to_string();
         let file = unit.get("file").and_then(Value::as_str).unwrap_or("").to_string();
         let n = unit.get("fields").and_then(Value::as_array).map_or(0, Vec::len) as u64;
         match units.get(&name) {
+            None if type_only.contains(&file) => {
+                type_only_kept += 1;
+                let mut unit = unit;
+                if let Some(fields) = unit.get_mut("fields") {
+                    *fields = Value::Array(Vec::new());
+                }
+                kept.push(unit);
+                continue;
+            }
             None => continue,
             Some(Some(size)) if *size != n => {
                 refused.push(FileError {
@@ -108,7 +124,7 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
         }
         kept.push(unit);
     }
-    let result = Annotated { units: kept.len(), snapshot_units: units.len(), program_units, fields, refused, skipped: false };
+    let result = Annotated { units: kept.len() - type_only_kept, snapshot_units: units.len(), program_units, fields, refused, skipped: false };
     let stored = serde_json::json!({
         "ocaml_version": tc.version,
         "units": kept,

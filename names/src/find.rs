@@ -34,6 +34,27 @@ pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
     units
 }
 
+/// The `.cmt` files beside `files` whose units are not among `found`, by unit name (at most
+/// a few thousand).
+pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap<String, PathBuf>) -> BTreeMap<String, PathBuf> {
+    let dirs: BTreeSet<&Path> = files.filter_map(|f| f.parent()).collect();
+    let mut out = BTreeMap::new();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(d) else { continue };
+        for e in entries.flatten().take(MAX_ENTRIES) {
+            let path = e.path();
+            if path.extension().is_none_or(|x| x != "cmt") {
+                continue;
+            }
+            let Some(unit) = path.file_stem().and_then(|s| s.to_str()).map(capitalize) else { continue };
+            if !found.contains_key(&unit) && out.len() < 10_000 {
+                out.insert(unit, path);
+            }
+        }
+    }
+    out
+}
+
 /// The directories of the source files named by the snapshot's line tables (the executable's).
 pub fn source_dirs(snap: &Snapshot) -> Vec<PathBuf> {
     let dirs: BTreeSet<PathBuf> = source_files(snap).iter().filter_map(|f| f.parent().map(Path::to_path_buf)).collect();
@@ -137,15 +158,20 @@ pub fn find_cmt_files(
     found
 }
 
-fn add_file(path: &Path, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>) {
-    if path.extension().and_then(|e| e.to_str()) != Some("cmt") {
-        return;
-    }
-    let Some(stem) = path.file_stem().and_then(|s| s.to_str()) else { return };
+/// A `.cmt` file's stem as its unit's name (`stdune__Lazy` -> `Stdune__Lazy`).
+fn capitalize(stem: &str) -> String {
     let mut unit = stem.to_string();
     if let Some(first) = unit.get_mut(0..1) {
         first.make_ascii_uppercase();
     }
+    unit
+}
+
+fn add_file(path: &Path, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>) {
+    if path.extension().and_then(|e| e.to_str()) != Some("cmt") {
+        return;
+    }
+    let Some(unit) = path.file_stem().and_then(|s| s.to_str()).map(capitalize) else { return };
     if wanted.contains(&unit) && !found.contains_key(&unit) {
         found.insert(unit, path.to_path_buf());
     }

@@ -176,6 +176,19 @@ impl TypeEnv {
                 return Some(found);
             }
         }
+        // A submodule an include brought in (`include Stdune` gives `Import.Lazy`): through
+        // the includes of each enclosing module.
+        let segments = split_top(&def, '.');
+        for cut in (1..segments.len()).rev() {
+            let parent = segments[..cut].join(".");
+            for inc in self.includes.get(&parent).into_iter().flatten() {
+                let inc = rewrites.apply(inc);
+                let rest = segments[cut..].join(".");
+                if let Some(found) = self.lookup_at(&format!("{inc}.{rest}.{name}"), depth + 1) {
+                    return Some(found);
+                }
+            }
+        }
         None
     }
 
