@@ -2,7 +2,7 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
-use heapsnap_analyze::AnalysedHeap;
+use heapsnap_analyze::{AnalysedHeap, HeapFacts, NodeKind};
 use heapsnap_format::{Metadata, RegionKind, RootKind, Snapshot};
 use heapsnap_index::Needs;
 use serde::Serialize;
@@ -67,8 +67,13 @@ pub struct NamesCounts {
 /// The typing walk's reach (`heapsnap_analyze::Typing`): what a user sees typed in every report.
 #[derive(Serialize)]
 pub struct TypedShare {
+    /// Typed blocks, static data included (as `reachable_objects`).
     pub objects: u64,
+    /// Typed heap bytes: static data left out, as `reachable_bytes` leaves it out.
     pub bytes: u64,
+    /// Typed blocks' bytes in static data (module blocks, constant data, static closures),
+    /// in neither `bytes` nor `reachable_bytes`.
+    pub static_bytes: u64,
     pub reachable_objects: u64,
     pub reachable_bytes: u64,
     /// `bytes` in percent of `reachable_bytes` (0 when nothing is reachable).
@@ -216,6 +221,9 @@ impl Report for Info {
                 "typed           {} objects, {} bytes, {:.1}% of reachable bytes ({} objects, {} bytes); conflicts {}, mismatches {}",
                 t.objects, t.bytes, t.percent_of_reachable_bytes, t.reachable_objects, t.reachable_bytes, t.conflicts, t.mismatches
             )?;
+            if t.static_bytes > 0 {
+                writeln!(out, "                and {} bytes of typed static data, counted in neither", t.static_bytes)?;
+            }
         }
         for w in &m.warnings {
             writeln!(out, "warning         {w}")?;
@@ -226,14 +234,30 @@ impl Report for Info {
 
 /// How much of the reachable heap the typing walk typed (`None`: the names give no types).
 fn typed_share(path: &std::path::Path, loader: &dyn Loader) -> anyhow::Result<Option<TypedShare>> {
-    let ix = loader.indexed(path, Needs::Meta)?;
-    let view = ix.view(Needs::Meta)?;
+    // The blocks' addresses (Tree) say which typed blocks are static data.
+    let ix = loader.indexed(path, Needs::Tree)?;
+    let view = ix.view(Needs::Tree)?;
     let Some(typing) = view.typing() else { return Ok(None) };
+    // The walk's own byte count (`Typing::typed_bytes`) includes static data, which reachable
+    // bytes leave out: split it here so that the share compares like with like.
+    let (mut heap_bytes, mut static_bytes) = (0u64, 0u64);
+    for v in 0..view.node_count() as u32 {
+        if typing.type_name(typing.type_id(v)).is_none() {
+            continue;
+        }
+        let bytes = view.block(v).map_or(0, |b| b.header.bytes());
+        match view.node_kind(v) {
+            Some(NodeKind::Block(RegionKind::Static)) => static_bytes += bytes,
+            Some(NodeKind::Block(_)) => heap_bytes += bytes,
+            _ => {}
+        }
+    }
     let reachable_bytes = view.reachable_bytes();
-    let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * typing.typed_bytes as f64 / reachable_bytes as f64 };
+    let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * heap_bytes as f64 / reachable_bytes as f64 };
     Ok(Some(TypedShare {
         objects: typing.typed_objects,
-        bytes: typing.typed_bytes,
+        bytes: heap_bytes,
+        static_bytes,
         reachable_objects: view.meta.summary.reachable_objects,
         reachable_bytes,
         percent_of_reachable_bytes: percent,
