@@ -2,7 +2,9 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
+use heapsnap_analyze::{AnalysedHeap, HeapFacts, NodeKind};
 use heapsnap_format::{Metadata, RegionKind, RootKind, Snapshot};
+use heapsnap_index::Needs;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -36,6 +38,8 @@ pub struct InfoReport {
     pub ocaml_names: Option<NamesCounts>,
     /// Why there are no names, and how to add them.
     pub ocaml_names_missing: Option<String>,
+    /// How much of the reachable heap got an OCaml type; `None` without names.
+    pub typed: Option<TypedShare>,
     /// For the human text only.
     #[serde(skip)]
     human: HumanOnly,
@@ -58,6 +62,26 @@ pub struct NamesCounts {
     pub units: usize,
     pub fields: usize,
     pub refused: usize,
+}
+
+/// The typing walk's reach (`heapsnap_analyze::Typing`): what a user sees typed in every report.
+#[derive(Serialize)]
+pub struct TypedShare {
+    /// Typed blocks, static data included (as `reachable_objects`).
+    pub objects: u64,
+    /// Typed heap bytes: static data left out, as `reachable_bytes` leaves it out.
+    pub bytes: u64,
+    /// Typed blocks' bytes in static data (module blocks, constant data, static closures),
+    /// in neither `bytes` nor `reachable_bytes`.
+    pub static_bytes: u64,
+    pub reachable_objects: u64,
+    pub reachable_bytes: u64,
+    /// `bytes` in percent of `reachable_bytes` (0 when nothing is reachable).
+    pub percent_of_reachable_bytes: f64,
+    /// Blocks reached with two types.
+    pub conflicts: u64,
+    /// Blocks whose shape did not fit the type they were reached with (`Obj.magic`).
+    pub mismatches: u64,
 }
 
 /// What the human text says that the JSON does not.
@@ -108,6 +132,8 @@ impl Report for Info {
             }
             Err(why) => (None, Some(why)),
         };
+        // Typing needs the analysis (the index, built once and saved): only worth it with names.
+        let typed = if ocaml_names.is_some() { typed_share(&args.snapshot, loader)? } else { None };
         Ok(InfoReport {
             format_version: format!("{}.{}", snap.header().version_major, snap.header().version_minor),
             metadata: snap.metadata().clone(),
@@ -123,6 +149,7 @@ impl Report for Info {
             memprof_frames: snap.memprof_frames().len(),
             ocaml_names,
             ocaml_names_missing,
+            typed,
             human,
         })
     }
@@ -188,11 +215,55 @@ impl Report for Info {
             }
             (None, why) => writeln!(out, "ocaml names     {}", why.as_deref().unwrap_or_default())?,
         }
+        if let Some(t) = &info.typed {
+            writeln!(
+                out,
+                "typed           {} objects, {} bytes, {:.1}% of reachable bytes ({} objects, {} bytes); conflicts {}, mismatches {}",
+                t.objects, t.bytes, t.percent_of_reachable_bytes, t.reachable_objects, t.reachable_bytes, t.conflicts, t.mismatches
+            )?;
+            if t.static_bytes > 0 {
+                writeln!(out, "                and {} bytes of typed static data, counted in neither", t.static_bytes)?;
+            }
+        }
         for w in &m.warnings {
             writeln!(out, "warning         {w}")?;
         }
         Ok(())
     }
+}
+
+/// How much of the reachable heap the typing walk typed (`None`: the names give no types).
+fn typed_share(path: &std::path::Path, loader: &dyn Loader) -> anyhow::Result<Option<TypedShare>> {
+    // The blocks' addresses (Tree) say which typed blocks are static data.
+    let ix = loader.indexed(path, Needs::Tree)?;
+    let view = ix.view(Needs::Tree)?;
+    let Some(typing) = view.typing() else { return Ok(None) };
+    // The walk's own byte count (`Typing::typed_bytes`) includes static data, which reachable
+    // bytes leave out: split it here so that the share compares like with like.
+    let (mut heap_bytes, mut static_bytes) = (0u64, 0u64);
+    for v in 0..view.node_count() as u32 {
+        if typing.type_name(typing.type_id(v)).is_none() {
+            continue;
+        }
+        let bytes = view.block(v).map_or(0, |b| b.header.bytes());
+        match view.node_kind(v) {
+            Some(NodeKind::Block(RegionKind::Static)) => static_bytes += bytes,
+            Some(NodeKind::Block(_)) => heap_bytes += bytes,
+            _ => {}
+        }
+    }
+    let reachable_bytes = view.reachable_bytes();
+    let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * heap_bytes as f64 / reachable_bytes as f64 };
+    Ok(Some(TypedShare {
+        objects: typing.typed_objects,
+        bytes: heap_bytes,
+        static_bytes,
+        reachable_objects: view.meta.summary.reachable_objects,
+        reachable_bytes,
+        percent_of_reachable_bytes: percent,
+        conflicts: typing.conflicts,
+        mismatches: typing.mismatches,
+    }))
 }
 
 /// The snapshot's OCaml names, or why there are none and how to add them.

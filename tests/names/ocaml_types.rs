@@ -133,6 +133,42 @@ fn closures_are_typed_from_their_functions() {
     }
 }
 
+/// `info` says how much of the reachable heap got a type, as the typing walk counts it (the
+/// figure issue 26 measures on real programs).
+#[test]
+fn info_gives_the_typed_share_of_reachable_bytes() {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = typed_snapshot("5.3.0", &samples, "typed_values", dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let typing = a.typing().expect("typed");
+    let info = analyse("info", &[&path], &[]);
+    let typed = &info["typed"];
+    // Typed bytes as reachable bytes count them: heap blocks only (freeable), static data
+    // (module blocks, static closures) apart.
+    let typed_nodes: Vec<u32> = (0..a.graph.offsets.len() as u32 - 1).filter(|&v| typing.type_name(typing.type_id(v)).is_some()).collect();
+    let heap_bytes: u64 = typed_nodes.iter().map(|&v| a.freeable(v)).sum();
+    let static_bytes: u64 = typed_nodes.iter().filter(|&&v| a.freeable(v) == 0).map(|&v| a.shallow(v)).sum();
+    assert!(static_bytes > 0, "typed_values has typed module blocks in static data");
+    assert_eq!(typed["objects"], typing.typed_objects, "{typed}");
+    assert_eq!(typed["bytes"], heap_bytes, "{typed}");
+    assert_eq!(typed["static_bytes"], static_bytes, "{typed}");
+    assert_eq!(typed["reachable_bytes"], a.reachable_bytes(), "{typed}");
+    assert_eq!((typed["conflicts"].as_u64(), typed["mismatches"].as_u64()), (Some(typing.conflicts), Some(typing.mismatches)));
+    let percent = typed["percent_of_reachable_bytes"].as_f64().unwrap();
+    let want = 100.0 * heap_bytes as f64 / a.reachable_bytes() as f64;
+    assert!((percent - want).abs() < 1e-9, "{percent} != {want}");
+    // The sample's Obj.magic'd list and its conflict block are counted; part of its heap is
+    // typed, the rest being the runtime's and the standard library's.
+    assert!(typing.mismatches >= 1 && typing.conflicts >= 1, "{typed}");
+    assert!(percent > 20.0 && percent < 100.0, "{percent}% typed");
+    let text = std::process::Command::new(heapsnap()).arg("info").arg(&path).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = format!("typed           {} objects, {heap_bytes} bytes, {percent:.1}% of reachable bytes", typing.typed_objects);
+    assert!(text.contains(&line), "no `{line}` in:\n{text}");
+}
+
 /// The typing walk runs on every core when no block is reached with two types: on the large
 /// heap sample (a list and a Hashtbl of records, 1M objects), it types the same blocks as the
 /// one-core walk, with the same types.
