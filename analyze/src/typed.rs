@@ -66,7 +66,11 @@ enum Layout {
     Unboxed(u32),
     /// A closure of a known function: its environment from `env_start` on, each field named
     /// (a free variable) and typed.
-    Closure { env_start: usize, names: Vec<Option<String>>, types: Vec<u32> },
+    Closure {
+        env_start: usize,
+        names: Vec<Option<String>>,
+        types: Vec<u32>,
+    },
     /// Immediates only (`int`, `char`, `bool`, constant-only variants).
     Immediate,
     /// Typing stops here (a type variable, an abstract type, a function): anything goes.
@@ -114,6 +118,8 @@ struct Interner<'e> {
     types: Vec<TypeInfo>,
     /// Each type's layout once computed, and which words it allows (the hot path's copy).
     layouts: Vec<Option<(Arc<Layout>, Allows)>>,
+    /// How deep [`Interner::layout`] is in unboxed types' fields.
+    unboxing: u32,
 }
 
 /// Which words a type allows in a field: pointers, and immediates below `immediates`
@@ -125,6 +131,8 @@ struct Allows {
 }
 
 impl Allows {
+    const ANY: Allows = Allows { pointer: true, immediates: u64::MAX };
+
     #[inline]
     fn word(self, w: u64) -> bool {
         if ocaml::is_pointer(w) {
@@ -219,12 +227,22 @@ impl Interner<'_> {
             }
             Shape::Function | Shape::Unknown => Layout::Opaque,
         };
-        let allows = Allows {
-            pointer: layout.allows_pointer(),
-            immediates: match &layout {
-                Layout::Variant(_, constants) => *constants as u64,
-                l if l.allows_immediate(1) => u64::MAX,
-                _ => 0,
+        let allows = match layout {
+            // An unboxed type's values are its field's (`type t = T of t array [@@unboxed]`
+            // is an array): they allow what that type allows.
+            Layout::Unboxed(inner) if inner != NO_TYPE && inner != id && self.unboxing < 8 => {
+                self.unboxing += 1;
+                self.layout(inner);
+                self.unboxing -= 1;
+                self.layouts.get(inner as usize).and_then(|l| l.as_ref()).map_or(Allows::ANY, |(_, a)| *a)
+            }
+            _ => Allows {
+                pointer: layout.allows_pointer(),
+                immediates: match &layout {
+                    Layout::Variant(_, constants) => *constants as u64,
+                    l if l.allows_immediate(1) => u64::MAX,
+                    _ => 0,
+                },
             },
         };
         let layout = Arc::new(layout);
@@ -387,10 +405,13 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             Layout::Closure { env_start, types, .. } if fits => (types, *env_start),
             _ => (&[], 0),
         };
-        let fields_fit = field_types
-            .iter()
-            .zip(&b.fields[first_field.min(b.fields.len())..])
-            .all(|(&ft, &w)| ft == NO_TYPE || self.layout_of(ft).is_none_or(|(_, allows)| allows.word(w)));
+        let allowed = |ft: u32, w: u64| ft == NO_TYPE || self.layout_of(ft).is_none_or(|(_, allows)| allows.word(w));
+        let fields_fit = match layout {
+            // Every element too: a block made an array by Obj.magic (a record whose first field
+            // is an int) is not one.
+            Layout::Array(e) => b.fields.iter().all(|&w| allowed(*e, w)),
+            _ => field_types.iter().zip(&b.fields[first_field.min(b.fields.len())..]).all(|(&ft, &w)| allowed(ft, w)),
+        };
         if !fits || !fields_fit {
             if !matches!(layout, Layout::Opaque | Layout::Unboxed(_)) {
                 tally.mismatches += 1;
@@ -504,7 +525,7 @@ impl Typing {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
-        let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
+        let mut interner = Interner { env: &ocaml.env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new(), unboxing: 0 };
         let mut roots: Vec<Arrival> = Vec::new();
         let snap = a.snap();
         for r in snap.roots() {
@@ -585,7 +606,7 @@ impl Typing {
     /// it does not fit them (its types do not come back as the same ids, or a node names a
     /// type it lacks): then the walk runs again.
     pub fn from_saved(env: &TypeEnv, node_type: Vec<u32>, saved: SavedTypes) -> Option<Typing> {
-        let mut interner = Interner { env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new() };
+        let mut interner = Interner { env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new(), unboxing: 0 };
         for (id, ty) in saved.types.iter().enumerate() {
             if interner.intern(ty) != id as u32 {
                 return None;

@@ -124,7 +124,8 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
         }
         kept.push(unit);
     }
-    let result = Annotated { units: kept.len() - type_only_kept, snapshot_units: units.len(), program_units, fields, refused, skipped: false };
+    let result =
+        Annotated { units: kept.len() - type_only_kept, snapshot_units: units.len(), program_units, fields, refused, skipped: false };
     let stored = serde_json::json!({
         "ocaml_version": tc.version,
         "units": kept,

@@ -93,7 +93,11 @@ fn functions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Function>, D:
                         name: f.get("name").and_then(Value::as_str).map(str::to_string),
                         partial: f.get("partial").and_then(Value::as_bool).unwrap_or(false),
                         ordered: f.get("ordered").and_then(Value::as_bool).unwrap_or(true),
-                        params: f.get("params").and_then(Value::as_array).map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default(),
+                        params: f
+                            .get("params")
+                            .and_then(Value::as_array)
+                            .map(|a| a.iter().map(Ty::from_value).collect())
+                            .unwrap_or_default(),
                         free: f
                             .get("free")
                             .and_then(Value::as_array)?

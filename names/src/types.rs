@@ -8,6 +8,9 @@ use rustc_hash::FxHashMap;
 
 /// Resolution gives up past this depth (aliases of aliases, abbreviations of abbreviations).
 const MAX_DEPTH: usize = 40;
+/// A type path's resolution gives up after this many tries (includes of includes can branch
+/// without end).
+const LOOKUP_STEPS: usize = 256;
 
 pub struct TypeEnv {
     decls: FxHashMap<String, crate::model::Decl>,
@@ -17,6 +20,8 @@ pub struct TypeEnv {
     /// Functions by unit and where their code starts; `None` where two share the place (their
     /// closures cannot be told apart).
     functions: FxHashMap<(String, u32, u32), Option<Function>>,
+    /// What [`TypeEnv::lookup`] found for each path (the declaration's key), once.
+    found: std::sync::Mutex<FxHashMap<String, Option<(String, Rewrites, String)>>>,
 }
 
 /// A block's fields: each with its label (records, inline records) and type.
@@ -57,7 +62,10 @@ pub enum Shape {
     Function,
     /// A closure whose function is known: its environment's fields from `env_start` on (free
     /// variables, or a partial application's argument and the closure it extends).
-    Closure { env_start: usize, fields: FieldTypes },
+    Closure {
+        env_start: usize,
+        fields: FieldTypes,
+    },
     /// An `[@@unboxed]` type: the value is its one field's.
     Unboxed(Ty),
     /// Typing stops: a type variable, an abstract or extensible type, an existential.
@@ -97,13 +105,11 @@ impl TypeEnv {
             params: FxHashMap::default(),
             includes: FxHashMap::default(),
             functions: FxHashMap::default(),
+            found: Default::default(),
         };
         for u in &program.units {
             for f in &u.functions {
-                env.functions
-                    .entry((u.unit.clone(), f.line, f.col))
-                    .and_modify(|known| *known = None)
-                    .or_insert_with(|| Some(f.clone()));
+                env.functions.entry((u.unit.clone(), f.line, f.col)).and_modify(|known| *known = None).or_insert_with(|| Some(f.clone()));
             }
             for d in &u.types {
                 env.decls.insert(d.path.clone(), d.clone());
@@ -157,10 +163,20 @@ impl TypeEnv {
     /// The declaration of a type path and the rewriting of the paths inside it (a functor's
     /// parameters by the arguments, its body's own paths by the application).
     pub fn lookup(&self, path: &str) -> Option<Found<'_>> {
-        self.lookup_at(path, 0)
+        if let Some(known) = self.found.lock().ok().and_then(|cache| cache.get(path).cloned()) {
+            return known.and_then(|(key, rewrites, path)| Some(Found { decl: self.decls.get(&key)?, rewrites, path }));
+        }
+        let mut steps = LOOKUP_STEPS;
+        let found = self.lookup_at(path, 0, &mut steps);
+        if let Ok(mut cache) = self.found.lock() {
+            let entry = found.as_ref().map(|f| (f.decl.path.clone(), f.rewrites.clone(), f.path.clone()));
+            cache.insert(path.to_string(), entry);
+        }
+        found
     }
 
-    fn lookup_at(&self, path: &str, depth: usize) -> Option<Found<'_>> {
+    fn lookup_at(&self, path: &str, depth: usize, steps: &mut usize) -> Option<Found<'_>> {
+        *steps = steps.checked_sub(1)?;
         if depth > MAX_DEPTH {
             return None;
         }
@@ -172,7 +188,7 @@ impl TypeEnv {
         }
         for inc in self.includes.get(&def).into_iter().flatten() {
             let inc = rewrites.apply(inc);
-            if let Some(found) = self.lookup_at(&format!("{inc}.{name}"), depth + 1) {
+            if let Some(found) = self.lookup_at(&format!("{inc}.{name}"), depth + 1, steps) {
                 return Some(found);
             }
         }
@@ -184,7 +200,7 @@ impl TypeEnv {
             for inc in self.includes.get(&parent).into_iter().flatten() {
                 let inc = rewrites.apply(inc);
                 let rest = segments[cut..].join(".");
-                if let Some(found) = self.lookup_at(&format!("{inc}.{rest}.{name}"), depth + 1) {
+                if let Some(found) = self.lookup_at(&format!("{inc}.{rest}.{name}"), depth + 1, steps) {
                     return Some(found);
                 }
             }
