@@ -81,7 +81,31 @@ let bind (p : 'a promise) (f : 'a -> 'b promise) : 'b promise =
   (match p.state with Resolved v -> on_value v | Pending l -> p.state <- Pending (on_value :: l));
   next
 
+(* A closure in a functor's body over the functor's parameter: translation renames the
+   parameter, which the environment then stores last. *)
+module Numbered (Start : sig val first : int end) = struct
+  let make (name : string) =
+    let n = ref Start.first in
+    fun () -> incr n; name ^ string_of_int (!n + Start.first)
+end
+
+module Numbered_from_5 = Numbered (struct let first = 5 end)
+
+(* A closure in a function with a default argument, whose body translation renames: it is
+   named, its environment not typed. *)
+let scaled (label : string) =
+  let go ?(scale = 2) (items : int list) = fun () -> String.length label + (List.length items * scale) in
+  go
+
+(* A partial application of a function the caller does not know: caml_curry3's closure holds
+   the first argument and the function's own closure. *)
+let join3 (b : string) (a : int) (c : float) = b ^ string_of_int a ^ string_of_float c
+let apply_first (f : string -> int -> float -> string) (x : string) = (Sys.opaque_identity f) x
+
 let counters : (unit -> int) list ref = ref []
+let curried : (int -> float -> string) list ref = ref []
+let numbered : (unit -> string) list ref = ref []
+let scalers : (unit -> int) list ref = ref []
 let parities : (int -> bool) list ref = ref []
 let greeters : (string -> string) list ref = ref []
 let lookups : (string -> point option) list ref = ref []
@@ -111,4 +135,7 @@ let () =
       let first = { state = Pending [] } in
       let second = bind first (fun s -> { state = Resolved (String.length s + step) }) in
       pending := (first, second) :: !pending;
+      curried := apply_first join3 ("first-" ^ string_of_int step) :: !curried;
+      numbered := Numbered_from_5.make ("item-" ^ string_of_int step) :: !numbered;
+      scalers := scaled ("s" ^ string_of_int step) [ step; step ] :: !scalers;
       ignore (Sys.opaque_identity (List.map (fun h -> h step) !handlers)))

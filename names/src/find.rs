@@ -35,11 +35,18 @@ pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
 }
 
 /// The `.cmt` files beside `files` whose units are not among `found`, by unit name (at most
-/// a few thousand).
+/// a few thousand). A name found in several directories (dune names every executable's alias
+/// module `Dune__exe`) is taken from the one that holds the most of `files`, and left out on
+/// a tie.
 pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap<String, PathBuf>) -> BTreeMap<String, PathBuf> {
-    let dirs: BTreeSet<&Path> = files.filter_map(|f| f.parent()).collect();
-    let mut out = BTreeMap::new();
-    for d in dirs {
+    let mut per_dir: BTreeMap<&Path, usize> = BTreeMap::new();
+    for f in files {
+        if let Some(d) = f.parent() {
+            *per_dir.entry(d).or_default() += 1;
+        }
+    }
+    let mut candidates: BTreeMap<String, Vec<(usize, PathBuf)>> = BTreeMap::new();
+    for (d, weight) in &per_dir {
         let Ok(entries) = std::fs::read_dir(d) else { continue };
         for e in entries.flatten().take(MAX_ENTRIES) {
             let path = e.path();
@@ -47,12 +54,19 @@ pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap
                 continue;
             }
             let Some(unit) = path.file_stem().and_then(|s| s.to_str()).map(capitalize) else { continue };
-            if !found.contains_key(&unit) && out.len() < 10_000 {
-                out.insert(unit, path);
+            if !found.contains_key(&unit) && candidates.len() < 10_000 {
+                candidates.entry(unit).or_default().push((*weight, path));
             }
         }
     }
-    out
+    candidates
+        .into_iter()
+        .filter_map(|(unit, mut c)| {
+            c.sort_by(|a, b| b.0.cmp(&a.0));
+            let tie = c.get(1).is_some_and(|second| second.0 == c[0].0);
+            (!tie).then(|| (unit, c.swap_remove(0).1))
+        })
+        .collect()
 }
 
 /// The directories of the source files named by the snapshot's line tables (the executable's).
