@@ -17,16 +17,19 @@ use gimli::{EndianSlice, LittleEndian};
 use heapsnap_names::model::ClosureTy;
 use heapsnap_names::{Ty, TypeEnv};
 use heapsnap_values as ocaml;
+use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Partial applications are chains at most this long (OCaml's functions take at most 126
 /// arguments): a longer chain is not a partial application.
 const MAX_CHAIN: usize = 128;
 
-/// A reachable closure block whose function is known: its address and its type.
-pub struct TypedClosure {
-    pub address: u64,
-    pub ty: Ty,
+/// The reachable closure blocks whose function is known: their types, and each block's
+/// address with its type's index.
+#[derive(Default)]
+pub struct TypedClosures {
+    pub types: Vec<Ty>,
+    pub blocks: Vec<(u64, u32)>,
 }
 
 /// The closure information word: (arity, where the environment starts).
@@ -52,59 +55,63 @@ struct Runs {
 }
 
 /// Every reachable closure whose function the snapshot's OCaml names know, with its type.
-pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> Vec<TypedClosure> {
+pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> TypedClosures {
     let names = a.names();
+    let is_closure = |b: &BlockRef<'s>| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2;
+    let closures: Vec<BlockRef<'s>> = match a.block_map() {
+        // Region by region, on every core: a heap has few closures among many blocks.
+        Some(blocks) => {
+            let regions: Vec<usize> = blocks.block_regions().collect();
+            regions.par_iter().flat_map_iter(|&r| blocks.region_blocks(r).filter(is_closure)).collect()
+        }
+        None => (0..a.node_count() as NodeId).filter_map(|v| a.block(v)).filter(is_closure).collect(),
+    };
     let mut symbols: FxHashMap<u64, Option<&'s str>> = FxHashMap::default();
     let mut symbol = |code: u64| *symbols.entry(code).or_insert_with(|| names.symbol(code));
-    let mut found: Vec<(NodeId, u64, Runs)> = Vec::new();
-    for v in 0..a.node_count() as NodeId {
-        let Some(b) = a.block(v).filter(|b| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2) else { continue };
-        if a.idom(v).is_none() {
-            continue;
-        }
-        if let Some(runs) = runs_of(a, &b, &mut symbol) {
-            found.push((v, b.address, runs));
+    let found: Vec<(u64, Runs)> =
+        closures.iter().filter(|b| a.idom(b.node).is_some()).filter_map(|b| Some((b.address, runs_of(a, b, &mut symbol)?))).collect();
+    let codes: FxHashSet<u64> = found.iter().map(|(_, r)| r.code).collect();
+    let entries = entry_locations(a, &codes);
+    let mut out = TypedClosures::default();
+    let mut type_of: FxHashMap<Runs, Option<u32>> = FxHashMap::default();
+    for (address, runs) in found {
+        let index = *type_of.entry(runs).or_insert_with(|| {
+            let ty = closure_type(env, &runs, entries.get(&runs.code)?, symbol(runs.code)?)?;
+            out.types.push(ty);
+            Some(out.types.len() as u32 - 1)
+        });
+        if let Some(index) = index {
+            out.blocks.push((address, index));
         }
     }
-    let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
-    let entries = entry_locations(a, &codes);
-    let mut types: FxHashMap<Runs, Option<Ty>> = FxHashMap::default();
-    found
-        .into_iter()
-        .filter_map(|(_, address, runs)| {
-            let ty = types
-                .entry(runs)
-                .or_insert_with(|| {
-                    let &(line, col, ref file) = entries.get(&runs.code)?;
-                    let sym = symbol(runs.code)?;
-                    let (unit, f) = units_of(sym).into_iter().find_map(|u| Some((u, env.function(u, line, col)?)))?;
-                    // A partial application's argument must be one of the function's.
-                    if runs.applied > 0 && (runs.applied as usize > f.params.len() || runs.arity as usize > f.params.len()) {
-                        return None;
-                    }
-                    let what = f.name.as_deref().unwrap_or("fun");
-                    // A known function's partial application: the arguments it holds, and
-                    // those it still takes.
-                    let (applied, arity) = match f.free.len().checked_sub(1).filter(|_| f.partial) {
-                        Some(given) => (given as u32, given as u32 + runs.arity),
-                        None => (runs.applied, runs.arity),
-                    };
-                    Some(Ty::Closure(Box::new(ClosureTy {
-                        unit: unit.to_string(),
-                        line,
-                        col,
-                        function: format!("{}.{what}", heapsnap_names::types::short_path(unit)),
-                        source: format!("{file}:{line}"),
-                        applied,
-                        arity,
-                        env_start: runs.env_start,
-                        env_len: runs.env_len,
-                    })))
-                })
-                .clone()?;
-            Some(TypedClosure { address, ty })
-        })
-        .collect()
+    out
+}
+
+/// The type of the closures that run `runs`, whose code starts at `entry` and is named `sym`.
+fn closure_type(env: &TypeEnv, runs: &Runs, entry: &(u32, u32, String), sym: &str) -> Option<Ty> {
+    let &(line, col, ref file) = entry;
+    let (unit, f) = units_of(sym).into_iter().find_map(|u| Some((u, env.function(u, line, col)?)))?;
+    // A partial application's argument must be one of the function's.
+    if runs.applied > 0 && (runs.applied as usize > f.params.len() || runs.arity as usize > f.params.len()) {
+        return None;
+    }
+    let what = f.name.as_deref().unwrap_or("fun");
+    // A known function's partial application: the arguments it holds, and those it still takes.
+    let (applied, arity) = match f.free.len().checked_sub(1).filter(|_| f.partial) {
+        Some(given) => (given as u32, given as u32 + runs.arity),
+        None => (runs.applied, runs.arity),
+    };
+    Some(Ty::Closure(Box::new(ClosureTy {
+        unit: unit.to_string(),
+        line,
+        col,
+        function: format!("{}.{what}", heapsnap_names::types::short_path(unit)),
+        source: format!("{file}:{line}"),
+        applied,
+        arity,
+        env_start: runs.env_start,
+        env_len: runs.env_len,
+    })))
 }
 
 /// What one closure block runs; `None` for closures heapsnap cannot read (a tupled function's,

@@ -544,13 +544,17 @@ impl Typing {
         }
         // Closures say which function they run, and so what their environment holds: each is
         // a root of the walk too, however it was reached.
-        for c in crate::closures::typed_closures(a, &ocaml.env) {
-            let t = interner.intern(&c.ty);
-            if t != NO_TYPE {
+        let closures = crate::closures::typed_closures(a, &ocaml.env);
+        let ids: Vec<u32> = closures
+            .types
+            .iter()
+            .map(|ty| {
+                let t = interner.intern(ty);
                 interner.complete(t);
-                roots.push((c.address, t, NO_NODE));
-            }
-        }
+                t
+            })
+            .collect();
+        roots.extend(closures.blocks.iter().map(|&(address, i)| (address, ids[i as usize], NO_NODE)).filter(|r| r.1 != NO_TYPE));
         timer.lap("closures");
         let n = a.node_count();
         let (custom_ops, layouts) = (names.custom_ops(), &interner.layouts[..]);

@@ -62,7 +62,7 @@ pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap
     candidates
         .into_iter()
         .filter_map(|(unit, mut c)| {
-            c.sort_by(|a, b| b.0.cmp(&a.0));
+            c.sort_by_key(|(weight, _)| std::cmp::Reverse(*weight));
             let tie = c.get(1).is_some_and(|second| second.0 == c[0].0);
             (!tie).then(|| (unit, c.swap_remove(0).1))
         })

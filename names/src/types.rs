@@ -21,8 +21,11 @@ pub struct TypeEnv {
     /// closures cannot be told apart).
     functions: FxHashMap<(String, u32, u32), Option<Function>>,
     /// What [`TypeEnv::lookup`] found for each path (the declaration's key), once.
-    found: std::sync::Mutex<FxHashMap<String, Option<(String, Rewrites, String)>>>,
+    found: std::sync::Mutex<FxHashMap<String, Option<FoundKey>>>,
 }
+
+/// What a lookup found, by the declaration's key: (key, rewrites, canonical path).
+type FoundKey = (String, Rewrites, String);
 
 /// A block's fields: each with its label (records, inline records) and type.
 pub type FieldTypes = Vec<(Option<String>, Ty)>;
