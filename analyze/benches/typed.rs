@@ -22,6 +22,11 @@
 //! dominator tree's layout shared with the kind groups), best of 5, load about 1:
 //!   10M objects: untyped 0.803 s, typed 1.145 s (1.43x); again 0.807 s / 1.165 s (1.44x);
 //!   82% of the reachable bytes typed (closures stay untyped), 0 conflicts, 0 mismatches.
+//! With closures typed by their function (issue 26), every closure of the heap is found
+//! before the walk (a parallel scan of the blocks, then each closure's code pointer looked up):
+//! on this heap, where one object in seven is a closure (whose synthetic code pointer names no
+//! function), that costs about 0.12 s, and the figures became, best of 3, machine busy:
+//!   10M objects: untyped 0.760 s, typed 1.212 s (1.59x); again 0.820 s / 1.387 s (1.69x).
 //! A heap where some block is reached with two types takes the one-core walk instead (so that
 //! which type wins never depends on timing): the typing walk alone is then about twice as long
 //! (0.27 s against 0.55 s here at 10M). The OCaml compiler mid-compilation has such blocks.

@@ -268,7 +268,7 @@ impl<'s> HeapFacts<'s> for Analysis<'s> {
 
 impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey {
-        groups::kind_key(&self.graph.blocks, b)
+        crate::kinds::kind_key(&self.graph.blocks, b)
     }
 
     fn kinds(&self) -> Vec<GroupKey> {
@@ -277,7 +277,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
         let regions: Vec<usize> = blocks.block_regions().collect();
         let keys: rustc_hash::FxHashSet<GroupKey> = regions
             .into_par_iter()
-            .flat_map_iter(|r| blocks.region_blocks(r).map(|b| groups::kind_key(blocks, &b)).collect::<rustc_hash::FxHashSet<_>>())
+            .flat_map_iter(|r| blocks.region_blocks(r).map(|b| crate::kinds::kind_key(blocks, &b)).collect::<rustc_hash::FxHashSet<_>>())
             .collect();
         keys.into_iter().collect()
     }
@@ -292,7 +292,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
 
     fn blocks_of_kinds(&self, kinds: &[GroupKey]) -> Vec<NodeId> {
         let blocks = &self.graph.blocks;
-        self.blocks_where(&|b| kinds.contains(&groups::kind_key(blocks, b)))
+        self.blocks_where(&|b| kinds.contains(&crate::kinds::kind_key(blocks, b)))
     }
 
     fn retained(&self, v: NodeId) -> u64 {

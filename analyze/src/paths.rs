@@ -6,7 +6,7 @@
 use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{NodeId, PointsTo, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::key_name;
+use crate::kinds::key_name;
 use crate::model::{GroupKey, NodeKind, Role, Structure};
 use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap as HashMap;

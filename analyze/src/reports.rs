@@ -4,7 +4,7 @@ use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::full_analysis::Analysis;
 use crate::graph::{PointerCounts, SUPER_ROOT};
-use crate::groups::key_name;
+use crate::kinds::key_name;
 use crate::model::{Group, GroupBy, GroupKey, NodeKind, Role, RootShare, Structure};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

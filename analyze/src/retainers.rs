@@ -238,7 +238,7 @@ impl Retainers {
             label_of[p as usize] = id;
             label_bytes[id as usize] += tree.retained(node);
             if set.names.len() > 1 || set.more {
-                let key = graph.blocks.block(node).map(|b| crate::groups::kind_key(&graph.blocks, &b));
+                let key = graph.blocks.block(node).map(|b| crate::kinds::kind_key(&graph.blocks, &b));
                 label_kind[id as usize].add(key);
             }
             if set.more {
@@ -367,7 +367,7 @@ impl MemberKind {
     /// `Hashtbl`, `block tag 0 size 4`; `objects` for members of several kinds.
     fn name(self, names: &Names<'_>) -> String {
         match self {
-            MemberKind::One(Some(k)) => crate::groups::key_name(names, &k),
+            MemberKind::One(Some(k)) => crate::kinds::key_name(names, &k),
             _ => "objects".to_string(),
         }
     }

@@ -14,7 +14,7 @@
 use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{NodeId, NO_NODE};
 use crate::graph::SUPER_ROOT;
-use crate::groups::key_name;
+use crate::kinds::key_name;
 use crate::model::{GroupKey, NodeKind, Structure};
 use crate::names::function_name;
 use crate::paths::{paths, MergedPath, PathQuery};

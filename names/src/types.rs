@@ -560,6 +560,29 @@ pub fn short_path(p: &str) -> String {
 mod tests {
     use super::*;
 
+    /// dune's layout: a library's alias module maps `Lib__.Import` to `Lib__Import`, which
+    /// includes another library whose `Lazy` is an alias of its own unit.
+    #[test]
+    fn types_resolve_through_alias_modules_and_includes() {
+        let program = Program::parse(
+            r#"{"units": [
+              {"unit": "Lib__", "modules": [{"path": "Lib__.Import", "alias": "Lib__Import"}]},
+              {"unit": "Lib__Import", "modules": [{"path": "Lib__Import", "include": "Base"}]},
+              {"unit": "Base", "modules": [{"path": "Base.Lazy", "alias": "Base__Lazy"}]},
+              {"unit": "Base__Lazy", "types": [{"path": "Base__Lazy.t", "params": [7], "manifest": {"c": "lazy_t", "a": [{"v": 7}]}, "kind": "abstract"}]}
+            ]}"#,
+        )
+        .unwrap();
+        let env = TypeEnv::new(&program);
+        let found = env.lookup("Lib__.Import.Lazy.t").expect("found through the include");
+        assert_eq!(found.decl.path, "Base__Lazy.t");
+        let ty = Ty::Constr("Lib__.Import.Lazy.t".into(), vec![Ty::Constr("int".into(), vec![])]);
+        assert_eq!(env.shape(&ty), Shape::Lazy(Ty::Constr("int".into(), vec![])));
+        // Asked again (the answer is cached), and for what no include gives.
+        assert!(env.lookup("Lib__.Import.Lazy.t").is_some());
+        assert!(env.lookup("Lib__.Import.Missing.t").is_none());
+    }
+
     #[test]
     fn paths_split_and_rewrite() {
         assert_eq!(split_last("A.B(C.D).t"), Some(("A.B(C.D)", "t")));

@@ -19,7 +19,7 @@ use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo, NO_NODE};
 use crate::dominators::DominatorTree;
 use crate::full_analysis::Analysis;
 use crate::graph::HeapGraph;
-use crate::groups::{key_for, key_name};
+use crate::kinds::{key_for, key_name};
 use crate::model::{GroupBy, GroupKey, NO_TYPE};
 use crate::structures;
 use crate::typed::Typing;

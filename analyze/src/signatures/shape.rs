@@ -12,7 +12,7 @@
 
 use crate::blocks::{BlockMap, BlockRef};
 use crate::full_analysis::Analysis;
-use crate::groups::{key_name, kind_key};
+use crate::kinds::{key_name, kind_key};
 use crate::model::{GroupKey, NO_TYPE};
 use crate::typed::Typing;
 use heapsnap_values as ocaml;
