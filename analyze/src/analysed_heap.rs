@@ -13,7 +13,7 @@ use heapsnap_values as ocaml;
 use std::borrow::Cow;
 
 pub trait AnalysedHeap<'s>: HeapFacts<'s> {
-    /// What a block is ([`crate::groups::kind_key`]: a recognised structure, else its shape).
+    /// What a block is ([`crate::kinds::kind_key`]: a recognised structure, else its shape).
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey;
     /// The kind of a node's block (`None`: not a block).
     fn kind_of_node(&self, v: NodeId) -> Option<GroupKey> {
