@@ -13,7 +13,6 @@
 
 use crate::blocks::{BlockRef, NodeId};
 use crate::facts::HeapFacts;
-use gimli::{EndianSlice, LittleEndian};
 use heapsnap_names::model::ClosureTy;
 use heapsnap_names::{Ty, TypeEnv};
 use heapsnap_values as ocaml;
@@ -160,8 +159,6 @@ fn units_of(symbol: &str) -> Vec<&str> {
     name.match_indices("__").map(|(i, _)| &name[..i]).filter(|u| !u.is_empty()).collect()
 }
 
-type Reader<'s> = EndianSlice<'s, LittleEndian>;
-
 /// For each code address, the first line-table row at it (line, 0-based column, file name):
 /// where the function whose code starts there was written.
 fn entry_locations<'s>(a: &(impl HeapFacts<'s> + ?Sized), codes: &FxHashSet<u64>) -> FxHashMap<u64, (u32, u32, String)> {
@@ -171,10 +168,7 @@ fn entry_locations<'s>(a: &(impl HeapFacts<'s> + ?Sized), codes: &FxHashSet<u64>
     }
     let snap = a.snap();
     let bias = a.names().load_bias();
-    let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
-        Ok(EndianSlice::new(snap.dwarf_section(id.name()).unwrap_or(&[]), LittleEndian))
-    };
-    let Ok(dwarf) = gimli::Dwarf::load(load) else { return out };
+    let Some(dwarf) = crate::names::dwarf(|name| snap.dwarf_section(name)) else { return out };
     let wanted: FxHashSet<u64> = codes.iter().map(|c| c.wrapping_sub(bias)).collect();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {

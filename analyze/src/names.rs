@@ -219,10 +219,15 @@ fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2l
     if section(".debug_line").is_none() && section(".debug_info").is_none() {
         return None;
     }
+    dwarf(section).and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
+}
+
+/// DWARF sections found by name (absent ones empty), read in place.
+pub(crate) fn dwarf<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<gimli::Dwarf<Reader<'s>>> {
     let load = |id: gimli::SectionId| -> Result<Reader<'s>, gimli::Error> {
         Ok(EndianSlice::new(section(id.name()).unwrap_or(&[]), LittleEndian))
     };
-    gimli::Dwarf::load(load).ok().and_then(|dwarf| addr2line::Context::from_dwarf(dwarf).ok())
+    gimli::Dwarf::load(load).ok()
 }
 
 /// An OCaml function symbol as OCaml's backtraces name the function: `camlFoo__Bar.baz_123`

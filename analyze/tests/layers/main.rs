@@ -7,3 +7,4 @@ mod robustness;
 mod scanning;
 mod sites;
 mod suspects;
+mod written;

@@ -4,17 +4,7 @@ use heapsnap_analyze::{ocaml, verify, Analysis, GroupBy, PointsTo, Progress};
 use heapsnap_format::{ColourEncoding, RootKind, Snapshot, SymbolKind};
 use heapsnap_testkit::synth::{addresses, large_heap_shape, Space, SynthHeap, Value};
 
-struct Written {
-    _dir: tempfile::TempDir,
-    snap: Snapshot,
-}
-
-fn write(h: &SynthHeap) -> Written {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.heapsnap");
-    h.write(&path).unwrap();
-    Written { snap: Snapshot::open(&path).unwrap(), _dir: dir }
-}
+use crate::written::write;
 
 /// Node of the block the synthetic heap put at `id`: found back through the block's address.
 fn node_of(a: &Analysis<'_>, h: &SynthHeap, id: u64) -> u32 {

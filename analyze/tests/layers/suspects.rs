@@ -2,20 +2,10 @@
 //! memory, on synthetic heaps whose answers are known.
 
 use heapsnap_analyze::{suspects, Analysis, GroupBy, Progress};
-use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_format::RootKind;
 use heapsnap_testkit::synth::{ObjId, Space, SynthHeap, Value};
 
-struct Written {
-    _dir: tempfile::TempDir,
-    snap: Snapshot,
-}
-
-fn write(h: &SynthHeap) -> Written {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("t.heapsnap");
-    h.write(&path).unwrap();
-    Written { snap: Snapshot::open(&path).unwrap(), _dir: dir }
-}
+use crate::written::write;
 
 /// A `Hashtbl.t` of `n` entries over 16 buckets, each entry a 200-byte string.
 fn hashtbl(h: &mut SynthHeap, n: i64) -> ObjId {
