@@ -1,21 +1,26 @@
 //! Pause benchmark: how long `heapsnap dump` keeps a process with a ~100 MB and a ~1 GB heap
-//! stopped, against a plain `process_vm_readv` copy of the same bytes (the target stopped the
-//! same way; one thread, into memory faulted in beforehand) and against gdb's `gcore` of the
-//! same process (its whole run: the process is stopped throughout). Goals (issue #3): dump/plain
-//! at most 1.5x, gcore/dump at least 5x. Each dump's pause phases go to stderr.
+//! stopped, captured by copy (`--capture copy`) and by fork (`--capture fork`), against a plain
+//! `process_vm_readv` copy of the same bytes (the target stopped the same way; one thread, into
+//! memory faulted in beforehand) and against gdb's `gcore` of the same process (its whole run:
+//! the process is stopped throughout). Goals: copy/plain at most 1.5x and gcore/copy at least
+//! 5x (issue #3); fork/copy at most 0.3x at 1 GB and 0.15x at 4 GB, and the fork pause growing
+//! by at most 40 ms per GB (issue #30: the last line gives the slope). Each dump's pause phases
+//! go to stderr, and each fork's cost: the memory only its child held when it was killed (the
+//! pages the target wrote meanwhile, and the child's page tables) and how long it lived.
 //!
 //!     cargo bench -p heapsnap-dump --bench pause            # 100 MB and 1 GB
-//!     HEAPSNAP_BENCH_SIZES_MB=100 HEAPSNAP_BENCH_ROUNDS=5 cargo bench -p heapsnap-dump --bench pause
-//!     HEAPSNAP_BENCH_TOOLCHAIN=5.1.0 cargo bench -p heapsnap-dump --bench pause   # another release
+//!     HEAPSNAP_BENCH_SIZES_MB=100,1000,4000 cargo bench -p heapsnap-dump --bench pause
+//!     HEAPSNAP_BENCH_TOOLCHAIN=4.14.0 cargo bench -p heapsnap-dump --bench pause  # another release
+//!     HEAPSNAP_BENCH_GCORE=0 ...                            # without the gcore column
 //!
-//! Dumps and plain copies alternate (ROUNDS of each, medians; the fastest of each is shown
-//! too); gcore runs once per size.
+//! Plain copies, copy dumps and fork dumps alternate (ROUNDS of each, medians; the fastest of
+//! each is shown too); gcore runs once per size.
 //!
 //! Needs the OCaml toolchain (scripts/ocaml-toolchain.sh; `HEAPSNAP_BENCH_TOOLCHAIN`, default
 //! 5.3.0) and, for the gcore column, gdb.
 
 use heapsnap_dump::source::LiveProcess;
-use heapsnap_dump::{dump_process, DumpOptions};
+use heapsnap_dump::{dump_process, CaptureMode, DumpOptions};
 use heapsnap_format::Snapshot;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -98,6 +103,9 @@ fn plain_copy(pid: i32, ranges: &[(u64, usize)]) -> Duration {
 }
 
 fn gcore(pid: i32, dir: &Path) -> Option<Duration> {
+    if std::env::var("HEAPSNAP_BENCH_GCORE").as_deref() == Ok("0") {
+        return None;
+    }
     let which = Command::new("sh").args(["-c", "command -v gcore"]).output().ok()?;
     if !which.status.success() {
         return None;
@@ -123,7 +131,11 @@ fn main() {
     let rounds: usize = std::env::var("HEAPSNAP_BENCH_ROUNDS").ok().and_then(|r| r.parse().ok()).unwrap_or(5).max(1);
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = compile(dir.path());
-    println!("{:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9}", "heap", "copied", "dump", "plain", "gcore", "dump/plain", "gcore/dump");
+    println!(
+        "{:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9} {:>10} {:>10} {:>9}",
+        "heap", "copied", "copy", "fork", "plain", "gcore", "fork/copy", "fork cost", "child", "copy/plain"
+    );
+    let mut fork_pauses = Vec::new();
     for mb in sizes {
         let mut child = Command::new(&exe).arg(mb.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -132,47 +144,85 @@ fn main() {
         assert_eq!(line.trim(), "READY");
         let pid = child.id() as i32;
         let snap_path = dir.path().join("bench.snap");
-        let dump_once = || {
-            let options = DumpOptions { output: snap_path.clone(), include_dwarf: false, ..DumpOptions::default() };
+        let dump_once = |capture: CaptureMode| {
+            let options = DumpOptions { output: snap_path.clone(), include_dwarf: false, capture, ..DumpOptions::default() };
             let report = dump_process(pid, &options).expect("dump");
             let phases: Vec<String> = report.pause_phases.iter().map(|(n, t)| format!("{n} {:.1}", *t as f64 / 1e6)).collect();
-            eprintln!("  {mb} MB: dump pause {:.1} ms ({})", ms(report.pause()), phases.join(", "));
+            let how = report.capture.as_ref().expect("a live dump says how it captured");
+            assert_eq!(how.method, capture, "{how:?}");
+            eprintln!(
+                "  {mb} MB: {capture} pause {:.1} ms ({}){}",
+                ms(report.pause()),
+                phases.join(", "),
+                match capture {
+                    CaptureMode::Fork => format!(
+                        "; clone {:.1} ms, child lived {:.0} ms, cost {:.1} MB",
+                        how.fork_ns as f64 / 1e6,
+                        how.child_lived_ns as f64 / 1e6,
+                        how.fork_extra_bytes as f64 / 1e6
+                    ),
+                    _ => String::new(),
+                }
+            );
             report
         };
         // A first dump (not counted) names the ranges of the plain copy.
-        let copied = dump_once().region_bytes;
-        // In address order, as the dumper reads its candidate pools.
+        let copied = dump_once(CaptureMode::Copy).region_bytes;
+        // In address order, as the dumper reads its candidate pools; in pieces of at most 1 GiB
+        // (`process_vm_readv` reads less than 2 GiB a call: 4.14's chunks can be larger).
         let ranges: Vec<(u64, usize)> = {
             let snap = Snapshot::open(&snap_path).unwrap();
-            let mut ranges: Vec<(u64, usize)> = snap.regions().map(|r| (r.base(), r.bytes.len())).collect();
+            let mut ranges: Vec<(u64, usize)> = snap
+                .regions()
+                .flat_map(|r| (0..r.bytes.len()).step_by(1 << 30).map(move |at| (r.base() + at as u64, (r.bytes.len() - at).min(1 << 30))))
+                .collect();
             ranges.sort_unstable();
             ranges
         };
-        // Alternating, so that a change of load on the machine weighs on both alike.
-        let (mut pauses, mut plains) = (Vec::new(), Vec::new());
+        // Alternating, so that a change of load on the machine weighs on all alike.
+        let (mut copies, mut forks, mut plains, mut costs, mut lives) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
             let plain = plain_copy(pid, &ranges);
             eprintln!("  {mb} MB: plain copy {:.1} ms", ms(plain));
             plains.push(plain);
-            pauses.push(dump_once().pause());
+            copies.push(dump_once(CaptureMode::Copy).pause());
+            let fork = dump_once(CaptureMode::Fork);
+            forks.push(fork.pause());
+            let how = fork.capture.expect("capture report");
+            costs.push(how.fork_extra_bytes);
+            lives.push(Duration::from_nanos(how.child_lived_ns));
         }
         std::fs::remove_file(&snap_path).unwrap();
-        let (dump_min, plain_min) = (*pauses.iter().min().unwrap(), *plains.iter().min().unwrap());
-        let (dump, plain) = (median(pauses), median(plains));
+        let (copy_min, fork_min, plain_min) = (*copies.iter().min().unwrap(), *forks.iter().min().unwrap(), *plains.iter().min().unwrap());
+        let (copy, fork, plain, life) = (median(copies), median(forks), median(plains), median(lives));
+        costs.sort_unstable();
+        let cost = costs[costs.len() / 2];
         let core = gcore(pid, dir.path());
         child.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
         child.wait().unwrap();
+        fork_pauses.push((copied, fork));
         println!(
-            "{:>6}MB {:>8.1}MB {:>8.1}ms {:>8.1}ms {:>10} {:>9.2}x {:>9}   (fastest: dump {:.1}ms, plain {:.1}ms)",
+            "{:>6}MB {:>8.1}MB {:>8.1}ms {:>8.1}ms {:>8.1}ms {:>10} {:>9.3}x {:>8.1}MB {:>8.0}ms {:>9.2}x   (fastest: copy {:.1}ms, fork {:.1}ms, plain {:.1}ms{})",
             mb,
             copied as f64 / (1 << 20) as f64,
-            ms(dump),
+            ms(copy),
+            ms(fork),
             ms(plain),
             core.map_or("-".into(), |c| format!("{:.1}ms", ms(c))),
-            ms(dump) / ms(plain),
-            core.map_or("-".into(), |c| format!("{:.1}x", ms(c) / ms(dump))),
-            ms(dump_min),
+            ms(fork) / ms(copy),
+            cost as f64 / 1e6,
+            ms(life),
+            ms(copy) / ms(plain),
+            ms(copy_min),
+            ms(fork_min),
             ms(plain_min),
+            core.map_or(String::new(), |c| format!(", gcore/copy {:.1}x", ms(c) / ms(copy))),
         );
+    }
+    if let (Some(&(small_bytes, small)), Some(&(large_bytes, large))) = (fork_pauses.first(), fork_pauses.last()) {
+        if large_bytes > small_bytes {
+            let gb = (large_bytes - small_bytes) as f64 / 1e9;
+            println!("fork pause grows by {:.1} ms per GB copied (from the smallest heap to the largest)", (ms(large) - ms(small)) / gb);
+        }
     }
 }

@@ -1,15 +1,16 @@
 //! One dump of a live process: discover its runtime while it runs, stop it, wait for a
 //! consistent stop, copy, resume, then write the file. The target is stopped only for the copy.
 
+use crate::capture::{self, CaptureMode, CapturePlan};
 use crate::common::copied_world::Capture;
 use crate::common::copy::{SpareBuffers, TornMinorHeap};
 use crate::common::custom_ops::custom_ops_in_heap;
 use crate::common::family::{Copied, RuntimeFamily};
 use crate::common::program::{header_format, DiscoverOptions};
 use crate::common::regions::redact_strings;
-use crate::error::{describe, DumpError, Result};
+use crate::error::{describe, DumpError, Result, UnsafeStop};
 use crate::snapshot;
-use crate::source::{interrupted, CoreFile, LiveProcess, MemorySource, MissingRegion, ProcessMemory};
+use crate::source::{interrupted, test_delay, CoreFile, ForkCost, ForkStep, LiveProcess, MemorySource, MissingRegion, ProcessMemory};
 use crate::target;
 use heapsnap_format::{ColourEncoding, Metadata, Trigger};
 use serde::Serialize;
@@ -36,6 +37,8 @@ pub struct DumpOptions {
     pub include_dwarf: bool,
     /// Which executable and debug file to read, and whether to force an unknown version.
     pub discover: DiscoverOptions,
+    /// Copy the stopped target, or fork it and read the frozen child (live dumps only).
+    pub capture: CaptureMode,
 }
 
 impl Default for DumpOptions {
@@ -49,6 +52,7 @@ impl Default for DumpOptions {
             require_consistent: false,
             include_dwarf: true,
             discover: DiscoverOptions::default(),
+            capture: CaptureMode::Auto,
         }
     }
 }
@@ -75,8 +79,11 @@ pub struct DumpReport {
     pub file_bytes: u64,
     /// Whole dump, from the first look at the target to the file on disk.
     pub elapsed_ns: u64,
-    /// Where the pause went: the steps of the copy, in ns.
+    /// Where the pause went: the steps of the copy, in ns (for a fork: the check and the clone).
     pub pause_phases: Vec<(String, u64)>,
+    /// For a fork: the steps of the copy, read from the child while the target ran, in ns.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_phases: Vec<(String, u64)>,
     pub warnings: Vec<String>,
     /// What the snapshot lacks because of how the executable was built or shipped (said once:
     /// no source lines without DWARF, no static names without `.symtab`).
@@ -90,6 +97,30 @@ pub struct DumpReport {
     /// Memory a core file does not hold (always empty for a live process).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub missing: Vec<MissingRegion>,
+    /// How a live process was captured (absent for a core).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureReport>,
+}
+
+/// How a live dump captured the target, and what a fork cost.
+#[derive(Clone, Debug, Serialize)]
+pub struct CaptureReport {
+    /// What was asked: `auto`, `fork` or `copy`.
+    pub requested: CaptureMode,
+    /// What was done: `fork` or `copy`.
+    pub method: CaptureMode,
+    /// Why the target was copied when `auto` (or a fork that failed) was asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why_copy: Option<String>,
+    /// How long the `clone` took, within the pause.
+    pub fork_ns: u64,
+    /// How long the fork's child lived (the copy was read from it meanwhile).
+    pub child_lived_ns: u64,
+    /// The memory the fork cost: the pages the target wrote while the child lived, which the
+    /// child kept, and the child's page tables.
+    pub fork_extra_bytes: u64,
+    /// The target's ranges a fork does not freeze (none of them was read).
+    pub not_frozen: Vec<String>,
 }
 
 impl DumpReport {
@@ -119,7 +150,9 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let reserved_bits = reserved_bits_for(&*rt, options, &mut warnings)?;
     let format = header_format(reserved_bits);
 
-    // Buffers for everything the copy writes, prepared while the target runs.
+    // How to capture (a fork's guardian is started now, before the stop), and buffers for
+    // everything the copy writes, prepared while the target runs.
+    let mut plan = capture::plan(pid, options.capture, &memory)?;
     let mut spare = rt.prepare(&memory, format)?;
 
     rt.wait_quiet(&memory, Duration::from_millis(100));
@@ -129,11 +162,49 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let mut total_stopped = Duration::ZERO;
     let mut attempts = 1;
     let mut check = rt.check_world(&process)?;
+    // A fork's: when the target was let go, how long the clone took, what the child cost.
+    let mut forked: Option<(Instant, Duration, ForkCost)> = None;
     let mut copied = loop {
         let last = attempts >= options.max_attempts.max(1);
         if check.is_safe() || last {
             let checked = stopped_at.elapsed();
-            match rt.capture(&process, &check, format, &mut spare, TornMinorHeap::Fail) {
+            let captured = match plan.fork_site {
+                None => rt.capture(&process, &check, format, &mut spare, TornMinorHeap::Fail),
+                Some(site) => match process.fork_frozen(site, plan.guardian.take()) {
+                    Ok(frozen) => {
+                        let clone_took = stopped_at.elapsed() - checked;
+                        // The pause ends here: the target runs while its frozen child is read.
+                        process.detach();
+                        let resumed_at = Instant::now();
+                        test_delay(ForkStep::Reading);
+                        let captured = rt.capture(&frozen, &check, format, &mut spare, TornMinorHeap::Fail);
+                        forked = Some((resumed_at, clone_took, frozen.finish()));
+                        match captured.map(|c| {
+                            (plan.unfrozen_read(c.cap.regions.iter().map(|r| (r.base, r.base + r.bytes.len() as u64))).cloned(), c)
+                        }) {
+                            Ok((None, copied)) => Ok(copied),
+                            Ok((Some(range), _)) if plan.requested == CaptureMode::Fork => {
+                                return Err(DumpError::ForkRefused {
+                                    pid,
+                                    why: format!("the capture read {range}, which a fork does not freeze"),
+                                })
+                            }
+                            Ok((Some(range), _)) => {
+                                plan.fall_back(format!("the capture read {range}, which a fork does not freeze: copied instead"));
+                                Err(DumpError::UnsafeStop(UnsafeStop::NotFrozen(range.to_string())))
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(e @ DumpError::ForkFailed { .. }) if plan.requested == CaptureMode::Auto => {
+                        // Still the same stop: copy it.
+                        plan.fall_back(format!("{e}: copied instead"));
+                        rt.capture(&process, &check, format, &mut spare, TornMinorHeap::Fail)
+                    }
+                    Err(e) => return Err(e),
+                },
+            };
+            match captured {
                 Ok(mut copied) => {
                     copied.cap.phases.insert(0, ("consistency check", checked.as_nanos() as u64));
                     break copied;
@@ -145,13 +216,16 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
                 Err(e) => return Err(e),
             }
         }
-        total_stopped += stopped_at.elapsed();
+        total_stopped += forked.take().map_or_else(|| stopped_at.elapsed(), |(resumed_at, ..)| resumed_at - stopped_at);
         process.resume()?;
         // Let the target leave its unsafe window: a little longer as attempts fail, and then
         // until no stop-the-world section runs.
         std::thread::sleep(Duration::from_micros(200 * (attempts as u64).min(25)));
         if interrupted() {
             return Err(DumpError::Interrupted);
+        }
+        if let (Some(site), None) = (plan.fork_site, &plan.guardian) {
+            plan.guardian = crate::source::Guardian::start(pid, site);
         }
         rt.wait_quiet(&memory, Duration::from_millis(100));
         process.stop()?;
@@ -169,17 +243,63 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
             .push(format!("no consistent stop in {attempts} attempts; the snapshot was taken anyway: {}", describe(&check.unsafe_reasons)));
     }
     process.detach();
-    let pause = stopped_at.elapsed();
+    let pause = forked.as_ref().map_or_else(|| stopped_at.elapsed(), |(resumed_at, ..)| *resumed_at - stopped_at);
     total_stopped += pause;
     drop(process);
     drop(spare);
+    if let Some(g) = plan.guardian.take() {
+        g.dismiss();
+    }
+    let capture = capture_report(&plan, forked.as_ref().map(|(_, took, cost)| (*took, cost)), &mut warnings);
 
     // The target runs again; the rest works on our copy.
     let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
-    let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger };
+    let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger, capture: Some(capture_metadata(&capture)) };
     let written = finish(&*rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
-    let report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
-    Ok(DumpReport { pause_ns: pause.as_nanos() as u64, total_stopped_ns: total_stopped.as_nanos() as u64, attempts, consistent, ..report })
+    let mut report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
+    if capture.method == CaptureMode::Fork {
+        // The copy's steps ran after the pause, on the child: the pause was the check and the clone.
+        let mut phases = std::mem::take(&mut report.pause_phases).into_iter();
+        report.pause_phases.extend(phases.next());
+        report.pause_phases.push(("clone".into(), capture.fork_ns));
+        report.read_phases = phases.collect();
+    }
+    Ok(DumpReport {
+        pause_ns: pause.as_nanos() as u64,
+        total_stopped_ns: total_stopped.as_nanos() as u64,
+        attempts,
+        consistent,
+        capture: Some(capture),
+        ..report
+    })
+}
+
+/// What the report says of the capture; a fork's child that could not be collected is a warning.
+fn capture_report(plan: &CapturePlan, fork: Option<(Duration, &ForkCost)>, warnings: &mut Vec<String>) -> CaptureReport {
+    if let Some(w) = fork.and_then(|(_, cost)| cost.warning.clone()) {
+        warnings.push(w);
+    }
+    let (fork_ns, child_lived_ns, fork_extra_bytes) =
+        fork.map_or((0, 0, 0), |(took, cost)| (took.as_nanos() as u64, cost.lived.as_nanos() as u64, cost.extra_bytes));
+    CaptureReport {
+        requested: plan.requested,
+        method: if fork.is_some() { CaptureMode::Fork } else { CaptureMode::Copy },
+        why_copy: plan.why_copy.clone(),
+        fork_ns,
+        child_lived_ns,
+        fork_extra_bytes,
+        not_frozen: if fork.is_some() { plan.not_frozen.iter().map(ToString::to_string).collect() } else { Vec::new() },
+    }
+}
+
+/// What the snapshot's metadata keeps of the capture.
+fn capture_metadata(report: &CaptureReport) -> heapsnap_format::CaptureInfo {
+    heapsnap_format::CaptureInfo {
+        requested: report.requested.to_string(),
+        method: report.method.to_string(),
+        why_copy: report.why_copy.clone(),
+        not_frozen: report.not_frozen.clone(),
+    }
 }
 
 /// Takes the snapshot a live dump would have taken, from the ELF core file `core` of an OCaml
@@ -234,7 +354,8 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     // The core's own modification time is the best guess of when it was taken.
     let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
     let pid = source.core_pid();
-    let origin = Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core };
+    let origin =
+        Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core, capture: None };
     let written = finish(&*rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     // Nothing was stopped: no pause, one "attempt".
     let report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
@@ -270,12 +391,14 @@ impl DumpReport {
             file_bytes: written.1,
             elapsed_ns: started.elapsed().as_nanos() as u64,
             pause_phases: cap.phases.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            read_phases: Vec::new(),
             warnings,
             notes: rt.notes().to_vec(),
             forced_version: rt.forced(),
             read_as: rt.read_as().to_string(),
             layouts_from: rt.layouts_from().to_string(),
             missing: Vec::new(),
+            capture: None,
         }
     }
 }
@@ -348,6 +471,7 @@ struct Origin {
     executable: Option<String>,
     time: SystemTime,
     trigger: Trigger,
+    capture: Option<heapsnap_format::CaptureInfo>,
 }
 
 /// Everything after the copy, shared by live and core dumps: custom operations found in the
@@ -398,6 +522,7 @@ fn finish(
         forced_version: rt.forced(),
         layouts_from: Some(rt.layouts_from().to_string()),
         ocaml4_gc: copied.gc_state,
+        capture: origin.capture,
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }

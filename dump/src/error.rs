@@ -87,6 +87,13 @@ pub enum DumpError {
     #[error("the target's OCaml runtime state is inconsistent: {0}")]
     Inconsistent(String),
 
+    #[error("process {pid} could not fork for a copy-on-write capture: clone failed with {errno} ({})", fork_failure_hint(*errno))]
+    ForkFailed { pid: u32, errno: nix::errno::Errno },
+
+    /// `--capture fork` was asked for, and forking the target would not be safe or would not fit.
+    #[error("not forking process {pid} (--capture fork): {why}; --capture copy (or auto) copies it while it is stopped instead")]
+    ForkRefused { pid: u32, why: String },
+
     #[error("the dump was interrupted by a signal; the target was released unchanged")]
     Interrupted,
 
@@ -100,6 +107,17 @@ pub enum DumpError {
 }
 
 pub type Result<T, E = DumpError> = std::result::Result<T, E>;
+
+/// What usually makes the kernel refuse a `clone`.
+fn fork_failure_hint(errno: nix::errno::Errno) -> &'static str {
+    use nix::errno::Errno;
+    match errno {
+        Errno::ENOMEM => "not enough memory to commit a copy of its private writable memory: overcommit or a memory limit",
+        Errno::EAGAIN => "too many processes: RLIMIT_NPROC, or the cgroup's pids.max",
+        Errno::EPERM | Errno::ENOSYS => "a seccomp filter or a security module forbids it",
+        _ => "the kernel refused it",
+    }
+}
 
 /// Why a stopped world is not a consistent moment to copy it. A live dump resumes the target and
 /// stops it again; a core, which cannot be taken again, says it in its warnings.
@@ -125,6 +143,9 @@ pub enum UnsafeStop {
     Collecting(&'static str),
     #[error("threads {0} and {1} both run OCaml code, but one runtime lock allows only one")]
     SeveralRunning(u32, u32),
+    /// A fork's child was read where it does not hold the target's memory frozen.
+    #[error("the capture read {0}, which a fork does not freeze")]
+    NotFrozen(String),
 }
 
 /// Where the thread holding a domain was caught, when that is not at rest.

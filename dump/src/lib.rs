@@ -7,6 +7,7 @@
 //! every memory source reuses all the runtime knowledge. [`target`] picks the family once, from
 //! the registry of releases; [`dump_process`] and [`dump_core`] put them together.
 
+pub mod capture;
 pub mod common;
 pub mod debuginfo;
 pub mod dump;
@@ -21,7 +22,8 @@ pub mod target;
 pub mod triggers;
 pub mod watch;
 
+pub use capture::CaptureMode;
 pub use common::program::DiscoverOptions;
-pub use dump::{compactions_counter, dump_core, dump_process, DumpOptions, DumpReport};
+pub use dump::{compactions_counter, dump_core, dump_process, CaptureReport, DumpOptions, DumpReport};
 pub use error::{DumpError, Result};
 pub use source::install_interrupt_guard;

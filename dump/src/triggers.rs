@@ -8,12 +8,14 @@
 //!       | "at-exit"                dump when the program exits, before the runtime tears down
 //!       | "dir=" PATH              where snapshots go (default: the current directory)
 //!       | "redact"                 zero string and bytes contents before writing
+//!       | "capture=" MODE          fork, copy or auto (default): how the stopped program is copied
 //!       | "poll=" DURATION         how often the compaction counter is read (default 20ms)
 //! DURATION = integer ("ms" | "s" | "m" | "h")
 //! ```
 //! At least one of on-compaction, on-signal, every, at-exit is required; an item may not repeat.
 //! A `dir` holding a comma cannot be written in this grammar: use `heapsnap run --dir DIR` then.
 
+use crate::capture::CaptureMode;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,16 +33,27 @@ pub struct TriggerSpec {
     pub dir: Option<PathBuf>,
     pub redact: bool,
     pub poll: Duration,
+    /// How each dump captures the program.
+    pub capture: CaptureMode,
 }
 
 impl Default for TriggerSpec {
     fn default() -> Self {
-        TriggerSpec { on_compaction: false, on_signal: None, every: None, at_exit: false, dir: None, redact: false, poll: DEFAULT_POLL }
+        TriggerSpec {
+            on_compaction: false,
+            on_signal: None,
+            every: None,
+            at_exit: false,
+            dir: None,
+            redact: false,
+            poll: DEFAULT_POLL,
+            capture: CaptureMode::Auto,
+        }
     }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, dir=PATH, redact, poll=DURATION (durations like 500ms, 30s, 5m, 1h)")]
+#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, dir=PATH, redact, poll=DURATION, capture=fork|copy|auto (durations like 500ms, 30s, 5m, 1h)")]
 pub struct TriggerSpecError {
     pub var: &'static str,
     pub value: String,
@@ -101,6 +114,7 @@ impl TriggerSpec {
                 "every" => spec.every = Some(parse_duration(need_arg()?).map_err(fail)?),
                 "poll" => spec.poll = parse_duration(need_arg()?).map_err(fail)?,
                 "dir" => spec.dir = Some(PathBuf::from(need_arg()?)),
+                "capture" => spec.capture = need_arg()?.parse().map_err(fail)?,
                 other => return Err(fail(format!("unknown item '{other}'"))),
             }
         }
@@ -127,6 +141,9 @@ impl TriggerSpec {
         }
         if self.redact {
             items.push("redact".to_owned());
+        }
+        if self.capture != CaptureMode::Auto {
+            items.push(format!("capture={}", self.capture));
         }
         if self.poll != DEFAULT_POLL {
             items.push(format!("poll={}ms", self.poll.as_millis()));
@@ -224,8 +241,10 @@ mod tests {
 
     #[test]
     fn parses_every_item() {
-        let spec = TriggerSpec::parse("on-compaction, on-signal=usr2,every=30s,at-exit,dir=snaps,redact,poll=5ms").unwrap();
+        let spec = TriggerSpec::parse("on-compaction, on-signal=usr2,every=30s,at-exit,dir=snaps,redact,poll=5ms,capture=fork").unwrap();
         assert!(spec.on_compaction && spec.at_exit && spec.redact);
+        assert_eq!(spec.capture, CaptureMode::Fork);
+        assert_eq!(TriggerSpec::parse("at-exit").unwrap().capture, CaptureMode::Auto);
         assert_eq!(spec.on_signal, Some(libc::SIGUSR2));
         assert_eq!(spec.every, Some(Duration::from_secs(30)));
         assert_eq!(spec.dir, Some(PathBuf::from("snaps")));
@@ -256,6 +275,7 @@ mod tests {
             ("every=0s", "is zero"),
             ("every=", "needs a value"),
             ("at-exit=1", "takes no value"),
+            ("at-exit,capture=clone", "unknown capture 'clone'"),
             ("on-signal=SIGKILL", "cannot be used"),
         ] {
             let err = TriggerSpec::parse(value).unwrap_err();

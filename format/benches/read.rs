@@ -37,6 +37,7 @@ fn metadata() -> Metadata {
         forced_version: false,
         layouts_from: None,
         ocaml4_gc: None,
+        capture: None,
     }
 }
 

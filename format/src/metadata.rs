@@ -72,6 +72,26 @@ pub struct Metadata {
     /// OCaml 4.14's major GC state, which gives its heap chunks' colours their meaning.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ocaml4_gc: Option<Ocaml4Gc>,
+    /// How a live process was captured (absent for a core, and in older snapshots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture: Option<CaptureInfo>,
+}
+
+/// How a live process's memory was captured.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaptureInfo {
+    /// What was asked: `auto`, `fork` or `copy`.
+    pub requested: String,
+    /// What was done: `fork` (read from a copy-on-write child of the stopped process) or `copy`
+    /// (read from the stopped process).
+    pub method: String,
+    /// Why the process was copied when `auto` was asked, or when a fork failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why_copy: Option<String>,
+    /// The process's ranges that a fork does not freeze (shared memory, `MADV_DONTFORK`,
+    /// `MADV_WIPEONFORK`); the capture read none of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_frozen: Vec<String>,
 }
 
 impl Metadata {

@@ -179,6 +179,16 @@ impl Report for Info {
             (None, None) => writeln!(out, "pools           not recorded (a format 1.0 file: OCaml 5.3's geometry)")?,
         }
         writeln!(out, "taken by        {} on {:?}", m.dumper, m.trigger)?;
+        match &m.capture {
+            Some(c) if c.method == "fork" => {
+                writeln!(out, "captured        by fork: read from a copy-on-write child of the stopped process")?
+            }
+            Some(c) => match &c.why_copy {
+                Some(why) => writeln!(out, "captured        by copy, {} was asked: {why}", c.requested)?,
+                None => writeln!(out, "captured        by copy, while the process was stopped")?,
+            },
+            None => {}
+        }
         if let Some(exe) = &m.executable {
             writeln!(out, "executable      {exe} (pid {})", m.pid.map_or("-".into(), |p| p.to_string()))?;
         }

@@ -39,6 +39,11 @@ pub struct DumpArgs {
     /// collection).
     #[arg(long)]
     require_consistent: bool,
+    /// How the stopped process is captured: `fork` makes it fork once (its copy-on-write child is
+    /// read while the process runs on: the pause does not grow with the heap), `copy` reads it
+    /// while it is stopped, `auto` forks when that is safe and the heap is large enough to gain.
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::run::parse_capture)]
+    capture: heapsnap_dump::CaptureMode,
     /// Do not copy the executable's DWARF sections (smaller file, no source lines).
     #[arg(long)]
     no_dwarf: bool,
@@ -112,6 +117,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         reserved_bits: args.reserved_bits,
         require_consistent: args.require_consistent,
         include_dwarf: !args.no_dwarf,
+        capture: args.capture,
         discover: args.runtime.discover_options(if args.core.is_some() { None } else { args.exe.clone() }),
         ..DumpOptions::default()
     };
@@ -139,6 +145,25 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
         // The report says it all, on stdout.
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(capture) = report.capture.as_ref() {
+        if capture.method == heapsnap_dump::CaptureMode::Fork {
+            eprintln!(
+                "heapsnap: captured by fork: the clone took {:.3} ms of the pause; its child was read for {:.0} ms while the process ran, and cost {:.1} MiB{}",
+                capture.fork_ns as f64 / 1e6,
+                capture.child_lived_ns as f64 / 1e6,
+                capture.fork_extra_bytes as f64 / (1 << 20) as f64,
+                if capture.not_frozen.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not frozen by the fork, and not read: {}", capture.not_frozen.join(", "))
+                }
+            );
+        } else if let (heapsnap_dump::CaptureMode::Auto | heapsnap_dump::CaptureMode::Fork, Some(why)) =
+            (capture.requested, &capture.why_copy)
+        {
+            eprintln!("heapsnap: captured by copy: {why}");
+        }
     }
     eprintln!(
         "heapsnap: paused process {} for {:.3} ms ({} stop{}, {:.3} ms stopped in all); wrote {} ({} regions, {} bytes of heap and stacks, {} roots)",

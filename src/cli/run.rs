@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Zero string and bytes contents before writing.
     #[arg(long)]
     redact: bool,
+    /// How each dump captures the program: fork it and read the frozen child while the program
+    /// runs on, copy it while it is stopped, or auto (fork when it is safe and the heap is large).
+    #[arg(long, value_name = "MODE", value_parser = parse_capture)]
+    capture: Option<heapsnap_dump::CaptureMode>,
     /// Directory for the numbered snapshots (created if missing; default: the current
     /// directory, or OCAML_HEAPSNAP's dir=).
     #[arg(short = 'd', long, alias = "out-dir", value_name = "DIR")]
@@ -44,6 +48,10 @@ pub struct RunArgs {
     command: Vec<std::ffi::OsString>,
 }
 
+pub fn parse_capture(text: &str) -> Result<heapsnap_dump::CaptureMode, String> {
+    text.parse()
+}
+
 /// Merges the command line with `OCAML_HEAPSNAP` (which `heapsnap run` honours): the command
 /// line adds triggers and its `--dir` wins over `dir=`.
 fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
@@ -51,6 +59,7 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
     spec.on_compaction |= args.on_compaction;
     spec.at_exit |= args.at_exit;
     spec.redact |= args.redact;
+    spec.capture = args.capture.unwrap_or(spec.capture);
     spec.on_signal = args.on_signal.or(spec.on_signal);
     spec.every = args.every.or(spec.every);
     spec.dir = args.dir.clone().or(spec.dir);
@@ -132,7 +141,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     .run(|trigger| {
         seq += 1;
         let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
-        take_snapshot(pid, trigger, &path, spec.redact, &args.runtime)
+        take_snapshot(pid, trigger, &path, spec.redact, spec.capture, &args.runtime)
     })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
@@ -254,7 +263,14 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     .run(|trigger| {
         seq += 1;
-        take_snapshot(pid, trigger, &watch::snapshot_path(&dir, &program, pid, seq, trigger), spec.redact, &Default::default())
+        take_snapshot(
+            pid,
+            trigger,
+            &watch::snapshot_path(&dir, &program, pid, seq, trigger),
+            spec.redact,
+            spec.capture,
+            &Default::default(),
+        )
     })?;
     if summary.failures == 0 {
         return Ok(ExitCode::SUCCESS);
@@ -351,12 +367,14 @@ fn take_snapshot(
     trigger: Trigger,
     path: &Path,
     redact: bool,
+    capture: heapsnap_dump::CaptureMode,
     runtime: &super::dump::RuntimeArgs,
 ) -> heapsnap_dump::Result<PathBuf> {
     let options = heapsnap_dump::DumpOptions {
         output: path.to_path_buf(),
         trigger,
         redact,
+        capture,
         discover: runtime.discover_options(None),
         ..Default::default()
     };

@@ -346,6 +346,7 @@ impl SynthHeap {
             forced_version: false,
             layouts_from: None,
             ocaml4_gc: None,
+            capture: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {

@@ -1,6 +1,8 @@
 //! A multi-domain program that allocates hard (on OCaml 4.14: two systhreads), dumped 50 times
-//! in a row while it runs: every snapshot is taken at a consistent stop and parses, and the
-//! program's results are unchanged.
+//! in a row while it runs, by copy and by fork: every snapshot is taken at a consistent stop and
+//! parses, and the program's results are unchanged. (A fork's child is read while the program
+//! runs on and rewrites its heap: a reading of the running program instead of the frozen child
+//! would show in the well-formedness checks.)
 
 use crate::dump_support::*;
 use heapsnap_format::Snapshot;
@@ -73,29 +75,39 @@ const WORKERS: usize = 1;
 
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_3() {
-    fifty_dumps("5.3.0");
+    fifty_dumps("5.3.0", "copy");
+}
+
+#[test]
+fn fifty_fork_dumps_of_a_busy_multi_domain_program_5_3() {
+    fifty_dumps("5.3.0", "fork");
+}
+
+#[test]
+fn fifty_fork_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
+    fifty_dumps("4.14.0", "fork");
 }
 
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_2() {
-    fifty_dumps("5.2.0");
+    fifty_dumps("5.2.0", "copy");
 }
 
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_1() {
-    fifty_dumps("5.1.0");
+    fifty_dumps("5.1.0", "copy");
 }
 
 #[test]
 fn fifty_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
-    fifty_dumps("4.14.0");
+    fifty_dumps("4.14.0", "copy");
 }
 
 /// One busy program at a time: three of them at once on a small machine starve each other,
 /// and a stop then rarely finds every domain at rest.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn fifty_dumps(toolchain: &str) {
+fn fifty_dumps(toolchain: &str, capture: &str) {
     if toolchain_samples(toolchain).is_none() {
         return; // said on stderr: not covered
     }
@@ -128,8 +140,9 @@ fn fifty_dumps(toolchain: &str) {
     let mut free_listed = 0;
     for i in 0..50 {
         let path = dir.path().join(format!("stress-{i}.snap"));
-        let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf"]);
+        let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf", "--capture", capture]);
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
+        assert_eq!(report["capture"]["method"], capture, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
         assert!(snap.metadata().domains.len() >= domains, "dump {i}: {:?}", snap.metadata().domains);
@@ -151,7 +164,7 @@ fn fifty_dumps(toolchain: &str) {
     let status = child.wait().unwrap();
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
-    eprintln!("{toolchain}: stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    eprintln!("{toolchain} ({capture}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
     if ocaml4 {
         assert!(phases.iter().any(|p| p != "Idle"), "every dump found 4.14's major GC idle: {phases:?}");
         assert!(free_listed > 0, "no small free block listed in 50 dumps");

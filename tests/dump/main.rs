@@ -8,6 +8,7 @@ mod dump_support;
 mod dump_core;
 mod dump_dynlink;
 mod dump_errors;
+mod dump_fork;
 mod dump_memprof;
 mod dump_ocamlopt;
 mod dump_redact;

@@ -142,7 +142,7 @@ fn run_dumps_after_each_compaction_and_at_exit_and_passes_output_through() {
 #[test]
 fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
-    let child = run_paused(&["--on-signal", "USR2"], dir.path(), &sample("closure_list"), 2);
+    let child = run_paused(&["--on-signal", "USR2", "--capture", "fork"], dir.path(), &sample("closure_list"), 2);
     // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
@@ -152,7 +152,8 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let found = snapshots(dir.path());
     assert_eq!(found.len(), 2);
     for path in &found {
-        check_snapshot(path, Trigger::Signal);
+        let snap = check_snapshot(path, Trigger::Signal);
+        assert_eq!(snap.metadata().capture.as_ref().map(|c| (c.requested.as_str(), c.method.as_str())), Some(("fork", "fork")));
     }
 }
 
@@ -205,15 +206,20 @@ fn run_honours_ocaml_heapsnap() {
 #[test]
 fn preload_library_watches_a_program_started_without_heapsnap() {
     let dir = tempfile::tempdir().unwrap();
-    let child = preloaded_paused(&sample("cache_leak"), 2, &format!("on-compaction,at-exit,on-signal=USR1,dir={}", dir.path().display()));
+    let child = preloaded_paused(
+        &sample("cache_leak"),
+        2,
+        &format!("on-compaction,at-exit,on-signal=USR1,capture=fork,dir={}", dir.path().display()),
+    );
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
     let found = wait_for_snapshots(dir.path(), 3);
     assert_eq!(found.len(), 3, "{found:?}");
-    check_snapshot(&found[0], Trigger::Compaction);
-    check_snapshot(&found[1], Trigger::Compaction);
-    check_snapshot(&found[2], Trigger::Exit);
+    let forked = |snap: Snapshot| assert_eq!(snap.metadata().capture.as_ref().map(|c| c.method.as_str()), Some("fork"));
+    forked(check_snapshot(&found[0], Trigger::Compaction));
+    forked(check_snapshot(&found[1], Trigger::Compaction));
+    forked(check_snapshot(&found[2], Trigger::Exit));
 }
 
 #[test]

@@ -19,7 +19,9 @@ pub fn check_sample(name: &str, args: &[&str]) -> Vec<Snapshot> {
 
 /// Dumps `program` (sample `name`, built by OCaml `version`) at each of its READY points and
 /// checks everything: the snapshot validates, is owner-only, holds exactly the live blocks,
-/// passes `heapsnap verify --strict`; the sample's output and exit status are unchanged.
+/// passes `heapsnap verify --strict`; a second dump of the same moment captured by fork holds
+/// the same world word for word, and leaves no child; the sample's output and exit status are
+/// unchanged.
 pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str]) -> Vec<Snapshot> {
     let program = program.to_path_buf();
     let (expected, expected_status) = reference_output(&program, args);
@@ -31,8 +33,9 @@ pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str])
     for step in 1..=steps {
         sample.wait_ready(step);
         let path = dir.path().join(format!("{name}-{step}.snap"));
-        let report = dump_ok(sample.pid(), &path, &[]);
+        let report = dump_ok(sample.pid(), &path, &["--capture", "copy"]);
         assert_eq!(report["consistent"], true, "{name}: {report}");
+        assert_eq!(report["capture"]["method"], "copy", "{name}: {report}");
         let mode = std::fs::metadata(&path).expect("snapshot written").permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{name}: snapshot mode {mode:o}");
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("{name}: snapshot does not validate: {e}"));
@@ -43,6 +46,13 @@ pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str])
         let v = verify(&path, true);
         assert_eq!(v["ok"], true, "{name} step {step}: heapsnap verify --strict: {v}");
         assert!(r.major_live > 0 && r.reachable > 0, "{name}: {r:?}");
+        let forked_path = dir.path().join(format!("{name}-{step}.forked.snap"));
+        let forked = dump_ok(sample.pid(), &forked_path, &["--capture", "fork"]);
+        assert_eq!((&forked["capture"]["method"], &forked["consistent"]), (&"fork".into(), &true.into()), "{name}: {forked}");
+        assert_no_children(sample.pid(), name);
+        let forked_snap = Snapshot::open(&forked_path).unwrap_or_else(|e| panic!("{name}: forked snapshot does not validate: {e}"));
+        assert_eq!(forked_snap.metadata().capture.as_ref().map(|c| c.method.as_str()), Some("fork"), "{name}");
+        assert_same_capture(&format!("{name} step {step}, fork against copy"), &snap, &forked_snap);
         snaps.push(snap);
         sample.release();
     }
@@ -140,8 +150,23 @@ pub fn roots(snap: &Snapshot) -> Vec<RootKey> {
 /// the same edges), same roots, same static tables. Only what says *how* the snapshot was
 /// taken may differ: the trigger and the time.
 pub fn assert_same_world(name: &str, live: &Snapshot, core: &Snapshot) {
+    assert_eq!(core.metadata().trigger, Trigger::Core, "{name}: trigger");
+    assert_same_capture(name, live, core);
+}
+
+/// The process `pid` has no child process (a fork capture left none, nor a zombie).
+pub fn assert_no_children(pid: i32, name: &str) {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+    for task in tasks.flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        assert!(children.trim().is_empty(), "{name}: process {pid} has children {children:?} after the dump");
+    }
+}
+
+/// Two snapshots of the same moment, however taken, hold the same world: regions word for
+/// word, roots, ephemerons, custom operations and symbols.
+pub fn assert_same_capture(name: &str, live: &Snapshot, core: &Snapshot) {
     let (ml, mc) = (live.metadata(), core.metadata());
-    assert_eq!(mc.trigger, Trigger::Core, "{name}: trigger");
     assert_eq!(
         (&ml.ocaml_version, ml.reserved_header_bits, ml.colours, ml.pid, &ml.build_id, &ml.domains, ml.compactions),
         (&mc.ocaml_version, mc.reserved_header_bits, mc.colours, mc.pid, &mc.build_id, &mc.domains, mc.compactions),

@@ -85,6 +85,8 @@ pub fn compile_ocaml_by(prefix: &Path, dir: &Path, name: &str, source: &str, lib
     cmd.current_dir(dir).arg("-g");
     if libs.contains(&"threads") {
         cmd.args(["-I", "+threads", "-I", "+unix", "unix.cmxa"]);
+    } else if libs.contains(&"unix") {
+        cmd.args(["-I", "+unix"]);
     }
     if c_stubs.is_some() {
         cmd.arg(&c); // ocamlopt hands it to the C compiler, with the runtime's headers

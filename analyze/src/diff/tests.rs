@@ -216,6 +216,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         forced_version: false,
         layouts_from: None,
         ocaml4_gc: None,
+        capture: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

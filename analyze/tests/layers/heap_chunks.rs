@@ -48,6 +48,7 @@ fn snapshot(path: &std::path::Path, gc: Ocaml4Gc, words: &[u64], root: u64, free
         forced_version: false,
         layouts_from: None,
         ocaml4_gc: Some(gc),
+        capture: None,
     })
     .unwrap();
     let name = w.intern("camlM");

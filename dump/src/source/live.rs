@@ -3,7 +3,9 @@
 //! Every task is seized (`PTRACE_SEIZE`, which by itself neither stops nor signals the
 //! target), then stopped with `PTRACE_INTERRUPT`. Nothing is ever written to the target:
 //! no memory, no registers, no debug registers. So whatever happens to the dumper, even a
-//! SIGKILL, the kernel detaches and resumes the tasks and the target goes on unchanged.
+//! SIGKILL, the kernel detaches and resumes the tasks and the target goes on unchanged. (A
+//! copy-on-write capture is the one exception: one thread's registers are set for the length of
+//! one system call and restored, see [`super::fork`].)
 //! A signal that arrives for the target while we hold it is remembered and handed back when
 //! the task is resumed, so the target sees it as if we had not been there.
 //!
@@ -23,6 +25,7 @@ use nix::unistd::Pid;
 use std::collections::{BTreeSet, HashMap};
 use std::io::IoSliceMut;
 use std::marker::PhantomData;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -151,6 +154,23 @@ impl LiveProcess {
         self.threads.clear();
     }
 
+    /// A stopped thread to make a system call for us ([`super::inject`]): the main thread,
+    /// unless it holds a signal to hand back and another does not.
+    pub(super) fn thread_for_call(&self) -> Option<u32> {
+        let stopped = || self.tasks.iter().filter(|(_, t)| t.stopped);
+        let free = |tid: &u32| self.tasks.get(tid).is_some_and(|t| t.stopped && t.pending_signal.is_none());
+        Some(self.pid).filter(free).or_else(|| stopped().map(|(&tid, _)| tid).find(free)).or_else(|| stopped().map(|(&tid, _)| tid).min())
+    }
+
+    /// Sends the signal `tid` was stopped with (which ptrace would hand back on resume) to it
+    /// again, for a thread about to end in a stop from which ptrace cannot hand it back.
+    pub(super) fn send_held_signal_again(&mut self, tid: u32) {
+        if let Some(signal) = self.tasks.get_mut(&tid).and_then(|t| t.pending_signal.take()) {
+            // SAFETY: plain syscall on our own tracee's thread.
+            unsafe { libc::syscall(libc::SYS_tgkill, self.pid as libc::c_int, tid as libc::c_int, signal as libc::c_int) };
+        }
+    }
+
     fn list_tasks(&self) -> Result<BTreeSet<u32>> {
         let dir = PathBuf::from(format!("/proc/{}/task", self.pid));
         let entries = std::fs::read_dir(&dir).map_err(|source| {
@@ -234,7 +254,7 @@ impl Drop for LiveProcess {
     }
 }
 
-fn check_interrupted() -> Result<()> {
+pub(super) fn check_interrupted() -> Result<()> {
     if interrupted() {
         Err(DumpError::Interrupted)
     } else {
@@ -242,13 +262,13 @@ fn check_interrupted() -> Result<()> {
     }
 }
 
-enum Stop {
+pub(super) enum Stop {
     /// Stopped; with the signal whose delivery the stop intercepted, if it was one.
     Stopped(Option<Signal>),
     Gone,
 }
 
-fn wait_for_stop(tid: u32) -> Result<Stop> {
+pub(super) fn wait_for_stop(tid: u32) -> Result<Stop> {
     let pid = Pid::from_raw(tid as i32);
     loop {
         // A program heapsnap launched (`heapsnap run`) is our child as well as our tracee: when
@@ -288,15 +308,15 @@ impl MemorySource for LiveProcess {
     }
 
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<()> {
-        read_one(self.pid, address, buf)
+        read_one(Channel::VmReadv(self.pid), address, buf)
     }
 
     fn read_many(&self, requests: &mut [ReadRequest<'_>]) -> Result<()> {
-        read_many(self.pid, requests)
+        read_many(Channel::VmReadv(self.pid), requests)
     }
 
     fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
-        read_many_partial(self.pid, requests)
+        read_many_partial(Channel::VmReadv(self.pid), requests)
     }
 
     fn threads(&self) -> &[ThreadState] {
@@ -314,7 +334,7 @@ fn executable_path(pid: u32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/exe"))
 }
 
-fn mappings(pid: u32) -> Result<Vec<Mapping>> {
+pub(super) fn mappings(pid: u32) -> Result<Vec<Mapping>> {
     let path = PathBuf::from(format!("/proc/{pid}/maps"));
     let text = std::fs::read_to_string(&path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
@@ -380,28 +400,48 @@ fn read_error(pid: u32, address: u64, len: usize, errno: Errno) -> DumpError {
     }
 }
 
-fn read_one(pid: u32, address: u64, buf: &mut [u8]) -> Result<()> {
-    read_remote(pid, address, buf).map_err(|errno| read_error(pid, address, buf.len(), errno))
+/// How a process's memory is read.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Channel {
+    /// `process_vm_readv`, in batches: the fastest.
+    VmReadv(u32),
+    /// `pread` on the process's `/proc/PID/mem`, open as `fd`: for a fork's frozen child.
+    /// `process_vm_readv` pins the pages it reads, and the kernel gives a process its own copy
+    /// of a copy-on-write page before it lets one be pinned: reading the child that way would
+    /// copy the whole heap into it. `/proc/PID/mem` takes a plain reference instead.
+    ProcMem { pid: u32, fd: RawFd },
+}
+
+impl Channel {
+    fn pid(self) -> u32 {
+        match self {
+            Channel::VmReadv(pid) | Channel::ProcMem { pid, .. } => pid,
+        }
+    }
+}
+
+pub(super) fn read_one(channel: Channel, address: u64, buf: &mut [u8]) -> Result<()> {
+    read_remote_by(channel, address, buf).map_err(|errno| read_error(channel.pid(), address, buf.len(), errno))
 }
 
 /// All requests or an error naming the first that could not be read.
-fn read_many(pid: u32, requests: &mut [ReadRequest<'_>]) -> Result<()> {
+pub(super) fn read_many(channel: Channel, requests: &mut [ReadRequest<'_>]) -> Result<()> {
     // A failed request is read again on its own: that names it precisely, and fills it if
     // only its batch failed.
-    for index in read_parallel(pid, requests) {
+    for index in read_parallel(channel, requests) {
         let r = &mut requests[index];
-        read_one(pid, r.address, r.buf)?;
+        read_one(channel, r.address, r.buf)?;
     }
     check_interrupted()
 }
 
 /// Which requests were read (some ranges may be unmapped).
-fn read_many_partial(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
-    let failed = read_parallel(pid, requests);
+pub(super) fn read_many_partial(channel: Channel, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
+    let failed = read_parallel(channel, requests);
     let mut ok = vec![true; requests.len()];
     for index in failed {
         let r = &mut requests[index];
-        ok[index] = read_remote(pid, r.address, r.buf).is_ok();
+        ok[index] = read_remote_by(channel, r.address, r.buf).is_ok();
     }
     ok
 }
@@ -426,7 +466,7 @@ struct Piece<'a> {
 /// Reads `requests` with batched `process_vm_readv`, split across [`copy_threads`] threads by
 /// bytes (a request that straddles two shares is split), so that a stopped target's memory is
 /// copied by every core. Returns the indices (sorted, unique) of the requests not wholly read.
-fn read_parallel(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<usize> {
+fn read_parallel(channel: Channel, requests: &mut [ReadRequest<'_>]) -> Vec<usize> {
     let total: usize = requests.iter().map(|r| r.buf.len()).sum();
     let threads = copy_threads().min(total / MIN_BYTES_PER_THREAD).max(1);
     let mut shares = split_balanced(requests, threads, total).into_iter();
@@ -437,7 +477,7 @@ fn read_parallel(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<usize> {
         for mut share in shares {
             let spawned = std::thread::Builder::new().name("heapsnap-copy".into()).spawn_scoped(scope, move || {
                 let mut failed = Vec::new();
-                read_pieces(pid, &mut share, &mut failed);
+                read_pieces(channel, &mut share, &mut failed);
                 failed
             });
             match spawned {
@@ -447,7 +487,7 @@ fn read_parallel(pid: u32, requests: &mut [ReadRequest<'_>]) -> Vec<usize> {
                 Err(_) => failed.push(usize::MAX),
             }
         }
-        read_pieces(pid, &mut first, &mut failed);
+        read_pieces(channel, &mut first, &mut failed);
         for handle in handles {
             match handle.join() {
                 Ok(more) => failed.extend(more),
@@ -492,7 +532,18 @@ fn split_balanced<'a>(requests: &'a mut [ReadRequest<'_>], parts: usize, total: 
 
 /// Reads `pieces` in batches of [`MAX_IOVECS`]; adds to `failed` the request of each piece
 /// not wholly read, and goes on with the next.
-fn read_pieces(pid: u32, pieces: &mut [Piece<'_>], failed: &mut Vec<usize>) {
+fn read_pieces(channel: Channel, pieces: &mut [Piece<'_>], failed: &mut Vec<usize>) {
+    let pid = match channel {
+        Channel::VmReadv(pid) => pid,
+        Channel::ProcMem { fd, .. } => {
+            for p in pieces.iter_mut() {
+                if pread_all(fd, p.address, p.buf).is_err() {
+                    failed.push(p.index);
+                }
+            }
+            return;
+        }
+    };
     let mut at = 0;
     while at < pieces.len() {
         let end = (at + MAX_IOVECS).min(pieces.len());
@@ -538,6 +589,35 @@ fn read_pieces(pid: u32, pieces: &mut [Piece<'_>], failed: &mut Vec<usize>) {
     }
 }
 
+fn read_remote_by(channel: Channel, address: u64, buf: &mut [u8]) -> std::result::Result<(), Errno> {
+    match channel {
+        Channel::VmReadv(pid) => read_remote(pid, address, buf),
+        Channel::ProcMem { fd, .. } => pread_all(fd, address, buf),
+    }
+}
+
+/// All of `buf` from `/proc/PID/mem` (open as `fd`) at `address`.
+fn pread_all(fd: RawFd, address: u64, buf: &mut [u8]) -> std::result::Result<(), Errno> {
+    let mut done = 0;
+    while done < buf.len() {
+        let offset = i64::try_from(address + done as u64).map_err(|_| Errno::EFAULT)?;
+        let rest = &mut buf[done..];
+        // SAFETY: reads into the live buffer `rest`, at most its length.
+        let n = unsafe { libc::pread64(fd, rest.as_mut_ptr().cast(), rest.len(), offset) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(Errno::EFAULT),
+            _ => match Errno::last() {
+                Errno::EINTR => continue,
+                // An unmapped range reads as EIO.
+                Errno::EIO => return Err(Errno::EFAULT),
+                errno => return Err(errno),
+            },
+        }
+    }
+    Ok(())
+}
+
 /// Reads target memory of a process that need not be stopped (e.g. static data before a dump).
 pub(crate) fn read_remote(pid: u32, address: u64, buf: &mut [u8]) -> std::result::Result<(), Errno> {
     let mut done = 0;
@@ -577,15 +657,15 @@ impl MemorySource for ProcessMemory {
     }
 
     fn read(&self, address: u64, buf: &mut [u8]) -> Result<()> {
-        read_one(self.pid, address, buf)
+        read_one(Channel::VmReadv(self.pid), address, buf)
     }
 
     fn read_many(&self, requests: &mut [ReadRequest<'_>]) -> Result<()> {
-        read_many(self.pid, requests)
+        read_many(Channel::VmReadv(self.pid), requests)
     }
 
     fn read_many_partial(&self, requests: &mut [ReadRequest<'_>]) -> Vec<bool> {
-        read_many_partial(self.pid, requests)
+        read_many_partial(Channel::VmReadv(self.pid), requests)
     }
 
     fn threads(&self) -> &[ThreadState] {
@@ -601,9 +681,13 @@ impl MemorySource for ProcessMemory {
 mod tests {
     use super::*;
 
-    /// Reading our own memory: `process_vm_readv` on oneself needs no ptrace.
-    fn own_pid() -> u32 {
-        std::process::id()
+    /// Reading our own memory: `process_vm_readv` on oneself needs no ptrace, nor does
+    /// `/proc/self/mem`. Both ways, the file kept open while the channel is used.
+    fn own_channels() -> Vec<(Channel, Option<std::fs::File>)> {
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let pid = std::process::id();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&mem);
+        vec![(Channel::VmReadv(pid), None), (Channel::ProcMem { pid, fd }, Some(mem))]
     }
 
     #[test]
@@ -632,69 +716,78 @@ mod tests {
 
     #[test]
     fn a_large_batch_is_read_whole_by_several_threads() {
-        // Bigger than two threads' minimum shares, with one request straddling shares.
-        let source: Vec<u8> = (0..3 * MIN_BYTES_PER_THREAD + 12_345).map(|i| (i * 7 % 251) as u8).collect();
-        let cuts = [0, 100, 4096, MIN_BYTES_PER_THREAD + 3, 3 * MIN_BYTES_PER_THREAD - 1, source.len()];
-        let mut bufs: Vec<Vec<u8>> = cuts.windows(2).map(|w| vec![0; w[1] - w[0]]).collect();
-        let mut requests: Vec<ReadRequest<'_>> =
-            bufs.iter_mut().zip(cuts.iter()).map(|(b, &at)| ReadRequest { address: source.as_ptr() as u64 + at as u64, buf: b }).collect();
-        read_many(own_pid(), &mut requests).unwrap();
-        assert_eq!(bufs.concat(), source);
+        for (channel, _mem) in own_channels() {
+            // Bigger than two threads' minimum shares, with one request straddling shares.
+            let source: Vec<u8> = (0..3 * MIN_BYTES_PER_THREAD + 12_345).map(|i| (i * 7 % 251) as u8).collect();
+            let cuts = [0, 100, 4096, MIN_BYTES_PER_THREAD + 3, 3 * MIN_BYTES_PER_THREAD - 1, source.len()];
+            let mut bufs: Vec<Vec<u8>> = cuts.windows(2).map(|w| vec![0; w[1] - w[0]]).collect();
+            let mut requests: Vec<ReadRequest<'_>> = bufs
+                .iter_mut()
+                .zip(cuts.iter())
+                .map(|(b, &at)| ReadRequest { address: source.as_ptr() as u64 + at as u64, buf: b })
+                .collect();
+            read_many(channel, &mut requests).unwrap();
+            assert_eq!(bufs.concat(), source);
+        }
     }
 
     #[test]
     fn an_unreadable_range_is_named_and_the_others_are_read() {
-        let source: Vec<u8> = (0..5 * MIN_BYTES_PER_THREAD).map(|i| (i % 253) as u8).collect();
-        let base = source.as_ptr() as u64;
-        let len = MIN_BYTES_PER_THREAD;
-        // Address 8 is never mapped (mmap_min_addr).
-        let addresses = [base, 8, base + len as u64, base + 2 * len as u64];
-        let mut bufs: Vec<Vec<u8>> = addresses.iter().map(|_| vec![0; len]).collect();
-        let mut requests: Vec<ReadRequest<'_>> =
-            bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
-        assert_eq!(read_many_partial(own_pid(), &mut requests), vec![true, false, true, true]);
-        drop(requests);
-        assert_eq!(bufs[0][..], source[..len]);
-        assert_eq!(bufs[2][..], source[len..2 * len]);
-        assert_eq!(bufs[3][..], source[2 * len..3 * len]);
+        for (channel, _mem) in own_channels() {
+            let source: Vec<u8> = (0..5 * MIN_BYTES_PER_THREAD).map(|i| (i % 253) as u8).collect();
+            let base = source.as_ptr() as u64;
+            let len = MIN_BYTES_PER_THREAD;
+            // Address 8 is never mapped (mmap_min_addr).
+            let addresses = [base, 8, base + len as u64, base + 2 * len as u64];
+            let mut bufs: Vec<Vec<u8>> = addresses.iter().map(|_| vec![0; len]).collect();
+            let mut requests: Vec<ReadRequest<'_>> =
+                bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
+            assert_eq!(read_many_partial(channel, &mut requests), vec![true, false, true, true]);
+            drop(requests);
+            assert_eq!(bufs[0][..], source[..len]);
+            assert_eq!(bufs[2][..], source[len..2 * len]);
+            assert_eq!(bufs[3][..], source[2 * len..3 * len]);
 
-        let mut requests: Vec<ReadRequest<'_>> =
-            bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
-        match read_many(own_pid(), &mut requests) {
-            Err(DumpError::Read { address: 8, len: l, .. }) => assert_eq!(l, len),
-            other => panic!("expected a read error at 0x8, got {other:?}"),
+            let mut requests: Vec<ReadRequest<'_>> =
+                bufs.iter_mut().zip(addresses).map(|(b, address)| ReadRequest { address, buf: b }).collect();
+            match read_many(channel, &mut requests) {
+                Err(DumpError::Read { address: 8, len: l, .. }) => assert_eq!(l, len),
+                other => panic!("expected a read error at 0x8, got {other:?}"),
+            }
         }
     }
 
     #[test]
     fn a_hole_between_adjacent_ranges_is_found() {
-        // Three adjacent pages, the middle one unreadable: the three requests make one remote
-        // iovec, which fails in its middle.
-        let page = 4096;
-        // SAFETY: a fresh anonymous mapping that only this test uses (and unmaps below).
-        let base = unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                3 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(p, libc::MAP_FAILED);
-            std::ptr::write_bytes(p as *mut u8, 0xab, 3 * page);
-            assert_eq!(libc::mprotect((p as *mut u8).add(page).cast(), page, libc::PROT_NONE), 0);
-            p as u64
-        };
-        let mut bufs = vec![vec![0u8; page]; 3];
-        let mut requests: Vec<ReadRequest<'_>> =
-            bufs.iter_mut().enumerate().map(|(i, b)| ReadRequest { address: base + (i * page) as u64, buf: b }).collect();
-        assert_eq!(read_many_partial(own_pid(), &mut requests), vec![true, false, true]);
-        assert!(matches!(read_many(own_pid(), &mut requests), Err(DumpError::Read { address, .. }) if address == base + page as u64));
-        drop(requests);
-        assert!(bufs[0].iter().chain(&bufs[2]).all(|&b| b == 0xab));
-        // SAFETY: the mapping made above, no longer borrowed.
-        unsafe { libc::munmap(base as *mut libc::c_void, 3 * page) };
+        for (channel, _mem) in own_channels() {
+            // Three adjacent pages, the middle one unmapped: the three requests make one remote
+            // iovec, which fails in its middle. (Not PROT_NONE: /proc/PID/mem reads through it.)
+            let page = 4096;
+            // SAFETY: a fresh anonymous mapping that only this test uses (and unmaps below).
+            let base = unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    3 * page,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                assert_ne!(p, libc::MAP_FAILED);
+                std::ptr::write_bytes(p as *mut u8, 0xab, 3 * page);
+                assert_eq!(libc::munmap((p as *mut u8).add(page).cast(), page), 0);
+                p as u64
+            };
+            let mut bufs = vec![vec![0u8; page]; 3];
+            let mut requests: Vec<ReadRequest<'_>> =
+                bufs.iter_mut().enumerate().map(|(i, b)| ReadRequest { address: base + (i * page) as u64, buf: b }).collect();
+            assert_eq!(read_many_partial(channel, &mut requests), vec![true, false, true]);
+            assert!(matches!(read_many(channel, &mut requests), Err(DumpError::Read { address, .. }) if address == base + page as u64));
+            drop(requests);
+            assert!(bufs[0].iter().chain(&bufs[2]).all(|&b| b == 0xab));
+            // SAFETY: the mapping made above, no longer borrowed.
+            unsafe { libc::munmap(base as *mut libc::c_void, 3 * page) };
+        }
     }
 
     #[test]
@@ -704,7 +797,7 @@ mod tests {
         child.wait().unwrap();
         let mut buf = [0u8; 16];
         let mut requests = [ReadRequest { address: 0x1000, buf: &mut buf }];
-        assert!(matches!(read_many(pid, &mut requests), Err(DumpError::TargetExited { .. })));
-        assert_eq!(read_many_partial(pid, &mut requests), vec![false]);
+        assert!(matches!(read_many(Channel::VmReadv(pid), &mut requests), Err(DumpError::TargetExited { .. })));
+        assert_eq!(read_many_partial(Channel::VmReadv(pid), &mut requests), vec![false]);
     }
 }

@@ -3,11 +3,16 @@
 //! file ([`CoreFile`]).
 
 mod core;
+mod fork;
+mod guardian;
+pub mod inject;
 mod live;
 mod maps;
 mod memory;
 
 pub use self::core::{bad_core, CoreFile, MissingRegion};
+pub use fork::{test_delay, ForkCost, ForkStep, FrozenCopy};
+pub use guardian::Guardian;
 pub(crate) use live::copy_threads;
 pub use live::{install_interrupt_guard, interrupted, LiveProcess, ProcessMemory};
 pub use maps::{parse_maps, Mapping};

@@ -86,6 +86,9 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 phase: heapsnap_values::ocaml4::GcPhase::from_code(phase).unwrap(),
                 sweep_pointer,
             })),
+            proptest::option::of((text(), text(), proptest::option::of(text()), proptest::collection::vec(text(), 0..3)).prop_map(
+                |(requested, method, why_copy, not_frozen)| heapsnap_format::CaptureInfo { requested, method, why_copy, not_frozen },
+            )),
         ),
     )
         .prop_map(
@@ -93,7 +96,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
                 warnings,
-                (pools, forced_version, layouts_from, ocaml4_gc),
+                (pools, forced_version, layouts_from, ocaml4_gc, capture),
             )| Metadata {
                 ocaml_version,
                 word_size: 8,
@@ -113,6 +116,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 forced_version,
                 layouts_from,
                 ocaml4_gc,
+                capture,
             },
         )
 }

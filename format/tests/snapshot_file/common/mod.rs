@@ -32,6 +32,7 @@ pub fn metadata() -> Metadata {
         forced_version: false,
         layouts_from: None,
         ocaml4_gc: None,
+        capture: None,
     }
 }
 

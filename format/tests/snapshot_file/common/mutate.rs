@@ -62,6 +62,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             forced_version: false,
             layouts_from: None,
             ocaml4_gc: None,
+            capture: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();

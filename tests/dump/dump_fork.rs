@@ -1,0 +1,261 @@
+//! Copy-on-write captures (`--capture fork`) that the target never notices: no SIGCHLD, no child
+//! for its `waitpid(-1)`, no zombie, even when the dumper is killed in the middle; `auto` copies
+//! where the fork may not fit under a memory limit or the kernel refuses it, and says why.
+//! (That a fork snapshot equals the copy of the same moment is checked for every sample, in
+//! `check_sample_at`; under load, in dump_stress.rs.)
+
+use crate::dump_support::*;
+use heapsnap_format::Snapshot;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Counts the SIGCHLDs it gets and the children its `waitpid(-1, WNOHANG)` finds, while it
+/// allocates; a line on stdin makes it print both and exit.
+const WATCHES_ITS_CHILDREN: &str = r#"
+let sigchld = ref 0
+let waited = ref 0
+let () = Sys.set_signal Sys.sigchld (Sys.Signal_handle (fun _ -> incr sigchld))
+let keep = ref []
+let rec loop i =
+  keep := List.init 100 (fun j -> (i, j, string_of_int j)) :: (if i mod 100 = 0 then [] else !keep);
+  (match Unix.waitpid [Unix.WNOHANG] (-1) with
+   | (0, _) -> ()
+   | _ -> incr waited
+   | exception Unix.Unix_error ((Unix.ECHILD | Unix.EINTR), _, _) -> ());
+  match Unix.select [Unix.stdin] [] [] 0.001 with
+  | [], _, _ -> loop (i + 1)
+  | _ -> ()
+  | exception Unix.Unix_error (Unix.EINTR, _, _) -> loop (i + 1)
+let () =
+  print_endline "READY";
+  loop 0;
+  Printf.printf "SIGCHLD %d WAITED %d KEPT %d\n%!" !sigchld !waited (List.length !keep)
+"#;
+
+/// Holds about MB megabytes of live data and waits for a line on stdin.
+const HOLDS_A_HEAP: &str = r#"
+let () =
+  let mb = int_of_string Sys.argv.(1) in
+  let data = Array.init (mb * 1024) (fun i -> Bytes.make 1000 (Char.chr (i land 255))) in
+  print_endline "READY";
+  ignore (input_line stdin);
+  Printf.printf "%d\n" (Array.length data)
+"#;
+
+fn start(exe: &Path, args: &[&str]) -> (KillOnDrop, BufReader<std::process::ChildStdout>) {
+    let mut child =
+        KillOnDrop(Command::new(exe).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start"));
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY");
+    (child, stdout)
+}
+
+/// Waits (up to 5 s) until process `pid` is running untraced with no child left.
+fn assert_unharmed(pid: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tracer = proc_status_field(pid, "TracerPid:").unwrap_or_else(|| panic!("{what}: the target is gone"));
+        let state = proc_status_field(pid, "State:").unwrap_or_default();
+        let children: String = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| tasks.flatten().map(|t| std::fs::read_to_string(t.path().join("children")).unwrap_or_default()).collect())
+            .unwrap_or_default();
+        assert!(!state.starts_with('Z') && !state.starts_with('X'), "{what}: the target died");
+        let stopped = state.starts_with('t') || state.starts_with('T');
+        if tracer == "0" && !stopped && children.trim().is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: tracer {tracer}, state {state}, children {children:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A small pseudo-random sequence (the seed is printed, to replay a failure).
+struct Lcg(u64);
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn fork_dumps_are_invisible_to_a_program_that_watches_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "watcher", WATCHES_ITS_CHILDREN, &["unix"]);
+    let (mut child, mut stdout) = start(&exe, &[]);
+    let pid = child.0.id() as i32;
+    for i in 0..50 {
+        let path = dir.path().join("w.snap");
+        let report = dump_ok(pid, &path, &["--capture", "fork", "--no-dwarf"]);
+        assert_eq!(report["capture"]["method"], "fork", "dump {i}: {report}");
+        assert!(report["capture"]["child_lived_ns"].as_u64().unwrap() > 0, "dump {i}: {report}");
+        assert_unharmed(pid, &format!("fork dump {i}"));
+        if i % 10 == 0 {
+            let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
+            reachability(&snap).assert_well_formed(&format!("fork dump {i}"));
+        }
+    }
+    // Now kill the dumper at each step of a fork, at random moments of it: with the world
+    // stopped before the fork, with the child stopped and the world still stopped, while the
+    // child is read, after the child is killed. Each step waits there, saying so (a hook only
+    // tests turn on).
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64;
+    eprintln!("kill points: seed {seed}");
+    let mut random = Lcg(seed);
+    let steps = ["BeforeFork", "Forked", "Reading", "Killed"];
+    let step_delay_ms = 40;
+    for i in 0..50 {
+        let step = steps[i % steps.len()];
+        let mut dumper = Command::new(heapsnap())
+            .args(["dump", "--pid", &pid.to_string(), "--capture", "fork", "--no-dwarf", "-o"])
+            .arg(dir.path().join("killed.snap"))
+            .env("HEAPSNAP_TEST_FORK_DELAY_MS", step_delay_ms.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(dumper.stderr.take().unwrap());
+        let want = format!("heapsnap: test: at {step}");
+        let mut line = String::new();
+        while stderr.read_line(&mut line).unwrap() > 0 && line.trim() != want {
+            line.clear();
+        }
+        assert_eq!(line.trim(), want, "dump {i}: the dumper ended before {step}");
+        let after = Duration::from_millis(random.below(step_delay_ms));
+        std::thread::sleep(after);
+        let _ = dumper.kill();
+        let _ = dumper.wait();
+        assert_unharmed(pid, &format!("dumper killed {after:?} into {step} (dump {i}, seed {seed})"));
+    }
+    child.0.stdin.as_mut().unwrap().write_all(b"stop\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(child.0.wait().unwrap().success(), "{rest}");
+    let rest = rest.trim();
+    assert!(rest.starts_with("SIGCHLD 0 WAITED 0 KEPT "), "the program noticed the forks: {rest}");
+}
+
+/// A memory cgroup of our own, made for one test and removed after it; `None` (said) where
+/// cgroups cannot be made (not root, or no memory controller mounted writable).
+struct Cgroup {
+    dir: PathBuf,
+    /// Where the process goes back to: the cgroup it came from.
+    home: PathBuf,
+}
+
+impl Cgroup {
+    fn make(controller: &str, pid: i32) -> Option<Cgroup> {
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        // cgroup v1's controller hierarchy, or v2's unified one.
+        let (root, relative) = cgroups.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let v1 = Path::new("/sys/fs/cgroup").join(controller);
+            if controllers.split(',').any(|c| c == controller) && v1.is_dir() {
+                Some((v1, path.trim_start_matches('/').to_string()))
+            } else if controllers.is_empty() && Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+                Some((PathBuf::from("/sys/fs/cgroup"), path.trim_start_matches('/').to_string()))
+            } else {
+                None
+            }
+        })?;
+        let home = root.join(relative);
+        let dir = home.join(format!("heapsnap-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let cgroup = Cgroup { dir, home };
+        std::fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    fn set(&self, file: &str, value: &str) {
+        std::fs::write(self.dir.join(file), value).unwrap_or_else(|e| panic!("write {value} to {}: {e}", self.dir.join(file).display()));
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(self.home.join("cgroup.procs"), pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The message of a failed `heapsnap dump`.
+fn dump_error(pid: i32, out: &Path, extra: &[&str]) -> String {
+    let o = dump(pid, out, extra);
+    assert!(!o.status.success(), "heapsnap dump {extra:?} should have failed");
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn auto_copies_and_fork_refuses_when_a_memory_limit_leaves_too_little_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "holder", HOLDS_A_HEAP, &[]);
+    let (mut child, mut stdout) = start(&exe, &["96"]);
+    let pid = child.0.id() as i32;
+    let path = dir.path().join("h.snap");
+    // With room: auto forks (96 MB is above its threshold).
+    let roomy = dump_ok(pid, &path, &["--no-dwarf"]);
+    assert_eq!(roomy["capture"]["method"], "fork", "{roomy}");
+    let Some(cgroup) = Cgroup::make("memory", pid) else {
+        not_covered("memory limits: cannot make a memory cgroup here (needs root and a writable cgroup hierarchy)");
+        return;
+    };
+    // A limit with less room than the target's private memory: charges stay where they were
+    // made, so the usage here starts near zero and the limit is what is left.
+    let (limit_file, limit) =
+        if cgroup.dir.join("memory.max").exists() { ("memory.max", 32 << 20) } else { ("memory.limit_in_bytes", 32 << 20) };
+    cgroup.set(limit_file, &limit.to_string());
+    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
+    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
+    let why = auto["capture"]["why_copy"].as_str().unwrap_or_default();
+    assert!(why.contains("memory cgroup") && why.contains("MiB"), "{why}");
+    let snap = Snapshot::open(&path).unwrap();
+    assert_eq!(snap.metadata().capture.as_ref().and_then(|c| c.why_copy.as_deref()), Some(why), "the metadata keeps why");
+    let refused = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
+    assert!(refused.contains("not forking") && refused.contains("memory cgroup"), "{refused}");
+    assert_unharmed(pid, "dumps under a memory limit");
+    drop(cgroup);
+    child.0.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest.trim(), (96 * 1024).to_string());
+}
+
+#[test]
+fn a_fork_the_kernel_refuses_falls_back_to_a_copy_under_auto_and_fails_when_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "holder", HOLDS_A_HEAP, &[]);
+    let (mut child, mut stdout) = start(&exe, &["80"]);
+    let pid = child.0.id() as i32;
+    let Some(cgroup) = Cgroup::make("pids", pid) else {
+        not_covered("refused forks: cannot make a pids cgroup here (needs root and a writable cgroup hierarchy)");
+        return;
+    };
+    // As many tasks as it has: a clone is refused (EAGAIN).
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    cgroup.set("pids.max", &threads.to_string());
+    let path = dir.path().join("p.snap");
+    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
+    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
+    let why = auto["capture"]["why_copy"].as_str().unwrap_or_default();
+    assert!(why.contains("clone failed") && why.contains("EAGAIN") && why.contains("pids.max"), "{why}");
+    let snap = Snapshot::open(&path).unwrap();
+    assert_eq!(snap.metadata().capture.as_ref().and_then(|c| c.why_copy.as_deref()), Some(why), "the metadata keeps why");
+    reachability(&snap).assert_exact("a copy after a refused fork");
+    let failed = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
+    assert!(failed.contains("could not fork") && failed.contains("EAGAIN"), "{failed}");
+    assert_unharmed(pid, "refused forks");
+    drop(cgroup);
+    child.0.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert_eq!(rest.trim(), (80 * 1024).to_string());
+}
