@@ -82,7 +82,22 @@ fn plain_copy(pid: i32, ranges: &[(u64, usize)]) -> Duration {
     let mut buffers: Vec<Vec<u8>> = ranges.iter().map(|&(_, len)| vec![1u8; len]).collect();
     let mut process = LiveProcess::attach(pid as u32).expect("attach");
     let stopped = Instant::now();
-    for (chunk, bufs) in ranges.chunks(1024).zip(buffers.chunks_mut(1024)) {
+    // Batches of at most 1024 ranges and 1 GiB: `process_vm_readv` reads less than 2 GiB a call.
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, &(_, len)) in ranges.iter().enumerate() {
+        if i > start && (i - start == 1024 || bytes + len > 1 << 30) {
+            batches.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes += len;
+    }
+    batches.push(start..ranges.len());
+    let mut rest: &mut [Vec<u8>] = &mut buffers;
+    for batch in batches {
+        let (bufs, tail) = std::mem::take(&mut rest).split_at_mut(batch.len());
+        rest = tail;
+        let chunk = &ranges[batch];
         let mut remote: Vec<libc::iovec> = Vec::with_capacity(chunk.len());
         for &(address, len) in chunk {
             match remote.last_mut() {

@@ -44,14 +44,38 @@ let () =
   Printf.printf "%d\n" (Array.length data)
 "#;
 
+/// Maps the file named by its argument shared (a bigarray), writes to it, and waits.
+const MAPS_A_FILE_SHARED: &str = r#"
+let () =
+  let fd = Unix.openfile Sys.argv.(1) [Unix.O_RDWR; Unix.O_CREAT] 0o600 in
+  let a = Bigarray.array1_of_genarray (Unix.map_file fd Bigarray.char Bigarray.c_layout true [| 1 lsl 20 |]) in
+  a.{0} <- 'x';
+  print_endline "READY";
+  ignore (input_line stdin);
+  Printf.printf "%c\n" a.{0}
+"#;
+
 fn start(exe: &Path, args: &[&str]) -> (KillOnDrop, BufReader<std::process::ChildStdout>) {
-    let mut child =
-        KillOnDrop(Command::new(exe).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start"));
+    start_command(Command::new(exe).args(args))
+}
+
+/// Starts `command` with stdin and stdout piped, and waits for its READY line.
+fn start_command(command: &mut Command) -> (KillOnDrop, BufReader<std::process::ChildStdout>) {
+    let mut child = KillOnDrop(command.stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().expect("start"));
     let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "READY");
     (child, stdout)
+}
+
+/// Writes `line` to the program, reads the rest of its output, and checks that it exits 0.
+fn release(child: &mut KillOnDrop, stdout: &mut BufReader<std::process::ChildStdout>, line: &[u8]) -> String {
+    child.0.stdin.as_mut().unwrap().write_all(line).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(stdout, &mut rest).unwrap();
+    assert!(child.0.wait().unwrap().success(), "{rest}");
+    rest.trim().to_string()
 }
 
 /// Waits (up to 5 s) until process `pid` is running untraced with no child left.
@@ -131,11 +155,8 @@ fn fork_dumps_are_invisible_to_a_program_that_watches_its_children() {
         let _ = dumper.wait();
         assert_unharmed(pid, &format!("dumper killed {after:?} into {step} (dump {i}, seed {seed})"));
     }
-    child.0.stdin.as_mut().unwrap().write_all(b"stop\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert!(child.0.wait().unwrap().success(), "{rest}");
-    let rest = rest.trim();
+    let rest = release(&mut child, &mut stdout, b"stop\n");
+    let rest = rest.as_str();
     assert!(rest.starts_with("SIGCHLD 0 WAITED 0 KEPT "), "the program noticed the forks: {rest}");
 }
 
@@ -223,10 +244,7 @@ fn auto_copies_and_fork_refuses_when_a_memory_limit_leaves_too_little_room() {
     assert!(refused.contains("not forking") && refused.contains("memory cgroup"), "{refused}");
     assert_unharmed(pid, "dumps under a memory limit");
     drop(cgroup);
-    child.0.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert_eq!(rest.trim(), (96 * 1024).to_string());
+    assert_eq!(release(&mut child, &mut stdout, b"\n"), (96 * 1024).to_string());
 }
 
 #[test]
@@ -254,8 +272,66 @@ fn a_fork_the_kernel_refuses_falls_back_to_a_copy_under_auto_and_fails_when_aske
     assert!(failed.contains("could not fork") && failed.contains("EAGAIN"), "{failed}");
     assert_unharmed(pid, "refused forks");
     drop(cgroup);
-    child.0.stdin.as_mut().unwrap().write_all(b"\n").unwrap();
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
-    assert_eq!(rest.trim(), (80 * 1024).to_string());
+    assert_eq!(release(&mut child, &mut stdout, b"\n"), (80 * 1024).to_string());
+}
+
+#[test]
+fn the_report_names_the_memory_a_fork_does_not_freeze() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "shared", MAPS_A_FILE_SHARED, &["unix"]);
+    let file = dir.path().join("shared.bin");
+    let (mut child, mut stdout) = start(&exe, &[file.to_str().unwrap()]);
+    let pid = child.0.id() as i32;
+    let path = dir.path().join("s.snap");
+    let report = dump_ok(pid, &path, &["--capture", "fork", "--no-dwarf"]);
+    let not_frozen: Vec<&str> = report["capture"]["not_frozen"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(not_frozen.iter().any(|n| n.contains("MAP_SHARED") && n.contains(file.to_str().unwrap())), "{not_frozen:?}");
+    let snap = Snapshot::open(&path).unwrap();
+    assert_eq!(snap.metadata().capture.as_ref().map(|c| c.not_frozen.len()), Some(not_frozen.len()));
+    reachability(&snap).assert_exact("a program with a shared mapping, by fork");
+    // Copied, nothing is said of it.
+    let copied = dump_ok(pid, &path, &["--capture", "copy", "--no-dwarf"]);
+    assert_eq!(copied["capture"]["not_frozen"].as_array().map(Vec::len), Some(0), "{copied}");
+    assert_unharmed(pid, "fork of a program with a shared mapping");
+    assert_eq!(release(&mut child, &mut stdout, b"\n"), "x");
+}
+
+/// Starts `exe` under a seccomp filter (one that allows everything: what matters is that there
+/// is one).
+fn start_under_seccomp(exe: &Path, args: &[&str]) -> (KillOnDrop, BufReader<std::process::ChildStdout>) {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new(exe);
+    command.args(args);
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls, on
+    // data on its stack.
+    unsafe {
+        command.pre_exec(|| {
+            let allow = [libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW }];
+            let program = libc::sock_fprog { len: 1, filter: allow.as_ptr() as *mut libc::sock_filter };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    start_command(&mut command)
+}
+
+#[test]
+fn a_program_under_seccomp_is_copied_not_forked() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_ocaml(dir.path(), "holder", HOLDS_A_HEAP, &[]);
+    let (mut child, mut stdout) = start_under_seccomp(&exe, &["80"]);
+    let pid = child.0.id() as i32;
+    assert_eq!(proc_status_field(pid, "Seccomp:").as_deref(), Some("2"));
+    let path = dir.path().join("s.snap");
+    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
+    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
+    assert!(auto["capture"]["why_copy"].as_str().unwrap_or_default().contains("seccomp"), "{auto}");
+    let refused = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
+    assert!(refused.contains("not forking") && refused.contains("seccomp"), "{refused}");
+    assert_unharmed(pid, "dumps under seccomp");
+    assert_eq!(release(&mut child, &mut stdout, b"\n"), (80 * 1024).to_string());
 }

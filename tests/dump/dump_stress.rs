@@ -132,6 +132,8 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
     assert_eq!(line.trim(), "STARTED");
     let pid = child.id() as i32;
     let mut attempts = Vec::new();
+    // What each fork cost (bytes the busy program rewrote while the child lived), and how long.
+    let mut fork_costs = Vec::new();
     // OCaml 4.14's colours mean what the major GC's phase says: the dumps must catch it
     // marking and sweeping, not only idle.
     let mut phases = std::collections::BTreeSet::new();
@@ -144,6 +146,8 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         assert_eq!(report["capture"]["method"], capture, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
+        fork_costs
+            .push((report["capture"]["fork_extra_bytes"].as_u64().unwrap_or(0), report["capture"]["child_lived_ns"].as_u64().unwrap_or(0)));
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
         assert!(snap.metadata().domains.len() >= domains, "dump {i}: {:?}", snap.metadata().domains);
         reachability(&snap).assert_well_formed(&format!("dump {i}"));
@@ -165,6 +169,15 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
     eprintln!("{toolchain} ({capture}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    if capture == "fork" {
+        fork_costs.sort_unstable();
+        let (bytes, lived) = fork_costs[fork_costs.len() / 2];
+        eprintln!(
+            "{toolchain}: a fork's child cost {:.1} MB and lived {:.1} ms (median of 50, by bytes)",
+            bytes as f64 / 1e6,
+            lived as f64 / 1e6
+        );
+    }
     if ocaml4 {
         assert!(phases.iter().any(|p| p != "Idle"), "every dump found 4.14's major GC idle: {phases:?}");
         assert!(free_listed > 0, "no small free block listed in 50 dumps");

@@ -214,8 +214,14 @@ impl FrozenCopy {
             }
             collected = collect_dead_child(self.parent, self.child, self.site);
         }
+        // A target that exited meanwhile left its children to init, which collects them.
+        let target_gone = !std::path::Path::new(&format!("/proc/{}/task", self.parent)).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", self.parent))
+                .map(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state == "Z"))
+                .unwrap_or(true);
         let warning = collected
             .err()
+            .filter(|_| !target_gone)
             .map(|e| format!("the fork's child {} remains a zombie of process {} (which ignores it): {e}", self.child, self.parent));
         if let Some(g) = self.guardian.take() {
             g.dismiss();
