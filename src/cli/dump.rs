@@ -42,7 +42,7 @@ pub struct DumpArgs {
     /// How the stopped process is captured: `fork` makes it fork once (its copy-on-write child is
     /// read while the process runs on: the pause does not grow with the heap), `copy` reads it
     /// while it is stopped, `auto` forks when that is safe and the heap is large enough to gain.
-    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = super::run::parse_capture)]
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = parse_capture)]
     capture: heapsnap_dump::CaptureMode,
     /// Do not copy the executable's DWARF sections (smaller file, no source lines).
     #[arg(long)]
@@ -50,6 +50,11 @@ pub struct DumpArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+}
+
+/// `--capture MODE`: shared by `dump` and `run`.
+pub fn parse_capture(text: &str) -> Result<heapsnap_dump::CaptureMode, String> {
+    text.parse()
 }
 
 /// How to read the target's runtime: shared by `dump` and `run`.

@@ -30,7 +30,7 @@ pub struct RunArgs {
     redact: bool,
     /// How each dump captures the program: fork it and read the frozen child while the program
     /// runs on, copy it while it is stopped, or auto (fork when it is safe and the heap is large).
-    #[arg(long, value_name = "MODE", value_parser = parse_capture)]
+    #[arg(long, value_name = "MODE", value_parser = super::dump::parse_capture)]
     capture: Option<heapsnap_dump::CaptureMode>,
     /// Directory for the numbered snapshots (created if missing; default: the current
     /// directory, or OCAML_HEAPSNAP's dir=).
@@ -46,10 +46,6 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<std::ffi::OsString>,
-}
-
-pub fn parse_capture(text: &str) -> Result<heapsnap_dump::CaptureMode, String> {
-    text.parse()
 }
 
 /// Merges the command line with `OCAML_HEAPSNAP` (which `heapsnap run` honours): the command

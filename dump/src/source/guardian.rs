@@ -1,14 +1,14 @@
 //! A small process the dumper starts before a fork capture, so that the fork's child never
 //! outlives a dumper that is killed: if the dumper dies while the child lives (or after it was
 //! killed but before the target collected it), the guardian kills the child and makes the
-//! target collect it ([`super::fork::collect_dead_child`]). A dumper that finishes dismisses it.
+//! target collect it ([`super::reap::collect_dead_child`]). A dumper that finishes dismisses it.
 //!
 //! It is a `fork` of the dumper made before the target is stopped (so it costs the pause
 //! nothing), and it only makes plain system calls on its stack (the dumper may have other
 //! threads, whose locks a forked child must not need): it reads the child's pid from a pipe,
 //! and the pipe's end of file without a word of dismissal says that the dumper died.
 
-use super::fork::collect_dead_child;
+use super::reap::collect_dead_child;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
@@ -56,21 +56,24 @@ impl Guardian {
         self.send(child as u64);
     }
 
-    /// The child is gone and collected: the guardian exits, and is collected.
-    pub fn dismiss(self) {
-        self.send(DISMISSED);
-        drop(self.pipe);
-        let mut status = 0;
-        // SAFETY: waits for our own child process.
-        while unsafe { libc::waitpid(self.process, &mut status, 0) } == -1
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
-        {}
-    }
+    /// The child is gone and collected: the guardian exits, and is collected (also on drop).
+    pub fn dismiss(self) {}
 
     fn send(&self, word: u64) {
         let bytes = word.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live buffer to our pipe (atomic below PIPE_BUF).
         let _ = unsafe { libc::write(self.pipe.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        self.send(DISMISSED);
+        let mut status = 0;
+        // SAFETY: waits for our own child process.
+        while unsafe { libc::waitpid(self.process, &mut status, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+        {}
     }
 }
 

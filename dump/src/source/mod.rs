@@ -9,6 +9,7 @@ pub mod inject;
 mod live;
 mod maps;
 mod memory;
+mod reap;
 
 pub use self::core::{bad_core, CoreFile, MissingRegion};
 pub use fork::{test_delay, ForkCost, ForkStep, FrozenCopy};
