@@ -1,40 +1,48 @@
-//! Builds an index from a full analysis: everything the reports and the web UI read.
+//! Builds an index from a full analysis: the sections a report needs ([`Needs`]), each level
+//! holding the one below it. `Meta` is what `summary` and `top` read (totals, groups, the
+//! summary's suspects: a few kilobytes); `Tree` adds the dominator tree and every block's kind
+//! and place; `All` adds what paths walk (shortest-path parents, referrers, root edges).
 
 use crate::file::IndexBuilder;
 use crate::sections::*;
-use heapsnap_analyze::{bfs_parents, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
+use crate::view::Needs;
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
 
-/// The index of an analysed snapshot, ready to write (its sections borrow from the analysis).
-pub fn build<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
+/// The index of an analysed snapshot with the sections `needs` reads, ready to write (its
+/// sections borrow from the analysis).
+pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    if needs == Needs::Meta {
+        let mut b = IndexBuilder::default();
+        b.add(META, serde_json::to_vec(&meta(a)).expect("the meta data serialises"));
+        return b;
+    }
     // Addresses and referrers need only the graph: another thread makes them while this one
     // makes the groups, the summary and the tree's sections (the analysis itself, with its
     // names, stays on this thread).
     let graph = &a.graph;
     std::thread::scope(|scope| {
-        let graph_part = scope.spawn(|| (addresses(graph), referrers(graph)));
-        let mut b = from_tree(a);
-        let ((addr, by_addr), (ref_offsets, refs)) = graph_part.join().expect("the addresses and referrers do not panic");
+        let graph_part = scope.spawn(|| (addresses(graph), (needs == Needs::All).then(|| referrers(graph))));
+        let mut b = from_tree(a, needs);
+        let ((addr, by_addr), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
         b.add_u64_vec(ADDRESS, addr);
         b.add_u32_vec(BY_ADDRESS, by_addr);
-        b.add_u32_vec(REF_OFFSETS, ref_offsets);
-        b.add_u32_vec(REFS, refs);
+        if let Some((ref_offsets, refs)) = refs {
+            b.add_u32_vec(REF_OFFSETS, ref_offsets);
+            b.add_u32_vec(REFS, refs);
+        }
         b
     })
 }
 
-/// Every section but the addresses and the referrers.
-fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
-    let n = a.graph.node_count();
-    let tree = &a.tree;
-    let preorder = a.preorder();
-    let r = tree.reachable_count();
-
+/// The meta data: totals, every grouping, the roots' shares and the summary's suspects.
+fn meta(a: &Analysis<'_>) -> Meta {
     let timer = PhaseTimer::start("index");
     // The summary lists the kind groups: all of them are the `kind` grouping (made once).
     let mut summary = heapsnap_analyze::summary(a, usize::MAX);
@@ -55,27 +63,36 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
         })
         .collect();
     timer.lap("every grouping");
+    let summary_suspects =
+        heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
+    timer.lap("the summary's suspects");
+    Meta {
+        node_count: a.graph.node_count() as u32,
+        reachable_count: a.tree.reachable_count() as u32,
+        first_block_node: a.graph.blocks.first_block_node,
+        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+        kinds: a.block_kinds().kinds.clone(),
+        summary,
+        groups,
+        root_shares: a.retainers().per_root.clone(),
+        summary_suspects,
+    }
+}
 
+/// Every section but the addresses and the referrers.
+fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    let tree = &a.tree;
+    let preorder = a.preorder();
+    let r = tree.reachable_count();
+    let meta = meta(a);
+
+    let timer = PhaseTimer::start("index");
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
-    let first_block = a.graph.blocks.first_block_node;
     let (tops, label_names) = a.labelled_tops();
     let mut top_pairs: Vec<(NodeId, u32)> = tops.into_iter().map(|(p, l)| (preorder[p as usize], l)).collect();
     top_pairs.par_sort_unstable();
     let (top_nodes, top_label_ids): (Vec<NodeId>, Vec<u32>) = top_pairs.into_iter().unzip();
     timer.lap("top labels");
-
-    let block_kinds = a.block_kinds();
-    timer.lap("block kinds");
-    let meta = Meta {
-        node_count: n as u32,
-        reachable_count: r as u32,
-        first_block_node: first_block,
-        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds: block_kinds.kinds.clone(),
-        summary,
-        groups,
-        root_shares: a.retainers().per_root.clone(),
-    };
 
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
     // Children of every reachable node, largest retained first (as the reports list them).
@@ -114,9 +131,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
             }
         });
     }
-
     timer.lap("children sorted");
-    let root_edges: Vec<u32> = a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect();
 
     let mut b = IndexBuilder::default();
     b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
@@ -126,13 +141,19 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     b.add_u64_vec(RETAINED, retained);
     b.add_u32_vec(KID_OFFSETS, offsets);
     b.add_u32_vec(KIDS, sorted_kids);
-    b.add_u32(KIND_IDS, &block_kinds.ids);
-    b.add_u32_vec(BFS_PARENT, bfs_parents(&a.graph));
-    timer.lap("shortest-path parents");
-    b.add_u32_vec(ROOT_EDGES, root_edges);
+    b.add_u32(KIND_IDS, &a.block_kinds().ids);
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    if needs == Needs::All {
+        // Made for the summary's suspects already, and kept by the analysis.
+        match AnalysedHeap::bfs_parents(a) {
+            Cow::Borrowed(parents) => b.add_u32(BFS_PARENT, parents),
+            Cow::Owned(parents) => b.add_u32_vec(BFS_PARENT, parents),
+        }
+        timer.lap("shortest-path parents");
+        b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
+    }
     // The types (made by the `type` grouping above), so that reports need not walk again.
     if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
         b.add_u32(TYPE_IDS, typing.node_types());

@@ -1,6 +1,6 @@
 //! The sections of an index (INDEX.md describes each).
 
-use heapsnap_analyze::{Group, GroupKey, RootShare, Summary};
+use heapsnap_analyze::{Group, GroupKey, RootShare, Summary, SuspectsReport};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -60,4 +60,8 @@ pub struct Meta {
     pub groups: BTreeMap<String, Vec<Group>>,
     /// Per root: what it retains alone and shared (`top --by root`), largest first.
     pub root_shares: Vec<RootShare>,
+    /// The leak suspects `summary` lists ([`heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT`],
+    /// at most [`heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN`]), so that a second `summary` reads
+    /// this section only. Its percentages are set again from its bytes when read.
+    pub summary_suspects: SuspectsReport,
 }

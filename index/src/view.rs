@@ -18,10 +18,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-/// Which sections a caller reads: they are checked when the view opens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which sections a caller reads: they are checked when the view opens. Each holds the one
+/// before it; an index is written with the sections of the command that built it, and built
+/// again, with more, for the first command that needs more (`INDEX.md`, "Levels").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Needs {
-    /// Totals and groups only.
+    /// Totals, groups and the summary's suspects only.
     Meta,
     /// The dominator tree too.
     Tree,
@@ -30,7 +32,9 @@ pub enum Needs {
 }
 
 impl Needs {
-    fn sections(self) -> &'static [u32] {
+    /// The sections of this level (an index holding them all serves it; the blocks' types are
+    /// optional: a snapshot without OCaml names has none).
+    pub fn sections(self) -> &'static [u32] {
         match self {
             Needs::Meta => &[META],
             // Naming a Hashtbl's parts resolves the pointers between them (by address).

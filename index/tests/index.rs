@@ -3,7 +3,7 @@
 use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
-use heapsnap_index::store::{beside, open_or_build};
+use heapsnap_index::store::{beside, open_or_build, open_or_build_for};
 use heapsnap_index::{IndexView, Needs};
 use heapsnap_testkit::synth::{large_heap_shape, Space, Value};
 use proptest::prelude::*;
@@ -55,6 +55,13 @@ fn index_reports_equal_the_full_analysis() {
     use heapsnap_analyze::{dominator_report, inspect, paths, summary, top};
     let summary = summary(&a, 10);
     assert_eq!(json(&summary), json(&view.summary(10)));
+    // The summary's suspects, saved in the meta data, are those the analysis finds.
+    let saved = view.summary_suspects();
+    assert!(!saved.suspects.is_empty() && saved.stack_only.is_some(), "{saved:#?}");
+    assert_eq!(
+        json(&heapsnap_analyze::suspects(&a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN)),
+        json(&saved)
+    );
     assert!(summary.unreachable_objects > 0, "the heap has garbage, counted apart");
     // The leak suspects and the stack-only bytes, from the index as from the graph (the heap
     // has a stack root: what only it holds is counted).
@@ -194,16 +201,21 @@ fn an_index_of_another_snapshot_or_version_is_rebuilt() {
     assert!(open_or_build(&path, &Progress::hidden()).unwrap().built);
 }
 
-/// Opens an index from bytes and uses every part of it; must not panic.
+/// Opens an index from bytes and uses every part of it its level has; must not panic.
 fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
     let file = IndexFile::parse(Bytes::copied(bytes), SnapshotId::of(snap))?;
-    let view = IndexView::open(snap, &file, Needs::All)?;
+    let needs = file.level().ok_or(IndexError::Section(heapsnap_index::sections::META))?;
+    let view = IndexView::open(snap, &file, needs)?;
     use heapsnap_analyze::{dominator_report, inspect, paths, top};
     let _ = view.summary(5);
-    let _ = dominator_report(&view, 6, 0.0, 50);
+    let _ = view.summary_suspects();
     for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         let _ = top(&view, by, 0);
     }
+    if needs == Needs::Meta {
+        return Ok(());
+    }
+    let _ = dominator_report(&view, 6, 0.0, 50);
     for v in (0..view.node_count() as u32 + 3).step_by(7) {
         let _ = view.dominator_chain(v);
         let _ = view.tree_node(v);
@@ -224,40 +236,61 @@ struct Fixture {
     bytes: Vec<u8>,
 }
 
-fn fixture() -> Fixture {
+/// A small snapshot's index, of the level `needs` (every level has its own shape).
+fn fixture(needs: Needs) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mut h = large_heap_shape(30).heap;
     let s = h.alloc_string(Space::Major, b"x");
     h.add_root(RootKind::Stack, Value::Ptr(s), "main", 0);
     let path = dir.path().join("small.heapsnap");
     h.write(&path).unwrap();
-    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let ix = open_or_build_for(&path, needs, &Progress::hidden()).unwrap();
+    assert_eq!(ix.index.level(), Some(needs));
     let bytes = std::fs::read(ix.path.unwrap()).unwrap();
     Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
 }
 
+const LEVELS: [Needs; 3] = [Needs::Meta, Needs::Tree, Needs::All];
+
 #[test]
 fn every_truncation_is_refused() {
-    let f = fixture();
-    use_index(&f.snap, &f.bytes).expect("the intact index");
-    // Past the last section only padding is cut.
-    for len in (0..f.bytes.len() - 8).step_by(3) {
-        assert!(use_index(&f.snap, &f.bytes[..len]).is_err(), "truncated to {len} bytes");
+    for needs in LEVELS {
+        let f = fixture(needs);
+        use_index(&f.snap, &f.bytes).expect("the intact index");
+        // Past the last section only padding is cut.
+        for len in (0..f.bytes.len() - 8).step_by(3) {
+            assert!(use_index(&f.snap, &f.bytes[..len]).is_err(), "{needs:?} truncated to {len} bytes");
+        }
     }
 }
 
 #[test]
 fn a_flipped_bit_is_caught_by_a_checksum() {
-    let f = fixture();
-    for at in (0..f.bytes.len()).step_by(29) {
-        let mut b = f.bytes.clone();
-        b[at] ^= 0x10;
-        // Padding bytes are not checksummed: a flip there may pass, but must not panic.
-        let r = use_index(&f.snap, &b);
-        if at < table_end(&f.bytes) {
-            assert!(r.is_err(), "flip at {at}");
+    for needs in LEVELS {
+        let f = fixture(needs);
+        for at in (0..f.bytes.len()).step_by(29) {
+            let mut b = f.bytes.clone();
+            b[at] ^= 0x10;
+            // Padding bytes are not checksummed: a flip there may pass, but must not panic.
+            let r = use_index(&f.snap, &b);
+            if at < table_end(&f.bytes) {
+                assert!(r.is_err(), "{needs:?}: flip at {at}");
+            }
         }
     }
+}
+
+/// Mutates the bytes after the header and table, fixes the checksums up, and uses the index.
+fn mutate_and_use(f: &Fixture, edits: Vec<(usize, u8)>) {
+    let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+    let mut b = f.bytes.clone();
+    let header = table_end(&b);
+    for (at, byte) in edits {
+        let at = header + at % (b.len() - header);
+        b[at] = byte;
+    }
+    let b = reseal(&b);
+    let _ = use_index(&snap, &b);
 }
 
 proptest! {
@@ -266,21 +299,94 @@ proptest! {
     /// worst, never a panic or a hang.
     #[test]
     fn mutated_sections_with_valid_checksums_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20)) {
-        let f = FIXTURE.with(|f| (f.snap.bytes().to_vec(), f.bytes.clone()));
-        let snap = Snapshot::from_bytes(&f.0).unwrap();
-        let mut b = f.1;
-        let header = table_end(&b);
-        for (at, byte) in edits {
-            let at = header + at % (b.len() - header);
-            b[at] = byte;
+        FIXTURE.with(|f| mutate_and_use(f, edits));
+    }
+
+    /// The same of the indexes of the lower levels (`summary`'s meta data alone, the tree).
+    #[test]
+    fn mutated_lower_levels_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), tree in any::<bool>()) {
+        if tree {
+            TREE_FIXTURE.with(|f| mutate_and_use(f, edits));
+        } else {
+            META_FIXTURE.with(|f| mutate_and_use(f, edits));
         }
-        let b = reseal(&b);
-        let _ = use_index(&snap, &b);
     }
 }
 
 thread_local! {
-    static FIXTURE: Fixture = fixture();
+    static FIXTURE: Fixture = fixture(Needs::All);
+    static TREE_FIXTURE: Fixture = fixture(Needs::Tree);
+    static META_FIXTURE: Fixture = fixture(Needs::Meta);
+}
+
+/// A `summary` writes the meta data alone (a few kilobytes: its reports read nothing else); the
+/// first command that reads more builds the index again, with what it reads, and a command
+/// that reads less never replaces it with less.
+#[test]
+fn an_index_is_built_again_for_the_first_command_that_reads_more() {
+    use heapsnap_index::sections::{BFS_PARENT, KIDS, META, PRE_OF, REFS};
+    use heapsnap_index::store::{build_and_save_for, load};
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let quiet = Progress::hidden();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &quiet).unwrap();
+
+    let meta = load(&path, Needs::Meta, &quiet).unwrap();
+    assert!(meta.built);
+    assert_eq!(meta.index.level(), Some(Needs::Meta));
+    assert!(meta.index.has(META) && !meta.index.has(PRE_OF) && !meta.index.has(KIDS));
+    let size = std::fs::metadata(beside(&path)).unwrap().len();
+    assert!(size < snap.bytes().len() as u64 / 4, "{size} bytes of meta data for a {}-byte snapshot", snap.bytes().len());
+    // Its reports are the analysis's.
+    let view = meta.view(Needs::Meta).unwrap();
+    assert_eq!(json(&heapsnap_analyze::summary(&a, 10)), json(&view.summary(10)));
+    assert_eq!(json(&heapsnap_analyze::suspects(&a, 10.0, 5)), json(&view.summary_suspects()));
+    for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        assert_eq!(json(&heapsnap_analyze::top(&a, by, 0).unwrap()), json(&heapsnap_analyze::top(&view, by, 0).unwrap()));
+    }
+    drop(view);
+    drop(meta);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the meta data serves a second summary");
+
+    // The tree: built again, without what only paths read.
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built, "a dominator report needs the tree: the index is built again");
+    assert_eq!(tree.index.level(), Some(Needs::Tree));
+    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    let view = tree.view(Needs::Tree).unwrap();
+    assert_eq!(json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)), json(&heapsnap_analyze::dominator_report(&view, 4, 1.0, 20)));
+    drop(view);
+    drop(tree);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
+
+    let all = load(&path, Needs::All, &quiet).unwrap();
+    assert!(all.built);
+    assert_eq!(all.index.level(), Some(Needs::All));
+    drop(all);
+    // A summary building for itself meanwhile keeps the index of more.
+    let again = build_and_save_for(&path, Needs::Meta, &quiet).unwrap();
+    assert_eq!(again.index.level(), Some(Needs::All), "an index of more is not replaced by less");
+    assert!(!load(&path, Needs::All, &quiet).unwrap().built);
+}
+
+/// Percentages read back from JSON are set again from the bytes: exactly those computed.
+#[test]
+fn saved_suspects_get_their_percentages_from_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let report = heapsnap_analyze::suspects(&a, 1.0, 0);
+    let mut read: heapsnap_analyze::SuspectsReport = serde_json::from_str(&json(&report)).unwrap();
+    for s in &mut read.suspects {
+        s.percent += 1e-9;
+    }
+    if let Some(st) = &mut read.stack_only {
+        st.percent = 0.0;
+    }
+    read.restore_percents();
+    assert_eq!(json(&report), json(&read));
 }
 
 /// Where the section table ends (the checksummed header and table).
