@@ -26,13 +26,13 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     // names, stays on this thread).
     let graph = &a.graph;
     std::thread::scope(|scope| {
-        let graph_part = scope.spawn(|| (addresses(graph), (needs == Needs::All).then(|| referrers(graph))));
+        let graph_part = scope.spawn(|| (block_places(graph), (needs == Needs::All).then(|| referrers(graph))));
         let mut b = from_tree(a, needs);
-        let ((addr, by_addr), refs) = graph_part.join().expect("the addresses and referrers do not panic");
+        let ((offsets, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
-        b.add_u64_vec(ADDRESS, addr);
-        b.add_u32_vec(BY_ADDRESS, by_addr);
+        b.add_u32_vec(BLOCK_OFFSETS, offsets);
+        b.add_u32_vec(BLOCK_REGIONS, regions);
         if let Some((ref_offsets, refs)) = refs {
             b.add_u32_vec(REF_OFFSETS, ref_offsets);
             b.add_u32_vec(REFS, refs);
@@ -72,6 +72,7 @@ fn meta(a: &Analysis<'_>) -> Meta {
         first_block_node: a.graph.blocks.first_block_node,
         root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
         kinds: a.block_kinds().kinds.clone(),
+        kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
         summary,
         groups,
         root_shares: a.retainers().per_root.clone(),
@@ -95,6 +96,10 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     timer.lap("top labels");
 
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
+    // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
+    let retained_words: Vec<u32> =
+        retained.par_iter().map(|&x| if x % 8 == 0 && x / 8 < u32::MAX as u64 { (x / 8) as u32 } else { u32::MAX }).collect();
+    let retained_large: Vec<u64> = (0..r).filter(|&p| retained_words[p] == u32::MAX).flat_map(|p| [p as u64, retained[p]]).collect();
     // Children of every reachable node, largest retained first (as the reports list them).
     let (offsets, kids) = tree.children_pre();
     let mut sorted_kids = kids;
@@ -138,10 +143,18 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b.add_u32(PRE_OF, &tree.pre_of);
     b.add_u32(PREORDER, preorder);
     b.add_u32(IDOM_PRE, &tree.idom_pre);
-    b.add_u64_vec(RETAINED, retained);
+    drop(retained);
+    b.add_u32_vec(RETAINED, retained_words);
+    b.add_u64_vec(RETAINED_LARGE, retained_large);
     b.add_u32_vec(KID_OFFSETS, offsets);
     b.add_u32_vec(KIDS, sorted_kids);
-    b.add_u32(KIND_IDS, &a.block_kinds().ids);
+    let kinds = a.block_kinds();
+    let none = kinds.kinds.len() as u32;
+    match meta.kind_id_bytes {
+        1 => b.add(KIND_IDS, kinds.ids.par_iter().map(|&k| k.min(none).min(u8::MAX as u32) as u8).collect()),
+        2 => b.add(KIND_IDS, kinds.ids.iter().flat_map(|&k| (k.min(none).min(u16::MAX as u32) as u16).to_le_bytes()).collect()),
+        _ => b.add_u32(KIND_IDS, &kinds.ids),
+    }
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
@@ -162,21 +175,23 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b
 }
 
-/// The address of every node's block (0: not a block), and the block nodes sorted by address.
-fn addresses(g: &HeapGraph<'_>) -> (Vec<u64>, Vec<u32>) {
-    let n = g.node_count();
-    let first_block = g.blocks.first_block_node;
+/// Where every block node's first field is in its region (in words from its base), and the
+/// regions with blocks (`first node, end node, region index` triples, by first node).
+fn block_places(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
     let blocks = &g.blocks;
-    let mut addr = vec![0u64; n];
+    let first = blocks.first_block_node as usize;
+    let mut offsets = vec![u32::MAX; g.node_count().saturating_sub(first)];
+    let mut regions: Vec<[u32; 3]> = Vec::new();
     for r in blocks.block_regions() {
+        let rb = &blocks.regions[r];
+        let Some(index) = blocks.snap.region_index_of(rb.base) else { continue };
         for b in blocks.region_blocks(r) {
-            addr[b.node as usize] = b.address;
+            offsets[b.node as usize - first] = ((b.address - rb.base) / 8) as u32;
         }
+        regions.push([rb.nodes.start, rb.nodes.end, index as u32]);
     }
-    let mut by_addr: Vec<u32> = (first_block..n as NodeId).filter(|&v| addr[v as usize] != 0).collect();
-    by_addr.par_sort_unstable_by_key(|&v| addr[v as usize]);
-
-    (addr, by_addr)
+    regions.sort_unstable();
+    (offsets, regions.into_iter().flatten().collect())
 }
 
 /// The nodes with a strong edge to each node: offsets, then the referrers.

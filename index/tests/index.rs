@@ -410,3 +410,74 @@ fn reseal(bytes: &[u8]) -> Vec<u8> {
     b[32..40].copy_from_slice(&table.to_le_bytes());
     b
 }
+
+/// More kinds than a byte numbers: kind ids of two bytes, read back as the analysis names them.
+#[test]
+fn kind_ids_of_two_bytes_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = large_heap_shape(20).heap;
+    // Blocks of 150 sizes and two tags: 300 shapes, each its own kind.
+    let shapes: Vec<Value> = (1..=150u64)
+        .flat_map(|size| [0u8, 1].map(|tag| (size, tag)))
+        .map(|(size, tag)| Value::Ptr(h.alloc(Space::Major, tag, &vec![Value::Int(size as i64); size as usize])))
+        .collect();
+    let all = h.alloc(Space::Major, 0, &shapes);
+    h.add_module("Shapes", &[Value::Ptr(all)]);
+    let path = dir.path().join("shapes.heapsnap");
+    h.write(&path).unwrap();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
+    assert!(view.meta.kinds.len() > 300, "{} kinds", view.meta.kinds.len());
+    assert_eq!(view.meta.kind_id_bytes, 2);
+    assert_eq!(ix.index.section(heapsnap_index::sections::KIND_IDS).unwrap().len(), 2 * view.block_nodes().len());
+    use heapsnap_analyze::{dominator_report, paths, top};
+    assert_eq!(json(&top(&a, GroupBy::Kind, 0).unwrap()), json(&top(&view, GroupBy::Kind, 0).unwrap()));
+    assert_eq!(json(&dominator_report(&a, 3, 0.0, 400)), json(&dominator_report(&view, 3, 0.0, 400)));
+    for q in ["block tag 1 size 149", "block tag 0 size 3", "Hashtbl"] {
+        let q = PathQuery::Kind(q.into());
+        assert_eq!(json(&paths(&a, &q, 100, 10).unwrap()), json(&paths(&view, &q, 100, 10).unwrap()), "{q:?}");
+    }
+    for v in view.block_nodes() {
+        assert_eq!(view.kind_of_node(v), a.kind_of_node(v), "node {v}");
+    }
+}
+
+/// Retained sizes that are no `u32` of words (past 32 GiB) are read from their own list.
+#[test]
+fn large_retained_sizes_are_read_from_their_list() {
+    use heapsnap_index::file::IndexBuilder;
+    use heapsnap_index::sections::{PRE_OF, RETAINED, RETAINED_LARGE};
+    let f = fixture(Needs::Tree);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
+    let view = IndexView::open(&f.snap, &file, Needs::Tree).unwrap();
+    let (total, top) = (view.retained(0), view.children(0)[0]);
+    assert!(total > view.retained(top) && view.retained(top) > 0);
+    // The same index, the super-root's size and its largest child's (as more than 32 GiB)
+    // moved to the list.
+    let moved = file.u32s(PRE_OF).unwrap()[top as usize] as u64;
+    let huge = (u32::MAX as u64 + 5) * 8;
+    let mut words = file.u32s(RETAINED).unwrap().to_vec();
+    words[0] = u32::MAX;
+    words[moved as usize] = u32::MAX;
+    let mut b = IndexBuilder::default();
+    for kind in 1..=32 {
+        if kind == RETAINED {
+            b.add_u32_vec(RETAINED, words.clone());
+        } else if kind == RETAINED_LARGE {
+            b.add_u64_vec(RETAINED_LARGE, vec![0, total, moved, huge]);
+        } else if file.has(kind) {
+            b.add(kind, file.section(kind).unwrap().to_vec());
+        }
+    }
+    let bytes = b.finish(SnapshotId::of(&f.snap));
+    let edited = IndexFile::parse(Bytes::copied(&bytes), SnapshotId::of(&f.snap)).unwrap();
+    let v2 = IndexView::open(&f.snap, &edited, Needs::Tree).unwrap();
+    assert_eq!(v2.retained(0), total);
+    assert_eq!(v2.retained(top), huge);
+    // Every other size is as it was.
+    for v in view.block_nodes().filter(|&v| v != top) {
+        assert_eq!(v2.retained(v), view.retained(v), "node {v}");
+    }
+}
