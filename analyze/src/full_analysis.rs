@@ -89,6 +89,12 @@ impl<'s> Analysis<'s> {
         })
     }
 
+    /// Keeps shortest-path parents made elsewhere (another thread, from the graph alone:
+    /// [`walks::bfs_parents`]) for the reports that ask for them; parents made already are kept.
+    pub fn keep_bfs_parents(&self, parents: Vec<NodeId>) {
+        let _ = self.bfs_parents.set(parents);
+    }
+
     /// Every block's kind ([`BlockKinds`]).
     pub fn block_kinds(&self) -> &BlockKinds {
         self.block_kinds.get_or_init(|| BlockKinds::of(&self.graph.blocks, self.graph.node_count()))

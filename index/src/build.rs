@@ -43,6 +43,36 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
 
 /// The meta data: totals, every grouping, the roots' shares and the summary's suspects.
 fn meta(a: &Analysis<'_>) -> Meta {
+    // The suspects' paths walk the shortest-path parents: one breadth-first search, on one
+    // core, made from the graph alone by another thread while this one groups.
+    let graph = &a.graph;
+    let (meta, parents) = std::thread::scope(|scope| {
+        let bfs = scope.spawn(|| heapsnap_analyze::bfs_parents(graph));
+        let meta = groups(a);
+        (meta, bfs.join().expect("the breadth-first search does not panic"))
+    });
+    a.keep_bfs_parents(parents);
+    let (summary, groups) = meta;
+    let timer = PhaseTimer::start("index");
+    let summary_suspects =
+        heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
+    timer.lap("the summary's suspects");
+    Meta {
+        node_count: a.graph.node_count() as u32,
+        reachable_count: a.tree.reachable_count() as u32,
+        first_block_node: a.graph.blocks.first_block_node,
+        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+        kinds: a.block_kinds().kinds.clone(),
+        kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
+        summary,
+        groups,
+        root_shares: a.retainers().per_root.clone(),
+        summary_suspects,
+    }
+}
+
+/// The summary (without its top groups) and every grouping.
+fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, BTreeMap<String, Vec<heapsnap_analyze::Group>>) {
     let timer = PhaseTimer::start("index");
     // The summary lists the kind groups: all of them are the `kind` grouping (made once).
     let mut summary = heapsnap_analyze::summary(a, usize::MAX);
@@ -63,21 +93,7 @@ fn meta(a: &Analysis<'_>) -> Meta {
         })
         .collect();
     timer.lap("every grouping");
-    let summary_suspects =
-        heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
-    timer.lap("the summary's suspects");
-    Meta {
-        node_count: a.graph.node_count() as u32,
-        reachable_count: a.tree.reachable_count() as u32,
-        first_block_node: a.graph.blocks.first_block_node,
-        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds: a.block_kinds().kinds.clone(),
-        kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
-        summary,
-        groups,
-        root_shares: a.retainers().per_root.clone(),
-        summary_suspects,
-    }
+    (summary, groups)
 }
 
 /// Every section but the addresses and the referrers.
