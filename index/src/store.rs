@@ -120,8 +120,10 @@ pub fn build_and_save_for(snapshot: &Path, needs: Needs, progress: &Progress) ->
         let mut saved = None;
         for path in candidates(snapshot) {
             // Another command may have saved more meanwhile (a `dominators` while this
-            // `summary` analysed): that index is kept.
-            if read(&path, id).ok().flatten().and_then(|ix| ix.level()).is_some_and(|level| level > needs) {
+            // `summary` analysed): that index is kept, when what this command reads of it
+            // passes its checks (a corrupt section is written over).
+            let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
+            if more.is_some_and(|ix| crate::IndexView::open(&snap, &ix, needs).is_ok()) {
                 saved = Some(path);
                 break;
             }

@@ -367,7 +367,35 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     // A summary building for itself meanwhile keeps the index of more.
     let again = build_and_save_for(&path, Needs::Meta, &quiet).unwrap();
     assert_eq!(again.index.level(), Some(Needs::All), "an index of more is not replaced by less");
+    drop(again);
     assert!(!load(&path, Needs::All, &quiet).unwrap().built);
+
+    // ... unless what the command reads of it is corrupt: a tree section of the whole index.
+    let mut bytes = std::fs::read(beside(&path)).unwrap();
+    let (offset, length) = section_at(&bytes, KIDS);
+    assert!(length > 0);
+    bytes[offset] ^= 0x40;
+    std::fs::write(beside(&path), &bytes).unwrap();
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built, "the corrupt tree is built again");
+    assert!(tree.view(Needs::Tree).is_ok());
+    assert_eq!(
+        json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)),
+        json(&heapsnap_analyze::dominator_report(&tree.view(Needs::Tree).unwrap(), 4, 1.0, 20))
+    );
+}
+
+/// Where section `kind` is in an index file's bytes: its offset and length.
+fn section_at(bytes: &[u8], kind: u32) -> (usize, usize) {
+    let count = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    (0..count)
+        .map(|i| 48 + i * 32)
+        .find(|&e| u32::from_le_bytes(bytes[e..e + 4].try_into().unwrap()) == kind)
+        .map(|e| {
+            let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            (field(e + 8), field(e + 16))
+        })
+        .expect("the section is there")
 }
 
 /// Percentages read back from JSON are set again from the bytes: exactly those computed.
