@@ -13,9 +13,10 @@
 //! - `1st sum.`: a first `summary` as the command runs it (the analysis, the summary and its
 //!   suspects, the meta-data index written), then `meta KiB`, the index's size;
 //! - `2nd sum.`: a second `summary` (the index opened, the saved report read), best of 3;
-//! - `1st dom.` and `tree x`: the first `dominators` after it (the analysis again, the tree's
-//!   sections written) and the index's size against the snapshot's; `1st path` and `all x`: the
-//!   same for the first `path` (shortest-path parents and referrers added);
+//! - `dom. after` and `all x`: the first `dominators` after it (the analysis again, the whole
+//!   index written) and the index's size against the snapshot's;
+//! - `1st dom.` and `tree x`: a `dominators` on the snapshot without an index (the tree's
+//!   sections written, not the paths'), and that index's size;
 //! - then, best of 3 with the whole index in place, each report as a command runs it: open the
 //!   snapshot and the index, check the sections the report reads, answer.
 //!
@@ -52,16 +53,16 @@ fn main() {
     heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();
     println!(
-        "{:>8} {:>9} {:>9} {:>8} {:>9} | {:>9} {:>6} {:>9} {:>6} | {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:>8} {:>9} {:>9} {:>8} {:>9} | {:>10} {:>6} {:>9} {:>6} | {:>8} {:>8} {:>8} {:>8} {:>8}",
         "objects",
         "analysis",
         "1st sum.",
         "meta KiB",
         "2nd sum.",
+        "dom. after",
+        "all x",
         "1st dom.",
         "tree x",
-        "1st path",
-        "all x",
         "summary",
         "top",
         "domin.",
@@ -93,10 +94,20 @@ fn main() {
             assert!(!ix.built);
             summary_of(&ix.view(Needs::Meta).unwrap());
         });
+        let dominators_of = |v: &heapsnap_index::IndexView<'_>| {
+            std::hint::black_box(heapsnap_analyze::dominator_report(v, 4, 1.0, 20).children.len());
+        };
+        let after_summary = best_of(1, || {
+            let ix = load(&path, Needs::Tree, &quiet).unwrap();
+            assert!(ix.built && ix.index.level() == Some(Needs::All));
+            dominators_of(&ix.view(Needs::Tree).unwrap());
+        });
+        let all_ratio = index_bytes() / snapshot_bytes;
+        let _ = std::fs::remove_file(beside(&path));
         let first_tree = best_of(1, || {
             let ix = load(&path, Needs::Tree, &quiet).unwrap();
-            assert!(ix.built);
-            std::hint::black_box(heapsnap_analyze::dominator_report(&ix.view(Needs::Tree).unwrap(), 4, 1.0, 20).children.len());
+            assert!(ix.built && ix.index.level() == Some(Needs::Tree));
+            dominators_of(&ix.view(Needs::Tree).unwrap());
         });
         let tree_ratio = index_bytes() / snapshot_bytes;
         // The biggest object below the roots: the hash table of the large-heap shape.
@@ -106,13 +117,8 @@ fn main() {
             let top = v.children_iter(0).flat_map(|k| v.children_iter(k).next()).max_by_key(|&n| v.retained(n)).unwrap();
             v.address(top).unwrap()
         };
-        let first_all = best_of(1, || {
-            let ix = load(&path, Needs::All, &quiet).unwrap();
-            assert!(ix.built);
-            let v = ix.view(Needs::All).unwrap();
-            std::hint::black_box(heapsnap_analyze::paths(&v, &PathQuery::Address(biggest), 1, 10).unwrap().paths.len());
-        });
-        let all_ratio = index_bytes() / snapshot_bytes;
+        // The whole index again, for the reports below.
+        assert!(load(&path, Needs::All, &quiet).unwrap().built);
         let report = |needs: Needs, f: &dyn Fn(&heapsnap_index::IndexView<'_>)| {
             best_of(3, || {
                 let ix = load(&path, needs, &quiet).unwrap();
@@ -133,16 +139,16 @@ fn main() {
             std::hint::black_box(heapsnap_analyze::paths(v, &PathQuery::Address(biggest), 1, 10).unwrap().paths.len());
         });
         println!(
-            "{:>7.2}M {:>8.3}s {:>8.3}s {:>8.1} {:>8.4}s | {:>8.3}s {:>5.2}x {:>8.3}s {:>5.2}x | {:>7.4}s {:>7.4}s {:>7.4}s {:>7.4}s {:>7.4}s",
+            "{:>7.2}M {:>8.3}s {:>8.3}s {:>8.1} {:>8.4}s | {:>9.3}s {:>5.2}x {:>8.3}s {:>5.2}x | {:>7.4}s {:>7.4}s {:>7.4}s {:>7.4}s {:>7.4}s",
             millions,
             analysis,
             first,
             meta_kib,
             second,
+            after_summary,
+            all_ratio,
             first_tree,
             tree_ratio,
-            first_all,
-            all_ratio,
             second,
             top,
             dominators,
@@ -152,6 +158,6 @@ fn main() {
         println!("          first summary / analysis: {:.2}x", first / analysis);
     }
     println!("(analysis: open, graph, dominators, a top report, no index; 1st sum.: the first summary, its index written (meta KiB);");
-    println!(" 1st dom. / 1st path: the first dominators / path after it, which build the index again with the tree / paths");
-    println!(" (tree x / all x: the index against the snapshot); then each report with the index in place, best of 3)");
+    println!(" dom. after: the first dominators after it, which builds the whole index (all x: its size against the snapshot's);");
+    println!(" 1st dom.: a dominators without an index, which writes the tree (tree x); then each report with the whole index, best of 3)");
 }

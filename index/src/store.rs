@@ -71,16 +71,17 @@ pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, St
 }
 
 /// Opens the snapshot and its index, building (and saving) an index with the sections `needs`
-/// reads when there is no valid one, or when the one there was written with fewer (a `summary`
-/// writes its meta data only: a later `dominators` builds the index again, with its tree). With
+/// reads when there is no valid one, or the whole index when the one there was written with
+/// fewer (a `summary` writes its meta data only: a later `dominators` analyses again and saves
+/// everything, so that the `path` or `inspect` after it need not analyse a third time). With
 /// a valid index the snapshot's sections are not re-hashed: the index ties itself to the hash
 /// of their checksums, which were all checked when the index was built.
 pub fn open_or_build_for(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
     let err = |source| StoreError::Snapshot { path: snapshot.to_path_buf(), source };
     let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).map_err(err)?;
     let id = SnapshotId::of(&snap);
-    // A valid index of a lower level (the command that wrote it needed less) is built again, to
-    // the level asked for; one found elsewhere may have more.
+    // A valid index of a lower level (the command that wrote it needed less) is built again,
+    // whole; one found elsewhere may have more.
     let mut fewer = None;
     for path in candidates(snapshot) {
         match read(&path, id) {
@@ -93,12 +94,16 @@ pub fn open_or_build_for(snapshot: &Path, needs: Needs, progress: &Progress) -> 
             Err(e) => eprintln!("heapsnap: ignoring the index {}: {e}; rebuilding it", path.display()),
         }
     }
-    if let Some(path) = fewer {
-        heapsnap_analyze::PhaseTimer::start("index")
-            .lap(&format!("{} has fewer sections than {needs:?} reads: building it again", path.display()));
-    }
+    let level = match fewer {
+        Some(path) => {
+            heapsnap_analyze::PhaseTimer::start("index")
+                .lap(&format!("{} has fewer sections than {needs:?} reads: building it again, whole", path.display()));
+            Needs::All
+        }
+        None => needs,
+    };
     drop(snap);
-    build_and_save_for(snapshot, needs, progress)
+    build_and_save_for(snapshot, level, progress)
 }
 
 /// Analyses the snapshot and saves its whole index ([`build_and_save_for`] with [`Needs::All`]).

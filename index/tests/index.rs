@@ -320,8 +320,9 @@ thread_local! {
 }
 
 /// A `summary` writes the meta data alone (a few kilobytes: its reports read nothing else); the
-/// first command that reads more builds the index again, with what it reads, and a command
-/// that reads less never replaces it with less.
+/// first command that reads more builds the index again, whole; a `dominators` on a fresh
+/// snapshot writes the tree without what only paths read; a command that reads less never
+/// replaces an index with less.
 #[test]
 fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     use heapsnap_index::sections::{BFS_PARENT, KIDS, META, PRE_OF, REFS};
@@ -349,17 +350,26 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     drop(meta);
     assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the meta data serves a second summary");
 
-    // The tree: built again, without what only paths read.
+    // A dominator report after it: the index is built again, whole (a path after it need not
+    // analyse a third time).
     let tree = load(&path, Needs::Tree, &quiet).unwrap();
     assert!(tree.built, "a dominator report needs the tree: the index is built again");
-    assert_eq!(tree.index.level(), Some(Needs::Tree));
-    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    assert_eq!(tree.index.level(), Some(Needs::All));
     let view = tree.view(Needs::Tree).unwrap();
     assert_eq!(json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)), json(&heapsnap_analyze::dominator_report(&view, 4, 1.0, 20)));
     drop(view);
     drop(tree);
-    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the whole index serves a summary");
+    assert!(!load(&path, Needs::All, &quiet).unwrap().built, "and a path");
 
+    // On a fresh snapshot, a dominator report writes the tree alone; a path after it, everything.
+    std::fs::remove_file(beside(&path)).unwrap();
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built);
+    assert_eq!(tree.index.level(), Some(Needs::Tree));
+    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    drop(tree);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
     let all = load(&path, Needs::All, &quiet).unwrap();
     assert!(all.built);
     assert_eq!(all.index.level(), Some(Needs::All));
