@@ -213,6 +213,10 @@ impl Retainers {
         held.dedup();
         let mut work = held;
         while let Some(t) = work.pop() {
+            // Most top objects point into no other subtree: nothing to copy for them.
+            if next_start[t as usize] == next_start[t as usize + 1] {
+                continue;
+            }
             let from = reach[t as usize].clone();
             for s in next(t) {
                 if reach[s as usize].absorb(&from) {
