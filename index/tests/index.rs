@@ -302,21 +302,32 @@ proptest! {
         FIXTURE.with(|f| mutate_and_use(f, edits));
     }
 
-    /// The same of the indexes of the lower levels (`summary`'s meta data alone, the tree).
+    /// The same of the indexes of the lower levels (`summary`'s meta data alone, the tree), and
+    /// of an index whose kind ids take two bytes.
     #[test]
-    fn mutated_lower_levels_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), tree in any::<bool>()) {
-        if tree {
-            TREE_FIXTURE.with(|f| mutate_and_use(f, edits));
-        } else {
-            META_FIXTURE.with(|f| mutate_and_use(f, edits));
+    fn mutated_lower_levels_and_wide_kind_ids_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), which in 0..3u8) {
+        match which {
+            0 => TREE_FIXTURE.with(|f| mutate_and_use(f, edits)),
+            1 => META_FIXTURE.with(|f| mutate_and_use(f, edits)),
+            _ => SHAPES_FIXTURE.with(|f| mutate_and_use(f, edits)),
         }
     }
+}
+
+/// The whole index of [`write_shapes`]'s heap (kind ids of two bytes).
+fn shapes_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_shapes(dir.path());
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let bytes = std::fs::read(ix.path.unwrap()).unwrap();
+    Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
 }
 
 thread_local! {
     static FIXTURE: Fixture = fixture(Needs::All);
     static TREE_FIXTURE: Fixture = fixture(Needs::Tree);
     static META_FIXTURE: Fixture = fixture(Needs::Meta);
+    static SHAPES_FIXTURE: Fixture = shapes_fixture();
 }
 
 /// A `summary` writes the meta data alone (a few kilobytes: its reports read nothing else); the
@@ -449,20 +460,25 @@ fn reseal(bytes: &[u8]) -> Vec<u8> {
     b
 }
 
-/// More kinds than a byte numbers: kind ids of two bytes, read back as the analysis names them.
-#[test]
-fn kind_ids_of_two_bytes_read_back() {
-    let dir = tempfile::tempdir().unwrap();
+/// A heap of more kinds than a byte numbers: blocks of 150 sizes and two tags, 300 shapes.
+fn write_shapes(dir: &Path) -> PathBuf {
     let mut h = large_heap_shape(20).heap;
-    // Blocks of 150 sizes and two tags: 300 shapes, each its own kind.
     let shapes: Vec<Value> = (1..=150u64)
         .flat_map(|size| [0u8, 1].map(|tag| (size, tag)))
         .map(|(size, tag)| Value::Ptr(h.alloc(Space::Major, tag, &vec![Value::Int(size as i64); size as usize])))
         .collect();
     let all = h.alloc(Space::Major, 0, &shapes);
     h.add_module("Shapes", &[Value::Ptr(all)]);
-    let path = dir.path().join("shapes.heapsnap");
+    let path = dir.join("shapes.heapsnap");
     h.write(&path).unwrap();
+    path
+}
+
+/// More kinds than a byte numbers: kind ids of two bytes, read back as the analysis names them.
+#[test]
+fn kind_ids_of_two_bytes_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_shapes(dir.path());
     let snap = Snapshot::open(&path).unwrap();
     let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
     let ix = open_or_build(&path, &Progress::hidden()).unwrap();
