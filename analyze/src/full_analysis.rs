@@ -42,6 +42,9 @@ pub struct Analysis<'s> {
     children: OnceLock<(Vec<u32>, Vec<u32>)>,
     /// The blocks' OCaml types, computed when a report first needs them.
     typing: OnceLock<Option<Typing>>,
+    /// Shortest-path parents (one breadth-first search), made when a report first needs them
+    /// (`summary`'s suspects ask for them once per suspect).
+    bfs_parents: OnceLock<Vec<NodeId>>,
 }
 
 impl<'s> Analysis<'s> {
@@ -74,12 +77,22 @@ impl<'s> Analysis<'s> {
             block_kinds: Default::default(),
             children: Default::default(),
             typing: Default::default(),
+            bfs_parents: Default::default(),
         })
     }
 
     /// The names of the top objects by their most stable roots, and each root's share.
     pub fn retainers(&self) -> &Retainers {
-        self.retainers.get_or_init(|| Retainers::compute(self.snap, &self.graph, &self.tree, &self.names))
+        self.retainers.get_or_init(|| {
+            let (kinds, first) = (self.block_kinds(), self.graph.blocks.first_block_node);
+            Retainers::compute(self.snap, &self.graph, &self.tree, &self.names, |v| kinds.key(first, v))
+        })
+    }
+
+    /// Keeps shortest-path parents made elsewhere (another thread, from the graph alone:
+    /// [`walks::bfs_parents`]) for the reports that ask for them; parents made already are kept.
+    pub fn keep_bfs_parents(&self, parents: Vec<NodeId>) {
+        let _ = self.bfs_parents.set(parents);
     }
 
     /// Every block's kind ([`BlockKinds`]).
@@ -121,12 +134,18 @@ impl<'s> Analysis<'s> {
     /// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
     /// and their bytes: counted apart from every group.
     pub fn unreachable(&self) -> (u64, u64) {
+        // The unreachable nodes from the preorder numbers (a scan of one array on every core),
+        // then their blocks: usually few, and found in log time each.
         let blocks = &self.graph.blocks;
-        blocks
-            .block_regions()
-            .flat_map(|r| blocks.region_blocks(r))
-            .filter(|b| !self.tree.is_reachable(b.node))
-            .fold((0u64, 0u64), |(n, s), b| (n + 1, s + b.header.bytes()))
+        let first = blocks.first_block_node as usize;
+        let pre_of = self.tree.pre_of.get(first..).unwrap_or(&[]);
+        pre_of
+            .par_iter()
+            .enumerate()
+            .filter(|&(_, &p)| p == NO_NODE)
+            .filter_map(|(i, _)| blocks.block((first + i) as NodeId))
+            .map(|b| (1u64, b.header.bytes()))
+            .reduce(|| (0, 0), |x, y| (x.0 + y.0, x.1 + y.1))
     }
 
     /// Children in the dominator tree, largest retained first (ties by node).
@@ -320,7 +339,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
-        Cow::Owned(walks::bfs_parents(&self.graph))
+        Cow::Borrowed(self.bfs_parents.get_or_init(|| walks::bfs_parents(&self.graph)))
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

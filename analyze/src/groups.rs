@@ -29,6 +29,12 @@ pub struct BlockKinds {
 }
 
 impl BlockKinds {
+    /// The kind of node `v` (`None`: not a block), `first_block` being the first block node.
+    pub fn key(&self, first_block: NodeId, v: NodeId) -> Option<GroupKey> {
+        let id = *self.ids.get((v as usize).checked_sub(first_block as usize)?)?;
+        self.kinds.get(id as usize).copied()
+    }
+
     /// Every region on every core, each with its own table of kinds, merged after.
     pub fn of(blocks: &BlockMap<'_>, node_count: usize) -> BlockKinds {
         let first = blocks.first_block_node;

@@ -93,6 +93,7 @@ pub use paths::{paths, MergedPath, PathQuery, PathsReport, Step};
 pub use reports::{dominator_report, human_bytes, summary, top, RegionTotals, RootKindTotal, Similar, Summary, Top, TreeNode};
 pub use suspects::{
     element_count, stack_only, suspects, ElementCount, FrameShare, StackOnly, Suspect, SuspectsReport, DOMINANT_CHILD_PERCENT,
+    SUMMARY_SUSPECTS_MIN_PERCENT, SUMMARY_SUSPECTS_SHOWN,
 };
 pub use verify::{verify, verify_with, FloatingGarbage, VerifyProblem, VerifyReport};
 

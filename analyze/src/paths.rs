@@ -10,7 +10,7 @@ use crate::kinds::key_name;
 use crate::model::{GroupKey, NodeKind, Role, Structure};
 use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap as HashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Steps walked at most when following many objects (see `paths`).
 const STEP_BUDGET: usize = 4_000_000;
@@ -36,7 +36,7 @@ pub enum PathQuery {
     Nodes(Vec<NodeId>),
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Step {
     /// What the object is (its kind, or `module M`).
     pub label: String,
@@ -52,7 +52,7 @@ pub struct Step {
     pub example: String,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct MergedPath {
     /// Targets whose shortest path has this shape.
     pub count: u64,
@@ -61,7 +61,7 @@ pub struct MergedPath {
     pub steps: Vec<Step>,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct PathsReport {
     /// Objects the query matched.
     pub targets: u64,

@@ -113,7 +113,18 @@ impl Retainers {
     /// Millions of top objects are usual (every item of a table that two globals reach): they
     /// are numbered densely, and their labels interned, so that nothing here is per-object
     /// hashing or a string per object.
-    pub fn compute(snap: &Snapshot, graph: &HeapGraph<'_>, tree: &DominatorTree, root_names: &Names<'_>) -> Retainers {
+    ///
+    /// `kind_of` gives a node's kind from every block's kind, found once per analysis: the labels of shared memory say
+    /// what their members are (`Hashtbl shared by ...`), and a million shared top objects are
+    /// usual.
+    pub fn compute(
+        snap: &Snapshot,
+        graph: &HeapGraph<'_>,
+        tree: &DominatorTree,
+        root_names: &Names<'_>,
+        kind_of: impl Fn(NodeId) -> Option<GroupKey>,
+    ) -> Retainers {
+        let timer = crate::progress::PhaseTimer::start("roots' reach");
         let preorder = tree.preorder();
         let first_block = graph.blocks.first_block_node;
         let r = tree.reachable_count();
@@ -134,6 +145,7 @@ impl Retainers {
             }
         }
 
+        timer.lap("top objects");
         // Root names, and the roots that hold each top object directly.
         let mut names: Vec<String> = Vec::new();
         let mut name_rank: Vec<u8> = Vec::new();
@@ -183,8 +195,10 @@ impl Retainers {
                 x.extend(y);
                 x
             });
+        timer.lap("crossing edges");
         crossing.par_sort_unstable();
         crossing.dedup();
+        timer.lap("crossing edges sorted");
         let mut next_start = vec![0u32; tops.len() + 1];
         for &(from, _) in &crossing {
             next_start[from as usize + 1] += 1;
@@ -199,6 +213,10 @@ impl Retainers {
         held.dedup();
         let mut work = held;
         while let Some(t) = work.pop() {
+            // Most top objects point into no other subtree: nothing to copy for them.
+            if next_start[t as usize] == next_start[t as usize + 1] {
+                continue;
+            }
             let from = reach[t as usize].clone();
             for s in next(t) {
                 if reach[s as usize].absorb(&from) {
@@ -207,6 +225,7 @@ impl Retainers {
             }
         }
 
+        timer.lap("propagated");
         // Labels, interned by the set of names they list; bytes per label, then per root. Their
         // text is made once every member is known: it names what the members are.
         let mut label_sets: Vec<Reach> = Vec::new();
@@ -237,14 +256,14 @@ impl Retainers {
             let node = preorder[p as usize];
             label_of[p as usize] = id;
             label_bytes[id as usize] += tree.retained(node);
-            if set.names.len() > 1 || set.more {
-                let key = graph.blocks.block(node).map(|b| crate::kinds::kind_key(&graph.blocks, &b));
-                label_kind[id as usize].add(key);
+            if (set.names.len() > 1 || set.more) && label_kind[id as usize] != MemberKind::Mixed {
+                label_kind[id as usize].add(kind_of(node));
             }
             if set.more {
                 label_members[id as usize].push(s as u32);
             }
         }
+        timer.lap("labels interned");
         // The whole list of roots of each label that names only some: the roots (of the label's
         // rank) that reach any of its members, found up the subtree graph from them.
         let any_partial = label_sets.iter().any(|set| set.more);
@@ -278,6 +297,7 @@ impl Retainers {
                 .collect::<Vec<Option<Vec<u32>>>>()
         };
         drop(label_members);
+        timer.lap("full lists");
         let labels: Vec<String> = label_sets
             .iter()
             .zip(&full_lists)

@@ -21,8 +21,13 @@ use crate::paths::{paths, MergedPath, PathQuery};
 use heapsnap_format::RootKind;
 use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+/// `summary` lists the suspects retaining at least this percentage of the reachable bytes, at
+/// most [`SUMMARY_SUSPECTS_SHOWN`] of them (the analysis index saves that list).
+pub const SUMMARY_SUSPECTS_MIN_PERCENT: f64 = 10.0;
+pub const SUMMARY_SUSPECTS_SHOWN: usize = 5;
 
 /// The walk goes down to a child that retains at least this share of its parent.
 pub const DOMINANT_CHILD_PERCENT: u64 = 80;
@@ -35,7 +40,7 @@ const MAX_CHAINED: u64 = 1_000_000;
 const MAX_ATTRIBUTED: usize = 100_000;
 
 /// What a count of elements counts.
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct ElementCount {
     pub count: u64,
     /// `Hashtbl entries`, `array elements`, `list cells`, `Map bindings`, `Set elements`,
@@ -48,7 +53,7 @@ pub struct ElementCount {
     pub exact: bool,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Suspect {
     /// The accumulation point.
     pub node: NodeId,
@@ -78,7 +83,7 @@ pub struct Suspect {
 }
 
 /// The bytes that only stack frames hold, by frame.
-#[derive(Serialize, Clone, Debug, Default)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
 pub struct StackOnly {
     pub bytes: u64,
     pub percent: f64,
@@ -89,7 +94,7 @@ pub struct StackOnly {
     pub not_attributed: u64,
 }
 
-#[derive(Serialize, Clone, Debug, PartialEq)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct FrameShare {
     /// The function of the frame (`Asmgen.compile_fundecl`), or its symbol when it has no
     /// OCaml name.
@@ -103,7 +108,7 @@ pub struct FrameShare {
     pub objects: u64,
 }
 
-#[derive(Serialize, Clone, Debug)]
+#[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct SuspectsReport {
     pub reachable_bytes: u64,
     /// The threshold: a suspect retains at least this percentage of the reachable bytes.
@@ -113,6 +118,25 @@ pub struct SuspectsReport {
     /// Absent when the snapshot has no stack roots at all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stack_only: Option<StackOnly>,
+}
+
+/// `bytes` as a percentage of `total` (of 1 when `total` is 0).
+fn share(bytes: u64, total: u64) -> f64 {
+    bytes as f64 * 100.0 / total.max(1) as f64
+}
+
+impl SuspectsReport {
+    /// Sets every percentage from the bytes it is a share of, as [`suspects`] computes it: a
+    /// report read back from JSON (the analysis index saves one) then prints exactly as the
+    /// report computed, whatever the JSON reader's rounding of decimals.
+    pub fn restore_percents(&mut self) {
+        for s in &mut self.suspects {
+            s.percent = share(s.retained, self.reachable_bytes);
+        }
+        if let Some(st) = &mut self.stack_only {
+            st.percent = share(st.bytes, self.reachable_bytes);
+        }
+    }
 }
 
 /// The suspects retaining at least `min_percent` of the reachable bytes (at most `limit`, 0:
@@ -135,7 +159,7 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
     if limit > 0 {
         found.truncate(limit);
     }
-    let percent = |bytes: u64| bytes as f64 * 100.0 / total.max(1) as f64;
+    let percent = |bytes: u64| share(bytes, total);
     let address = |v: NodeId| a.address(v).map_or_else(String::new, |x| format!("{x:#x}"));
     let suspects = found
         .into_iter()
@@ -280,7 +304,7 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
     let Some(stack) = stack else {
         return has_stack_roots.then(StackOnly::default);
     };
-    let total = a.reachable_bytes().max(1);
+    let total = a.reachable_bytes();
     let bytes = a.retained(stack);
     let parents = a.bfs_parents();
     let snap = a.snap();
@@ -311,7 +335,7 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
     let mut frames: Vec<FrameShare> =
         frames.into_iter().map(|((function, location), (bytes, objects))| FrameShare { function, location, bytes, objects }).collect();
     frames.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.function.cmp(&y.function)));
-    Some(StackOnly { bytes, percent: bytes as f64 * 100.0 / total as f64, frames, not_attributed })
+    Some(StackOnly { bytes, percent: share(bytes, total), frames, not_attributed })
 }
 
 /// The node right below `stack` on the shortest path to `v` (bounded by the node count).

@@ -1,40 +1,78 @@
-//! Builds an index from a full analysis: everything the reports and the web UI read.
+//! Builds an index from a full analysis: the sections a report needs ([`Needs`]), each level
+//! holding the one below it. `Meta` is what `summary` and `top` read (totals, groups, the
+//! summary's suspects: a few kilobytes); `Tree` adds the dominator tree and every block's kind
+//! and place; `All` adds what paths walk (shortest-path parents, referrers, root edges).
 
 use crate::file::IndexBuilder;
 use crate::sections::*;
-use heapsnap_analyze::{bfs_parents, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
+use crate::view::Needs;
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
 
-/// The index of an analysed snapshot, ready to write (its sections borrow from the analysis).
-pub fn build<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
+/// The index of an analysed snapshot with the sections `needs` reads, ready to write (its
+/// sections borrow from the analysis).
+pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    if needs == Needs::Meta {
+        let mut b = IndexBuilder::default();
+        b.add(META, serde_json::to_vec(&meta(a)).expect("the meta data serialises"));
+        return b;
+    }
     // Addresses and referrers need only the graph: another thread makes them while this one
     // makes the groups, the summary and the tree's sections (the analysis itself, with its
     // names, stays on this thread).
     let graph = &a.graph;
     std::thread::scope(|scope| {
-        let graph_part = scope.spawn(|| (addresses(graph), referrers(graph)));
-        let mut b = from_tree(a);
-        let ((addr, by_addr), (ref_offsets, refs)) = graph_part.join().expect("the addresses and referrers do not panic");
+        let graph_part = scope.spawn(|| (block_places(graph), (needs == Needs::All).then(|| referrers(graph))));
+        let mut b = from_tree(a, needs);
+        let ((offsets, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
-        b.add_u64_vec(ADDRESS, addr);
-        b.add_u32_vec(BY_ADDRESS, by_addr);
-        b.add_u32_vec(REF_OFFSETS, ref_offsets);
-        b.add_u32_vec(REFS, refs);
+        b.add_u32_vec(BLOCK_OFFSETS, offsets);
+        b.add_u32_vec(BLOCK_REGIONS, regions);
+        if let Some((ref_offsets, refs)) = refs {
+            b.add_u32_vec(REF_OFFSETS, ref_offsets);
+            b.add_u32_vec(REFS, refs);
+        }
         b
     })
 }
 
-/// Every section but the addresses and the referrers.
-fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
-    let n = a.graph.node_count();
-    let tree = &a.tree;
-    let preorder = a.preorder();
-    let r = tree.reachable_count();
+/// The meta data: totals, every grouping, the roots' shares and the summary's suspects.
+fn meta(a: &Analysis<'_>) -> Meta {
+    // The suspects' paths walk the shortest-path parents: one breadth-first search, on one
+    // core, made from the graph alone by another thread while this one groups.
+    let graph = &a.graph;
+    let (meta, parents) = std::thread::scope(|scope| {
+        let bfs = scope.spawn(|| heapsnap_analyze::bfs_parents(graph));
+        let meta = groups(a);
+        (meta, bfs.join().expect("the breadth-first search does not panic"))
+    });
+    a.keep_bfs_parents(parents);
+    let (summary, groups) = meta;
+    let timer = PhaseTimer::start("index");
+    let summary_suspects =
+        heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
+    timer.lap("the summary's suspects");
+    Meta {
+        node_count: a.graph.node_count() as u32,
+        reachable_count: a.tree.reachable_count() as u32,
+        first_block_node: a.graph.blocks.first_block_node,
+        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+        kinds: a.block_kinds().kinds.clone(),
+        kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
+        summary,
+        groups,
+        root_shares: a.retainers().per_root.clone(),
+        summary_suspects,
+    }
+}
 
+/// The summary (without its top groups) and every grouping.
+fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, BTreeMap<String, Vec<heapsnap_analyze::Group>>) {
     let timer = PhaseTimer::start("index");
     // The summary lists the kind groups: all of them are the `kind` grouping (made once).
     let mut summary = heapsnap_analyze::summary(a, usize::MAX);
@@ -55,29 +93,29 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
         })
         .collect();
     timer.lap("every grouping");
+    (summary, groups)
+}
 
+/// Every section but the addresses and the referrers.
+fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    let tree = &a.tree;
+    let preorder = a.preorder();
+    let r = tree.reachable_count();
+    let meta = meta(a);
+
+    let timer = PhaseTimer::start("index");
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
-    let first_block = a.graph.blocks.first_block_node;
     let (tops, label_names) = a.labelled_tops();
     let mut top_pairs: Vec<(NodeId, u32)> = tops.into_iter().map(|(p, l)| (preorder[p as usize], l)).collect();
     top_pairs.par_sort_unstable();
     let (top_nodes, top_label_ids): (Vec<NodeId>, Vec<u32>) = top_pairs.into_iter().unzip();
     timer.lap("top labels");
 
-    let block_kinds = a.block_kinds();
-    timer.lap("block kinds");
-    let meta = Meta {
-        node_count: n as u32,
-        reachable_count: r as u32,
-        first_block_node: first_block,
-        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds: block_kinds.kinds.clone(),
-        summary,
-        groups,
-        root_shares: a.retainers().per_root.clone(),
-    };
-
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
+    // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
+    let retained_words: Vec<u32> =
+        retained.par_iter().map(|&x| if x % 8 == 0 && x / 8 < u32::MAX as u64 { (x / 8) as u32 } else { u32::MAX }).collect();
+    let retained_large: Vec<u64> = (0..r).filter(|&p| retained_words[p] == u32::MAX).flat_map(|p| [p as u64, retained[p]]).collect();
     // Children of every reachable node, largest retained first (as the reports list them).
     let (offsets, kids) = tree.children_pre();
     let mut sorted_kids = kids;
@@ -114,25 +152,37 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
             }
         });
     }
-
     timer.lap("children sorted");
-    let root_edges: Vec<u32> = a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect();
 
     let mut b = IndexBuilder::default();
     b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
     b.add_u32(PRE_OF, &tree.pre_of);
     b.add_u32(PREORDER, preorder);
     b.add_u32(IDOM_PRE, &tree.idom_pre);
-    b.add_u64_vec(RETAINED, retained);
+    drop(retained);
+    b.add_u32_vec(RETAINED, retained_words);
+    b.add_u64_vec(RETAINED_LARGE, retained_large);
     b.add_u32_vec(KID_OFFSETS, offsets);
     b.add_u32_vec(KIDS, sorted_kids);
-    b.add_u32(KIND_IDS, &block_kinds.ids);
-    b.add_u32_vec(BFS_PARENT, bfs_parents(&a.graph));
-    timer.lap("shortest-path parents");
-    b.add_u32_vec(ROOT_EDGES, root_edges);
+    let kinds = a.block_kinds();
+    let none = kinds.kinds.len() as u32;
+    match meta.kind_id_bytes {
+        1 => b.add(KIND_IDS, kinds.ids.par_iter().map(|&k| k.min(none).min(u8::MAX as u32) as u8).collect()),
+        2 => b.add(KIND_IDS, kinds.ids.iter().flat_map(|&k| (k.min(none).min(u16::MAX as u32) as u16).to_le_bytes()).collect()),
+        _ => b.add_u32(KIND_IDS, &kinds.ids),
+    }
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    if needs == Needs::All {
+        // Made for the summary's suspects already, and kept by the analysis.
+        match AnalysedHeap::bfs_parents(a) {
+            Cow::Borrowed(parents) => b.add_u32(BFS_PARENT, parents),
+            Cow::Owned(parents) => b.add_u32_vec(BFS_PARENT, parents),
+        }
+        timer.lap("shortest-path parents");
+        b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
+    }
     // The types (made by the `type` grouping above), so that reports need not walk again.
     if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
         b.add_u32(TYPE_IDS, typing.node_types());
@@ -141,21 +191,23 @@ fn from_tree<'a>(a: &'a Analysis<'_>) -> IndexBuilder<'a> {
     b
 }
 
-/// The address of every node's block (0: not a block), and the block nodes sorted by address.
-fn addresses(g: &HeapGraph<'_>) -> (Vec<u64>, Vec<u32>) {
-    let n = g.node_count();
-    let first_block = g.blocks.first_block_node;
+/// Where every block node's first field is in its region (in words from its base), and the
+/// regions with blocks (`first node, end node, region index` triples, by first node).
+fn block_places(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
     let blocks = &g.blocks;
-    let mut addr = vec![0u64; n];
+    let first = blocks.first_block_node as usize;
+    let mut offsets = vec![u32::MAX; g.node_count().saturating_sub(first)];
+    let mut regions: Vec<[u32; 3]> = Vec::new();
     for r in blocks.block_regions() {
+        let rb = &blocks.regions[r];
+        let Some(index) = blocks.snap.region_index_of(rb.base) else { continue };
         for b in blocks.region_blocks(r) {
-            addr[b.node as usize] = b.address;
+            offsets[b.node as usize - first] = ((b.address - rb.base) / 8) as u32;
         }
+        regions.push([rb.nodes.start, rb.nodes.end, index as u32]);
     }
-    let mut by_addr: Vec<u32> = (first_block..n as NodeId).filter(|&v| addr[v as usize] != 0).collect();
-    by_addr.par_sort_unstable_by_key(|&v| addr[v as usize]);
-
-    (addr, by_addr)
+    regions.sort_unstable();
+    (offsets, regions.into_iter().flatten().collect())
 }
 
 /// The nodes with a strong edge to each node: offsets, then the referrers.

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
 /// Bumped whenever what the index holds, or how it is computed, changes.
-pub const INDEX_VERSION: u32 = 6;
+pub const INDEX_VERSION: u32 = 7;
 pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.
@@ -240,6 +240,22 @@ impl IndexFile {
             entries.push(Entry { kind, offset: offset as usize, length: length as usize, checksum, checked: OnceLock::new() });
         }
         Ok(IndexFile { bytes, entries })
+    }
+
+    /// Whether the index has this section (its checksum is not checked here).
+    pub fn has(&self, kind: u32) -> bool {
+        self.entries.iter().any(|e| e.kind == kind)
+    }
+
+    /// Whether the index has every section of `needs` (written by a command that needed as
+    /// much, or more).
+    pub fn serves(&self, needs: crate::Needs) -> bool {
+        needs.sections().iter().all(|&k| self.has(k))
+    }
+
+    /// The highest level the index serves (None: not even its meta data).
+    pub fn level(&self) -> Option<crate::Needs> {
+        [crate::Needs::All, crate::Needs::Tree, crate::Needs::Meta].into_iter().find(|&n| self.serves(n))
     }
 
     /// A section's bytes, its checksum checked on first use.

@@ -4,7 +4,7 @@
 //! [`IndexView`] through [`AnalysedHeap`].
 
 use crate::view::IndexView;
-use heapsnap_analyze::{AnalysedHeap, GroupBy, HeapFacts, NodeId, NodeKind, Summary, TreeNode};
+use heapsnap_analyze::{AnalysedHeap, GroupBy, HeapFacts, NodeId, NodeKind, Summary, SuspectsReport, TreeNode};
 
 impl IndexView<'_> {
     /// The `summary` report: saved whole, but for its `top` largest groups, by OCaml type when
@@ -18,6 +18,15 @@ impl IndexView<'_> {
         };
         s.top_groups = self.groups(by).map(|g| g.iter().take(top).cloned().collect()).unwrap_or_default();
         s.top_groups_by = by.name().to_string();
+        s
+    }
+
+    /// The leak suspects `summary` lists, as the first analysis found them
+    /// (`heapsnap_analyze::suspects` at [`heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT`], at
+    /// most [`heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN`]): read from the meta data alone.
+    pub fn summary_suspects(&self) -> SuspectsReport {
+        let mut s = self.meta.summary_suspects.clone();
+        s.restore_percents();
         s
     }
 

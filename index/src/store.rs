@@ -4,6 +4,7 @@
 //! index. Any index that fails a check is reported on stderr and rebuilt.
 
 use crate::file::{Bytes, IndexError, IndexFile, SnapshotId};
+use crate::Needs;
 use heapsnap_analyze::{Analysis, AnalyzeError, Progress};
 use heapsnap_format::{ReadOptions, Snapshot};
 use std::io::Write;
@@ -63,39 +64,74 @@ fn read(path: &Path, id: SnapshotId) -> Result<Option<IndexFile>, IndexError> {
     IndexFile::parse(map, id).map(Some)
 }
 
-/// Opens the snapshot and its index, building (and saving) the index when there is no valid
-/// one. With a valid index the snapshot's sections are not re-hashed: the index ties itself to
-/// the hash of their checksums, which were all checked when the index was built.
+/// Opens the snapshot and its index, building (and saving) the whole index when there is no
+/// valid one ([`open_or_build_for`] with [`Needs::All`]).
 pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {
+    open_or_build_for(snapshot, Needs::All, progress)
+}
+
+/// Opens the snapshot and its index, building (and saving) an index with the sections `needs`
+/// reads when there is no valid one, or the whole index when the one there was written with
+/// fewer (a `summary` writes its meta data only: a later `dominators` analyses again and saves
+/// everything, so that the `path` or `inspect` after it need not analyse a third time). With
+/// a valid index the snapshot's sections are not re-hashed: the index ties itself to the hash
+/// of their checksums, which were all checked when the index was built.
+pub fn open_or_build_for(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
     let err = |source| StoreError::Snapshot { path: snapshot.to_path_buf(), source };
     let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).map_err(err)?;
     let id = SnapshotId::of(&snap);
+    // A valid index of a lower level (the command that wrote it needed less) is built again,
+    // whole; one found elsewhere may have more.
+    let mut fewer = None;
     for path in candidates(snapshot) {
         match read(&path, id) {
-            Ok(Some(index)) => match crate::IndexView::open(&snap, &index, crate::Needs::Meta) {
-                Ok(_) => return Ok(Indexed { snap, index, path: Some(path), built: false }),
+            Ok(Some(index)) => match crate::IndexView::open(&snap, &index, Needs::Meta) {
+                Ok(_) if index.serves(needs) => return Ok(Indexed { snap, index, path: Some(path), built: false }),
+                Ok(_) => fewer = fewer.or(Some(path)),
                 Err(e) => eprintln!("heapsnap: ignoring the index {}: {e}; rebuilding it", path.display()),
             },
             Ok(None) => {}
             Err(e) => eprintln!("heapsnap: ignoring the index {}: {e}; rebuilding it", path.display()),
         }
     }
+    let level = match fewer {
+        Some(path) => {
+            heapsnap_analyze::PhaseTimer::start("index")
+                .lap(&format!("{} has fewer sections than {needs:?} reads: building it again, whole", path.display()));
+            Needs::All
+        }
+        None => needs,
+    };
     drop(snap);
-    build_and_save(snapshot, progress)
+    build_and_save_for(snapshot, level, progress)
 }
 
-/// Analyses the snapshot and saves its index (the first writable location wins).
+/// Analyses the snapshot and saves its whole index ([`build_and_save_for`] with [`Needs::All`]).
 pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {
+    build_and_save_for(snapshot, Needs::All, progress)
+}
+
+/// Analyses the snapshot and saves an index with the sections `needs` reads (the first
+/// writable location wins).
+pub fn build_and_save_for(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
     let snap = Snapshot::open(snapshot).map_err(|source| StoreError::Snapshot { path: snapshot.to_path_buf(), source })?;
     let id = SnapshotId::of(&snap);
     // Where it was saved, else the index in memory.
     let saved: Result<PathBuf, Vec<u8>> = {
         let analysis = Analysis::new(&snap, progress)?;
         let step = progress.step("writing the analysis index", 0);
-        let builder = crate::build::build(&analysis);
+        let builder = crate::build::build(&analysis, needs);
         let mut last_error = None;
         let mut saved = None;
         for path in candidates(snapshot) {
+            // Another command may have saved more meanwhile (a `dominators` while this
+            // `summary` analysed): that index is kept, when what this command reads of it
+            // passes its checks (a corrupt section is written over).
+            let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
+            if more.is_some_and(|ix| crate::IndexView::open(&snap, &ix, needs).is_ok()) {
+                saved = Some(path);
+                break;
+            }
             let timer = heapsnap_analyze::PhaseTimer::start("index");
             let result = save_with(&path, |w| builder.write_to(w, id));
             timer.lap("hashed and written");
@@ -158,14 +194,14 @@ pub fn save_with(path: &Path, write: impl FnOnce(&mut std::fs::File) -> std::io:
 
 impl Indexed {
     /// The view of the snapshot through its index, `needs` deciding which sections are checked.
-    pub fn view(&self, needs: crate::Needs) -> Result<crate::IndexView<'_>, IndexError> {
+    pub fn view(&self, needs: Needs) -> Result<crate::IndexView<'_>, IndexError> {
         crate::IndexView::open(&self.snap, &self.index, needs)
     }
 }
 
 /// [`open_or_build`], and a rebuild when a section the caller needs fails its check.
-pub fn load(snapshot: &Path, needs: crate::Needs, progress: &Progress) -> Result<Indexed, StoreError> {
-    let ix = open_or_build(snapshot, progress)?;
+pub fn load(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
+    let ix = open_or_build_for(snapshot, needs, progress)?;
     if let Err(e) = ix.view(needs) {
         if ix.built {
             return Err(e.into());
@@ -173,7 +209,7 @@ pub fn load(snapshot: &Path, needs: crate::Needs, progress: &Progress) -> Result
         let at = ix.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
         eprintln!("heapsnap: ignoring the index {at}: {e}; rebuilding it");
         drop(ix);
-        return build_and_save(snapshot, progress);
+        return build_and_save_for(snapshot, needs, progress);
     }
     Ok(ix)
 }

@@ -18,10 +18,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-/// Which sections a caller reads: they are checked when the view opens.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which sections a caller reads: they are checked when the view opens. Each holds the one
+/// before it; an index is written with the sections of the command that built it, and built
+/// again, with more, for the first command that needs more (`INDEX.md`, "Levels").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Needs {
-    /// Totals and groups only.
+    /// Totals, groups and the summary's suspects only.
     Meta,
     /// The dominator tree too.
     Tree,
@@ -30,7 +32,9 @@ pub enum Needs {
 }
 
 impl Needs {
-    fn sections(self) -> &'static [u32] {
+    /// The sections of this level (an index holding them all serves it; the blocks' types are
+    /// optional: a snapshot without OCaml names has none).
+    pub fn sections(self) -> &'static [u32] {
         match self {
             Needs::Meta => &[META],
             // Naming a Hashtbl's parts resolves the pointers between them (by address).
@@ -40,11 +44,12 @@ impl Needs {
                 PREORDER,
                 IDOM_PRE,
                 RETAINED,
+                RETAINED_LARGE,
                 KID_OFFSETS,
                 KIDS,
-                ADDRESS,
+                BLOCK_OFFSETS,
                 KIND_IDS,
-                BY_ADDRESS,
+                BLOCK_REGIONS,
                 TOP_NODES,
                 TOP_LABEL_IDS,
                 TOP_LABELS,
@@ -55,11 +60,12 @@ impl Needs {
                 PREORDER,
                 IDOM_PRE,
                 RETAINED,
+                RETAINED_LARGE,
                 KID_OFFSETS,
                 KIDS,
-                ADDRESS,
+                BLOCK_OFFSETS,
                 KIND_IDS,
-                BY_ADDRESS,
+                BLOCK_REGIONS,
                 BFS_PARENT,
                 REF_OFFSETS,
                 REFS,
@@ -72,6 +78,43 @@ impl Needs {
     }
 }
 
+/// Kind ids, 1, 2 or 4 bytes each ([`Meta::kind_id_bytes`]); the width's largest value is no
+/// kind.
+#[derive(Clone, Copy)]
+enum KindIds<'s> {
+    U8(&'s [u8]),
+    U16(&'s [u16]),
+    U32(&'s [u32]),
+}
+
+impl<'s> KindIds<'s> {
+    fn new(bytes: &'s [u8], width: u8) -> Option<Self> {
+        match width {
+            1 => Some(KindIds::U8(bytes)),
+            2 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U16),
+            4 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U32),
+            _ => None,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KindIds::U8(v) => v.len(),
+            KindIds::U16(v) => v.len(),
+            KindIds::U32(v) => v.len(),
+        }
+    }
+
+    /// Block `i`'s kind id (from the first block node), None when it has none.
+    fn get(&self, i: usize) -> Option<u32> {
+        match self {
+            KindIds::U8(v) => v.get(i).filter(|&&k| k != u8::MAX).map(|&k| k as u32),
+            KindIds::U16(v) => v.get(i).filter(|&&k| k != u16::MAX).map(|&k| k as u32),
+            KindIds::U32(v) => v.get(i).filter(|&&k| k != u32::MAX).copied(),
+        }
+    }
+}
+
 pub struct IndexView<'s> {
     pub snap: &'s Snapshot,
     pub meta: Meta,
@@ -80,12 +123,18 @@ pub struct IndexView<'s> {
     pre_of: &'s [u32],
     preorder: &'s [u32],
     idom_pre: &'s [u32],
-    retained_pre: &'s [u64],
+    /// In words (`u32::MAX`: in `retained_large`).
+    retained_pre: &'s [u32],
+    retained_large: &'s [[u64; 2]],
     kid_offsets: &'s [u32],
     kids: &'s [u32],
-    address: &'s [u64],
-    kind_ids: &'s [u32],
-    by_address: &'s [u32],
+    /// Per block node: its first field's offset in its region, in words.
+    block_offsets: &'s [u32],
+    kind_ids: KindIds<'s>,
+    /// `[first node, end node, region index]`, by first node.
+    block_regions: &'s [[u32; 3]],
+    /// By the snapshot's region index: its entry in `block_regions` (`u32::MAX`: none).
+    region_entry: Vec<u32>,
     bfs_parent: &'s [u32],
     ref_offsets: &'s [u32],
     refs: &'s [u32],
@@ -118,12 +167,18 @@ impl<'s> IndexView<'s> {
             pre_of: u32s(PRE_OF)?,
             preorder: u32s(PREORDER)?,
             idom_pre: u32s(IDOM_PRE)?,
-            retained_pre: u64s(RETAINED)?,
+            retained_pre: u32s(RETAINED)?,
+            retained_large: bytemuck::cast_slice(u64s(RETAINED_LARGE)?.get(..u64s(RETAINED_LARGE)?.len() / 2 * 2).unwrap_or(&[])),
             kid_offsets: u32s(KID_OFFSETS)?,
             kids: u32s(KIDS)?,
-            address: u64s(ADDRESS)?,
-            kind_ids: u32s(KIND_IDS)?,
-            by_address: u32s(BY_ADDRESS)?,
+            block_offsets: u32s(BLOCK_OFFSETS)?,
+            kind_ids: if wanted.contains(&KIND_IDS) {
+                KindIds::new(file.section(KIND_IDS)?, meta.kind_id_bytes).ok_or(IndexError::Section(KIND_IDS))?
+            } else {
+                KindIds::U32(&[])
+            },
+            block_regions: bytemuck::cast_slice(u32s(BLOCK_REGIONS)?.get(..u32s(BLOCK_REGIONS)?.len() / 3 * 3).unwrap_or(&[])),
+            region_entry: Vec::new(),
             bfs_parent: u32s(BFS_PARENT)?,
             ref_offsets: u32s(REF_OFFSETS)?,
             refs: u32s(REFS)?,
@@ -147,16 +202,26 @@ impl<'s> IndexView<'s> {
             file,
             meta,
         };
+        let mut view = view;
+        // Each region's entry, by the snapshot's region index (a bad index is left out).
+        view.region_entry = vec![u32::MAX; snap.region_count()];
+        for (i, e) in view.block_regions.iter().enumerate() {
+            if let Some(slot) = view.region_entry.get_mut(e[2] as usize) {
+                *slot = i as u32;
+            }
+        }
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
-        let lengths: [(&str, usize, usize, u32); 12] = [
+        let lengths: [(&str, usize, usize, u32); 14] = [
             ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
             ("preorder numbers", view.pre_of.len(), n, PRE_OF),
             ("preorder", view.preorder.len(), r, PREORDER),
             ("dominators", view.idom_pre.len(), r, IDOM_PRE),
             ("retained sizes", view.retained_pre.len(), r, RETAINED),
+            ("large retained sizes", view.file.section(RETAINED_LARGE).map_or(0, |b| b.len() % 16), 0, RETAINED_LARGE),
             ("children offsets", view.kid_offsets.len(), r + 1, KID_OFFSETS),
             ("children", view.kids.len(), r.saturating_sub(1), KIDS),
-            ("addresses", view.address.len(), n, ADDRESS),
+            ("block offsets", view.block_offsets.len(), blocks, BLOCK_OFFSETS),
+            ("block regions", view.file.section(BLOCK_REGIONS).map_or(0, |b| b.len() % 12), 0, BLOCK_REGIONS),
             ("kinds", view.kind_ids.len(), blocks, KIND_IDS),
             ("parents", view.bfs_parent.len(), n, BFS_PARENT),
             ("referrer offsets", view.ref_offsets.len(), n + 1, REF_OFFSETS),
@@ -203,16 +268,41 @@ impl<'s> IndexView<'s> {
         self.meta.root_kinds.get(k).map(|&code| RootKind::from_code(code))
     }
 
-    /// The node of the block whose first field is at `address`.
-    fn exact(&self, address: u64) -> Option<NodeId> {
-        let i = self.by_address.partition_point(|&v| self.address.get(v as usize).copied().unwrap_or(0) < address);
-        self.by_address.get(i).copied().filter(|&v| self.address.get(v as usize) == Some(&address))
+    /// The address of a block node's first field (None: no block).
+    fn block_address(&self, node: NodeId) -> Option<u64> {
+        let first = self.meta.first_block_node;
+        let offset = *self.block_offsets.get((node.checked_sub(first)?) as usize)?;
+        let i = self.block_regions.partition_point(|e| e[0] <= node).checked_sub(1)?;
+        let [_, end, region] = self.block_regions[i];
+        if node >= end || offset == u32::MAX || region as usize >= self.snap.region_count() {
+            return None;
+        }
+        self.snap.region(region as usize).base().checked_add(offset as u64 * 8)
     }
 
-    /// Whether some block starts in `[start, end)`.
-    fn has_block_in(&self, start: u64, end: u64) -> bool {
-        let i = self.by_address.partition_point(|&v| self.address.get(v as usize).copied().unwrap_or(0) < start);
-        self.by_address.get(i).and_then(|&v| self.address.get(v as usize)).is_some_and(|&a| a < end)
+    /// The first block node of the snapshot's region `r` whose first field is at `address` or
+    /// after it, and the region's end node (its block nodes ascend by address).
+    fn first_at_or_after(&self, r: usize, address: u64) -> Option<(NodeId, NodeId)> {
+        let &i = self.region_entry.get(r).filter(|&&i| i != u32::MAX)?;
+        let [start, end, _] = *self.block_regions.get(i as usize)?;
+        let first = self.meta.first_block_node;
+        let offsets = self.block_offsets.get(start.checked_sub(first)? as usize..end.checked_sub(first)? as usize)?;
+        let base = self.snap.region(r).base();
+        let target = address.checked_sub(base)? / 8;
+        let k = offsets.partition_point(|&o| (o as u64) < target);
+        Some((start + k as NodeId, end))
+    }
+
+    /// The node of the block whose first field is at `address`.
+    fn exact(&self, address: u64) -> Option<NodeId> {
+        let r = self.snap.region_index_of(address)?;
+        let (v, end) = self.first_at_or_after(r, address)?;
+        (v < end && self.block_address(v) == Some(address)).then_some(v)
+    }
+
+    /// Whether some block of the snapshot's region `r` starts in `[start, end)`.
+    fn has_block_in(&self, r: usize, start: u64, end: u64) -> bool {
+        self.first_at_or_after(r, start).is_some_and(|(v, last)| v < last && self.block_address(v).is_some_and(|a| a < end))
     }
 
     /// The chain of dominators from the super-root down to `node` (bounded: a corrupt index
@@ -270,7 +360,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
         if node < self.meta.first_block_node {
             return None;
         }
-        let address = *self.address.get(node as usize).filter(|&&a| a != 0)?;
+        let address = self.block_address(node)?;
         let r = self.snap.region_index_of(address)?;
         let region = self.snap.region(r);
         let words = region.words();
@@ -285,7 +375,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
     }
 
     fn module_of(&self, node: NodeId) -> Option<&'s str> {
-        self.modules.get(self.address.get(node as usize).filter(|&&a| a != 0)?).copied()
+        self.modules.get(&self.block_address(node)?).copied()
     }
 
     /// As `BlockMap::resolve`, from the saved addresses and the snapshot's words.
@@ -300,7 +390,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
         let region = self.snap.region(r);
         let holds_blocks = match region.kind() {
             RegionKind::Pool | RegionKind::MinorHeap | RegionKind::Static | RegionKind::HeapChunk => true,
-            RegionKind::Large => self.has_block_in(region.base(), region.base() + region.words().len() as u64 * 8),
+            RegionKind::Large => self.has_block_in(r, region.base(), region.base() + region.words().len() as u64 * 8),
             _ => false,
         };
         if !holds_blocks {
@@ -349,7 +439,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
 impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey {
         let id = (b.node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
-        match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
+        match id.and_then(|k| self.meta.kinds.get(k as usize)) {
             Some(&key) => key,
             // Only a corrupt index gets here: the block's shape is the best answer left.
             None => shape_key(b),
@@ -360,7 +450,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     /// small sibling).
     fn kind_of_node(&self, node: NodeId) -> Option<GroupKey> {
         let id = (node as usize).checked_sub(self.meta.first_block_node as usize).and_then(|i| self.kind_ids.get(i));
-        match id.and_then(|&k| self.meta.kinds.get(k as usize)) {
+        match id.and_then(|k| self.meta.kinds.get(k as usize)) {
             Some(&key) => Some(key),
             None => self.block(node).map(|b| self.kind_of(&b)),
         }
@@ -377,11 +467,17 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     fn blocks_of_kinds(&self, kinds: &[GroupKey]) -> Vec<NodeId> {
         let ids: Vec<u32> = (0..self.meta.kinds.len() as u32).filter(|&k| kinds.contains(&self.meta.kinds[k as usize])).collect();
         let first = self.meta.first_block_node;
-        self.kind_ids.iter().enumerate().filter(|(_, k)| ids.contains(k)).map(|(i, _)| first + i as NodeId).collect()
+        (0..self.kind_ids.len()).filter(|&i| self.kind_ids.get(i).is_some_and(|k| ids.contains(&k))).map(|i| first + i as NodeId).collect()
     }
 
     fn retained(&self, node: NodeId) -> u64 {
-        self.pre(node).and_then(|p| self.retained_pre.get(p)).copied().unwrap_or(0)
+        let Some(&words) = self.pre(node).and_then(|p| self.retained_pre.get(p)) else { return 0 };
+        if words != u32::MAX {
+            return words as u64 * 8;
+        }
+        let p = self.pre(node).unwrap_or(0) as u64;
+        let i = self.retained_large.partition_point(|e| e[0] < p);
+        self.retained_large.get(i).filter(|e| e[0] == p).map_or(0, |e| e[1])
     }
 
     fn reachable_bytes(&self) -> u64 {

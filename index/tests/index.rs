@@ -3,7 +3,7 @@
 use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
-use heapsnap_index::store::{beside, open_or_build};
+use heapsnap_index::store::{beside, open_or_build, open_or_build_for};
 use heapsnap_index::{IndexView, Needs};
 use heapsnap_testkit::synth::{large_heap_shape, Space, Value};
 use proptest::prelude::*;
@@ -55,6 +55,13 @@ fn index_reports_equal_the_full_analysis() {
     use heapsnap_analyze::{dominator_report, inspect, paths, summary, top};
     let summary = summary(&a, 10);
     assert_eq!(json(&summary), json(&view.summary(10)));
+    // The summary's suspects, saved in the meta data, are those the analysis finds.
+    let saved = view.summary_suspects();
+    assert!(!saved.suspects.is_empty() && saved.stack_only.is_some(), "{saved:#?}");
+    assert_eq!(
+        json(&heapsnap_analyze::suspects(&a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN)),
+        json(&saved)
+    );
     assert!(summary.unreachable_objects > 0, "the heap has garbage, counted apart");
     // The leak suspects and the stack-only bytes, from the index as from the graph (the heap
     // has a stack root: what only it holds is counted).
@@ -194,16 +201,21 @@ fn an_index_of_another_snapshot_or_version_is_rebuilt() {
     assert!(open_or_build(&path, &Progress::hidden()).unwrap().built);
 }
 
-/// Opens an index from bytes and uses every part of it; must not panic.
+/// Opens an index from bytes and uses every part of it its level has; must not panic.
 fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
     let file = IndexFile::parse(Bytes::copied(bytes), SnapshotId::of(snap))?;
-    let view = IndexView::open(snap, &file, Needs::All)?;
+    let needs = file.level().ok_or(IndexError::Section(heapsnap_index::sections::META))?;
+    let view = IndexView::open(snap, &file, needs)?;
     use heapsnap_analyze::{dominator_report, inspect, paths, top};
     let _ = view.summary(5);
-    let _ = dominator_report(&view, 6, 0.0, 50);
+    let _ = view.summary_suspects();
     for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         let _ = top(&view, by, 0);
     }
+    if needs == Needs::Meta {
+        return Ok(());
+    }
+    let _ = dominator_report(&view, 6, 0.0, 50);
     for v in (0..view.node_count() as u32 + 3).step_by(7) {
         let _ = view.dominator_chain(v);
         let _ = view.tree_node(v);
@@ -224,40 +236,61 @@ struct Fixture {
     bytes: Vec<u8>,
 }
 
-fn fixture() -> Fixture {
+/// A small snapshot's index, of the level `needs` (every level has its own shape).
+fn fixture(needs: Needs) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let mut h = large_heap_shape(30).heap;
     let s = h.alloc_string(Space::Major, b"x");
     h.add_root(RootKind::Stack, Value::Ptr(s), "main", 0);
     let path = dir.path().join("small.heapsnap");
     h.write(&path).unwrap();
-    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let ix = open_or_build_for(&path, needs, &Progress::hidden()).unwrap();
+    assert_eq!(ix.index.level(), Some(needs));
     let bytes = std::fs::read(ix.path.unwrap()).unwrap();
     Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
 }
 
+const LEVELS: [Needs; 3] = [Needs::Meta, Needs::Tree, Needs::All];
+
 #[test]
 fn every_truncation_is_refused() {
-    let f = fixture();
-    use_index(&f.snap, &f.bytes).expect("the intact index");
-    // Past the last section only padding is cut.
-    for len in (0..f.bytes.len() - 8).step_by(3) {
-        assert!(use_index(&f.snap, &f.bytes[..len]).is_err(), "truncated to {len} bytes");
+    for needs in LEVELS {
+        let f = fixture(needs);
+        use_index(&f.snap, &f.bytes).expect("the intact index");
+        // Past the last section only padding is cut.
+        for len in (0..f.bytes.len() - 8).step_by(3) {
+            assert!(use_index(&f.snap, &f.bytes[..len]).is_err(), "{needs:?} truncated to {len} bytes");
+        }
     }
 }
 
 #[test]
 fn a_flipped_bit_is_caught_by_a_checksum() {
-    let f = fixture();
-    for at in (0..f.bytes.len()).step_by(29) {
-        let mut b = f.bytes.clone();
-        b[at] ^= 0x10;
-        // Padding bytes are not checksummed: a flip there may pass, but must not panic.
-        let r = use_index(&f.snap, &b);
-        if at < table_end(&f.bytes) {
-            assert!(r.is_err(), "flip at {at}");
+    for needs in LEVELS {
+        let f = fixture(needs);
+        for at in (0..f.bytes.len()).step_by(29) {
+            let mut b = f.bytes.clone();
+            b[at] ^= 0x10;
+            // Padding bytes are not checksummed: a flip there may pass, but must not panic.
+            let r = use_index(&f.snap, &b);
+            if at < table_end(&f.bytes) {
+                assert!(r.is_err(), "{needs:?}: flip at {at}");
+            }
         }
     }
+}
+
+/// Mutates the bytes after the header and table, fixes the checksums up, and uses the index.
+fn mutate_and_use(f: &Fixture, edits: Vec<(usize, u8)>) {
+    let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+    let mut b = f.bytes.clone();
+    let header = table_end(&b);
+    for (at, byte) in edits {
+        let at = header + at % (b.len() - header);
+        b[at] = byte;
+    }
+    let b = reseal(&b);
+    let _ = use_index(&snap, &b);
 }
 
 proptest! {
@@ -266,21 +299,143 @@ proptest! {
     /// worst, never a panic or a hang.
     #[test]
     fn mutated_sections_with_valid_checksums_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20)) {
-        let f = FIXTURE.with(|f| (f.snap.bytes().to_vec(), f.bytes.clone()));
-        let snap = Snapshot::from_bytes(&f.0).unwrap();
-        let mut b = f.1;
-        let header = table_end(&b);
-        for (at, byte) in edits {
-            let at = header + at % (b.len() - header);
-            b[at] = byte;
+        FIXTURE.with(|f| mutate_and_use(f, edits));
+    }
+
+    /// The same of the indexes of the lower levels (`summary`'s meta data alone, the tree), and
+    /// of an index whose kind ids take two bytes.
+    #[test]
+    fn mutated_lower_levels_and_wide_kind_ids_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), which in 0..3u8) {
+        match which {
+            0 => TREE_FIXTURE.with(|f| mutate_and_use(f, edits)),
+            1 => META_FIXTURE.with(|f| mutate_and_use(f, edits)),
+            _ => SHAPES_FIXTURE.with(|f| mutate_and_use(f, edits)),
         }
-        let b = reseal(&b);
-        let _ = use_index(&snap, &b);
     }
 }
 
+/// The whole index of [`write_shapes`]'s heap (kind ids of two bytes).
+fn shapes_fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_shapes(dir.path());
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let bytes = std::fs::read(ix.path.unwrap()).unwrap();
+    Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
+}
+
 thread_local! {
-    static FIXTURE: Fixture = fixture();
+    static FIXTURE: Fixture = fixture(Needs::All);
+    static TREE_FIXTURE: Fixture = fixture(Needs::Tree);
+    static META_FIXTURE: Fixture = fixture(Needs::Meta);
+    static SHAPES_FIXTURE: Fixture = shapes_fixture();
+}
+
+/// A `summary` writes the meta data alone (a few kilobytes: its reports read nothing else); the
+/// first command that reads more builds the index again, whole; a `dominators` on a fresh
+/// snapshot writes the tree without what only paths read; a command that reads less never
+/// replaces an index with less.
+#[test]
+fn an_index_is_built_again_for_the_first_command_that_reads_more() {
+    use heapsnap_index::sections::{BFS_PARENT, KIDS, META, PRE_OF, REFS};
+    use heapsnap_index::store::{build_and_save_for, load};
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let quiet = Progress::hidden();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &quiet).unwrap();
+
+    let meta = load(&path, Needs::Meta, &quiet).unwrap();
+    assert!(meta.built);
+    assert_eq!(meta.index.level(), Some(Needs::Meta));
+    assert!(meta.index.has(META) && !meta.index.has(PRE_OF) && !meta.index.has(KIDS));
+    let size = std::fs::metadata(beside(&path)).unwrap().len();
+    assert!(size < snap.bytes().len() as u64 / 4, "{size} bytes of meta data for a {}-byte snapshot", snap.bytes().len());
+    // Its reports are the analysis's.
+    let view = meta.view(Needs::Meta).unwrap();
+    assert_eq!(json(&heapsnap_analyze::summary(&a, 10)), json(&view.summary(10)));
+    assert_eq!(json(&heapsnap_analyze::suspects(&a, 10.0, 5)), json(&view.summary_suspects()));
+    for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        assert_eq!(json(&heapsnap_analyze::top(&a, by, 0).unwrap()), json(&heapsnap_analyze::top(&view, by, 0).unwrap()));
+    }
+    drop(view);
+    drop(meta);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the meta data serves a second summary");
+
+    // A dominator report after it: the index is built again, whole (a path after it need not
+    // analyse a third time).
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built, "a dominator report needs the tree: the index is built again");
+    assert_eq!(tree.index.level(), Some(Needs::All));
+    let view = tree.view(Needs::Tree).unwrap();
+    assert_eq!(json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)), json(&heapsnap_analyze::dominator_report(&view, 4, 1.0, 20)));
+    drop(view);
+    drop(tree);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the whole index serves a summary");
+    assert!(!load(&path, Needs::All, &quiet).unwrap().built, "and a path");
+
+    // On a fresh snapshot, a dominator report writes the tree alone; a path after it, everything.
+    std::fs::remove_file(beside(&path)).unwrap();
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built);
+    assert_eq!(tree.index.level(), Some(Needs::Tree));
+    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    drop(tree);
+    assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
+    let all = load(&path, Needs::All, &quiet).unwrap();
+    assert!(all.built);
+    assert_eq!(all.index.level(), Some(Needs::All));
+    drop(all);
+    // A summary building for itself meanwhile keeps the index of more.
+    let again = build_and_save_for(&path, Needs::Meta, &quiet).unwrap();
+    assert_eq!(again.index.level(), Some(Needs::All), "an index of more is not replaced by less");
+    drop(again);
+    assert!(!load(&path, Needs::All, &quiet).unwrap().built);
+
+    // ... unless what the command reads of it is corrupt: a tree section of the whole index.
+    let mut bytes = std::fs::read(beside(&path)).unwrap();
+    let (offset, length) = section_at(&bytes, KIDS);
+    assert!(length > 0);
+    bytes[offset] ^= 0x40;
+    std::fs::write(beside(&path), &bytes).unwrap();
+    let tree = load(&path, Needs::Tree, &quiet).unwrap();
+    assert!(tree.built, "the corrupt tree is built again");
+    assert!(tree.view(Needs::Tree).is_ok());
+    assert_eq!(
+        json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)),
+        json(&heapsnap_analyze::dominator_report(&tree.view(Needs::Tree).unwrap(), 4, 1.0, 20))
+    );
+}
+
+/// Where section `kind` is in an index file's bytes: its offset and length.
+fn section_at(bytes: &[u8], kind: u32) -> (usize, usize) {
+    let count = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    (0..count)
+        .map(|i| 48 + i * 32)
+        .find(|&e| u32::from_le_bytes(bytes[e..e + 4].try_into().unwrap()) == kind)
+        .map(|e| {
+            let field = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            (field(e + 8), field(e + 16))
+        })
+        .expect("the section is there")
+}
+
+/// Percentages read back from JSON are set again from the bytes: exactly those computed.
+#[test]
+fn saved_suspects_get_their_percentages_from_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let report = heapsnap_analyze::suspects(&a, 1.0, 0);
+    let mut read: heapsnap_analyze::SuspectsReport = serde_json::from_str(&json(&report)).unwrap();
+    for s in &mut read.suspects {
+        s.percent += 1e-9;
+    }
+    if let Some(st) = &mut read.stack_only {
+        st.percent = 0.0;
+    }
+    read.restore_percents();
+    assert_eq!(json(&report), json(&read));
 }
 
 /// Where the section table ends (the checksummed header and table).
@@ -303,4 +458,80 @@ fn reseal(bytes: &[u8]) -> Vec<u8> {
     let table = xxh3_64(&b[48..48 + count * 32]);
     b[32..40].copy_from_slice(&table.to_le_bytes());
     b
+}
+
+/// A heap of more kinds than a byte numbers: blocks of 150 sizes and two tags, 300 shapes.
+fn write_shapes(dir: &Path) -> PathBuf {
+    let mut h = large_heap_shape(20).heap;
+    let shapes: Vec<Value> = (1..=150u64)
+        .flat_map(|size| [0u8, 1].map(|tag| (size, tag)))
+        .map(|(size, tag)| Value::Ptr(h.alloc(Space::Major, tag, &vec![Value::Int(size as i64); size as usize])))
+        .collect();
+    let all = h.alloc(Space::Major, 0, &shapes);
+    h.add_module("Shapes", &[Value::Ptr(all)]);
+    let path = dir.join("shapes.heapsnap");
+    h.write(&path).unwrap();
+    path
+}
+
+/// More kinds than a byte numbers: kind ids of two bytes, read back as the analysis names them.
+#[test]
+fn kind_ids_of_two_bytes_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_shapes(dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = IndexView::open(&ix.snap, &ix.index, Needs::All).unwrap();
+    assert!(view.meta.kinds.len() > 300, "{} kinds", view.meta.kinds.len());
+    assert_eq!(view.meta.kind_id_bytes, 2);
+    assert_eq!(ix.index.section(heapsnap_index::sections::KIND_IDS).unwrap().len(), 2 * view.block_nodes().len());
+    use heapsnap_analyze::{dominator_report, paths, top};
+    assert_eq!(json(&top(&a, GroupBy::Kind, 0).unwrap()), json(&top(&view, GroupBy::Kind, 0).unwrap()));
+    assert_eq!(json(&dominator_report(&a, 3, 0.0, 400)), json(&dominator_report(&view, 3, 0.0, 400)));
+    for q in ["block tag 1 size 149", "block tag 0 size 3", "Hashtbl"] {
+        let q = PathQuery::Kind(q.into());
+        assert_eq!(json(&paths(&a, &q, 100, 10).unwrap()), json(&paths(&view, &q, 100, 10).unwrap()), "{q:?}");
+    }
+    for v in view.block_nodes() {
+        assert_eq!(view.kind_of_node(v), a.kind_of_node(v), "node {v}");
+    }
+}
+
+/// Retained sizes that are no `u32` of words (past 32 GiB) are read from their own list.
+#[test]
+fn large_retained_sizes_are_read_from_their_list() {
+    use heapsnap_index::file::IndexBuilder;
+    use heapsnap_index::sections::{PRE_OF, RETAINED, RETAINED_LARGE};
+    let f = fixture(Needs::Tree);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
+    let view = IndexView::open(&f.snap, &file, Needs::Tree).unwrap();
+    let (total, top) = (view.retained(0), view.children(0)[0]);
+    assert!(total > view.retained(top) && view.retained(top) > 0);
+    // The same index, the super-root's size and its largest child's (as more than 32 GiB)
+    // moved to the list.
+    let moved = file.u32s(PRE_OF).unwrap()[top as usize] as u64;
+    let huge = (u32::MAX as u64 + 5) * 8;
+    let mut words = file.u32s(RETAINED).unwrap().to_vec();
+    words[0] = u32::MAX;
+    words[moved as usize] = u32::MAX;
+    let mut b = IndexBuilder::default();
+    for kind in 1..=32 {
+        if kind == RETAINED {
+            b.add_u32_vec(RETAINED, words.clone());
+        } else if kind == RETAINED_LARGE {
+            b.add_u64_vec(RETAINED_LARGE, vec![0, total, moved, huge]);
+        } else if file.has(kind) {
+            b.add(kind, file.section(kind).unwrap().to_vec());
+        }
+    }
+    let bytes = b.finish(SnapshotId::of(&f.snap));
+    let edited = IndexFile::parse(Bytes::copied(&bytes), SnapshotId::of(&f.snap)).unwrap();
+    let v2 = IndexView::open(&f.snap, &edited, Needs::Tree).unwrap();
+    assert_eq!(v2.retained(0), total);
+    assert_eq!(v2.retained(top), huge);
+    // Every other size is as it was.
+    for v in view.block_nodes().filter(|&v| v != top) {
+        assert_eq!(v2.retained(v), view.retained(v), "node {v}");
+    }
 }

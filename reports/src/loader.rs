@@ -6,7 +6,8 @@ use heapsnap_format::Snapshot;
 use heapsnap_index::store::{load as load_index, Indexed, StoreError};
 use heapsnap_index::Needs;
 use std::ops::Deref;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// A snapshot with its index, opened for one report or lent by whoever holds it.
 pub enum Loaded<'a> {
@@ -51,7 +52,56 @@ impl Loader for Files {
             StoreError::Analyze(e) => e.into(),
             StoreError::Index(e) => e.into(),
         })?;
+        if ix.built && ix.path.is_some() && !ix.index.serves(Needs::All) {
+            complete_in_background(path);
+        }
         Ok(Loaded::Opened(Box::new(ix)))
+    }
+}
+
+/// The program that completes an index in the background: `PROGRAM complete-index SNAP`.
+static COMPLETER: OnceLock<PathBuf> = OnceLock::new();
+
+/// The subcommand [`complete_indexes_with`]'s program runs to complete an index.
+pub const COMPLETE_INDEX: &str = "complete-index";
+
+/// Makes a command that saved only the part of an index it read (a first `summary` or `top`)
+/// start `program complete-index SNAP` to build the rest, once its own answer is on its way:
+/// the answer does not wait for the sections other reports read, and the next report finds
+/// them. The heapsnap binary names itself; a library user that does not gets no such process.
+/// `HEAPSNAP_INDEX_IN_BACKGROUND=0` turns it off.
+pub fn complete_indexes_with(program: PathBuf) {
+    let _ = COMPLETER.set(program);
+}
+
+/// Starts the completion of `snapshot`'s index, detached: its own session (a Ctrl-C for the
+/// next command does not reach it), a lower priority, no terminal. A command that needs the
+/// rest before it is written builds it for itself; the index is replaced by a rename either
+/// way, so no reader sees half of one.
+fn complete_in_background(snapshot: &Path) {
+    use std::os::unix::process::CommandExt;
+    let Some(program) = COMPLETER.get() else { return };
+    if std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_some_and(|v| v == "0") {
+        return;
+    }
+    let mut command = std::process::Command::new(program);
+    command
+        .arg(COMPLETE_INDEX)
+        .arg(snapshot)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            Ok(())
+        });
+    }
+    if let Ok(mut child) = command.spawn() {
+        // Collected when it ends, should this process (the MCP server) outlive it.
+        std::thread::spawn(move || child.wait());
     }
 }
 

@@ -28,10 +28,6 @@ pub struct SummaryOutput {
     pub suspects: SuspectsReport,
 }
 
-/// The summary lists suspects retaining at least this percentage, at most [`SUSPECTS_SHOWN`].
-const SUSPECTS_MIN_PERCENT: f64 = 10.0;
-const SUSPECTS_SHOWN: usize = 5;
-
 impl Report for Summary {
     const NAME: &'static str = "summary";
     const ABOUT: &'static str =
@@ -40,12 +36,10 @@ impl Report for Summary {
     type Output = SummaryOutput;
 
     fn run(args: &SummaryArgs, loader: &dyn Loader) -> anyhow::Result<SummaryOutput> {
-        let ix = loader.indexed(&args.snapshot, Needs::All)?;
-        let view = ix.view(Needs::All)?;
-        Ok(SummaryOutput {
-            totals: view.summary(args.limit),
-            suspects: heapsnap_analyze::suspects(&view, SUSPECTS_MIN_PERCENT, SUSPECTS_SHOWN),
-        })
+        // The meta data alone: the suspects were found when the index was built.
+        let ix = loader.indexed(&args.snapshot, Needs::Meta)?;
+        let view = ix.view(Needs::Meta)?;
+        Ok(SummaryOutput { totals: view.summary(args.limit), suspects: view.summary_suspects() })
     }
 
     fn print(args: &SummaryArgs, output: &SummaryOutput, out: &mut dyn Write) -> std::io::Result<()> {

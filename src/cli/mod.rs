@@ -32,6 +32,9 @@ enum Commands {
     /// Watch a program for the preload library (started by libheapsnap_preload.so, not by hand).
     #[command(hide = true)]
     Watch(run::WatchArgs),
+    /// Build the rest of a snapshot's analysis index (started by a first report, not by hand).
+    #[command(hide = true, name = heapsnap_reports::loader::COMPLETE_INDEX)]
+    CompleteIndex { snapshot: std::path::PathBuf },
 }
 
 /// The whole command line: the reports first, then the other commands.
@@ -43,6 +46,9 @@ pub fn command() -> Command {
 }
 
 pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
+    if let Ok(me) = std::env::current_exe() {
+        heapsnap_reports::loader::complete_indexes_with(me);
+    }
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(report) = registry::find(name) {
             let format = if sub.get_flag("json") { Format::Json } else { Format::Human };
@@ -58,5 +64,10 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
         Commands::Run(args) => run::run(args),
         Commands::Mcp(args) => mcp::run(args),
         Commands::Watch(args) => run::watch(args),
+        Commands::CompleteIndex { snapshot } => {
+            heapsnap_analyze::tune_allocator();
+            heapsnap_index::store::load(&snapshot, heapsnap_index::Needs::All, &heapsnap_analyze::Progress::hidden())?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }

@@ -152,3 +152,43 @@ fn bad_input_gets_a_clear_error() {
     assert_eq!(nowhere.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&nowhere.stderr).contains("no block at address 0x10"));
 }
+
+/// The index level of `snapshot`'s saved index (opening it builds none when one is there).
+fn index_level(snapshot: &Path) -> Option<heapsnap_index::Needs> {
+    heapsnap_index::store::open_or_build_for(snapshot, heapsnap_index::Needs::Meta, &heapsnap_analyze::Progress::hidden())
+        .expect("open the index")
+        .index
+        .level()
+}
+
+/// A first `summary` answers from the part of the index it needs and leaves a detached process
+/// to build the rest, so that the next report finds it; with `HEAPSNAP_INDEX_IN_BACKGROUND=0`,
+/// the index keeps only what the summary read.
+#[test]
+fn the_rest_of_the_index_is_built_after_the_first_answer() {
+    use heapsnap_index::Needs;
+    let dir = tempfile::tempdir().unwrap();
+    for (background, name) in [(true, "on.heapsnap"), (false, "off.heapsnap")] {
+        let snapshot = dir.path().join(name);
+        heapsnap_testkit::synth::large_heap_shape(200).heap.write(&snapshot).expect("write a synthetic snapshot");
+        let mut summary = Command::new(env!("CARGO_BIN_EXE_heapsnap"));
+        summary.arg("summary").arg(&snapshot).arg("--json").env_remove("HEAPSNAP_INDEX_IN_BACKGROUND");
+        if !background {
+            summary.env("HEAPSNAP_INDEX_IN_BACKGROUND", "0");
+        }
+        let out = summary.output().expect("run heapsnap summary");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let mut level = index_level(&snapshot);
+        while background && level != Some(Needs::All) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            level = index_level(&snapshot);
+        }
+        if background {
+            assert_eq!(level, Some(Needs::All), "the index was not completed in the background");
+        } else {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            assert_eq!(index_level(&snapshot), Some(Needs::Meta), "the index was completed with the background turned off");
+        }
+    }
+}
