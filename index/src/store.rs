@@ -64,6 +64,14 @@ fn read(path: &Path, id: SnapshotId) -> Result<Option<IndexFile>, IndexError> {
     IndexFile::parse(map, id).map(Some)
 }
 
+/// Whether an index saved for `snapshot` already holds what `needs` reads (checked no further
+/// than its header: a command that then finds it bad rebuilds it as usual).
+pub fn saved_serves(snapshot: &Path, needs: Needs) -> bool {
+    let Ok(snap) = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }) else { return false };
+    let id = SnapshotId::of(&snap);
+    candidates(snapshot).iter().any(|path| matches!(read(path, id), Ok(Some(index)) if index.serves(needs)))
+}
+
 /// Opens the snapshot and its index, building (and saving) the whole index when there is no
 /// valid one ([`open_or_build_for`] with [`Needs::All`]).
 pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {

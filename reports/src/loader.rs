@@ -46,6 +46,11 @@ impl Loader for Files {
         }
         // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
         heapsnap_analyze::tune_allocator();
+        // The index being completed in the background holds what this report reads: wait for it
+        // rather than analyse the same snapshot at the same time.
+        if !heapsnap_index::store::saved_serves(path, needs) {
+            wait_for_completion(path);
+        }
         let ix = load_index(path, needs, &Progress::stderr()).map_err(|e| match e {
             // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
             StoreError::Snapshot { source, .. } => anyhow::Error::from(source),
@@ -75,13 +80,22 @@ pub fn complete_indexes_with(program: PathBuf) {
 }
 
 /// Starts the completion of `snapshot`'s index, detached: its own session (a Ctrl-C for the
-/// next command does not reach it), a lower priority, no terminal. A command that needs the
-/// rest before it is written builds it for itself; the index is replaced by a rename either
-/// way, so no reader sees half of one.
+/// next command does not reach it), a lower priority, no terminal. It holds an exclusive `flock`
+/// on the snapshot file from before it starts until it ends (the lock is taken here, on a
+/// descriptor it inherits as fd 3), so that a report that needs the rest waits for it
+/// ([`wait_for_completion`]) instead of analysing the same snapshot at the same time. The index
+/// is replaced by a rename either way, so no reader sees half of one.
 fn complete_in_background(snapshot: &Path) {
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let Some(program) = COMPLETER.get() else { return };
     if std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_some_and(|v| v == "0") {
+        return;
+    }
+    let Ok(file) = std::fs::File::open(snapshot) else { return };
+    let fd = file.as_raw_fd();
+    // SAFETY: flock on a descriptor we own. Held already: another completion runs.
+    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return;
     }
     let mut command = std::process::Command::new(program);
@@ -93,7 +107,13 @@ fn complete_in_background(snapshot: &Path) {
         .stderr(std::process::Stdio::null());
     // SAFETY: between fork and exec the closure only makes async-signal-safe system calls.
     unsafe {
-        command.pre_exec(|| {
+        command.pre_exec(move || {
+            // The locked descriptor, kept open across exec as fd 3 (dup2 clears close-on-exec,
+            // but does nothing when it is fd 3 already).
+            let kept = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
+            if kept == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
             libc::setsid();
             libc::setpriority(libc::PRIO_PROCESS, 0, 10);
             Ok(())
@@ -103,6 +123,17 @@ fn complete_in_background(snapshot: &Path) {
         // Collected when it ends, should this process (the MCP server) outlive it.
         std::thread::spawn(move || child.wait());
     }
+    // Our descriptor closes here; the lock stays with the child's copy of it until it ends.
+    drop(file);
+}
+
+/// Waits while a completion of `snapshot`'s index holds its lock (a shared `flock` is granted
+/// once it ends, or at once when none runs).
+fn wait_for_completion(snapshot: &Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(snapshot) else { return };
+    // SAFETY: flock on a descriptor we own; released when the file closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
 }
 
 /// A snapshot file, opened, or an error that says what was given instead.

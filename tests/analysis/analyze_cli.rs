@@ -192,3 +192,29 @@ fn the_rest_of_the_index_is_built_after_the_first_answer() {
         }
     }
 }
+
+/// A report that needs more of the index than is saved waits while a completion holds the
+/// snapshot's lock (here the test holds it), instead of analysing the same snapshot alongside.
+#[test]
+fn a_report_waits_for_the_index_being_completed() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("waits.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(50).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let lock = std::fs::File::open(&snapshot).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let mut dominators = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+        .arg("dominators")
+        .arg(&snapshot)
+        .arg("--json")
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(dominators.try_wait().unwrap().is_none(), "the report did not wait for the lock");
+    drop(lock);
+    let status = dominators.wait().unwrap();
+    assert!(status.success());
+}
