@@ -121,8 +121,7 @@ pub fn plan(pid: u32, requested: CaptureMode, memory: &dyn MemorySource) -> Resu
     if seccomp != 0 {
         refuse(
             &mut plan,
-            "it runs under seccomp (Seccomp: {seccomp} in /proc/PID/status), which may forbid a clone, or kill it for one"
-                .replace("{seccomp}", &seccomp.to_string()),
+            format!("it runs under seccomp (Seccomp: {seccomp} in /proc/PID/status), which may forbid a clone, or kill it for one"),
         )?;
         return Ok(plan);
     }

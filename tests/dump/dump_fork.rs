@@ -208,6 +208,21 @@ impl Drop for Cgroup {
     }
 }
 
+/// `auto` copies process `pid` (into `path`), saying why in its report and in the snapshot's
+/// metadata, with every one of `why_has` in it; an explicit `--capture fork` fails with every
+/// one of `refusal_has` in its message. Returns the copy.
+fn assert_copied_not_forked(pid: i32, path: &Path, why_has: &[&str], refusal_has: &[&str]) -> Snapshot {
+    let auto = dump_ok(pid, path, &["--no-dwarf"]);
+    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
+    let why = auto["capture"]["why_copy"].as_str().unwrap_or_default();
+    assert!(why_has.iter().all(|w| why.contains(w)), "{why}");
+    let snap = Snapshot::open(path).unwrap();
+    assert_eq!(snap.metadata().capture.as_ref().and_then(|c| c.why_copy.as_deref()), Some(why), "the metadata keeps why");
+    let refused = dump_error(pid, path, &["--capture", "fork", "--no-dwarf"]);
+    assert!(refusal_has.iter().all(|r| refused.contains(r)), "{refused}");
+    snap
+}
+
 /// The message of a failed `heapsnap dump`.
 fn dump_error(pid: i32, out: &Path, extra: &[&str]) -> String {
     let o = dump(pid, out, extra);
@@ -234,14 +249,7 @@ fn auto_copies_and_fork_refuses_when_a_memory_limit_leaves_too_little_room() {
     let (limit_file, limit) =
         if cgroup.dir.join("memory.max").exists() { ("memory.max", 32 << 20) } else { ("memory.limit_in_bytes", 32 << 20) };
     cgroup.set(limit_file, &limit.to_string());
-    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
-    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
-    let why = auto["capture"]["why_copy"].as_str().unwrap_or_default();
-    assert!(why.contains("memory cgroup") && why.contains("MiB"), "{why}");
-    let snap = Snapshot::open(&path).unwrap();
-    assert_eq!(snap.metadata().capture.as_ref().and_then(|c| c.why_copy.as_deref()), Some(why), "the metadata keeps why");
-    let refused = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
-    assert!(refused.contains("not forking") && refused.contains("memory cgroup"), "{refused}");
+    assert_copied_not_forked(pid, &path, &["memory cgroup", "MiB"], &["not forking", "memory cgroup"]);
     assert_unharmed(pid, "dumps under a memory limit");
     drop(cgroup);
     assert_eq!(release(&mut child, &mut stdout, b"\n"), (96 * 1024).to_string());
@@ -261,15 +269,8 @@ fn a_fork_the_kernel_refuses_falls_back_to_a_copy_under_auto_and_fails_when_aske
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
     cgroup.set("pids.max", &threads.to_string());
     let path = dir.path().join("p.snap");
-    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
-    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
-    let why = auto["capture"]["why_copy"].as_str().unwrap_or_default();
-    assert!(why.contains("clone failed") && why.contains("EAGAIN") && why.contains("pids.max"), "{why}");
-    let snap = Snapshot::open(&path).unwrap();
-    assert_eq!(snap.metadata().capture.as_ref().and_then(|c| c.why_copy.as_deref()), Some(why), "the metadata keeps why");
+    let snap = assert_copied_not_forked(pid, &path, &["clone failed", "EAGAIN", "pids.max"], &["could not fork", "EAGAIN"]);
     reachability(&snap).assert_exact("a copy after a refused fork");
-    let failed = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
-    assert!(failed.contains("could not fork") && failed.contains("EAGAIN"), "{failed}");
     assert_unharmed(pid, "refused forks");
     drop(cgroup);
     assert_eq!(release(&mut child, &mut stdout, b"\n"), (80 * 1024).to_string());
@@ -327,11 +328,7 @@ fn a_program_under_seccomp_is_copied_not_forked() {
     let pid = child.0.id() as i32;
     assert_eq!(proc_status_field(pid, "Seccomp:").as_deref(), Some("2"));
     let path = dir.path().join("s.snap");
-    let auto = dump_ok(pid, &path, &["--no-dwarf"]);
-    assert_eq!(auto["capture"]["method"], "copy", "{auto}");
-    assert!(auto["capture"]["why_copy"].as_str().unwrap_or_default().contains("seccomp"), "{auto}");
-    let refused = dump_error(pid, &path, &["--capture", "fork", "--no-dwarf"]);
-    assert!(refused.contains("not forking") && refused.contains("seccomp"), "{refused}");
+    assert_copied_not_forked(pid, &path, &["seccomp"], &["not forking", "seccomp"]);
     assert_unharmed(pid, "dumps under seccomp");
     assert_eq!(release(&mut child, &mut stdout, b"\n"), (80 * 1024).to_string());
 }

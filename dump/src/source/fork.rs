@@ -25,7 +25,7 @@
 
 use super::guardian::Guardian;
 use super::inject::{remote_syscall, InjectError, SYS_CLONE};
-use super::live::{read_many, read_many_partial, read_one, wait_for_stop, Channel, LiveProcess, Stop};
+use super::live::{has_exited, read_many, read_many_partial, read_one, wait_for_stop, Channel, LiveProcess, Stop};
 use super::maps::Mapping;
 use super::memory::{MemorySource, ReadRequest, ThreadState};
 use super::reap::{collect_dead_child, collect_with, CollectError};
@@ -216,13 +216,9 @@ impl FrozenCopy {
             collected = collect_dead_child(self.parent, self.child, self.site);
         }
         // A target that exited meanwhile left its children to init, which collects them.
-        let target_gone = !std::path::Path::new(&format!("/proc/{}/task", self.parent)).exists()
-            || std::fs::read_to_string(format!("/proc/{}/stat", self.parent))
-                .map(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|state| state == "Z"))
-                .unwrap_or(true);
         let warning = collected
             .err()
-            .filter(|_| !target_gone)
+            .filter(|_| !has_exited(self.parent))
             .map(|e| format!("the fork's child {} remains a zombie of process {} (which ignores it): {e}", self.child, self.parent));
         if let Some(g) = self.guardian.take() {
             g.dismiss();

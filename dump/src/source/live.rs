@@ -367,7 +367,7 @@ fn is_our_child(tid: u32) -> bool {
 }
 
 /// Whether `pid` is exiting or has exited (a zombie cannot be attached: EPERM).
-fn has_exited(pid: u32) -> bool {
+pub(super) fn has_exited(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
