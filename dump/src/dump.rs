@@ -90,8 +90,12 @@ pub struct DumpReport {
     pub notes: Vec<String>,
     /// The OCaml version is not one heapsnap knows; it was read as `read_as` (`--force`).
     pub forced_version: bool,
-    /// The release whose knowledge was used ("5.3").
+    /// The release whose knowledge was used ("5.3"); for a probed runtime, the newest known.
     pub read_as: String,
+    /// The runtime is of a release heapsnap does not know, and was read by probing it: the
+    /// facts found, and those guessed (`--force`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probed: Option<heapsnap_format::ProbedRuntime>,
     /// Where the structure layouts came from: `dwarf`, `debug_file` or `tables`.
     pub layouts_from: String,
     /// Memory a core file does not hold (always empty for a live process).
@@ -396,6 +400,7 @@ impl DumpReport {
             notes: rt.notes().to_vec(),
             forced_version: rt.forced(),
             read_as: rt.read_as().to_string(),
+            probed: rt.probed(&cap.probed),
             layouts_from: rt.layouts_from().to_string(),
             missing: Vec::new(),
             capture: None,
@@ -503,6 +508,12 @@ fn finish(
     if rt.forced() {
         warnings.push(format!("OCaml {} is not a version heapsnap knows: it was read as OCaml {} (--force)", rt.version(), rt.read_as()));
     }
+    if let Some(probed) = rt.probed(&cap.probed) {
+        warnings.push(probed.reason.clone());
+        if !probed.guessed.is_empty() {
+            warnings.push(format!("facts guessed as OCaml {}'s (--force): {}", rt.read_as(), probed.guessed.join(", ")));
+        }
+    }
     let metadata = Metadata {
         ocaml_version: rt.version().to_string(),
         word_size: 8,
@@ -523,6 +534,7 @@ fn finish(
         layouts_from: Some(rt.layouts_from().to_string()),
         ocaml4_gc: copied.gc_state,
         capture: origin.capture,
+        probed: rt.probed(&cap.probed),
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }

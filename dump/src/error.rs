@@ -81,6 +81,18 @@ pub enum DumpError {
     #[error("{path} has no debug info, and heapsnap's layout tables are for OCaml {tables}, not {version}: give its debug file with --debug-file, or an unstripped copy of the same build with --exe")]
     NoLayoutTables { path: PathBuf, version: String, tables: &'static str },
 
+    #[error("the runtime of OCaml {version} is not the OCaml {release} heapsnap knows: {fact}: the target's is {probed}, OCaml {release}'s is {says} (a patched or mis-built runtime?)")]
+    ProbeDisagrees { version: String, fact: &'static str, probed: String, release: &'static str, says: String },
+
+    #[error("OCaml {version} is not a release heapsnap knows, and probing its runtime could not establish {fact}: {why} (--force guesses it as the newest known release's, and checks the snapshot)")]
+    ProbeFailed { version: String, fact: &'static str, why: String },
+
+    #[error("OCaml {version} is not a release heapsnap knows, and {path} has no DWARF debug info to read its runtime by probing: give its debug file ({debug_file}), or --force to read it as OCaml {newest}")]
+    UnknownWithoutDwarf { path: PathBuf, version: String, debug_file: String, newest: &'static str },
+
+    #[error("{path}: --read-by-probing reads the runtime's DWARF, which it lacks: give its debug file ({debug_file})")]
+    ProbingNeedsDwarf { path: PathBuf, debug_file: String },
+
     #[error("cannot detect the number of reserved header bits ({0}); pass --reserved-bits N")]
     ReservedBitsUnknown(String),
 

@@ -38,6 +38,7 @@ fn metadata() -> Metadata {
         layouts_from: None,
         ocaml4_gc: None,
         capture: None,
+        probed: None,
     }
 }
 

@@ -75,6 +75,32 @@ pub struct Metadata {
     /// How a live process was captured (absent for a core, and in older snapshots).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureInfo>,
+    /// The runtime was read by probing it, not from a release heapsnap knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probed: Option<ProbedRuntime>,
+}
+
+/// How a runtime of a release heapsnap has no file for was read: the facts the dumper found
+/// in the executable and the heap instead of in its knowledge of the release.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbedRuntime {
+    /// Why it was probed ("OCaml 5.4.0 is not a release heapsnap was tested on").
+    pub reason: String,
+    /// Each fact: what it is, its value, and where it was read.
+    pub facts: Vec<ProbedFact>,
+    /// Facts that could not be established and took the newest known release's value
+    /// (`--force`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guessed: Vec<String>,
+}
+
+/// One probed fact.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbedFact {
+    pub fact: String,
+    pub value: String,
+    /// Where it was read, or why it could not be.
+    pub from: String,
 }
 
 /// How a live process's memory was captured.

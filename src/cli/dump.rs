@@ -68,45 +68,61 @@ pub struct RuntimeArgs {
     /// (default /usr/lib/debug, as gdb's debug-file-directory).
     #[arg(long, value_name = "DIR")]
     pub debug_dir: Option<PathBuf>,
-    /// Dump an OCaml version heapsnap does not know, reading it as the newest one it knows; the
-    /// snapshot says so and is checked at once.
+    /// Dump an OCaml version heapsnap does not know even where probing its runtime cannot
+    /// establish every fact: those are guessed as the newest known release's (without DWARF,
+    /// the whole runtime is read as that release). The snapshot says so and is checked at once.
     #[arg(long)]
     pub force: bool,
+    /// Read the runtime by probing it even when heapsnap knows its release, as it reads
+    /// releases it does not know (for a patched runtime; needs DWARF). The snapshot says so and
+    /// is checked at once.
+    #[arg(long)]
+    pub read_by_probing: bool,
 }
 
 impl RuntimeArgs {
     pub fn discover_options(&self, exe: Option<PathBuf>) -> DiscoverOptions {
-        DiscoverOptions { exe, debug_file: self.debug_file.clone(), debug_dir: self.debug_dir.clone(), force: self.force }
+        DiscoverOptions {
+            exe,
+            debug_file: self.debug_file.clone(),
+            debug_dir: self.debug_dir.clone(),
+            force: self.force,
+            read_by_probing: self.read_by_probing,
+        }
     }
 }
 
-/// A dump of a version heapsnap does not know is checked at once: what the verifier finds
-/// wrong is printed, so that a wrong reading is never silent.
-pub fn check_forced(report: &DumpReport) {
-    if !report.forced_version {
-        return;
+/// A dump of a version heapsnap does not know is checked at once, so that a wrong reading is
+/// never silent: forced (read as another release) or with guessed facts, what the verifier
+/// finds wrong is printed; read by probing alone, a snapshot that fails verification is
+/// removed and the dump fails, saying why.
+pub fn check_unknown_release(report: &DumpReport) -> anyhow::Result<()> {
+    let probed_alone = report.probed.as_ref().is_some_and(|p| p.guessed.is_empty());
+    if !report.forced_version && report.probed.is_none() {
+        return Ok(());
     }
+    let how = if probed_alone { "read by probing".to_string() } else { format!("read as {}", report.read_as) };
     let problems = heapsnap_format::Snapshot::open(&report.path)
         .map_err(anyhow::Error::from)
         .and_then(|snap| Ok(heapsnap_analyze::verify(&snap, false)?));
-    match problems {
-        Ok(v) if v.ok => eprintln!(
-            "heapsnap: warning: OCaml {} was read as {}: the snapshot passed verification ({} objects)",
-            report.ocaml_version, report.read_as, v.objects
-        ),
-        Ok(v) => {
-            eprintln!(
-                "heapsnap: warning: OCaml {} was read as {}, and the snapshot looks wrong: {}",
-                report.ocaml_version,
-                report.read_as,
-                v.error_counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
-            );
+    let wrong = match problems {
+        Ok(v) if v.ok => {
+            eprintln!("heapsnap: OCaml {} was {how}: the snapshot passed verification ({} objects)", report.ocaml_version, v.objects);
+            return Ok(());
         }
-        Err(e) => eprintln!(
-            "heapsnap: warning: OCaml {} was read as {}, and the snapshot cannot be analysed: {e:#}",
-            report.ocaml_version, report.read_as
-        ),
+        Ok(v) => v.error_counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", "),
+        Err(e) => format!("it cannot be analysed: {e:#}"),
+    };
+    if probed_alone {
+        let _ = std::fs::remove_file(&report.path);
+        anyhow::bail!(
+            "OCaml {} was read by probing, and the snapshot failed verification ({wrong}): it was not kept. \
+             Please report it, with `heapsnap dump --json` of this program (--force keeps the snapshot)",
+            report.ocaml_version
+        );
     }
+    eprintln!("heapsnap: warning: OCaml {} was {how}, and the snapshot looks wrong: {wrong}", report.ocaml_version);
+    Ok(())
 }
 
 pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
@@ -144,7 +160,7 @@ pub fn run(args: DumpArgs) -> anyhow::Result<ExitCode> {
     for w in &report.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
-    check_forced(&report);
+    check_unknown_release(&report)?;
     super::annotate::after_dump(&report.path, &args.names, args.json);
     if args.json {
         // The report says it all, on stdout.
@@ -218,7 +234,7 @@ fn run_core(
     for w in &report.warnings {
         eprintln!("heapsnap: warning: {w}");
     }
-    check_forced(&report);
+    check_unknown_release(&report)?;
     super::annotate::after_dump(&report.path, names, json);
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -16,7 +16,13 @@ pub fn repo() -> PathBuf {
 /// Every toolchain the tests build samples with: the registry's (`releases.tsv`), one per OCaml
 /// release heapsnap supports and its variants (16 reserved header bits).
 pub fn toolchains() -> impl Iterator<Item = &'static str> {
-    heapsnap_values::releases::registry().toolchains.iter().map(|t| t.name.as_str())
+    heapsnap_values::releases::registry().toolchains.iter().filter(|t| !t.unseen).map(|t| t.name.as_str())
+}
+
+/// The toolchains of releases heapsnap has no file for (`unseen` in the registry): what the
+/// tests of probing dump.
+pub fn unseen_toolchains() -> impl Iterator<Item = &'static str> {
+    heapsnap_values::releases::registry().toolchains.iter().filter(|t| t.unseen).map(|t| t.name.as_str())
 }
 
 /// The OCaml version a toolchain builds ("5.3.0" for "5.3.0-rhb16").

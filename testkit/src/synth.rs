@@ -347,6 +347,7 @@ impl SynthHeap {
             layouts_from: None,
             ocaml4_gc: None,
             capture: None,
+            probed: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {

@@ -44,6 +44,9 @@ pub struct Toolchain {
     pub configure: Vec<String>,
     /// The release series it belongs to ("5.3").
     pub series: String,
+    /// Not a release heapsnap knows (feature `unseen`): built only so that the tests can check
+    /// that the dumper reads a runtime it has no file for by probing it.
+    pub unseen: bool,
 }
 
 /// One release series (major.minor): what every toolchain of it shares.
@@ -78,11 +81,11 @@ impl Release {
 pub struct Registry {
     /// In the file's order.
     pub toolchains: Vec<Toolchain>,
-    /// One per series, oldest first.
+    /// One per series heapsnap knows, oldest first. Unseen releases are not among them.
     pub releases: Vec<Release>,
 }
 
-const FEATURES: &[&str] = &["compaction", "memprof", "effects", "domains"];
+const FEATURES: &[&str] = &["compaction", "memprof", "effects", "domains", "unseen"];
 
 /// Parses a registry's text (see `releases.tsv` for the format).
 pub fn parse(text: &str) -> Result<Registry, String> {
@@ -110,6 +113,7 @@ pub fn parse(text: &str) -> Result<Registry, String> {
             return Err(at(format!("unknown feature {unknown:?} (known: {})", FEATURES.join(", "))));
         }
         let has = |f: &str| features.iter().any(|g| g == f);
+        let unseen = has("unseen");
         let release = Release {
             series: format!("{}.{}", series.0, series.1),
             family: Family::parse(family).map_err(at)?,
@@ -123,11 +127,20 @@ pub fn parse(text: &str) -> Result<Registry, String> {
         if release.pools.is_some() && release.pool_geometry().is_none() {
             return Err(at(format!("no pool geometry is named {pools:?}")));
         }
+        if unseen && release.pools.is_some() {
+            return Err(at("an unseen release has no pool geometry of heapsnap's: the probe finds it".to_string()));
+        }
+        let unseen_before = toolchains.iter().any(|t| t.unseen && t.series == release.series);
+        let known_before = releases.iter().any(|r| r.series == release.series);
+        if (unseen && known_before) || (!unseen && unseen_before) {
+            return Err(at(format!("OCaml {} is listed as unseen and as a release heapsnap knows", release.series)));
+        }
         match releases.iter().find(|r| r.series == release.series) {
             Some(known) if *known != release => {
                 return Err(at(format!("toolchain {name} says other things of OCaml {} than an earlier line", release.series)))
             }
             Some(_) => {}
+            None if unseen => {}
             None => releases.push(release),
         }
         toolchains.push(Toolchain {
@@ -136,6 +149,7 @@ pub fn parse(text: &str) -> Result<Registry, String> {
             origin: origin.to_string(),
             configure: list(configure),
             series: format!("{}.{}", series.0, series.1),
+            unseen,
         });
     }
     releases.sort_by_key(|r| series_of(&format!("{}.0", r.series)));
@@ -193,8 +207,12 @@ mod tests {
     fn the_registry_parses_and_lists_what_heapsnap_supports() {
         let r = registry();
         let names: Vec<&str> = r.toolchains.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["5.3.0", "5.3.0-rhb16", "5.1.0", "5.2.0", "4.14.0", "4.14.0-rhb16"]);
+        assert_eq!(names, ["5.3.0", "5.3.0-rhb16", "5.1.0", "5.2.0", "4.14.0", "4.14.0-rhb16", "5.4.0-trunk"]);
+        // The unseen toolchain is built, but its release is not one heapsnap knows.
         assert_eq!(supported(), "4.14, 5.1, 5.2, 5.3");
+        assert!(find("5.4.0").is_none());
+        let unseen: Vec<&str> = r.toolchains.iter().filter(|t| t.unseen).map(|t| t.name.as_str()).collect();
+        assert_eq!(unseen, ["5.4.0-trunk"]);
         assert_eq!(r.toolchains[1].configure, ["--enable-reserved-header-bits=16"]);
         assert_eq!(r.toolchains[2].origin, "npm:ocaml@5.1.4");
         assert_eq!(newest(Family::Ocaml5).map(|r| r.series.as_str()), Some("5.3"));
@@ -238,10 +256,16 @@ mod tests {
         let r = registry();
         let names: Vec<&str> = r.toolchains.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(run(&["toolchains"]), (Some(0), names.join("\n")));
-        let family = |f| r.toolchains.iter().filter(|t| find(&t.version).unwrap().family == f).map(|t| t.name.as_str()).collect::<Vec<_>>();
+        let family = |f| {
+            r.toolchains
+                .iter()
+                .filter(|t| find(&t.version).map_or(f == Family::Ocaml5, |r| r.family == f))
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(run(&["toolchains", "ocaml4"]).1, family(Family::Ocaml4).join("\n"));
         assert_eq!(run(&["toolchains", "ocaml5"]).1, family(Family::Ocaml5).join("\n"));
-        for t in &r.toolchains {
+        for t in r.toolchains.iter().filter(|t| !t.unseen) {
             let release = find(&t.version).unwrap();
             assert_eq!(run(&["get", &t.name, "version"]).1, t.version);
             assert_eq!(run(&["get", &t.name, "origin"]).1, t.origin);
@@ -267,6 +291,8 @@ mod tests {
             ("y\t5.3.0\tocaml5\tnpm:x\t-\t9.9\tsince_5_2\t-\n", "no pool geometry"),
             ("y\t5.3.0\tocaml5\tnpm:x\t-\t5.2\tsince_5_2\tflying\n", "unknown feature"),
             ("x\t5.3.1\tocaml5\tnpm:x\t-\t5.2\tsince_5_2\t-\n", "says other things of OCaml 5.3"),
+            ("x\t5.9.0\tocaml5\tfile:x\t-\t5.2\tsince_5_2\tunseen\n", "unseen release has no pool geometry"),
+            ("x\t5.3.1\tocaml5\tnpm:x\t-\t-\tsince_5_2\tunseen\n", "listed as unseen and as a release"),
             (good, "listed twice"),
         ] {
             let err = parse(&format!("{header}{good}{bad}")).expect_err(why);

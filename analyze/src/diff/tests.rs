@@ -217,6 +217,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         layouts_from: None,
         ocaml4_gc: None,
         capture: None,
+        probed: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

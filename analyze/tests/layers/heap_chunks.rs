@@ -49,6 +49,7 @@ fn snapshot(path: &std::path::Path, gc: Ocaml4Gc, words: &[u64], root: u64, free
         layouts_from: None,
         ocaml4_gc: Some(gc),
         capture: None,
+        probed: None,
     })
     .unwrap();
     let name = w.intern("camlM");

@@ -51,6 +51,8 @@ pub struct Capture {
     pub warnings: Vec<String>,
     /// How long each step of the copy took (ns), for reports and benchmarks.
     pub phases: Vec<(&'static str, u64)>,
+    /// Facts of the runtime measured on the stopped heap, for a runtime read by probing.
+    pub probed: Vec<heapsnap_format::ProbedFact>,
 }
 
 /// How a root will be named in the snapshot (resolved after the target is resumed).

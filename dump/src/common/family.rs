@@ -63,6 +63,12 @@ pub trait RuntimeFamily {
         false
     }
 
+    /// How the runtime was read by probing it, for a release heapsnap has no file for;
+    /// `measured` is what the stop measured of it.
+    fn probed(&self, _measured: &[heapsnap_format::ProbedFact]) -> Option<heapsnap_format::ProbedRuntime> {
+        None
+    }
+
     /// What the report says once about what the executable lacks.
     fn notes(&self) -> &[String];
 

@@ -20,8 +20,11 @@ pub struct DiscoverOptions {
     /// Where separate debug files are looked for by build id and debuglink (default
     /// `/usr/lib/debug`, gdb's `debug-file-directory`).
     pub debug_dir: Option<PathBuf>,
-    /// Read an OCaml version heapsnap does not know as the newest one it knows.
+    /// Dump an OCaml version heapsnap does not know even where its probe cannot establish
+    /// every fact (guessed as the newest known release's), or, without DWARF, as that release.
     pub force: bool,
+    /// Read the runtime by probing it even when heapsnap knows its release.
+    pub read_by_probing: bool,
 }
 
 /// Where the structure layouts came from (recorded in the snapshot's metadata).

@@ -60,7 +60,7 @@ pub fn capture(
     cap.domains.sort_by_key(|d| d.id);
 
     read_colours(rt, source, &mut cap)?;
-    cap.compactions = match rt.release.compaction() {
+    cap.compactions = match rt.facts.compaction {
         true => source.read_u64(rt.symbol("caml_compactions_count")?).ok(),
         false => None,
     };
@@ -159,7 +159,7 @@ pub fn candidate_pools(rt: &Runtime, source: &dyn MemorySource, domain_states: &
 }
 
 /// Every pool list: (owning domain, address of the list head, size class).
-fn pool_list_heads(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64]) -> Vec<(u16, u64, u64)> {
+pub fn pool_list_heads(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64]) -> Vec<(u16, u64, u64)> {
     let h = &rt.layout.heap;
     let mut lists = Vec::new();
     for &state in domain_states {

@@ -37,6 +37,10 @@ impl RuntimeFamily for Runtime {
         self.forced
     }
 
+    fn probed(&self, measured: &[heapsnap_format::ProbedFact]) -> Option<heapsnap_format::ProbedRuntime> {
+        Runtime::probed(self, measured)
+    }
+
     fn notes(&self) -> &[String] {
         &self.notes
     }

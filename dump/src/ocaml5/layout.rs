@@ -4,7 +4,7 @@
 //! A missing structure or member is a clear error, never a guess. Addresses of the runtime's
 //! variables are not layouts: see [`super::statics`].
 
-use super::versions::{Indirection, Release};
+use super::facts::Facts;
 use crate::common::custom_ops::{custom, CustomLayout};
 use crate::dwarf::TypeIndex;
 use crate::error::{DumpError, Result};
@@ -37,7 +37,7 @@ pub struct DomainsLayout {
     pub internal_domain_lock: u64,
     pub stw_participating: u64,
     /// `stw_domains.domains`: an array of `dom_internal*` inline in 5.1 and 5.2, a pointer to
-    /// one in 5.3 (see [`Release::domain_table`]).
+    /// one in 5.3 (see [`Facts::domain_table`]).
     pub stw_domains_array: u64,
 }
 
@@ -155,7 +155,7 @@ pub struct MemprofLayout {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadsLayout {
     /// `thread_table` holds one `caml_thread_table` per domain: inline in 5.1 and 5.2, through
-    /// a pointer in 5.3 (see [`Release::thread_table`]).
+    /// a pointer in 5.3 (see [`Facts::thread_table`]).
     pub table_active_thread: u64,
     pub table_size: u64,
     pub descr: u64,
@@ -182,20 +182,15 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// The layouts, from DWARF. What the release says about the runtime (which structures it
-    /// has, which tables are inline) is checked against the DWARF: a difference means the
-    /// version was misread, and is an error.
-    pub fn load(t: &TypeIndex, release: &Release) -> Result<Layout> {
-        check_indirection(t, "stw_domains", "domain.c", "domains", release.domain_table)?;
+    /// The layouts, from DWARF, of a runtime with `facts` (which structures it has). Whether
+    /// its tables are inline or behind pointers is the probe's to check ([`super::probe`]).
+    pub fn load(t: &TypeIndex, facts: &Facts) -> Result<Layout> {
         let threads = match t.variable("thread_table", "st_stubs.c") {
-            Ok(_) => {
-                check_indirection(t, "thread_table", "st_stubs.c", "", release.thread_table)?;
-                Some(threads(t)?)
-            }
+            Ok(_) => Some(threads(t)?),
             Err(_) => None,
         };
         Ok(Layout {
-            domain_state: domain_state(t, release)?,
+            domain_state: domain_state(t, facts)?,
             domains: domains(t)?,
             mutex: MutexLayout {
                 lock: t.offset_of("pthread_mutex_t", "__data.__lock")?,
@@ -204,33 +199,14 @@ impl Layout {
             heap: heap(t)?,
             fiber: fiber(t)?,
             roots: roots(t)?,
-            memprof: if release.memprof() { Some(memprof(t)?) } else { None },
+            memprof: if facts.memprof { Some(memprof(t)?) } else { None },
             threads,
             custom: custom(t)?,
         })
     }
 }
 
-/// Checks that variable `var` (or its member `member`, when not empty) is an inline array or a
-/// pointer, as the release says.
-fn check_indirection(t: &TypeIndex, var: &str, file: &str, member: &str, expected: Indirection) -> Result<()> {
-    let v = t.variable(var, file)?;
-    let ty = if member.is_empty() { t.variable_type(v) } else { t.variable_field(v, var, member)?.ty };
-    let found = match ty {
-        Some(ty) if t.array_len(ty).is_some() => Indirection::InlineArray,
-        Some(ty) if t.is_pointer(ty) => Indirection::Pointer,
-        _ => return Err(DumpError::MissingType { name: format!("type of {var} {member}") }),
-    };
-    if found != expected {
-        return Err(DumpError::VersionMismatch(format!(
-            "{var}{}{member} is {found:?} in the executable's DWARF, {expected:?} in this version",
-            if member.is_empty() { "" } else { "." }
-        )));
-    }
-    Ok(())
-}
-
-fn domain_state(t: &TypeIndex, release: &Release) -> Result<DomainStateLayout> {
+fn domain_state(t: &TypeIndex, facts: &Facts) -> Result<DomainStateLayout> {
     let ty = t.type_named("caml_domain_state")?;
     let f = |m: &str| Ok::<u64, DumpError>(t.field_of(ty, "caml_domain_state", m)?.offset);
     Ok(DomainStateLayout {
@@ -244,7 +220,7 @@ fn domain_state(t: &TypeIndex, release: &Release) -> Result<DomainStateLayout> {
         final_info: f("final_info")?,
         shared_heap: f("shared_heap")?,
         id: f("id")?,
-        memprof: if release.memprof() { Some(f("memprof")?) } else { None },
+        memprof: if facts.memprof { Some(f("memprof")?) } else { None },
         members: t.members(ty),
         size: t.size_of(ty).unwrap_or(0),
     })
@@ -260,7 +236,7 @@ fn domains(t: &TypeIndex) -> Result<DomainsLayout> {
     })
 }
 
-fn heap(t: &TypeIndex) -> Result<HeapLayout> {
+pub fn heap(t: &TypeIndex) -> Result<HeapLayout> {
     let heap_ty = t.type_named("caml_heap_state")?;
     let hf = |m: &str| t.field_of(heap_ty, "caml_heap_state", m);
     let avail = hf("avail_pools")?;

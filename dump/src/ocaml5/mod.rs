@@ -5,9 +5,11 @@
 //! is in [`versions`], one file each; what every family shares is in [`crate::common`].
 
 pub mod capture;
+pub mod facts;
 pub mod family;
 pub mod layout;
 pub mod locate;
+pub mod probe;
 pub mod roots;
 pub mod safety;
 pub mod static_variables;
@@ -24,8 +26,11 @@ use crate::dwarf::TypeIndex;
 use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
+use facts::Facts;
+use heapsnap_format::ProbedFact;
 use heapsnap_values::PoolGeometry;
 use layout::Layout;
+use probe::{Probe, SizeClassTables};
 use statics::Statics;
 use tables::Tables;
 use versions::Release;
@@ -35,7 +40,16 @@ use versions::Release;
 /// [`Statics`] and the executable's symbols are link-time; add [`Runtime::bias`].
 pub struct Runtime {
     pub exe: Executable,
+    /// The release whose tables serve an executable without DWARF: the target's own when
+    /// heapsnap knows it, else the newest (a forced dump reads by them; a probed one does not
+    /// use them).
     pub release: &'static Release,
+    /// What the dumper must know of the runtime: the release's, or probed.
+    pub facts: Facts,
+    /// How the runtime was probed, when heapsnap does not know its release.
+    pub probe: Option<Probe>,
+    /// Facts the probe could not establish, guessed as the newest release's (`--force`).
+    pub guessed: Vec<&'static str>,
     pub layout: Layout,
     pub statics: Statics,
     pub layouts_from: LayoutsFrom,
@@ -69,40 +83,71 @@ impl Runtime {
     pub fn from_program(source: &dyn MemorySource, program: Program, options: &DiscoverOptions) -> Result<Runtime> {
         let Program { exe, bias, version } = program;
         let mappings = source.mappings()?;
-        let (release, forced) = match (versions::find(&version), options.force) {
-            (Some(r), _) => (r, false),
-            // OCaml 4 is too different to be read as OCaml 5, forced or not.
-            (None, true) if !version.starts_with("4.") => (versions::newest(), true),
-            (None, _) => {
-                let supported = heapsnap_values::releases::supported();
-                return Err(DumpError::UnsupportedVersion { version, supported });
-            }
-        };
+        // OCaml 4 is too different to be read as OCaml 5, forced or probed.
+        if versions::find(&version).is_none() && version.starts_with("4.") {
+            let supported = heapsnap_values::releases::supported();
+            return Err(DumpError::UnsupportedVersion { version, supported });
+        }
+        if options.read_by_probing && !exe.has_dwarf() {
+            return Err(DumpError::ProbingNeedsDwarf { path: exe.path.clone(), debug_file: debug_file_wanted(&exe) });
+        }
+        let known = versions::find(&version).filter(|_| !(options.read_by_probing && exe.has_dwarf()));
         let mut notes = Vec::new();
-        let (layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
+        let mut probe = None;
+        let mut forced = false;
+        let (release, facts, layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
             let types = TypeIndex::load(&exe)?;
-            let layout = Layout::load(&types, release)?;
-            let statics = Statics::find(&exe, Some(&types), release, None)?;
+            let found = Probe::statics(&exe, &types, &layout::heap(&types)?, source, bias);
+            let facts = match known {
+                Some(release) => {
+                    let facts = Facts::of_release(release);
+                    if let Some((fact, probed, says)) = found.disagreement(&facts) {
+                        return Err(DumpError::ProbeDisagrees { version, fact, probed, release: release.series, says });
+                    }
+                    facts
+                }
+                // The heap is sampled below; until then, what else was probed.
+                None => found.facts(true).map_err(|u| probe_refusal(&version, u))?.0,
+            };
+            probe = Some(found);
+            let release = known.unwrap_or(versions::newest());
+            let layout = Layout::load(&types, &facts)?;
+            let statics = Statics::find(&exe, Some(&types), None, facts.memprof)?;
             let from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
-            (layout, statics, from, types.code_units(), true)
+            (release, facts, layout, statics, from, types.code_units(), true)
         } else {
+            let release = match (known, options.force) {
+                (Some(release), _) => release,
+                (None, true) => {
+                    forced = true;
+                    versions::newest()
+                }
+                (None, false) => {
+                    let (path, debug_file, newest) = (exe.path.clone(), debug_file_wanted(&exe), versions::newest().series);
+                    return Err(DumpError::UnknownWithoutDwarf { path, version, debug_file, newest });
+                }
+            };
             if release.tables_version != version && !forced {
                 return Err(DumpError::NoLayoutTables { path: exe.path.clone(), version, tables: release.tables_version });
             }
+            let facts = Facts::of_release(release);
             let tables = Tables::parse(release)?;
-            let statics = Statics::find(&exe, None, release, Some(&tables))?;
+            let statics = Statics::find(&exe, None, Some(&tables), facts.memprof)?;
             notes.push(format!(
                 "{} has no DWARF debug info: structure layouts come from heapsnap's tables for OCaml {}, and snapshots have no source lines",
                 exe.path.display(),
                 release.tables_version
             ));
-            (tables.layout.clone(), statics, LayoutsFrom::Tables, tables.file_ranges(&exe), false)
+            (release, facts, tables.layout.clone(), statics, LayoutsFrom::Tables, tables.file_ranges(&exe), false)
         };
         if exe.symbols_from == SymbolTable::Dynsym {
             notes.push(format!("{} has no .symtab: only exported symbols name functions and data", exe.path.display()));
         }
         let detected_reserved_bits = detect_reserved_bits(&exe);
-        let pools = pool_geometry(&exe, bias, source, &layout, release)?;
+        if probe.is_none() {
+            check_size_classes(&exe, bias, source, &layout, release)?;
+        }
+        let pools = facts.pools.clone();
         let code = CodeMap::new(&exe);
         let r = &layout.roots;
         let frametables = bias + statics.current_frame_descrs + r.frametables;
@@ -111,9 +156,12 @@ impl Runtime {
             frames.read_linked(source, &exe, bias)?;
         }
         let unwinder = unwind::Unwinder::new(&mappings);
-        Ok(Runtime {
+        let mut rt = Runtime {
             exe,
             release,
+            facts,
+            probe: None,
+            guessed: Vec::new(),
             layout,
             statics,
             layouts_from,
@@ -128,12 +176,46 @@ impl Runtime {
             units,
             units_exact,
             notes,
+        };
+        if let Some(mut found) = probe {
+            found.waste_first = found.size_classes.as_ref().ok().map(|tables| {
+                let sampled = sample_pools(&rt, source, tables);
+                probe::waste_first(source, tables, rt.layout.heap.pool_sz, &sampled)
+            });
+            if known.is_some() {
+                if let Some((fact, probed, says)) = found.disagreement(&rt.facts) {
+                    return Err(DumpError::ProbeDisagrees { version: rt.version, fact, probed, release: rt.release.series, says });
+                }
+            } else {
+                let (facts, guessed) = found.facts(options.force).map_err(|u| probe_refusal(&rt.version, u))?;
+                rt.pools = facts.pools.clone();
+                rt.facts = facts;
+                rt.guessed = guessed;
+                rt.probe = Some(found);
+            }
+        }
+        Ok(rt)
+    }
+
+    /// How the runtime was probed, for the metadata, when it is of a release heapsnap does
+    /// not know; `measured` adds what the stop measured.
+    pub fn probed(&self, measured: &[ProbedFact]) -> Option<heapsnap_format::ProbedRuntime> {
+        let probe = self.probe.as_ref()?;
+        Some(heapsnap_format::ProbedRuntime {
+            reason: match versions::find(&self.version) {
+                Some(_) => format!(
+                    "OCaml {}'s runtime was read by probing it, not as the release heapsnap knows (--read-by-probing)",
+                    self.version
+                ),
+                None => format!("OCaml {} is not a release heapsnap was tested on: its runtime was read by probing it", self.version),
+            },
+            facts: probe.report().into_iter().chain(measured.iter().cloned()).collect(),
+            guessed: self.guessed.iter().map(|g| g.to_string()).collect(),
         })
     }
 
-    /// The shape of this release's continuation blocks.
-    pub fn continuation_shape(&self) -> ContinuationShape {
-        let fields = self.release.continuation_fields;
+    /// The shape of this runtime's continuation blocks, with `fields` of them.
+    pub fn continuation_shape(&self, fields: u64) -> ContinuationShape {
         let class = self.pools.sizeclass_of_whsize(fields as usize + 1);
         ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| self.pools.size_classes[sz].wsize) }
     }
@@ -194,9 +276,10 @@ pub fn compactions_counter(pid: u32) -> Result<crate::watch::CompactionsCounter>
     crate::watch::symbol_address(pid, "caml_compactions_count").map(crate::watch::CompactionsCounter::At)
 }
 
-/// The release's pool geometry, checked against the target's own size-class tables and pool
-/// header size where the executable names them: a difference means the version was misread.
-fn pool_geometry(exe: &Executable, bias: u64, source: &dyn MemorySource, layout: &Layout, release: &Release) -> Result<PoolGeometry> {
+/// For an executable without DWARF (which the probe cannot read): the release's size classes
+/// checked against the target's own table where the executable names it. A difference means
+/// the version was misread.
+fn check_size_classes(exe: &Executable, bias: u64, source: &dyn MemorySource, layout: &Layout, release: &Release) -> Result<()> {
     let geometry = release.pools();
     let n = layout.heap.num_sizeclasses as usize;
     let wsize = read_table::<4>(exe, bias, source, "wsize_sizeclass", n)?;
@@ -216,5 +299,42 @@ fn pool_geometry(exe: &Executable, bias: u64, source: &dyn MemorySource, layout:
             8 * geometry.header_wsize
         )));
     }
-    Ok(geometry)
+    Ok(())
+}
+
+/// A few pools of each size class that wastes words, read from the heap lists while the
+/// target runs (racily: the probe only counts what reads as headers).
+fn sample_pools(rt: &Runtime, source: &dyn MemorySource, tables: &SizeClassTables) -> Vec<u64> {
+    const PER_LIST: usize = 2;
+    let Ok(states) = safety::domain_states(rt, source) else { return Vec::new() };
+    let mut out = Vec::new();
+    for (_, head, sz) in capture::pool_list_heads(rt, source, &states) {
+        if tables.wastage.get(sz as usize).is_none_or(|&w| w == 0) {
+            continue;
+        }
+        let mut pool = source.read_u64(head).unwrap_or(0);
+        for _ in 0..PER_LIST {
+            if pool == 0 {
+                break;
+            }
+            out.push(pool);
+            pool = source.read_u64(pool + rt.layout.heap.pool_next).unwrap_or(0);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The refusal of a release heapsnap does not know, for a fact its probe could not establish.
+fn probe_refusal(version: &str, u: probe::Unestablished) -> DumpError {
+    DumpError::ProbeFailed { version: version.to_string(), fact: u.fact, why: u.why }
+}
+
+/// Where a debug file for `exe` would be looked for, for the message of a refusal.
+fn debug_file_wanted(exe: &Executable) -> String {
+    match &exe.build_id {
+        Some(id) if id.len() > 2 => format!("/usr/lib/debug/.build-id/{}/{}.debug (its build id), or --debug-file", &id[..2], &id[2..]),
+        _ => "--debug-file, or an unstripped copy of the same build with --exe".to_string(),
+    }
 }

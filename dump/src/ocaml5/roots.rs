@@ -2,6 +2,7 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
+use super::probe;
 use super::versions::Indirection;
 use super::Runtime;
 use crate::common::copied_world::{Capture, CapturedRoot, RootName};
@@ -10,8 +11,8 @@ use crate::common::regions::{find_continuations, CapturedRegion, RegionIndex};
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{
-    MemprofRecord, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET, MEMPROF_PROMOTED,
-    MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    MemprofRecord, ProbedFact, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET,
+    MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
@@ -119,7 +120,8 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
 
     // Suspended continuations own their fiber stacks: what those reference is attributed to
     // the continuation (kind SuspendedStack, origin = the stack), not made a root.
-    let conts = find_continuations(&cap.regions, format, rt.continuation_shape());
+    let fields = continuation_fields(rt, cap, format)?;
+    let conts = find_continuations(&cap.regions, format, rt.continuation_shape(fields));
     let index = RegionIndex::new(&cap.regions);
     let fibers: Vec<u64> = conts.iter().filter_map(|&c| index.word(c)).filter(|&f| f & 1 == 1 && f > 1).map(|f| f - 1).collect();
     drop(index);
@@ -130,9 +132,45 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     cap.regions.append(&mut cx.new_regions);
     cap.memprof_frames = root_chains::memprof_frames(source, &cx.memprof, &rt.frames, format);
     cap.roots = cx.roots;
-    cap.memprof = rt.release.memprof().then_some(cx.memprof);
+    cap.memprof = rt.facts.memprof.then_some(cx.memprof);
     cap.warnings.append(&mut cx.warnings);
     Ok(())
+}
+
+/// The fields of a continuation: the release's, checked against the continuations in the minor
+/// heaps; or, for a probed runtime, measured on the continuations in the heap (none: no stack
+/// is held by one, and the fact matters to nothing here).
+fn continuation_fields(rt: &Runtime, cap: &mut Capture, format: HeaderFormat) -> Result<u64> {
+    match rt.facts.continuation_fields {
+        Some(known) => {
+            let seen = probe::measure_continuation_fields(cap.regions.iter().filter(|r| r.kind == RegionKind::MinorHeap), format);
+            match seen {
+                Ok(None) => Ok(known),
+                Ok(Some(n)) if n == known => Ok(known),
+                Ok(Some(n)) => Err(DumpError::ProbeDisagrees {
+                    version: rt.version.clone(),
+                    fact: "fields of a continuation",
+                    probed: n.to_string(),
+                    release: rt.release.series,
+                    says: known.to_string(),
+                }),
+                Err(why) => Err(DumpError::Inconsistent(why)),
+            }
+        }
+        None => {
+            let measured = probe::measure_continuation_fields(cap.regions.iter(), format).map_err(|why| DumpError::ProbeFailed {
+                version: rt.version.clone(),
+                fact: "fields of a continuation",
+                why,
+            })?;
+            let (value, from) = match measured {
+                Some(n) => (n.to_string(), "the continuations in the stopped heap".to_string()),
+                None => ("not needed".to_string(), "no continuation is in the heap".to_string()),
+            };
+            cap.probed.push(ProbedFact { fact: "fields of a continuation".into(), value, from });
+            Ok(measured.unwrap_or(0))
+        }
+    }
 }
 
 /// systhreads installs `caml_thread_scan_roots` in `caml_scan_roots_hook`; we scan what it
@@ -185,7 +223,7 @@ fn global_root_lists(cx: &mut Ctx<'_>, cap: &Capture) -> Result<()> {
 /// The systhreads of domain `domain` (empty without the threads library).
 fn systhreads(cx: &mut Ctx<'_>, domain: u16) -> Result<Vec<SysThread>> {
     let (Some(t), Some(thread_table)) = (cx.rt.layout.threads.clone(), cx.rt.statics.thread_table) else { return Ok(Vec::new()) };
-    let table = match cx.rt.release.thread_table {
+    let table = match cx.rt.facts.thread_table {
         Indirection::InlineArray => cx.rt.addr(thread_table),
         Indirection::Pointer => cx.word(cx.rt.addr(thread_table))?,
     };

@@ -165,7 +165,7 @@ fn participating_domains(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<
     if !(0..=4096).contains(&count) {
         return Err(crate::error::DumpError::Inconsistent(format!("{count} domains take part in stop-the-world sections")));
     }
-    let array = match rt.release.domain_table {
+    let array = match rt.facts.domain_table {
         Indirection::InlineArray => stw + l.stw_domains_array,
         Indirection::Pointer => source.read_u64(stw + l.stw_domains_array)?,
     };

@@ -4,7 +4,6 @@
 //! ([`super::locate`], with the release's tables).
 
 use super::tables::Tables;
-use super::versions::Release;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
@@ -40,10 +39,14 @@ struct Finder<'a> {
     exe: &'a Executable,
     types: Option<&'a TypeIndex>,
     tables: Option<&'a Tables>,
-    release: &'a Release,
 }
 
 impl Finder<'_> {
+    /// The version the tables were made from, for messages.
+    fn tables_version(&self) -> &str {
+        self.tables.map_or("?", |t| t.version.as_str())
+    }
+
     /// The variable's address and size, if it can be found.
     fn find(&self, name: &str, file: &str) -> Result<Option<(u64, u64)>> {
         if let Some(t) = self.types {
@@ -62,7 +65,7 @@ impl Finder<'_> {
             Some(&a) if 2 * found.iter().filter(|&&b| b == a).count() > found.len() => Ok(Some((a, entry.size))),
             Some(_) => Err(DumpError::VersionMismatch(format!(
                 "the code that uses the runtime's variable {name} ({file}) is not laid out as in OCaml {}: its locators disagree ({})",
-                self.release.tables_version,
+                self.tables_version(),
                 found.iter().map(|a| format!("{a:#x}")).collect::<Vec<_>>().join(", ")
             ))),
         }
@@ -78,7 +81,7 @@ impl Finder<'_> {
         } else {
             format!(
                 "the executable has no debug info and no .symtab, and the code that uses it does not match OCaml {}'s",
-                self.release.tables_version
+                self.tables_version()
             )
         };
         DumpError::MissingStatic { name: format!("{name} ({file})"), how }
@@ -87,14 +90,15 @@ impl Finder<'_> {
 
 impl Statics {
     /// Finds every variable. `types` is the DWARF, when there is some; `tables` the release's
-    /// tables, used only without DWARF and `.symtab`.
-    pub fn find(exe: &Executable, types: Option<&TypeIndex>, release: &Release, tables: Option<&Tables>) -> Result<Statics> {
-        let f = Finder { exe, types, tables, release };
+    /// tables, used only without DWARF and `.symtab`; `memprof` whether statmemprof keeps
+    /// entry tables.
+    pub fn find(exe: &Executable, types: Option<&TypeIndex>, tables: Option<&Tables>, memprof: bool) -> Result<Statics> {
+        let f = Finder { exe, types, tables };
         let threads = match types {
             Some(t) => t.variable("thread_table", "st_stubs.c").is_ok(),
             None => threads_linked(exe),
         };
-        let memprof_orphans = match release.memprof() {
+        let memprof_orphans = match memprof {
             true => Some((f.required("orphans", "memprof.c")?, f.required("orphans_lock", "memprof.c")?)),
             false => None,
         };

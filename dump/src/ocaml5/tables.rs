@@ -46,7 +46,7 @@ impl Tables {
 
     /// The tables of `exe`, which must have DWARF and `.symtab`, built by `version`'s toolchain.
     pub fn generate(exe: &Executable, types: &TypeIndex, release: &Release, version: &str) -> Result<Tables> {
-        let layout = Layout::load(types, release)?;
+        let layout = Layout::load(types, &super::facts::Facts::of_release(release))?;
         let mut statics = BTreeMap::new();
         for &(name, file) in STATIC_VARIABLES {
             let Ok(v) = types.variable(name, file) else { continue };

@@ -89,6 +89,15 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
             proptest::option::of((text(), text(), proptest::option::of(text()), proptest::collection::vec(text(), 0..3)).prop_map(
                 |(requested, method, why_copy, not_frozen)| heapsnap_format::CaptureInfo { requested, method, why_copy, not_frozen },
             )),
+            proptest::option::of(
+                (text(), proptest::collection::vec((text(), text(), text()), 0..3), proptest::collection::vec(text(), 0..2)).prop_map(
+                    |(reason, facts, guessed)| heapsnap_format::ProbedRuntime {
+                        reason,
+                        facts: facts.into_iter().map(|(fact, value, from)| heapsnap_format::ProbedFact { fact, value, from }).collect(),
+                        guessed,
+                    },
+                ),
+            ),
         ),
     )
         .prop_map(
@@ -96,7 +105,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
                 warnings,
-                (pools, forced_version, layouts_from, ocaml4_gc, capture),
+                (pools, forced_version, layouts_from, ocaml4_gc, capture, probed),
             )| Metadata {
                 ocaml_version,
                 word_size: 8,
@@ -117,6 +126,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 layouts_from,
                 ocaml4_gc,
                 capture,
+                probed,
             },
         )
 }

@@ -33,6 +33,7 @@ pub fn metadata() -> Metadata {
         layouts_from: None,
         ocaml4_gc: None,
         capture: None,
+        probed: None,
     }
 }
 

@@ -63,6 +63,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             layouts_from: None,
             ocaml4_gc: None,
             capture: None,
+            probed: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();

@@ -1,0 +1,400 @@
+//! Reading an OCaml 5 runtime's [`Facts`] from the target itself, as Go's `gocore` reads Go
+//! versions: each fact from where the runtime keeps it, never from the version string.
+//!
+//! - Size classes: the runtime's own `wsize_sizeclass` and `wastage_sizeclass` tables in the
+//!   executable's data (element types from DWARF); the pool size is the one every class's
+//!   wasted words agree with; the pool header's size is `sizeof(struct pool)`.
+//! - Where a pool's wasted words lie (before its blocks, from 5.2, or after them, in 5.1): the
+//!   pools in the running heap, whose slot headers only read as headers under one of the two.
+//! - Compaction: `caml_compactions_count` exists. Statmemprof's entry tables: DWARF's
+//!   `struct memprof_domain_s` has `entries`.
+//! - `stw_domains.domains` and `thread_table`: arrays or pointers, from their DWARF types.
+//! - Fields of a continuation: no type says it; the continuations in the stopped heap do
+//!   ([`measure_continuation_fields`]).
+//!
+//! On a release heapsnap knows, every probed fact must equal the release's ([`disagreement`]):
+//! that is how a patched or mis-built runtime is caught. On one it does not know, the probed
+//! facts are the facts ([`Probe::facts`]), and a fact that cannot be established is a refusal
+//! that names it.
+
+use super::facts::Facts;
+use super::layout::HeapLayout;
+use super::versions::{self, Indirection};
+use crate::common::regions::CapturedRegion;
+use crate::dwarf::TypeIndex;
+use crate::elf::Executable;
+use crate::source::{MemorySource, ReadExt};
+use heapsnap_format::ProbedFact;
+use heapsnap_format::RegionKind;
+use heapsnap_values::{HeaderFormat, PoolGeometry};
+use std::collections::BTreeSet;
+
+/// The tag of continuation blocks (runtime/caml/mlvalues.h).
+const CONT_TAG: u8 = 245;
+
+/// Pools read, at most, to tell where wasted words lie.
+const POOLS_SAMPLED: usize = 64;
+
+/// What the probe found of one runtime; each fact is its value or why it could not be known.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub size_classes: Result<SizeClassTables, String>,
+    /// `Some(true)` when the wasted words come first; `None` before the heap was sampled.
+    pub waste_first: Option<Result<bool, String>>,
+    pub compaction: bool,
+    pub memprof: Result<bool, String>,
+    pub domain_table: Result<Indirection, String>,
+    /// `None` when systhreads is not linked in.
+    pub thread_table: Option<Result<Indirection, String>>,
+}
+
+/// The runtime's size-class tables and pool sizes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizeClassTables {
+    pub wsize: Vec<u32>,
+    pub wastage: Vec<u32>,
+    pub pool_wsize: u32,
+    pub header_wsize: u32,
+}
+
+impl SizeClassTables {
+    fn geometry(&self, waste_first: bool) -> PoolGeometry {
+        PoolGeometry::from_tables(self.pool_wsize, self.header_wsize, &self.wsize, &self.wastage, waste_first)
+    }
+}
+
+/// A fact the probe could not establish on a release heapsnap does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unestablished {
+    pub fact: &'static str,
+    pub why: String,
+}
+
+impl Probe {
+    /// Probes what the executable and its DWARF say. `source` may be running: only the
+    /// executable's constant data is read from it.
+    pub fn statics(exe: &Executable, types: &TypeIndex, heap: &HeapLayout, source: &dyn MemorySource, bias: u64) -> Probe {
+        Probe {
+            size_classes: size_class_tables(exe, types, heap, source, bias),
+            waste_first: None,
+            compaction: exe.symbol("caml_compactions_count").is_some(),
+            memprof: memprof(types),
+            domain_table: indirection(types, "stw_domains", "domain.c", "domains"),
+            thread_table: types.variable("thread_table", "st_stubs.c").ok().map(|_| indirection(types, "thread_table", "st_stubs.c", "")),
+        }
+    }
+
+    /// The facts of a release heapsnap does not know, from the probe alone; the first fact
+    /// it could not establish when there is one. With `force`, such a fact takes the newest
+    /// known release's value and is listed in the second part of the result.
+    pub fn facts(&self, force: bool) -> Result<(Facts, Vec<&'static str>), Unestablished> {
+        let mut facts = Facts::of_release(versions::newest());
+        facts.continuation_fields = None;
+        facts.compaction = self.compaction;
+        let mut guessed = Vec::new();
+        let mut unknown = |fact: &'static str, why: &String| {
+            if force {
+                guessed.push(fact);
+                Ok(())
+            } else {
+                Err(Unestablished { fact, why: why.clone() })
+            }
+        };
+        let waste_first = self.waste_first.clone().unwrap_or_else(|| Err("the heap was not sampled".into()));
+        match (&self.size_classes, &waste_first) {
+            (Ok(tables), Ok(first)) => facts.pools = tables.geometry(*first),
+            (Err(why), _) => unknown("size classes", why)?,
+            (Ok(tables), Err(why)) => {
+                unknown("where a pool's wasted words lie", why)?;
+                facts.pools = tables.geometry(true);
+            }
+        }
+        match &self.memprof {
+            Ok(m) => facts.memprof = *m,
+            Err(why) => unknown("statmemprof's entry tables", why)?,
+        }
+        match &self.domain_table {
+            Ok(i) => facts.domain_table = *i,
+            Err(why) => unknown("stw_domains.domains", why)?,
+        }
+        match &self.thread_table {
+            Some(Ok(i)) => facts.thread_table = *i,
+            Some(Err(why)) => unknown("thread_table", why)?,
+            None => {}
+        }
+        Ok((facts, guessed))
+    }
+
+    /// The first fact of `facts` (a known release's) that the probe established otherwise:
+    /// (fact, what the probe found, what the release says). Facts the probe could not
+    /// establish are not disagreements.
+    pub fn disagreement(&self, facts: &Facts) -> Option<(&'static str, String, String)> {
+        if let Ok(t) = &self.size_classes {
+            let known: Vec<u32> = facts.pools.size_classes.iter().map(|c| c.wsize).collect();
+            if t.wsize != known {
+                return Some(("size classes", format!("{:?}", t.wsize), format!("{known:?}")));
+            }
+            if t.pool_wsize != facts.pools.pool_wsize {
+                return Some(("pool size", format!("{} words", t.pool_wsize), format!("{} words", facts.pools.pool_wsize)));
+            }
+            if t.header_wsize != facts.pools.header_wsize {
+                return Some(("pool header", format!("{} words", t.header_wsize), format!("{} words", facts.pools.header_wsize)));
+            }
+            if let Some(Ok(first)) = self.waste_first {
+                let probed = t.geometry(first);
+                if probed != facts.pools {
+                    let starts = |g: &PoolGeometry| format!("{:?}", g.size_classes.iter().map(|c| c.first_block).collect::<Vec<_>>());
+                    return Some(("where each size class's first block lies", starts(&probed), starts(&facts.pools)));
+                }
+            }
+        }
+        if self.compaction != facts.compaction {
+            let says = |c: bool| if c { "caml_compactions_count exists" } else { "no caml_compactions_count" }.to_string();
+            return Some(("compaction", says(self.compaction), says(facts.compaction)));
+        }
+        let differs = |fact: &'static str, probed: &Result<String, String>, known: String| match probed {
+            Ok(p) if *p != known => Some((fact, p.clone(), known)),
+            _ => None,
+        };
+        let show = |r: &Result<Indirection, String>| r.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone);
+        differs(
+            "statmemprof's entry tables",
+            &self.memprof.as_ref().map(|m| m.to_string()).map_err(Clone::clone),
+            facts.memprof.to_string(),
+        )
+        .or_else(|| differs("stw_domains.domains", &show(&self.domain_table), format!("{:?}", facts.domain_table)))
+        .or_else(|| match &self.thread_table {
+            Some(t) => differs("thread_table", &show(t), format!("{:?}", facts.thread_table)),
+            None => None,
+        })
+    }
+
+    /// The facts established, for the report and the metadata.
+    pub fn report(&self) -> Vec<ProbedFact> {
+        let mut out = Vec::new();
+        let mut push = |fact: &'static str, value: Result<String, String>, from: &str| match value {
+            Ok(value) => out.push(ProbedFact { fact: fact.to_string(), value, from: from.to_string() }),
+            Err(why) => out.push(ProbedFact { fact: fact.to_string(), value: "not established".into(), from: why }),
+        };
+        match &self.size_classes {
+            Ok(t) => {
+                push("size classes", Ok(format!("{:?}", t.wsize)), "wsize_sizeclass in the executable");
+                push("pool size", Ok(format!("{} words", t.pool_wsize)), "wastage_sizeclass in the executable");
+                push("pool header", Ok(format!("{} words", t.header_wsize)), "sizeof(struct pool) in DWARF");
+            }
+            Err(why) => push("size classes", Err(why.clone()), ""),
+        }
+        match &self.waste_first {
+            Some(r) => push(
+                "where a pool's wasted words lie",
+                r.as_ref().map(|&f| if f { "before its blocks" } else { "after its blocks" }.to_string()).map_err(Clone::clone),
+                "slot headers of pools in the heap",
+            ),
+            None => push("where a pool's wasted words lie", Err("not sampled".into()), ""),
+        }
+        push("compaction", Ok(self.compaction.to_string()), "the symbol caml_compactions_count");
+        push(
+            "statmemprof's entry tables",
+            self.memprof.as_ref().map(|m| m.to_string()).map_err(Clone::clone),
+            "struct memprof_domain_s in DWARF",
+        );
+        push("stw_domains.domains", self.domain_table.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone), "its DWARF type");
+        if let Some(t) = &self.thread_table {
+            push("thread_table", t.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone), "its DWARF type");
+        }
+        out
+    }
+}
+
+/// `wsize_sizeclass` and `wastage_sizeclass`, read where the executable keeps them, with the
+/// element sizes DWARF gives; the pool size is solved from them.
+fn size_class_tables(
+    exe: &Executable,
+    types: &TypeIndex,
+    heap: &HeapLayout,
+    source: &dyn MemorySource,
+    bias: u64,
+) -> Result<SizeClassTables, String> {
+    let count = heap.num_sizeclasses as usize;
+    let wsize = read_table(exe, types, source, bias, "wsize_sizeclass", count)?;
+    let wastage = read_table(exe, types, source, bias, "wastage_sizeclass", count)?;
+    let header_wsize = (heap.pool_header_bytes / 8) as u32;
+    if wsize.is_empty() || wsize.windows(2).any(|w| w[0] >= w[1]) || wsize.contains(&0) {
+        return Err(format!("wsize_sizeclass {wsize:?} is not a rising list of sizes"));
+    }
+    if wsize.iter().zip(&wastage).any(|(w, waste)| waste >= w) {
+        return Err(format!("wastage_sizeclass {wastage:?} has a class that wastes a whole block of {wsize:?}"));
+    }
+    let pool_wsize = solve_pool_wsize(header_wsize, &wsize, &wastage)
+        .ok_or_else(|| format!("no pool size below 1 Mi words leaves the wasted words of wastage_sizeclass {wastage:?}"))?;
+    Ok(SizeClassTables { wsize, wastage, pool_wsize, header_wsize })
+}
+
+/// The pool size, in words, that leaves each class `wastage[i]` words after its whole blocks
+/// of `wsize[i]` words and a header of `header` words: the smallest one above the largest
+/// class (the runtime's sizes share no common period below millions of words, so it is the
+/// only plausible one).
+fn solve_pool_wsize(header: u32, wsize: &[u32], wastage: &[u32]) -> Option<u32> {
+    let largest = *wsize.iter().max()?;
+    (header + largest..1 << 20).find(|&pool| wsize.iter().zip(wastage).all(|(&w, &waste)| (pool - header) % w == waste))
+}
+
+fn read_table(
+    exe: &Executable,
+    types: &TypeIndex,
+    source: &dyn MemorySource,
+    bias: u64,
+    name: &str,
+    count: usize,
+) -> Result<Vec<u32>, String> {
+    let var = types.variable(name, "shared_heap.c").map_err(|e| format!("{name}: {e}"))?;
+    let ty = types.variable_type(var).ok_or_else(|| format!("{name} has no DWARF type"))?;
+    let len = types.array_len(ty).ok_or_else(|| format!("{name} is not an array in DWARF"))?;
+    if len as usize != count {
+        return Err(format!("{name} has {len} entries, caml_heap_state.avail_pools {count}"));
+    }
+    let element = types.array_element(ty).and_then(|e| types.size_of(e)).ok_or_else(|| format!("{name}'s elements have no size"))?;
+    if !(1..=8).contains(&element) {
+        return Err(format!("{name}'s elements are {element} bytes"));
+    }
+    // A static const of a header: every file that uses it has a copy. DWARF's is shared_heap.c's.
+    let address =
+        if var.address != 0 { var.address } else { exe.addresses_of(name).into_iter().next().ok_or(format!("no symbol {name}"))? };
+    let bytes = source.read_bytes(bias + address, element as usize * count).map_err(|e| format!("{name}: {e}"))?;
+    Ok(bytes.chunks(element as usize).map(|c| c.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64) as u32).collect())
+}
+
+fn memprof(types: &TypeIndex) -> Result<bool, String> {
+    match types.type_named("memprof_domain_s") {
+        Ok(ty) => Ok(types.members(ty).iter().any(|(m, _)| m == "entries")),
+        // 5.1's memprof.c has stubs only, and no such structure.
+        Err(_) => match types.variable("caml_memprof_main_domain", "memprof.c") {
+            Ok(_) => Err("memprof.c has variables but no struct memprof_domain_s in DWARF".into()),
+            Err(_) => Ok(false),
+        },
+    }
+}
+
+fn indirection(t: &TypeIndex, var: &str, file: &str, member: &str) -> Result<Indirection, String> {
+    let v = t.variable(var, file).map_err(|e| e.to_string())?;
+    let ty = if member.is_empty() { t.variable_type(v) } else { t.variable_field(v, var, member).map_err(|e| e.to_string())?.ty };
+    match ty {
+        Some(ty) if t.array_len(ty).is_some() => Ok(Indirection::InlineArray),
+        Some(ty) if t.is_pointer(ty) => Ok(Indirection::Pointer),
+        _ => Err(format!("{var}{}{member} is neither an array nor a pointer in DWARF", if member.is_empty() { "" } else { "." })),
+    }
+}
+
+/// Where a pool's wasted words lie, from pools read in the running heap: for each class that
+/// wastes words, the slots' headers only read as headers (zero for a free slot, else a block
+/// that fits the slot) when the slots start where they really are. `pools` are candidate pool
+/// addresses; a pool that cannot be read, or that changes under us, only weakens the evidence.
+pub fn waste_first(source: &dyn MemorySource, tables: &SizeClassTables, pool_sz: u64, pools: &[u64]) -> Result<bool, String> {
+    let (mut bad_first, mut bad_last, mut informative) = (0usize, 0usize, 0usize);
+    let pool_bytes = tables.pool_wsize as usize * 8;
+    for &pool in pools {
+        if informative >= POOLS_SAMPLED {
+            break;
+        }
+        let Ok(bytes) = source.read_bytes(pool, pool_bytes) else { continue };
+        let word = |at: usize| bytes.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let sz = (word(pool_sz as usize & !7) >> (8 * (pool_sz % 8))) as u32 as usize;
+        let (Some(&w), Some(&waste)) = (tables.wsize.get(sz), tables.wastage.get(sz)) else { continue };
+        if waste == 0 {
+            continue;
+        }
+        let count = |start_words: u32| {
+            let (mut bad, mut live) = (0usize, 0usize);
+            let mut at = (tables.header_wsize + start_words) as usize * 8;
+            while at + w as usize * 8 <= pool_bytes {
+                let hd = word(at);
+                // Bits 10..40 hold the size whatever the reserved bits above them.
+                let wosize = (hd >> 10) & 0x3fff_ffff;
+                if hd != 0 {
+                    if (1..w as u64).contains(&wosize) {
+                        live += 1;
+                    } else {
+                        bad += 1;
+                    }
+                }
+                at += w as usize * 8;
+            }
+            (bad, live)
+        };
+        let (first, first_live) = count(waste);
+        let (last, _) = count(0);
+        if first_live > 0 || first > 0 {
+            informative += 1;
+            bad_first += first;
+            bad_last += last;
+        }
+    }
+    match (bad_first, bad_last) {
+        (0, 0) => {
+            Err(format!("{informative} pools of size classes that waste words were read, and their slots read as headers either way"))
+        }
+        (0, b) if b >= 2 => Ok(true),
+        (b, 0) if b >= 2 => Ok(false),
+        (f, l) => Err(format!("in {informative} pools, {f} slots misread with the wasted words first and {l} with them last")),
+    }
+}
+
+/// Fields of the continuations in the stopped heap: the sizes of the `Cont_tag` blocks in
+/// the minor heaps and in the pools of the small size classes that could hold them. `Ok(None)`
+/// when there is none (then no stack is held by one, and the fact matters to nothing in this
+/// heap); an error when they disagree.
+pub fn measure_continuation_fields<'a>(
+    regions: impl Iterator<Item = &'a CapturedRegion>,
+    format: HeaderFormat,
+) -> Result<Option<u64>, String> {
+    let mut sizes = BTreeSet::new();
+    for r in regions {
+        match r.kind {
+            RegionKind::MinorHeap => {
+                for (_, hd) in r.blocks(format) {
+                    if format.tag(hd) == CONT_TAG {
+                        sizes.insert(format.wosize(hd));
+                    }
+                }
+            }
+            RegionKind::Pool if (2..=4).contains(&r.block_wsize) => {
+                let stride = r.block_wsize as usize * 8;
+                let mut at = r.first_block as usize;
+                while at + stride <= r.bytes.len() {
+                    let hd = r.word(at);
+                    if r.bytes[at] == CONT_TAG && hd != 0 {
+                        sizes.insert(format.wosize(hd));
+                    }
+                    at += stride;
+                }
+            }
+            _ => {}
+        }
+    }
+    match sizes.len() {
+        0 => Ok(None),
+        1 => Ok(sizes.into_iter().next()),
+        _ => Err(format!("continuations of {sizes:?} fields were found")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_size_is_solved_from_each_release_s_tables() {
+        for geometry in [PoolGeometry::ocaml_5_1(), PoolGeometry::ocaml_5_2()] {
+            let wsize: Vec<u32> = geometry.size_classes.iter().map(|c| c.wsize).collect();
+            let wastage: Vec<u32> = wsize.iter().map(|w| (geometry.pool_wsize - geometry.header_wsize) % w).collect();
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &wastage), Some(geometry.pool_wsize));
+            // A pool of other size is found from its own wastage.
+            let other: Vec<u32> = wsize.iter().map(|w| (8192 - geometry.header_wsize) % w).collect();
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &other), Some(8192));
+            // One edited entry fits no pool size.
+            let mut edited = wastage.clone();
+            edited[31] = (edited[31] + 1) % wsize[31];
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &edited), None);
+        }
+    }
+}
