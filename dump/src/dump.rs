@@ -96,6 +96,9 @@ pub struct DumpReport {
     /// facts found, and those guessed (`--force`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probed: Option<heapsnap_format::ProbedRuntime>,
+    /// How long probing the runtime took, before the stop (also for a known release, whose
+    /// file the probe checks).
+    pub probe_ns: u64,
     /// Where the structure layouts came from: `dwarf`, `debug_file` or `tables`.
     pub layouts_from: String,
     /// Memory a core file does not hold (always empty for a live process).
@@ -401,6 +404,7 @@ impl DumpReport {
             forced_version: rt.forced(),
             read_as: rt.read_as().to_string(),
             probed: rt.probed(&cap.probed),
+            probe_ns: rt.probe_ns(),
             layouts_from: rt.layouts_from().to_string(),
             missing: Vec::new(),
             capture: None,

@@ -374,6 +374,9 @@ fn take_snapshot(
         discover: runtime.discover_options(None),
         ..Default::default()
     };
-    heapsnap_dump::dump_process(pid, &options)?;
+    let report = heapsnap_dump::dump_process(pid, &options)?;
+    // A runtime read by probing is checked at once, as by `dump`: a snapshot that fails
+    // verification is not kept.
+    super::dump::check_unknown_release(&report).map_err(|e| heapsnap_dump::DumpError::Inconsistent(format!("{e:#}")))?;
     Ok(path.to_path_buf())
 }

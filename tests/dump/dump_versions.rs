@@ -281,8 +281,11 @@ fn relabelled(exe: &Path, dir: &Path, version: &str) -> PathBuf {
     out
 }
 
+/// A version heapsnap does not know is read by probing its runtime when the executable has
+/// DWARF; stripped, it is refused with the debug file that would make it work, and `--force`
+/// reads it by the newest release's tables, checking the snapshot at once.
 #[test]
-fn unknown_versions_are_refused_and_forced_dumps_are_checked() {
+fn unknown_versions_are_probed_or_refused_and_forced_dumps_are_checked() {
     let tmp = tempfile::tempdir().unwrap();
     let program = relabelled(&sample_path("cache_leak"), tmp.path(), "5.9.1");
     let mut sample = Sample::start(&program, &[]);
@@ -290,32 +293,46 @@ fn unknown_versions_are_refused_and_forced_dumps_are_checked() {
     let out = tmp.path().join("x.snap");
     let o = dump(sample.pid(), &out, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && !out.exists(), "{err}");
-    assert!(err.contains("OCaml version 5.9.1 is not supported") && err.contains("5.1, 5.2, 5.3") && err.contains("--force"), "{err}");
-    assert_running_untraced(sample.pid(), "after a refused dump");
-
-    let report = dump_ok(sample.pid(), &out, &["--force"]);
-    assert_eq!(report["forced_version"], true, "{report}");
-    assert_eq!(report["read_as"], "5.3", "{report}");
-    let o = dump(sample.pid(), &out, &["--force"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("was read as 5.3") && err.contains("passed verification"), "{err}");
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("OCaml 5.9.1 is not a release heapsnap was tested on") && err.contains("passed verification"), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(report["forced_version"], false, "{report}");
+    assert!(report["probed"]["reason"].as_str().unwrap().contains("5.9.1"), "{report}");
     let snap = Snapshot::open(&out).unwrap();
-    assert!(snap.metadata().forced_version);
-    assert!(snap.metadata().warnings.iter().any(|w| w.contains("not a version heapsnap knows")), "{:?}", snap.metadata().warnings);
+    assert!(!snap.metadata().forced_version && snap.metadata().probed.is_some());
     sample.release();
     sample.finish();
 
-    // Stripped, and of a version without tables: even the layouts are unknown.
+    // Stripped: nothing to probe.
     let d = deploy(&program, tmp.path());
     let mut sample = Sample::start(&d.stripped, &[]);
     sample.wait_ready(1);
-    let o = dump(sample.pid(), &out, &[]);
+    let stripped_out = tmp.path().join("s.snap");
+    let o = dump(sample.pid(), &stripped_out, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("5.9.1 is not supported"), "{err}");
-    let o = dump(sample.pid(), &tmp.path().join("y.snap"), &["--force"]);
+    assert!(!o.status.success() && !stripped_out.exists(), "{err}");
+    assert!(err.contains("OCaml 5.9.1 is not a release heapsnap knows") && err.contains("no DWARF debug info to read its runtime by probing"), "{err}");
+    let build_id = snap.metadata().build_id.clone().expect("a build id");
+    assert!(err.contains(&format!("/usr/lib/debug/.build-id/{}/{}.debug", &build_id[..2], &build_id[2..])), "{err}");
+    assert!(err.contains("--force"), "{err}");
+    let o = dump(sample.pid(), &stripped_out, &["--read-by-probing"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--read-by-probing reads the runtime's DWARF"), "{err}");
+    assert_running_untraced(sample.pid(), "after refused dumps");
+    // Its debug file makes it work, by probing.
+    let report = dump_ok(sample.pid(), &stripped_out, &["--debug-file", d.debug_file.to_str().unwrap()]);
+    assert!(report["probed"].is_object(), "{report}");
+    // --force reads it as the newest release, by its tables.
+    let forced_out = tmp.path().join("f.snap");
+    let o = dump(sample.pid(), &forced_out, &["--force"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "a forced dump of a stripped unknown version reads it by the newest tables: {err}");
+    assert!(err.contains("was read as 5.3") && err.contains("passed verification"), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((&report["forced_version"], &report["read_as"]), (&true.into(), &"5.3".into()), "{report}");
+    let forced = Snapshot::open(&forced_out).unwrap();
+    assert!(forced.metadata().forced_version);
+    assert!(forced.metadata().warnings.iter().any(|w| w.contains("not a version heapsnap knows")), "{:?}", forced.metadata().warnings);
     sample.release();
     sample.finish();
 }

@@ -11,6 +11,7 @@ mod dump_errors;
 mod dump_fork;
 mod dump_memprof;
 mod dump_ocamlopt;
+mod dump_probe;
 mod dump_redact;
 mod dump_roots;
 mod dump_safety;

@@ -62,6 +62,54 @@ pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str])
     snaps
 }
 
+/// Dumps `program` (sample `name`, built by OCaml `version`, which the snapshot's version
+/// starts with) at each of its READY points by probing its runtime (`extra` says how: nothing
+/// for a release heapsnap does not know, `--read-by-probing` for one it knows), and checks the
+/// snapshot as [`check_sample_at`] does: it holds exactly the live blocks and passes `verify
+/// --strict`, and the report and the metadata say how the runtime was probed. With
+/// `compare_with_release`, a dump of the same moment read by the release's file must hold the
+/// same world word for word. Returns the facts probed at the last READY point.
+pub fn check_sample_by_probing(program: &Path, version: &str, name: &str, args: &[&str], extra: &[&str], compare_with_release: bool) -> serde_json::Value {
+    let (expected, expected_status) = reference_output(program, args);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut sample = Sample::start(program, args);
+    let steps = expected.iter().filter(|l| l.starts_with("READY ")).count() as u32;
+    let mut probed = serde_json::Value::Null;
+    for step in 1..=steps {
+        sample.wait_ready(step);
+        let path = dir.path().join(format!("{name}-{step}.snap"));
+        let mut flags = vec!["--capture", "copy"];
+        flags.extend_from_slice(extra);
+        let report = dump_ok(sample.pid(), &path, &flags);
+        assert_eq!(report["consistent"], true, "{name}: {report}");
+        probed = report["probed"].clone();
+        assert!(probed["facts"].as_array().is_some_and(|f| f.len() >= 7), "{name}: probed facts: {report}");
+        assert!(probed.get("guessed").is_none(), "{name}: nothing may be guessed: {report}");
+        let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("{name}: snapshot does not validate: {e}"));
+        let m = snap.metadata();
+        assert!(m.ocaml_version.starts_with(version), "{name}: version {}", m.ocaml_version);
+        let in_metadata = m.probed.as_ref().unwrap_or_else(|| panic!("{name}: the metadata does not say the runtime was probed"));
+        assert_eq!(serde_json::to_value(in_metadata).unwrap(), probed, "{name}: the report and the metadata disagree");
+        assert!(m.warnings.iter().any(|w| w.contains("read by probing")), "{name}: {:?}", m.warnings);
+        reachability(&snap).assert_exact(&format!("{name} step {step}, read by probing"));
+        let v = verify(&path, true);
+        assert_eq!(v["ok"], true, "{name} step {step}: heapsnap verify --strict: {v}");
+        if compare_with_release {
+            let by_release = dir.path().join(format!("{name}-{step}.release.snap"));
+            let report = dump_ok(sample.pid(), &by_release, &["--capture", "copy"]);
+            assert!(report.get("probed").is_none(), "{name}: {report}");
+            let known = Snapshot::open(&by_release).expect("snapshot by the release's file");
+            assert!(known.metadata().probed.is_none());
+            assert_same_capture(&format!("{name} step {step}, probed against the release's file"), &snap, &known);
+        }
+        sample.release();
+    }
+    let (lines, status) = sample.finish();
+    assert_eq!(lines, expected, "{name}: output changed by the dumps");
+    assert_eq!(status.code(), expected_status.code(), "{name}: exit status changed");
+    probed
+}
+
 /// What every snapshot of a sample must hold.
 fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
     let m = snap.metadata();

@@ -69,6 +69,11 @@ pub trait RuntimeFamily {
         None
     }
 
+    /// How long probing the runtime took, before any stop (0 where nothing was probed).
+    fn probe_ns(&self) -> u64 {
+        0
+    }
+
     /// What the report says once about what the executable lacks.
     fn notes(&self) -> &[String];
 

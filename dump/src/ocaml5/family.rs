@@ -41,6 +41,10 @@ impl RuntimeFamily for Runtime {
         Runtime::probed(self, measured)
     }
 
+    fn probe_ns(&self) -> u64 {
+        self.probe_ns
+    }
+
     fn notes(&self) -> &[String] {
         &self.notes
     }

@@ -50,6 +50,8 @@ pub struct Runtime {
     pub probe: Option<Probe>,
     /// Facts the probe could not establish, guessed as the newest release's (`--force`).
     pub guessed: Vec<&'static str>,
+    /// How long probing the runtime took (before any stop).
+    pub probe_ns: u64,
     pub layout: Layout,
     pub statics: Statics,
     pub layouts_from: LayoutsFrom,
@@ -97,6 +99,7 @@ impl Runtime {
         let mut forced = false;
         let (release, facts, layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
             let types = TypeIndex::load(&exe)?;
+            let probing = std::time::Instant::now();
             let found = Probe::statics(&exe, &types, &layout::heap(&types)?, source, bias);
             let facts = match known {
                 Some(release) => {
@@ -109,7 +112,7 @@ impl Runtime {
                 // The heap is sampled below; until then, what else was probed.
                 None => found.facts(true).map_err(|u| probe_refusal(&version, u))?.0,
             };
-            probe = Some(found);
+            probe = Some((found, probing.elapsed()));
             let release = known.unwrap_or(versions::newest());
             let layout = Layout::load(&types, &facts)?;
             let statics = Statics::find(&exe, Some(&types), None, facts.memprof)?;
@@ -162,6 +165,7 @@ impl Runtime {
             facts,
             probe: None,
             guessed: Vec::new(),
+            probe_ns: 0,
             layout,
             statics,
             layouts_from,
@@ -177,11 +181,13 @@ impl Runtime {
             units_exact,
             notes,
         };
-        if let Some(mut found) = probe {
+        if let Some((mut found, statics_took)) = probe {
+            let sampling = std::time::Instant::now();
             found.waste_first = found.size_classes.as_ref().ok().map(|tables| {
                 let sampled = sample_pools(&rt, source, tables);
                 probe::waste_first(source, tables, rt.layout.heap.pool_sz, &sampled)
             });
+            rt.probe_ns = (statics_took + sampling.elapsed()).as_nanos() as u64;
             if known.is_some() {
                 if let Some((fact, probed, says)) = found.disagreement(&rt.facts) {
                     return Err(DumpError::ProbeDisagrees { version: rt.version, fact, probed, release: rt.release.series, says });

@@ -374,27 +374,187 @@ pub fn measure_continuation_fields<'a>(
     match sizes.len() {
         0 => Ok(None),
         1 => Ok(sizes.into_iter().next()),
-        _ => Err(format!("continuations of {sizes:?} fields were found")),
+        _ => Err(format!("continuations of {:?} fields were found", sizes.iter().collect::<Vec<_>>())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::{DumpError, Result};
+    use crate::source::{Mapping, ThreadState};
+    use std::path::PathBuf;
+
+    /// Pools at given addresses, and nothing else.
+    struct Pools(Vec<(u64, Vec<u8>)>);
+
+    impl MemorySource for Pools {
+        fn pid(&self) -> Option<u32> {
+            None
+        }
+        fn executable_path(&self) -> PathBuf {
+            PathBuf::from("pools")
+        }
+        fn read(&self, address: u64, buf: &mut [u8]) -> Result<()> {
+            let (base, bytes) = self.0.iter().find(|(b, v)| (*b..*b + v.len() as u64).contains(&address)).ok_or(DumpError::Read {
+                address,
+                len: buf.len(),
+                reason: "unmapped".into(),
+            })?;
+            let at = (address - base) as usize;
+            buf.copy_from_slice(bytes.get(at..at + buf.len()).ok_or(DumpError::Read { address, len: buf.len(), reason: "short".into() })?);
+            Ok(())
+        }
+        fn threads(&self) -> &[ThreadState] {
+            &[]
+        }
+        fn mappings(&self) -> Result<Vec<Mapping>> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn tables(geometry: &PoolGeometry) -> SizeClassTables {
+        let wsize: Vec<u32> = geometry.size_classes.iter().map(|c| c.wsize).collect();
+        let wastage = wsize.iter().map(|w| (geometry.pool_wsize - geometry.header_wsize) % w).collect();
+        SizeClassTables { wsize, wastage, pool_wsize: geometry.pool_wsize, header_wsize: geometry.header_wsize }
+    }
+
+    /// A pool of class `sz` laid out by `geometry`, every other slot holding a block of the
+    /// class's size whose fields are pointers (as a list's cells are), the others free. `sz`
+    /// is at byte 24 of the header, as in `struct pool`.
+    fn pool(geometry: &PoolGeometry, sz: usize) -> Vec<u8> {
+        let mut words = vec![0u64; geometry.pool_wsize as usize];
+        words[3] = sz as u64;
+        let class = &geometry.size_classes[sz];
+        let w = class.wsize as usize;
+        let mut at = class.first_block as usize / 8;
+        let mut n = 0;
+        while at + w <= words.len() {
+            if n % 2 == 0 {
+                words[at] = ((w as u64 - 1) << 10) | 0x300;
+                for f in 1..w {
+                    words[at + f] = 0x7f00_1234_5000 + 8 * (at + f) as u64;
+                }
+            }
+            at += w;
+            n += 1;
+        }
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
 
     #[test]
     fn the_pool_size_is_solved_from_each_release_s_tables() {
         for geometry in [PoolGeometry::ocaml_5_1(), PoolGeometry::ocaml_5_2()] {
-            let wsize: Vec<u32> = geometry.size_classes.iter().map(|c| c.wsize).collect();
-            let wastage: Vec<u32> = wsize.iter().map(|w| (geometry.pool_wsize - geometry.header_wsize) % w).collect();
-            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &wastage), Some(geometry.pool_wsize));
+            let t = tables(&geometry);
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &t.wsize, &t.wastage), Some(geometry.pool_wsize));
             // A pool of other size is found from its own wastage.
-            let other: Vec<u32> = wsize.iter().map(|w| (8192 - geometry.header_wsize) % w).collect();
-            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &other), Some(8192));
+            let other: Vec<u32> = t.wsize.iter().map(|w| (8192 - geometry.header_wsize) % w).collect();
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &t.wsize, &other), Some(8192));
             // One edited entry fits no pool size.
-            let mut edited = wastage.clone();
-            edited[31] = (edited[31] + 1) % wsize[31];
-            assert_eq!(solve_pool_wsize(geometry.header_wsize, &wsize, &edited), None);
+            let mut edited = t.wastage.clone();
+            edited[31] = (edited[31] + 1) % t.wsize[31];
+            assert_eq!(solve_pool_wsize(geometry.header_wsize, &t.wsize, &edited), None);
         }
+    }
+
+    #[test]
+    fn where_wasted_words_lie_is_read_from_the_pools() {
+        for (geometry, first) in [(PoolGeometry::ocaml_5_2(), true), (PoolGeometry::ocaml_5_1(), false)] {
+            let t = tables(&geometry);
+            // Classes 4 (5 words, 2 wasted) and 6 (7 words, 4 wasted) in both releases.
+            let pools = Pools(vec![(0x10_0000, pool(&geometry, 4)), (0x20_0000, pool(&geometry, 6))]);
+            assert_eq!(waste_first(&pools, &t, 24, &[0x10_0000, 0x20_0000, 0x90_0000]), Ok(first), "waste first: {first}");
+            // Pools of classes that waste nothing, or empty ones, cannot tell.
+            let empty = vec![0u8; geometry.pool_wsize as usize * 8];
+            let useless = Pools(vec![(0x10_0000, pool(&geometry, 3)), (0x20_0000, empty)]);
+            let why = waste_first(&useless, &t, 24, &[0x10_0000, 0x20_0000]).unwrap_err();
+            assert!(why.contains("either way"), "{why}");
+        }
+        // Pools laid out by neither rule are not read as either.
+        let g = PoolGeometry::ocaml_5_2();
+        let mut shifted = g.clone();
+        shifted.size_classes[4].first_block += 8;
+        let pools = Pools(vec![(0x10_0000, pool(&shifted, 4))]);
+        assert!(waste_first(&pools, &tables(&g), 24, &[0x10_0000]).is_err());
+    }
+
+    fn region(kind: RegionKind, words: &[u64], block_wsize: u32, first_block: u32) -> CapturedRegion {
+        CapturedRegion {
+            kind,
+            domain: 0,
+            base: 0x1000,
+            block_wsize,
+            first_block,
+            owner: 0,
+            bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        }
+    }
+
+    #[test]
+    fn continuation_fields_are_measured_on_the_heap() {
+        let format = HeaderFormat { reserved_bits: 0 };
+        let cont = |fields: u64| (fields << 10) | CONT_TAG as u64;
+        let minor = region(RegionKind::MinorHeap, &[cont(2), 1, 1, 1 << 10, 5], 0, 0);
+        let pool = region(RegionKind::Pool, &[0, 0, 0, 0, cont(2), 1, 1, 0, 0, 0], 3, 32);
+        assert_eq!(measure_continuation_fields([&minor, &pool].into_iter(), format), Ok(Some(2)));
+        assert_eq!(measure_continuation_fields([&pool].into_iter(), format), Ok(Some(2)));
+        let none = region(RegionKind::MinorHeap, &[1 << 10, 5], 0, 0);
+        assert_eq!(measure_continuation_fields([&none].into_iter(), format), Ok(None));
+        let other = region(RegionKind::MinorHeap, &[cont(1), 1], 0, 0);
+        assert!(measure_continuation_fields([&minor, &other].into_iter(), format).unwrap_err().contains("[1, 2]"));
+    }
+
+    fn probe_of(facts: &Facts) -> Probe {
+        Probe {
+            size_classes: Ok(tables(&facts.pools)),
+            waste_first: Some(Ok(facts.pools.size_classes[4].first_block > 8 * facts.pools.header_wsize)),
+            compaction: facts.compaction,
+            memprof: Ok(facts.memprof),
+            domain_table: Ok(facts.domain_table),
+            thread_table: Some(Ok(facts.thread_table)),
+        }
+    }
+
+    #[test]
+    fn each_known_release_agrees_with_its_own_probe_and_no_other() {
+        for (i, release) in versions::RELEASES.iter().enumerate() {
+            let facts = Facts::of_release(release);
+            let probe = probe_of(&facts);
+            assert_eq!(probe.disagreement(&facts), None, "{}", release.series);
+            let (probed, guessed) = probe.facts(false).expect("every fact established");
+            assert!(guessed.is_empty());
+            assert_eq!(Facts { continuation_fields: facts.continuation_fields, ..probed }, facts, "{}", release.series);
+            for other in &versions::RELEASES[i + 1..] {
+                let (fact, ..) = probe.disagreement(&Facts::of_release(other)).expect("releases differ");
+                assert!(!fact.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn each_altered_fact_is_named() {
+        let facts = Facts::of_release(versions::newest());
+        let altered = |change: &dyn Fn(&mut Probe)| {
+            let mut p = probe_of(&facts);
+            change(&mut p);
+            p.disagreement(&facts).map(|d| d.0)
+        };
+        assert_eq!(altered(&|p| p.size_classes.as_mut().unwrap().wsize[9] += 1), Some("size classes"));
+        assert_eq!(altered(&|p| p.size_classes.as_mut().unwrap().pool_wsize *= 2), Some("pool size"));
+        assert_eq!(altered(&|p| p.size_classes.as_mut().unwrap().header_wsize += 1), Some("pool header"));
+        assert_eq!(altered(&|p| p.waste_first = Some(Ok(false))), Some("where each size class's first block lies"));
+        assert_eq!(altered(&|p| p.compaction = false), Some("compaction"));
+        assert_eq!(altered(&|p| p.memprof = Ok(false)), Some("statmemprof's entry tables"));
+        assert_eq!(altered(&|p| p.domain_table = Ok(Indirection::InlineArray)), Some("stw_domains.domains"));
+        assert_eq!(altered(&|p| p.thread_table = Some(Ok(Indirection::InlineArray))), Some("thread_table"));
+        // What the probe could not establish is no disagreement on a known release...
+        assert_eq!(altered(&|p| p.memprof = Err("no DWARF".into())), None);
+        // ... but a refusal that names it on an unknown one, unless forced.
+        let mut p = probe_of(&facts);
+        p.waste_first = Some(Err("no pool to read".into()));
+        let refusal = p.facts(false).unwrap_err();
+        assert_eq!((refusal.fact, refusal.why.as_str()), ("where a pool's wasted words lie", "no pool to read"));
+        let (_, guessed) = p.facts(true).expect("forced");
+        assert_eq!(guessed, ["where a pool's wasted words lie"]);
     }
 }

@@ -1,0 +1,127 @@
+//! Releases heapsnap has no file for, read by probing their runtime (issue 32):
+//! - every sample of every known OCaml 5 toolchain read by probing alone holds the same world,
+//!   word for word, as read by its release's file;
+//! - every sample of an unseen runtime (OCaml's trunk of October 2024, `5.4.0-trunk` in
+//!   releases.tsv) dumps by probing, with the reachability oracle and `verify --strict`;
+//! - a runtime that is not what its version says is caught by the probe, naming the fact.
+
+use crate::dump_support::*;
+use std::path::{Path, PathBuf};
+
+/// The manifest's samples for a toolchain without reserved header bits (`large_heap` is a
+/// benchmark).
+fn samples() -> Vec<(String, Vec<String>)> {
+    manifest_samples()
+        .into_iter()
+        .filter(|s| s["variants"].as_array().is_some_and(|v| v.iter().any(|x| x == "std")))
+        .map(|s| s["name"].as_str().expect("name").to_string())
+        .filter(|name| name != "large_heap")
+        .map(|name| {
+            let args = manifest_args(&name);
+            (name, args)
+        })
+        .collect()
+}
+
+/// The facts probed, by name.
+fn fact<'a>(probed: &'a serde_json::Value, name: &str) -> &'a str {
+    let facts = probed["facts"].as_array().expect("facts");
+    let f = facts.iter().find(|f| f["fact"] == name).unwrap_or_else(|| panic!("no fact {name}: {probed}"));
+    f["value"].as_str().expect("value")
+}
+
+fn by_probing_on(toolchain: &str, extra: &[&str], compare_with_release: bool) -> Vec<(String, serde_json::Value)> {
+    let Some(dir) = toolchain_samples(toolchain) else { return Vec::new() };
+    let samples = samples();
+    assert!(samples.len() >= 13, "{samples:?}");
+    let mut out = Vec::new();
+    for (name, args) in samples {
+        eprintln!("{toolchain}: {name}, read by probing");
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let probed = check_sample_by_probing(&dir.join(&name), version_of(toolchain), &name, &args, extra, compare_with_release);
+        out.push((name, probed));
+    }
+    out
+}
+
+fn known_release_by_probing(toolchain: &str, waste: &str, memprof: &str, tables: &str) {
+    for (name, probed) in by_probing_on(toolchain, &["--read-by-probing"], true) {
+        assert_eq!(fact(&probed, "where a pool's wasted words lie"), waste, "{toolchain} {name}");
+        assert_eq!(fact(&probed, "statmemprof's entry tables"), memprof, "{toolchain} {name}");
+        assert_eq!(fact(&probed, "stw_domains.domains"), tables, "{toolchain} {name}");
+        assert_eq!(fact(&probed, "pool size"), "4096 words", "{toolchain} {name}");
+        let continuation = fact(&probed, "fields of a continuation");
+        let fields = if toolchain.starts_with("5.1") { "1" } else { "2" };
+        assert!(continuation == "not needed" || continuation == fields, "{toolchain} {name}: {continuation}");
+        if name == "effect_cont" {
+            assert_eq!(continuation, fields, "{toolchain}: a suspended continuation is in effect_cont's heap");
+        }
+    }
+}
+
+#[test]
+fn every_sample_by_probing_alone_on_5_1_and_5_2() {
+    known_release_by_probing("5.1.0", "after its blocks", "false", "InlineArray");
+    known_release_by_probing("5.2.0", "before its blocks", "false", "InlineArray");
+}
+
+#[test]
+fn every_sample_by_probing_alone_on_5_3_and_with_reserved_header_bits() {
+    known_release_by_probing("5.3.0", "before its blocks", "true", "Pointer");
+    known_release_by_probing("5.3.0-rhb16", "before its blocks", "true", "Pointer");
+}
+
+/// The unseen runtime is read by probing with no flag, and nothing is guessed.
+#[test]
+fn every_sample_of_an_unseen_runtime_is_read_by_probing() {
+    for toolchain in heapsnap_testkit::samples::unseen_toolchains() {
+        let read = by_probing_on(toolchain, &[], false);
+        for (name, probed) in &read {
+            assert!(probed["reason"].as_str().unwrap().contains("is not a release heapsnap was tested on"), "{name}: {probed}");
+        }
+        if let Some((_, probed)) = read.iter().find(|(name, _)| name == "effect_cont") {
+            assert_eq!(fact(probed, "fields of a continuation"), "2", "{probed}");
+        }
+    }
+}
+
+/// A copy of `exe` whose `Sys.ocaml_version` says `version` instead of `from` (same length).
+fn relabelled(exe: &Path, dir: &Path, from: &str, version: &str) -> PathBuf {
+    let mut bytes = std::fs::read(exe).unwrap();
+    let from = format!("{from}\0");
+    assert_eq!(version.len() + 1, from.len());
+    let at: Vec<usize> = bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from.as_bytes()).map(|(i, _)| i).collect();
+    assert!(!at.is_empty(), "no version string in {}", exe.display());
+    for i in at {
+        bytes[i..i + version.len()].copy_from_slice(version.as_bytes());
+    }
+    let out = dir.join(format!("{}-{version}", exe.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&out, bytes).unwrap();
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    out
+}
+
+/// A 5.3 runtime that says it is another release heapsnap knows is refused by the probe,
+/// which names the first fact that differs; the target runs on untouched.
+#[test]
+fn a_runtime_that_is_not_its_release_is_caught_naming_the_fact() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (label, differs) in [("5.1.9", "size classes"), ("5.2.9", "statmemprof's entry tables")] {
+        let program = relabelled(&sample_path("cache_leak"), tmp.path(), "5.3.0", label);
+        let mut sample = Sample::start(&program, &[]);
+        sample.wait_ready(1);
+        let out = tmp.path().join(format!("{label}.snap"));
+        let o = dump(sample.pid(), &out, &[]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !out.exists(), "{label}: {err}");
+        let series = &label[..3];
+        assert!(err.contains(&format!("is not the OCaml {series} heapsnap knows: {differs}:")), "{label}: {err}");
+        assert_running_untraced(sample.pid(), "after a refused dump");
+        // Read by probing, it is what it is.
+        let report = dump_ok(sample.pid(), &out, &["--read-by-probing"]);
+        assert_eq!(fact(&report["probed"], "statmemprof's entry tables"), "true", "{report}");
+        assert_eq!(verify(&out, true)["ok"], true);
+        sample.release();
+        sample.finish();
+    }
+}
