@@ -56,12 +56,8 @@ fn main() {
         };
         let (mut probe_file, mut probe_alone, mut pause_file, mut pause_probed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for name in SAMPLES {
-            let mut child = Command::new(samples.join(name))
-                .arg("--pause")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .expect("start sample");
+            let mut child =
+                Command::new(samples.join(name)).arg("--pause").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start sample");
             let mut line = String::new();
             BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("READY");
             assert!(line.starts_with("READY"), "{name}: {line}");

@@ -498,6 +498,7 @@ fn finish(
     warnings: &mut Vec<String>,
 ) -> Result<(PathBuf, u64)> {
     let cap = &mut copied.cap;
+    rt.check_copy(cap, format)?;
     let more_ops = custom_ops_in_heap(rt.custom_layout(), source, cap, format);
     cap.custom_ops.extend(more_ops);
     cap.keep_plausible_conservative_roots(format, copied.gc_state.as_ref());

@@ -125,3 +125,85 @@ fn a_runtime_that_is_not_its_release_is_caught_naming_the_fact() {
         sample.finish();
     }
 }
+
+/// What heapsnap must do with a sample of an altered runtime, read by the 5.3 file.
+enum ByFile {
+    ReadRight,
+    Refused(&'static str),
+}
+
+/// The runtime of 5.3.0 altered on purpose (scripts/altered-runtime.sh): each is read right
+/// (the oracle and `verify --strict` pass) or refused naming the fact that differs, by the
+/// release's file; by probing, each is read right. Never a snapshot that fails verification.
+#[test]
+fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
+    let variants: [(&str, &dyn Fn(&str) -> ByFile); 4] = [
+        ("pool-size", &|_| ByFile::Refused("pool size")),
+        ("domain-field", &|_| ByFile::ReadRight),
+        // Only effect_cont has a continuation, promoted with the third field.
+        ("continuation-field", &|sample| {
+            if sample == "effect_cont" {
+                ByFile::Refused("fields of a continuation")
+            } else {
+                ByFile::ReadRight
+            }
+        }),
+        ("header-bits", &|_| ByFile::ReadRight),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    for (variant, expected) in variants {
+        let out = std::process::Command::new("bash")
+            .arg(heapsnap_testkit::samples::repo().join("scripts/altered-runtime.sh"))
+            .arg(variant)
+            .output()
+            .expect("run scripts/altered-runtime.sh");
+        if out.status.code() == Some(3) {
+            heapsnap_testkit::samples::not_covered("altered 5.3.0 runtimes: the 5.3.0 toolchain cannot be built here");
+            return;
+        }
+        assert!(out.status.success(), "altered-runtime.sh {variant}: {}", String::from_utf8_lossy(&out.stderr));
+        let dir = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+        for sample_name in ["cache_leak", "effect_cont", "long_list"] {
+            let what = format!("{variant} {sample_name}");
+            let program = dir.join(sample_name);
+            let (reference, _) = reference_output(&program, &[]);
+            let mut sample = Sample::start(&program, &[]);
+            sample.wait_ready(1);
+            let by_file = tmp.path().join(format!("{variant}-{sample_name}.snap"));
+            match expected(sample_name) {
+                ByFile::ReadRight => {
+                    let report = dump_ok(sample.pid(), &by_file, &[]);
+                    assert!(report.get("probed").is_none(), "{what}: {report}");
+                    let snap = heapsnap_format::Snapshot::open(&by_file).unwrap();
+                    reachability(&snap).assert_exact(&what);
+                    assert_eq!(verify(&by_file, true)["ok"], true, "{what}");
+                    if variant == "header-bits" {
+                        assert_eq!(snap.metadata().reserved_header_bits, 8, "{what}: the runtime's own header format");
+                    }
+                }
+                ByFile::Refused(fact) => {
+                    let o = dump(sample.pid(), &by_file, &[]);
+                    let err = String::from_utf8_lossy(&o.stderr);
+                    assert!(!o.status.success() && !by_file.exists(), "{what}: {err}");
+                    assert!(err.contains(&format!("is not the OCaml 5.3 heapsnap knows: {fact}:")), "{what}: {err}");
+                    assert_running_untraced(sample.pid(), &what);
+                }
+            }
+            let by_probing = tmp.path().join(format!("{variant}-{sample_name}.probed.snap"));
+            let report = dump_ok(sample.pid(), &by_probing, &["--read-by-probing"]);
+            assert!(report["probed"].is_object(), "{what}: {report}");
+            if variant == "pool-size" {
+                assert_eq!(fact(&report["probed"], "pool size"), "8192 words", "{what}");
+            }
+            if variant == "continuation-field" && sample_name == "effect_cont" {
+                assert_eq!(fact(&report["probed"], "fields of a continuation"), "3", "{what}");
+            }
+            let snap = heapsnap_format::Snapshot::open(&by_probing).unwrap();
+            reachability(&snap).assert_exact(&format!("{what}, read by probing"));
+            assert_eq!(verify(&by_probing, true)["ok"], true, "{what}, read by probing");
+            sample.release();
+            let (lines, _) = sample.finish();
+            assert_eq!(lines, reference, "{what}: output changed by the dumps");
+        }
+    }
+}

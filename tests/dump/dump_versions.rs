@@ -311,7 +311,10 @@ fn unknown_versions_are_probed_or_refused_and_forced_dumps_are_checked() {
     let o = dump(sample.pid(), &stripped_out, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && !stripped_out.exists(), "{err}");
-    assert!(err.contains("OCaml 5.9.1 is not a release heapsnap knows") && err.contains("no DWARF debug info to read its runtime by probing"), "{err}");
+    assert!(
+        err.contains("OCaml 5.9.1 is not a release heapsnap knows") && err.contains("no DWARF debug info to read its runtime by probing"),
+        "{err}"
+    );
     let build_id = snap.metadata().build_id.clone().expect("a build id");
     assert!(err.contains(&format!("/usr/lib/debug/.build-id/{}/{}.debug", &build_id[..2], &build_id[2..])), "{err}");
     assert!(err.contains("--force"), "{err}");

@@ -69,7 +69,14 @@ pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str])
 /// --strict`, and the report and the metadata say how the runtime was probed. With
 /// `compare_with_release`, a dump of the same moment read by the release's file must hold the
 /// same world word for word. Returns the facts probed at the last READY point.
-pub fn check_sample_by_probing(program: &Path, version: &str, name: &str, args: &[&str], extra: &[&str], compare_with_release: bool) -> serde_json::Value {
+pub fn check_sample_by_probing(
+    program: &Path,
+    version: &str,
+    name: &str,
+    args: &[&str],
+    extra: &[&str],
+    compare_with_release: bool,
+) -> serde_json::Value {
     let (expected, expected_status) = reference_output(program, args);
     let dir = tempfile::tempdir().expect("temp dir");
     let mut sample = Sample::start(program, args);

@@ -117,6 +117,12 @@ pub trait RuntimeFamily {
         torn: TornMinorHeap,
     ) -> Result<Copied>;
 
+    /// Checks the copy, once the target runs again, for what the family could only see in the
+    /// whole heap (e.g. that its blocks have the shapes the release says).
+    fn check_copy(&self, _cap: &Capture, _format: HeaderFormat) -> Result<()> {
+        Ok(())
+    }
+
     /// A world copied at an inconsistent moment that cannot be taken again (a core): adds
     /// conservative roots for the threads caught inside the runtime (whose C locals and
     /// registers may hold blocks no table describes), and says in `warnings` what it added or

@@ -41,6 +41,10 @@ impl RuntimeFamily for Runtime {
         Runtime::probed(self, measured)
     }
 
+    fn check_copy(&self, cap: &Capture, format: HeaderFormat) -> Result<()> {
+        super::roots::check_continuations(self, cap, format)
+    }
+
     fn probe_ns(&self) -> u64 {
         self.probe_ns
     }

@@ -402,7 +402,11 @@ mod tests {
                 reason: "unmapped".into(),
             })?;
             let at = (address - base) as usize;
-            buf.copy_from_slice(bytes.get(at..at + buf.len()).ok_or(DumpError::Read { address, len: buf.len(), reason: "short".into() })?);
+            buf.copy_from_slice(bytes.get(at..at + buf.len()).ok_or(DumpError::Read {
+                address,
+                len: buf.len(),
+                reason: "short".into(),
+            })?);
             Ok(())
         }
         fn threads(&self) -> &[ThreadState] {

@@ -137,39 +137,42 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     Ok(())
 }
 
-/// The fields of a continuation: the release's, checked against the continuations in the minor
-/// heaps; or, for a probed runtime, measured on the continuations in the heap (none: no stack
-/// is held by one, and the fact matters to nothing here).
+/// The fields of a continuation: the release's (checked on the copy after the stop, by
+/// [`check_continuations`]); or, for a probed runtime, measured on the continuations in the
+/// heap (none: no stack is held by one, and the fact matters to nothing here).
 fn continuation_fields(rt: &Runtime, cap: &mut Capture, format: HeaderFormat) -> Result<u64> {
-    match rt.facts.continuation_fields {
-        Some(known) => {
-            let seen = probe::measure_continuation_fields(cap.regions.iter().filter(|r| r.kind == RegionKind::MinorHeap), format);
-            match seen {
-                Ok(None) => Ok(known),
-                Ok(Some(n)) if n == known => Ok(known),
-                Ok(Some(n)) => Err(DumpError::ProbeDisagrees {
-                    version: rt.version.clone(),
-                    fact: "fields of a continuation",
-                    probed: n.to_string(),
-                    release: rt.release.series,
-                    says: known.to_string(),
-                }),
-                Err(why) => Err(DumpError::Inconsistent(why)),
-            }
-        }
-        None => {
-            let measured = probe::measure_continuation_fields(cap.regions.iter(), format).map_err(|why| DumpError::ProbeFailed {
-                version: rt.version.clone(),
-                fact: "fields of a continuation",
-                why,
-            })?;
-            let (value, from) = match measured {
-                Some(n) => (n.to_string(), "the continuations in the stopped heap".to_string()),
-                None => ("not needed".to_string(), "no continuation is in the heap".to_string()),
-            };
-            cap.probed.push(ProbedFact { fact: "fields of a continuation".into(), value, from });
-            Ok(measured.unwrap_or(0))
-        }
+    if let Some(known) = rt.facts.continuation_fields {
+        return Ok(known);
+    }
+    let measured = probe::measure_continuation_fields(cap.regions.iter(), format).map_err(|why| DumpError::ProbeFailed {
+        version: rt.version.clone(),
+        fact: "fields of a continuation",
+        why,
+    })?;
+    let (value, from) = match measured {
+        Some(n) => (n.to_string(), "the continuations in the stopped heap".to_string()),
+        None => ("not needed".to_string(), "no continuation is in the heap".to_string()),
+    };
+    cap.probed.push(ProbedFact { fact: "fields of a continuation".into(), value, from });
+    Ok(measured.unwrap_or(0))
+}
+
+/// The continuations of the copy, once the target runs again, have the fields the release
+/// says: a runtime that makes them otherwise is not the release, and its suspended stacks
+/// were not found.
+pub fn check_continuations(rt: &Runtime, cap: &Capture, format: HeaderFormat) -> Result<()> {
+    let Some(known) = rt.facts.continuation_fields else { return Ok(()) };
+    let disagrees = |probed: String| DumpError::ProbeDisagrees {
+        version: rt.version.clone(),
+        fact: "fields of a continuation",
+        probed,
+        release: rt.release.series,
+        says: known.to_string(),
+    };
+    match probe::measure_continuation_fields(cap.regions.iter(), format) {
+        Ok(Some(n)) if n != known => Err(disagrees(n.to_string())),
+        Ok(_) => Ok(()),
+        Err(why) => Err(disagrees(why)),
     }
 }
 
