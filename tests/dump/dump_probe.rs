@@ -207,3 +207,41 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
         }
     }
 }
+
+/// The `.cmt` files of a release heapsnap has no file for are read with its own toolchain, and
+/// name and type the snapshot read by probing.
+#[test]
+fn an_unseen_release_s_cmt_files_name_and_type_its_snapshot() {
+    for toolchain in heapsnap_testkit::samples::unseen_toolchains() {
+        let Some(dir) = toolchain_samples(toolchain) else { continue };
+        let tmp = tempfile::tempdir().unwrap();
+        let mut sample = Sample::start(&dir.join("typed_values"), &[]);
+        sample.wait_ready(1);
+        let path = tmp.path().join("typed.snap");
+        let report = dump_ok(sample.pid(), &path, &[]);
+        assert!(report["probed"].is_object(), "{report}");
+        sample.release();
+        sample.finish();
+        // samples/build.sh keeps the .cmt files in target/samples/.build/TOOLCHAIN/cmt.
+        let cmt = dir.parent().unwrap().join(".build").join(toolchain).join("cmt");
+        let prefix = toolchain_prefix(toolchain);
+        let out = std::process::Command::new(heapsnap())
+            .arg("annotate")
+            .arg(&path)
+            .arg("--ocaml")
+            .arg(&prefix)
+            .arg("--cmt")
+            .arg(&cmt)
+            .arg("--json")
+            .output()
+            .expect("run heapsnap annotate");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let named: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(named["program_units"], 2, "{named}");
+        assert_eq!(named["units"], named["snapshot_units"], "{named}");
+        assert_eq!(named["refused"].as_array().map(Vec::len), Some(0), "{named}");
+        let top = analyse("top", &[&path], &["--by", "type"]);
+        let groups: Vec<&str> = top["groups"].as_array().into_iter().flatten().filter_map(|r| r["name"].as_str()).collect();
+        assert!(groups.contains(&"Typed_values.point"), "{groups:?}");
+    }
+}
