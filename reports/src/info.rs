@@ -161,6 +161,15 @@ impl Report for Info {
         if m.forced_version {
             writeln!(out, "                not a version heapsnap knows: read as the newest one it knows (--force)")?;
         }
+        if let Some(p) = &m.probed {
+            writeln!(out, "read by probing {}", p.reason)?;
+            for f in &p.facts {
+                writeln!(out, "                {}: {} ({})", f.fact, f.value, f.from)?;
+            }
+            if !p.guessed.is_empty() {
+                writeln!(out, "                guessed as the newest known release's (--force): {}", p.guessed.join(", "))?;
+            }
+        }
         match m.layouts_from.as_deref() {
             Some("tables") => writeln!(out, "layouts         heapsnap's tables (the executable had no debug info)")?,
             Some("debug_file") => writeln!(out, "layouts         DWARF of a separate debug file")?,

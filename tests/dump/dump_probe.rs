@@ -61,14 +61,14 @@ fn known_release_by_probing(toolchain: &str, waste: &str, memprof: &str, tables:
 
 #[test]
 fn every_sample_by_probing_alone_on_5_1_and_5_2() {
-    known_release_by_probing("5.1.0", "after its blocks", "false", "InlineArray");
-    known_release_by_probing("5.2.0", "before its blocks", "false", "InlineArray");
+    known_release_by_probing("5.1.0", "after its blocks", "false", "an array inline");
+    known_release_by_probing("5.2.0", "before its blocks", "false", "an array inline");
 }
 
 #[test]
 fn every_sample_by_probing_alone_on_5_3_and_with_reserved_header_bits() {
-    known_release_by_probing("5.3.0", "before its blocks", "true", "Pointer");
-    known_release_by_probing("5.3.0-rhb16", "before its blocks", "true", "Pointer");
+    known_release_by_probing("5.3.0", "before its blocks", "true", "a pointer to an array");
+    known_release_by_probing("5.3.0-rhb16", "before its blocks", "true", "a pointer to an array");
 }
 
 /// The unseen runtime is read by probing with no flag, and nothing is guessed.

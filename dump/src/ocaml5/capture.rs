@@ -89,7 +89,7 @@ pub fn capture(
 pub fn prepare(rt: &Runtime, source: &dyn MemorySource, domain_states: &[u64], format: HeaderFormat) -> Result<SpareBuffers> {
     let candidates = candidate_pools(rt, source, domain_states);
     let count = candidates.len() + candidates.len() / 8 + 16;
-    let mut spare = SpareBuffers::new(count, rt.pools.pool_wsize as usize * 8, candidates)?;
+    let mut spare = SpareBuffers::new(count, rt.facts.pools.pool_wsize as usize * 8, candidates)?;
     let l = &rt.layout.domain_state;
     let mut spans = Vec::new();
     let mut heaps = Vec::new();
@@ -189,7 +189,7 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
 
     // Copy the candidate pools in one batch, then follow the lists in our copy; a pool the
     // candidates missed (the lists moved since) is read on its own.
-    let pool_bytes = rt.pools.pool_wsize as usize * 8;
+    let pool_bytes = rt.facts.pools.pool_wsize as usize * 8;
     let mut candidates = std::mem::take(&mut spare.candidates);
     candidates.sort_unstable();
     candidates.dedup();
@@ -249,7 +249,7 @@ fn capture_heaps(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, for
             if pool_sz as u64 != sz {
                 return Err(DumpError::Inconsistent(format!("pool {pool:#x} of size class {pool_sz} is on the list of class {sz}")));
             }
-            let class = rt.pools.size_classes.get(sz as usize).ok_or_else(|| {
+            let class = rt.facts.pools.size_classes.get(sz as usize).ok_or_else(|| {
                 DumpError::Inconsistent(format!("pool {pool:#x} is on the list of size class {sz}, which the runtime does not have"))
             })?;
             cap.regions.push(CapturedRegion {

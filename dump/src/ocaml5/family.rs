@@ -62,7 +62,7 @@ impl RuntimeFamily for Runtime {
     }
 
     fn pools(&self) -> Option<PoolGeometry> {
-        Some(self.pools.clone())
+        Some(self.facts.pools.clone())
     }
 
     fn custom_layout(&self) -> &CustomLayout {

@@ -28,7 +28,6 @@ use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
 use facts::Facts;
 use heapsnap_format::ProbedFact;
-use heapsnap_values::PoolGeometry;
 use layout::Layout;
 use probe::{Probe, SizeClassTables};
 use statics::Statics;
@@ -62,7 +61,6 @@ pub struct Runtime {
     pub forced: bool,
     /// Reserved header bits, when the runtime's code says it (see [`detect_reserved_bits`]).
     pub detected_reserved_bits: Option<u8>,
-    pub pools: PoolGeometry,
     pub frames: FrameTable,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
@@ -150,7 +148,6 @@ impl Runtime {
         if probe.is_none() {
             check_size_classes(&exe, bias, source, &layout, release)?;
         }
-        let pools = facts.pools.clone();
         let code = CodeMap::new(&exe);
         let r = &layout.roots;
         let frametables = bias + statics.current_frame_descrs + r.frametables;
@@ -174,33 +171,45 @@ impl Runtime {
             version,
             forced,
             detected_reserved_bits,
-            pools,
             frames,
             unwinder,
             units,
             units_exact,
             notes,
         };
-        if let Some((mut found, statics_took)) = probe {
-            let sampling = std::time::Instant::now();
-            found.waste_first = found.size_classes.as_ref().ok().map(|tables| {
-                let sampled = sample_pools(&rt, source, tables);
-                probe::waste_first(source, tables, rt.layout.heap.pool_sz, &sampled)
-            });
-            rt.probe_ns = (statics_took + sampling.elapsed()).as_nanos() as u64;
-            if known.is_some() {
-                if let Some((fact, probed, says)) = found.disagreement(&rt.facts) {
-                    return Err(DumpError::ProbeDisagrees { version: rt.version, fact, probed, release: rt.release.series, says });
-                }
-            } else {
-                let (facts, guessed) = found.facts(options.force).map_err(|u| probe_refusal(&rt.version, u))?;
-                rt.pools = facts.pools.clone();
-                rt.facts = facts;
-                rt.guessed = guessed;
-                rt.probe = Some(found);
-            }
+        if let Some((found, statics_took)) = probe {
+            rt.finish_probe(found, statics_took, source, known.is_some(), options.force)?;
         }
         Ok(rt)
+    }
+
+    /// The probe's last fact, where a pool's wasted words lie, read from pools of the running
+    /// heap; then the probe checks a known release's facts, or gives an unknown one's.
+    fn finish_probe(
+        &mut self,
+        mut found: Probe,
+        statics_took: std::time::Duration,
+        source: &dyn MemorySource,
+        known: bool,
+        force: bool,
+    ) -> Result<()> {
+        let sampling = std::time::Instant::now();
+        found.waste_first = found.size_classes.as_ref().ok().map(|tables| {
+            let sampled = sample_pools(self, source, tables);
+            probe::waste_first(source, tables, self.layout.heap.pool_sz, &sampled)
+        });
+        self.probe_ns = (statics_took + sampling.elapsed()).as_nanos() as u64;
+        if known {
+            if let Some((fact, probed, says)) = found.disagreement(&self.facts) {
+                return Err(DumpError::ProbeDisagrees { version: self.version.clone(), fact, probed, release: self.release.series, says });
+            }
+            return Ok(());
+        }
+        let (facts, guessed) = found.facts(force).map_err(|u| probe_refusal(&self.version, u))?;
+        self.facts = facts;
+        self.guessed = guessed;
+        self.probe = Some(found);
+        Ok(())
     }
 
     /// How the runtime was probed, for the metadata, when it is of a release heapsnap does
@@ -222,8 +231,9 @@ impl Runtime {
 
     /// The shape of this runtime's continuation blocks, with `fields` of them.
     pub fn continuation_shape(&self, fields: u64) -> ContinuationShape {
-        let class = self.pools.sizeclass_of_whsize(fields as usize + 1);
-        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| self.pools.size_classes[sz].wsize) }
+        let pools = &self.facts.pools;
+        let class = pools.sizeclass_of_whsize(fields as usize + 1);
+        ContinuationShape { fields, slot_wsize: class.map_or(0, |sz| pools.size_classes[sz].wsize) }
     }
 
     /// Target address of a link-time address.

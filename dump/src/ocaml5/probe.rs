@@ -63,6 +63,14 @@ impl SizeClassTables {
     }
 }
 
+/// How an indirection reads in reports.
+fn said(i: &Indirection) -> String {
+    match i {
+        Indirection::InlineArray => "an array inline".to_string(),
+        Indirection::Pointer => "a pointer to an array".to_string(),
+    }
+}
+
 /// A fact the probe could not establish on a release heapsnap does not know.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unestablished {
@@ -156,15 +164,15 @@ impl Probe {
             Ok(p) if *p != known => Some((fact, p.clone(), known)),
             _ => None,
         };
-        let show = |r: &Result<Indirection, String>| r.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone);
+        let show = |r: &Result<Indirection, String>| r.as_ref().map(said).map_err(Clone::clone);
         differs(
             "statmemprof's entry tables",
             &self.memprof.as_ref().map(|m| m.to_string()).map_err(Clone::clone),
             facts.memprof.to_string(),
         )
-        .or_else(|| differs("stw_domains.domains", &show(&self.domain_table), format!("{:?}", facts.domain_table)))
+        .or_else(|| differs("stw_domains.domains", &show(&self.domain_table), said(&facts.domain_table)))
         .or_else(|| match &self.thread_table {
-            Some(t) => differs("thread_table", &show(t), format!("{:?}", facts.thread_table)),
+            Some(t) => differs("thread_table", &show(t), said(&facts.thread_table)),
             None => None,
         })
     }
@@ -198,9 +206,9 @@ impl Probe {
             self.memprof.as_ref().map(|m| m.to_string()).map_err(Clone::clone),
             "struct memprof_domain_s in DWARF",
         );
-        push("stw_domains.domains", self.domain_table.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone), "its DWARF type");
+        push("stw_domains.domains", self.domain_table.as_ref().map(said).map_err(Clone::clone), "its DWARF type");
         if let Some(t) = &self.thread_table {
-            push("thread_table", t.as_ref().map(|i| format!("{i:?}")).map_err(Clone::clone), "its DWARF type");
+            push("thread_table", t.as_ref().map(said).map_err(Clone::clone), "its DWARF type");
         }
         out
     }
