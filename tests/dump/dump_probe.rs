@@ -132,12 +132,15 @@ enum ByFile {
     Refused(&'static str),
 }
 
+/// What is expected of each sample of a variant.
+type Expected = dyn Fn(&str) -> ByFile;
+
 /// The runtime of 5.3.0 altered on purpose (scripts/altered-runtime.sh): each is read right
 /// (the oracle and `verify --strict` pass) or refused naming the fact that differs, by the
 /// release's file; by probing, each is read right. Never a snapshot that fails verification.
 #[test]
 fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
-    let variants: [(&str, &dyn Fn(&str) -> ByFile); 4] = [
+    let variants: [(&str, &Expected); 4] = [
         ("pool-size", &|_| ByFile::Refused("pool size")),
         ("domain-field", &|_| ByFile::ReadRight),
         // Only effect_cont has a continuation, promoted with the third field.
