@@ -20,8 +20,9 @@ use serde::{Deserialize, Serialize};
 pub const SAVED_GROUPING: GroupBy = GroupBy::Kind;
 
 /// Words per trie node in [`DIFF_NODES`]: `parent | label << 32`, `root | edge << 32 | depth <<
-/// 40 | folded << 56`, count, retained.
-const NODE_WORDS: usize = 4;
+/// 40 | folded << 56`, count, retained, and the bytes of its objects themselves (the flame
+/// graph's; 0 in the path trie).
+const NODE_WORDS: usize = 5;
 /// Words per member count in [`DIFF_MEMBERS`]: `group | signature << 32`, count, first, address.
 const MEMBER_WORDS: usize = 4;
 
@@ -58,12 +59,13 @@ fn names_of(t: &SigTrie) -> TrieNames {
     }
 }
 
-fn node_words(n: &SigNode) -> [u64; NODE_WORDS] {
+fn node_words(n: &SigNode, own_bytes: u64) -> [u64; NODE_WORDS] {
     [
         n.parent as u64 | (n.label as u64) << 32,
         n.root as u64 | (n.edge as u64) << 32 | (n.depth as u64) << 40 | (n.folded as u64) << 56,
         n.count,
         n.retained,
+        own_bytes,
     ]
 }
 
@@ -80,7 +82,10 @@ pub fn add(b: &mut IndexBuilder<'_>, p: &SavedProfile) {
         member_groups: p.member_groups.clone(),
     };
     b.add(DIFF_META, serde_json::to_vec(&meta).expect("the diff's meta data serialises"));
-    b.add_u64_vec(DIFF_NODES, p.dom.nodes.iter().chain(&p.paths.nodes).flat_map(node_words).collect());
+    let own = p.dom_own_bytes.iter().copied().chain(std::iter::repeat(0));
+    let dom = p.dom.nodes.iter().zip(own).flat_map(|(n, own)| node_words(n, own));
+    let paths = p.paths.nodes.iter().flat_map(|n| node_words(n, 0));
+    b.add_u64_vec(DIFF_NODES, dom.chain(paths).collect());
     b.add_u64_vec(
         DIFF_MEMBERS,
         p.members.iter().flat_map(|m| [m.group as u64 | (m.signature as u64) << 32, m.count, m.first, m.address]).collect(),
@@ -131,6 +136,7 @@ pub fn read(file: &IndexFile) -> Result<Option<SavedProfile>, IndexError> {
         return Err(bad("node count"));
     }
     let (dom_words, path_words) = words.split_at(dom_nodes * NODE_WORDS);
+    let dom_own_bytes = dom_words.chunks_exact(NODE_WORDS).map(|w| w[4]).collect();
     let dom = trie(dom_words, meta.dom)?;
     let paths = trie(path_words, meta.paths)?;
     let member_words = file.u64s(DIFF_MEMBERS)?;
@@ -155,6 +161,7 @@ pub fn read(file: &IndexFile) -> Result<Option<SavedProfile>, IndexError> {
         reachable_bytes: meta.reachable_bytes,
         groups: meta.groups,
         dom,
+        dom_own_bytes,
         paths,
         member_groups: meta.member_groups,
         members,

@@ -498,8 +498,8 @@ fn hostile_diff_sections_are_refused() {
         let nodes = section_range(&f.bytes, DIFF_NODES);
         let members = section_range(&f.bytes, DIFF_MEMBERS);
         assert!(members.len() >= 32, "the fixture has member counts");
-        // Node 2 of the dominator trie (its first step below a root): words 8..12.
-        let node = nodes.start + 2 * 32;
+        // Node 2 of the dominator trie (its first step below a root): 5 words a node.
+        let node = nodes.start + 2 * 40;
         let label_high = node + 4;
         let parent = node;
         let root = node + 8;

@@ -1,5 +1,8 @@
-//! Where the reports get their snapshots: the command line and the MCP server open each one
-//! with its analysis index (built and saved on first use); the web UI lends the ones it serves.
+//! Where every command gets its analysed snapshots (the one provider): the command line and
+//! the MCP server open each one with its analysis index (built and saved on first use, the
+//! snapshot analysed once); the web UI lends the ones it serves. What no index answers (the
+//! DevTools export reads every edge; a flame graph by group walks the dominator tree with
+//! every block's group) is analysed here too, once per snapshot: [`analyse`].
 
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
@@ -134,6 +137,38 @@ fn wait_for_completion(snapshot: &Path) {
     let Ok(file) = std::fs::File::open(snapshot) else { return };
     // SAFETY: flock on a descriptor we own; released when the file closes.
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
+}
+
+/// The full analysis of a snapshot, for what its index does not hold (see the module's
+/// documentation): the one place a command analyses a snapshot other than to build its index.
+/// Callers analyse each snapshot once and keep what they need of it.
+pub fn analyse<'s>(snap: &'s Snapshot, progress: &Progress) -> anyhow::Result<heapsnap_analyze::Analysis<'s>> {
+    // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
+    heapsnap_analyze::tune_allocator();
+    let timer = heapsnap_analyze::PhaseTimer::start("provider");
+    let analysis = heapsnap_analyze::Analysis::new(snap, progress)?;
+    timer.lap("a full analysis (what no index holds)");
+    Ok(analysis)
+}
+
+/// Calls `f` with the diff's classification of the snapshot at `path` saved in its index
+/// (the index built, to the diff's level, when there is none): the diff, and the flame graph
+/// by path signature, read it instead of analysing. `None` when the saved sections fail
+/// their checks (said on stderr; the caller analyses).
+pub fn with_saved_profile<T>(
+    loader: &dyn Loader,
+    path: &Path,
+    f: impl FnOnce(&Snapshot, &heapsnap_analyze::diff::SavedProfile) -> T,
+) -> anyhow::Result<Option<T>> {
+    let ix = loader.indexed(path, Needs::Diff)?;
+    let view = match ix.view(Needs::Diff) {
+        Ok(view) => view,
+        Err(e) => {
+            eprintln!("heapsnap: ignoring the diff's sections of the index of {}: {e}; analysing it", path.display());
+            return Ok(None);
+        }
+    };
+    Ok(view.diff_profile().map(|saved| f(&ix.snap, saved)))
 }
 
 /// A snapshot file, opened, or an error that says what was given instead.

@@ -1,37 +1,66 @@
 //! The flame-graph view: inferno's SVG of a snapshot's retained sizes (`heapsnap export
-//! --format svg`), made on the first request for a snapshot and stacking, then kept. It is
-//! the one view the index cannot answer (it needs the graph's fields): the first look at a big
-//! snapshot takes an analysis.
+//! --format svg`), made on the first request for a snapshot and stacking, then kept. By path
+//! signature (`root`, the default) its stacks are the diff's dominator trie, which the index
+//! holds; by group they walk the dominator tree with every block's group, which it does not:
+//! the snapshot is then analysed (through the provider, `heapsnap_reports::loader::analyse`)
+//! once, for every grouping at once.
 
-use heapsnap_analyze::{Analysis, GroupBy, Progress};
-use heapsnap_export::flame::folded;
+use crate::Shown;
+use heapsnap_analyze::{GroupBy, Progress};
+use heapsnap_export::flame::{folded, folded_saved, Folded};
 use heapsnap_export::svg::write_svg;
-use heapsnap_format::Snapshot;
+use heapsnap_index::Needs;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// An SVG, by snapshot and stacking.
 type Made = HashMap<(usize, String), Arc<Vec<u8>>>;
 
+/// The groupings a flame graph by group stacks (as `folded` makes them, whatever the snapshot).
+const BY_GROUP: [GroupBy; 4] = [GroupBy::Kind, GroupBy::Closure, GroupBy::Reserved, GroupBy::Type];
+
 #[derive(Default)]
 pub struct Flames {
     made: Mutex<Made>,
+    /// The stacks by group of each analysed snapshot, every grouping it allows.
+    by_group: Mutex<HashMap<usize, Vec<Folded>>>,
 }
 
 impl Flames {
     /// The SVG of snapshot `index`, stacked `by`.
-    pub fn svg(&self, index: usize, name: &str, snap: &Snapshot, by: GroupBy) -> Result<Arc<Vec<u8>>, String> {
+    pub fn svg(&self, index: usize, shown: &Shown, by: GroupBy) -> Result<Arc<Vec<u8>>, String> {
         let key = (index, format!("{by:?}"));
         if let Some(svg) = self.made.lock().expect("no panic while holding the flames").get(&key) {
             return Ok(svg.clone());
         }
-        let analysis = Analysis::new(snap, &Progress::stderr()).map_err(|e| e.to_string())?;
-        let stacks = folded(&analysis, by);
+        let stacks = self.stacks(index, shown, by)?;
         let mut svg = Vec::new();
-        let title = format!("retained bytes of {name} (by {})", by.name());
+        let title = format!("retained bytes of {} (by {})", shown.name, by.name());
         write_svg(&stacks, &title, false, &mut svg).map_err(|e| e.to_string())?;
         let svg = Arc::new(svg);
         self.made.lock().expect("no panic while holding the flames").insert(key, svg.clone());
         Ok(svg)
+    }
+
+    fn stacks(&self, index: usize, shown: &Shown, by: GroupBy) -> Result<Folded, String> {
+        let saved = || shown.indexed.view(Needs::Diff).ok()?.diff_profile().and_then(folded_saved);
+        if by == GroupBy::Root {
+            if let Some(stacks) = saved() {
+                return Ok(stacks);
+            }
+        }
+        let mut made = self.by_group.lock().expect("no panic while holding the flames");
+        if !made.contains_key(&index) {
+            let snap = shown.view.snap;
+            let analysis = heapsnap_reports::loader::analyse(snap, &Progress::stderr()).map_err(|e| e.to_string())?;
+            let mut all: Vec<Folded> = BY_GROUP.iter().map(|&b| folded(&analysis, b)).collect();
+            if by == GroupBy::Root {
+                // An index whose diff sections failed their checks: by signature, from the analysis.
+                all.push(folded(&analysis, GroupBy::Root));
+            }
+            made.insert(index, all);
+        }
+        let found = made[&index].iter().find(|f| f.by == by).cloned();
+        found.ok_or_else(|| format!("no flame graph by {} for this snapshot", by.name()))
     }
 }

@@ -14,7 +14,7 @@ use crate::analysed_heap::AnalysedHeap;
 use crate::full_analysis::Analysis;
 use crate::model::{Group, GroupBy};
 use crate::signatures::classify::classify_with_types;
-use crate::signatures::domtrie::dominator_trie;
+use crate::signatures::domtrie::{dominator_trie, NOT_A_BLOCK};
 use crate::signatures::trie::SigTrie;
 use rustc_hash::FxHashMap;
 
@@ -32,6 +32,9 @@ pub struct SavedProfile {
     pub groups: Vec<Group>,
     /// The dominator tree by signature.
     pub dom: SigTrie,
+    /// The bytes of the objects of each signature of `dom` themselves (static data counts 0):
+    /// the flame graph's stacks (crate `heapsnap-export`).
+    pub dom_own_bytes: Vec<u64>,
     /// The shortest paths by signature.
     pub paths: SigTrie,
     /// The names of the groups [`SavedProfile::members`] count (`--by root`: the roots').
@@ -67,6 +70,13 @@ pub fn saved_profile(a: &Analysis<'_>, by: GroupBy) -> SavedProfile {
     let classified = classify_with_types(a, by, typing);
     let dom = dominator_trie(a, &classified);
     let groups = if by == GroupBy::Root { root_group_list(&dom) } else { group_list(&classified, &dom.group_retained) };
+    let preorder = a.preorder();
+    let mut dom_own_bytes = vec![0u64; dom.trie.len()];
+    for (p, &sig) in dom.sig_pre.iter().enumerate() {
+        if sig != NOT_A_BLOCK {
+            dom_own_bytes[sig as usize] += a.freeable(preorder[p]);
+        }
+    }
     let member = every_group(&classified, Some((&dom.sig_pre, &dom.trie)), by);
     let chains = member_chains(a, &classified, &member);
     let member_groups = if by == GroupBy::Root { dom.trie.root_labels.clone() } else { classified.groups.names.clone() };
@@ -83,6 +93,7 @@ pub fn saved_profile(a: &Analysis<'_>, by: GroupBy) -> SavedProfile {
         reachable_bytes: a.reachable_bytes(),
         groups,
         dom: dom.trie,
+        dom_own_bytes,
         paths: chains.trie,
         member_groups,
         members,
