@@ -164,7 +164,7 @@ fn write_flame(args: &ExportArgs, stacks: &Folded) -> anyhow::Result<ExitCode> {
         }
     } else {
         let title = format!("retained bytes of {} (by {})", args.snapshot.display(), args.by.name());
-        heapsnap_export::svg::write_svg(&stacks, &title, args.icicle, &mut out).with_context(write_err)?;
+        heapsnap_export::svg::write_svg(stacks, &title, args.icicle, &mut out).with_context(write_err)?;
     }
     let bytes = out.commit().with_context(write_err)?;
     let report = FlameReport {

@@ -5,11 +5,10 @@
 //! the snapshot is then analysed (through the provider, `heapsnap_reports::loader::analyse`)
 //! once, for every grouping at once.
 
-use crate::Shown;
 use heapsnap_analyze::{GroupBy, Progress};
 use heapsnap_export::flame::{folded, folded_saved, Folded};
 use heapsnap_export::svg::write_svg;
-use heapsnap_index::Needs;
+use heapsnap_index::{Indexed, Needs};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,38 +26,38 @@ pub struct Flames {
 }
 
 impl Flames {
-    /// The SVG of snapshot `index`, stacked `by`.
-    pub fn svg(&self, index: usize, shown: &Shown, by: GroupBy) -> Result<Arc<Vec<u8>>, String> {
+    /// The SVG of snapshot `index` (named `name`, opened with its index), stacked `by`.
+    pub fn svg(&self, index: usize, name: &str, indexed: &Indexed, by: GroupBy) -> Result<Arc<Vec<u8>>, String> {
         let key = (index, format!("{by:?}"));
         if let Some(svg) = self.made.lock().expect("no panic while holding the flames").get(&key) {
             return Ok(svg.clone());
         }
-        let stacks = self.stacks(index, shown, by)?;
+        let stacks = self.stacks(index, indexed, by)?;
         let mut svg = Vec::new();
-        let title = format!("retained bytes of {} (by {})", shown.name, by.name());
+        let title = format!("retained bytes of {name} (by {})", by.name());
         write_svg(&stacks, &title, false, &mut svg).map_err(|e| e.to_string())?;
         let svg = Arc::new(svg);
         self.made.lock().expect("no panic while holding the flames").insert(key, svg.clone());
         Ok(svg)
     }
 
-    fn stacks(&self, index: usize, shown: &Shown, by: GroupBy) -> Result<Folded, String> {
-        let saved = || shown.indexed.view(Needs::Diff).ok()?.diff_profile().and_then(folded_saved);
+    fn stacks(&self, index: usize, indexed: &Indexed, by: GroupBy) -> Result<Folded, String> {
+        let saved = || indexed.view(Needs::Diff).ok()?.diff_profile().and_then(folded_saved);
         if by == GroupBy::Root {
             if let Some(stacks) = saved() {
                 return Ok(stacks);
             }
         }
         let mut made = self.by_group.lock().expect("no panic while holding the flames");
-        if !made.contains_key(&index) {
-            let snap = shown.view.snap;
+        if let std::collections::hash_map::Entry::Vacant(slot) = made.entry(index) {
+            let snap = &indexed.snap;
             let analysis = heapsnap_reports::loader::analyse(snap, &Progress::stderr()).map_err(|e| e.to_string())?;
             let mut all: Vec<Folded> = BY_GROUP.iter().map(|&b| folded(&analysis, b)).collect();
-            if by == GroupBy::Root {
-                // An index whose diff sections failed their checks: by signature, from the analysis.
+            if saved().is_none() {
+                // An index whose diff sections failed their checks: by signature too, from the analysis.
                 all.push(folded(&analysis, GroupBy::Root));
             }
-            made.insert(index, all);
+            slot.insert(all);
         }
         let found = made[&index].iter().find(|f| f.by == by).cloned();
         found.ok_or_else(|| format!("no flame graph by {} for this snapshot", by.name()))
