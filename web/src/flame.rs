@@ -41,6 +41,11 @@ impl Flames {
         Ok(svg)
     }
 
+    /// How many snapshots were analysed for flame graphs (by group; at most once each).
+    pub fn analysed(&self) -> usize {
+        self.by_group.lock().expect("no panic while holding the flames").len()
+    }
+
     fn stacks(&self, index: usize, indexed: &Indexed, by: GroupBy) -> Result<Folded, String> {
         let saved = || indexed.view(Needs::Diff).ok()?.diff_profile().and_then(folded_saved);
         if by == GroupBy::Root {
