@@ -39,14 +39,20 @@ pub fn beside(snapshot: &Path) -> PathBuf {
 
 /// The cache location: one file per snapshot path (its canonical path hashed).
 pub fn in_cache(snapshot: &Path) -> Option<PathBuf> {
+    let base = cache_dir()?;
+    let canonical = std::fs::canonicalize(snapshot).unwrap_or_else(|_| snapshot.to_path_buf());
+    let hash = xxhash_rust::xxh3::xxh3_64(canonical.as_os_str().as_encoded_bytes());
+    let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
+    Some(base.join("index").join(format!("{hash:016x}-{name}.hsidx")))
+}
+
+/// heapsnap's cache directory: `$XDG_CACHE_HOME/heapsnap` (default `~/.cache`).
+pub fn cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
     };
-    let canonical = std::fs::canonicalize(snapshot).unwrap_or_else(|_| snapshot.to_path_buf());
-    let hash = xxhash_rust::xxh3::xxh3_64(canonical.as_os_str().as_encoded_bytes());
-    let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
-    Some(base.join("heapsnap").join("index").join(format!("{hash:016x}-{name}.hsidx")))
+    Some(base.join("heapsnap"))
 }
 
 fn candidates(snapshot: &Path) -> Vec<PathBuf> {

@@ -130,6 +130,35 @@ fn complete_in_background(snapshot: &Path) {
     drop(file);
 }
 
+/// Completes the index of `snapshot` (what `heapsnap complete-index SNAP` runs), one completion
+/// at a time: a `diff` of ten fresh snapshots starts ten of them, and each analyses its snapshot
+/// in full, so they queue on one lock (an exclusive `flock` on `heapsnap/completing.lock` in the
+/// cache directory) rather than hold ten analyses in memory at once. Each keeps its snapshot's
+/// own lock meanwhile: a report that needs that index waits for it.
+pub fn complete_index(snapshot: &Path) -> anyhow::Result<()> {
+    let _turn = completion_turn();
+    heapsnap_analyze::tune_allocator();
+    load_index(snapshot, Needs::All, &Progress::hidden())?;
+    Ok(())
+}
+
+/// The turn of one completion among those running (None: no cache directory to hold the lock
+/// in; the completion then runs at once). Released when dropped.
+pub fn completion_turn() -> Option<std::fs::File> {
+    completion_turn_in(&heapsnap_index::store::cache_dir()?)
+}
+
+/// [`completion_turn`], the lock in `dir`.
+fn completion_turn_in(dir: &Path) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ok()?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("completing.lock")).ok()?;
+    // SAFETY: flock on a descriptor we own; released when the file closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    Some(file)
+}
+
 /// Waits while a completion of `snapshot`'s index holds its lock (a shared `flock` is granted
 /// once it ends, or at once when none runs).
 fn wait_for_completion(snapshot: &Path) {
@@ -182,4 +211,31 @@ pub fn open_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::tune_allocator();
     Ok(Snapshot::open(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completion_turn_in;
+
+    /// Completions take turns: a second one waits until the first is done.
+    #[test]
+    fn completions_take_turns() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join("heapsnap");
+        let first = completion_turn_in(&dir).expect("a lock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let in_second = dir.clone();
+        let second = std::thread::spawn(move || {
+            let turn = completion_turn_in(&in_second);
+            tx.send(()).unwrap();
+            turn.is_some()
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "the second ran alongside the first");
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the second's turn once the first ended");
+        assert!(second.join().unwrap());
+        let lock = dir.join("completing.lock");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(lock).unwrap().permissions().mode() & 0o777, 0o600);
+    }
 }
