@@ -5,7 +5,7 @@ use crate::loader::{Loaded, Loader};
 use crate::report::Report;
 use crate::sites::{self, By, SiteArgs};
 use crate::text::{signed, signed_bytes};
-use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
+use heapsnap_analyze::diff::{diff, has_names, DiffError, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
 use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
@@ -90,8 +90,13 @@ impl Report for Diff {
         // The suspects' sites read the whole index: loaded now, so that no snapshot is
         // analysed twice (once for the diff's index, once for the sites').
         let wants_sites = peeked.len() >= 3 && by != GroupBy::Root && peeked.iter().all(tracked);
+        // The index saves a classification by kind, with the snapshot's OCaml names when it has
+        // them: a diff that uses another, or names in some snapshots only (compared without),
+        // analyses its snapshots (and builds no index it would not read).
+        let named = peeked.iter().filter(|s| has_names(s)).count();
+        let from_indexes = by == SAVED_GROUPING && (named == 0 || named == peeked.len());
         drop(peeked);
-        let indexed: Vec<Loaded<'_>> = if by == SAVED_GROUPING {
+        let indexed: Vec<Loaded<'_>> = if from_indexes {
             let needs = if wants_sites { Needs::All } else { Needs::Diff };
             args.snapshots.iter().map(|p| loader.indexed(p, needs)).collect::<anyhow::Result<_>>()?
         } else {

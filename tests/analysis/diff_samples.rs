@@ -340,6 +340,29 @@ fn with_names_in_some_snapshots_only_signatures_are_shapes_and_the_report_says_w
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("OCaml names not used").count(), 1, "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Cache_leak.1 -> Hashtbl -> .1 Hashtbl data"));
+
+    // The indexes save a classification with the names: compared without, copies without an
+    // index are analysed once each, and no index is built for it.
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = mixed
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let copy = dir.path().join(format!("{i}.heapsnap"));
+            std::fs::copy(p, &copy).unwrap();
+            copy
+        })
+        .collect();
+    let out = Command::new(heapsnap())
+        .arg("diff")
+        .args(&copies)
+        .env("HEAPSNAP_TRACE", "1")
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .output()
+        .expect("run heapsnap diff");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).matches("graph: edges at").count(), 3, "one analysis per snapshot");
+    assert!(copies.iter().all(|p| !heapsnap_index::store::beside(p).exists()), "no index built that the diff would not read");
 }
 
 /// `diff --by type` on named snapshots: growth per OCaml type, as `top --by type` counts each
