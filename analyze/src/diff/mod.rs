@@ -203,8 +203,11 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     let mut timings: Vec<Timing> = Vec::new();
     let mut time = |step: String, seconds: f64| timings.push(Timing { step, seconds });
 
+    let timer = crate::progress::PhaseTimer::start("diff");
     let t = Instant::now();
     let (profiles, kept) = analyse_all(inputs, opts.by, ocaml_names, progress)?;
+    let saved = inputs.iter().filter(|i| i.saved.is_some_and(|s| s.by == opts.by && s.names == ocaml_names)).count();
+    timer.lap(&format!("{} snapshots profiled ({saved} read from their index)", inputs.len()));
     let k = profiles.len();
     time("analysis".into(), t.elapsed().as_secs_f64());
     for (i, p) in profiles.iter().enumerate() {
@@ -224,6 +227,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     }
     let growth = places::growth_places(&merged, opts.min_growth, opts.max_places);
     time("compare".into(), t.elapsed().as_secs_f64());
+    timer.lap("compared");
 
     let t = Instant::now();
     let suspects = match kept {
@@ -236,6 +240,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         _ => Vec::new(),
     };
     time("suspect paths".into(), t.elapsed().as_secs_f64());
+    timer.lap("the suspects' paths");
 
     let meta = first.snap.metadata();
     let total_groups = all_groups.len() as u64;
