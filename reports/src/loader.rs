@@ -54,17 +54,43 @@ impl Loader for Files {
         if !heapsnap_index::store::saved_serves(path, needs) {
             wait_for_completion(path);
         }
+        if let Some(kept) = kept_unsaved(path, needs) {
+            return Ok(Loaded::Lent(kept));
+        }
         let ix = load_index(path, needs, &Progress::stderr()).map_err(|e| match e {
             // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
             StoreError::Snapshot { source, .. } => anyhow::Error::from(source),
             StoreError::Analyze(e) => e.into(),
             StoreError::Index(e) => e.into(),
         })?;
-        if ix.built && ix.path.is_some() && !ix.index.serves(Needs::All) {
+        if ix.path.is_none() {
+            return Ok(Loaded::Lent(keep_unsaved(path, ix)));
+        }
+        if ix.built && !ix.index.serves(Needs::All) {
             complete_in_background(path);
         }
         Ok(Loaded::Opened(Box::new(ix)))
     }
+}
+
+/// The indexes this process built but could not save (no writable place for them), by the
+/// path they were asked for: kept until it ends, so that a long-lived process (the MCP server)
+/// analyses each snapshot once, not once per report.
+static UNSAVED: std::sync::Mutex<Vec<(PathBuf, &'static Indexed)>> = std::sync::Mutex::new(Vec::new());
+
+/// An index kept in [`UNSAVED`] for `path` that serves `needs`, when the file there is still
+/// the snapshot it was built from (its section table and length: `annotate` changes them).
+fn kept_unsaved(path: &Path, needs: Needs) -> Option<&'static Indexed> {
+    let kept = UNSAVED.lock().expect("no panic while holding the kept indexes");
+    let (_, ix) = kept.iter().rev().find(|(p, ix)| p == path && ix.index.serves(needs))?;
+    let now = Snapshot::open_with(path, &heapsnap_format::ReadOptions { verify_checksums: false }).ok()?;
+    (heapsnap_index::SnapshotId::of(&now) == heapsnap_index::SnapshotId::of(&ix.snap)).then_some(*ix)
+}
+
+fn keep_unsaved(path: &Path, ix: Indexed) -> &'static Indexed {
+    let kept: &'static Indexed = Box::leak(Box::new(ix));
+    UNSAVED.lock().expect("no panic while holding the kept indexes").push((path.to_path_buf(), kept));
+    kept
 }
 
 /// The program that completes an index in the background: `PROGRAM complete-index SNAP`.
