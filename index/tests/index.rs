@@ -657,6 +657,15 @@ fn a_diff_over_indexes_equals_the_diff_that_analyses() {
         assert_eq!(diff_json(&analysed), diff_json(&compared), "{k} snapshots by {by:?}");
         let read = compared.timings.iter().filter(|t| t.step.ends_with(": read from the index")).count();
         assert_eq!(read, if by == GroupBy::Kind { k } else { 0 }, "by {by:?}: {:?}", compared.timings);
+        // Any grouping's classification, made from an analysis (as the provider makes it when it
+        // builds an index for the sites), gives the same report.
+        let analyses: Vec<Analysis<'_>> = snaps[..k].iter().map(|s| Analysis::new(s, &quiet).unwrap()).collect();
+        let made: Vec<_> = analyses.iter().map(|a| heapsnap_analyze::diff::saved_profile(a, by)).collect();
+        let made_inputs: Vec<Input<'_>> =
+            (0..k).map(|i| Input { name: paths[i].display().to_string(), snap: &snaps[i], saved: Some(&made[i]) }).collect();
+        let from_made = diff(&made_inputs, &opts, &quiet).unwrap();
+        assert_eq!(diff_json(&analysed), diff_json(&from_made), "{k} snapshots by {by:?}, classified beforehand");
+        assert!(from_made.timings.iter().filter(|t| t.step.ends_with(": read from the index")).count() == k);
         if k == 3 && by == GroupBy::Kind {
             assert!(compared.timings.iter().all(|t| !t.step.ends_with(": analysis")), "{:?}", compared.timings);
             let s = &compared.suspects;

@@ -5,7 +5,7 @@ use crate::loader::{Loaded, Loader};
 use crate::report::Report;
 use crate::sites::{self, By, SiteArgs};
 use crate::text::{signed, signed_bytes};
-use heapsnap_analyze::diff::{diff, has_names, DiffError, DiffOptions, DiffReport, Input};
+use heapsnap_analyze::diff::{diff, has_names, saved_profile, DiffError, DiffOptions, DiffReport, Input, SavedProfile};
 use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
 use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
@@ -92,28 +92,45 @@ impl Report for Diff {
         let wants_sites = peeked.len() >= 3 && by != GroupBy::Root && peeked.iter().all(tracked);
         // The index saves a classification by kind, with the snapshot's OCaml names when it has
         // them: a diff that uses another, or names in some snapshots only (compared without),
-        // analyses its snapshots (and builds no index it would not read).
+        // analyses its snapshots (and builds no index it would not read, unless for the sites).
         let named = peeked.iter().filter(|s| has_names(s)).count();
-        let from_indexes = by == SAVED_GROUPING && (named == 0 || named == peeked.len());
+        let names_agree = named == 0 || named == peeked.len();
+        let from_indexes = by == SAVED_GROUPING && names_agree;
         drop(peeked);
-        let indexed: Vec<Loaded<'_>> = if from_indexes {
+        // The suspects' sites read the whole index: loaded first. When it is built, a
+        // classification the index does not save is made from the same analysis.
+        let mut made: Vec<Option<SavedProfile>> = args.snapshots.iter().map(|_| None).collect();
+        let indexed: Vec<Loaded<'_>> = if from_indexes || wants_sites {
             let needs = if wants_sites { Needs::All } else { Needs::Diff };
-            args.snapshots.iter().map(|p| loader.indexed(p, needs)).collect::<anyhow::Result<_>>()?
+            let mut loaded = Vec::new();
+            for (path, slot) in args.snapshots.iter().zip(made.iter_mut()) {
+                let mut profile = |a: &heapsnap_analyze::Analysis<'_>| {
+                    if !from_indexes && names_agree {
+                        *slot = Some(saved_profile(a, by));
+                    }
+                };
+                loaded.push(loader.indexed_with(path, needs, &mut profile)?);
+            }
+            loaded
         } else {
             Vec::new()
         };
-        let views: Vec<Option<IndexView<'_>>> = indexed
-            .iter()
-            .zip(&args.snapshots)
-            .map(|(ix, path)| match ix.view(Needs::Diff) {
-                Ok(view) => Some(view),
-                Err(e) => {
-                    eprintln!("heapsnap: ignoring the diff's sections of the index of {}: {e}; analysing it", path.display());
-                    None
-                }
-            })
-            .collect();
-        // Without an index (another grouping), each snapshot is read whole, its checksums checked.
+        let views: Vec<Option<IndexView<'_>>> = if from_indexes {
+            indexed
+                .iter()
+                .zip(&args.snapshots)
+                .map(|(ix, path)| match ix.view(Needs::Diff) {
+                    Ok(view) => Some(view),
+                    Err(e) => {
+                        eprintln!("heapsnap: ignoring the diff's sections of the index of {}: {e}; analysing it", path.display());
+                        None
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Without an index, each snapshot is read whole, its checksums checked.
         let read: Vec<Snapshot> =
             if indexed.is_empty() { args.snapshots.iter().map(|p| loader.snapshot(p)).collect::<anyhow::Result<_>>()? } else { Vec::new() };
         let snaps: Vec<&Snapshot> = if indexed.is_empty() { read.iter().collect() } else { indexed.iter().map(|ix| &ix.snap).collect() };
@@ -124,7 +141,7 @@ impl Report for Diff {
             .map(|(i, p)| Input {
                 name: p.display().to_string(),
                 snap: snaps[i],
-                saved: views.get(i).and_then(|v| v.as_ref()).and_then(|v| v.diff_profile()),
+                saved: views.get(i).and_then(|v| v.as_ref()).and_then(|v| v.diff_profile()).or(made[i].as_ref()),
             })
             .collect();
         let mut report = diff(&inputs, &opts, &Progress::stderr())?;

@@ -6,7 +6,7 @@
 
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
-use heapsnap_index::store::{load as load_index, Indexed, StoreError};
+use heapsnap_index::store::{load as load_index, load_with, Indexed, StoreError};
 use heapsnap_index::Needs;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -31,6 +31,12 @@ impl Deref for Loaded<'_> {
 pub trait Loader {
     /// The snapshot at `path` with its analysis index, checked for the sections `needs` names.
     fn indexed(&self, path: &Path, needs: Needs) -> anyhow::Result<Loaded<'_>>;
+    /// [`Loader::indexed`], `also` given the analysis when the index is built (never, for an
+    /// index opened or lent): what a command needs beyond the index, made from the one analysis.
+    fn indexed_with(&self, path: &Path, needs: Needs, also: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>)) -> anyhow::Result<Loaded<'_>> {
+        let _ = also;
+        self.indexed(path, needs)
+    }
     /// The snapshot alone (`info`, `verify` and `diff` read it whole).
     fn snapshot(&self, path: &Path) -> anyhow::Result<Snapshot> {
         open_snapshot(path)
@@ -43,6 +49,10 @@ pub struct Files;
 
 impl Loader for Files {
     fn indexed(&self, path: &Path, needs: Needs) -> anyhow::Result<Loaded<'_>> {
+        self.indexed_with(path, needs, &mut |_| {})
+    }
+
+    fn indexed_with(&self, path: &Path, needs: Needs, also: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>)) -> anyhow::Result<Loaded<'_>> {
         if path.is_dir() {
             // The same message as every other command's.
             open_snapshot(path)?;
@@ -57,7 +67,7 @@ impl Loader for Files {
         if let Some(kept) = kept_unsaved(path, needs) {
             return Ok(Loaded::Lent(kept));
         }
-        let ix = load_index(path, needs, &Progress::stderr()).map_err(|e| match e {
+        let ix = load_with(path, needs, &Progress::stderr(), also).map_err(|e| match e {
             // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
             StoreError::Snapshot { source, .. } => anyhow::Error::from(source),
             StoreError::Analyze(e) => e.into(),
