@@ -57,7 +57,8 @@ fn measure(what: &str, paths: &[PathBuf]) {
         }
         _ => {
             let snaps: Vec<Snapshot> = paths.iter().map(|p| Snapshot::open(p).expect("open")).collect();
-            let inputs: Vec<Input<'_>> = paths.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+            let inputs: Vec<Input<'_>> =
+                paths.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s, saved: None }).collect();
             let r = diff(&inputs, &DiffOptions::default(), &Progress::hidden()).expect("diff");
             let seconds = t.elapsed().as_secs_f64();
             let growth = r.growth.first().map(|p| (p.description.clone(), p.growth));

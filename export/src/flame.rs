@@ -12,6 +12,7 @@
 //! The bytes of all stacks add up to the reachable bytes (static data counts 0, as in the
 //! reports).
 
+use heapsnap_analyze::diff::SavedProfile;
 use heapsnap_analyze::signatures::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
 use heapsnap_analyze::signatures::domtrie::{dominator_trie, NOT_A_BLOCK};
 use heapsnap_analyze::signatures::trie::{describe_named_chain, SigTrie};
@@ -50,10 +51,31 @@ fn frame_text(f: &str) -> String {
 }
 
 pub fn folded(a: &Analysis<'_>, by: GroupBy) -> Folded {
-    let mut stacks = match by {
+    let stacks = match by {
         GroupBy::Root => by_signature(a),
         _ => by_group(a, by),
     };
+    sorted(by, stacks)
+}
+
+/// The stacks by path signature (`--by root`) from the diff's classification saved in the
+/// analysis index (its dominator trie and each signature's own bytes), without the graph;
+/// `None` when it was saved for another grouping than `kind` (the one whose shapes the
+/// signatures are made of).
+pub fn folded_saved(saved: &SavedProfile) -> Option<Folded> {
+    if saved.by != GroupBy::Kind {
+        return None;
+    }
+    let trie = &saved.dom;
+    let bytes = |id: usize| saved.dom_own_bytes.get(id).copied().unwrap_or(0);
+    let stacks = (1..trie.len())
+        .filter(|&id| bytes(id) > 0)
+        .map(|id| Stack { frames: signature_frames(trie, id as u32), bytes: bytes(id) })
+        .collect();
+    Some(sorted(GroupBy::Root, stacks))
+}
+
+fn sorted(by: GroupBy, mut stacks: Vec<Stack>) -> Folded {
     stacks.retain(|s| s.bytes > 0);
     stacks.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.frames.cmp(&y.frames)));
     let total_bytes = stacks.iter().map(|s| s.bytes).sum();

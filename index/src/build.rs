@@ -16,9 +16,12 @@ pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, Group
 /// The index of an analysed snapshot with the sections `needs` reads, ready to write (its
 /// sections borrow from the analysis).
 pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
-    if needs == Needs::Meta {
+    if needs <= Needs::Diff {
         let mut b = IndexBuilder::default();
         b.add(META, serde_json::to_vec(&meta(a)).expect("the meta data serialises"));
+        if needs == Needs::Diff {
+            add_diff_profile(&mut b, a);
+        }
         return b;
     }
     // Addresses and referrers need only the graph: another thread makes them while this one
@@ -37,8 +40,19 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
             b.add_u32_vec(REF_OFFSETS, ref_offsets);
             b.add_u32_vec(REFS, refs);
         }
+        if needs == Needs::All {
+            add_diff_profile(&mut b, a);
+        }
         b
     })
+}
+
+/// The diff's classification ([`crate::diff_profile`]), by [`crate::diff_profile::SAVED_GROUPING`].
+fn add_diff_profile(b: &mut IndexBuilder<'_>, a: &Analysis<'_>) {
+    let timer = PhaseTimer::start("index");
+    let profile = heapsnap_analyze::diff::saved_profile(a, crate::diff_profile::SAVED_GROUPING);
+    timer.lap("the diff's classification");
+    crate::diff_profile::add(b, &profile);
 }
 
 /// The meta data: totals, every grouping, the roots' shares and the summary's suspects.

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
 /// Bumped whenever what the index holds, or how it is computed, changes.
-pub const INDEX_VERSION: u32 = 7;
+pub const INDEX_VERSION: u32 = 8;
 pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.
@@ -255,7 +255,7 @@ impl IndexFile {
 
     /// The highest level the index serves (None: not even its meta data).
     pub fn level(&self) -> Option<crate::Needs> {
-        [crate::Needs::All, crate::Needs::Tree, crate::Needs::Meta].into_iter().find(|&n| self.serves(n))
+        [crate::Needs::All, crate::Needs::Tree, crate::Needs::Diff, crate::Needs::Meta].into_iter().find(|&n| self.serves(n))
     }
 
     /// A section's bytes, its checksum checked on first use.

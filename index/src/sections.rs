@@ -52,6 +52,13 @@ pub const TYPES: u32 = 19;
 /// `(preorder number, retained bytes)` `u64` pairs, by preorder number: the retained sizes that
 /// are no `u32` of words.
 pub const RETAINED_LARGE: u32 = 20;
+/// JSON: the diff's classification of the snapshot (its grouping, groups, the tries' strings;
+/// `crate::diff_profile`).
+pub const DIFF_META: u32 = 21;
+/// `u64` words: the nodes of the diff's dominator trie, then of its path trie, 4 words each.
+pub const DIFF_NODES: u32 = 22;
+/// `u64` words: every group's members by path signature, 4 words each.
+pub const DIFF_MEMBERS: u32 = 23;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {

@@ -39,14 +39,20 @@ pub fn beside(snapshot: &Path) -> PathBuf {
 
 /// The cache location: one file per snapshot path (its canonical path hashed).
 pub fn in_cache(snapshot: &Path) -> Option<PathBuf> {
+    let base = cache_dir()?;
+    let canonical = std::fs::canonicalize(snapshot).unwrap_or_else(|_| snapshot.to_path_buf());
+    let hash = xxhash_rust::xxh3::xxh3_64(canonical.as_os_str().as_encoded_bytes());
+    let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
+    Some(base.join("index").join(format!("{hash:016x}-{name}.hsidx")))
+}
+
+/// heapsnap's cache directory: `$XDG_CACHE_HOME/heapsnap` (default `~/.cache`).
+pub fn cache_dir() -> Option<PathBuf> {
     let base = match std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(std::env::var_os("HOME")?).join(".cache"),
     };
-    let canonical = std::fs::canonicalize(snapshot).unwrap_or_else(|_| snapshot.to_path_buf());
-    let hash = xxhash_rust::xxh3::xxh3_64(canonical.as_os_str().as_encoded_bytes());
-    let name = snapshot.file_name().unwrap_or_default().to_string_lossy();
-    Some(base.join("heapsnap").join("index").join(format!("{hash:016x}-{name}.hsidx")))
+    Some(base.join("heapsnap"))
 }
 
 fn candidates(snapshot: &Path) -> Vec<PathBuf> {
@@ -85,6 +91,16 @@ pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, St
 /// a valid index the snapshot's sections are not re-hashed: the index ties itself to the hash
 /// of their checksums, which were all checked when the index was built.
 pub fn open_or_build_for(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
+    open_or_build_with(snapshot, needs, progress, &mut |_| {})
+}
+
+/// [`open_or_build_for`], `also` given the analysis when the index is built.
+fn open_or_build_with(
+    snapshot: &Path,
+    needs: Needs,
+    progress: &Progress,
+    also: &mut dyn FnMut(&Analysis<'_>),
+) -> Result<Indexed, StoreError> {
     let err = |source| StoreError::Snapshot { path: snapshot.to_path_buf(), source };
     let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).map_err(err)?;
     let id = SnapshotId::of(&snap);
@@ -111,7 +127,7 @@ pub fn open_or_build_for(snapshot: &Path, needs: Needs, progress: &Progress) -> 
         None => needs,
     };
     drop(snap);
-    build_and_save_for(snapshot, level, progress)
+    build_and_save_with(snapshot, level, progress, also)
 }
 
 /// Analyses the snapshot and saves its whole index ([`build_and_save_for`] with [`Needs::All`]).
@@ -122,11 +138,23 @@ pub fn build_and_save(snapshot: &Path, progress: &Progress) -> Result<Indexed, S
 /// Analyses the snapshot and saves an index with the sections `needs` reads (the first
 /// writable location wins).
 pub fn build_and_save_for(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
+    build_and_save_with(snapshot, needs, progress, &mut |_| {})
+}
+
+/// [`build_and_save_for`], `also` given the analysis (whoever needs more of it than the index
+/// keeps need not analyse the snapshot again).
+fn build_and_save_with(
+    snapshot: &Path,
+    needs: Needs,
+    progress: &Progress,
+    also: &mut dyn FnMut(&Analysis<'_>),
+) -> Result<Indexed, StoreError> {
     let snap = Snapshot::open(snapshot).map_err(|source| StoreError::Snapshot { path: snapshot.to_path_buf(), source })?;
     let id = SnapshotId::of(&snap);
     // Where it was saved, else the index in memory.
     let saved: Result<PathBuf, Vec<u8>> = {
         let analysis = Analysis::new(&snap, progress)?;
+        also(&analysis);
         let step = progress.step("writing the analysis index", 0);
         let builder = crate::build::build(&analysis, needs);
         let mut last_error = None;
@@ -209,7 +237,14 @@ impl Indexed {
 
 /// [`open_or_build`], and a rebuild when a section the caller needs fails its check.
 pub fn load(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexed, StoreError> {
-    let ix = open_or_build_for(snapshot, needs, progress)?;
+    load_with(snapshot, needs, progress, &mut |_| {})
+}
+
+/// [`load`], `also` given the analysis when the index is built: what a command needs of the
+/// snapshot beyond its index is made from the same analysis (the provider analyses each
+/// snapshot at most once).
+pub fn load_with(snapshot: &Path, needs: Needs, progress: &Progress, also: &mut dyn FnMut(&Analysis<'_>)) -> Result<Indexed, StoreError> {
+    let ix = open_or_build_with(snapshot, needs, progress, also)?;
     if let Err(e) = ix.view(needs) {
         if ix.built {
             return Err(e.into());
@@ -217,7 +252,7 @@ pub fn load(snapshot: &Path, needs: Needs, progress: &Progress) -> Result<Indexe
         let at = ix.path.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
         eprintln!("heapsnap: ignoring the index {at}: {e}; rebuilding it");
         drop(ix);
-        return build_and_save_for(snapshot, needs, progress);
+        return build_and_save_with(snapshot, needs, progress, also);
     }
     Ok(ix)
 }

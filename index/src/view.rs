@@ -25,6 +25,9 @@ use std::sync::OnceLock;
 pub enum Needs {
     /// Totals, groups and the summary's suspects only.
     Meta,
+    /// The meta data and the diff's classification (`diff`; the tree's level does not hold
+    /// it, the whole index does).
+    Diff,
     /// The dominator tree too.
     Tree,
     /// Everything: objects, referrers, paths.
@@ -37,6 +40,7 @@ impl Needs {
     pub fn sections(self) -> &'static [u32] {
         match self {
             Needs::Meta => &[META],
+            Needs::Diff => &[META, DIFF_META, DIFF_NODES, DIFF_MEMBERS],
             // Naming a Hashtbl's parts resolves the pointers between them (by address).
             Needs::Tree => &[
                 META,
@@ -73,6 +77,9 @@ impl Needs {
                 TOP_NODES,
                 TOP_LABEL_IDS,
                 TOP_LABELS,
+                DIFF_META,
+                DIFF_NODES,
+                DIFF_MEMBERS,
             ],
         }
     }
@@ -148,10 +155,18 @@ pub struct IndexView<'s> {
     /// The blocks' OCaml types, read from the index when a report first needs them (the
     /// index is tied to the snapshot's names: `annotate` changes the snapshot).
     typing: OnceLock<Option<heapsnap_analyze::Typing>>,
+    /// The diff's classification, read and checked when the view is opened for a diff.
+    diff: Option<heapsnap_analyze::diff::SavedProfile>,
     file: &'s IndexFile,
 }
 
 impl<'s> IndexView<'s> {
+    /// The diff's classification of the snapshot (when the view was opened for
+    /// [`Needs::Diff`]).
+    pub fn diff_profile(&self) -> Option<&heapsnap_analyze::diff::SavedProfile> {
+        self.diff.as_ref()
+    }
+
     pub fn open(snap: &'s Snapshot, file: &'s IndexFile, needs: Needs) -> Result<Self, IndexError> {
         let meta: Meta = serde_json::from_slice(file.section(META)?).map_err(|e| IndexError::Inconsistent(format!("meta data: {e}")))?;
         let wanted = needs.sections();
@@ -199,6 +214,7 @@ impl<'s> IndexView<'s> {
                 .collect(),
             free_blocks: OnceLock::new(),
             typing: OnceLock::new(),
+            diff: if needs == Needs::Diff { crate::diff_profile::read(file)? } else { None },
             file,
             meta,
         };

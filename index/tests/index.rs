@@ -212,7 +212,15 @@ fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
     for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
         let _ = top(&view, by, 0);
     }
-    if needs == Needs::Meta {
+    if file.has(heapsnap_index::sections::DIFF_META) {
+        // The diff's sections, read and compared as three snapshots (suspects need three).
+        let diff_view = IndexView::open(snap, &file, Needs::Diff)?;
+        let saved = diff_view.diff_profile().ok_or(IndexError::Section(heapsnap_index::sections::DIFF_META))?;
+        let inputs: Vec<_> = (0..3).map(|i| heapsnap_analyze::diff::Input { name: format!("{i}"), snap, saved: Some(saved) }).collect();
+        let opts = heapsnap_analyze::diff::DiffOptions { min_growth: 0, ..Default::default() };
+        let _ = heapsnap_analyze::diff::diff(&inputs, &opts, &Progress::hidden());
+    }
+    if needs <= Needs::Diff {
         return Ok(());
     }
     let _ = dominator_report(&view, 6, 0.0, 50);
@@ -250,7 +258,7 @@ fn fixture(needs: Needs) -> Fixture {
     Fixture { snap: Snapshot::open(&path).unwrap(), bytes, _dir: dir }
 }
 
-const LEVELS: [Needs; 3] = [Needs::Meta, Needs::Tree, Needs::All];
+const LEVELS: [Needs; 4] = [Needs::Meta, Needs::Diff, Needs::Tree, Needs::All];
 
 #[test]
 fn every_truncation_is_refused() {
@@ -302,15 +310,26 @@ proptest! {
         FIXTURE.with(|f| mutate_and_use(f, edits));
     }
 
-    /// The same of the indexes of the lower levels (`summary`'s meta data alone, the tree), and
+    /// The same of the indexes of the lower levels (`summary`'s meta data alone, `diff`'s
+    /// sections, the tree), and
     /// of an index whose kind ids take two bytes.
     #[test]
-    fn mutated_lower_levels_and_wide_kind_ids_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), which in 0..3u8) {
+    fn mutated_lower_levels_and_wide_kind_ids_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..20), which in 0..4u8) {
         match which {
             0 => TREE_FIXTURE.with(|f| mutate_and_use(f, edits)),
             1 => META_FIXTURE.with(|f| mutate_and_use(f, edits)),
+            2 => DIFF_FIXTURE.with(|f| mutate_and_use(f, edits)),
             _ => SHAPES_FIXTURE.with(|f| mutate_and_use(f, edits)),
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    /// The diff's sections alone, mutated with valid checksums: never a panic or a hang.
+    #[test]
+    fn mutated_diff_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12)) {
+        let _ = DIFF_FIXTURE.with(|f| mutate_diff_and_use(f, edits));
     }
 }
 
@@ -327,6 +346,7 @@ thread_local! {
     static FIXTURE: Fixture = fixture(Needs::All);
     static TREE_FIXTURE: Fixture = fixture(Needs::Tree);
     static META_FIXTURE: Fixture = fixture(Needs::Meta);
+    static DIFF_FIXTURE: Fixture = fixture(Needs::Diff);
     static SHAPES_FIXTURE: Fixture = shapes_fixture();
 }
 
@@ -443,6 +463,63 @@ fn table_end(bytes: &[u8]) -> usize {
     48 + 32 * u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize
 }
 
+/// Where section `kind`'s body is in an index's bytes.
+fn section_range(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
+    let count = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    (0..count)
+        .map(|i| 48 + i * 32)
+        .find(|&e| u32::from_le_bytes(bytes[e..e + 4].try_into().unwrap()) == kind)
+        .map(|e| word(e + 8)..word(e + 8) + word(e + 16))
+        .expect("the section is there")
+}
+
+/// Edits only the diff's sections of the bytes (words of its tries and member counts), fixes
+/// the checksums up, and uses the index.
+fn mutate_diff_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
+    use heapsnap_index::sections::{DIFF_MEMBERS, DIFF_NODES};
+    let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+    let mut b = f.bytes.clone();
+    let (nodes, members) = (section_range(&b, DIFF_NODES), section_range(&b, DIFF_MEMBERS));
+    for (at, byte) in edits {
+        let range = if at % 3 == 0 && !members.is_empty() { members.clone() } else { nodes.clone() };
+        b[range.start + at % range.len()] = byte;
+    }
+    use_index(&snap, &reseal(&b))
+}
+
+/// The diff's sections of a hostile index: a node whose label, parent or root is past its
+/// list, or a member count of a signature past the path trie, is refused (never indexed
+/// past a list, never walked up a cycle).
+#[test]
+fn hostile_diff_sections_are_refused() {
+    use heapsnap_index::sections::{DIFF_MEMBERS, DIFF_NODES};
+    DIFF_FIXTURE.with(|f| {
+        let nodes = section_range(&f.bytes, DIFF_NODES);
+        let members = section_range(&f.bytes, DIFF_MEMBERS);
+        assert!(members.len() >= 32, "the fixture has member counts");
+        // Node 2 of the dominator trie (its first step below a root): 5 words a node.
+        let node = nodes.start + 2 * 40;
+        let label_high = node + 4;
+        let parent = node;
+        let root = node + 8;
+        // Member 0's signature: the high half of its first word.
+        let signature = members.start + 4;
+        for (what, at, value) in [
+            ("a label past the shapes", label_high, 0xff),
+            ("a parent after the node", parent, 0x7f),
+            ("a root past the labels", root + 3, 0x40),
+            ("a signature past the path trie", signature + 3, 0x40),
+        ] {
+            let mut b = f.bytes.clone();
+            b[at] = value;
+            let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+            let err = use_index(&snap, &reseal(&b)).expect_err(what);
+            assert!(err.to_string().contains("diff sections"), "{what}: {err}");
+        }
+    });
+}
+
 /// Recomputes every section checksum and the table checksum (as a hostile writer would).
 fn reseal(bytes: &[u8]) -> Vec<u8> {
     use xxhash_rust::xxh3::xxh3_64;
@@ -533,5 +610,68 @@ fn large_retained_sizes_are_read_from_their_list() {
     // Every other size is as it was.
     for v in view.block_nodes().filter(|&v| v != top) {
         assert_eq!(v2.retained(v), view.retained(v), "node {v}");
+    }
+}
+
+/// A diff's report as JSON without its timings (wall-clock seconds, and which steps ran).
+fn diff_json(r: &heapsnap_analyze::diff::DiffReport) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).expect("serialises");
+    v.as_object_mut().expect("an object").remove("timings");
+    v
+}
+
+/// A diff of indexed snapshots reads their saved classification instead of analysing them, and
+/// reports exactly what the diff that analyses them does: groups, places, suspects with their
+/// paths, their counts and example members. A grouping the index does not save analyses.
+#[test]
+fn a_diff_over_indexes_equals_the_diff_that_analyses() {
+    use heapsnap_analyze::diff::{diff, DiffOptions, Input};
+    use heapsnap_index::store::load;
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = [200u64, 260, 330]
+        .iter()
+        .map(|&items| {
+            let mut h = large_heap_shape(items).heap;
+            // A stack root and a second Hashtbl, so that a suspect has paths from two roots.
+            let s = h.alloc_string(Space::Major, format!("grows-{items}").as_bytes());
+            h.add_root(RootKind::Stack, Value::Ptr(s), "main", 0);
+            let path = dir.path().join(format!("grow-{items}.heapsnap"));
+            h.write(&path).unwrap();
+            path
+        })
+        .collect();
+    let snaps: Vec<Snapshot> = paths.iter().map(|p| Snapshot::open(p).unwrap()).collect();
+    let quiet = Progress::hidden();
+    let indexed: Vec<_> = paths.iter().map(|p| load(p, Needs::Diff, &quiet).unwrap()).collect();
+    assert!(indexed.iter().all(|ix| ix.index.level() == Some(Needs::Diff)), "a first diff saves the meta data and its own sections");
+    let views: Vec<IndexView<'_>> = indexed.iter().map(|ix| ix.view(Needs::Diff).unwrap()).collect();
+    for (k, by) in [(3, GroupBy::Kind), (2, GroupBy::Kind), (3, GroupBy::Root), (3, GroupBy::Closure)] {
+        let opts = DiffOptions { by, min_growth: 64, max_paths: 20, ..Default::default() };
+        let inputs = |saved: bool| -> Vec<Input<'_>> {
+            (0..k)
+                .map(|i| Input { name: paths[i].display().to_string(), snap: &snaps[i], saved: views[i].diff_profile().filter(|_| saved) })
+                .collect()
+        };
+        let analysed = diff(&inputs(false), &opts, &quiet).unwrap();
+        let compared = diff(&inputs(true), &opts, &quiet).unwrap();
+        assert_eq!(diff_json(&analysed), diff_json(&compared), "{k} snapshots by {by:?}");
+        let read = compared.timings.iter().filter(|t| t.step.ends_with(": read from the index")).count();
+        assert_eq!(read, if by == GroupBy::Kind { k } else { 0 }, "by {by:?}: {:?}", compared.timings);
+        // Any grouping's classification, made from an analysis (as the provider makes it when it
+        // builds an index for the sites), gives the same report.
+        let analyses: Vec<Analysis<'_>> = snaps[..k].iter().map(|s| Analysis::new(s, &quiet).unwrap()).collect();
+        let made: Vec<_> = analyses.iter().map(|a| heapsnap_analyze::diff::saved_profile(a, by)).collect();
+        let made_inputs: Vec<Input<'_>> =
+            (0..k).map(|i| Input { name: paths[i].display().to_string(), snap: &snaps[i], saved: Some(&made[i]) }).collect();
+        let from_made = diff(&made_inputs, &opts, &quiet).unwrap();
+        assert_eq!(diff_json(&analysed), diff_json(&from_made), "{k} snapshots by {by:?}, classified beforehand");
+        assert!(from_made.timings.iter().filter(|t| t.step.ends_with(": read from the index")).count() == k);
+        if k == 3 && by == GroupBy::Kind {
+            assert!(compared.timings.iter().all(|t| !t.step.ends_with(": analysis")), "{:?}", compared.timings);
+            let s = &compared.suspects;
+            assert!(s.len() >= 3 && s.iter().all(|s| !s.paths.is_empty()), "{s:#?}");
+            assert!(s.iter().flat_map(|s| &s.paths).all(|p| p.new > 0 && p.example.is_some()), "{s:#?}");
+            assert!(!compared.growth.is_empty());
+        }
     }
 }

@@ -1,16 +1,17 @@
 //! `heapsnap diff OLD NEW [MORE...]`: what grew between snapshots, where it sits in the
 //! dominator tree, and (three snapshots or more) the leak suspects.
 
-use crate::loader::Loader;
+use crate::loader::{Loaded, Loader};
 use crate::report::Report;
 use crate::sites::{self, By, SiteArgs};
 use crate::text::{signed, signed_bytes};
-use heapsnap_analyze::diff::{diff, DiffError, DiffOptions, DiffReport, Input};
+use heapsnap_analyze::diff::{diff, has_names, saved_profile, DiffError, DiffOptions, DiffReport, Input, SavedProfile};
 use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
 use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
 use heapsnap_format::Snapshot;
-use heapsnap_index::Needs;
+use heapsnap_index::diff_profile::SAVED_GROUPING;
+use heapsnap_index::{IndexView, Needs};
 use serde::Serialize;
 use std::io::Write;
 use std::path::PathBuf;
@@ -66,12 +67,15 @@ impl Report for Diff {
     type Output = DiffOutput;
 
     fn run(args: &DiffArgs, loader: &dyn Loader) -> anyhow::Result<DiffOutput> {
-        let snaps: Vec<Snapshot> = args.snapshots.iter().map(|p| loader.snapshot(p)).collect::<anyhow::Result<_>>()?;
-        let inputs: Vec<Input<'_>> =
-            args.snapshots.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
-        for other in &inputs[1..] {
-            heapsnap_analyze::diff::check_pair(inputs[0].snap, other.snap, args.allow_rebuilt)
-                .map_err(|reason| DiffError::Incompatible { first: inputs[0].name.clone(), other: other.name.clone(), reason })?;
+        // What the metadata says is checked before any snapshot is analysed.
+        let peeked: Vec<Snapshot> = args.snapshots.iter().map(|p| peek_snapshot(p)).collect::<anyhow::Result<_>>()?;
+        let name = |i: usize| args.snapshots[i].display().to_string();
+        for (i, other) in peeked.iter().enumerate().skip(1) {
+            heapsnap_analyze::diff::check_pair(&peeked[0], other, args.allow_rebuilt).map_err(|reason| DiffError::Incompatible {
+                first: name(0),
+                other: name(i),
+                reason,
+            })?;
         }
         let Some(by) = args.by.grouping() else { return Ok(DiffOutput::Sites(site_diff_report(args, loader)?)) };
         let opts = DiffOptions {
@@ -83,8 +87,69 @@ impl Report for Diff {
             max_places: args.max_places,
             allow_rebuilt: args.allow_rebuilt,
         };
+        // The suspects' sites read the whole index: loaded now, so that no snapshot is
+        // analysed twice (once for the diff's index, once for the sites').
+        let wants_sites = peeked.len() >= 3 && by != GroupBy::Root && peeked.iter().all(tracked);
+        // The index saves a classification by kind, with the snapshot's OCaml names when it has
+        // them: a diff that uses another, or names in some snapshots only (compared without),
+        // analyses its snapshots (and builds no index it would not read, unless for the sites).
+        let named = peeked.iter().filter(|s| has_names(s)).count();
+        let names_agree = named == 0 || named == peeked.len();
+        let from_indexes = by == SAVED_GROUPING && names_agree;
+        drop(peeked);
+        // The suspects' sites read the whole index: loaded first. When it is built, a
+        // classification the index does not save is made from the same analysis.
+        let mut made: Vec<Option<SavedProfile>> = args.snapshots.iter().map(|_| None).collect();
+        let indexed: Vec<Loaded<'_>> = if from_indexes || wants_sites {
+            let needs = if wants_sites { Needs::All } else { Needs::Diff };
+            let mut loaded = Vec::new();
+            for (path, slot) in args.snapshots.iter().zip(made.iter_mut()) {
+                let mut profile = |a: &heapsnap_analyze::Analysis<'_>| {
+                    if !from_indexes && names_agree {
+                        *slot = Some(saved_profile(a, by));
+                    }
+                };
+                loaded.push(loader.indexed_with(path, needs, &mut profile)?);
+            }
+            loaded
+        } else {
+            Vec::new()
+        };
+        let views: Vec<Option<IndexView<'_>>> = if from_indexes {
+            indexed
+                .iter()
+                .zip(&args.snapshots)
+                .map(|(ix, path)| match ix.view(Needs::Diff) {
+                    Ok(view) => Some(view),
+                    Err(e) => {
+                        eprintln!("heapsnap: ignoring the diff's sections of the index of {}: {e}; analysing it", path.display());
+                        None
+                    }
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // Without an index, each snapshot is read whole, its checksums checked.
+        let read: Vec<Snapshot> =
+            if indexed.is_empty() { args.snapshots.iter().map(|p| loader.snapshot(p)).collect::<anyhow::Result<_>>()? } else { Vec::new() };
+        let snaps: Vec<&Snapshot> = if indexed.is_empty() { read.iter().collect() } else { indexed.iter().map(|ix| &ix.snap).collect() };
+        let inputs: Vec<Input<'_>> = args
+            .snapshots
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Input {
+                name: p.display().to_string(),
+                snap: snaps[i],
+                saved: views.get(i).and_then(|v| v.as_ref()).and_then(|v| v.diff_profile()).or(made[i].as_ref()),
+            })
+            .collect();
         let mut report = diff(&inputs, &opts, &Progress::stderr())?;
-        add_suspect_sites(args, &snaps, &mut report, loader)?;
+        if wants_sites {
+            add_suspect_sites(args, &mut report, &indexed, loader)?;
+        } else if args.sites.memtrace.is_some() {
+            anyhow::bail!("{NO_SUSPECT_SITES}");
+        }
         Ok(DiffOutput::Groups(Box::new(report)))
     }
 
@@ -99,21 +164,47 @@ impl Report for Diff {
 /// How many sites a suspect lists.
 const SUSPECT_SITES: usize = 5;
 
+/// Why `--memtrace` cannot name the sites of a diff's suspects.
+const NO_SUSPECT_SITES: &str = "--memtrace names the sites of leak suspects: it needs three snapshots or more with statmemprof's tables, grouped by kind, closure or reserved bits, or --by site";
+
+/// Whether a snapshot has statmemprof's sampled blocks.
+fn tracked(s: &Snapshot) -> bool {
+    s.memprof().is_some_and(|m| !m.is_empty())
+}
+
+/// A snapshot file, its sections not hashed: what its metadata says, before it is loaded
+/// (and checked) for the diff.
+fn peek_snapshot(path: &std::path::Path) -> anyhow::Result<Snapshot> {
+    if path.is_dir() {
+        crate::loader::open_snapshot(path)?;
+    }
+    let options = heapsnap_format::ReadOptions { verify_checksums: false };
+    // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
+    Ok(Snapshot::open_with(path, &options)?)
+}
+
 /// Names the sites of each suspect's new objects: its sampled blocks' sites in every snapshot,
-/// those that grew, when the snapshots hold statmemprof's tables.
-fn add_suspect_sites(args: &DiffArgs, snaps: &[Snapshot], report: &mut DiffReport, loader: &dyn Loader) -> anyhow::Result<()> {
-    let tracked = |s: &Snapshot| s.memprof().is_some_and(|m| !m.is_empty());
-    if report.suspects.is_empty() || report.by == GroupBy::Root || !snaps.iter().all(tracked) {
+/// those that grew, when the snapshots hold statmemprof's tables. `indexed` are the snapshots
+/// the diff loaded with their whole index (empty: loaded here).
+fn add_suspect_sites(args: &DiffArgs, report: &mut DiffReport, indexed: &[Loaded<'_>], loader: &dyn Loader) -> anyhow::Result<()> {
+    if report.suspects.is_empty() {
         if args.sites.memtrace.is_some() {
-            anyhow::bail!("--memtrace names the sites of leak suspects: it needs three snapshots or more with statmemprof's tables, grouped by kind, closure or reserved bits, or --by site");
+            anyhow::bail!("{NO_SUSPECT_SITES}");
         }
         return Ok(());
     }
     let trace = args.sites.memtrace.as_deref().map(sites::open_trace).transpose()?;
     // Per suspect, per snapshot: the site groups of its sampled blocks.
     let mut per_suspect: Vec<Vec<Vec<heapsnap_analyze::sites::report::SiteGroup>>> = vec![Vec::new(); report.suspects.len()];
-    for path in &args.snapshots {
-        let ix = loader.indexed(path, Needs::All)?;
+    for (i, path) in args.snapshots.iter().enumerate() {
+        let opened;
+        let ix: &Loaded<'_> = match indexed.get(i) {
+            Some(ix) => ix,
+            None => {
+                opened = loader.indexed(path, Needs::All)?;
+                &opened
+            }
+        };
         let view = ix.view(Needs::All)?;
         let joined = sites::join(&view, trace.as_ref())?;
         let group_of = |v: u32| -> Option<String> {

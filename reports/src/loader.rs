@@ -1,9 +1,12 @@
-//! Where the reports get their snapshots: the command line and the MCP server open each one
-//! with its analysis index (built and saved on first use); the web UI lends the ones it serves.
+//! Where every command gets its analysed snapshots (the one provider): the command line and
+//! the MCP server open each one with its analysis index (built and saved on first use, the
+//! snapshot analysed once); the web UI lends the ones it serves. What no index answers (the
+//! DevTools export reads every edge; a flame graph by group walks the dominator tree with
+//! every block's group) is analysed here too, once per snapshot: [`analyse`].
 
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;
-use heapsnap_index::store::{load as load_index, Indexed, StoreError};
+use heapsnap_index::store::{load as load_index, load_with, Indexed, StoreError};
 use heapsnap_index::Needs;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
@@ -28,6 +31,12 @@ impl Deref for Loaded<'_> {
 pub trait Loader {
     /// The snapshot at `path` with its analysis index, checked for the sections `needs` names.
     fn indexed(&self, path: &Path, needs: Needs) -> anyhow::Result<Loaded<'_>>;
+    /// [`Loader::indexed`], `also` given the analysis when the index is built (never, for an
+    /// index opened or lent): what a command needs beyond the index, made from the one analysis.
+    fn indexed_with(&self, path: &Path, needs: Needs, also: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>)) -> anyhow::Result<Loaded<'_>> {
+        let _ = also;
+        self.indexed(path, needs)
+    }
     /// The snapshot alone (`info`, `verify` and `diff` read it whole).
     fn snapshot(&self, path: &Path) -> anyhow::Result<Snapshot> {
         open_snapshot(path)
@@ -40,6 +49,10 @@ pub struct Files;
 
 impl Loader for Files {
     fn indexed(&self, path: &Path, needs: Needs) -> anyhow::Result<Loaded<'_>> {
+        self.indexed_with(path, needs, &mut |_| {})
+    }
+
+    fn indexed_with(&self, path: &Path, needs: Needs, also: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>)) -> anyhow::Result<Loaded<'_>> {
         if path.is_dir() {
             // The same message as every other command's.
             open_snapshot(path)?;
@@ -51,17 +64,43 @@ impl Loader for Files {
         if !heapsnap_index::store::saved_serves(path, needs) {
             wait_for_completion(path);
         }
-        let ix = load_index(path, needs, &Progress::stderr()).map_err(|e| match e {
+        if let Some(kept) = kept_unsaved(path, needs) {
+            return Ok(Loaded::Lent(kept));
+        }
+        let ix = load_with(path, needs, &Progress::stderr(), also).map_err(|e| match e {
             // The snapshot's own error, as `Snapshot::open` gives it (it names the path).
             StoreError::Snapshot { source, .. } => anyhow::Error::from(source),
             StoreError::Analyze(e) => e.into(),
             StoreError::Index(e) => e.into(),
         })?;
-        if ix.built && ix.path.is_some() && !ix.index.serves(Needs::All) {
+        if ix.path.is_none() {
+            return Ok(Loaded::Lent(keep_unsaved(path, ix)));
+        }
+        if ix.built && !ix.index.serves(Needs::All) {
             complete_in_background(path);
         }
         Ok(Loaded::Opened(Box::new(ix)))
     }
+}
+
+/// The indexes this process built but could not save (no writable place for them), by the
+/// path they were asked for: kept until it ends, so that a long-lived process (the MCP server)
+/// analyses each snapshot once, not once per report.
+static UNSAVED: std::sync::Mutex<Vec<(PathBuf, &'static Indexed)>> = std::sync::Mutex::new(Vec::new());
+
+/// An index kept in [`UNSAVED`] for `path` that serves `needs`, when the file there is still
+/// the snapshot it was built from (its section table and length: `annotate` changes them).
+fn kept_unsaved(path: &Path, needs: Needs) -> Option<&'static Indexed> {
+    let kept = UNSAVED.lock().expect("no panic while holding the kept indexes");
+    let (_, ix) = kept.iter().rev().find(|(p, ix)| p == path && ix.index.serves(needs))?;
+    let now = Snapshot::open_with(path, &heapsnap_format::ReadOptions { verify_checksums: false }).ok()?;
+    (heapsnap_index::SnapshotId::of(&now) == heapsnap_index::SnapshotId::of(&ix.snap)).then_some(*ix)
+}
+
+fn keep_unsaved(path: &Path, ix: Indexed) -> &'static Indexed {
+    let kept: &'static Indexed = Box::leak(Box::new(ix));
+    UNSAVED.lock().expect("no panic while holding the kept indexes").push((path.to_path_buf(), kept));
+    kept
 }
 
 /// The program that completes an index in the background: `PROGRAM complete-index SNAP`.
@@ -127,6 +166,35 @@ fn complete_in_background(snapshot: &Path) {
     drop(file);
 }
 
+/// Completes the index of `snapshot` (what `heapsnap complete-index SNAP` runs), one completion
+/// at a time: a `diff` of ten fresh snapshots starts ten of them, and each analyses its snapshot
+/// in full, so they queue on one lock (an exclusive `flock` on `heapsnap/completing.lock` in the
+/// cache directory) rather than hold ten analyses in memory at once. Each keeps its snapshot's
+/// own lock meanwhile: a report that needs that index waits for it.
+pub fn complete_index(snapshot: &Path) -> anyhow::Result<()> {
+    let _turn = completion_turn();
+    heapsnap_analyze::tune_allocator();
+    load_index(snapshot, Needs::All, &Progress::hidden())?;
+    Ok(())
+}
+
+/// The turn of one completion among those running (None: no cache directory to hold the lock
+/// in; the completion then runs at once). Released when dropped.
+pub fn completion_turn() -> Option<std::fs::File> {
+    completion_turn_in(&heapsnap_index::store::cache_dir()?)
+}
+
+/// [`completion_turn`], the lock in `dir`.
+fn completion_turn_in(dir: &Path) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ok()?;
+    let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(dir.join("completing.lock")).ok()?;
+    // SAFETY: flock on a descriptor we own; released when the file closes.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    Some(file)
+}
+
 /// Waits while a completion of `snapshot`'s index holds its lock (a shared `flock` is granted
 /// once it ends, or at once when none runs).
 fn wait_for_completion(snapshot: &Path) {
@@ -134,6 +202,38 @@ fn wait_for_completion(snapshot: &Path) {
     let Ok(file) = std::fs::File::open(snapshot) else { return };
     // SAFETY: flock on a descriptor we own; released when the file closes.
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
+}
+
+/// The full analysis of a snapshot, for what its index does not hold (see the module's
+/// documentation): the one place a command analyses a snapshot other than to build its index.
+/// Callers analyse each snapshot once and keep what they need of it.
+pub fn analyse<'s>(snap: &'s Snapshot, progress: &Progress) -> anyhow::Result<heapsnap_analyze::Analysis<'s>> {
+    // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
+    heapsnap_analyze::tune_allocator();
+    let timer = heapsnap_analyze::PhaseTimer::start("provider");
+    let analysis = heapsnap_analyze::Analysis::new(snap, progress)?;
+    timer.lap("a full analysis (what no index holds)");
+    Ok(analysis)
+}
+
+/// Calls `f` with the diff's classification of the snapshot at `path` saved in its index
+/// (the index built, to the diff's level, when there is none): the diff, and the flame graph
+/// by path signature, read it instead of analysing. `None` when the saved sections fail
+/// their checks (said on stderr; the caller analyses).
+pub fn with_saved_profile<T>(
+    loader: &dyn Loader,
+    path: &Path,
+    f: impl FnOnce(&Snapshot, &heapsnap_analyze::diff::SavedProfile) -> T,
+) -> anyhow::Result<Option<T>> {
+    let ix = loader.indexed(path, Needs::Diff)?;
+    let view = match ix.view(Needs::Diff) {
+        Ok(view) => view,
+        Err(e) => {
+            eprintln!("heapsnap: ignoring the diff's sections of the index of {}: {e}; analysing it", path.display());
+            return Ok(None);
+        }
+    };
+    Ok(view.diff_profile().map(|saved| f(&ix.snap, saved)))
 }
 
 /// A snapshot file, opened, or an error that says what was given instead.
@@ -147,4 +247,31 @@ pub fn open_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
     // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
     heapsnap_analyze::tune_allocator();
     Ok(Snapshot::open(path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::completion_turn_in;
+
+    /// Completions take turns: a second one waits until the first is done.
+    #[test]
+    fn completions_take_turns() {
+        let cache = tempfile::tempdir().unwrap();
+        let dir = cache.path().join("heapsnap");
+        let first = completion_turn_in(&dir).expect("a lock");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let in_second = dir.clone();
+        let second = std::thread::spawn(move || {
+            let turn = completion_turn_in(&in_second);
+            tx.send(()).unwrap();
+            turn.is_some()
+        });
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(300)).is_err(), "the second ran alongside the first");
+        drop(first);
+        rx.recv_timeout(std::time::Duration::from_secs(10)).expect("the second's turn once the first ended");
+        assert!(second.join().unwrap());
+        let lock = dir.join("completing.lock");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(lock).unwrap().permissions().mode() & 0o777, 0o600);
+    }
 }

@@ -3,11 +3,12 @@
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
-use heapsnap_analyze::{human_bytes, Analysis, GroupBy, Progress};
+use heapsnap_analyze::{human_bytes, GroupBy, Progress};
 use heapsnap_export::devtools::{self, Limits};
-use heapsnap_export::flame::folded;
+use heapsnap_export::flame::{folded, folded_saved, Folded};
 use heapsnap_export::output::AtomicFile;
 use heapsnap_format::Snapshot;
+use heapsnap_reports::{loader, Files};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -71,10 +72,20 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if args.format != Format::Devtools && args.baseline.is_some() {
         anyhow::bail!("--baseline applies to --format devtools (flame graphs have no ids)");
     }
-    heapsnap_analyze::tune_allocator();
-    let snap = Snapshot::open(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
     let progress = Progress::stderr();
-    let analysis = Analysis::new(&snap, &progress)?;
+    let cannot_open = || format!("cannot open {}", args.snapshot.display());
+    if args.format != Format::Devtools && args.by == GroupBy::Root {
+        // Refused as a snapshot first (what the index's loader says of a bad file names no
+        // command).
+        let unverified = heapsnap_format::ReadOptions { verify_checksums: false };
+        drop(Snapshot::open_with(&args.snapshot, &unverified).with_context(cannot_open)?);
+        // By path signature: the stacks are the diff's dominator trie, saved in the index.
+        if let Some(stacks) = loader::with_saved_profile(&Files, &args.snapshot, |_, saved| folded_saved(saved))?.flatten() {
+            return write_flame(&args, &stacks);
+        }
+    }
+    let snap = Snapshot::open(&args.snapshot).with_context(cannot_open)?;
+    let analysis = loader::analyse(&snap, &progress)?;
     let write_err = || format!("cannot write {}", args.output.display());
     if args.format == Format::Devtools {
         // Sampled blocks' allocation stacks, as DevTools' allocation trace tree.
@@ -99,7 +110,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
             }
             None => None,
         };
-        let old_analysis = old.as_ref().map(|(old, _)| Analysis::new(old, &progress)).transpose()?;
+        let old_analysis = old.as_ref().map(|(old, _)| loader::analyse(old, &progress)).transpose()?;
         let baseline =
             old_analysis.as_ref().zip(old.as_ref()).map(|(analysis, (_, name))| devtools::Baseline { analysis, name: name.clone() });
         let extras = devtools::Extras { sites: sites.as_ref(), baseline: baseline.as_ref() };
@@ -140,6 +151,12 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let step = progress.step("flame graph: signatures", 0);
     let stacks = folded(&analysis, args.by);
     step.finish_and_clear();
+    write_flame(&args, &stacks)
+}
+
+/// Writes the flame graph of `stacks` as `args` asks (folded text or SVG), and says what it wrote.
+fn write_flame(args: &ExportArgs, stacks: &Folded) -> anyhow::Result<ExitCode> {
+    let write_err = || format!("cannot write {}", args.output.display());
     let mut out = AtomicFile::create(&args.output).with_context(write_err)?;
     if args.format == Format::Folded {
         for line in stacks.lines() {
@@ -147,7 +164,7 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
         }
     } else {
         let title = format!("retained bytes of {} (by {})", args.snapshot.display(), args.by.name());
-        heapsnap_export::svg::write_svg(&stacks, &title, args.icicle, &mut out).with_context(write_err)?;
+        heapsnap_export::svg::write_svg(stacks, &title, args.icicle, &mut out).with_context(write_err)?;
     }
     let bytes = out.commit().with_context(write_err)?;
     let report = FlameReport {

@@ -65,8 +65,7 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
         Commands::Mcp(args) => mcp::run(args),
         Commands::Watch(args) => run::watch(args),
         Commands::CompleteIndex { snapshot } => {
-            heapsnap_analyze::tune_allocator();
-            heapsnap_index::store::load(&snapshot, heapsnap_index::Needs::All, &heapsnap_analyze::Progress::hidden())?;
+            heapsnap_reports::loader::complete_index(&snapshot)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -340,6 +340,29 @@ fn with_names_in_some_snapshots_only_signatures_are_shapes_and_the_report_says_w
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("OCaml names not used").count(), 1, "{err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("Cache_leak.1 -> Hashtbl -> .1 Hashtbl data"));
+
+    // The indexes save a classification with the names: compared without, copies without an
+    // index are analysed once each, and no index is built for it.
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = mixed
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let copy = dir.path().join(format!("{i}.heapsnap"));
+            std::fs::copy(p, &copy).unwrap();
+            copy
+        })
+        .collect();
+    let out = Command::new(heapsnap())
+        .arg("diff")
+        .args(&copies)
+        .env("HEAPSNAP_TRACE", "1")
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .output()
+        .expect("run heapsnap diff");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr).matches("graph: edges at").count(), 3, "one analysis per snapshot");
+    assert!(copies.iter().all(|p| !heapsnap_index::store::beside(p).exists()), "no index built that the diff would not read");
 }
 
 /// `diff --by type` on named snapshots: growth per OCaml type, as `top --by type` counts each
@@ -392,4 +415,81 @@ fn a_damaged_names_section_counts_as_no_names_in_a_diff() {
     let warnings = r["warnings"].to_string();
     assert!(warnings.contains(copies[1].file_name().unwrap().to_str().unwrap()), "{warnings}");
     assert!(signatures(&r).iter().any(|s| s.starts_with("Cache_leak.1 -> Hashtbl")), "{:#?}", signatures(&r));
+}
+
+/// The text `heapsnap diff` prints of `report` (as the command prints what it computed).
+fn printed(paths: &[PathBuf], report: heapsnap_analyze::diff::DiffReport) -> String {
+    use clap::{Args, FromArgMatches};
+    use heapsnap_reports::diff::{Diff, DiffArgs, DiffOutput};
+    use heapsnap_reports::Report;
+    let command = DiffArgs::augment_args(clap::Command::new("diff"));
+    let words = std::iter::once("diff".to_string()).chain(paths.iter().map(|p| p.display().to_string()));
+    let args = DiffArgs::from_arg_matches(&command.try_get_matches_from(words).expect("diff's arguments")).expect("diff's arguments");
+    let mut out = Vec::new();
+    Diff::print(&args, &DiffOutput::Groups(Box::new(report)), &mut out).expect("printed");
+    String::from_utf8(out).expect("UTF-8")
+}
+
+/// A diff's JSON without its timings (wall-clock seconds, and which steps ran).
+fn without_timings(mut v: Value) -> Value {
+    v.as_object_mut().expect("an object").remove("timings");
+    v
+}
+
+/// `heapsnap diff` analyses each snapshot once, saving the diff's classification in its
+/// index; with the indexes there, it only compares. Either way it prints word for word what the
+/// diff that analyses every snapshot prints (text and JSON but for the timings), with and
+/// without OCaml names.
+#[test]
+fn a_diff_over_indexes_prints_what_the_analysis_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    for (label, series) in
+        [("cache_leak", series("cache_leak")), ("named", named_series("cache_leak")), ("closures", series("closure_list"))]
+    {
+        // Copies without an index.
+        let paths: Vec<PathBuf> = series
+            .iter()
+            .map(|p| {
+                let copy = dir.path().join(format!("{label}-{}", p.file_name().unwrap().to_string_lossy()));
+                std::fs::copy(p, &copy).expect("copy the snapshot");
+                copy
+            })
+            .collect();
+        let snaps: Vec<heapsnap_format::Snapshot> = paths.iter().map(|p| heapsnap_format::Snapshot::open(p).unwrap()).collect();
+        let inputs: Vec<heapsnap_analyze::diff::Input<'_>> = paths
+            .iter()
+            .zip(&snaps)
+            .map(|(p, s)| heapsnap_analyze::diff::Input { name: p.display().to_string(), snap: s, saved: None })
+            .collect();
+        let analysed = heapsnap_analyze::diff::diff(&inputs, &Default::default(), &heapsnap_analyze::Progress::hidden()).unwrap();
+        let analysed_json = without_timings(serde_json::to_value(&analysed).unwrap());
+        let analysed_text = printed(&paths, analysed);
+        assert!(analysed_text.contains("Leak suspects: groups by kind"), "{label}: {analysed_text}");
+
+        let run = |json: bool| {
+            let mut c = Command::new(heapsnap());
+            c.arg("diff").args(&paths).env("HEAPSNAP_TRACE", "1").env("HEAPSNAP_INDEX_IN_BACKGROUND", "0");
+            if json {
+                c.arg("--json");
+            }
+            let out = c.output().expect("run heapsnap diff");
+            assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+            let analyses = String::from_utf8_lossy(&out.stderr).matches("graph: edges at").count();
+            (String::from_utf8(out.stdout).unwrap(), analyses)
+        };
+        let (first, analyses) = run(false);
+        assert_eq!(analyses, 3, "{label}: the first diff analyses each snapshot once");
+        assert!(paths.iter().all(|p| heapsnap_index::store::beside(p).exists()), "{label}: the first diff saved the indexes");
+        assert_eq!(first, analysed_text, "{label}: the first diff");
+        let (second, analyses) = run(false);
+        assert_eq!(analyses, 0, "{label}: with the indexes there, the diff only compares");
+        assert_eq!(second, analysed_text, "{label}: the diff over indexes");
+        let (json, analyses) = run(true);
+        assert_eq!(analyses, 0);
+        let json: Value = serde_json::from_str(&json).unwrap();
+        let read =
+            json["timings"].as_array().unwrap().iter().filter(|t| t["step"].as_str().unwrap().ends_with("read from the index")).count();
+        assert_eq!(read, 3, "{label}: {json:#}");
+        assert_eq!(without_timings(json), analysed_json, "{label}: the JSON of the diff over indexes");
+    }
 }

@@ -287,6 +287,64 @@ fn diff_names_the_sites_of_the_new_objects() {
     let by_kind = analyse("diff", &paths, &[]);
     let strings = by_kind["suspects"].as_array().unwrap().iter().find(|s| s["name"] == "string").unwrap_or_else(|| panic!("{by_kind:#}"));
     assert!(strings["sites"][0]["site"].as_str().unwrap().starts_with(&leak), "{strings:#}");
+
+    // On copies without an index, the diff and its suspects' sites analyse each snapshot once
+    // (the diff's classification and the sites' sections come from one index), and say the same.
+    let fresh = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = snaps
+        .iter()
+        .map(|p| {
+            let copy = fresh.path().join(p.file_name().unwrap());
+            std::fs::copy(p, &copy).unwrap();
+            copy
+        })
+        .collect();
+    let out = Command::new(heapsnap())
+        .arg("diff")
+        .args(&copies)
+        .arg("--json")
+        .env("HEAPSNAP_TRACE", "1")
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).matches("graph: edges at").count(), 3, "one analysis per snapshot");
+    let fresh_kind: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sites = |r: &Value| r["suspects"].as_array().unwrap().iter().map(|s| s["sites"].clone()).collect::<Vec<_>>();
+    assert_eq!(sites(&fresh_kind), sites(&by_kind));
+
+    // By a grouping the index does not save, on copies without an index: the diff's
+    // classification is made from the analysis that builds the index the sites read.
+    let fresher = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = snaps
+        .iter()
+        .map(|p| {
+            let copy = fresher.path().join(p.file_name().unwrap());
+            std::fs::copy(p, &copy).unwrap();
+            copy
+        })
+        .collect();
+    let out = Command::new(heapsnap())
+        .arg("diff")
+        .args(&copies)
+        .args(["--by", "closure", "--json"])
+        .env("HEAPSNAP_TRACE", "1")
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).matches("graph: edges at").count(), 3, "one analysis per snapshot");
+    let fresh_closure: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_closure = analyse("diff", &paths, &["--by", "closure"]);
+    let mut fresh_closure = fresh_closure;
+    let mut by_closure = by_closure;
+    for r in [&mut fresh_closure, &mut by_closure] {
+        r.as_object_mut().unwrap().remove("timings");
+        for s in r["snapshots"].as_array_mut().unwrap() {
+            s.as_object_mut().unwrap().remove("name");
+        }
+    }
+    assert_eq!(fresh_closure, by_closure, "the same report as with the indexes there (and the diff analysing)");
 }
 
 #[test]

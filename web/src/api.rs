@@ -90,7 +90,7 @@ pub fn flame(app: &App, query: &[(String, String)]) -> Result<std::sync::Arc<Vec
     let shown = app.snapshots.get(s).ok_or((404, format!("no snapshot {s}")))?;
     let name = param(query, "by").unwrap_or("root");
     let by = GroupBy::from_name(name).ok_or_else(|| bad(format!("no grouping {name}")))?;
-    app.flames.svg(s, &shown.name, shown.view.snap, by).map_err(|e| (500, e))
+    app.flames.svg(s, &shown.name, shown.indexed, by).map_err(|e| (500, e))
 }
 
 fn tree_row(view: &IndexView<'_>, v: NodeId) -> Value {

@@ -63,7 +63,14 @@ impl App {
             snapshots.push(Shown { name, path: path.clone(), indexed, view: indexed.view(Needs::All)?, sites: Default::default() });
         }
         let diff = if snapshots.len() >= 2 {
-            let inputs: Vec<Input<'_>> = snapshots.iter().map(|s| Input { name: s.name.clone(), snap: s.view.snap }).collect();
+            // The whole index holds the diff's classification: the diff only compares.
+            // (One that fails its checks is left out: that snapshot is analysed.)
+            let views: Vec<Option<IndexView<'_>>> = snapshots.iter().map(|s| s.indexed.view(Needs::Diff).ok()).collect();
+            let inputs: Vec<Input<'_>> = snapshots
+                .iter()
+                .zip(&views)
+                .map(|(s, v)| Input { name: s.name.clone(), snap: s.view.snap, saved: v.as_ref().and_then(IndexView::diff_profile) })
+                .collect();
             let report = diff(&inputs, &DiffOptions::default(), progress)?;
             Some(serde_json::to_value(&report).expect("reports serialise"))
         } else {

@@ -21,7 +21,7 @@
 //! use heapsnap_analyze::diff::{diff, DiffOptions, Input};
 //! use heapsnap_analyze::Progress;
 //! let (a, b) = (heapsnap_format::Snapshot::open("1.heapsnap")?, heapsnap_format::Snapshot::open("2.heapsnap")?);
-//! let inputs = [Input { name: "1.heapsnap".into(), snap: &a }, Input { name: "2.heapsnap".into(), snap: &b }];
+//! let inputs = [Input { name: "1.heapsnap".into(), snap: &a, saved: None }, Input { name: "2.heapsnap".into(), snap: &b, saved: None }];
 //! let report = diff(&inputs, &DiffOptions::default(), &Progress::stderr())?;
 //! for place in &report.growth {
 //!     println!("{:+} bytes  {}", place.delta_retained, place.description);
@@ -34,6 +34,7 @@ mod groups;
 mod merge;
 mod places;
 mod profile;
+mod saved;
 mod suspect_paths;
 
 #[cfg(test)]
@@ -52,6 +53,7 @@ use std::time::Instant;
 pub use compat::{check_pair, warnings, Incompatibility};
 pub use groups::GroupDiff;
 pub use places::Place;
+pub use saved::{has_names, saved_profile, SavedMember, SavedProfile};
 
 /// What can stop a diff.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,9 @@ pub enum DiffError {
 pub struct Input<'a> {
     pub name: String,
     pub snap: &'a Snapshot,
+    /// Its profile, saved by an earlier analysis (the analysis index): used instead of
+    /// analysing the snapshot when it was made for the diff's grouping and use of names.
+    pub saved: Option<&'a SavedProfile>,
 }
 
 #[derive(Clone, Debug)]
@@ -198,8 +203,11 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     let mut timings: Vec<Timing> = Vec::new();
     let mut time = |step: String, seconds: f64| timings.push(Timing { step, seconds });
 
+    let timer = crate::progress::PhaseTimer::start("diff");
     let t = Instant::now();
     let (profiles, kept) = analyse_all(inputs, opts.by, ocaml_names, progress)?;
+    let saved = inputs.iter().filter(|i| i.saved.is_some_and(|s| s.by == opts.by && s.names == ocaml_names)).count();
+    timer.lap(&format!("{} snapshots profiled ({saved} read from their index)", inputs.len()));
     let k = profiles.len();
     time("analysis".into(), t.elapsed().as_secs_f64());
     for (i, p) in profiles.iter().enumerate() {
@@ -219,6 +227,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
     }
     let growth = places::growth_places(&merged, opts.min_growth, opts.max_places);
     time("compare".into(), t.elapsed().as_secs_f64());
+    timer.lap("compared");
 
     let t = Instant::now();
     let suspects = match kept {
@@ -231,6 +240,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
         _ => Vec::new(),
     };
     time("suspect paths".into(), t.elapsed().as_secs_f64());
+    timer.lap("the suspects' paths");
 
     let meta = first.snap.metadata();
     let total_groups = all_groups.len() as u64;
@@ -279,7 +289,7 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
 /// another would be two places).
 fn names_note(inputs: &[Input<'_>]) -> Result<bool, String> {
     // A names section that does not parse is no names (the analysis reads it so).
-    let named = |i: &Input<'_>| i.snap.ocaml_names().is_some_and(|json| heapsnap_names::Program::parse(json).is_ok());
+    let named = |i: &Input<'_>| saved::has_names(i.snap);
     let missing: Vec<&str> = inputs.iter().filter(|i| !named(i)).map(|i| i.name.as_str()).collect();
     if missing.is_empty() || missing.len() == inputs.len() {
         return Ok(missing.is_empty());
@@ -291,20 +301,49 @@ fn names_note(inputs: &[Input<'_>]) -> Result<bool, String> {
     ))
 }
 
-/// Analyses every snapshot, two at a time: the middle ones first (only their profiles stay),
-/// then the first and the last, kept analysed when there are three snapshots or more (the
-/// suspects' paths need them).
+/// What the suspects' paths are counted from in the first and the last snapshot: the analysis
+/// kept, or the profile saved.
+pub(crate) enum PathSource<'s> {
+    Analysed(Box<Kept<'s>>),
+    Saved(&'s SavedProfile),
+}
+
+/// Profiles every snapshot: from its saved profile when it has one for this grouping and use
+/// of names, else by analysing it, two at a time: the middle ones first (only their profiles
+/// stay), then the first and the last, kept analysed when there are three snapshots or more
+/// (the suspects' paths need them).
 #[allow(clippy::type_complexity)]
 fn analyse_all<'s>(
     inputs: &[Input<'s>],
     by: GroupBy,
     names: bool,
     progress: &Progress,
-) -> Result<(Vec<Profile>, Option<(Kept<'s>, Kept<'s>)>), DiffError> {
+) -> Result<(Vec<Profile>, Option<(PathSource<'s>, PathSource<'s>)>), DiffError> {
     let k = inputs.len();
     let bar = progress.step("diff: analysing", k as u64);
-    let run = |i: usize, keep: bool| -> Result<(Profile, Option<Kept<'s>>), DiffError> {
-        let r = profile(inputs[i].snap, by, keep, names).map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source });
+    let usable = |i: usize| inputs[i].saved.filter(|s| s.by == by && s.names == names);
+    let run = |i: usize, keep: bool| -> Result<(Profile, Option<PathSource<'s>>), DiffError> {
+        let r = match usable(i) {
+            Some(saved) => {
+                let t = Instant::now();
+                let mut p = saved.profile();
+                p.timings.push(("read from the index", t.elapsed().as_secs_f64()));
+                Ok((p, keep.then_some(PathSource::Saved(saved))))
+            }
+            None => {
+                if inputs[i].saved.is_some() {
+                    crate::progress::PhaseTimer::start("diff").lap(&format!(
+                        "{}: its saved profile is not by {} with{} names: analysing it",
+                        inputs[i].name,
+                        by.name(),
+                        if names { "" } else { "out" }
+                    ));
+                }
+                profile(inputs[i].snap, by, keep, names)
+                    .map(|(p, kept)| (p, kept.map(|kept| PathSource::Analysed(Box::new(kept)))))
+                    .map_err(|source| DiffError::Analyze { name: inputs[i].name.clone(), source })
+            }
+        };
         bar.inc(1);
         r
     };
@@ -336,14 +375,18 @@ fn analyse_all<'s>(
 fn suspects_with_paths(
     suspect_groups: Vec<GroupDiff>,
     opts: &DiffOptions,
-    first: (Kept<'_>, &trie::SigTrie),
-    last: (Kept<'_>, &trie::SigTrie),
+    first: (PathSource<'_>, &trie::SigTrie),
+    last: (PathSource<'_>, &trie::SigTrie),
 ) -> Vec<Suspect> {
     let names: Vec<String> = suspect_groups.iter().map(|g| g.name.clone()).collect();
     // Each analysis moves to the thread that uses it (they are not shareable between threads).
-    let chains = |(kept, dom): (Kept<'_>, &trie::SigTrie)| {
-        let d = kept.dom_sig_pre.as_deref().map(|s| (s, dom));
-        suspect_paths::member_chains(&kept.analysis, &kept.classified, d, opts.by, &names)
+    let chains = |(source, dom): (PathSource<'_>, &trie::SigTrie)| match source {
+        PathSource::Analysed(kept) => {
+            let d = kept.dom_sig_pre.as_deref().map(|s| (s, dom));
+            let member = suspect_paths::membership(&kept.classified, d, opts.by, &names);
+            suspect_paths::member_chains(&kept.analysis, &kept.classified, &member)
+        }
+        PathSource::Saved(saved) => saved.suspect_chains(&names),
     };
     let (cf, cl) = rayon::join(|| chains(first), || chains(last));
     let mut merged = MergedTrie::new(0);
@@ -351,13 +394,13 @@ fn suspects_with_paths(
     let map_last = merged.add(&cl.trie, None);
     // (suspect, merged signature) -> ([first, last], example in the last)
     let mut per: std::collections::HashMap<(u32, u32), ([u64; 2], u64)> = std::collections::HashMap::new();
-    for (&(s, sig), &(n, _)) in &cf.counts {
-        per.entry((s, map_first[sig as usize])).or_insert(([0, 0], 0)).0[0] += n;
+    for (&(s, sig), m) in &cf.counts {
+        per.entry((s, map_first[sig as usize])).or_insert(([0, 0], 0)).0[0] += m.count;
     }
-    for (&(s, sig), &(n, example)) in &cl.counts {
+    for (&(s, sig), m) in &cl.counts {
         let e = per.entry((s, map_last[sig as usize])).or_insert(([0, 0], 0));
-        e.0[1] += n;
-        e.1 = example;
+        e.0[1] += m.count;
+        e.1 = m.address;
     }
     suspect_groups
         .into_iter()

@@ -18,17 +18,28 @@ use rustc_hash::FxHashMap;
 
 pub const NOT_MEMBER: u32 = u32::MAX;
 
-/// Members of the suspect groups, counted by the signature of their shortest path.
+/// Members of some groups, counted by the signature of their shortest path.
 pub struct MemberChains {
     pub trie: SigTrie,
-    /// `(suspect index, signature)` -> (members, address of the first member met).
-    pub counts: FxHashMap<(u32, u32), (u64, u64)>,
+    /// `(group index, signature)` -> (members, when the first member was met in the search,
+    /// its address).
+    pub counts: FxHashMap<(u32, u32), Member>,
+}
+
+/// The members of one group with one signature.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub count: u64,
+    /// The search's visit number of the first member met (the example).
+    pub first: u64,
+    /// Its address.
+    pub address: u64,
 }
 
 /// The suspect index of every reachable block, by preorder number. `dom` is the dominator
 /// signature of each preorder number and its trie (needed for `root`, whose groups are the
 /// roots of the dominator chains).
-fn membership(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> Vec<u32> {
+pub fn membership(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> Vec<u32> {
     let index: FxHashMap<&str, u32> = suspects.iter().enumerate().map(|(i, s)| (s.as_str(), i as u32)).collect();
     if by == GroupBy::Root {
         let Some((sig_pre, trie)) = dom else { return vec![NOT_MEMBER; c.class_pre.len()] };
@@ -46,15 +57,33 @@ fn membership(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, susp
     c.class_pre.par_iter().map(|&k| if k == NO_CLASS { NOT_MEMBER } else { by_class[k as usize] }).collect()
 }
 
-/// Counts the members of the suspect groups by the signature of their shortest path.
-pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy, suspects: &[String]) -> MemberChains {
-    let member = membership(c, dom, by, suspects);
+/// The group of every reachable block, by preorder number, as indices in `Classified`'s
+/// group table (`--by root`: in the dominator trie's root labels): every group's members, for
+/// [`member_chains`] to count once and the diff to pick its suspects from later.
+pub fn every_group(c: &Classified, dom: Option<(&[u32], &SigTrie)>, by: GroupBy) -> Vec<u32> {
+    if by == GroupBy::Root {
+        let Some((sig_pre, trie)) = dom else { return vec![NOT_MEMBER; c.class_pre.len()] };
+        return sig_pre
+            .par_iter()
+            .map(|&s| match trie.nodes.get(s as usize) {
+                Some(n) if s != 0 => n.root,
+                _ => NOT_MEMBER,
+            })
+            .collect();
+    }
+    c.class_pre.par_iter().map(|&k| if k == NO_CLASS { NOT_MEMBER } else { c.class_group[k as usize] }).collect()
+}
+
+/// Counts the members of groups by the signature of their shortest path; `member` is the
+/// group of each preorder number ([`NOT_MEMBER`]: in none of them).
+pub fn member_chains(a: &Analysis<'_>, c: &Classified, member: &[u32]) -> MemberChains {
     let g = &a.graph;
     let tree = &a.tree;
     let blocks = &g.blocks;
     let mut trie = SigTrie::new(c.shape_names.clone());
     trie.field_labels = c.shape_fields.clone();
-    let mut counts: FxHashMap<(u32, u32), (u64, u64)> = FxHashMap::default();
+    let mut counts: FxHashMap<(u32, u32), Member> = FxHashMap::default();
+    let mut visits = 0u64;
     const UNSEEN: u32 = u32::MAX;
     const NOT_BLOCK: u32 = u32::MAX - 1;
     let mut sig = vec![UNSEEN; g.node_count()];
@@ -95,10 +124,11 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, dom: Option<(&[u32], &Sig
             trie.step(su, edge, shape)
         };
         sig[t as usize] = s;
+        visits += 1;
         let m = member[pt as usize];
         if m != NOT_MEMBER {
-            let e = counts.entry((m, s)).or_insert_with(|| (0, a.address(t).unwrap_or(0)));
-            e.0 += 1;
+            let e = counts.entry((m, s)).or_insert_with(|| Member { count: 0, first: visits, address: a.address(t).unwrap_or(0) });
+            e.count += 1;
         }
     });
     MemberChains { trie, counts }

@@ -61,7 +61,8 @@ fn write(dir: &Path, name: &str, h: &SynthHeap) -> PathBuf {
 
 fn run(paths: &[PathBuf], opts: &DiffOptions) -> Result<DiffReport, DiffError> {
     let snaps: Vec<Snapshot> = paths.iter().map(|p| Snapshot::open(p).expect("open")).collect();
-    let inputs: Vec<Input<'_>> = paths.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s }).collect();
+    let inputs: Vec<Input<'_>> =
+        paths.iter().zip(&snaps).map(|(p, s)| Input { name: p.display().to_string(), snap: s, saved: None }).collect();
     diff(&inputs, opts, &Progress::hidden())
 }
 

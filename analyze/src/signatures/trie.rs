@@ -73,6 +73,17 @@ impl SigTrie {
         }
     }
 
+    /// A trie made elsewhere (read back from the analysis index): its nodes, shape names, the
+    /// typed shapes' field labels and root labels. Only read after: its lookup tables are empty.
+    pub fn from_parts(
+        nodes: Vec<SigNode>,
+        shape_names: Vec<String>,
+        field_labels: Vec<Vec<Option<String>>>,
+        root_labels: Vec<String>,
+    ) -> Self {
+        SigTrie { nodes, field_labels, root_labels, ..SigTrie::new(shape_names) }
+    }
+
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
