@@ -71,11 +71,17 @@ fn every_sample_by_probing_alone_on_5_3_and_with_reserved_header_bits() {
     known_release_by_probing("5.3.0-rhb16", "before its blocks", "true", "a pointer to an array");
 }
 
-/// The unseen runtime is read by probing with no flag, and nothing is guessed.
+/// The unseen runtime is read by probing with no flag, and nothing is guessed; a core of each
+/// sample, read by probing too, holds the world its live dump holds.
 #[test]
 fn every_sample_of_an_unseen_runtime_is_read_by_probing() {
     for toolchain in heapsnap_testkit::samples::unseen_toolchains() {
         let read = by_probing_on(toolchain, &[], false);
+        if let Some(dir) = toolchain_samples(toolchain) {
+            for (name, args) in samples() {
+                check_program(&name, &dir.join(&name), &args);
+            }
+        }
         for (name, probed) in &read {
             assert!(probed["reason"].as_str().unwrap().contains("is not a release heapsnap was tested on"), "{name}: {probed}");
         }
