@@ -12,7 +12,7 @@
 //! - Fields of a continuation: no type says it; the continuations in the stopped heap do
 //!   ([`measure_continuation_fields`]).
 //!
-//! On a release heapsnap knows, every probed fact must equal the release's ([`disagreement`]):
+//! On a release heapsnap knows, every probed fact must equal the release's ([`Probe::disagreement`]):
 //! that is how a patched or mis-built runtime is caught. On one it does not know, the probed
 //! facts are the facts ([`Probe::facts`]), and a fact that cannot be established is a refusal
 //! that names it.
