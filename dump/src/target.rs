@@ -7,7 +7,6 @@ use crate::common::family::RuntimeFamily;
 use crate::common::program::{open_program, DiscoverOptions};
 use crate::error::Result;
 use crate::ocaml4::Runtime4;
-use crate::ocaml5::Runtime;
 use crate::source::MemorySource;
 use crate::watch::CompactionsCounter;
 use heapsnap_values::releases::{self, Family};
@@ -20,7 +19,7 @@ pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<
         Some(Family::Ocaml4) => Ok(Box::new(Runtime4::discover(source, program.exe, program.bias, program.version)?)),
         // A version the registry does not know is OCaml 5's to refuse, or to read as its
         // newest release (`--force`).
-        Some(Family::Ocaml5) | None => Ok(Box::new(Runtime::from_program(source, program, options)?)),
+        Some(Family::Ocaml5) | None => Ok(Box::new(crate::ocaml5::discover::from_program(source, program, options)?)),
     }
 }
 

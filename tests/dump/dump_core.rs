@@ -268,7 +268,7 @@ fn a_block_caught_mid_allocation_in_a_core_is_skipped() {
     // Where domain 0's young_ptr is, by the dumper's DWARF layouts, read through the core.
     let young_ptr_field = {
         let source = heapsnap_dump::source::CoreFile::open(&core, None).expect("open core");
-        let rt = heapsnap_dump::ocaml5::Runtime::discover(&source, &Default::default()).expect("runtime of the core");
+        let rt = heapsnap_dump::ocaml5::discover::discover(&source, &Default::default()).expect("runtime of the core");
         let states = heapsnap_dump::ocaml5::safety::domain_states(&rt, &source).expect("domain states");
         assert_eq!(states.len(), 1, "closure_list runs one domain");
         states[0] + rt.layout.domain_state.young_ptr

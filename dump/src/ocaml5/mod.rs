@@ -5,6 +5,7 @@
 //! is in [`versions`], one file each; what every family shares is in [`crate::common`].
 
 pub mod capture;
+pub mod discover;
 pub mod facts;
 pub mod family;
 pub mod layout;
@@ -19,7 +20,7 @@ pub mod versions;
 
 use crate::common::code::CodeMap;
 use crate::common::frames::FrameTable;
-use crate::common::program::{detect_reserved_bits, open_program, DiscoverOptions, LayoutsFrom, Program};
+use crate::common::program::{detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program};
 use crate::common::regions::ContinuationShape;
 use crate::common::unwind;
 use crate::dwarf::TypeIndex;
@@ -29,7 +30,7 @@ use crate::source::{MemorySource, ReadExt};
 use facts::Facts;
 use heapsnap_format::ProbedFact;
 use layout::Layout;
-use probe::{Probe, SizeClassTables};
+use probe::Probe;
 use statics::Statics;
 use tables::Tables;
 use versions::Release;
@@ -72,15 +73,23 @@ pub struct Runtime {
     pub notes: Vec<String>,
 }
 
-impl Runtime {
-    /// Reads what the dump needs to know about an OCaml 5 target before stopping it. `source`
-    /// need not be stopped: only static data is read.
-    pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Runtime> {
-        Runtime::from_program(source, open_program(source, options)?, options)
-    }
+/// What the probe of a runtime still has to read in its heap ([`discover::from_program`]).
+pub struct PendingProbe {
+    pub found: Probe,
+    /// How long the executable's part took.
+    pub took: std::time::Duration,
+    /// The release is one heapsnap knows: the probe checks its facts.
+    pub known: bool,
+}
 
-    /// [`Runtime::discover`], from the program already opened.
-    pub fn from_program(source: &dyn MemorySource, program: Program, options: &DiscoverOptions) -> Result<Runtime> {
+impl Runtime {
+    /// What the executable, its DWARF and its static data say of an OCaml 5 runtime; the probe's
+    /// part in the heap is [`discover`]'s.
+    pub fn from_executable(
+        source: &dyn MemorySource,
+        program: Program,
+        options: &DiscoverOptions,
+    ) -> Result<(Runtime, Option<PendingProbe>)> {
         let Program { exe, bias, version } = program;
         let mappings = source.mappings()?;
         // OCaml 4 is too different to be read as OCaml 5, forced or probed.
@@ -156,7 +165,7 @@ impl Runtime {
             frames.read_linked(source, &exe, bias)?;
         }
         let unwinder = unwind::Unwinder::new(&mappings);
-        let mut rt = Runtime {
+        let rt = Runtime {
             exe,
             release,
             facts,
@@ -177,39 +186,8 @@ impl Runtime {
             units_exact,
             notes,
         };
-        if let Some((found, statics_took)) = probe {
-            rt.finish_probe(found, statics_took, source, known.is_some(), options.force)?;
-        }
-        Ok(rt)
-    }
-
-    /// The probe's last fact, where a pool's wasted words lie, read from pools of the running
-    /// heap; then the probe checks a known release's facts, or gives an unknown one's.
-    fn finish_probe(
-        &mut self,
-        mut found: Probe,
-        statics_took: std::time::Duration,
-        source: &dyn MemorySource,
-        known: bool,
-        force: bool,
-    ) -> Result<()> {
-        let sampling = std::time::Instant::now();
-        found.waste_first = found.size_classes.as_ref().ok().map(|tables| {
-            let sampled = sample_pools(self, source, tables);
-            probe::waste_first(source, tables, self.layout.heap.pool_sz, &sampled)
-        });
-        self.probe_ns = (statics_took + sampling.elapsed()).as_nanos() as u64;
-        if known {
-            if let Some((fact, probed, says)) = found.disagreement(&self.facts) {
-                return Err(DumpError::ProbeDisagrees { version: self.version.clone(), fact, probed, release: self.release.series, says });
-            }
-            return Ok(());
-        }
-        let (facts, guessed) = found.facts(force).map_err(|u| probe_refusal(&self.version, u))?;
-        self.facts = facts;
-        self.guessed = guessed;
-        self.probe = Some(found);
-        Ok(())
+        let pending = probe.map(|(found, took)| PendingProbe { found, took, known: known.is_some() });
+        Ok((rt, pending))
     }
 
     /// How the runtime was probed, for the metadata, when it is of a release heapsnap does
@@ -318,32 +296,8 @@ fn check_size_classes(exe: &Executable, bias: u64, source: &dyn MemorySource, la
     Ok(())
 }
 
-/// A few pools of each size class that wastes words, read from the heap lists while the
-/// target runs (racily: the probe only counts what reads as headers).
-fn sample_pools(rt: &Runtime, source: &dyn MemorySource, tables: &SizeClassTables) -> Vec<u64> {
-    const PER_LIST: usize = 2;
-    let Ok(states) = safety::domain_states(rt, source) else { return Vec::new() };
-    let mut out = Vec::new();
-    for (_, head, sz) in capture::pool_list_heads(rt, source, &states) {
-        if tables.wastage.get(sz as usize).is_none_or(|&w| w == 0) {
-            continue;
-        }
-        let mut pool = source.read_u64(head).unwrap_or(0);
-        for _ in 0..PER_LIST {
-            if pool == 0 {
-                break;
-            }
-            out.push(pool);
-            pool = source.read_u64(pool + rt.layout.heap.pool_next).unwrap_or(0);
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
-}
-
 /// The refusal of a release heapsnap does not know, for a fact its probe could not establish.
-fn probe_refusal(version: &str, u: probe::Unestablished) -> DumpError {
+pub(crate) fn probe_refusal(version: &str, u: probe::Unestablished) -> DumpError {
     DumpError::ProbeFailed { version: version.to_string(), fact: u.fact, why: u.why }
 }
 
