@@ -265,22 +265,6 @@ fn deployed_executables_give_the_same_snapshot_5_2_and_5_1() {
     }
 }
 
-/// A copy of `exe` whose `Sys.ocaml_version` says `version` instead of 5.3.0 (same length).
-fn relabelled(exe: &Path, dir: &Path, version: &str) -> PathBuf {
-    let mut bytes = std::fs::read(exe).unwrap();
-    let from = b"5.3.0\0";
-    assert_eq!(version.len(), 5);
-    let at: Vec<usize> = bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from).map(|(i, _)| i).collect();
-    assert!(!at.is_empty(), "no version string in {}", exe.display());
-    for i in at {
-        bytes[i..i + 5].copy_from_slice(version.as_bytes());
-    }
-    let out = dir.join(format!("{}-{version}", exe.file_name().unwrap().to_string_lossy()));
-    std::fs::write(&out, bytes).unwrap();
-    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    out
-}
-
 /// A version heapsnap does not know is read by probing its runtime when the executable has
 /// DWARF; stripped, it is refused with the debug file that would make it work, and `--force`
 /// reads it by the newest release's tables, checking the snapshot at once.

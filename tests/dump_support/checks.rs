@@ -285,3 +285,19 @@ pub fn check_program(name: &str, program: &Path, args: &[String]) -> Snapshot {
     assert_eq!(status.code(), expected_status.code(), "{name}: exit status");
     snap
 }
+
+/// A copy of `exe` whose `Sys.ocaml_version` says `version` instead of 5.3.0 (same length).
+pub fn relabelled(exe: &Path, dir: &Path, version: &str) -> PathBuf {
+    let mut bytes = std::fs::read(exe).unwrap();
+    let from = b"5.3.0\0";
+    assert_eq!(version.len(), 5);
+    let at: Vec<usize> = bytes.windows(from.len()).enumerate().filter(|(_, w)| *w == from).map(|(i, _)| i).collect();
+    assert!(!at.is_empty(), "no version string in {}", exe.display());
+    for i in at {
+        bytes[i..i + 5].copy_from_slice(version.as_bytes());
+    }
+    let out = dir.join(format!("{}-{version}", exe.file_name().unwrap().to_string_lossy()));
+    std::fs::write(&out, bytes).unwrap();
+    std::fs::set_permissions(&out, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    out
+}

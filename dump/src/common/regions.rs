@@ -25,23 +25,28 @@ impl CapturedRegion {
         u64::from_le_bytes(self.bytes[offset..offset + 8].try_into().expect("8 bytes"))
     }
 
+    /// The header offsets of a pool's slots, free or not (none for a region without slots).
+    pub fn slot_offsets(&self) -> impl Iterator<Item = usize> + '_ {
+        let stride = self.block_wsize as usize * 8;
+        let slots = if self.kind == RegionKind::Pool && stride > 0 {
+            self.bytes.len().saturating_sub(self.first_block as usize) / stride
+        } else {
+            0
+        };
+        (0..slots).map(move |i| self.first_block as usize + i * stride)
+    }
+
     /// The header offsets of the blocks of a heap region (minor heap, pool, large allocation or
     /// heap chunk): `(header offset, header)`. Free pool slots (header 0) are skipped.
     pub fn blocks(&self, format: HeaderFormat) -> Vec<(usize, u64)> {
         let mut out = Vec::new();
         match self.kind {
             RegionKind::Pool => {
-                let stride = self.block_wsize as usize * 8;
-                if stride == 0 {
-                    return out;
-                }
-                let mut at = self.first_block as usize;
-                while at + stride <= self.bytes.len() {
+                for at in self.slot_offsets() {
                     let hd = self.word(at);
                     if hd != 0 {
                         out.push((at, hd));
                     }
-                    at += stride;
                 }
             }
             RegionKind::MinorHeap | RegionKind::Large | RegionKind::HeapChunk => {
@@ -213,7 +218,6 @@ const MIN_SCAN_BYTES_PER_THREAD: usize = 8 << 20;
 fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat, shape: ContinuationShape) -> Vec<u64> {
     let mut out = Vec::new();
     let is_cont = |hd: u64| format.tag(hd) == CONT_TAG && format.wosize(hd) == shape.fields;
-    let stride = shape.slot_wsize as usize * 8;
     for r in regions {
         match r.kind {
             RegionKind::MinorHeap => {
@@ -224,13 +228,11 @@ fn continuations_in(regions: &[&CapturedRegion], format: HeaderFormat, shape: Co
                 }
             }
             // A tight loop over the headers (their low byte is the tag).
-            RegionKind::Pool if r.block_wsize == shape.slot_wsize && stride > 0 => {
-                let mut at = r.first_block as usize;
-                while at + stride <= r.bytes.len() {
+            RegionKind::Pool if r.block_wsize == shape.slot_wsize => {
+                for at in r.slot_offsets() {
                     if r.bytes[at] == CONT_TAG && is_cont(r.word(at)) {
                         out.push(r.base + at as u64 + 8);
                     }
-                    at += stride;
                 }
             }
             _ => {}

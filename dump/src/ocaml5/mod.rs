@@ -261,7 +261,7 @@ fn read_table<const N: usize>(
     // The tables are `static const` in a header: every C file that uses them has a copy.
     let Some(address) = exe.addresses_of(name).into_iter().next() else { return Ok(None) };
     let bytes = source.read_bytes(bias + address, N * count)?;
-    Ok(Some(bytes.chunks(N).map(|c| c.iter().rev().fold(0u32, |acc, &b| (acc << 8) | b as u32)).collect()))
+    Ok(Some(probe::unsigned_entries(&bytes, N)))
 }
 
 /// Where a running OCaml 5 process counts its compactions (`caml_compactions_count`, which 5.1

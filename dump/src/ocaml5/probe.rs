@@ -26,11 +26,8 @@ use crate::elf::Executable;
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::ProbedFact;
 use heapsnap_format::RegionKind;
-use heapsnap_values::{HeaderFormat, PoolGeometry};
+use heapsnap_values::{HeaderFormat, PoolGeometry, CONT_TAG};
 use std::collections::BTreeSet;
-
-/// The tag of continuation blocks (runtime/caml/mlvalues.h).
-const CONT_TAG: u8 = 245;
 
 /// Pools read, at most, to tell where wasted words lie.
 const POOLS_SAMPLED: usize = 64;
@@ -269,7 +266,12 @@ fn read_table(
     let address =
         if var.address != 0 { var.address } else { exe.addresses_of(name).into_iter().next().ok_or(format!("no symbol {name}"))? };
     let bytes = source.read_bytes(bias + address, element as usize * count).map_err(|e| format!("{name}: {e}"))?;
-    Ok(bytes.chunks(element as usize).map(|c| c.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64) as u32).collect())
+    Ok(unsigned_entries(&bytes, element as usize))
+}
+
+/// A C table of little-endian unsigned entries of `element` bytes each.
+pub(super) fn unsigned_entries(bytes: &[u8], element: usize) -> Vec<u32> {
+    bytes.chunks(element).map(|c| c.iter().rev().fold(0u64, |acc, &b| (acc << 8) | b as u64) as u32).collect()
 }
 
 fn memprof(types: &TypeIndex) -> Result<bool, String> {
@@ -366,14 +368,10 @@ pub fn measure_continuation_fields<'a>(
                 }
             }
             RegionKind::Pool if (2..=4).contains(&r.block_wsize) => {
-                let stride = r.block_wsize as usize * 8;
-                let mut at = r.first_block as usize;
-                while at + stride <= r.bytes.len() {
-                    let hd = r.word(at);
-                    if r.bytes[at] == CONT_TAG && hd != 0 {
-                        sizes.insert(format.wosize(hd));
+                for at in r.slot_offsets() {
+                    if r.bytes[at] == CONT_TAG {
+                        sizes.insert(format.wosize(r.word(at)));
                     }
-                    at += stride;
                 }
             }
             _ => {}
