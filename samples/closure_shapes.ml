@@ -3,7 +3,7 @@
    application, a closure capturing a record, a list, an array and a ref, mutually recursive
    functions sharing one block, nested closures, a closure over a functor-made table, an
    unforced lazy value, a memoisation library over a first-class module, a GADT with an
-   existential, and callback chains in the style of Lwt promises. *)
+   existential, Lwt-style callback chains, dune's memo stores, a recursive module, a map an include brings. *)
 
 type point = { x : int; y : int; label : string }
 
@@ -62,6 +62,53 @@ let memoise (type k) (module T : TABLE with type key = k) (f : k -> int) : k -> 
     | Some v -> v
     | None -> let v = f key in T.add table key v; v
 
+(* A store in dune's style (its memo tables): the signature keeps the table's type abstract; the
+   closures beside it are the table's own functions, which say what it is. *)
+module type INSTANCE = sig
+  type key
+  type value
+  type t
+  val find : t -> key -> value option
+  val set : t -> key -> value -> unit
+  val store : t
+end
+
+module Point_table = struct
+  type ('k, 'v) t = { mutable entries : ('k * 'v) list; name : string }
+  let create name = { entries = []; name }
+  let find (t : ('k, 'v) t) (k : 'k) : 'v option = List.assoc_opt k t.entries
+  let set (t : ('k, 'v) t) (k : 'k) (v : 'v) = t.entries <- (k, v) :: t.entries
+end
+
+let make_store (type k v) (name : string) : (module INSTANCE with type key = k and type value = v) =
+  (module struct
+    type key = k
+    type value = v
+    type t = (k, v) Point_table.t
+    let find = Point_table.find
+    let set = Point_table.set
+    let store = Point_table.create name
+  end)
+
+(* A recursive module, whose type is declared in its signature only. *)
+module rec Chain : sig
+  type t = { label : string; mutable next : Chain.t option }
+end =
+  Chain
+
+(* A map made by a functor that an include brings in (dune's Path.Build.Map). *)
+module Maps = struct
+  module Fix (R : sig type w end) = struct
+    type w = R.w
+    module Names = Map.Make (String)
+  end
+end
+
+module Paths = struct
+  include Maps
+  include Fix (struct type w = int end)
+end
+
 (* A GADT whose constructor hides its payload's type. *)
 type shown = Shown : 'a list * ('a -> string) -> shown
 
@@ -113,6 +160,9 @@ let delayed : float Lazy.t list ref = ref []
 let memo_lengths : (string -> int) list ref = ref []
 let shown : shown list ref = ref []
 let pending : (string promise * int promise) list ref = ref []
+let stores : (module INSTANCE with type key = string and type value = point) list ref = ref []
+let chains : Chain.t list ref = ref []
+let by_name : point Paths.Names.t ref = ref Paths.Names.empty
 
 let pt i = { x = i; y = -i; label = "p" ^ string_of_int i }
 
@@ -135,6 +185,12 @@ let () =
       let first = { state = Pending [] } in
       let second = bind first (fun s -> { state = Resolved (String.length s + step) }) in
       pending := (first, second) :: !pending;
+      let store : (module INSTANCE with type key = string and type value = point) = make_store ("store-" ^ string_of_int step) in
+      (let module S = (val store) in
+       S.set S.store ("s" ^ string_of_int step) (pt (20 + step)));
+      stores := store :: !stores;
+      chains := { Chain.label = "c" ^ string_of_int step; next = Some { Chain.label = "end"; next = None } } :: !chains;
+      by_name := Paths.Names.add ("n" ^ string_of_int step) (pt (30 + step)) !by_name;
       curried := apply_first join3 ("first-" ^ string_of_int step) :: !curried;
       numbered := Numbered_from_5.make ("item-" ^ string_of_int step) :: !numbered;
       scalers := scaled ("s" ^ string_of_int step) [ step; step ] :: !scalers;

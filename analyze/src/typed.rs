@@ -15,7 +15,7 @@ use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::facts::HeapFacts;
 use crate::model::NO_TYPE;
 use heapsnap_format::RootKind;
-use heapsnap_names::{Shape, Ty, TypeEnv};
+use heapsnap_names::{PackageShape, Shape, Ty, TypeEnv};
 use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -41,6 +41,9 @@ pub struct TypeInfo {
     /// As an OCaml programmer writes it (`(string, Server.session) Hashtbl.t`).
     pub name: String,
     ty: Ty,
+    /// Whether parts of it are unknown (`(unit, _) Dep_node.t`): where a block is reached with
+    /// this type and one that knows more, the other wins.
+    holes: bool,
     layout: OnceLock<Arc<Layout>>,
 }
 
@@ -71,6 +74,9 @@ enum Layout {
         names: Vec<Option<String>>,
         types: Vec<u32>,
     },
+    /// A first-class module: tag 0, its signature's fields; those of its abstract types are
+    /// typed once its closures say what they are ([`Typing::compute`]'s later rounds).
+    Package(Vec<Option<String>>, Vec<u32>, Arc<PackageShape>),
     /// Immediates only (`int`, `char`, `bool`, constant-only variants).
     Immediate,
     /// Typing stops here (a type variable, an abstract type, a function): anything goes.
@@ -95,7 +101,7 @@ impl Layout {
     /// The types this layout names (its fields', elements', contents').
     fn named_types(&self) -> Vec<u32> {
         match self {
-            Layout::Fields(_, f) => f.clone(),
+            Layout::Fields(_, f) | Layout::Package(_, f, _) => f.clone(),
             Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, _, f)| f.iter().copied()).collect(),
             Layout::PolyVariant(l) => l.iter().map(|&(_, _, t)| t).collect(),
             Layout::Array(t) | Layout::Lazy(t) | Layout::Unboxed(t) => vec![*t],
@@ -151,18 +157,27 @@ impl Interner<'_> {
         if let Some(&id) = self.ids.get(ty) {
             return id;
         }
-        if self.types.len() >= MAX_TYPES || ty.has_var() {
+        // A type variable alone says nothing of a block; inside a type it is a part typed no
+        // further (`(unit, _) Dep_node.t`). An unknown part (an existential) stops typing.
+        if self.types.len() >= MAX_TYPES || matches!(ty, Ty::Var(_)) || ty.has_unknown() {
             return NO_TYPE;
         }
         let Some(canon) = self.env.canon(ty) else { return NO_TYPE };
-        if canon.has_var() {
+        if matches!(canon, Ty::Var(_)) || canon.has_unknown() {
             return NO_TYPE;
         }
+        let holes = canon.has_var();
+        let canon = canon.erase_vars();
         let id = match self.ids.get(&canon) {
             Some(&id) => id,
             None => {
                 let id = self.types.len() as u32;
-                self.types.push(TypeInfo { name: heapsnap_names::types::display(&canon), ty: canon.clone(), layout: OnceLock::new() });
+                self.types.push(TypeInfo {
+                    name: heapsnap_names::types::display(&canon),
+                    ty: canon.clone(),
+                    holes,
+                    layout: OnceLock::new(),
+                });
                 self.ids.insert(canon, id);
                 id
             }
@@ -224,6 +239,10 @@ impl Interner<'_> {
             Shape::Closure { env_start, fields: f } => {
                 let (names, types) = fields(&f, self);
                 Layout::Closure { env_start, names, types }
+            }
+            Shape::Package(package) => {
+                let (names, types) = fields(&package.fields, self);
+                Layout::Package(names, types, Arc::new(package))
             }
             Shape::Function | Shape::Unknown => Layout::Opaque,
         };
@@ -291,16 +310,23 @@ struct Tally {
     mismatches: u64,
     typed_objects: u64,
     typed_bytes: u64,
+    /// First-class modules typed whose signature has abstract types: `(address, node)`.
+    packages: Vec<(u64, NodeId)>,
 }
 
 impl Tally {
-    fn add(&mut self, o: &Tally) {
+    fn add(&mut self, o: Tally) {
         self.conflicts += o.conflicts;
         self.mismatches += o.mismatches;
         self.typed_objects += o.typed_objects;
         self.typed_bytes += o.typed_bytes;
+        self.packages.extend(o.packages);
     }
 }
+
+/// Rounds of the walk at most: each types what the first-class modules the previous one met
+/// reveal (a module's abstract type may hold another first-class module).
+const MAX_ROUNDS: usize = 8;
 
 /// The typing walk over one heap, every layout it can meet computed beforehand.
 struct Walk<'w, 's, F> {
@@ -308,6 +334,7 @@ struct Walk<'w, 's, F> {
     find: F,
     custom_ops: &'w std::collections::HashMap<u64, &'s str>,
     layouts: &'w [Option<(Arc<Layout>, Allows)>],
+    types: &'w [TypeInfo],
     node_type: Vec<AtomicU32>,
     /// The node each block was typed from (the serial walk's conflicts need it; empty in the
     /// parallel walk).
@@ -324,20 +351,22 @@ const SPLIT_AT: usize = 4096;
 type Idom<'i> = &'i dyn Fn(NodeId) -> Option<NodeId>;
 
 impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
+    /// A walk that goes on from `state` (the blocks earlier rounds typed).
     fn new(
         find: F,
         custom_ops: &'w std::collections::HashMap<u64, &'s str>,
         layouts: &'w [Option<(Arc<Layout>, Allows)>],
-        nodes: usize,
-        serial: bool,
+        types: &'w [TypeInfo],
+        state: WalkState,
     ) -> Self {
-        let fresh = |value: u32, n: usize| (0..n).map(|_| AtomicU32::new(value)).collect::<Vec<_>>();
+        let atomic = |v: Vec<u32>| v.into_iter().map(AtomicU32::new).collect::<Vec<_>>();
         Walk {
             find,
             custom_ops,
             layouts,
-            node_type: fresh(NO_TYPE, nodes),
-            via: fresh(NO_NODE, if serial { nodes } else { 0 }),
+            types,
+            node_type: atomic(state.node_type),
+            via: atomic(state.via),
             conflicted: AtomicBool::new(false),
             tally: Mutex::new(Tally::default()),
         }
@@ -366,6 +395,10 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             let Some((l, _)) = self.layout_of(inner).filter(|_| hops < 8) else { break };
             (t, layout, hops) = (inner, &**l, hops + 1);
         }
+        if matches!(layout, Layout::Lazy(NO_TYPE)) && !matches!(b.header.tag, ocaml::LAZY_TAG | ocaml::FORWARD_TAG | ocaml::FORCING_TAG) {
+            // A forced `'a lazy_t`: the value itself, of no known type.
+            return true;
+        }
         let v = b.node;
         let current = self.node_type[v as usize].load(Relaxed);
         if current == t {
@@ -377,13 +410,14 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         }
         let (tag, size) = (b.header.tag, b.header.wosize as usize);
         let fits = match layout {
-            Layout::Fields(_, f) => tag == 0 && size == f.len(),
+            Layout::Fields(_, f) | Layout::Package(_, f, _) => tag == 0 && size == f.len(),
             Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
             Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
             Layout::PolyVariant(l) => {
                 tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
             }
-            Layout::Array(_) => tag == 0,
+            // `'a array` may be a float array.
+            Layout::Array(e) => tag == 0 || (*e == NO_TYPE && tag == ocaml::DOUBLE_ARRAY_TAG),
             Layout::FloatArray => tag == ocaml::DOUBLE_ARRAY_TAG || size == 0,
             Layout::String => tag == ocaml::STRING_TAG,
             Layout::Float => tag == ocaml::DOUBLE_TAG,
@@ -400,7 +434,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         // Every field must be possible for its type too: an immediate where the type has
         // only blocks (a string, a record) or a pointer where it has only immediates.
         let (field_types, first_field): (&[u32], usize) = match layout {
-            Layout::Fields(_, f) => (f, 0),
+            Layout::Fields(_, f) | Layout::Package(_, f, _) => (f, 0),
             Layout::Variant(blocks, _) if fits => (&blocks[tag as usize].2, 0),
             Layout::Closure { env_start, types, .. } if fits => (types, *env_start),
             _ => (&[], 0),
@@ -425,10 +459,23 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             }
         } else if let Some(idom) = idom {
             if current != NO_TYPE {
-                tally.conflicts += 1;
-                // The type through the immediate dominator wins, once.
-                let idom = idom(v).unwrap_or(NO_NODE);
-                if !(from == idom && self.via.get(v as usize).map(|n| n.load(Relaxed)) != Some(idom)) {
+                let (old, new) = (&self.types[current as usize], &self.types[t as usize]);
+                // Two types that differ only where one does not know (`(unit, _) Dep_node.t`
+                // and `(unit, Rule.t) Dep_node.t`) do not conflict.
+                if !same_where_known(&old.ty, &new.ty) {
+                    tally.conflicts += 1;
+                }
+                // The type that knows all its parts wins over one that does not; else the
+                // type through the immediate dominator, once.
+                let wins = match (old.holes, new.holes) {
+                    (true, false) => true,
+                    (false, true) => false,
+                    _ => {
+                        let idom = idom(v).unwrap_or(NO_NODE);
+                        from == idom && self.via.get(v as usize).map(|n| n.load(Relaxed)) != Some(idom)
+                    }
+                };
+                if !wins {
                     return true;
                 }
             }
@@ -453,8 +500,13 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
                 }
             }
         };
+        if let Layout::Package(_, _, package) = layout {
+            if !package.abstracts.is_empty() {
+                tally.packages.push((b.address, v));
+            }
+        }
         match layout {
-            Layout::Fields(_, f) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+            Layout::Fields(_, f) | Layout::Package(_, f, _) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
             Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
             Layout::PolyVariant(l) => {
                 if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
@@ -469,8 +521,9 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         true
     }
 
-    fn finish(self) -> (Vec<u32>, Tally) {
-        (self.node_type.into_iter().map(AtomicU32::into_inner).collect(), self.tally.into_inner().expect("tally"))
+    fn finish(self) -> (WalkState, Tally) {
+        let plain = |v: Vec<AtomicU32>| v.into_iter().map(AtomicU32::into_inner).collect();
+        (WalkState { node_type: plain(self.node_type), via: plain(self.via) }, self.tally.into_inner().expect("tally"))
     }
 
     fn serial(&self, mut stack: Vec<Arrival>, idom: Idom<'_>) {
@@ -478,7 +531,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         while let Some(arrival) = stack.pop() {
             self.visit(arrival, &mut stack, &mut tally, Some(idom));
         }
-        self.tally.lock().expect("tally").add(&tally);
+        self.tally.lock().expect("tally").add(tally);
     }
 
     /// One part of the parallel walk: gives half its stack to another task when it grows.
@@ -501,8 +554,110 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
                 scope.spawn(move |scope| self.parallel(scope, given));
             }
         }
-        self.tally.lock().expect("tally").add(&tally);
+        self.tally.lock().expect("tally").add(tally);
     }
+}
+
+/// Whether two types are one where both are known (a variable, `_`, matches anything).
+fn same_where_known(a: &Ty, b: &Ty) -> bool {
+    let all = |l: &[Ty], r: &[Ty]| l.len() == r.len() && l.iter().zip(r).all(|(x, y)| same_where_known(x, y));
+    match (a, b) {
+        (Ty::Var(_), _) | (_, Ty::Var(_)) => true,
+        (Ty::Tuple(l), Ty::Tuple(r)) => all(l, r),
+        (Ty::Constr(p, l), Ty::Constr(q, r)) => p == q && all(l, r),
+        (Ty::Package(p, l), Ty::Package(q, r)) => {
+            p == q && l.len() == r.len() && l.iter().zip(r).all(|((m, x), (n, y))| m == n && same_where_known(x, y))
+        }
+        _ => a == b,
+    }
+}
+
+/// What the walk has typed so far: each node's type, and (serial walk only) the node it was
+/// typed from.
+struct WalkState {
+    node_type: Vec<u32>,
+    via: Vec<u32>,
+}
+
+impl WalkState {
+    fn fresh(nodes: usize, serial: bool) -> WalkState {
+        WalkState { node_type: vec![NO_TYPE; nodes], via: vec![NO_NODE; if serial { nodes } else { 0 }] }
+    }
+}
+
+/// The typing walk from `roots`, in rounds: after each, the first-class modules it typed say
+/// what their abstract types are (their closures' functions, [`heapsnap_names::packages`]),
+/// and the fields of those types are walked in the next. On every core with `blocks`: `None`
+/// when blocks were reached with two types (then the caller walks on one core, where the
+/// immediate dominator settles each conflict in a fixed order).
+fn walk_rounds<'s>(
+    a: &(impl HeapFacts<'s> + ?Sized),
+    interner: &mut Interner<'_>,
+    closures: &crate::closures::TypedClosures,
+    mut roots: Vec<Arrival>,
+    blocks: Option<&crate::blocks::BlockMap<'s>>,
+) -> Option<(Vec<u32>, Tally)> {
+    let names = a.names();
+    let custom_ops = names.custom_ops();
+    let idom = |v| a.idom(v);
+    let mut state = WalkState::fresh(a.node_count(), blocks.is_none());
+    let mut total = Tally::default();
+    let mut closure_at: Option<FxHashMap<u64, u32>> = None;
+    for _ in 0..MAX_ROUNDS {
+        let layouts = &interner.layouts[..];
+        let (next, mut tally) = match blocks {
+            Some(blocks) => {
+                let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, &interner.types, state);
+                rayon::scope(|scope| w.parallel(scope, roots));
+                if w.conflicted.load(Relaxed) {
+                    return None;
+                }
+                w.finish()
+            }
+            None => {
+                let w = Walk::new(|p| a.block_of_pointer(p), custom_ops, layouts, &interner.types, state);
+                w.serial(roots, &idom);
+                w.finish()
+            }
+        };
+        state = next;
+        let mut packages = std::mem::take(&mut tally.packages);
+        total.add(tally);
+        // In a fixed order, each once, by the type it ended with.
+        packages.sort_unstable();
+        packages.dedup();
+        let closure_at = closure_at.get_or_insert_with(|| closures.blocks.iter().copied().collect());
+        roots = Vec::new();
+        for (address, v) in packages {
+            let t = state.node_type[v as usize];
+            let Some(Layout::Package(_, _, shape)) = interner.layouts.get(t as usize).and_then(|l| l.as_ref()).map(|(l, _)| &**l) else {
+                continue;
+            };
+            let shape = shape.clone();
+            let Some(b) = a.block_of_pointer(address) else { continue };
+            let functions: Vec<Option<&heapsnap_names::model::Function>> = b
+                .fields
+                .iter()
+                .map(|&w| {
+                    let Ty::Closure(c) = &closures.types[*closure_at.get(&w)? as usize] else { return None };
+                    let f = interner.env.function(&c.unit, c.line, c.col)?;
+                    // The function's own closure: a partial application takes other arguments.
+                    (c.applied == 0 && !f.partial).then_some(f)
+                })
+                .collect();
+            for (i, ty) in heapsnap_names::packages::reveal(interner.env, &shape, &functions) {
+                let id = interner.intern(&ty);
+                interner.complete(id);
+                if let Some(&w) = b.fields.get(i).filter(|&&w| ocaml::is_pointer(w) && id != NO_TYPE) {
+                    roots.push((w, id, v));
+                }
+            }
+        }
+        if roots.is_empty() {
+            break;
+        }
+    }
+    Some((state.node_type, total))
 }
 
 impl Typing {
@@ -556,27 +711,14 @@ impl Typing {
             .collect();
         roots.extend(closures.blocks.iter().map(|&(address, i)| (address, ids[i as usize], NO_NODE)).filter(|r| r.1 != NO_TYPE));
         timer.lap("closures");
-        let n = a.node_count();
-        let (custom_ops, layouts) = (names.custom_ops(), &interner.layouts[..]);
-        let idom = |v| a.idom(v);
-        let (node_type, tally) = match a.block_map().filter(|_| parallel) {
-            Some(blocks) => {
-                let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, false);
-                rayon::scope(|scope| w.parallel(scope, roots.clone()));
-                if !w.conflicted.load(Relaxed) {
-                    w.finish()
-                } else {
-                    drop(w);
-                    timer.lap("parallel walk (conflicts: again on one core)");
-                    let w = Walk::new(|p| blocks.block_of_pointer(p), custom_ops, layouts, n, true);
-                    w.serial(roots, &idom);
-                    w.finish()
-                }
-            }
+        let on_cores = a.block_map().filter(|_| parallel);
+        let (node_type, tally) = match on_cores.and_then(|blocks| walk_rounds(a, &mut interner, &closures, roots.clone(), Some(blocks))) {
+            Some(done) => done,
             None => {
-                let w = Walk::new(|p| a.block_of_pointer(p), custom_ops, layouts, n, true);
-                w.serial(roots, &idom);
-                w.finish()
+                if on_cores.is_some() {
+                    timer.lap("parallel walk (conflicts: again on one core)");
+                }
+                walk_rounds(a, &mut interner, &closures, roots, None).expect("the serial walk always ends")
             }
         };
         timer.lap("typed walk");
@@ -591,6 +733,8 @@ impl Typing {
     }
 
     /// Every node's type id (`NO_TYPE`: untyped), by node.
+    ///
+    /// (See [`walk_rounds`] for how first-class modules are typed.)
     pub fn node_types(&self) -> &[u32] {
         &self.node_type
     }
@@ -664,7 +808,7 @@ impl Typing {
     pub fn field_name(&self, v: NodeId, tag: u8, i: usize) -> Option<String> {
         let info = self.types.get(self.type_id(v) as usize)?;
         match &**info.layout.get()? {
-            Layout::Fields(names, _) => names.get(i).cloned().flatten(),
+            Layout::Fields(names, _) | Layout::Package(names, _, _) => names.get(i).cloned().flatten(),
             Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
             Layout::Array(_) => Some(format!("[{i}]")),
             Layout::Closure { env_start, names, .. } => names.get(i.checked_sub(*env_start)?).cloned().flatten(),
@@ -677,7 +821,7 @@ impl Typing {
     pub fn field_label(&self, v: NodeId, tag: u8, i: usize) -> Option<&str> {
         let info = self.types.get(self.type_id(v) as usize)?;
         let (names, i) = match &**info.layout.get()? {
-            Layout::Fields(names, _) => (names, i),
+            Layout::Fields(names, _) | Layout::Package(names, _, _) => (names, i),
             Layout::Variant(blocks, _) => (&blocks.get(tag as usize)?.1, i),
             Layout::Closure { env_start, names, .. } => (names, i.checked_sub(*env_start)?),
             _ => return None,
@@ -691,7 +835,7 @@ impl Typing {
         for info in &self.types {
             let Some(layout) = info.layout.get() else { continue };
             let names: Vec<&Option<String>> = match &**layout {
-                Layout::Fields(names, _) => names.iter().collect(),
+                Layout::Fields(names, _) | Layout::Package(names, _, _) => names.iter().collect(),
                 Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
                 Layout::Closure { names, .. } => names.iter().collect(),
                 _ => continue,

@@ -6,7 +6,11 @@
 
    UNIT = {"unit", "file", "source", "digest", "interface": bool,
            "fields": [{"name", "path", "kind", "type"}...]   (* the module block, field by field *)
-           "types": [DECL...], "modules": [MODULE...]}
+           "types": [DECL...], "modules": [MODULE...], "module_types": [MODTYPE...]}
+
+   MODTYPE = {"path", "fields": [{"name", "kind", "type", "params"}...]} (a signature's runtime
+   components in order, what a first-class module of the type holds; "params" the argument
+   types of a function's type) or {"path", "alias": MODTYPE_PATH}
 
    Field order is the native compiler's (Translmod.transl_store_gen): the interface's runtime
    components in order, then the other idents of the structure in order of definition, then
@@ -61,7 +65,8 @@ let rec path_str (p : Path.t) =
 (* ---- type expressions ----
    {"v": ID} a type variable; {"f": 1} a function; {"t": [T...]} a tuple;
    {"c": PATH, "a": [T...]} a constructor; {"o": [METHOD...]} an object;
-   {"pv": [[LABEL, T or null]...]} a polymorphic variant; {"u": 1} anything else. *)
+   {"pv": [[LABEL, T or null]...]} a polymorphic variant; {"pk": MODTYPE_PATH, "w": [[TYPE_NAME,
+   T]...]} a first-class module's package type with its constraints; {"u": 1} anything else. *)
 
 let rec ty seen (t : type_expr) =
   let id = get_id t in
@@ -91,6 +96,9 @@ let rec ty seen (t : type_expr) =
         in
         raw "{\"pv\":"; list field (row_fields row); raw "}"
     | Tpoly (t, _) -> ty seen t
+    | Tpackage (p, constraints) ->
+        let constr (li, t) = raw "["; jstr (String.concat "." (Longident.flatten li)); raw ","; ty seen t; raw "]" in
+        raw "{\"pk\":"; jstr (path_str p); raw ",\"w\":"; list constr constraints; raw "}"
     | _ -> raw "{\"u\":1}"
 
 let ty t = ty [] t
@@ -134,10 +142,71 @@ let decl q (d : type_declaration) =
 let types = ref []     (* (path, decl) in order *)
 let classes = ref []   (* (path, parameter ids): object types *)
 let modules = ref []   (* JSON writers *)
+let module_types = ref []   (* JSON writers *)
 let anon = ref 0
 
 let add_module path what arg =
   modules := (fun () -> raw "{"; key "path"; jstr path; raw ","; key what; arg (); raw "}") :: !modules
+
+(* Which binding of a module path is the last (a definition after an include shadows what the
+   include bound, and the other way round): path -> its binding's number. *)
+let last_binding : (string, int) Hashtbl.t = Hashtbl.create 256
+let bindings = ref 0
+let bind_module path = incr bindings; Hashtbl.replace last_binding path !bindings; !bindings
+
+(* Submodules an include binds, as aliases: (path, binding, target). *)
+let include_aliases = ref []
+
+(* The arguments' types of a signature item's function type, as written (no environment to
+   expand abbreviations with). *)
+let rec sig_arrow_params t =
+  match get_desc t with
+  | Tarrow (_, a, r, _) -> a :: sig_arrow_params r
+  | Tpoly (t, _) -> sig_arrow_params t
+  | _ -> []
+
+(* A module type's runtime components, in order: what a first-class module of that type holds
+   (Translcore packs a module by coercing it to the package's signature). *)
+let module_type_json q (mty : Types.module_type) =
+  match mty with
+  | Mty_signature sg ->
+      let field = function
+        | Sig_value (id, { val_kind = Val_reg; val_type; _ }, _) ->
+            Some (fun () ->
+                raw "{"; key "name"; jstr (Ident.name id); raw ","; key "kind"; jstr "value"; raw ",";
+                key "type"; ty val_type; raw ","; key "params"; list ty (sig_arrow_params val_type); raw "}")
+        | Sig_value (_, _, _) -> None
+        | Sig_typext (id, _, _, _) -> Some (fun () -> raw "{"; key "name"; jstr (Ident.name id); raw ",\"kind\":\"exception\"}")
+        | Sig_module (id, Mp_present, _, _, _) -> Some (fun () -> raw "{"; key "name"; jstr (Ident.name id); raw ",\"kind\":\"module\"}")
+        | Sig_class (id, _, _, _) -> Some (fun () -> raw "{"; key "name"; jstr (Ident.name id); raw ",\"kind\":\"class\"}")
+        | _ -> None
+      in
+      let fields = List.filter_map field sg in
+      module_types := (fun () -> raw "{"; key "path"; jstr q; raw ","; key "fields"; list (fun f -> f ()) fields; raw "}") :: !module_types
+  | Mty_ident p | Mty_alias p -> module_types := (fun () -> raw "{"; key "path"; jstr q; raw ","; key "alias"; jstr (path_str p); raw "}") :: !module_types
+  | _ -> ()
+
+(* A signature's types, submodules and module types, qualified under [p]: a recursive module's
+   types are declared only in its signature (`module rec M : sig type t = ... end = M`). *)
+let rec sig_types p (sg : signature) =
+  List.iter
+    (function
+      | Sig_type (id, d, _, _) ->
+          let q = p ^ "." ^ Ident.name id in
+          qualify id q;
+          types := (q, d) :: !types
+      | Sig_module (id, _, md, _, _) -> (
+          let q = p ^ "." ^ Ident.name id in
+          qualify id q;
+          match md.md_type with Mty_signature s -> sig_types q s | _ -> ())
+      | Sig_modtype (id, mtd, _) -> (
+          let q = p ^ "." ^ Ident.name id in
+          qualify id q;
+          match mtd.mtd_type with
+          | Some mty -> (match mty with Mty_signature s -> sig_types q s | _ -> ()); module_type_json q mty
+          | None -> ())
+      | _ -> ())
+    sg
 
 let rec walk_structure prefix (items : structure_item list) =
   List.iter
@@ -148,6 +217,14 @@ let rec walk_structure prefix (items : structure_item list) =
           List.iter (fun td -> types := (prefix ^ "." ^ Ident.name td.typ_id, td.typ_type) :: !types) tds
       | Tstr_module mb -> module_binding prefix mb
       | Tstr_recmodule mbs -> List.iter (module_binding prefix) mbs
+      | Tstr_modtype mtd -> (
+          let q = prefix ^ "." ^ Ident.name mtd.mtd_id in
+          qualify mtd.mtd_id q;
+          match mtd.mtd_type with
+          | Some mty ->
+              (match mty.mty_type with Mty_signature s -> sig_types q s | _ -> ());
+              module_type_json q mty.mty_type
+          | None -> ())
       | Tstr_class cls ->
           List.iter
             (fun ((ci : Typedtree.class_declaration), _) ->
@@ -162,7 +239,20 @@ let rec walk_structure prefix (items : structure_item list) =
           | Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, _) -> walk_structure prefix s.str_items
           | _ -> (
               match module_path prefix incl.incl_mod with
-              | Some p -> add_module prefix "include" (fun () -> jstr p)
+              | Some p ->
+                  add_module prefix "include" (fun () -> jstr p);
+                  (* What the include binds is the included module's: its types and module types
+                     are named here (later code refers to the include's own idents), and its
+                     submodules are aliases (`include Local_gen` then `Fix_root (...)`). *)
+                  List.iter
+                    (function
+                      | Sig_type (id, _, _, _) | Sig_modtype (id, _, _) -> qualify id (prefix ^ "." ^ Ident.name id)
+                      | Sig_module (id, _, _, _, _) ->
+                          let q = prefix ^ "." ^ Ident.name id in
+                          qualify id q;
+                          include_aliases := (q, bind_module q, p ^ "." ^ Ident.name id) :: !include_aliases
+                      | _ -> ())
+                    incl.incl_type
               | None -> ()))
       | _ -> ())
     items
@@ -172,6 +262,7 @@ and module_binding prefix mb =
   | Some id ->
       let p = prefix ^ "." ^ Ident.name id in
       qualify id p;
+      ignore (bind_module p);
       module_expr ~parent:prefix p mb.mb_expr
   | None -> ()
 
@@ -180,6 +271,12 @@ and module_binding prefix mb =
 and module_expr ~parent p (me : module_expr) =
   match me.mod_desc with
   | Tmod_structure s -> walk_structure p s.str_items
+  | Tmod_constraint (({ mod_desc = Tmod_ident _; _ } as me), Mty_signature s, _, _) ->
+      (* `module rec M : sig type t = ... end = M`: the types are declared in the signature only
+         (a structure's own declarations, and its includes', are what a constraint on it hides
+         behind abstract types). *)
+      sig_types p s;
+      module_expr ~parent p me
   | Tmod_constraint (me, _, _, _) -> module_expr ~parent p me
   | Tmod_functor (Named (Some id, _, _), body) ->
       qualify id (p ^ "{" ^ Ident.name id ^ "}");
@@ -188,8 +285,8 @@ and module_expr ~parent p (me : module_expr) =
   | Tmod_functor (_, body) -> module_expr ~parent:p p body
   | _ -> (
       match module_path parent me with
-      | Some q -> add_module p "alias" (fun () -> jstr q)
-      | None -> ())
+      | Some q when q <> p -> add_module p "alias" (fun () -> jstr q)
+      | _ -> ())
 
 (* A module expression as a path: an identifier, an application, or an anonymous structure
    (walked under a fresh name). *)
@@ -754,7 +851,8 @@ let read_interface cmt_file =
   else None
 
 let unit_json file (info : Cmt_format.cmt_infos) str intf =
-  Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; anon := 0;
+  Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; module_types := []; anon := 0;
+  Hashtbl.reset last_binding; include_aliases := [];
   Hashtbl.reset bound_types; Hashtbl.reset aliases; fn_nodes := []; Hashtbl.reset rec_groups; Hashtbl.reset fn_names;
   Hashtbl.reset functor_params;
   let u = info.cmt_modname in
@@ -783,7 +881,13 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
     raw ",\"manifest\":null,\"kind\":\"object\"}"
   in
   list (fun f -> f ()) (List.map (fun (q, d) () -> decl q d) (List.rev !types) @ List.map (fun c () -> object_type c) (List.rev !classes));
-  raw ","; key "modules"; list (fun f -> f ()) (List.rev !modules);
+  let include_alias (q, binding, target) () =
+    raw "{"; key "path"; jstr q; raw ","; key "alias"; jstr target; raw "}"
+  in
+  let still_bound (q, binding, _) = Hashtbl.find_opt last_binding q = Some binding in
+  raw ","; key "modules";
+  list (fun f -> f ()) (List.rev !modules @ List.map include_alias (List.rev (List.filter still_bound !include_aliases)));
+  raw ","; key "module_types"; list (fun f -> f ()) (List.rev !module_types);
   raw ","; key "functions"; functions_json stored;
   raw "}"
 

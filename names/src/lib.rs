@@ -10,12 +10,13 @@
 pub mod annotate;
 pub mod find;
 pub mod model;
+pub mod packages;
 pub mod reader;
 pub mod types;
 
 pub use annotate::{annotate, AnnotateOptions, Annotated};
 pub use model::{Program, Ty};
-pub use types::{Shape, TypeEnv};
+pub use types::{PackageShape, Shape, TypeEnv};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NamesError {

@@ -41,6 +41,9 @@ pub struct Unit {
     pub types: Vec<Decl>,
     #[serde(default)]
     pub modules: Vec<ModuleDef>,
+    /// Its module types: what a first-class module of each holds.
+    #[serde(default)]
+    pub module_types: Vec<ModuleTypeDef>,
     /// Its functions and lazy thunks, with what their closures hold.
     #[serde(default, deserialize_with = "functions")]
     pub functions: Vec<Function>,
@@ -132,6 +135,14 @@ pub struct Field {
     pub ty: Option<Ty>,
 }
 
+/// The variable a locally abstract type (`?k` in the reader's output) reads as: one per name,
+/// above the reader's own variable ids (so that a function's `(type k v)` are two variables,
+/// and neither is one of its others).
+fn local_type_var(name: &str) -> i64 {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    (1 << 36) + (hash & 0xffff_ffff) as i64
+}
+
 /// A type expression. Paths are qualified strings (`Stdlib__Hashtbl.t`, `Foo.Sub.t`,
 /// `Stdlib__Map.Make{Ord}.t` for a functor's parameter, `F(A).t` for an application).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -144,6 +155,8 @@ pub enum Ty {
     PolyVariant(Vec<(String, Option<Ty>)>),
     /// A closure, typed by the function its code runs rather than by an OCaml type.
     Closure(Box<ClosureTy>),
+    /// A first-class module: its module type's path, and the `with type` constraints.
+    Package(String, Vec<(String, Ty)>),
     Unknown,
 }
 
@@ -178,6 +191,10 @@ impl Ty {
         } else if let Some(t) = o.get("t") {
             Ty::Tuple(list(t))
         } else if let Some(c) = o.get("c").and_then(Value::as_str) {
+            if c.starts_with('?') && !c.contains('.') && o.get("a").and_then(Value::as_array).is_none_or(Vec::is_empty) {
+                // A locally abstract type (`fun (type k) ...`): some type, as a variable is.
+                return Ty::Var(local_type_var(c));
+            }
             Ty::Constr(c.to_string(), o.get("a").map(list).unwrap_or_default())
         } else if let Some(m) = o.get("o").and_then(Value::as_array) {
             Ty::Object(m.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
@@ -198,6 +215,16 @@ impl Ty {
                 })
             })();
             closure.map_or(Ty::Unknown, |c| Ty::Closure(Box::new(c)))
+        } else if let Some(p) = o.get("pk").and_then(Value::as_str) {
+            let constraints = o.get("w").and_then(Value::as_array).map_or(Vec::new(), |w| {
+                w.iter()
+                    .filter_map(|c| {
+                        let c = c.as_array()?;
+                        Some((c.first()?.as_str()?.to_string(), c.get(1).map_or(Ty::Unknown, Ty::from_value)))
+                    })
+                    .collect()
+            });
+            Ty::Package(p.to_string(), constraints)
         } else if let Some(fields) = o.get("pv").and_then(Value::as_array) {
             Ty::PolyVariant(
                 fields
@@ -221,6 +248,7 @@ impl Ty {
             Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| t.map_paths(f)).collect()),
             Ty::Constr(p, a) => Ty::Constr(f(p), a.iter().map(|t| t.map_paths(f)).collect()),
             Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| t.map_paths(f)))).collect()),
+            Ty::Package(p, w) => Ty::Package(f(p), w.iter().map(|(n, t)| (n.clone(), t.map_paths(f))).collect()),
             t => t.clone(),
         }
     }
@@ -232,18 +260,39 @@ impl Ty {
             Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| t.subst(bind)).collect()),
             Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| t.subst(bind)).collect()),
             Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| t.subst(bind)))).collect()),
+            Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), t.subst(bind))).collect()),
             t => t.clone(),
         }
     }
 
-    /// Whether it holds a type variable (then the heap cannot be typed through it).
+    /// Whether it holds a type variable or an unknown part.
     pub fn has_var(&self) -> bool {
         match self {
             Ty::Var(_) | Ty::Unknown => true,
             Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(Ty::has_var),
             Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(Ty::has_var)),
+            Ty::Package(_, w) => w.iter().any(|(_, t)| t.has_var()),
             _ => false,
         }
+    }
+
+    /// Whether it holds an unknown part (an existential, a type the reader could not write):
+    /// the heap is not typed through it, since no name would be true.
+    pub fn has_unknown(&self) -> bool {
+        match self {
+            Ty::Unknown => true,
+            Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(Ty::has_unknown),
+            Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(Ty::has_unknown)),
+            Ty::Package(_, w) => w.iter().any(|(_, t)| t.has_unknown()),
+            _ => false,
+        }
+    }
+
+    /// The same type with every type variable one (`Var(0)`): a polymorphic function's
+    /// `(unit, 'a) Dep_node.t` and another's `(unit, 'b) Dep_node.t` are one type, `(unit, _)
+    /// Dep_node.t`, whose `'a` parts are typed no further.
+    pub fn erase_vars(&self) -> Ty {
+        self.subst(&|_| Some(Ty::Var(0)))
     }
 }
 
@@ -259,6 +308,10 @@ impl Ty {
             Ty::Object(m) => serde_json::json!({ "o": m }),
             Ty::PolyVariant(fields) => serde_json::json!({
                 "pv": fields.iter().map(|(label, arg)| serde_json::json!([label, arg.as_ref().map(Ty::to_value)])).collect::<Vec<_>>()
+            }),
+            Ty::Package(p, w) => serde_json::json!({
+                "pk": p,
+                "w": w.iter().map(|(n, t)| serde_json::json!([n, t.to_value()])).collect::<Vec<_>>()
             }),
             Ty::Closure(c) => {
                 serde_json::json!({ "cl": [c.unit, c.line, c.col, c.function, c.source, c.applied, c.arity, c.env_start, c.env_len] })
@@ -378,6 +431,32 @@ fn decl_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DeclKind, D::Erro
     } else {
         DeclKind::Abstract
     })
+}
+
+/// A module type, as a first-class module of it is laid out.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ModuleTypeDef {
+    pub path: String,
+    /// `module type S = P`.
+    #[serde(default)]
+    pub alias: Option<String>,
+    /// Its signature's runtime components, in order: a packed module's fields.
+    #[serde(default)]
+    pub fields: Vec<SigField>,
+}
+
+/// A runtime component of a module type's signature.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SigField {
+    pub name: String,
+    /// `value`, `module`, `exception`, `class`.
+    #[serde(default)]
+    pub kind: String,
+    #[serde(rename = "type", default, deserialize_with = "opt_ty")]
+    pub ty: Option<Ty>,
+    /// A function's argument types, as the signature writes them.
+    #[serde(default)]
+    pub params: Vec<Ty>,
 }
 
 /// What a module of a unit is, beyond its own declarations.

@@ -3,7 +3,7 @@
 //! the functor body's `t` with its parameter replaced by the argument) and includes; and what a
 //! value of a type looks like in the heap ([`Shape`]).
 
-use crate::model::{ClosureTy, DeclKind, Function, Program, Ty};
+use crate::model::{ClosureTy, DeclKind, Function, ModuleTypeDef, Program, Ty};
 use rustc_hash::FxHashMap;
 
 /// Resolution gives up past this depth (aliases of aliases, abbreviations of abbreviations).
@@ -17,6 +17,7 @@ pub struct TypeEnv {
     aliases: FxHashMap<String, String>,
     params: FxHashMap<String, Vec<String>>,
     includes: FxHashMap<String, Vec<String>>,
+    module_types: FxHashMap<String, ModuleTypeDef>,
     /// Functions by unit and where their code starts; `None` where two share the place (their
     /// closures cannot be told apart).
     functions: FxHashMap<(String, u32, u32), Option<Function>>,
@@ -71,8 +72,38 @@ pub enum Shape {
     },
     /// An `[@@unboxed]` type: the value is its one field's.
     Unboxed(Ty),
+    /// A first-class module: a block of its module type's fields.
+    Package(PackageShape),
     /// Typing stops: a type variable, an abstract or extensible type, an existential.
     Unknown,
+}
+
+/// A first-class module's fields, with what can reveal the abstract types of its signature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PackageShape {
+    /// Each field's name and type; the k-th abstract type is the variable `-1 - k`.
+    pub fields: FieldTypes,
+    /// For each field, a function's argument types as the signature writes them (empty for
+    /// others): the closure in that field takes them, and so says what the abstract types are.
+    pub params: Vec<Vec<Ty>>,
+    pub abstracts: Vec<String>,
+}
+
+/// `ty` with each path `prefix` + NAME (no arguments) replaced by what `f` gives for NAME.
+fn replace_local(ty: &Ty, prefix: &str, f: &mut impl FnMut(&str) -> Option<Ty>) -> Ty {
+    match ty {
+        Ty::Constr(p, a) if a.is_empty() => match p.strip_prefix(prefix).and_then(&mut *f) {
+            Some(t) => t,
+            None => ty.clone(),
+        },
+        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| replace_local(t, prefix, f)).collect()),
+        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| replace_local(t, prefix, f)).collect()),
+        Ty::PolyVariant(l) => {
+            Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| replace_local(t, prefix, f)))).collect())
+        }
+        Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), replace_local(t, prefix, f))).collect()),
+        t => t.clone(),
+    }
 }
 
 /// Builtin types (Predef) that need no declaration.
@@ -107,6 +138,7 @@ impl TypeEnv {
             aliases: FxHashMap::default(),
             params: FxHashMap::default(),
             includes: FxHashMap::default(),
+            module_types: FxHashMap::default(),
             functions: FxHashMap::default(),
             found: Default::default(),
         };
@@ -116,6 +148,9 @@ impl TypeEnv {
             }
             for d in &u.types {
                 env.decls.insert(d.path.clone(), d.clone());
+            }
+            for m in &u.module_types {
+                env.module_types.insert(m.path.clone(), m.clone());
             }
             for m in &u.modules {
                 if let Some(a) = &m.alias {
@@ -170,15 +205,34 @@ impl TypeEnv {
             return known.and_then(|(key, rewrites, path)| Some(Found { decl: self.decls.get(&key)?, rewrites, path }));
         }
         let mut steps = LOOKUP_STEPS;
-        let found = self.lookup_at(path, 0, &mut steps);
+        let found = self.locate(path, 0, &mut steps, &|key| self.decls.contains_key(key));
         if let Ok(mut cache) = self.found.lock() {
-            let entry = found.as_ref().map(|f| (f.decl.path.clone(), f.rewrites.clone(), f.path.clone()));
-            cache.insert(path.to_string(), entry);
+            cache.insert(path.to_string(), found.clone());
         }
-        found
+        let (key, rewrites, path) = found?;
+        Some(Found { decl: self.decls.get(&key)?, rewrites, path })
     }
 
-    fn lookup_at(&self, path: &str, depth: usize, steps: &mut usize) -> Option<Found<'_>> {
+    /// A module type by path (through aliases of modules and of module types), with the
+    /// rewriting of the paths inside it.
+    pub fn module_type(&self, path: &str) -> Option<(&ModuleTypeDef, Rewrites)> {
+        let mut path = path.to_string();
+        let mut carried = Rewrites::default();
+        for _ in 0..MAX_DEPTH {
+            let mut steps = LOOKUP_STEPS;
+            let (key, rewrites, _) = self.locate(&path, 0, &mut steps, &|key| self.module_types.contains_key(key))?;
+            let def = self.module_types.get(&key)?;
+            carried.0.extend(rewrites.0);
+            match &def.alias {
+                Some(target) => path = carried.apply(target),
+                None => return Some((def, carried)),
+            }
+        }
+        None
+    }
+
+    /// Where `path` is defined in the table `has` asks of: (key, rewrites, canonical path).
+    fn locate(&self, path: &str, depth: usize, steps: &mut usize, has: &dyn Fn(&str) -> bool) -> Option<FoundKey> {
         *steps = steps.checked_sub(1)?;
         if depth > MAX_DEPTH {
             return None;
@@ -186,12 +240,12 @@ impl TypeEnv {
         let (module, name) = split_last(path)?;
         let (def, applied, rewrites) = self.resolve_module(module, depth)?;
         let key = format!("{def}.{name}");
-        if let Some(decl) = self.decls.get(&key) {
-            return Some(Found { decl, rewrites, path: format!("{applied}.{name}") });
+        if has(&key) {
+            return Some((key, rewrites, format!("{applied}.{name}")));
         }
         for inc in self.includes.get(&def).into_iter().flatten() {
             let inc = rewrites.apply(inc);
-            if let Some(found) = self.lookup_at(&format!("{inc}.{name}"), depth + 1, steps) {
+            if let Some(found) = self.locate(&format!("{inc}.{name}"), depth + 1, steps, has) {
                 return Some(found);
             }
         }
@@ -203,7 +257,7 @@ impl TypeEnv {
             for inc in self.includes.get(&parent).into_iter().flatten() {
                 let inc = rewrites.apply(inc);
                 let rest = segments[cut..].join(".");
-                if let Some(found) = self.lookup_at(&format!("{inc}.{rest}.{name}"), depth + 1, steps) {
+                if let Some(found) = self.locate(&format!("{inc}.{rest}.{name}"), depth + 1, steps, has) {
                     return Some(found);
                 }
             }
@@ -301,8 +355,57 @@ impl TypeEnv {
                 Ty::Constr(found.path, args)
             }
             Ty::Constr(p, args) => Ty::Constr(p.clone(), args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
+            Ty::Package(p, w) => {
+                let path = self.module_type(p).map_or_else(|| p.clone(), |(def, _)| def.path.clone());
+                let mut w = w.iter().map(|(n, t)| Some((n.clone(), self.canon_at(t, budget, depth + 1)?))).collect::<Option<Vec<_>>>()?;
+                w.sort_by(|a, b| a.0.cmp(&b.0));
+                Ty::Package(path, w)
+            }
             t => t.clone(),
         })
+    }
+
+    /// A first-class module of `path` with constraints `with`: the fields of its module type's
+    /// signature, the constrained types replaced, each abstract one a negative variable
+    /// (`-1 - k` for the k-th in [`PackageShape::abstracts`]).
+    fn package_shape(&self, path: &str, with: &[(String, Ty)]) -> Shape {
+        let Some((def, rewrites)) = self.module_type(path) else { return Shape::Unknown };
+        let mut abstracts: Vec<String> = Vec::new();
+        let prefix = format!("{}.", def.path);
+        let mut local = |t: &Ty| -> Ty {
+            let t = t.map_paths(&|q| rewrites.apply(q));
+            replace_local(&t, &prefix, &mut |name| {
+                // `with type key = k`, `with type Key.t = k`.
+                if let Some((_, c)) = with.iter().find(|(n, _)| n == name) {
+                    return Some(c.clone());
+                }
+                if name.contains('.') {
+                    return None;
+                }
+                // The signature's own abstract type: what the implementation behind it is
+                // can only be read from the module's contents.
+                let decl = self.decls.get(&format!("{prefix}{name}"))?;
+                if !matches!(decl.kind, DeclKind::Abstract) || decl.manifest.is_some() || !decl.params.is_empty() {
+                    return None;
+                }
+                let k = abstracts.iter().position(|a| a == name).unwrap_or_else(|| {
+                    abstracts.push(name.to_string());
+                    abstracts.len() - 1
+                });
+                Some(Ty::Var(-1 - k as i64))
+            })
+        };
+        let mut fields = Vec::with_capacity(def.fields.len());
+        let mut params = Vec::with_capacity(def.fields.len());
+        for f in &def.fields {
+            let ty = match (f.kind.as_str(), &f.ty) {
+                ("value", Some(t)) => local(t),
+                _ => Ty::Unknown,
+            };
+            fields.push((Some(f.name.clone()), ty));
+            params.push(f.params.iter().map(&mut local).collect());
+        }
+        Shape::Package(PackageShape { fields, params, abstracts })
     }
 
     /// What a value of `ty` looks like in the heap.
@@ -316,6 +419,7 @@ impl TypeEnv {
                 Ty::Closure(c) => return self.closure_shape(c),
                 Ty::Object(_) => return Shape::Object,
                 Ty::PolyVariant(l) => return Shape::PolyVariant(l.clone()),
+                Ty::Package(p, w) => return self.package_shape(p, w),
                 Ty::Var(_) | Ty::Unknown => return Shape::Unknown,
             };
             if !path.contains('.') {
@@ -358,7 +462,10 @@ impl TypeEnv {
                                 binds.clear();
                             }
                         }
-                        let gadt_bind = |v: i64| -> Option<Ty> { binds.iter().find(|(w, _)| *w == v).map(|(_, t)| t.clone()) };
+                        // Variables its result does not bind are existential: no type of
+                        // theirs would be true, so typing stops there.
+                        let gadt_bind =
+                            |v: i64| -> Option<Ty> { Some(binds.iter().find(|(w, _)| *w == v).map_or(Ty::Unknown, |(_, t)| t.clone())) };
                         let inst_c = |t: &Ty| {
                             let t = t.map_paths(&|p| rewrites.apply(p));
                             if c.res.is_some() {
@@ -400,6 +507,11 @@ fn unify(pattern: &Ty, actual: &Ty, binds: &mut Vec<(i64, Ty)>) -> bool {
         },
         (Ty::Tuple(p), Ty::Tuple(a)) => p.len() == a.len() && p.iter().zip(a).all(|(p, a)| unify(p, a, binds)),
         (Ty::Constr(pp, pa), Ty::Constr(ap, aa)) => pp == ap && pa.len() == aa.len() && pa.iter().zip(aa).all(|(p, a)| unify(p, a, binds)),
+        // `[> `Empty ]` in a result type: an open row, matched by any polymorphic variant.
+        (Ty::PolyVariant(_), Ty::PolyVariant(_)) => true,
+        (Ty::Package(pp, pw), Ty::Package(ap, aw)) => {
+            pp == ap && pw.len() == aw.len() && pw.iter().zip(aw).all(|((pn, p), (an, a))| pn == an && unify(p, a, binds))
+        }
         (p, a) => p == a,
     }
 }
@@ -522,6 +634,13 @@ pub fn display(ty: &Ty) -> String {
             k => format!("partial application of {} ({}), {k} of {} arguments", c.function, c.source, c.arity),
         },
         Ty::Unknown => "?".into(),
+        Ty::Package(p, w) => {
+            let constraints: Vec<String> = w.iter().map(|(n, t)| format!("type {n} = {}", display(t))).collect();
+            match constraints.is_empty() {
+                true => format!("(module {})", short_path(p)),
+                false => format!("(module {} with {})", short_path(p), constraints.join(" and ")),
+            }
+        }
         Ty::Object(m) => format!("< {} >", m.iter().map(|m| m.as_str()).chain(std::iter::once("..")).collect::<Vec<_>>().join("; ")),
         Ty::PolyVariant(l) => {
             let mut labels: Vec<String> = l.iter().map(|(n, _)| format!("`{n}")).collect();

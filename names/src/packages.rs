@@ -1,0 +1,232 @@
+//! What a first-class module's contents say of the abstract types of its signature (issue 26).
+//!
+//! A packed module of `(module Store_intf.Instance with type key = k and type value = v)` holds
+//! `val store : t` with `t` abstract: its type is not in the package type. The closures beside
+//! it are the implementation's own functions (`Stdune.Table.find : ('k, 'v) t -> 'k -> 'v
+//! option`), and the signature says what each takes (`find : t -> key -> value option`).
+//! Matching the two says what `t` is there: `(k, v) Stdune.Table.t`. Only the closures' own
+//! functions are read, never guessed, and a field whose function does not match is left out.
+
+use crate::model::{Function, Ty};
+use crate::types::{PackageShape, TypeEnv};
+use rustc_hash::FxHashMap;
+
+/// Matching gives up past this depth (types nest without end only when something is wrong).
+const MAX_DEPTH: usize = 24;
+
+/// A function's own type variables are renamed apart per field: field `i`'s variable `v` is
+/// `v + (i + 1) * VARIABLES_APART` (the reader's variable ids, locally abstract types' too, are
+/// far below it).
+const VARIABLES_APART: i64 = 1 << 40;
+
+/// The signature side's own variables (the package type's unknown parts, every one `_` once
+/// interned) are made distinct from here on, so that matching never makes two of them one.
+const SIGNATURE_VARIABLES: i64 = 1 << 60;
+
+/// The fields of a packed module whose type its abstract types make unknown, with their type
+/// now known: `functions[i]` is the function the closure in field `i` runs (its own closure,
+/// not a partial application), where known.
+pub fn reveal(env: &TypeEnv, shape: &PackageShape, functions: &[Option<&Function>]) -> Vec<(usize, Ty)> {
+    if shape.abstracts.is_empty() {
+        return Vec::new();
+    }
+    let mut binds: FxHashMap<i64, Ty> = FxHashMap::default();
+    let mut fresh = SIGNATURE_VARIABLES;
+    for (i, sig_params) in shape.params.iter().enumerate() {
+        let Some(f) = functions.get(i).copied().flatten() else { continue };
+        if sig_params.is_empty() || !sig_params.iter().any(mentions_abstract) || f.params.len() < sig_params.len() {
+            continue;
+        }
+        let apart = (i as i64 + 1) * VARIABLES_APART;
+        let mut trial = binds.clone();
+        let fits = sig_params.iter().zip(&f.params).all(|(s, p)| {
+            let s = env.canon(s).unwrap_or_else(|| s.clone());
+            let s = apart_holes(&s, &mut fresh);
+            let p = p.subst(&|v| Some(Ty::Var(v + apart)));
+            let p = env.canon(&p).unwrap_or(p);
+            unify(&s, &p, &mut trial, 0)
+        });
+        if fits {
+            binds = trial;
+        }
+    }
+    shape
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(_, (_, ty))| mentions_abstract(ty))
+        .filter_map(|(i, (_, ty))| {
+            let t = resolve(ty, &binds, 0)?;
+            // Still abstract somewhere, or only a variable: nothing is known.
+            (!mentions_abstract(&t) && !matches!(t, Ty::Var(_))).then_some((i, t))
+        })
+        .collect()
+}
+
+/// `ty` with each occurrence of a variable that is not an abstract type a variable of its own.
+fn apart_holes(ty: &Ty, fresh: &mut i64) -> Ty {
+    match ty {
+        Ty::Var(v) if *v >= 0 => {
+            *fresh += 1;
+            Ty::Var(*fresh)
+        }
+        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| apart_holes(t, fresh)).collect()),
+        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| apart_holes(t, fresh)).collect()),
+        Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), apart_holes(t, fresh))).collect()),
+        Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| apart_holes(t, fresh)))).collect()),
+        t => t.clone(),
+    }
+}
+
+/// Whether `ty` names an abstract type of the signature (a negative variable).
+fn mentions_abstract(ty: &Ty) -> bool {
+    match ty {
+        Ty::Var(v) => *v < 0,
+        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(mentions_abstract),
+        Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(mentions_abstract)),
+        Ty::Package(_, w) => w.iter().any(|(_, t)| mentions_abstract(t)),
+        _ => false,
+    }
+}
+
+/// `ty` with the variables `binds` gives replaced, deeply; `None` past the depth.
+fn resolve(ty: &Ty, binds: &FxHashMap<i64, Ty>, depth: usize) -> Option<Ty> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    Some(match ty {
+        Ty::Var(v) => match binds.get(v) {
+            Some(t) => resolve(t, binds, depth + 1)?,
+            None => ty.clone(),
+        },
+        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| resolve(t, binds, depth + 1)).collect::<Option<_>>()?),
+        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| resolve(t, binds, depth + 1)).collect::<Option<_>>()?),
+        Ty::Package(p, w) => {
+            Ty::Package(p.clone(), w.iter().map(|(n, t)| Some((n.clone(), resolve(t, binds, depth + 1)?))).collect::<Option<_>>()?)
+        }
+        Ty::PolyVariant(l) => Ty::PolyVariant(
+            l.iter()
+                .map(|(n, t)| {
+                    Some((
+                        n.clone(),
+                        match t {
+                            Some(t) => Some(resolve(t, binds, depth + 1)?),
+                            None => None,
+                        },
+                    ))
+                })
+                .collect::<Option<_>>()?,
+        ),
+        t => t.clone(),
+    })
+}
+
+/// Matches the signature's `a` with the function's `b`, binding variables of either. Two
+/// different type constructors are not a failure: they may be one type under two names
+/// (a functor's parameter, an abbreviation the canonical form keeps), so nothing is bound
+/// below them. Different shapes (a tuple against a constructor of different arity) are.
+fn unify(a: &Ty, b: &Ty, binds: &mut FxHashMap<i64, Ty>, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    let (a, b) = (deref(a, binds), deref(b, binds));
+    match (&a, &b) {
+        (Ty::Var(x), Ty::Var(y)) if x == y => true,
+        (Ty::Var(x), t) | (t, Ty::Var(x)) => {
+            if occurs(*x, t, binds, 0) {
+                return false;
+            }
+            binds.insert(*x, t.clone());
+            true
+        }
+        (Ty::Tuple(l), Ty::Tuple(r)) => l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, depth + 1)),
+        (Ty::Constr(p, l), Ty::Constr(q, r)) if p == q => l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, depth + 1)),
+        (Ty::Constr(..), Ty::Constr(..)) => true,
+        (Ty::Package(p, l), Ty::Package(q, r)) if p == q => {
+            l.iter().all(|(n, x)| r.iter().find(|(m, _)| m == n).is_none_or(|(_, y)| unify(x, y, binds, depth + 1)))
+        }
+        (Ty::Tuple(_), Ty::Constr(..)) | (Ty::Constr(..), Ty::Tuple(_)) => false,
+        _ => true,
+    }
+}
+
+/// What a variable is bound to, through chains of variables (never a bound variable).
+fn deref(ty: &Ty, binds: &FxHashMap<i64, Ty>) -> Ty {
+    let mut ty = ty;
+    for _ in 0..MAX_DEPTH {
+        match ty {
+            Ty::Var(v) if binds.contains_key(v) => ty = &binds[v],
+            _ => break,
+        }
+    }
+    ty.clone()
+}
+
+/// Whether variable `v` occurs in `ty` (binding it there would make an infinite type).
+fn occurs(v: i64, ty: &Ty, binds: &FxHashMap<i64, Ty>, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
+    match ty {
+        Ty::Var(w) if *w == v => true,
+        Ty::Var(w) => binds.get(w).is_some_and(|t| occurs(v, t, binds, depth + 1)),
+        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(|t| occurs(v, t, binds, depth + 1)),
+        Ty::Package(_, w) => w.iter().any(|(_, t)| occurs(v, t, binds, depth + 1)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Program;
+    use crate::types::Shape;
+
+    /// dune's memo store: `Store.of_table` packs a `Stdune.Table.t` with the table's own
+    /// functions; `make` packs a functor-made table's.
+    #[test]
+    fn a_packed_modules_closures_reveal_its_abstract_type() {
+        let program = Program::parse(
+            r#"{"units": [
+              {"unit": "Intf", "types": [
+                 {"path": "Intf.Instance.key", "params": [], "kind": "abstract"},
+                 {"path": "Intf.Instance.value", "params": [], "kind": "abstract"},
+                 {"path": "Intf.Instance.t", "params": [], "kind": "abstract"}],
+               "module_types": [{"path": "Intf.Instance", "fields": [
+                 {"name": "clear", "kind": "value", "type": {"f": 1}, "params": [{"c": "Intf.Instance.t", "a": []}]},
+                 {"name": "find", "kind": "value", "type": {"f": 1},
+                  "params": [{"c": "Intf.Instance.t", "a": []}, {"c": "Intf.Instance.key", "a": []}]},
+                 {"name": "set", "kind": "value", "type": {"f": 1},
+                  "params": [{"c": "Intf.Instance.t", "a": []}, {"c": "Intf.Instance.key", "a": []}, {"c": "Intf.Instance.value", "a": []}]},
+                 {"name": "store", "kind": "value", "type": {"c": "Intf.Instance.t", "a": []}},
+                 {"name": "stores", "kind": "value", "type": {"c": "list", "a": [{"c": "Intf.Instance.t", "a": []}]}}]}]},
+              {"unit": "Table", "types": [{"path": "Table.t", "params": [1, 2], "kind": {"record": [["data", true, {"c": "array", "a": [{"v": 2}]}]], "repr": "regular"}}]}
+            ]}"#,
+        )
+        .unwrap();
+        let env = TypeEnv::new(&program);
+        let int = Ty::Constr("int".into(), vec![]);
+        let string = Ty::Constr("string".into(), vec![]);
+        let package = Ty::Package("Intf.Instance".into(), vec![("key".into(), int.clone()), ("value".into(), string.clone())]);
+        let Shape::Package(shape) = env.shape(&package) else { panic!("a package's shape: {:?}", env.shape(&package)) };
+        assert_eq!(shape.abstracts, vec!["t".to_string()]);
+        assert_eq!(shape.fields[3].1, Ty::Var(-1), "store : t");
+        let table = |k: Ty, v: Ty| Ty::Constr("Table.t".into(), vec![k, v]);
+        let function = |params: Vec<Ty>| Function { line: 1, col: 0, name: None, params, free: vec![], partial: false, ordered: true };
+        let clear = function(vec![table(Ty::Var(7), Ty::Var(8))]);
+        let set = function(vec![table(Ty::Var(4), Ty::Var(5)), Ty::Var(4), Ty::Var(5)]);
+        // `clear` alone leaves the table's parameters open; `set` binds them to key and value.
+        let revealed = reveal(&env, &shape, &[Some(&clear), None, Some(&set), None, None]);
+        let store = table(int.clone(), string.clone());
+        assert_eq!(revealed, vec![(3, store.clone()), (4, Ty::Constr("list".into(), vec![store.clone()]))]);
+        // Without `set`, `t` is a table of unknown parameters: still a table.
+        let revealed = reveal(&env, &shape, &[Some(&clear), None, None, None, None]);
+        assert_eq!(revealed[0], (3, table(Ty::Var(7 + VARIABLES_APART), Ty::Var(8 + VARIABLES_APART))));
+        // A function that does not take what the signature says (a pair where the key is an
+        // int) reveals nothing.
+        let wrong = function(vec![table(Ty::Var(4), Ty::Var(5)), Ty::Tuple(vec![int.clone(), int.clone()]), Ty::Var(5)]);
+        assert_eq!(reveal(&env, &shape, &[None, None, Some(&wrong), None, None]), vec![]);
+        // No closure read: nothing known.
+        assert_eq!(reveal(&env, &shape, &[None, None, None, None, None]), vec![]);
+    }
+}
