@@ -109,6 +109,12 @@ module Paths = struct
   include Fix (struct type w = int end)
 end
 
+(* A definition after an include shadows what the include bound (dune's Memo.Lazy). *)
+module Shadowed = struct
+  include Paths
+  module Names = Map.Make (Int)
+end
+
 (* A GADT whose constructor hides its payload's type. *)
 type shown = Shown : 'a list * ('a -> string) -> shown
 
@@ -163,6 +169,7 @@ let pending : (string promise * int promise) list ref = ref []
 let stores : (module INSTANCE with type key = string and type value = point) list ref = ref []
 let chains : Chain.t list ref = ref []
 let by_name : point Paths.Names.t ref = ref Paths.Names.empty
+let by_number : point Shadowed.Names.t ref = ref Shadowed.Names.empty
 
 let pt i = { x = i; y = -i; label = "p" ^ string_of_int i }
 
@@ -191,6 +198,7 @@ let () =
       stores := store :: !stores;
       chains := { Chain.label = "c" ^ string_of_int step; next = Some { Chain.label = "end"; next = None } } :: !chains;
       by_name := Paths.Names.add ("n" ^ string_of_int step) (pt (30 + step)) !by_name;
+      by_number := Shadowed.Names.add step (pt (40 + step)) !by_number;
       curried := apply_first join3 ("first-" ^ string_of_int step) :: !curried;
       numbered := Numbered_from_5.make ("item-" ^ string_of_int step) :: !numbered;
       scalers := scaled ("s" ^ string_of_int step) [ step; step ] :: !scalers;
