@@ -165,6 +165,7 @@ let lookups : (string -> point option) list ref = ref []
 let delayed : float Lazy.t list ref = ref []
 let memo_lengths : (string -> int) list ref = ref []
 let shown : shown list ref = ref []
+let shown_any : shown list ref = ref []
 let pending : (string promise * int promise) list ref = ref []
 let stores : (module INSTANCE with type key = string and type value = point) list ref = ref []
 let chains : Chain.t list ref = ref []
@@ -172,6 +173,7 @@ let by_name : point Paths.Names.t ref = ref Paths.Names.empty
 let by_number : point Shadowed.Names.t ref = ref Shadowed.Names.empty
 
 let pt i = { x = i; y = -i; label = "p" ^ string_of_int i }
+let describe_any (_ : 'a) = "any"
 
 let () =
   Heapsnap_sample.run (fun _cfg step ->
@@ -189,6 +191,7 @@ let () =
       ignore (memo ("word" ^ string_of_int step));
       memo_lengths := memo :: !memo_lengths;
       shown := Shown ([ pt step ], fun p -> p.label) :: !shown;
+      shown_any := Shown ([ "s" ^ string_of_int step ], describe_any) :: !shown_any;
       let first = { state = Pending [] } in
       let second = bind first (fun s -> { state = Resolved (String.length s + step) }) in
       pending := (first, second) :: !pending;

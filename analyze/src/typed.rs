@@ -53,9 +53,10 @@ enum Layout {
     /// Tag 0, exactly these fields (records, tuples).
     Fields(Vec<Option<String>>, Vec<u32>),
     FloatRecord(usize),
-    /// By tag: constructor, field names, field types; and the number of constant
-    /// constructors (the immediates the type allows).
-    Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>, usize),
+    /// By tag: constructor, field names, field types; the number of constant constructors
+    /// (the immediates the type allows); and by tag, what closures among a GADT constructor's
+    /// arguments may say of its existentials (typed in [`walk_rounds`]' later rounds).
+    Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>, usize, Vec<Option<Arc<PackageShape>>>),
     /// `(hash, label, argument type)`.
     PolyVariant(Vec<(i64, String, u32)>),
     Array(u32),
@@ -87,7 +88,7 @@ impl Layout {
     /// Whether an immediate `word` can have this type.
     fn allows_immediate(&self, word: u64) -> bool {
         match self {
-            Layout::Variant(_, constants) => ((word as i64) >> 1) >= 0 && (((word as i64) >> 1) as usize) < *constants,
+            Layout::Variant(_, constants, _) => ((word as i64) >> 1) >= 0 && (((word as i64) >> 1) as usize) < *constants,
             Layout::Immediate | Layout::Opaque | Layout::Unboxed(_) | Layout::Lazy(_) | Layout::PolyVariant(_) => true,
             _ => false,
         }
@@ -102,7 +103,7 @@ impl Layout {
     fn named_types(&self) -> Vec<u32> {
         match self {
             Layout::Fields(_, f) | Layout::Package(_, f, _) => f.clone(),
-            Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, _, f)| f.iter().copied()).collect(),
+            Layout::Variant(blocks, _, _) => blocks.iter().flat_map(|(_, _, f)| f.iter().copied()).collect(),
             Layout::PolyVariant(l) => l.iter().map(|&(_, _, t)| t).collect(),
             Layout::Array(t) | Layout::Lazy(t) | Layout::Unboxed(t) => vec![*t],
             Layout::Closure { types, .. } => types.clone(),
@@ -212,16 +213,25 @@ impl Interner<'_> {
                 Layout::Fields(n, t)
             }
             Shape::FloatRecord(labels) => Layout::FloatRecord(labels.len()),
-            Shape::Variant { blocks, constants } => Layout::Variant(
-                blocks
-                    .iter()
-                    .map(|(c, f)| {
-                        let (n, t) = fields(f, self);
-                        (c.clone(), n, t)
-                    })
-                    .collect(),
-                constants.len(),
-            ),
+            Shape::Variant { blocks, constants, reveals } => {
+                let mut by_tag: Vec<Option<Arc<PackageShape>>> = vec![None; blocks.len()];
+                for (rank, reveal) in reveals {
+                    if let Some(slot) = by_tag.get_mut(rank) {
+                        *slot = Some(Arc::new(reveal));
+                    }
+                }
+                Layout::Variant(
+                    blocks
+                        .iter()
+                        .map(|(c, f)| {
+                            let (n, t) = fields(f, self);
+                            (c.clone(), n, t)
+                        })
+                        .collect(),
+                    constants.len(),
+                    by_tag,
+                )
+            }
             Shape::PolyVariant(l) => Layout::PolyVariant(
                 l.iter()
                     .map(|(label, arg)| (hash_variant(label), label.clone(), arg.as_ref().map_or(NO_TYPE, |t| self.intern(t))))
@@ -258,7 +268,7 @@ impl Interner<'_> {
             _ => Allows {
                 pointer: layout.allows_pointer(),
                 immediates: match &layout {
-                    Layout::Variant(_, constants) => *constants as u64,
+                    Layout::Variant(_, constants, _) => *constants as u64,
                     l if l.allows_immediate(1) => u64::MAX,
                     _ => 0,
                 },
@@ -310,7 +320,8 @@ struct Tally {
     mismatches: u64,
     typed_objects: u64,
     typed_bytes: u64,
-    /// First-class modules typed whose signature has abstract types: `(address, node)`.
+    /// Blocks typed whose contents say more (a first-class module whose signature has abstract
+    /// types, a GADT constructor's block with existentials): `(address, node)`.
     packages: Vec<(u64, NodeId)>,
 }
 
@@ -412,7 +423,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         let fits = match layout {
             Layout::Fields(_, f) | Layout::Package(_, f, _) => tag == 0 && size == f.len(),
             Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
-            Layout::Variant(blocks, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
+            Layout::Variant(blocks, _, _) => blocks.get(tag as usize).is_some_and(|(_, _, f)| f.len() == size),
             Layout::PolyVariant(l) => {
                 tag == 0 && size == 2 && l.iter().any(|(h, _, _)| b.fields[0] as i64 >> 1 == *h && b.fields[0] & 1 == 1)
             }
@@ -435,7 +446,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         // only blocks (a string, a record) or a pointer where it has only immediates.
         let (field_types, first_field): (&[u32], usize) = match layout {
             Layout::Fields(_, f) | Layout::Package(_, f, _) => (f, 0),
-            Layout::Variant(blocks, _) if fits => (&blocks[tag as usize].2, 0),
+            Layout::Variant(blocks, _, _) if fits => (&blocks[tag as usize].2, 0),
             Layout::Closure { env_start, types, .. } if fits => (types, *env_start),
             _ => (&[], 0),
         };
@@ -500,14 +511,17 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
                 }
             }
         };
-        if let Layout::Package(_, _, package) = layout {
-            if !package.abstracts.is_empty() {
-                tally.packages.push((b.address, v));
-            }
+        let reveals = match layout {
+            Layout::Package(_, _, package) => !package.abstracts.is_empty(),
+            Layout::Variant(_, _, reveals) => reveals.get(tag as usize).is_some_and(Option::is_some),
+            _ => false,
+        };
+        if reveals {
+            tally.packages.push((b.address, v));
         }
         match layout {
             Layout::Fields(_, f) | Layout::Package(_, f, _) => f.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
-            Layout::Variant(blocks, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
+            Layout::Variant(blocks, _, _) => blocks[tag as usize].2.iter().enumerate().for_each(|(i, &ft)| push(i, ft)),
             Layout::PolyVariant(l) => {
                 if let Some((_, _, ft)) = l.iter().find(|(h, _, _)| b.fields[0] as i64 >> 1 == *h) {
                     push(1, *ft);
@@ -630,11 +644,15 @@ fn walk_rounds<'s>(
         roots = Vec::new();
         for (address, v) in packages {
             let t = state.node_type[v as usize];
-            let Some(Layout::Package(_, _, shape)) = interner.layouts.get(t as usize).and_then(|l| l.as_ref()).map(|(l, _)| &**l) else {
-                continue;
-            };
-            let shape = shape.clone();
             let Some(b) = a.block_of_pointer(address) else { continue };
+            let shape = match interner.layouts.get(t as usize).and_then(|l| l.as_ref()).map(|(l, _)| &**l) {
+                Some(Layout::Package(_, _, shape)) => shape.clone(),
+                Some(Layout::Variant(_, _, reveals)) => match reveals.get(b.header.tag as usize) {
+                    Some(Some(shape)) => shape.clone(),
+                    _ => continue,
+                },
+                _ => continue,
+            };
             let functions: Vec<Option<&heapsnap_names::model::Function>> = b
                 .fields
                 .iter()
@@ -733,8 +751,6 @@ impl Typing {
     }
 
     /// Every node's type id (`NO_TYPE`: untyped), by node.
-    ///
-    /// (See [`walk_rounds`] for how first-class modules are typed.)
     pub fn node_types(&self) -> &[u32] {
         &self.node_type
     }
@@ -793,7 +809,7 @@ impl Typing {
     pub fn of(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<BlockType<'_>> {
         let info = self.types.get(self.type_id(v) as usize)?;
         let constructor = match &**info.layout.get()? {
-            Layout::Variant(blocks, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
+            Layout::Variant(blocks, _, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
             Layout::PolyVariant(l) => {
                 first.and_then(|w| l.iter().find(|(h, _, _)| w as i64 >> 1 == *h)).map(|(_, label, _)| label.as_str())
             }
@@ -809,7 +825,7 @@ impl Typing {
         let info = self.types.get(self.type_id(v) as usize)?;
         match &**info.layout.get()? {
             Layout::Fields(names, _) | Layout::Package(names, _, _) => names.get(i).cloned().flatten(),
-            Layout::Variant(blocks, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
+            Layout::Variant(blocks, _, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
             Layout::Array(_) => Some(format!("[{i}]")),
             Layout::Closure { env_start, names, .. } => names.get(i.checked_sub(*env_start)?).cloned().flatten(),
             _ => None,
@@ -822,7 +838,7 @@ impl Typing {
         let info = self.types.get(self.type_id(v) as usize)?;
         let (names, i) = match &**info.layout.get()? {
             Layout::Fields(names, _) | Layout::Package(names, _, _) => (names, i),
-            Layout::Variant(blocks, _) => (&blocks.get(tag as usize)?.1, i),
+            Layout::Variant(blocks, _, _) => (&blocks.get(tag as usize)?.1, i),
             Layout::Closure { env_start, names, .. } => (names, i.checked_sub(*env_start)?),
             _ => return None,
         };
@@ -836,7 +852,7 @@ impl Typing {
             let Some(layout) = info.layout.get() else { continue };
             let names: Vec<&Option<String>> = match &**layout {
                 Layout::Fields(names, _) | Layout::Package(names, _, _) => names.iter().collect(),
-                Layout::Variant(blocks, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
+                Layout::Variant(blocks, _, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
                 Layout::Closure { names, .. } => names.iter().collect(),
                 _ => continue,
             };

@@ -103,6 +103,14 @@ let rec ty seen (t : type_expr) =
 
 let ty t = ty [] t
 
+(* The arguments' types of a signature item's function type, as written (no environment to
+   expand abbreviations with). *)
+let rec sig_arrow_params t =
+  match get_desc t with
+  | Tarrow (_, a, r, _) -> a :: sig_arrow_params r
+  | Tpoly (t, _) -> sig_arrow_params t
+  | _ -> []
+
 (* ---- type declarations ---- *)
 
 let label (l : label_declaration) =
@@ -119,7 +127,18 @@ let record_repr (r : record_representation) =
 let constructor (c : constructor_declaration) =
   raw "{"; key "name"; jstr (Ident.name c.cd_id); raw ",";
   (match c.cd_args with
-   | Cstr_tuple l -> key "args"; list ty l
+   | Cstr_tuple l ->
+       key "args"; list ty l;
+       (* A function argument's own arguments and result, as declared: a closure there says
+          what an existential is. *)
+       let arrow t =
+         match sig_arrow_params t with
+         | [] -> raw "null"
+         | params ->
+             let rec result t = match get_desc t with Tarrow (_, _, r, _) -> result r | Tpoly (t, _) -> result t | _ -> t in
+             raw "{\"p\":"; list ty params; raw ",\"r\":"; ty (result t); raw "}"
+       in
+       if List.exists (fun t -> sig_arrow_params t <> []) l then (raw ","; key "arrows"; list arrow l)
    | Cstr_record ls -> key "record"; list label ls);
   raw ","; key "res"; opt ty c.cd_res; raw "}"
 
@@ -157,13 +176,6 @@ let bind_module path = incr bindings; Hashtbl.replace last_binding path !binding
 (* Submodules an include binds, as aliases: (path, binding, target). *)
 let include_aliases = ref []
 
-(* The arguments' types of a signature item's function type, as written (no environment to
-   expand abbreviations with). *)
-let rec sig_arrow_params t =
-  match get_desc t with
-  | Tarrow (_, a, r, _) -> a :: sig_arrow_params r
-  | Tpoly (t, _) -> sig_arrow_params t
-  | _ -> []
 
 (* A module type's runtime components, in order: what a first-class module of that type holds
    (Translcore packs a module by coercing it to the package's signature). *)
@@ -622,6 +634,14 @@ let rec arrow_args env t n =
     | Tarrow (_, a, r, _) -> a :: arrow_args env r (n - 1)
     | _ -> []
 
+(* What a function type returns after those arguments. *)
+let rec arrow_result env t n =
+  if n = 0 then t
+  else
+    match get_desc (try Ctype.expand_head env t with _ -> t) with
+    | Tarrow (_, _, r, _) -> arrow_result env r (n - 1)
+    | _ -> t
+
 (* Every function and lazy thunk of the unit; the types and aliases of the idents it binds. *)
 let collect_functions (str : structure) =
   let renamed = ref 0 in
@@ -815,6 +835,9 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
     raw "{"; key "line"; raw (string_of_int line); raw ","; key "col"; raw (string_of_int col); raw ",";
     key "name"; opt jstr (match f.kind with Lazy_thunk -> Some "lazy" | _ -> f.fname); raw ",";
     key "params"; list ty (match f.fty with Some t -> arrow_args f.fexp.exp_env t 32 | None -> []); raw ",";
+    (match f.fty with
+     | Some t -> key "result"; ty (arrow_result f.fexp.exp_env t (List.length (arrow_args f.fexp.exp_env t 32))); raw ","
+     | None -> ());
     let free_var ?(maybe = false) name t =
       raw "["; jstr name; raw ","; (match t with Some t -> ty t | None -> raw "null"); if maybe then raw ",true"; raw "]"
     in

@@ -70,6 +70,8 @@ pub struct Function {
     /// identifiers (the reader says where), and then heapsnap names the closure but does not
     /// type its environment.
     pub ordered: bool,
+    /// What it returns after `params` (`Ty::Unknown` where the reader did not say).
+    pub result: Ty,
 }
 
 /// A variable a closure may capture.
@@ -96,6 +98,7 @@ fn functions<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Function>, D:
                         name: f.get("name").and_then(Value::as_str).map(str::to_string),
                         partial: f.get("partial").and_then(Value::as_bool).unwrap_or(false),
                         ordered: f.get("ordered").and_then(Value::as_bool).unwrap_or(true),
+                        result: f.get("result").map_or(Ty::Unknown, Ty::from_value),
                         params: f
                             .get("params")
                             .and_then(Value::as_array)
@@ -384,6 +387,9 @@ pub struct Constructor {
     pub record: Option<Vec<Label>>,
     /// A GADT constructor's result type.
     pub res: Option<Ty>,
+    /// For each argument of a function type, its own arguments' types and its result, as
+    /// declared (empty when no argument is a function).
+    pub arrows: Vec<Option<(Vec<Ty>, Ty)>>,
 }
 
 impl Constructor {
@@ -425,6 +431,14 @@ fn decl_kind<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DeclKind, D::Erro
                 args: c.get("args").and_then(Value::as_array).map(|a| a.iter().map(Ty::from_value).collect()).unwrap_or_default(),
                 record: c.get("record").map(labels),
                 res: c.get("res").filter(|r| !r.is_null()).map(Ty::from_value),
+                arrows: c.get("arrows").and_then(Value::as_array).map_or(Vec::new(), |a| {
+                    a.iter()
+                        .map(|arrow| {
+                            let params = arrow.get("p")?.as_array()?.iter().map(Ty::from_value).collect();
+                            Some((params, arrow.get("r").map_or(Ty::Unknown, Ty::from_value)))
+                        })
+                        .collect()
+                }),
             })
             .collect();
         DeclKind::Variant { constructors, unboxed: v.get("unboxed").and_then(Value::as_bool).unwrap_or(false) }

@@ -34,12 +34,18 @@ pub fn reveal(env: &TypeEnv, shape: &PackageShape, functions: &[Option<&Function
     let mut fresh = SIGNATURE_VARIABLES;
     for (i, sig_params) in shape.params.iter().enumerate() {
         let Some(f) = functions.get(i).copied().flatten() else { continue };
-        if sig_params.is_empty() || !sig_params.iter().any(mentions_abstract) || f.params.len() < sig_params.len() {
+        let result_mentions = shape.results.get(i).and_then(Option::as_ref).is_some_and(mentions_abstract);
+        if sig_params.is_empty() || !(sig_params.iter().any(mentions_abstract) || result_mentions) || f.params.len() < sig_params.len() {
             continue;
         }
         let apart = (i as i64 + 1) * VARIABLES_APART;
         let mut trial = binds.clone();
-        let fits = sig_params.iter().zip(&f.params).all(|(s, p)| {
+        let mut pairs: Vec<(&Ty, &Ty)> = sig_params.iter().zip(&f.params).collect();
+        // The result too, when the function takes exactly the arguments declared.
+        if let Some(result) = shape.results.get(i).and_then(Option::as_ref).filter(|_| f.params.len() == sig_params.len()) {
+            pairs.push((result, &f.result));
+        }
+        let fits = pairs.into_iter().all(|(s, p)| {
             let s = env.canon(s).unwrap_or_else(|| s.clone());
             let s = apart_holes(&s, &mut fresh);
             let p = p.subst(&|v| Some(Ty::Var(v + apart)));
@@ -50,11 +56,19 @@ pub fn reveal(env: &TypeEnv, shape: &PackageShape, functions: &[Option<&Function
             binds = trial;
         }
     }
+    // An existential is known only when the closures say all of it: a field that holds one
+    // known otherwise stays untyped.
+    let known = |v: i64| resolve(&Ty::Var(v), &binds, 0).is_some_and(|t| !t.has_var() && !t.has_unknown());
     shape
         .fields
         .iter()
         .enumerate()
         .filter(|(_, (_, ty))| mentions_abstract(ty))
+        .filter(|(_, (_, ty))| {
+            let mut vars = Vec::new();
+            abstracts_in(ty, &mut vars);
+            !shape.existential || vars.into_iter().all(known)
+        })
         .filter_map(|(i, (_, ty))| {
             let t = resolve(ty, &binds, 0)?;
             // Still abstract somewhere, or only a variable: nothing is known.
@@ -75,6 +89,17 @@ fn apart_holes(ty: &Ty, fresh: &mut i64) -> Ty {
         Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), apart_holes(t, fresh))).collect()),
         Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| apart_holes(t, fresh)))).collect()),
         t => t.clone(),
+    }
+}
+
+/// The negative variables of `ty`.
+fn abstracts_in(ty: &Ty, out: &mut Vec<i64>) {
+    match ty {
+        Ty::Var(v) if *v < 0 => out.push(*v),
+        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().for_each(|t| abstracts_in(t, out)),
+        Ty::PolyVariant(l) => l.iter().flat_map(|(_, t)| t).for_each(|t| abstracts_in(t, out)),
+        Ty::Package(_, w) => w.iter().for_each(|(_, t)| abstracts_in(t, out)),
+        _ => {}
     }
 }
 
@@ -212,7 +237,16 @@ mod tests {
         assert_eq!(shape.abstracts, vec!["t".to_string()]);
         assert_eq!(shape.fields[3].1, Ty::Var(-1), "store : t");
         let table = |k: Ty, v: Ty| Ty::Constr("Table.t".into(), vec![k, v]);
-        let function = |params: Vec<Ty>| Function { line: 1, col: 0, name: None, params, free: vec![], partial: false, ordered: true };
+        let function = |params: Vec<Ty>| Function {
+            line: 1,
+            col: 0,
+            name: None,
+            params,
+            free: vec![],
+            partial: false,
+            ordered: true,
+            result: Ty::Unknown,
+        };
         let clear = function(vec![table(Ty::Var(7), Ty::Var(8))]);
         let set = function(vec![table(Ty::Var(4), Ty::Var(5)), Ty::Var(4), Ty::Var(5)]);
         // `clear` alone leaves the table's parameters open; `set` binds them to key and value.

@@ -55,6 +55,9 @@ pub enum Shape {
     Variant {
         constants: Vec<String>,
         blocks: Vec<(String, FieldTypes)>,
+        /// Constructors (by rank among `blocks`) with existentials that closures among their
+        /// arguments may say.
+        reveals: Vec<(usize, PackageShape)>,
     },
     PolyVariant(Vec<(String, Option<Ty>)>),
     /// `'a lazy_t`: a lazy block, a forward block, or (forced) the value itself.
@@ -78,15 +81,21 @@ pub enum Shape {
     Unknown,
 }
 
-/// A first-class module's fields, with what can reveal the abstract types of its signature.
+/// A block's fields whose types its contents must say: a first-class module's (the abstract
+/// types of its signature), or a GADT constructor's (its existential variables).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PackageShape {
-    /// Each field's name and type; the k-th abstract type is the variable `-1 - k`.
+    /// Each field's name and type; the k-th unknown type is the variable `-1 - k`.
     pub fields: FieldTypes,
-    /// For each field, a function's argument types as the signature writes them (empty for
-    /// others): the closure in that field takes them, and so says what the abstract types are.
+    /// For each field, a function's argument types as declared (empty for others): the
+    /// closure in that field takes them, and so says what the unknown types are.
     pub params: Vec<Vec<Ty>>,
+    /// For each field, a function's result as declared, where known.
+    pub results: Vec<Option<Ty>>,
     pub abstracts: Vec<String>,
+    /// Unknowns that are a GADT constructor's existentials: one is known only when the closures
+    /// say all of it (no part left a variable); otherwise its fields stay untyped.
+    pub existential: bool,
 }
 
 /// `ty` with each path `prefix` + NAME (no arguments) replaced by what `f` gives for NAME.
@@ -124,8 +133,11 @@ fn predef(name: &str, args: &[Ty]) -> Option<Shape> {
         "list" => Shape::Variant {
             constants: vec!["[]".into()],
             blocks: vec![("::".into(), vec![(None, arg()), (None, Ty::Constr("list".into(), vec![arg()]))])],
+            reveals: Vec::new(),
         },
-        "option" => Shape::Variant { constants: vec!["None".into()], blocks: vec![("Some".into(), vec![(None, arg())])] },
+        "option" => {
+            Shape::Variant { constants: vec!["None".into()], blocks: vec![("Some".into(), vec![(None, arg())])], reveals: Vec::new() }
+        }
         "lazy_t" => Shape::Lazy(arg()),
         _ => return None,
     })
@@ -405,7 +417,8 @@ impl TypeEnv {
             fields.push((Some(f.name.clone()), ty));
             params.push(f.params.iter().map(&mut local).collect());
         }
-        Shape::Package(PackageShape { fields, params, abstracts })
+        let results = vec![None; fields.len()];
+        Shape::Package(PackageShape { fields, params, results, abstracts, existential: false })
     }
 
     /// What a value of `ty` looks like in the heap.
@@ -448,6 +461,7 @@ impl TypeEnv {
                     }
                     let mut constants = Vec::new();
                     let mut blocks = Vec::new();
+                    let mut reveals = Vec::new();
                     for c in constructors {
                         if c.is_constant() {
                             constants.push(c.name.clone());
@@ -478,9 +492,14 @@ impl TypeEnv {
                             Some(labels) => labels.iter().map(|l| (Some(l.name.clone()), inst_c(&l.ty))).collect(),
                             None => c.args.iter().map(|t| (None, inst_c(t))).collect(),
                         };
+                        if c.res.is_some() && c.arrows.iter().any(Option::is_some) {
+                            if let Some(reveal) = existential_reveal(c, &binds, &|p: &str| rewrites.apply(p)) {
+                                reveals.push((blocks.len(), reveal));
+                            }
+                        }
                         blocks.push((c.name.clone(), fields));
                     }
-                    return if blocks.is_empty() { Shape::Immediate } else { Shape::Variant { constants, blocks } };
+                    return if blocks.is_empty() { Shape::Immediate } else { Shape::Variant { constants, blocks, reveals } };
                 }
                 DeclKind::Open => return Shape::Unknown,
                 DeclKind::Object => return Shape::Object,
@@ -491,6 +510,55 @@ impl TypeEnv {
             }
         }
         Shape::Unknown
+    }
+}
+
+/// A GADT constructor's arguments with its existential variables as unknowns (`-1 - k`), and
+/// its function arguments' declared types: what [`crate::packages::reveal`] reads closures
+/// with. `None` without existentials.
+fn existential_reveal(c: &crate::model::Constructor, binds: &[(i64, Ty)], rewrite: &dyn Fn(&str) -> String) -> Option<PackageShape> {
+    // The constructor's variables its result does not bind, in order of appearance.
+    let mut unknowns: Vec<i64> = Vec::new();
+    let arrow_types = c.arrows.iter().flatten().flat_map(|(p, r)| p.iter().chain(std::iter::once(r)));
+    for t in c.args.iter().chain(arrow_types) {
+        collect_vars(t, &mut unknowns);
+    }
+    unknowns.retain(|v| !binds.iter().any(|(w, _)| w == v));
+    let abstracts: Vec<String> = (1..=unknowns.len()).map(|k| format!("'{k}")).collect();
+    let inst = |t: &Ty| -> Ty {
+        t.map_paths(&|p| rewrite(p)).subst(&|v| {
+            Some(match binds.iter().find(|(w, _)| *w == v) {
+                Some((_, bound)) => bound.clone(),
+                None => Ty::Var(-1 - unknowns.iter().position(|&u| u == v)? as i64),
+            })
+        })
+    };
+    let fields: FieldTypes = c.args.iter().map(|t| (None, inst(t))).collect();
+    let mut params = Vec::with_capacity(fields.len());
+    let mut results = Vec::with_capacity(fields.len());
+    for i in 0..fields.len() {
+        match c.arrows.get(i).cloned().flatten() {
+            Some((p, r)) => {
+                params.push(p.iter().map(inst).collect());
+                results.push(Some(inst(&r)));
+            }
+            None => {
+                params.push(Vec::new());
+                results.push(None);
+            }
+        }
+    }
+    (!abstracts.is_empty()).then_some(PackageShape { fields, params, results, abstracts, existential: true })
+}
+
+/// Every type variable of `ty`, once each, in order of appearance.
+fn collect_vars(ty: &Ty, out: &mut Vec<i64>) {
+    match ty {
+        Ty::Var(v) if !out.contains(v) => out.push(*v),
+        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().for_each(|t| collect_vars(t, out)),
+        Ty::PolyVariant(l) => l.iter().flat_map(|(_, t)| t).for_each(|t| collect_vars(t, out)),
+        Ty::Package(_, w) => w.iter().for_each(|(_, t)| collect_vars(t, out)),
+        _ => {}
     }
 }
 
