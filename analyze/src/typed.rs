@@ -416,10 +416,15 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
             // Typed so already: its fit was checked then.
             return true;
         }
+        let (tag, size) = (b.header.tag, b.header.wosize as usize);
         if parallel && current != NO_TYPE {
             return false;
         }
-        let (tag, size) = (b.header.tag, b.header.wosize as usize);
+        // An empty block (`[||]`, an atom) is one for every type that has one: reached with
+        // another type, it keeps the first (in the serial walk's order) and is no conflict.
+        if current != NO_TYPE && size == 0 {
+            return true;
+        }
         let fits = match layout {
             Layout::Fields(_, f) | Layout::Package(_, f, _) => tag == 0 && size == f.len(),
             Layout::FloatRecord(n) => tag == ocaml::DOUBLE_ARRAY_TAG && size == *n,
