@@ -370,14 +370,13 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
         types: &'w [TypeInfo],
         state: WalkState,
     ) -> Self {
-        let atomic = |v: Vec<u32>| v.into_iter().map(AtomicU32::new).collect::<Vec<_>>();
         Walk {
             find,
             custom_ops,
             layouts,
             types,
-            node_type: atomic(state.node_type),
-            via: atomic(state.via),
+            node_type: state.node_type,
+            via: state.via,
             conflicted: AtomicBool::new(false),
             tally: Mutex::new(Tally::default()),
         }
@@ -541,8 +540,7 @@ impl<'w, 's, F: Fn(u64) -> Option<BlockRef<'s>>> Walk<'w, 's, F> {
     }
 
     fn finish(self) -> (WalkState, Tally) {
-        let plain = |v: Vec<AtomicU32>| v.into_iter().map(AtomicU32::into_inner).collect();
-        (WalkState { node_type: plain(self.node_type), via: plain(self.via) }, self.tally.into_inner().expect("tally"))
+        (WalkState { node_type: self.node_type, via: self.via }, self.tally.into_inner().expect("tally"))
     }
 
     fn serial(&self, mut stack: Vec<Arrival>, idom: Idom<'_>) {
@@ -594,13 +592,14 @@ fn same_where_known(a: &Ty, b: &Ty) -> bool {
 /// What the walk has typed so far: each node's type, and (serial walk only) the node it was
 /// typed from.
 struct WalkState {
-    node_type: Vec<u32>,
-    via: Vec<u32>,
+    node_type: Vec<AtomicU32>,
+    via: Vec<AtomicU32>,
 }
 
 impl WalkState {
     fn fresh(nodes: usize, serial: bool) -> WalkState {
-        WalkState { node_type: vec![NO_TYPE; nodes], via: vec![NO_NODE; if serial { nodes } else { 0 }] }
+        let fresh = |value: u32, n: usize| (0..n).map(|_| AtomicU32::new(value)).collect::<Vec<_>>();
+        WalkState { node_type: fresh(NO_TYPE, nodes), via: fresh(NO_NODE, if serial { nodes } else { 0 }) }
     }
 }
 
@@ -642,13 +641,16 @@ fn walk_rounds<'s>(
         state = next;
         let mut packages = std::mem::take(&mut tally.packages);
         total.add(tally);
+        if packages.is_empty() {
+            break;
+        }
         // In a fixed order, each once, by the type it ended with.
         packages.sort_unstable();
         packages.dedup();
         let closure_at = closure_at.get_or_insert_with(|| closures.blocks.iter().copied().collect());
         roots = Vec::new();
         for (address, v) in packages {
-            let t = state.node_type[v as usize];
+            let t = state.node_type[v as usize].load(Relaxed);
             let Some(b) = a.block_of_pointer(address) else { continue };
             let shape = match interner.layouts.get(t as usize).and_then(|l| l.as_ref()).map(|(l, _)| &**l) {
                 Some(Layout::Package(_, _, shape)) => shape.clone(),
@@ -680,7 +682,7 @@ fn walk_rounds<'s>(
             break;
         }
     }
-    Some((state.node_type, total))
+    Some((state.node_type.into_iter().map(AtomicU32::into_inner).collect(), total))
 }
 
 impl Typing {
