@@ -155,7 +155,12 @@ let scaled (label : string) =
 let join3 (b : string) (a : int) (c : float) = b ^ string_of_int a ^ string_of_float c
 let apply_first (f : string -> int -> float -> string) (x : string) = (Sys.opaque_identity f) x
 
+(* A tupled function: caml_tuplify2's closure, its own code in field 2 (the test keeps the
+   compiler from merging it into pair_adder, as 4.14 to 5.2 would). *)
+let pair_adder (base : point) = if base.x < 0 then fun (_, _) -> 0 else fun (a, b) -> a + b + base.x
+
 let counters : (unit -> int) list ref = ref []
+let tupled : (int * int -> int) list ref = ref []
 let curried : (int -> float -> string) list ref = ref []
 let numbered : (unit -> string) list ref = ref []
 let scalers : (unit -> int) list ref = ref []
@@ -179,6 +184,7 @@ let () =
   Heapsnap_sample.run (fun _cfg step ->
       handlers := make_handler step (Bytes.make 16 'h') 1.5 ("handler-" ^ string_of_int step) :: !handlers;
       counters := counter (pt step) [ "a" ^ string_of_int step; "b" ] (Array.make 3 0.5) :: !counters;
+      tupled := pair_adder (pt (50 + step)) :: !tupled;
       let seen = Hashtbl.create 4 in
       Hashtbl.replace seen ("k" ^ string_of_int step) (pt step);
       parities := parity seen :: !parities;

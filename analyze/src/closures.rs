@@ -113,8 +113,8 @@ fn closure_type(env: &TypeEnv, runs: &Runs, entry: &(u32, u32, String), sym: &st
     })))
 }
 
-/// What one closure block runs; `None` for closures heapsnap cannot read (a tupled function's,
-/// an unnamed code pointer).
+/// What one closure block runs; `None` for closures heapsnap cannot read (an unnamed code
+/// pointer, a broken chain of partial applications).
 fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut impl FnMut(u64) -> Option<&'s str>) -> Option<Runs> {
     let (arity, env_start) = closure_info(b.fields[1]);
     let env_start32 = u32::try_from(env_start).ok()?;
@@ -141,12 +141,13 @@ fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut
     }
     let code = match arity {
         1 => b.fields[0],
-        // A tupled function (negative arity) takes one tuple: its parameters are not the
-        // type's arrows.
-        n if n > 1 => *b.fields.get(2)?,
+        // A function of several arguments, or a tupled one (`fun (k, v) -> ...`, arity -N,
+        // `caml_tuplifyN` in field 0): its own code is in field 2, its environment as any
+        // function's.
+        n if n > 1 || n < -1 => *b.fields.get(2)?,
         _ => return None,
     };
-    Some(Runs { code, applied: 0, arity: arity as u32, env_start: env_start32, env_len })
+    Some(Runs { code, applied: 0, arity: arity.unsigned_abs() as u32, env_start: env_start32, env_len })
 }
 
 /// The units a function symbol may belong to: `camlFoo__Bar.f_12` (OCaml 5) names `Foo__Bar`;

@@ -55,7 +55,7 @@ enum Layout {
     FloatRecord(usize),
     /// By tag: constructor, field names, field types; the number of constant constructors
     /// (the immediates the type allows); and by tag, what closures among a GADT constructor's
-    /// arguments may say of its existentials (typed in [`walk_rounds`]' later rounds).
+    /// arguments may say of its existentials (typed in the later rounds of `walk_rounds`).
     Variant(Vec<(String, Vec<Option<String>>, Vec<u32>)>, usize, Vec<Option<Arc<PackageShape>>>),
     /// `(hash, label, argument type)`.
     PolyVariant(Vec<(i64, String, u32)>),
@@ -76,7 +76,7 @@ enum Layout {
         types: Vec<u32>,
     },
     /// A first-class module: tag 0, its signature's fields; those of its abstract types are
-    /// typed once its closures say what they are ([`Typing::compute`]'s later rounds).
+    /// typed once its closures say what they are (the later rounds of `walk_rounds`).
     Package(Vec<Option<String>>, Vec<u32>, Arc<PackageShape>),
     /// Immediates only (`int`, `char`, `bool`, constant-only variants).
     Immediate,

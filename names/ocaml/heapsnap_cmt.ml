@@ -176,7 +176,6 @@ let bind_module path = incr bindings; Hashtbl.replace last_binding path !binding
 (* Submodules an include binds, as aliases: (path, binding, target). *)
 let include_aliases = ref []
 
-
 (* A module type's runtime components, in order: what a first-class module of that type holds
    (Translcore packs a module by coercing it to the package's signature). *)
 let module_type_json q (mty : Types.module_type) =
@@ -904,7 +903,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
     raw ",\"manifest\":null,\"kind\":\"object\"}"
   in
   list (fun f -> f ()) (List.map (fun (q, d) () -> decl q d) (List.rev !types) @ List.map (fun c () -> object_type c) (List.rev !classes));
-  let include_alias (q, binding, target) () =
+  let include_alias (q, _, target) () =
     raw "{"; key "path"; jstr q; raw ","; key "alias"; jstr target; raw "}"
   in
   let still_bound (q, binding, _) = Hashtbl.find_opt last_binding q = Some binding in
