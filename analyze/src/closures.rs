@@ -144,7 +144,7 @@ fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut
         // A function of several arguments, or a tupled one (`fun (k, v) -> ...`, arity -N,
         // `caml_tuplifyN` in field 0): its own code is in field 2, its environment as any
         // function's.
-        n if n > 1 || n < -1 => *b.fields.get(2)?,
+        n if !(-1..=1).contains(&n) => *b.fields.get(2)?,
         _ => return None,
     };
     Some(Runs { code, applied: 0, arity: arity.unsigned_abs() as u32, env_start: env_start32, env_len })
