@@ -384,28 +384,34 @@ impl TypeEnv {
         let Some((def, rewrites)) = self.module_type(path) else { return Shape::Unknown };
         let mut abstracts: Vec<String> = Vec::new();
         let prefix = format!("{}.", def.path);
+        let mut name_in_signature = |name: &str| -> Option<Ty> {
+            // `with type key = k`, `with type Key.t = k`.
+            if let Some((_, c)) = with.iter().find(|(n, _)| n == name) {
+                return Some(c.clone());
+            }
+            if name.contains('.') {
+                return None;
+            }
+            // The signature's own abstract type: what the implementation behind it is
+            // can only be read from the module's contents.
+            let decl = self.decls.get(&format!("{prefix}{name}"))?;
+            if !matches!(decl.kind, DeclKind::Abstract) || decl.manifest.is_some() || !decl.params.is_empty() {
+                return None;
+            }
+            let k = abstracts.iter().position(|a| a == name).unwrap_or_else(|| {
+                abstracts.push(name.to_string());
+                abstracts.len() - 1
+            });
+            Some(Ty::Var(-1 - k as i64))
+        };
         let mut local = |t: &Ty| -> Ty {
-            let t = t.map_paths(&|q| rewrites.apply(q));
-            replace_local(&t, &prefix, &mut |name| {
-                // `with type key = k`, `with type Key.t = k`.
-                if let Some((_, c)) = with.iter().find(|(n, _)| n == name) {
-                    return Some(c.clone());
-                }
-                if name.contains('.') {
-                    return None;
-                }
-                // The signature's own abstract type: what the implementation behind it is
-                // can only be read from the module's contents.
-                let decl = self.decls.get(&format!("{prefix}{name}"))?;
-                if !matches!(decl.kind, DeclKind::Abstract) || decl.manifest.is_some() || !decl.params.is_empty() {
-                    return None;
-                }
-                let k = abstracts.iter().position(|a| a == name).unwrap_or_else(|| {
-                    abstracts.push(name.to_string());
-                    abstracts.len() - 1
-                });
-                Some(Ty::Var(-1 - k as i64))
-            })
+            let t = replace_local(&t.map_paths(&|q| rewrites.apply(q)), &prefix, &mut name_in_signature);
+            // The signature's own abbreviations expanded (`value H.t` is a `(Key.t, value)
+            // Hashtbl.t`), so that a constraint reaches what they name (`with type Key.t = k`).
+            match self.canon(&t) {
+                Some(expanded) if expanded != t => replace_local(&expanded, &prefix, &mut name_in_signature),
+                _ => t,
+            }
         };
         let mut fields = Vec::with_capacity(def.fields.len());
         let mut params = Vec::with_capacity(def.fields.len());
