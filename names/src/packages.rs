@@ -263,4 +263,30 @@ mod tests {
         // No closure read: nothing known.
         assert_eq!(reveal(&env, &shape, &[None, None, None, None, None]), vec![]);
     }
+
+    /// Stdune's `Table`: `(module Hashtbl with type value = v and type Key.t = k)` whose
+    /// `value : value H.t` is, through the signature's own abbreviation, a table keyed by `Key.t`.
+    #[test]
+    fn a_nested_constraint_reaches_what_the_signature_abbreviates() {
+        let program = Program::parse(
+            r#"{"units": [
+              {"unit": "Intf", "types": [
+                 {"path": "Intf.Tbl.Key.t", "params": [], "kind": "abstract"},
+                 {"path": "Intf.Tbl.value", "params": [], "kind": "abstract"},
+                 {"path": "Intf.Tbl.H.t", "params": [1], "kind": "abstract",
+                  "manifest": {"c": "Table.t", "a": [{"c": "Intf.Tbl.Key.t", "a": []}, {"v": 1}]}}],
+               "module_types": [{"path": "Intf.Tbl", "fields": [
+                 {"name": "Key", "kind": "module"},
+                 {"name": "value", "kind": "value", "type": {"c": "Intf.Tbl.H.t", "a": [{"c": "Intf.Tbl.value", "a": []}]}}]}]},
+              {"unit": "Table", "types": [{"path": "Table.t", "params": [1, 2], "kind": {"record": [["data", true, {"c": "array", "a": [{"v": 2}]}]], "repr": "regular"}}]}
+            ]}"#,
+        )
+        .unwrap();
+        let env = TypeEnv::new(&program);
+        let (int, string) = (Ty::Constr("int".into(), vec![]), Ty::Constr("string".into(), vec![]));
+        let package = Ty::Package("Intf.Tbl".into(), vec![("Key.t".into(), int.clone()), ("value".into(), string.clone())]);
+        let Shape::Package(shape) = env.shape(&package) else { panic!("a package's shape") };
+        assert_eq!(shape.fields[1].1, Ty::Constr("Table.t".into(), vec![int, string]));
+        assert!(shape.abstracts.is_empty(), "every type of the signature is constrained or defined");
+    }
 }
