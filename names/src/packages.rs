@@ -1,4 +1,5 @@
-//! What a first-class module's contents say of the abstract types of its signature (issue 26).
+//! What a block's contents say of the types its own type leaves unknown (issue 26): the
+//! abstract types of a first-class module's signature, and a GADT constructor's existentials.
 //!
 //! A packed module of `(module Store_intf.Instance with type key = k and type value = v)` holds
 //! `val store : t` with `t` abstract: its type is not in the package type. The closures beside
@@ -6,6 +7,11 @@
 //! option`), and the signature says what each takes (`find : t -> key -> value option`).
 //! Matching the two says what `t` is there: `(k, v) Stdune.Table.t`. Only the closures' own
 //! functions are read, never guessed, and a field whose function does not match is left out.
+//!
+//! An existential (`Shown : 'a list * ('a -> string) -> shown`) is said the same way by the
+//! closures among the constructor's arguments, but more strictly: two names for a type are a
+//! disagreement, any disagreement leaves every existential unknown, and a field is typed only
+//! when each existential in it is known whole.
 
 use crate::model::{Function, Ty};
 use crate::types::{PackageShape, TypeEnv};
@@ -50,10 +56,13 @@ pub fn reveal(env: &TypeEnv, shape: &PackageShape, functions: &[Option<&Function
             let s = apart_holes(&s, &mut fresh);
             let p = p.subst(&|v| Some(Ty::Var(v + apart)));
             let p = env.canon(&p).unwrap_or(p);
-            unify(&s, &p, &mut trial, 0)
+            unify(&s, &p, &mut trial, shape.existential, 0)
         });
         if fits {
             binds = trial;
+        } else if shape.existential {
+            // The contents do not agree on one type.
+            return Vec::new();
         }
     }
     // An existential is known only when the closures say all of it: a field that holds one
@@ -147,10 +156,10 @@ fn resolve(ty: &Ty, binds: &FxHashMap<i64, Ty>, depth: usize) -> Option<Ty> {
 }
 
 /// Matches the signature's `a` with the function's `b`, binding variables of either. Two
-/// different type constructors are not a failure: they may be one type under two names
-/// (a functor's parameter, an abbreviation the canonical form keeps), so nothing is bound
-/// below them. Different shapes (a tuple against a constructor of different arity) are.
-fn unify(a: &Ty, b: &Ty, binds: &mut FxHashMap<i64, Ty>, depth: usize) -> bool {
+/// different type constructors are not a failure unless `strict`: they may be one type under
+/// two names (a functor's parameter, an abbreviation the canonical form keeps), so nothing is
+/// bound below them. Different shapes (a tuple against a constructor) are.
+fn unify(a: &Ty, b: &Ty, binds: &mut FxHashMap<i64, Ty>, strict: bool, depth: usize) -> bool {
     if depth > MAX_DEPTH {
         return false;
     }
@@ -164,14 +173,19 @@ fn unify(a: &Ty, b: &Ty, binds: &mut FxHashMap<i64, Ty>, depth: usize) -> bool {
             binds.insert(*x, t.clone());
             true
         }
-        (Ty::Tuple(l), Ty::Tuple(r)) => l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, depth + 1)),
-        (Ty::Constr(p, l), Ty::Constr(q, r)) if p == q => l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, depth + 1)),
-        (Ty::Constr(..), Ty::Constr(..)) => true,
+        (Ty::Tuple(l), Ty::Tuple(r)) => l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, strict, depth + 1)),
+        (Ty::Constr(p, l), Ty::Constr(q, r)) if p == q => {
+            l.len() == r.len() && l.iter().zip(r).all(|(l, r)| unify(l, r, binds, strict, depth + 1))
+        }
+        (Ty::Constr(..), Ty::Constr(..)) => !strict,
         (Ty::Package(p, l), Ty::Package(q, r)) if p == q => {
-            l.iter().all(|(n, x)| r.iter().find(|(m, _)| m == n).is_none_or(|(_, y)| unify(x, y, binds, depth + 1)))
+            l.iter().all(|(n, x)| r.iter().find(|(m, _)| m == n).is_none_or(|(_, y)| unify(x, y, binds, strict, depth + 1)))
         }
         (Ty::Tuple(_), Ty::Constr(..)) | (Ty::Constr(..), Ty::Tuple(_)) => false,
-        _ => true,
+        // What the reader could not write, and functions (whose arrows it does not give),
+        // say nothing either way.
+        (Ty::Unknown | Ty::Function, _) | (_, Ty::Unknown | Ty::Function) => true,
+        _ => !strict || a == b,
     }
 }
 
@@ -262,6 +276,37 @@ mod tests {
         assert_eq!(reveal(&env, &shape, &[None, None, Some(&wrong), None, None]), vec![]);
         // No closure read: nothing known.
         assert_eq!(reveal(&env, &shape, &[None, None, None, None, None]), vec![]);
+    }
+
+    /// `Both : 'a list * ('a -> string) * ('a -> string) -> t`: the two closures must agree on
+    /// `'a`, and a function polymorphic in it says nothing.
+    #[test]
+    fn an_existential_is_known_only_when_the_closures_agree_on_all_of_it() {
+        let env = TypeEnv::new(&Program::parse(r#"{"units": []}"#).unwrap());
+        let ty = |p: &str| Ty::Constr(p.into(), vec![]);
+        let list = |t: Ty| Ty::Constr("list".into(), vec![t]);
+        let shape = PackageShape {
+            fields: vec![(None, list(Ty::Var(-1))), (None, Ty::Function), (None, Ty::Function)],
+            params: vec![vec![], vec![Ty::Var(-1)], vec![Ty::Var(-1)]],
+            results: vec![None, Some(ty("string")), Some(ty("string"))],
+            abstracts: vec!["'1".into()],
+            existential: true,
+        };
+        let function = |params: Vec<Ty>| Function {
+            line: 1,
+            col: 0,
+            name: None,
+            params,
+            free: vec![],
+            partial: false,
+            ordered: true,
+            result: ty("string"),
+        };
+        let (on_int, on_float, on_any) = (function(vec![ty("int")]), function(vec![ty("float")]), function(vec![Ty::Var(3)]));
+        assert_eq!(reveal(&env, &shape, &[None, Some(&on_int), Some(&on_int)]), vec![(0, list(ty("int")))]);
+        assert_eq!(reveal(&env, &shape, &[None, Some(&on_int), Some(&on_float)]), vec![], "two types: none");
+        assert_eq!(reveal(&env, &shape, &[None, Some(&on_any), None]), vec![], "any 'a: none");
+        assert_eq!(reveal(&env, &shape, &[None, Some(&on_any), Some(&on_int)]), vec![(0, list(ty("int")))]);
     }
 
     /// Stdune's `Table`: `(module Hashtbl with type value = v and type Key.t = k)` whose
