@@ -282,13 +282,47 @@ impl Ty {
     /// Whether it holds an unknown part (an existential, a type the reader could not write):
     /// the heap is not typed through it, since no name would be true.
     pub fn has_unknown(&self) -> bool {
+        matches!(self, Ty::Unknown) || self.children().any(Ty::has_unknown)
+    }
+
+    /// The types directly inside it: a tuple's, a constructor's arguments, a polymorphic
+    /// variant's arguments, a package type's constraints.
+    pub fn children(&self) -> Box<dyn Iterator<Item = &Ty> + '_> {
         match self {
-            Ty::Unknown => true,
-            Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(Ty::has_unknown),
-            Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(Ty::has_unknown)),
-            Ty::Package(_, w) => w.iter().any(|(_, t)| t.has_unknown()),
-            _ => false,
+            Ty::Tuple(l) | Ty::Constr(_, l) => Box::new(l.iter()),
+            Ty::PolyVariant(l) => Box::new(l.iter().filter_map(|(_, t)| t.as_ref())),
+            Ty::Package(_, w) => Box::new(w.iter().map(|(_, t)| t)),
+            _ => Box::new(std::iter::empty()),
         }
+    }
+
+    /// The same type with each type directly inside it replaced by what `f` gives; `None` as
+    /// soon as `f` gives none.
+    pub fn try_map_children(&self, f: &mut impl FnMut(&Ty) -> Option<Ty>) -> Option<Ty> {
+        Some(match self {
+            Ty::Tuple(l) => Ty::Tuple(l.iter().map(&mut *f).collect::<Option<_>>()?),
+            Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(&mut *f).collect::<Option<_>>()?),
+            Ty::PolyVariant(l) => Ty::PolyVariant(
+                l.iter()
+                    .map(|(n, t)| {
+                        Some((
+                            n.clone(),
+                            match t {
+                                Some(t) => Some(f(t)?),
+                                None => None,
+                            },
+                        ))
+                    })
+                    .collect::<Option<_>>()?,
+            ),
+            Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| Some((n.clone(), f(t)?))).collect::<Option<_>>()?),
+            t => t.clone(),
+        })
+    }
+
+    /// The same type with each type directly inside it replaced by what `f` gives.
+    pub fn map_children(&self, f: &mut impl FnMut(&Ty) -> Ty) -> Ty {
+        self.try_map_children(&mut |t| Some(f(t))).expect("every child is mapped")
     }
 
     /// The same type with every type variable one (`Var(0)`): a polymorphic function's

@@ -93,11 +93,7 @@ fn apart_holes(ty: &Ty, fresh: &mut i64) -> Ty {
             *fresh += 1;
             Ty::Var(*fresh)
         }
-        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| apart_holes(t, fresh)).collect()),
-        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| apart_holes(t, fresh)).collect()),
-        Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), apart_holes(t, fresh))).collect()),
-        Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| apart_holes(t, fresh)))).collect()),
-        t => t.clone(),
+        t => t.map_children(&mut |c| apart_holes(c, fresh)),
     }
 }
 
@@ -105,10 +101,7 @@ fn apart_holes(ty: &Ty, fresh: &mut i64) -> Ty {
 fn abstracts_in(ty: &Ty, out: &mut Vec<i64>) {
     match ty {
         Ty::Var(v) if *v < 0 => out.push(*v),
-        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().for_each(|t| abstracts_in(t, out)),
-        Ty::PolyVariant(l) => l.iter().flat_map(|(_, t)| t).for_each(|t| abstracts_in(t, out)),
-        Ty::Package(_, w) => w.iter().for_each(|(_, t)| abstracts_in(t, out)),
-        _ => {}
+        t => t.children().for_each(|c| abstracts_in(c, out)),
     }
 }
 
@@ -116,10 +109,7 @@ fn abstracts_in(ty: &Ty, out: &mut Vec<i64>) {
 fn mentions_abstract(ty: &Ty) -> bool {
     match ty {
         Ty::Var(v) => *v < 0,
-        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(mentions_abstract),
-        Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(mentions_abstract)),
-        Ty::Package(_, w) => w.iter().any(|(_, t)| mentions_abstract(t)),
-        _ => false,
+        t => t.children().any(mentions_abstract),
     }
 }
 
@@ -128,31 +118,13 @@ fn resolve(ty: &Ty, binds: &FxHashMap<i64, Ty>, depth: usize) -> Option<Ty> {
     if depth > MAX_DEPTH {
         return None;
     }
-    Some(match ty {
+    match ty {
         Ty::Var(v) => match binds.get(v) {
-            Some(t) => resolve(t, binds, depth + 1)?,
-            None => ty.clone(),
+            Some(t) => resolve(t, binds, depth + 1),
+            None => Some(ty.clone()),
         },
-        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| resolve(t, binds, depth + 1)).collect::<Option<_>>()?),
-        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| resolve(t, binds, depth + 1)).collect::<Option<_>>()?),
-        Ty::Package(p, w) => {
-            Ty::Package(p.clone(), w.iter().map(|(n, t)| Some((n.clone(), resolve(t, binds, depth + 1)?))).collect::<Option<_>>()?)
-        }
-        Ty::PolyVariant(l) => Ty::PolyVariant(
-            l.iter()
-                .map(|(n, t)| {
-                    Some((
-                        n.clone(),
-                        match t {
-                            Some(t) => Some(resolve(t, binds, depth + 1)?),
-                            None => None,
-                        },
-                    ))
-                })
-                .collect::<Option<_>>()?,
-        ),
-        t => t.clone(),
-    })
+        t => t.try_map_children(&mut |c| resolve(c, binds, depth + 1)),
+    }
 }
 
 /// Matches the signature's `a` with the function's `b`, binding variables of either. Two
@@ -209,9 +181,7 @@ fn occurs(v: i64, ty: &Ty, binds: &FxHashMap<i64, Ty>, depth: usize) -> bool {
     match ty {
         Ty::Var(w) if *w == v => true,
         Ty::Var(w) => binds.get(w).is_some_and(|t| occurs(v, t, binds, depth + 1)),
-        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(|t| occurs(v, t, binds, depth + 1)),
-        Ty::Package(_, w) => w.iter().any(|(_, t)| occurs(v, t, binds, depth + 1)),
-        _ => false,
+        t => t.children().any(|c| occurs(v, c, binds, depth + 1)),
     }
 }
 
@@ -220,6 +190,11 @@ mod tests {
     use super::*;
     use crate::model::Program;
     use crate::types::Shape;
+
+    /// A function of these arguments and result, as the reader writes one.
+    fn function(params: Vec<Ty>, result: Ty) -> Function {
+        Function { line: 1, col: 0, name: None, params, free: vec![], partial: false, ordered: true, result }
+    }
 
     /// dune's memo store: `Store.of_table` packs a `Stdune.Table.t` with the table's own
     /// functions; `make` packs a functor-made table's.
@@ -251,16 +226,7 @@ mod tests {
         assert_eq!(shape.abstracts, vec!["t".to_string()]);
         assert_eq!(shape.fields[3].1, Ty::Var(-1), "store : t");
         let table = |k: Ty, v: Ty| Ty::Constr("Table.t".into(), vec![k, v]);
-        let function = |params: Vec<Ty>| Function {
-            line: 1,
-            col: 0,
-            name: None,
-            params,
-            free: vec![],
-            partial: false,
-            ordered: true,
-            result: Ty::Unknown,
-        };
+        let function = |params: Vec<Ty>| function(params, Ty::Unknown);
         let clear = function(vec![table(Ty::Var(7), Ty::Var(8))]);
         let set = function(vec![table(Ty::Var(4), Ty::Var(5)), Ty::Var(4), Ty::Var(5)]);
         // `clear` alone leaves the table's parameters open; `set` binds them to key and value.
@@ -292,16 +258,7 @@ mod tests {
             abstracts: vec!["'1".into()],
             existential: true,
         };
-        let function = |params: Vec<Ty>| Function {
-            line: 1,
-            col: 0,
-            name: None,
-            params,
-            free: vec![],
-            partial: false,
-            ordered: true,
-            result: ty("string"),
-        };
+        let function = |params: Vec<Ty>| function(params, ty("string"));
         let (on_int, on_float, on_any) = (function(vec![ty("int")]), function(vec![ty("float")]), function(vec![Ty::Var(3)]));
         assert_eq!(reveal(&env, &shape, &[None, Some(&on_int), Some(&on_int)]), vec![(0, list(ty("int")))]);
         assert_eq!(reveal(&env, &shape, &[None, Some(&on_int), Some(&on_float)]), vec![], "two types: none");

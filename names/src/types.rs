@@ -105,13 +105,7 @@ fn replace_local(ty: &Ty, prefix: &str, f: &mut impl FnMut(&str) -> Option<Ty>) 
             Some(t) => t,
             None => ty.clone(),
         },
-        Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| replace_local(t, prefix, f)).collect()),
-        Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| replace_local(t, prefix, f)).collect()),
-        Ty::PolyVariant(l) => {
-            Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| replace_local(t, prefix, f)))).collect())
-        }
-        Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), replace_local(t, prefix, f))).collect()),
-        t => t.clone(),
+        t => t.map_children(&mut |c| replace_local(c, prefix, f)),
     }
 }
 
@@ -561,10 +555,7 @@ fn existential_reveal(c: &crate::model::Constructor, binds: &[(i64, Ty)], rewrit
 fn collect_vars(ty: &Ty, out: &mut Vec<i64>) {
     match ty {
         Ty::Var(v) if !out.contains(v) => out.push(*v),
-        Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().for_each(|t| collect_vars(t, out)),
-        Ty::PolyVariant(l) => l.iter().flat_map(|(_, t)| t).for_each(|t| collect_vars(t, out)),
-        Ty::Package(_, w) => w.iter().for_each(|(_, t)| collect_vars(t, out)),
-        _ => {}
+        t => t.children().for_each(|c| collect_vars(c, out)),
     }
 }
 
