@@ -180,6 +180,17 @@ let by_number : point Shadowed.Names.t ref = ref Shadowed.Names.empty
 let pt i = { x = i; y = -i; label = "p" ^ string_of_int i }
 let describe_any (_ : 'a) = "any"
 
+(* Binding operators (dune's Action_builder): [let+ p = a and+ n = b in body] applies the
+   operator to [fun (p, n) -> body], a function made at the body's place. *)
+type _ builder =
+  | Pure : 'a -> 'a builder
+  | Mapped : 'a builder * ('a -> 'b) -> 'b builder
+  | Both : 'a builder * 'b builder -> ('a * 'b) builder
+
+let ( let+ ) b f = Mapped (b, f)
+let ( and+ ) a b = Both (a, b)
+let builders : string builder list ref = ref []
+
 let () =
   Heapsnap_sample.run (fun _cfg step ->
       handlers := make_handler step (Bytes.make 16 'h') 1.5 ("handler-" ^ string_of_int step) :: !handlers;
@@ -198,6 +209,8 @@ let () =
       memo_lengths := memo :: !memo_lengths;
       shown := Shown ([ pt step ], fun p -> p.label) :: !shown;
       shown_any := Shown ([ "s" ^ string_of_int step ], describe_any) :: !shown_any;
+      let suffix = String.make step '!' in
+      builders := (let+ p = Pure (pt (60 + step)) and+ n = Pure step in p.label ^ string_of_int n ^ suffix) :: !builders;
       let first = { state = Pending [] } in
       let second = bind first (fun s -> { state = Resolved (String.length s + step) }) in
       pending := (first, second) :: !pending;

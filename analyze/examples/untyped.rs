@@ -74,7 +74,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut nearest_closure = vec![UNSEEN; nodes];
     // Per class: how many gates, and their own sizes in words (a closure's: code, info, env).
     let mut gate_sizes: HashMap<u32, (u64, u64)> = HashMap::new();
+    // Per class: one gate's address, to inspect.
+    let mut example: HashMap<u32, u64> = HashMap::new();
     let mut count_gate = |c: u32, v: u32| {
+        example.entry(c).or_insert_with(|| a.address(v).unwrap_or(0));
         let e = gate_sizes.entry(c).or_default();
         e.0 += 1;
         e.1 += a.block(v).map_or(0, |b| b.header.wosize);
@@ -239,7 +242,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (detail, c, (objects, bytes)) in details.iter().take(limit) {
             let (n, words) = gate_sizes.get(c).copied().unwrap_or((0, 0));
             let mean = if n == 0 { 0.0 } else { words as f64 / n as f64 };
-            println!("{objects:>10} {bytes:>12} {:>5.1}% {n:>7} {mean:>6.1}  {detail}", 100.0 * *bytes as f64 / reachable as f64);
+            let at = example.get(c).map_or(String::new(), |a| format!(" (e.g. {a:#x})"));
+            println!("{objects:>10} {bytes:>12} {:>5.1}% {n:>7} {mean:>6.1}  {detail}{at}", 100.0 * *bytes as f64 / reachable as f64);
         }
     }
     // Untyped bytes by the function of the nearest closure above them.

@@ -446,13 +446,14 @@ and all_idents = function
 
 (* The runtime components of a signature (Includemod: primitives in an interface are not),
    as (namespace, name, the item). *)
-let runtime_components ~interface (sg : signature) =
+let runtime_components ?(made_present = fun _ -> false) ~interface (sg : signature) =
   List.filter_map
     (function
       | Sig_value (_, { val_kind = Val_prim _; _ }, _) when interface -> None
       | Sig_value (id, _, _) as it -> Some ("v:" ^ Ident.name id, it)
       | Sig_typext (id, _, _, _) as it -> Some ("e:" ^ Ident.name id, it)
       | Sig_module (id, Mp_present, _, _, _) as it -> Some ("m:" ^ Ident.name id, it)
+      | Sig_module (id, Mp_absent, _, _, _) as it when made_present it -> Some ("m:" ^ Ident.name id, it)
       | Sig_class (id, _, _, _) as it -> Some ("c:" ^ Ident.name id, it)
       | _ -> None)
     sg
@@ -497,7 +498,9 @@ let has_method_cache (str : structure) =
 
 let block_fields (str : structure) (intf : signature option) =
   let idlist = defined_idents str.str_items in
-  let impl = runtime_components ~interface:false str.str_type in
+  (* Absent modules too: Includemod pairs each item of the target with the last of its name in
+     the structure, an alias made present with an absent one (Tcoerce_alias). *)
+  let impl = runtime_components ~made_present:(fun _ -> true) ~interface:false str.str_type in
   let target =
     match intf with
     | Some sg -> runtime_components ~interface:true sg
@@ -518,7 +521,27 @@ let block_fields (str : structure) (intf : signature option) =
               not (Hashtbl.mem opened (Ident.unique_name id))
           | _ -> true
         in
-        simplify (List.filter (fun (_, it) -> visible it) (runtime_components ~interface:true str.str_type))
+        (* What the simplified signature hides (Signature_names: an item shadowed by a later
+           one of its name, an item an `open struct` binds) an alias may no longer name:
+           Mtype.nondep_mty_with_presence then makes the alias present, and the coercion
+           stores the module it stands for (`include Stdune module Console = Console`). *)
+        let hidden = Hashtbl.create 16 in
+        let rec mark_shadowed = function
+          | [] -> ()
+          | Sig_module (id, _, _, _, _) :: rest ->
+              if List.exists (function Sig_module (other, _, _, _, _) -> Ident.name other = Ident.name id | _ -> false) rest then
+                Hashtbl.replace hidden (Ident.unique_name id) ();
+              mark_shadowed rest
+          | _ :: rest -> mark_shadowed rest
+        in
+        mark_shadowed str.str_type;
+        Hashtbl.iter (fun u () -> Hashtbl.replace hidden u ()) opened;
+        let made_present = function
+          | Sig_module (_, Mp_absent, { md_type = Mty_alias p; _ }, _, _) -> (
+              match Path.head p with id -> Hashtbl.mem hidden (Ident.unique_name id) | exception _ -> false)
+          | _ -> false
+        in
+        simplify (List.filter (fun (_, it) -> visible it) (runtime_components ~made_present ~interface:true str.str_type))
   in
   (* Implementation components by key: the last of each (what Includemod pairs with). *)
   let impl_by_key = Hashtbl.create 64 in
@@ -533,10 +556,13 @@ let block_fields (str : structure) (intf : signature option) =
           | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _) -> (Ident.name id, None)
           | _ -> ("?", None)
         in
-        match Hashtbl.find_opt impl_by_key k with
-        | Some (Sig_value (_, { val_kind = Val_prim _; _ }, _)) ->
+        match (Hashtbl.find_opt impl_by_key k, it) with
+        (* An alias made present: the field holds the module it stands for, and the module it
+           named (an included one, shadowed) keeps a field of its own after the exported ones. *)
+        | Some (Sig_module (id, Mp_absent, _, _, _)), _ -> field_of_ident id
+        | Some (Sig_value (_, { val_kind = Val_prim _; _ }, _)), _ ->
             { ident = None; name = intf_name; kind = "primitive"; fty = intf_ty }
-        | Some (Sig_value (id, _, _) | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _)) ->
+        | Some (Sig_value (id, _, _) | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _)), _ ->
             Hashtbl.replace used (Ident.unique_name id) ();
             field_of_ident id
         | _ -> { ident = None; name = intf_name; kind = "missing"; fty = intf_ty })
@@ -569,7 +595,17 @@ let aliases : (string, Ident.t) Hashtbl.t = Hashtbl.create 64
    order, then the function applied. *)
 type fn_kind = Fun | Lazy_thunk | Partial of string * expression list
 
-type fn_node = { floc : Location.t; fname : string option; fexp : expression; fty : type_expr option; kind : fn_kind; ordered : bool }
+(* [fsig]: a function's parameters' types and what it returns after them; [fbound]: what the
+   function binds outside [fexp] (a binding operator's pattern). *)
+type fn_node = {
+  floc : Location.t;
+  fname : string option;
+  fexp : expression;
+  fsig : (type_expr list * type_expr) option;
+  fbound : Ident.t list;
+  kind : fn_kind;
+  ordered : bool;
+}
 
 (* Where translation gives identifiers new stamps, which then sort after all others, so that a
    closure's environment may not be in the typed tree's order: Lambda.rename, which Simplif
@@ -668,14 +704,22 @@ let collect_functions (str : structure) =
     let ordered = !renamed = 0 in
     (match e.exp_desc with
      | Texp_function _ ->
-         fn_nodes := { floc = e.exp_loc; fname = Hashtbl.find_opt fn_names (loc_key e.exp_loc); fexp = e; fty = Some e.exp_type; kind = Fun; ordered } :: !fn_nodes
-     | Texp_lazy body -> fn_nodes := { floc = body.exp_loc; fname = None; fexp = body; fty = None; kind = Lazy_thunk; ordered } :: !fn_nodes
+         let params = arrow_args e.exp_env e.exp_type 32 in
+         let fsig = Some (params, arrow_result e.exp_env e.exp_type (List.length params)) in
+         fn_nodes := { floc = e.exp_loc; fname = Hashtbl.find_opt fn_names (loc_key e.exp_loc); fexp = e; fsig; fbound = []; kind = Fun; ordered } :: !fn_nodes
+     (* [let+ p = e in body] (and [and+]) applies the operator to a function of one parameter,
+        [fun p -> body], made at the body's place (Translcore.transl_letop). *)
+     | Texp_letop { body; _ } when not (is_function body.c_rhs) ->
+         let fsig = Some ([ body.c_lhs.pat_type ], body.c_rhs.exp_type) in
+         let fbound = List.map fst (Compat.pat_vars body.c_lhs) in
+         fn_nodes := { floc = body.c_rhs.exp_loc; fname = None; fexp = body.c_rhs; fsig; fbound; kind = Fun; ordered } :: !fn_nodes
+     | Texp_lazy body -> fn_nodes := { floc = body.exp_loc; fname = None; fexp = body; fsig = None; fbound = []; kind = Lazy_thunk; ordered } :: !fn_nodes
      | Texp_apply ({ exp_desc = Texp_ident (p, _, _); _ }, args)
        when args <> [] && List.for_all (function Asttypes.Nolabel, Some _ -> true | _ -> false) args
             && arrow_args e.exp_env e.exp_type 1 <> [] ->
          let given = List.filter_map snd args in
          let callee = match p with Pident id -> Ident.name id | Pdot (_, s) -> s | _ -> "?" in
-         fn_nodes := { floc = e.exp_loc; fname = Some callee; fexp = e; fty = None; kind = Partial (callee, given); ordered = true } :: !fn_nodes
+         fn_nodes := { floc = e.exp_loc; fname = Some callee; fexp = e; fsig = None; fbound = []; kind = Partial (callee, given); ordered = true } :: !fn_nodes
      | _ -> ());
     let outermost = not !in_chain in
     match e.exp_desc with
@@ -833,10 +877,8 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
     let line, col = loc_key f.floc in
     raw "{"; key "line"; raw (string_of_int line); raw ","; key "col"; raw (string_of_int col); raw ",";
     key "name"; opt jstr (match f.kind with Lazy_thunk -> Some "lazy" | _ -> f.fname); raw ",";
-    key "params"; list ty (match f.fty with Some t -> arrow_args f.fexp.exp_env t 32 | None -> []); raw ",";
-    (match f.fty with
-     | Some t -> key "result"; ty (arrow_result f.fexp.exp_env t (List.length (arrow_args f.fexp.exp_env t 32))); raw ","
-     | None -> ());
+    key "params"; list ty (match f.fsig with Some (params, _) -> params | None -> []); raw ",";
+    (match f.fsig with Some (_, result) -> key "result"; ty result; raw "," | None -> ());
     let free_var ?(maybe = false) name t =
       raw "["; jstr name; raw ","; (match t with Some t -> ty t | None -> raw "null"); if maybe then raw ",true"; raw "]"
     in
@@ -851,7 +893,7 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
          let fv =
            match Hashtbl.find_opt rec_groups (loc_key f.floc) with
            | Some (group, ids) when f.kind = Fun -> free_of group ids
-           | _ -> free_of [ f.fexp ] []
+           | _ -> free_of [ f.fexp ] f.fbound
          in
          if not f.ordered then (key "ordered"; raw "false,");
          key "free";

@@ -191,6 +191,35 @@ val also : int list
     }
 }
 
+/// A module alias that names what an `include` brought in and the alias shadows (`include
+/// Stdune module Console = Console`, in dune's `Import` modules): the simplified signature
+/// makes it present, so the module block stores the module it stands for, and an included
+/// module it shadows keeps a field of its own after the exported ones. Compared with the
+/// compiler's lambda code on every toolchain.
+#[test]
+fn aliases_to_shadowed_includes_number_fields_as_the_compiler_does() {
+    let ml = r#"
+module Inner = struct module C = Stdlib.Buffer let x = ref 1 end
+include Inner
+module C = C
+module Holder = struct module D = struct let v = ref 0 end let y = ref 2 end
+include Holder
+module D = D
+let a = ref 3
+let b = ref 4
+let c = ref 5
+let d = ref 6
+let e = ref 7
+"#;
+    for (toolchain, _) in toolchains() {
+        let names = compare_with_lambda(toolchain, "aliases", ml, None);
+        // C (the Buffer module) and D are exported in the signature's order; the included D
+        // keeps a field too, after them.
+        assert_eq!(&names[..6], ["Inner", "x", "C", "Holder", "y", "D"], "{toolchain}");
+        assert!(names[6..].contains(&"D".to_string()), "{toolchain}: {names:?}");
+    }
+}
+
 /// `include struct` and `open struct` nested in each other and in submodules, with externals,
 /// submodules and exceptions inside them; `include` of a constrained structure (compiled in
 /// place by 4.14 too) and of a module path; recursive modules, a functor application, extension
