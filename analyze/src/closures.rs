@@ -57,25 +57,44 @@ struct Runs {
 pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> TypedClosures {
     let names = a.names();
     let is_closure = |b: &BlockRef<'s>| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2;
-    let closures: Vec<BlockRef<'s>> = match a.block_map() {
-        // Region by region, on every core: a heap has few closures among many blocks.
-        Some(blocks) => {
-            let regions: Vec<usize> = blocks.block_regions().collect();
-            regions.par_iter().flat_map_iter(|&r| blocks.region_blocks(r).filter(is_closure)).collect()
-        }
-        None => (0..a.node_count() as NodeId).filter_map(|v| a.block(v)).filter(is_closure).collect(),
+    // Each code pointer's symbol, looked up once (a partial application's chain runs through
+    // closures of the same list).
+    let symbols_of = |mut codes: Vec<u64>| -> FxHashMap<u64, &'s str> {
+        codes.sort_unstable();
+        codes.dedup();
+        codes.into_iter().filter_map(|c| Some((c, names.symbol(c)?))).collect()
     };
-    let mut symbols: FxHashMap<u64, Option<&'s str>> = FxHashMap::default();
-    let mut symbol = |code: u64| *symbols.entry(code).or_insert_with(|| names.symbol(code));
-    let found: Vec<(u64, Runs)> =
-        closures.iter().filter(|b| a.idom(b.node).is_some()).filter_map(|b| Some((b.address, runs_of(a, b, &mut symbol)?))).collect();
-    let codes: FxHashSet<u64> = found.iter().map(|(_, r)| r.code).collect();
+    // What each closure runs, with its node.
+    let found: Vec<(u64, NodeId, Runs)> = match (a.block_map(), a.closures()) {
+        // Found with the edges, read on every core.
+        (Some(blocks), Some(closures)) => {
+            let symbols = symbols_of(closures.iter().map(|&(_, code)| code).collect());
+            let symbol = |code: u64| symbols.get(&code).copied();
+            closures
+                .par_iter()
+                .filter_map(|&(p, _)| {
+                    let b = blocks.block_of_pointer(p).filter(is_closure)?;
+                    Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?))
+                })
+                .collect()
+        }
+        _ => {
+            let closures: Vec<BlockRef<'s>> = (0..a.node_count() as NodeId).filter_map(|v| a.block(v)).filter(is_closure).collect();
+            let symbols = symbols_of(closures.iter().map(|b| b.fields[0]).collect());
+            let symbol = |code: u64| symbols.get(&code).copied();
+            closures.iter().filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), b, &symbol)?))).collect()
+        }
+    };
+    let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
     let entries = entry_locations(a, &codes);
     let mut out = TypedClosures::default();
     let mut type_of: FxHashMap<Runs, Option<u32>> = FxHashMap::default();
-    for (address, runs) in found {
+    for (address, node, runs) in found {
+        if !entries.contains_key(&runs.code) || a.idom(node).is_none() {
+            continue;
+        }
         let index = *type_of.entry(runs).or_insert_with(|| {
-            let ty = closure_type(env, &runs, entries.get(&runs.code)?, symbol(runs.code)?)?;
+            let ty = closure_type(env, &runs, entries.get(&runs.code)?, names.symbol(runs.code)?)?;
             out.types.push(ty);
             Some(out.types.len() as u32 - 1)
         });
@@ -115,7 +134,11 @@ fn closure_type(env: &TypeEnv, runs: &Runs, entry: &(u32, u32, String), sym: &st
 
 /// What one closure block runs; `None` for closures heapsnap cannot read (an unnamed code
 /// pointer, a broken chain of partial applications).
-fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut impl FnMut(u64) -> Option<&'s str>) -> Option<Runs> {
+fn runs_of<'s>(
+    block_of_pointer: &dyn Fn(u64) -> Option<BlockRef<'s>>,
+    b: &BlockRef<'s>,
+    symbol: &dyn Fn(u64) -> Option<&'s str>,
+) -> Option<Runs> {
     let (arity, env_start) = closure_info(b.fields[1]);
     let env_start32 = u32::try_from(env_start).ok()?;
     let env_len = u32::try_from(b.fields.len().checked_sub(env_start)?).ok()?;
@@ -125,7 +148,7 @@ fn runs_of<'s>(a: &(impl HeapFacts<'s> + ?Sized), b: &BlockRef<'s>, symbol: &mut
         for _ in 0..MAX_CHAIN {
             let (_, start) = closure_info(block.fields[1]);
             let previous = *block.fields.get(start + 1)?;
-            block = a.block_of_pointer(previous).filter(|p| p.header.tag == ocaml::CLOSURE_TAG && p.fields.len() >= 3)?;
+            block = block_of_pointer(previous).filter(|p| p.header.tag == ocaml::CLOSURE_TAG && p.fields.len() >= 3)?;
             if symbol(block.fields[0]).and_then(curry_step).is_none() {
                 let (own_arity, _) = closure_info(block.fields[1]);
                 return (own_arity == i64::from(n) && k < n).then_some(Runs {

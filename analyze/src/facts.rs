@@ -31,6 +31,12 @@ pub trait HeapFacts<'s> {
         None
     }
 
+    /// The closure blocks' addresses and code pointers, when the blocks were walked (a full
+    /// analysis).
+    fn closures(&self) -> Option<&[(u64, u64)]> {
+        None
+    }
+
     /// The block a pointer points at (its first field); `None` for anything else.
     fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
         match self.resolve(value) {

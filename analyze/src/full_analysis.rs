@@ -272,6 +272,10 @@ impl<'s> HeapFacts<'s> for Analysis<'s> {
         Some(&self.graph.blocks)
     }
 
+    fn closures(&self) -> Option<&[(u64, u64)]> {
+        Some(&self.graph.closures)
+    }
+
     fn is_ephemeron(&self, v: NodeId) -> bool {
         self.graph.ephemerons.iter().any(|e| e.node == v)
     }

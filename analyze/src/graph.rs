@@ -79,6 +79,9 @@ pub struct HeapGraph<'s> {
     pub orphan_stack_records: u64,
     /// Ephemeron list entries that are not abstract blocks.
     pub bad_ephemerons: u64,
+    /// The closure blocks' addresses and code pointers, in node order (found while the edges
+    /// are: the typing reads them).
+    pub closures: Vec<(u64, u64)>,
 }
 
 /// Everything a block's edges depend on besides the block itself.
@@ -92,6 +95,7 @@ struct EdgeContext<'a, 's> {
 struct EdgeSink {
     counts: PointerCounts,
     bad: HashMap<BadPointer, u64>,
+    closures: Vec<(u64, u64)>,
 }
 
 impl EdgeContext<'_, '_> {
@@ -153,6 +157,7 @@ impl<'s> HeapGraph<'s> {
         let n = blocks.node_count as usize;
         let mut offsets = vec![0u32; n + 1];
         let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
+        let mut closures: Vec<(u64, u64)> = Vec::new();
 
         // Super-root and root kinds.
         targets.extend(1..first_block);
@@ -227,6 +232,9 @@ impl<'s> HeapGraph<'s> {
                     let mut out = Vec::new();
                     let mut sink = EdgeSink::default();
                     for (b, d) in blocks.region_blocks(r).zip(degrees.iter_mut()) {
+                        if let (ocaml::CLOSURE_TAG, Some(&code)) = (b.header.tag, b.fields.first()) {
+                            sink.closures.push((b.address, code));
+                        }
                         let before = out.len();
                         ctx.edges_of(&b, &mut out, &mut sink);
                         *d = (out.len() - before) as u32;
@@ -236,6 +244,7 @@ impl<'s> HeapGraph<'s> {
                 .collect();
             for (edges, sink) in results {
                 targets.extend_from_slice(&edges);
+                closures.extend_from_slice(&sink.closures);
                 pointers.add(&sink.counts);
                 for (k, v) in sink.bad {
                     *bad_by_kind.entry(k).or_default() += v;
@@ -284,6 +293,7 @@ impl<'s> HeapGraph<'s> {
             bad_by_kind,
             orphan_stack_records,
             bad_ephemerons: 0,
+            closures,
         };
         graph.add_ephemerons(snap);
         timer.lap("continuations and ephemerons");
