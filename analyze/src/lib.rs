@@ -90,7 +90,9 @@ pub use walks::bfs_parents;
 // The reports.
 pub use inspect::{inspect, Allocation, Field, Inspection};
 pub use paths::{paths, MergedPath, PathQuery, PathsReport, Step};
-pub use reports::{dominator_report, human_bytes, summary, top, RegionTotals, RootKindTotal, Similar, Summary, Top, TreeNode};
+pub use reports::{
+    dominator_report, human_bytes, summary, summary_with_suspects, top, RegionTotals, RootKindTotal, Similar, Summary, Top, TreeNode,
+};
 pub use suspects::{
     element_count, stack_only, suspects, ElementCount, FrameShare, StackOnly, Suspect, SuspectsReport, DOMINANT_CHILD_PERCENT,
     SUMMARY_SUSPECTS_MIN_PERCENT, SUMMARY_SUSPECTS_SHOWN,

@@ -119,6 +119,31 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
 }
 
+/// The summary with its leak suspects, as the analysis index saves them and `summary` prints
+/// them: its `top` largest groups by OCaml type when the snapshot has names, else by kind; the
+/// suspects at [`crate::SUMMARY_SUSPECTS_MIN_PERCENT`] (at most
+/// [`crate::SUMMARY_SUSPECTS_SHOWN`]). A first look answers with it from the analysis.
+pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::SuspectsReport) {
+    // The suspects' paths walk the shortest-path parents: one breadth-first search on one
+    // core, from the graph alone, made by another thread while this one sums and groups.
+    let graph = &a.graph;
+    let (mut totals, parents) = std::thread::scope(|scope| {
+        let bfs = scope.spawn(|| crate::walks::bfs_parents(graph));
+        let totals = summary(a, top);
+        let _ = a.retainers();
+        (totals, bfs.join().expect("the breadth-first search does not panic"))
+    });
+    a.keep_bfs_parents(parents);
+    if a.snap.ocaml_names().is_some() {
+        if let Ok(groups) = a.group_by(GroupBy::Type) {
+            totals.top_groups = groups.into_iter().take(top).collect();
+            totals.top_groups_by = GroupBy::Type.name().to_string();
+        }
+    }
+    let suspects = crate::suspects(a, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN);
+    (totals, suspects)
+}
+
 /// The `top` report: the groups of one grouping, the unreachable objects counted in none of
 /// them, and with `--by root` what each root retains alone and shared. Fields in alphabetical
 /// order, as `top --json` prints them.

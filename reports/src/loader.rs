@@ -41,6 +41,19 @@ pub trait Loader {
     fn snapshot(&self, path: &Path) -> anyhow::Result<Snapshot> {
         open_snapshot(path)
     }
+    /// For a first look (`summary`, `top`): the index, as [`Loader::indexed`] gives it, when
+    /// one serves `needs`; else, where an index can be completed in the background, `None`
+    /// once `answer` has had the analysis, so that the answer does not wait for any section of
+    /// the index: the whole of it is left to that completion.
+    fn answer_first(
+        &self,
+        path: &Path,
+        needs: Needs,
+        answer: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>),
+    ) -> anyhow::Result<Option<Loaded<'_>>> {
+        let _ = answer;
+        self.indexed(path, needs).map(Some)
+    }
 }
 
 /// Opens every snapshot from its file, building its index when it has none (progress on
@@ -48,6 +61,34 @@ pub trait Loader {
 pub struct Files;
 
 impl Loader for Files {
+    fn answer_first(
+        &self,
+        path: &Path,
+        needs: Needs,
+        answer: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>),
+    ) -> anyhow::Result<Option<Loaded<'_>>> {
+        if !completes_in_background()
+            || path.is_dir()
+            || heapsnap_index::store::saved_serves(path, needs)
+            || kept_unsaved(path, needs).is_some()
+        {
+            return self.indexed(path, needs).map(Some);
+        }
+        // A completion running already: its index is the answer's.
+        wait_for_completion(path);
+        if heapsnap_index::store::saved_serves(path, needs) {
+            return self.indexed(path, needs).map(Some);
+        }
+        let snap = open_snapshot(path)?;
+        let analysis = analyse(&snap, &Progress::stderr())?;
+        answer(&analysis);
+        let timer = heapsnap_analyze::PhaseTimer::start("provider");
+        timer.lap("the answer, from the analysis (the index left to a completion in the background)");
+        drop(analysis);
+        complete_in_background(path);
+        Ok(None)
+    }
+
     fn indexed(&self, path: &Path, needs: Needs) -> anyhow::Result<Loaded<'_>> {
         self.indexed_with(path, needs, &mut |_| {})
     }
@@ -118,6 +159,12 @@ pub fn complete_indexes_with(program: PathBuf) {
     let _ = COMPLETER.set(program);
 }
 
+/// Whether indexes are completed in the background: a program to do it was named, and
+/// `HEAPSNAP_INDEX_IN_BACKGROUND=0` does not turn it off.
+fn completes_in_background() -> bool {
+    COMPLETER.get().is_some() && std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_none_or(|v| v != "0")
+}
+
 /// Starts the completion of `snapshot`'s index, detached: its own session (a Ctrl-C for the
 /// next command does not reach it), a lower priority, no terminal. It holds an exclusive `flock`
 /// on the snapshot file from before it starts until it ends (the lock is taken here, on a
@@ -127,10 +174,7 @@ pub fn complete_indexes_with(program: PathBuf) {
 fn complete_in_background(snapshot: &Path) {
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    let Some(program) = COMPLETER.get() else { return };
-    if std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_some_and(|v| v == "0") {
-        return;
-    }
+    let Some(program) = COMPLETER.get().filter(|_| completes_in_background()) else { return };
     let Ok(file) = std::fs::File::open(snapshot) else { return };
     let fd = file.as_raw_fd();
     // SAFETY: flock on a descriptor we own. Held already: another completion runs.

@@ -98,7 +98,13 @@ impl Report for Top {
         if args.sites.memtrace.is_some() {
             anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
         }
-        let ix = loader.indexed(&args.snapshot, Needs::Meta)?;
+        // A first look answers from the analysis, as the index would have.
+        let mut first = None;
+        let Some(ix) = loader.answer_first(&args.snapshot, Needs::Meta, &mut |a| first = Some(heapsnap_analyze::top(a, by, args.limit)))?
+        else {
+            let top = first.ok_or_else(|| anyhow::anyhow!("{}: no analysis to answer from", args.snapshot.display()))?;
+            return Ok(TopOutput::Groups(top?));
+        };
         Ok(TopOutput::Groups(heapsnap_analyze::top(&ix.view(Needs::Meta)?, by, args.limit)?))
     }
 

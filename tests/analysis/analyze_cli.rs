@@ -161,9 +161,62 @@ fn index_level(snapshot: &Path) -> Option<heapsnap_index::Needs> {
         .level()
 }
 
-/// A first `summary` answers from the part of the index it needs and leaves a detached process
-/// to build the rest, so that the next report finds it; with `HEAPSNAP_INDEX_IN_BACKGROUND=0`,
-/// the index keeps only what the summary read.
+/// Waits (at most a minute) until `snapshot`'s saved index serves `needs`, building none.
+fn wait_for_saved(snapshot: &Path, needs: heapsnap_index::Needs) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !heapsnap_index::store::saved_serves(snapshot, needs) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    true
+}
+
+/// A first `summary` or `top` answers from the analysis and leaves the whole index to a
+/// detached process; what it printed is word for word what the same report prints from the
+/// index afterwards (text and JSON, every grouping `top` has on this snapshot).
+#[test]
+fn a_first_look_answers_as_the_index_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let reports: Vec<Vec<&str>> = vec![
+        vec!["summary"],
+        vec!["summary", "--json"],
+        vec!["summary", "--limit", "0", "--json"],
+        vec!["top"],
+        vec!["top", "--by", "kind", "--json"],
+        vec!["top", "--by", "closure", "--limit", "0"],
+        vec!["top", "--by", "root"],
+        vec!["top", "--by", "root", "--json"],
+    ];
+    for (i, report) in reports.iter().enumerate() {
+        let snapshot = dir.path().join(format!("first-{i}.heapsnap"));
+        heapsnap_testkit::synth::large_heap_shape(300).heap.write(&snapshot).expect("write a synthetic snapshot");
+        let run = || {
+            let out = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+                .args(&report[..1])
+                .arg(&snapshot)
+                .args(&report[1..])
+                .env_remove("HEAPSNAP_INDEX_IN_BACKGROUND")
+                .env("HEAPSNAP_TRACE", "1")
+                .output()
+                .expect("run heapsnap");
+            assert!(out.status.success(), "{report:?}: {}", String::from_utf8_lossy(&out.stderr));
+            (String::from_utf8(out.stdout).unwrap(), String::from_utf8_lossy(&out.stderr).to_string())
+        };
+        let (first, trace) = run();
+        assert!(trace.contains("the answer, from the analysis"), "{report:?}: the first look did not answer from the analysis: {trace}");
+        assert!(wait_for_saved(&snapshot, heapsnap_index::Needs::All), "{report:?}: the index was not completed in the background");
+        let (second, trace) = run();
+        assert!(!trace.contains("the answer, from the analysis"), "{report:?}: the second look analysed again: {trace}");
+        assert!(!first.is_empty());
+        assert_eq!(first, second, "{report:?}: the first look and the one from the index differ");
+    }
+}
+
+/// A first `summary` answers before any of the index is written and leaves a detached process
+/// to build it, so that the next report finds it; with `HEAPSNAP_INDEX_IN_BACKGROUND=0`, the
+/// summary writes the index itself, only what it read.
 #[test]
 fn the_rest_of_the_index_is_built_after_the_first_answer() {
     use heapsnap_index::Needs;
@@ -178,14 +231,8 @@ fn the_rest_of_the_index_is_built_after_the_first_answer() {
         }
         let out = summary.output().expect("run heapsnap summary");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        let mut level = index_level(&snapshot);
-        while background && level != Some(Needs::All) && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(100));
-            level = index_level(&snapshot);
-        }
         if background {
-            assert_eq!(level, Some(Needs::All), "the index was not completed in the background");
+            assert!(wait_for_saved(&snapshot, Needs::All), "the index was not completed in the background");
         } else {
             std::thread::sleep(std::time::Duration::from_secs(2));
             assert_eq!(index_level(&snapshot), Some(Needs::Meta), "the index was completed with the background turned off");
