@@ -91,17 +91,15 @@ fn devtools_worker(file: &Path) -> (f64, f64, f64, u64) {
     node(&install("install-devtools-worker.sh"), &[file.as_os_str()], None)
 }
 
-/// A first analysis as the report commands run it: open and check the snapshot, analyse, build
-/// and write the analysis index (removed afterwards); seconds.
-fn first_analysis(path: &Path) -> f64 {
-    let index = heapsnap_index::store::beside(path);
-    let _ = std::fs::remove_file(&index);
+/// A first look as `heapsnap summary` answers on a snapshot without an index (the completion
+/// in the background on, its default): open and check the snapshot, analyse, the summary and
+/// its leak suspects (their paths and the roots that hold them) from the analysis; seconds.
+fn first_look(path: &Path) -> f64 {
     let t = Instant::now();
-    let indexed = heapsnap_index::store::build_and_save(path, &Progress::hidden()).expect("first analysis");
-    let seconds = t.elapsed().as_secs_f64();
-    drop(indexed);
-    let _ = std::fs::remove_file(&index);
-    seconds
+    let snap = heapsnap_format::Snapshot::open(path).expect("open");
+    let a = Analysis::new(&snap, &Progress::hidden()).expect("first analysis");
+    std::hint::black_box(heapsnap_analyze::summary_with_suspects(&a, 10).1.suspects.len());
+    t.elapsed().as_secs_f64()
 }
 
 fn main() {
@@ -114,7 +112,7 @@ fn main() {
     heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();
     println!(
-        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} | {:>9} {:>9} {:>8} | {:>7} {:>7}",
+        "{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} | {:>9} {:>9} {:>8} | {:>9} {:>9} {:>8} | {:>7} {:>7} {:>7}",
         "objects",
         "analysis",
         "first",
@@ -128,7 +126,8 @@ fn main() {
         "node wall",
         "node MiB",
         "w/first",
-        "w/anal."
+        "w/anal.",
+        "m/first"
     );
     for millions in sizes {
         let path = snapshot_for(millions);
@@ -150,7 +149,7 @@ fn main() {
         let reachable = a.reachable_bytes();
         drop(a);
         let file_mib = report.bytes as f64 / (1 << 20) as f64;
-        let first = first_analysis(&path);
+        let first = first_look(&path);
         if !bench {
             println!(
                 "{:>8.2}M {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3}s {:>9.1} | (memlab and the DevTools worker run with --bench)",
@@ -164,7 +163,7 @@ fn main() {
         let (worker, worker_wall, worker_mib, worker_root) = devtools_worker(&out);
         assert_eq!(worker_root, reachable, "the DevTools worker's root retains what heapsnap finds reachable");
         println!(
-            "{:>8.2}M {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3}s {:>9.1} | {:>8.3}s {:>8.3}s {:>8.0} | {:>8.3}s {:>8.3}s {:>8.0} | {:>6.1}x {:>6.1}x",
+            "{:>8.2}M {:>8.3}s {:>8.3}s {:>8.3}s {:>8.3}s {:>9.1} | {:>8.3}s {:>8.3}s {:>8.0} | {:>8.3}s {:>8.3}s {:>8.0} | {:>6.1}x {:>6.1}x {:>6.1}x",
             millions,
             analysis,
             first,
@@ -178,14 +177,15 @@ fn main() {
             worker_wall,
             worker_mib,
             worker / first,
-            worker / analysis
+            worker / analysis,
+            inside / first
         );
         let _ = std::fs::remove_file(&out);
     }
-    println!("(analysis: heapsnap's open, graph, dominators, top; first: a first analysis as a report command runs it, the");
-    println!(" analysis index built and written; export: the .heapsnapshot written from that analysis;");
+    println!("(analysis: heapsnap's open, graph, dominators, top; first: a first look as `summary` answers without an index");
+    println!(" (the analysis, the summary and its suspects; the index left to the completion); export: the .heapsnapshot written;");
     println!(" baseline: the export with --baseline the same snapshot, its objects matched, analysis of the baseline not counted;");
     println!(" memlab: getFullHeapFromFile of the export inside node, and node's wall time and peak memory; devtools: Chrome");
     println!(" DevTools' heap snapshot worker loading the export (parse, retainers, dominators, retained sizes);");
-    println!(" w/first, w/anal.: the worker's time over heapsnap's first analysis and over the analysis alone)");
+    println!(" w/first, w/anal.: the worker's time over heapsnap's first look and over the analysis alone; m/first: memlab's over the first look)");
 }
