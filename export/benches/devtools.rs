@@ -40,6 +40,15 @@
 //!         1.00M    0.143s    0.224s    0.381s    1.492s      43.4 |    2.818s    3.989s      457 |    1.258s    1.449s      403 |    5.6x    8.8x
 //!        10.00M    0.761s    2.472s    2.843s   18.385s     448.3 |   31.487s   44.981s     2548 |   11.659s   11.958s     2192 |    4.7x   15.3x
 //!
+//! The first look now answers from the analysis and leaves the index to a completion in the
+//! background (`first`: a first `summary`, its suspects' paths and holders found); load about
+//! 1.6, one run:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    0.867s    1.111s    2.405s   19.824s     448.3 |   27.900s   37.981s     2982 |   11.076s   11.325s     2236 |   10.0x   12.8x   25.1x
+//!
+//! A first `top` answers in about 0.57-0.75 s there (index/benches/index.rs): 15-19x the
+//! worker, 37-49x memlab.
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
