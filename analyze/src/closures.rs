@@ -85,8 +85,11 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
             closures.iter().filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), b, &symbol)?))).collect()
         }
     };
+    let timer = crate::progress::PhaseTimer::start("closures");
+    timer.lap("what each runs");
     let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
     let entries = entry_locations(a, &codes);
+    timer.lap("where their functions start (line tables)");
     let mut out = TypedClosures::default();
     let mut type_of: FxHashMap<Runs, Option<u32>> = FxHashMap::default();
     for (address, node, runs) in found {

@@ -13,11 +13,12 @@ type Reader<'s> = EndianSlice<'s, LittleEndian>;
 
 pub struct Names<'s> {
     snap: &'s Snapshot,
-    /// The program's OCaml names and types, when the snapshot carries them.
-    ocaml: Option<OcamlNames>,
-    lines: Option<addr2line::Context<Reader<'s>>>,
-    /// Each loaded Dynlink plugin's line tables, with its load bias.
-    plugin_lines: Vec<(u64, addr2line::Context<Reader<'s>>)>,
+    /// The program's OCaml names and types, when the snapshot carries them: parsed on first
+    /// use (a report read from the analysis index may need none of them).
+    ocaml: std::sync::OnceLock<Option<OcamlNames>>,
+    /// The executable's line tables, then each loaded Dynlink plugin's with its load bias: read
+    /// on first use (a report read from the analysis index may need none).
+    lines: std::cell::OnceCell<LineTables<'s>>,
     line_cache: Mutex<HashMap<u64, Option<String>>>,
     custom_ops: HashMap<u64, &'s str>,
     /// Target address minus this is the executable's link-time address (PIE).
@@ -27,20 +28,32 @@ pub struct Names<'s> {
 impl<'s> Names<'s> {
     pub fn new(snap: &'s Snapshot) -> Self {
         let custom_ops = snap.custom_ops().iter().filter_map(|o| Some((o.address, snap.string(o.identifier)?))).collect();
-        let lines = line_context(|name| snap.dwarf_section(name));
-        let plugins = snap.plugin_dwarf();
-        let mut biases: Vec<u64> = plugins.iter().map(|d| d.load_bias).collect();
-        biases.sort_unstable();
-        biases.dedup();
-        let plugin_lines = biases
-            .into_iter()
-            .filter_map(|bias| {
-                let section = |name: &str| plugins.iter().find(|d| d.load_bias == bias && d.name == name).map(|d| d.bytes);
-                Some((bias, line_context(section)?))
-            })
-            .collect();
-        let ocaml = OcamlNames::of(snap);
-        Names { snap, ocaml, lines, plugin_lines, line_cache: Mutex::new(HashMap::new()), custom_ops, load_bias: snap.load_bias() }
+        Names {
+            snap,
+            ocaml: std::sync::OnceLock::new(),
+            lines: std::cell::OnceCell::new(),
+            line_cache: Mutex::new(HashMap::new()),
+            custom_ops,
+            load_bias: snap.load_bias(),
+        }
+    }
+
+    fn line_tables(&self) -> &LineTables<'s> {
+        self.lines.get_or_init(|| {
+            let snap = self.snap;
+            let plugins = snap.plugin_dwarf();
+            let mut biases: Vec<u64> = plugins.iter().map(|d| d.load_bias).collect();
+            biases.sort_unstable();
+            biases.dedup();
+            let plugins = biases
+                .into_iter()
+                .filter_map(|bias| {
+                    let section = |name: &str| plugins.iter().find(|d| d.load_bias == bias && d.name == name).map(|d| d.bytes);
+                    Some((bias, line_context(section)?))
+                })
+                .collect();
+            LineTables { executable: line_context(|name| snap.dwarf_section(name)), plugins }
+        })
     }
 
     /// What the target's addresses minus the executable's link-time addresses are (PIE).
@@ -50,19 +63,19 @@ impl<'s> Names<'s> {
 
     /// The program's OCaml names and types, when the snapshot carries them (`heapsnap annotate`).
     pub fn ocaml(&self) -> Option<&OcamlNames> {
-        self.ocaml.as_ref()
+        self.ocaml.get_or_init(|| OcamlNames::of(self.snap)).as_ref()
     }
 
     /// Forgets the program's OCaml names: module globals are then numbered and no block gets
     /// a type, as in a snapshot without names (a diff of snapshots of which only some have
     /// names compares them all so, for their signatures to match).
     pub fn forget_ocaml(&mut self) {
-        self.ocaml = None;
+        self.ocaml = std::sync::OnceLock::from(None);
     }
 
     /// A field of a compilation unit's module block, by the unit's symbol (`camlFoo`).
     pub fn global_field(&self, symbol: &str, index: u64) -> Option<&heapsnap_names::model::Field> {
-        let unit = self.ocaml.as_ref()?.units.get(module_name(symbol))?;
+        let unit = self.ocaml()?.units.get(module_name(symbol))?;
         unit.get(usize::try_from(index).ok()?)
     }
 
@@ -109,11 +122,12 @@ impl<'s> Names<'s> {
             .or_insert_with(|| {
                 // DWARF holds link-time addresses: undo the load bias of a PIE executable, or of
                 // the plugin.
-                let loc = self
-                    .lines
+                let tables = self.line_tables();
+                let loc = tables
+                    .executable
                     .iter()
                     .map(|ctx| (self.load_bias, ctx))
-                    .chain(self.plugin_lines.iter().map(|(bias, ctx)| (*bias, ctx)))
+                    .chain(tables.plugins.iter().map(|(bias, ctx)| (*bias, ctx)))
                     .find_map(|(bias, ctx)| ctx.find_location(address.wrapping_sub(bias)).ok().flatten())?;
                 let file = loc.file?;
                 let short = file.rsplit('/').next().unwrap_or(file);
@@ -129,7 +143,9 @@ impl<'s> Names<'s> {
     /// address, the innermost inlined frame first when the line tables record inlining.
     pub fn source_frames(&self, address: u64) -> Vec<(String, u32)> {
         let short = |file: &str| file.rsplit('/').next().unwrap_or(file).to_string();
-        let contexts = self.lines.iter().map(|ctx| (self.load_bias, ctx)).chain(self.plugin_lines.iter().map(|(bias, ctx)| (*bias, ctx)));
+        let tables = self.line_tables();
+        let contexts =
+            tables.executable.iter().map(|ctx| (self.load_bias, ctx)).chain(tables.plugins.iter().map(|(bias, ctx)| (*bias, ctx)));
         for (bias, ctx) in contexts {
             let Ok(mut frames) = ctx.find_frames(address.wrapping_sub(bias)).skip_all_loads() else { continue };
             let mut out = Vec::new();
@@ -198,8 +214,11 @@ impl OcamlNames {
     /// `None` without the section, or when its JSON does not parse (a hostile or damaged
     /// file: the snapshot then analyses as one without names).
     fn of(snap: &Snapshot) -> Option<OcamlNames> {
+        let timer = crate::progress::PhaseTimer::start("OCaml names");
         let mut program = heapsnap_names::Program::parse(snap.ocaml_names()?).ok()?;
+        timer.lap("parsed");
         let env = heapsnap_names::TypeEnv::new(&program);
+        timer.lap("type environment");
         let units = program.units.iter_mut().map(|u| (u.unit.clone(), std::mem::take(&mut u.fields))).collect();
         Some(OcamlNames { program, env, units })
     }
@@ -215,6 +234,12 @@ impl OcamlNames {
 }
 
 /// Line tables from DWARF sections found by name; `None` without `.debug_line` or `.debug_info`.
+/// The executable's line tables and each loaded Dynlink plugin's, with its load bias.
+struct LineTables<'s> {
+    executable: Option<addr2line::Context<Reader<'s>>>,
+    plugins: Vec<(u64, addr2line::Context<Reader<'s>>)>,
+}
+
 fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2line::Context<Reader<'s>>> {
     if section(".debug_line").is_none() && section(".debug_info").is_none() {
         return None;

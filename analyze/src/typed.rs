@@ -722,6 +722,7 @@ impl Typing {
                 roots.push((r.value, t, holder));
             }
         }
+        timer.lap("module globals");
         // Closures say which function they run, and so what their environment holds: each is
         // a root of the walk too, however it was reached.
         let closures = crate::closures::typed_closures(a, &ocaml.env);

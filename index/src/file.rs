@@ -182,6 +182,8 @@ impl Bytes {
 pub struct IndexFile {
     bytes: Bytes,
     entries: Vec<Entry>,
+    /// The meta data section, parsed once (each view of the index reads it).
+    meta: OnceLock<Result<std::sync::Arc<crate::sections::Meta>, String>>,
 }
 
 fn le32(b: &[u8], at: usize) -> u32 {
@@ -239,7 +241,7 @@ impl IndexFile {
             }
             entries.push(Entry { kind, offset: offset as usize, length: length as usize, checksum, checked: OnceLock::new() });
         }
-        Ok(IndexFile { bytes, entries })
+        Ok(IndexFile { bytes, entries, meta: OnceLock::new() })
     }
 
     /// Whether the index has this section (its checksum is not checked here).
@@ -256,6 +258,17 @@ impl IndexFile {
     /// The highest level the index serves (None: not even its meta data).
     pub fn level(&self) -> Option<crate::Needs> {
         [crate::Needs::All, crate::Needs::Tree, crate::Needs::Diff, crate::Needs::Meta].into_iter().find(|&n| self.serves(n))
+    }
+
+    /// The meta data section, parsed on first use.
+    pub fn meta(&self) -> Result<std::sync::Arc<crate::sections::Meta>, IndexError> {
+        if let Some(parsed) = self.meta.get() {
+            return parsed.clone().map_err(IndexError::Inconsistent);
+        }
+        // The section's own error (a bad checksum) as it is; a parse error kept for later views.
+        let bytes = self.section(crate::sections::META)?;
+        let parsed = serde_json::from_slice(bytes).map(std::sync::Arc::new).map_err(|e| format!("meta data: {e}"));
+        self.meta.get_or_init(|| parsed).clone().map_err(IndexError::Inconsistent)
     }
 
     /// A section's bytes, its checksum checked on first use.

@@ -124,7 +124,7 @@ impl<'s> KindIds<'s> {
 
 pub struct IndexView<'s> {
     pub snap: &'s Snapshot,
-    pub meta: Meta,
+    pub meta: std::sync::Arc<Meta>,
     pub names: Names<'s>,
     pub layout: HeaderLayout,
     pre_of: &'s [u32],
@@ -168,7 +168,7 @@ impl<'s> IndexView<'s> {
     }
 
     pub fn open(snap: &'s Snapshot, file: &'s IndexFile, needs: Needs) -> Result<Self, IndexError> {
-        let meta: Meta = serde_json::from_slice(file.section(META)?).map_err(|e| IndexError::Inconsistent(format!("meta data: {e}")))?;
+        let meta = file.meta()?;
         let wanted = needs.sections();
         file.check(wanted)?;
         let u32s = |k: u32| if wanted.contains(&k) { file.u32s(k) } else { Ok(&[][..]) };
