@@ -722,7 +722,7 @@ impl Typing {
                 roots.push((r.value, t, holder));
             }
         }
-        timer.lap("module globals");
+        timer.lap(&format!("module globals ({} types)", interner.types.len()));
         // Closures say which function they run, and so what their environment holds: each is
         // a root of the walk too, however it was reached.
         let closures = crate::closures::typed_closures(a, &ocaml.env);
@@ -736,7 +736,7 @@ impl Typing {
             })
             .collect();
         roots.extend(closures.blocks.iter().map(|&(address, i)| (address, ids[i as usize], NO_NODE)).filter(|r| r.1 != NO_TYPE));
-        timer.lap("closures");
+        timer.lap(&format!("closures ({} types)", interner.types.len()));
         let on_cores = a.block_map().filter(|_| parallel);
         let (node_type, tally) = match on_cores.and_then(|blocks| walk_rounds(a, &mut interner, &closures, roots.clone(), Some(blocks))) {
             Some(done) => done,
