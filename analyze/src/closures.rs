@@ -56,6 +56,7 @@ struct Runs {
 /// Every reachable closure whose function the snapshot's OCaml names know, with its type.
 pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> TypedClosures {
     let names = a.names();
+    let timer = crate::progress::PhaseTimer::start("closures");
     let is_closure = |b: &BlockRef<'s>| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2;
     // Each code pointer's symbol, looked up once (a partial application's chain runs through
     // closures of the same list).
@@ -85,7 +86,6 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
             closures.iter().filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), b, &symbol)?))).collect()
         }
     };
-    let timer = crate::progress::PhaseTimer::start("closures");
     timer.lap("what each runs");
     let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
     let entries = entry_locations(a, &codes);

@@ -79,8 +79,8 @@ pub struct HeapGraph<'s> {
     pub orphan_stack_records: u64,
     /// Ephemeron list entries that are not abstract blocks.
     pub bad_ephemerons: u64,
-    /// The closure blocks' addresses and code pointers, in node order (found while the edges
-    /// are: the typing reads them).
+    /// The closure blocks' addresses and code pointers (found while the edges are: the typing
+    /// reads them).
     pub closures: Vec<(u64, u64)>,
 }
 

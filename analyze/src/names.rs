@@ -233,13 +233,13 @@ impl OcamlNames {
     }
 }
 
-/// Line tables from DWARF sections found by name; `None` without `.debug_line` or `.debug_info`.
 /// The executable's line tables and each loaded Dynlink plugin's, with its load bias.
 struct LineTables<'s> {
     executable: Option<addr2line::Context<Reader<'s>>>,
     plugins: Vec<(u64, addr2line::Context<Reader<'s>>)>,
 }
 
+/// Line tables from DWARF sections found by name; `None` without `.debug_line` or `.debug_info`.
 fn line_context<'s>(section: impl Fn(&str) -> Option<&'s [u8]>) -> Option<addr2line::Context<Reader<'s>>> {
     if section(".debug_line").is_none() && section(".debug_info").is_none() {
         return None;
