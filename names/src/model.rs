@@ -260,23 +260,13 @@ impl Ty {
     pub fn subst(&self, bind: &impl Fn(i64) -> Option<Ty>) -> Ty {
         match self {
             Ty::Var(v) => bind(*v).unwrap_or(Ty::Var(*v)),
-            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| t.subst(bind)).collect()),
-            Ty::Constr(p, a) => Ty::Constr(p.clone(), a.iter().map(|t| t.subst(bind)).collect()),
-            Ty::PolyVariant(l) => Ty::PolyVariant(l.iter().map(|(n, t)| (n.clone(), t.as_ref().map(|t| t.subst(bind)))).collect()),
-            Ty::Package(p, w) => Ty::Package(p.clone(), w.iter().map(|(n, t)| (n.clone(), t.subst(bind))).collect()),
-            t => t.clone(),
+            t => t.map_children(&mut |c| c.subst(bind)),
         }
     }
 
     /// Whether it holds a type variable or an unknown part.
     pub fn has_var(&self) -> bool {
-        match self {
-            Ty::Var(_) | Ty::Unknown => true,
-            Ty::Tuple(l) | Ty::Constr(_, l) => l.iter().any(Ty::has_var),
-            Ty::PolyVariant(l) => l.iter().any(|(_, t)| t.as_ref().is_some_and(Ty::has_var)),
-            Ty::Package(_, w) => w.iter().any(|(_, t)| t.has_var()),
-            _ => false,
-        }
+        matches!(self, Ty::Var(_) | Ty::Unknown) || self.children().any(Ty::has_var)
     }
 
     /// Whether it holds an unknown part (an existential, a type the reader could not write):

@@ -333,20 +333,6 @@ impl TypeEnv {
             return None;
         }
         Some(match ty {
-            Ty::Tuple(l) => Ty::Tuple(l.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
-            Ty::PolyVariant(l) => Ty::PolyVariant(
-                l.iter()
-                    .map(|(n, t)| {
-                        Some((
-                            n.clone(),
-                            match t {
-                                Some(t) => Some(self.canon_at(t, budget, depth + 1)?),
-                                None => None,
-                            },
-                        ))
-                    })
-                    .collect::<Option<_>>()?,
-            ),
             Ty::Constr(p, args) if p.contains('.') => {
                 let Some(found) = self.lookup(p) else { return Some(Ty::Constr(p.clone(), args.clone())) };
                 if found.decl.params.len() != args.len() {
@@ -360,14 +346,14 @@ impl TypeEnv {
                 let args = args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?;
                 Ty::Constr(found.path, args)
             }
-            Ty::Constr(p, args) => Ty::Constr(p.clone(), args.iter().map(|t| self.canon_at(t, budget, depth + 1)).collect::<Option<_>>()?),
             Ty::Package(p, w) => {
                 let path = self.module_type(p).map_or_else(|| p.clone(), |(def, _)| def.path.clone());
                 let mut w = w.iter().map(|(n, t)| Some((n.clone(), self.canon_at(t, budget, depth + 1)?))).collect::<Option<Vec<_>>>()?;
                 w.sort_by(|a, b| a.0.cmp(&b.0));
                 Ty::Package(path, w)
             }
-            t => t.clone(),
+            // A tuple, a polymorphic variant, a predefined type's arguments, in order.
+            t => t.try_map_children(&mut |c| self.canon_at(c, budget, depth + 1))?,
         })
     }
 
