@@ -147,5 +147,46 @@ for name in "${plugins[@]}"; do
   mv -f "$build/$name.cmxs" "$out/$name.cmxs"   # atomic replace
   built=$((built + 1))
 done
+# The same programs as bytecode (`ocamlc -g -bin-annot`), in $out/bytecode: every sample that
+# needs neither C stubs nor native plugins; plus cache_leak linked with the interpreter
+# (-custom and -output-complete-exe). Their .cmt files are kept
+# apart, in $build/bytecode/cmt.
+ocamlc="$prefix/bin/ocamlc"
+bout="$out/bytecode"
+bbuild="$build/bytecode"
+mkdir -p "$bout" "$bbuild/cmt"
+keep_bytecode_cmt() { mv -f "$bbuild"/*.cmt "$bbuild/cmt/" 2>/dev/null || true; }
+bytecode_deps=("$here/heapsnap_sample.ml" "$here/build.sh" "$ocamlc")
+if ! newer_than_all "$bbuild/heapsnap_sample.cmo" "${bytecode_deps[@]}"; then
+  (cd "$bbuild" && "$ocamlc" "${flags[@]}" -c -o "$bbuild/heapsnap_sample.cmo" "$here/heapsnap_sample.ml")
+  keep_bytecode_cmt
+fi
+bytecode_built=0
+link_bytecode() { # name output extra-flags...
+  local name=$1 output=$2; shift 2
+  local inc=(-I "$bbuild") libargs=()
+  if [ "$name" = systhread_stack ]; then
+    inc+=(-I +threads -I +unix)
+    libargs=(unix.cma threads.cma)
+  fi
+  if newer_than_all "$bout/$output" "$here/$name.ml" "${bytecode_deps[@]}"; then
+    return
+  fi
+  echo "samples: [$variant] building bytecode $output" >&2
+  (cd "$bbuild" &&
+     "$ocamlc" "${flags[@]}" "${inc[@]}" -c -o "$bbuild/$name.cmo" "$here/$name.ml" &&
+     "$ocamlc" "${flags[@]}" "${inc[@]}" "$@" "${libargs[@]}" "$bbuild/heapsnap_sample.cmo" "$bbuild/$name.cmo" -o "$bbuild/$output.out")
+  keep_bytecode_cmt
+  mv -f "$bbuild/$output.out" "$bout/$output"
+  bytecode_built=$((bytecode_built + 1))
+}
+for entry in "${samples[@]}"; do
+  IFS='|' read -r name libs stub <<<"$entry"
+  [ "$stub" = - ] && [ "$libs" != dynlink ] || continue
+  link_bytecode "$name" "$name"
+done
+link_bytecode cache_leak cache_leak.custom -custom
+link_bytecode cache_leak cache_leak.complete -output-complete-exe
+echo "samples: [$variant] $bytecode_built bytecode programs built in $bout" >&2
 echo "samples: [$variant] $built built, $(( ${#samples[@]} + ${#plugins[@]} - built )) up to date in $out" >&2
 echo "$out"

@@ -41,7 +41,7 @@ pub enum DumpError {
     #[error("{given} is not a copy of the executable the target runs ({actual}): {why}")]
     ExecutableMismatch { given: PathBuf, actual: PathBuf, why: String },
 
-    #[error("{path} is not an OCaml native program (it has no symbol caml_start_program, in .symtab or .dynsym)")]
+    #[error("{path} is not an OCaml program: it has neither caml_start_program (native code) nor caml_bytecode_interpreter or caml_interprete (the bytecode interpreter), in .symtab or .dynsym")]
     NotOcaml { path: PathBuf },
 
     #[error("{path}: executable has no DWARF debug info (.debug_info); heapsnap needs the OCaml runtime's structure layouts (was the runtime built without -g, or the binary stripped?)")]
@@ -92,6 +92,15 @@ pub enum DumpError {
 
     #[error("{path}: --read-by-probing reads the runtime's DWARF, which it lacks: give its debug file ({debug_file})")]
     ProbingNeedsDwarf { path: PathBuf, debug_file: String },
+
+    #[error("{path} runs bytecode; heapsnap reads an interpreter's structures through its DWARF debug info, which it lacks (it has layout tables for native executables only): give its debug file ({debug_file}), or use an ocamlrun built with -g")]
+    BytecodeNeedsDwarf { path: PathBuf, debug_file: String },
+
+    #[error("bytecode programs are read on OCaml 5.1 and later only; this one runs OCaml {version}")]
+    BytecodeUnsupported { version: String },
+
+    #[error("the bytecode program loaded {library}, whose roots heapsnap cannot read yet ({why}); a native build of the program dumps")]
+    BytecodeLibraryUnsupported { library: String, why: String },
 
     #[error("cannot detect the number of reserved header bits ({0}); pass --reserved-bits N")]
     ReservedBitsUnknown(String),
@@ -173,6 +182,10 @@ pub enum BusyPlace {
     RuntimeCode { function: String, file: String },
     #[error("is in C code entered through {0}")]
     EnteredThrough(String),
+    #[error("is interpreting bytecode (the interpreter keeps its stack pointer in a register)")]
+    Interpreting,
+    #[error("is in {0}, which the interpreter calls without saving its stack pointer")]
+    CalledByInterpreter(String),
 }
 
 /// Several reasons, as one line.

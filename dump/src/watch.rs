@@ -257,7 +257,7 @@ pub enum CompactionCounter {
     Present,
     /// An OCaml 5 program without one: OCaml 5.1, whose `Gc.compact` is a major collection.
     Absent,
-    /// Not an OCaml native program.
+    /// Not an OCaml program.
     NotOcaml,
 }
 
@@ -266,7 +266,9 @@ pub const NO_COMPACTION_COUNTER: &str = "on-compaction cannot work on this progr
 
 /// Whether the executable at `path` has a compaction counter.
 pub fn compaction_counter_in(path: &std::path::Path) -> CompactionCounter {
-    if crate::elf::locate_symbol(path, "caml_start_program").is_err() {
+    if crate::elf::locate_symbol(path, "caml_start_program").is_err()
+        && crate::common::program::INTERPRETER_SYMBOLS.iter().all(|name| crate::elf::locate_symbol(path, name).is_err())
+    {
         return CompactionCounter::NotOcaml;
     }
     let has = |name| crate::elf::locate_symbol(path, name).is_ok();

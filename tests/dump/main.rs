@@ -5,6 +5,7 @@
 #[path = "../dump_support/mod.rs"]
 mod dump_support;
 
+mod dump_bytecode;
 mod dump_core;
 mod dump_dynlink;
 mod dump_errors;

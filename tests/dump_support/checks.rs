@@ -23,6 +23,24 @@ pub fn check_sample(name: &str, args: &[&str]) -> Vec<Snapshot> {
 /// the same world word for word, and leaves no child; the sample's output and exit status are
 /// unchanged.
 pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str]) -> Vec<Snapshot> {
+    check_any_sample_at(program, version, name, args, Code::Native)
+}
+
+/// How a sample runs: the checks of its roots' names differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    Native,
+    /// Run by the interpreter: `program` is what is started (the bytecode file itself, through
+    /// its `#!` line, or an executable with the interpreter linked in).
+    Bytecode,
+}
+
+/// [`check_sample_at`] for a program that runs bytecode.
+pub fn check_bytecode_sample_at(program: &Path, version: &str, name: &str, args: &[&str]) -> Vec<Snapshot> {
+    check_any_sample_at(program, version, name, args, Code::Bytecode)
+}
+
+fn check_any_sample_at(program: &Path, version: &str, name: &str, args: &[&str], code: Code) -> Vec<Snapshot> {
     let program = program.to_path_buf();
     let (expected, expected_status) = reference_output(&program, args);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -39,7 +57,7 @@ pub fn check_sample_at(program: &Path, version: &str, name: &str, args: &[&str])
         let mode = std::fs::metadata(&path).expect("snapshot written").permissions().mode();
         assert_eq!(mode & 0o777, 0o600, "{name}: snapshot mode {mode:o}");
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("{name}: snapshot does not validate: {e}"));
-        sanity(name, version, &snap, sample.pid() as u32);
+        sanity(name, version, &snap, sample.pid() as u32, code);
         let r = reachability(&snap);
         r.assert_exact(&format!("{name} step {step}"));
         // And the analyser's oracle, `heapsnap verify --strict`.
@@ -118,7 +136,7 @@ pub fn check_sample_by_probing(
 }
 
 /// What every snapshot of a sample must hold.
-fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
+fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32, code: Code) {
     let m = snap.metadata();
     assert_eq!(m.ocaml_version, version);
     assert_eq!(m.pid, Some(pid));
@@ -142,6 +160,12 @@ fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
     for r in snap.regions().filter(|r| r.kind() == RegionKind::FiberStack) {
         assert_ne!(r.header.owner, 0, "{name}: fiber stack without owner");
     }
+    assert!(snap.symbols().len() > 1000, "{name}: symbols missing");
+    assert!(snap.dwarf_section(".debug_line").is_some(), "{name}: no .debug_line");
+    if code == Code::Bytecode {
+        bytecode_sanity(name, snap);
+        return;
+    }
     // The sample's own module block is a global root, named after its unit.
     let unit = format!("caml{}{}", name[..1].to_uppercase(), &name[1..]);
     assert!(
@@ -152,8 +176,37 @@ fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32) {
     let stack: Vec<_> = snap.roots().iter().filter(|r| r.root_kind() == RootKind::Stack && r.origin != 0).collect();
     assert!(!stack.is_empty(), "{name}: no stack root");
     assert!(stack.iter().all(|r| snap.string(r.name).is_some_and(|n| n.starts_with("caml"))), "{name}: unnamed stack roots");
-    assert!(snap.symbols().len() > 1000, "{name}: symbols missing");
-    assert!(snap.dwarf_section(".debug_line").is_some(), "{name}: no .debug_line");
+}
+
+/// A bytecode program's globals are the fields of `caml_global_data`, a registered root; its
+/// stack roots are the interpreter's stack words that hold blocks, each attributed to the code
+/// pointer of its frame, and none of them a code pointer (those are outside the heap).
+fn bytecode_sanity(name: &str, snap: &Snapshot) {
+    let global_data: Vec<_> = snap
+        .roots()
+        .iter()
+        .filter(|r| r.root_kind() == RootKind::GenerationalRoot && snap.string(r.name) == Some("caml_global_data"))
+        .collect();
+    assert_eq!(global_data.len(), 1, "{name}: caml_global_data is one registered root");
+    let value = global_data[0].value;
+    let header = snap.region_of(value).and_then(|r| r.word_at(value - 8)).unwrap_or_else(|| panic!("{name}: caml_global_data is no block"));
+    let fields = (header >> 10) & ((1 << 54) - 1);
+    assert!(fields > 20, "{name}: caml_global_data has {fields} fields");
+    let stack: Vec<_> = snap.roots().iter().filter(|r| r.root_kind() == RootKind::Stack && r.slot != 0).collect();
+    // (The fiber's handler, at the stack's top, holds three closures named after their field.)
+    let frames: Vec<_> = stack
+        .iter()
+        .filter(|r| snap.string(r.name).is_none() && snap.region_of(r.slot).is_some_and(|region| region.kind() == RegionKind::FiberStack))
+        .collect();
+    assert!(!frames.is_empty(), "{name}: no root in the interpreter's stack");
+    assert!(
+        frames.iter().all(|r| r.origin != 0 && snap.region_of(r.origin).is_none()),
+        "{name}: a stack root without its frame's code pointer"
+    );
+    assert!(
+        frames.iter().all(|r| snap.region_of(r.value).is_some()),
+        "{name}: a stack root outside the heap (a code pointer taken for a value?)"
+    );
 }
 
 /// `gcore -o DIR/core PID`; returns the core's path. Checks that gcore left the target running

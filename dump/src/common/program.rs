@@ -45,12 +45,22 @@ impl std::fmt::Display for LayoutsFrom {
     }
 }
 
+/// How the target runs OCaml: its own machine code, or bytecode run by the interpreter
+/// (`ocamlrun`, or a `-custom` or `-output-complete-exe` executable with the interpreter
+/// linked in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramKind {
+    Native,
+    Bytecode,
+}
+
 /// The target's executable as found (with its debug file attached), where it is loaded, and
 /// the OCaml version it runs: what every release's knowledge starts from.
 pub struct Program {
     pub exe: Executable,
     pub bias: u64,
     pub version: String,
+    pub kind: ProgramKind,
 }
 
 /// Opens the target's executable (or the copy given instead), attaches its debug file, and
@@ -67,16 +77,59 @@ pub fn open_program(source: &dyn MemorySource, options: &DiscoverOptions) -> Res
     };
     let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
     crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
-    if exe.symbol("caml_start_program").is_none() {
-        return Err(DumpError::NotOcaml { path: exe.path.clone() });
-    }
+    let kind = program_kind(&exe)?;
     let mappings = source.mappings()?;
     let bias = exe.load_bias(&mappings, &target_exe)?;
-    for required in ["caml_globals", "caml_data_segments"] {
-        exe.require(required)?;
+    let version = match kind {
+        ProgramKind::Native => {
+            for required in ["caml_globals", "caml_data_segments"] {
+                exe.require(required)?;
+            }
+            detect_version(&exe, bias, source)?
+        }
+        ProgramKind::Bytecode => bytecode_runtime_version(&exe)?,
+    };
+    Ok(Program { exe, bias, version, kind })
+}
+
+/// The bytecode interpreter's function: `caml_interprete` up to OCaml 5.2, renamed in 5.3.
+pub const INTERPRETER_SYMBOLS: [&str; 2] = ["caml_bytecode_interpreter", "caml_interprete"];
+
+/// The interpreter's function in `exe`, if it has one.
+pub fn interpreter_symbol(exe: &Executable) -> Option<&crate::elf::Symbol> {
+    INTERPRETER_SYMBOLS.iter().find_map(|name| exe.symbol(name))
+}
+
+/// Native code enters OCaml through `caml_start_program` (the assembly glue); bytecode is run
+/// by the interpreter ([`INTERPRETER_SYMBOLS`]), and a program has one or the other.
+pub fn program_kind(exe: &Executable) -> Result<ProgramKind> {
+    match (exe.symbol("caml_start_program").is_some(), interpreter_symbol(exe).is_some()) {
+        (true, _) => Ok(ProgramKind::Native),
+        (false, true) => Ok(ProgramKind::Bytecode),
+        (false, false) => Err(DumpError::NotOcaml { path: exe.path.clone() }),
     }
-    let version = detect_version(&exe, bias, source)?;
-    Ok(Program { exe, bias, version })
+}
+
+/// The version of a bytecode runtime: the interpreter prints it for `-version` from a string
+/// its startup code holds whole (`"The OCaml runtime, version " OCAML_VERSION_STRING`, in
+/// startup_byt.c of every release), so it is read from the executable, not the target.
+pub fn bytecode_runtime_version(exe: &Executable) -> Result<String> {
+    const PREFIX: &[u8] = b"The OCaml runtime, version ";
+    let (_, rodata) =
+        exe.section_data(".rodata").ok_or_else(|| DumpError::UnknownVersion(format!("{} has no .rodata section", exe.path.display())))?;
+    let found = rodata.windows(PREFIX.len()).position(|w| w == PREFIX);
+    let version = found.and_then(|at| {
+        let rest = &rodata[at + PREFIX.len()..];
+        let end = rest.iter().position(|&b| b == 0)?;
+        std::str::from_utf8(&rest[..end]).ok()
+    });
+    match version.map(str::trim) {
+        Some(v) if v.split('.').take(2).all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) => Ok(v.to_string()),
+        _ => Err(DumpError::UnknownVersion(format!(
+            "{} runs bytecode, but its runtime's version string (\"The OCaml runtime, version ...\") was not found",
+            exe.path.display()
+        ))),
+    }
 }
 
 /// An executable given in place of the target's own file must be the same build.

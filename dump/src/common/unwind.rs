@@ -112,6 +112,16 @@ impl Unwinder {
         Unwinder { modules }
     }
 
+    /// Where the function holding code address `pc` starts, by its unwind entry (which every
+    /// function of the executable and of the shared libraries has, symbols or not).
+    pub fn function_start(&self, pc: u64) -> Option<u64> {
+        let module = self.modules.iter().find(|m| (m.start..m.end).contains(&pc))?;
+        let eh = EhFrame::new(&module.eh_frame, LittleEndian);
+        let bases = BaseAddresses::default().set_eh_frame(module.eh_frame_address).set_text(module.text_address);
+        let fde = eh.fde_for_address(&bases, pc.wrapping_sub(module.bias), EhFrame::cie_from_offset).ok()?;
+        Some(fde.initial_address().wrapping_add(module.bias))
+    }
+
     /// Unwinds from `regs` while `go_on(frame pc)` says so, up to `max` frames. The frame where
     /// `go_on` said no is included, last. `None` when a frame cannot be unwound.
     pub fn unwind(

@@ -340,7 +340,12 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
 /// The spans of static data, merged where they touch (they do not change while the program
 /// runs, so they may be listed before the stop).
 fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
-    let mut spans = data_segments(source, rt.symbol("caml_data_segments")?)?;
+    // Bytecode has no static data of its own: its constants are in the heap, read from the
+    // bytecode file at startup.
+    let mut spans = match rt.bytecode {
+        None => data_segments(source, rt.symbol("caml_data_segments")?)?,
+        Some(_) => Vec::new(),
+    };
     // The runtime's atoms are static blocks too (what `caml_alloc(0, tag)` returns).
     if let Some((atoms, size)) = rt.statics.atoms {
         spans.push((rt.addr(atoms), rt.addr(atoms) + size.div_ceil(8) * 8));

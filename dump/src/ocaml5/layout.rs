@@ -87,6 +87,14 @@ pub struct FiberLayout {
     pub stack_info_size: u64,
 }
 
+/// frame_descriptors.c `current_frame_descrs.frametables` and the list cell layout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FramesLayout {
+    pub frametables: u64,
+    pub frametable_list_table: u64,
+    pub frametable_list_next: u64,
+}
+
 /// Global roots, local roots, finalisers, ephemerons.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RootsLayout {
@@ -118,10 +126,9 @@ pub struct RootsLayout {
     /// Members of major_gc.c's `orph_structs`.
     pub orph_ephe_live: u64,
     pub orph_final_info: u64,
-    /// frame_descriptors.c `current_frame_descrs.frametables` and the list cell layout.
-    pub frametables: u64,
-    pub frametable_list_table: u64,
-    pub frametable_list_next: u64,
+    /// Where native code's frame tables are: absent from a bytecode runtime.
+    #[serde(flatten)]
+    pub frames: Option<FramesLayout>,
 }
 
 /// memprof.c.
@@ -289,7 +296,6 @@ fn roots(t: &TypeIndex) -> Result<RootsLayout> {
     let tables = t.field_of(block, "caml__roots_block", "tables")?;
     let skiplist = t.type_named("skiplist")?;
     let orph = t.variable("orph_structs", "major_gc.c")?;
-    let fd = t.variable("current_frame_descrs", "frame_descriptors.c")?;
     Ok(RootsLayout {
         roots_block_next: t.offset_of("caml__roots_block", "next")?,
         roots_block_ntables: t.offset_of("caml__roots_block", "ntables")?,
@@ -317,9 +323,14 @@ fn roots(t: &TypeIndex) -> Result<RootsLayout> {
         ephe_live: t.offset_of("caml_ephe_info", "live")?,
         orph_ephe_live: t.variable_field(orph, "orph_structs", "ephe_list_live")?.offset,
         orph_final_info: t.variable_field(orph, "orph_structs", "final_info")?.offset,
-        frametables: t.variable_field(fd, "current_frame_descrs", "frametables")?.offset,
-        frametable_list_table: t.offset_of("caml_frametable_list", "frametable")?,
-        frametable_list_next: t.offset_of("caml_frametable_list", "next")?,
+        frames: match t.variable("current_frame_descrs", "frame_descriptors.c") {
+            Ok(fd) => Some(FramesLayout {
+                frametables: t.variable_field(fd, "current_frame_descrs", "frametables")?.offset,
+                frametable_list_table: t.offset_of("caml_frametable_list", "frametable")?,
+                frametable_list_next: t.offset_of("caml_frametable_list", "next")?,
+            }),
+            Err(_) => None,
+        },
     })
 }
 

@@ -4,6 +4,7 @@
 //! makes it a [`crate::common::family::RuntimeFamily`]. What differs between OCaml 5 releases
 //! is in [`versions`], one file each; what every family shares is in [`crate::common`].
 
+pub mod bytecode;
 pub mod capture;
 pub mod discover;
 pub mod facts;
@@ -20,13 +21,14 @@ pub mod versions;
 
 use crate::common::code::CodeMap;
 use crate::common::frames::FrameTable;
-use crate::common::program::{detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program};
+use crate::common::program::{detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program, ProgramKind};
 use crate::common::regions::ContinuationShape;
 use crate::common::unwind;
 use crate::dwarf::TypeIndex;
 use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
+use bytecode::BytecodeLayout;
 use facts::Facts;
 use heapsnap_format::ProbedFact;
 use layout::Layout;
@@ -63,6 +65,8 @@ pub struct Runtime {
     /// Reserved header bits, when the runtime's code says it (see [`detect_reserved_bits`]).
     pub detected_reserved_bits: Option<u8>,
     pub frames: FrameTable,
+    /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
+    pub bytecode: Option<BytecodeLayout>,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
     /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
@@ -90,8 +94,11 @@ impl Runtime {
         program: Program,
         options: &DiscoverOptions,
     ) -> Result<(Runtime, Option<PendingProbe>)> {
-        let Program { exe, bias, version } = program;
+        let Program { exe, bias, version, kind } = program;
         let mappings = source.mappings()?;
+        if kind == ProgramKind::Bytecode && !exe.has_dwarf() {
+            return Err(DumpError::BytecodeNeedsDwarf { path: exe.path.clone(), debug_file: debug_file_wanted(&exe) });
+        }
         // OCaml 4 is too different to be read as OCaml 5, forced or probed.
         if versions::find(&version).is_none() && version.starts_with("4.") {
             let supported = heapsnap_values::releases::supported();
@@ -104,8 +111,12 @@ impl Runtime {
         let mut notes = Vec::new();
         let mut probe = None;
         let mut forced = false;
+        let mut bytecode_layout = None;
         let (release, facts, layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
             let types = TypeIndex::load(&exe)?;
+            if kind == ProgramKind::Bytecode {
+                bytecode_layout = Some(BytecodeLayout::load(&types)?);
+            }
             let probing = std::time::Instant::now();
             let found = Probe::statics(&exe, &types, &layout::heap(&types)?, source, bias);
             let facts = match known {
@@ -158,12 +169,19 @@ impl Runtime {
             check_size_classes(&exe, bias, source, &layout, release)?;
         }
         let code = CodeMap::new(&exe);
-        let r = &layout.roots;
-        let frametables = bias + statics.current_frame_descrs + r.frametables;
-        let mut frames = FrameTable::read(source, frametables, r.frametable_list_table, r.frametable_list_next)?;
-        if frames.is_empty() {
-            frames.read_linked(source, &exe, bias)?;
-        }
+        let (frames, bytecode) = match kind {
+            ProgramKind::Native => {
+                let missing = |name: &str| DumpError::MissingStatic { name: name.into(), how: "native code's frame tables".into() };
+                let r = layout.roots.frames.as_ref().ok_or_else(|| missing("current_frame_descrs.frametables"))?;
+                let descrs = statics.current_frame_descrs.ok_or_else(|| missing("current_frame_descrs (frame_descriptors.c)"))?;
+                let mut frames = FrameTable::read(source, bias + descrs + r.frametables, r.frametable_list_table, r.frametable_list_next)?;
+                if frames.is_empty() {
+                    frames.read_linked(source, &exe, bias)?;
+                }
+                (frames, None)
+            }
+            ProgramKind::Bytecode => (FrameTable::default(), bytecode_layout),
+        };
         let unwinder = unwind::Unwinder::new(&mappings);
         let rt = Runtime {
             exe,
@@ -181,6 +199,7 @@ impl Runtime {
             forced,
             detected_reserved_bits,
             frames,
+            bytecode,
             unwinder,
             units,
             units_exact,

@@ -2,6 +2,7 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
+use super::bytecode::{is_scannable, CodeFragments};
 use super::probe;
 use super::versions::Indirection;
 use super::Runtime;
@@ -29,6 +30,9 @@ struct Ctx<'a> {
     warnings: Vec<String>,
     /// Statmemprof's entries, as the snapshot records them.
     memprof: Vec<MemprofRecord>,
+    /// A bytecode runtime's code fragments: its stacks are scanned word by word, these words
+    /// being code pointers (native stacks are walked by their frame tables).
+    code: Option<CodeFragments>,
 }
 
 impl Ctx<'_> {
@@ -55,12 +59,24 @@ struct SysThread {
 }
 
 pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
-    let mut cx =
-        Ctx { rt, source, roots: Vec::new(), stacks: HashSet::new(), new_regions: Vec::new(), warnings: Vec::new(), memprof: Vec::new() };
+    let code = rt.bytecode.as_ref().map(|b| CodeFragments::read(b, rt.bias, source)).transpose()?;
+    let mut cx = Ctx {
+        rt,
+        source,
+        roots: Vec::new(),
+        stacks: HashSet::new(),
+        new_regions: Vec::new(),
+        warnings: Vec::new(),
+        memprof: Vec::new(),
+        code,
+    };
     let l = &rt.layout;
     check_hook(&mut cx)?;
-    globals(&mut cx, format)?;
-    dyn_globals(&mut cx, format)?;
+    // Bytecode's globals are the fields of `caml_global_data`, a registered root.
+    if rt.bytecode.is_none() {
+        globals(&mut cx, format)?;
+        dyn_globals(&mut cx, format)?;
+    }
     global_root_lists(&mut cx, cap)?;
 
     for d in &cap.domains {
@@ -183,6 +199,15 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     let hook = cx.word(hook_var)?;
     if hook == 0 {
         return Ok(());
+    }
+    if cx.rt.bytecode.is_some() {
+        // A bytecode program loads systhreads as dllthreads.so: its thread table is in that
+        // library, whose variables this runtime's reading does not cover.
+        let library = cx.source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
+        return Err(DumpError::BytecodeLibraryUnsupported {
+            library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
+            why: "it scans roots of its own (caml_scan_roots_hook): systhreads' other threads' stacks".into(),
+        });
     }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
     // Without .symtab the hook (a static function) has no name: systhreads' file is enough,
@@ -340,6 +365,13 @@ fn walk_chain(
     let f = cx.rt.layout.fiber.clone();
     for (i, fiber) in chain.iter().enumerate() {
         let sp = if i == 0 { first_sp.unwrap_or(fiber.sp) } else { fiber.sp };
+        if let Some(code) = cx.code.take() {
+            let scanned = interpreter_stack(cx, &code, sp, fiber.high, &mut record);
+            cx.code = Some(code);
+            scanned?;
+            handlers(cx, &f, fiber, &mut record)?;
+            continue;
+        }
         let regions = std::mem::take(&mut cx.new_regions);
         let walk = walk_stack(&cx.rt.frames, sp, fiber.high, gc_regs, &mut |a| stack_word(&regions, cx.source, a));
         cx.new_regions = regions;
@@ -354,10 +386,48 @@ fn walk_chain(
         for r in found {
             record(cx, r.kind, r.slot, r.value, r.origin, r.name, r.flags);
         }
-        for (offset, name) in [(f.handler_value, "handle_value"), (f.handler_exn, "handle_exn"), (f.handler_effect, "handle_effect")] {
-            let address = fiber.high + offset;
-            let value = stack_word(&cx.new_regions, cx.source, address)?;
-            record(cx, RootKind::Stack, address, value, 0, RootName::Text(name.into()), 0);
+        handlers(cx, &f, fiber, &mut record)?;
+    }
+    Ok(())
+}
+
+/// A fiber's handler: its three closures.
+fn handlers(
+    cx: &mut Ctx<'_>,
+    f: &super::layout::FiberLayout,
+    fiber: &Fiber,
+    record: &mut impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32),
+) -> Result<()> {
+    for (offset, name) in [(f.handler_value, "handle_value"), (f.handler_exn, "handle_exn"), (f.handler_effect, "handle_effect")] {
+        let address = fiber.high + offset;
+        let value = stack_word(&cx.new_regions, cx.source, address)?;
+        record(cx, RootKind::Stack, address, value, 0, RootName::Text(name.into()), 0);
+    }
+    Ok(())
+}
+
+/// An interpreter's stack, from `sp` to `high`, as fiber.c's bytecode `caml_scan_stack` scans
+/// it: every word that is a block and no code pointer is a root. Each is attributed to the
+/// code pointer nearest below it, the return address pushed under the frame that holds it
+/// (`Setup_for_c_call` pushes the current pc under the innermost frame); words below every
+/// code pointer, to the first one above.
+fn interpreter_stack(
+    cx: &mut Ctx<'_>,
+    code: &CodeFragments,
+    sp: u64,
+    high: u64,
+    record: &mut impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32),
+) -> Result<()> {
+    let words: Vec<u64> = {
+        let regions = &cx.new_regions;
+        (sp..high).step_by(8).map(|a| stack_word(regions, cx.source, a)).collect::<Result<_>>()?
+    };
+    let mut frame_pc = words.iter().copied().find(|&w| w & 1 == 0 && code.contains(w)).unwrap_or(0);
+    for (i, &word) in words.iter().enumerate() {
+        if word & 1 == 0 && code.contains(word) {
+            frame_pc = word;
+        } else if is_scannable(word, code) {
+            record(cx, RootKind::Stack, sp + 8 * i as u64, word, frame_pc, RootName::None, 0);
         }
     }
     Ok(())

@@ -88,6 +88,70 @@ enum Holder {
     Unsafe(BusyPlace),
 }
 
+/// The functions the interpreter calls after saving its stack pointer besides primitives
+/// (interp.c: `Setup_for_event` before the first, `Setup_for_c_call` before the others).
+const INTERPRETER_SAVES_SP_FOR: &[&str] = &[
+    "caml_process_pending_actions",
+    "caml_raise_stack_overflow",
+    "caml_raise_zero_divide",
+    "caml_raise_continuation_already_resumed",
+    "caml_make_unhandled_effect_exn",
+];
+
+/// Whether a C frame of a thread holding a domain leaves heap structures half-updated: `at`
+/// is in function `name`, innermost or not.
+fn unsafe_frame(rt: &Runtime, innermost: bool, at: u64, name: &str) -> Option<BusyPlace> {
+    let exempt = SAFE_FUNCTIONS.contains(&name) || (!innermost && SAFE_WHILE_CALLING.contains(&name));
+    // Where source files are known only approximately, a frame between two of them counts
+    // as in either.
+    for file in rt.unit_files_at(at) {
+        let file = file.rsplit('/').next().unwrap_or(file);
+        let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
+        if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
+            return Some(BusyPlace::RuntimeCode { function: name.to_string(), file: file.to_string() });
+        }
+    }
+    None
+}
+
+/// Where the thread holding a domain of a bytecode program is. The interpreter keeps its
+/// stack pointer, accumulator and environment in registers while it interprets, and saves
+/// them before it calls C code that may look at the stack: a primitive (`Setup_for_c_call`),
+/// a collection (`Setup_for_gc`, in files unsafe anyway), pending actions. The domain is at
+/// rest when the innermost interpreter frame is in such a call and the C frames inside it are
+/// safe as for native code. (Outer interpreter frames, below a callback, are at such calls
+/// too: the interpreter enters OCaml again only from C code it called after saving.)
+fn classify_bytecode_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Holder {
+    let pc = thread.regs.rip;
+    let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
+    let interpreter = crate::common::program::interpreter_symbol(&rt.exe).map(|s| (rt.addr(s.address), rt.addr(s.address) + s.size.max(1)));
+    let interpreting = |pc: u64| interpreter.is_some_and(|(start, end)| (start..end).contains(&pc));
+    if interpreting(pc) {
+        return Holder::Unsafe(BusyPlace::Interpreting);
+    }
+    let Some(frames) = rt.unwinder.unwind(source, &thread.regs, 256, |pc| !interpreting(pc)) else {
+        return Holder::Unsafe(BusyPlace::NotUnwound(function(pc)));
+    };
+    let in_interpreter = frames.last().is_some_and(|f| interpreting(f.pc));
+    let c_frames = if in_interpreter { &frames[..frames.len() - 1] } else { &frames[..] };
+    for (depth, f) in c_frames.iter().enumerate() {
+        let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+        if let Some(place) = unsafe_frame(rt, depth == 0, at, &function(at)) {
+            return Holder::Unsafe(place);
+        }
+    }
+    if let (true, Some(callee)) = (in_interpreter, c_frames.last()) {
+        let at = if c_frames.len() == 1 { callee.pc } else { callee.pc.wrapping_sub(1) };
+        let start = rt.unwinder.function_start(at);
+        let name = function(at);
+        let saved = start.is_some_and(|s| primitives.binary_search(&s).is_ok()) || INTERPRETER_SAVES_SP_FOR.contains(&name.as_str());
+        if !saved {
+            return Holder::Unsafe(BusyPlace::CalledByInterpreter(name));
+        }
+    }
+    Holder::InRuntime
+}
+
 /// Where the thread holding a domain is, and whether the domain is at rest there.
 fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState) -> Holder {
     let pc = thread.regs.rip;
@@ -107,19 +171,10 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
     };
     let (boundary, c_frames) = frames.split_last().expect("at least the innermost frame");
     for (depth, f) in c_frames.iter().enumerate() {
-        let innermost = depth == 0;
         // A return address may be the first byte after its function: look the call up.
-        let at = if innermost { f.pc } else { f.pc.wrapping_sub(1) };
-        let name = function(at);
-        let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
-        // Where source files are known only approximately, a frame between two of them counts
-        // as in either.
-        for file in rt.unit_files_at(at) {
-            let file = file.rsplit('/').next().unwrap_or(file);
-            let unsafe_file = UNSAFE_RUNTIME_FILES.contains(&file) && !exempt;
-            if unsafe_file || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
-                return Holder::Unsafe(BusyPlace::RuntimeCode { function: name, file: file.to_string() });
-            }
+        let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+        if let Some(place) = unsafe_frame(rt, depth == 0, at, &function(at)) {
+            return Holder::Unsafe(place);
         }
     }
     match kind(boundary.pc) {
@@ -203,6 +258,10 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         }
     }
 
+    let primitives = match &rt.bytecode {
+        Some(b) => super::bytecode::primitives(b, rt.bias, source)?,
+        None => Vec::new(),
+    };
     for (index, internal) in participating_domains(rt, source)?.into_iter().enumerate() {
         let state = source.read_u64(internal + l.domains.internal_state)?;
         let (lock, owner) = mutex_state(rt, source, internal + l.domains.internal_domain_lock)?;
@@ -210,7 +269,10 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         if lock != 0 {
             match source.threads().iter().find(|t| t.tid == owner && owner != 0) {
                 None => check.unsafe_reasons.push(UnsafeStop::DomainLockChanging(index)),
-                Some(thread) => match classify_holder(rt, source, thread) {
+                Some(thread) => match match rt.bytecode {
+                    Some(_) => classify_bytecode_holder(rt, source, thread, &primitives),
+                    None => classify_holder(rt, source, thread),
+                } {
                     Holder::Ocaml(state) => view.running = Some(state),
                     Holder::InRuntime => {}
                     Holder::Unsafe(place) => check.unsafe_reasons.push(UnsafeStop::DomainBusy { domain: index, thread: thread.tid, place }),

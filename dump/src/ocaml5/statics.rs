@@ -22,7 +22,8 @@ pub struct Statics {
     pub dyn_globals: Option<u64>,
     pub orph_structs: u64,
     pub orphaned_lock: u64,
-    pub current_frame_descrs: u64,
+    /// Native code's frame tables (a bytecode runtime has none).
+    pub current_frame_descrs: Option<u64>,
     /// memprof.c's orphaned entry tables and their lock (5.3).
     pub memprof_orphans: Option<(u64, u64)>,
     /// systhreads' table, when the threads library is linked in.
@@ -112,7 +113,7 @@ impl Statics {
             dyn_globals: f.find("caml_dyn_globals", "globroots.c")?.map(|(a, _)| a),
             orph_structs: f.required("orph_structs", "major_gc.c")?,
             orphaned_lock: f.required("orphaned_lock", "major_gc.c")?,
-            current_frame_descrs: f.required("current_frame_descrs", "frame_descriptors.c")?,
+            current_frame_descrs: f.find("current_frame_descrs", "frame_descriptors.c")?.map(|(a, _)| a),
             memprof_orphans,
             thread_table: if threads { Some(f.required("thread_table", "st_stubs.c")?) } else { None },
             custom_ops_table: f.required("custom_ops_table", "custom.c")?,

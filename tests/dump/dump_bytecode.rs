@@ -1,0 +1,90 @@
+//! Bytecode programs dumped like native ones: every sample that runs as bytecode, on every
+//! OCaml 5 toolchain, started through its `#!` line, through `ocamlrun` directly, and linked
+//! with the interpreter (`-custom`, `-output-complete-exe`); at each READY point the snapshot
+//! holds exactly the live blocks, passes `verify --strict`, and a fork captures the same world.
+
+use crate::dump_support::*;
+use heapsnap_testkit::samples::{toolchain_prefix, toolchain_samples, toolchains, version_of};
+
+/// The OCaml 5 toolchains, with their bytecode samples' directory.
+fn bytecode_toolchains() -> Vec<(&'static str, std::path::PathBuf)> {
+    toolchains().filter(|t| !t.starts_with("4.")).filter_map(|t| Some((t, toolchain_samples(t)?.join("bytecode")))).collect()
+}
+
+/// The samples that run as bytecode and that the dumper reads (systhreads are loaded from a
+/// shared library, refused: see [`a_bytecode_program_with_systhreads_is_refused_clearly`]).
+const SAMPLES: &[&str] = &[
+    "cache_leak",
+    "closure_list",
+    "effect_cont",
+    "domains_shared",
+    "weak_ephemeron",
+    "bigarray_sample",
+    "lazy_sample",
+    "objects_sample",
+    "long_list",
+    "large_array",
+    "steady_state",
+    "alloc_sites",
+    "typed_values",
+    "closure_shapes",
+];
+
+#[test]
+fn every_bytecode_sample_is_dumped_exactly() {
+    for (toolchain, dir) in bytecode_toolchains() {
+        for name in SAMPLES {
+            let program = dir.join(name);
+            if !program.exists() {
+                continue; // a sample the release cannot build (effects, domains)
+            }
+            let args: Vec<String> = match manifest_samples().iter().any(|s| s["name"] == *name) {
+                true => manifest_args(name),
+                false => Vec::new(),
+            };
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            check_bytecode_sample_at(&program, version_of(toolchain), &format!("{name} ({toolchain}, bytecode)"), &args);
+        }
+    }
+}
+
+#[test]
+fn bytecode_run_by_ocamlrun_directly_or_linked_with_the_interpreter() {
+    for (toolchain, dir) in bytecode_toolchains() {
+        let version = version_of(toolchain);
+        let ocamlrun = toolchain_prefix(toolchain).join("bin/ocamlrun");
+        let bytecode = dir.join("cache_leak");
+        let by_ocamlrun =
+            check_bytecode_sample_at(&ocamlrun, version, &format!("cache_leak ({toolchain}, ocamlrun)"), &[bytecode.to_str().unwrap()]);
+        assert!(
+            by_ocamlrun[0].metadata().executable.as_ref().is_some_and(|e| e.ends_with("ocamlrun")),
+            "{toolchain}: the executable is ocamlrun"
+        );
+        for linked in ["cache_leak.custom", "cache_leak.complete"] {
+            let snaps = check_bytecode_sample_at(&dir.join(linked), version, &format!("{linked} ({toolchain})"), &[]);
+            assert!(
+                snaps[0].metadata().executable.as_ref().is_some_and(|e| e.ends_with(linked)),
+                "{toolchain}: {linked} is its own executable"
+            );
+        }
+    }
+}
+
+/// A bytecode program loads systhreads as `dllthreads.so`, whose thread table heapsnap does
+/// not read yet: refused, naming the library, and the program goes on untouched.
+#[test]
+fn a_bytecode_program_with_systhreads_is_refused_clearly() {
+    let Some((_, dir)) = bytecode_toolchains().into_iter().next() else { return };
+    let mut sample = Sample::start(&dir.join("systhread_stack"), &[]);
+    sample.wait_ready(1);
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = dump(sample.pid(), &out_dir.path().join("t.snap"), &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("dllthreads.so") && stderr.contains("cannot read yet"), "{stderr}");
+    assert_running_untraced(sample.pid(), "the refused dump");
+    assert!(snapshots_in(out_dir.path()).is_empty(), "no snapshot is left");
+    sample.release();
+    let (lines, status) = sample.finish();
+    assert!(status.success() && lines.last().is_some_and(|l| l == "DONE"), "{lines:?}");
+}
