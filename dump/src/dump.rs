@@ -90,6 +90,8 @@ pub struct DumpReport {
     pub notes: Vec<String>,
     /// The OCaml version is not one heapsnap knows; it was read as `read_as` (`--force`).
     pub forced_version: bool,
+    /// The program runs bytecode.
+    pub bytecode: bool,
     /// The release whose knowledge was used ("5.3"); for a probed runtime, the newest known.
     pub read_as: String,
     /// The runtime is of a release heapsnap does not know, and was read by probing it: the
@@ -402,6 +404,7 @@ impl DumpReport {
             warnings,
             notes: rt.notes().to_vec(),
             forced_version: rt.forced(),
+            bytecode: rt.bytecode(),
             read_as: rt.read_as().to_string(),
             probed: rt.probed(&cap.probed),
             probe_ns: rt.probe_ns(),
@@ -536,6 +539,7 @@ fn finish(
         warnings: warnings.iter().chain(rt.notes()).cloned().collect(),
         pools: rt.pools(),
         forced_version: rt.forced(),
+        bytecode: rt.bytecode(),
         layouts_from: Some(rt.layouts_from().to_string()),
         ocaml4_gc: copied.gc_state,
         capture: origin.capture,

@@ -60,6 +60,12 @@ pub struct Metadata {
     /// snapshots written before format 1.1, which were all of OCaml 5.3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pools: Option<PoolGeometry>,
+    /// The program ran bytecode (`ocamlrun`, or an executable with the interpreter linked in):
+    /// the executable and its symbols are the interpreter's, and a stack root's origin is the
+    /// interpreter's code pointer for its frame (an address in the bytecode as loaded), not
+    /// machine code.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bytecode: bool,
     /// The version was not one the dumper knows, and the dump was forced (`--force`): the
     /// runtime was read as the newest known version, and `warnings` says what looked wrong.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

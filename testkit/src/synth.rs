@@ -344,6 +344,7 @@ impl SynthHeap {
             warnings: vec![],
             pools: Some(PoolGeometry::ocaml_5_2()),
             forced_version: false,
+            bytecode: false,
             layouts_from: None,
             ocaml4_gc: None,
             capture: None,

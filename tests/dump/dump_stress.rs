@@ -89,6 +89,16 @@ fn fifty_fork_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
 }
 
 #[test]
+fn fifty_dumps_of_a_busy_multi_domain_bytecode_program_5_3() {
+    fifty_dumps_of("5.3.0", "copy", Code::Bytecode);
+}
+
+#[test]
+fn fifty_fork_dumps_of_a_busy_multi_domain_bytecode_program_5_1() {
+    fifty_dumps_of("5.1.0", "fork", Code::Bytecode);
+}
+
+#[test]
 fn fifty_dumps_of_a_busy_multi_domain_program_5_2() {
     fifty_dumps("5.2.0", "copy");
 }
@@ -108,6 +118,10 @@ fn fifty_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn fifty_dumps(toolchain: &str, capture: &str) {
+    fifty_dumps_of(toolchain, capture, Code::Native)
+}
+
+fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
     if toolchain_samples(toolchain).is_none() {
         return; // said on stderr: not covered
     }
@@ -115,6 +129,7 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
     let dir = tempfile::tempdir().unwrap();
     let ocaml4 = toolchain.starts_with("4.");
     let exe = match ocaml4 {
+        _ if code == Code::Bytecode => compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}")),
         true => {
             compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{SYSTHREADS_MAIN}"), &["threads"], None)
         }
@@ -143,6 +158,7 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
     for i in 0..50 {
         let path = dir.path().join(format!("stress-{i}.snap"));
         let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf", "--capture", capture]);
+        assert_eq!(report["bytecode"].as_bool().unwrap_or(false), code == Code::Bytecode, "{toolchain} dump {i}: {report}");
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         assert_eq!(report["capture"]["method"], capture, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
@@ -168,7 +184,7 @@ fn fifty_dumps(toolchain: &str, capture: &str) {
     let status = child.wait().unwrap();
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
-    eprintln!("{toolchain} ({capture}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    eprintln!("{toolchain} ({capture}, {code:?}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
     if capture == "fork" {
         fork_costs.sort_unstable();
         let (bytes, lived) = fork_costs[fork_costs.len() / 2];

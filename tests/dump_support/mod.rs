@@ -96,6 +96,17 @@ pub fn compile_ocaml_by(prefix: &Path, dir: &Path, name: &str, source: &str, lib
     exe
 }
 
+/// Compiles an OCaml program to bytecode (`ocamlc -g`) with the toolchain at `prefix`;
+/// returns the bytecode file, which runs through its `#!` line.
+pub fn compile_bytecode_by(prefix: &Path, dir: &Path, name: &str, source: &str) -> PathBuf {
+    let ml = dir.join(format!("{name}.ml"));
+    std::fs::write(&ml, source).expect("write source");
+    let exe = dir.join(name);
+    let out = Command::new(prefix.join("bin/ocamlc")).current_dir(dir).arg("-g").arg(&ml).arg("-o").arg(&exe).output().expect("run ocamlc");
+    assert!(out.status.success(), "ocamlc failed: {}", String::from_utf8_lossy(&out.stderr));
+    exe
+}
+
 /// A program whose C stub allocates a block with `caml_alloc_small` and then, before writing its
 /// fields, prints `READY` and spins until killed: the fields hold what the minor heap held in
 /// its previous cycle, pointers to an array's element that lie in the middle of the new block.

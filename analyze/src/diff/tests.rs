@@ -215,6 +215,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         warnings: vec![],
         pools: None,
         forced_version: false,
+        bytecode: false,
         layouts_from: None,
         ocaml4_gc: None,
         capture: None,

@@ -46,6 +46,7 @@ fn snapshot(path: &std::path::Path, gc: Ocaml4Gc, words: &[u64], root: u64, free
         warnings: vec![],
         pools: None,
         forced_version: false,
+        bytecode: false,
         layouts_from: None,
         ocaml4_gc: Some(gc),
         capture: None,

@@ -58,6 +58,11 @@ pub trait RuntimeFamily {
     /// The release whose knowledge reads the target ("5.3", "4.14").
     fn read_as(&self) -> &'static str;
 
+    /// Whether the program runs bytecode.
+    fn bytecode(&self) -> bool {
+        false
+    }
+
     /// Whether an unknown version is read as [`RuntimeFamily::read_as`] (`--force`).
     fn forced(&self) -> bool {
         false

@@ -37,6 +37,10 @@ impl RuntimeFamily for Runtime {
         self.forced
     }
 
+    fn bytecode(&self) -> bool {
+        self.bytecode.is_some()
+    }
+
     fn probed(&self, measured: &[heapsnap_format::ProbedFact]) -> Option<heapsnap_format::ProbedRuntime> {
         Runtime::probed(self, measured)
     }

@@ -30,6 +30,7 @@ pub fn metadata() -> Metadata {
         warnings: vec![],
         pools: None,
         forced_version: false,
+        bytecode: false,
         layouts_from: None,
         ocaml4_gc: None,
         capture: None,

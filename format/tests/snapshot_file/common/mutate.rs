@@ -60,6 +60,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             warnings: vec!["domain 2 was mid-collection".into()],
             pools: None,
             forced_version: false,
+            bytecode: false,
             layouts_from: None,
             ocaml4_gc: None,
             capture: None,
