@@ -88,3 +88,34 @@ fn a_bytecode_program_with_systhreads_is_refused_clearly() {
     let (lines, status) = sample.finish();
     assert!(status.success() && lines.last().is_some_and(|l| l == "DONE"), "{lines:?}");
 }
+
+/// While the interpreter runs bytecode it keeps its stack pointer in a register and the one in
+/// memory is stale: a program that only interprets, or only calls a runtime function the
+/// interpreter calls without saving its stack pointer (`caml_modify`, for `r := v`), is never
+/// at a consistent stop, and `--require-consistent` says why instead of scanning a stale stack.
+#[test]
+fn a_stop_inside_the_interpreter_is_not_consistent() {
+    let Some((toolchain, _)) = bytecode_toolchains().into_iter().next() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let spin = r#"
+let rec spin i acc = if i = 0 then spin 1_000_000 (acc land 0xffff) else spin (i - 1) (acc + i)
+let () = print_endline "READY"; ignore (spin 1 0)
+"#;
+    let modify = r#"
+let r = ref (Some 1) and v = Some 2
+let rec store i = r := v; r := v; r := v; r := v; if i = 0 then store 1_000_000 else store (i - 1)
+let () = Gc.full_major (); print_endline "READY"; store 1
+"#;
+    // (The last stop's reason is said: in `modify`, either.)
+    let modifying = ["is interpreting bytecode", "is in caml_modify, which the interpreter calls without saving"];
+    for (name, source, says) in [("spin", spin, &modifying[..1]), ("modify", modify, &modifying[..])] {
+        let program = compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), name, source);
+        let mut running = start_until_ready(&program);
+        let out = dump(running.0.id() as i32, &dir.path().join(format!("{name}.snap")), &["--require-consistent"]);
+        assert!(!out.status.success(), "{name}: a stop inside the interpreter was taken as consistent");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(says.iter().any(|s| stderr.contains(s)), "{name}: {stderr}");
+        assert_running_untraced(running.0.id() as i32, "the refused dump");
+        running.0.kill().unwrap();
+    }
+}
