@@ -310,6 +310,8 @@ pub fn root_label(snap: &Snapshot, r: &RootRecord) -> String {
     match (kind, name) {
         // A field of a module block: `Module.index`.
         (RootKind::Global | RootKind::DynGlobal, Some(n)) => format!("{}.{}", module_name(n), r.origin),
+        // A module's toplevel binding, in its initialisation's frame: named as a global.
+        (_, Some(n)) if r.is_binding() => n.to_string(),
         (_, Some(n)) => format!("{kind} {n}"),
         (_, None) if r.slot != 0 => format!("{kind} @{:#x}", r.slot),
         (_, None) => kind.to_string(),

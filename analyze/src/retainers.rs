@@ -28,6 +28,23 @@ use rustc_hash::{FxHashMap, FxHashSet};
 const MAX_NAMES: usize = 6;
 
 /// How long a root lives: globals outlive C roots and threads, which outlive stack frames.
+/// A bytecode program's `caml_global_data` is the table of every global, which the program's
+/// globals are roots of their own beside (as in native code, where the table does not exist):
+/// ranked as a C root, so that memory a global reaches is named by the global. A module's
+/// toplevel binding held in its initialisation's frame (`BINDING`) ranks as a global.
+pub fn stability_of(snap: &Snapshot, record: &heapsnap_format::RootRecord) -> u8 {
+    let kind = record.root_kind();
+    if kind == RootKind::GenerationalRoot && snap.metadata().bytecode && snap.string(record.name) == Some("caml_global_data") {
+        return 1;
+    }
+    // A module's toplevel binding lives as long as a global.
+    if record.is_binding() {
+        return 0;
+    }
+    stability(kind)
+}
+
+/// How long a root of `kind` lives (see [`stability_of`]).
 pub fn stability(kind: RootKind) -> u8 {
     match kind {
         RootKind::Global | RootKind::DynGlobal | RootKind::GlobalRoot | RootKind::GenerationalRoot => 0,
@@ -161,7 +178,7 @@ impl Retainers {
             }
             let record = &snap.roots()[edge.record as usize];
             let label = root_names.root_label(record);
-            let rank = stability(record.root_kind());
+            let rank = stability_of(snap, record);
             let id = *name_ids.entry(label.clone()).or_insert_with(|| {
                 names.push(label);
                 name_rank.push(rank);

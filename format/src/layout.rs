@@ -7,7 +7,7 @@ use std::fmt;
 pub const MAGIC: [u8; 8] = *b"HEAPSNAP";
 pub const END_MAGIC: [u8; 8] = *b"HSNPEND\0";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 pub const WORD_SIZE: u8 = 8;
 pub const BYTE_ORDER_LITTLE: u8 = 1;
 
@@ -25,6 +25,12 @@ pub const ROOT_FLAG_CONSERVATIVE: u32 = 1;
 /// (the value of a `Gc.finalise`d block, a block sampled by memprof). Reachability from the
 /// roots should not start from weak roots.
 pub const ROOT_FLAG_WEAK: u32 = 2;
+
+/// The root is a variable a module's initialisation binds, kept in the frame of that
+/// initialisation (a bytecode unit's toplevel bindings live on the interpreter's stack until
+/// its initialisation ends, and a program's main unit runs inside it); its name is the
+/// binding's (`Cache_leak.cache`).
+pub const ROOT_FLAG_BINDING: u32 = 4;
 
 /// First 32 bytes of every snapshot.
 #[repr(C)]
@@ -270,6 +276,10 @@ impl RootRecord {
 
     pub fn is_weak(&self) -> bool {
         self.flags & ROOT_FLAG_WEAK != 0
+    }
+
+    pub fn is_binding(&self) -> bool {
+        self.flags & ROOT_FLAG_BINDING != 0
     }
 }
 

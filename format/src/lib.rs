@@ -25,8 +25,8 @@ pub use free_blocks::SECTION_KIND_FREE_BLOCKS;
 pub use heapsnap_values::{ColourEncoding, PoolGeometry};
 pub use layout::{
     CustomOpsRecord, FileHeader, RegionHeader, RegionKind, RootKind, RootRecord, SectionEntry, SectionKind, StrId, SymbolKind,
-    SymbolRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
-    SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR, WORD_SIZE,
+    SymbolRecord, Trailer, BYTE_ORDER_LITTLE, DWARF_NAME_LEN, END_MAGIC, MAGIC, NO_DOMAIN, ROOT_FLAG_BINDING, ROOT_FLAG_CONSERVATIVE,
+    ROOT_FLAG_WEAK, SECTION_FLAG_REQUIRED, VERSION_MAJOR, VERSION_MINOR, WORD_SIZE,
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
 pub use memprof::*;

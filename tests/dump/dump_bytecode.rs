@@ -4,6 +4,7 @@
 //! holds exactly the live blocks, passes `verify --strict`, and a fork captures the same world.
 
 use crate::dump_support::*;
+use heapsnap_format::RootKind;
 use heapsnap_testkit::samples::{toolchain_prefix, toolchain_samples, toolchains, version_of};
 
 /// The OCaml 5 toolchains, with their bytecode samples' directory.
@@ -45,6 +46,30 @@ fn every_bytecode_sample_is_dumped_exactly() {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             check_bytecode_sample_at(&program, version_of(toolchain), &format!("{name} ({toolchain}, bytecode)"), &args);
         }
+    }
+}
+
+/// cache_leak's table is a toplevel binding of its main unit, which runs inside its
+/// initialisation: the binding lives in that frame, named by the debug events' variables.
+/// And its unit is a global once initialised: its module block's fields are named roots.
+#[test]
+fn the_main_units_bindings_and_the_initialised_units_are_named() {
+    for (toolchain, dir) in bytecode_toolchains() {
+        let snaps =
+            check_bytecode_sample_at(&dir.join("cache_leak"), version_of(toolchain), &format!("cache_leak ({toolchain}, names)"), &[]);
+        let snap = &snaps[0];
+        let cache: Vec<_> = snap.roots().iter().filter(|r| snap.string(r.name) == Some("Cache_leak.cache")).collect();
+        assert_eq!(cache.len(), 1, "{toolchain}: one root for Cache_leak.cache");
+        assert!(cache[0].is_binding() && cache[0].root_kind() == RootKind::Stack, "{toolchain}: {:?}", cache[0]);
+        // A Hashtbl.t: { size; data; seed; initial_size }, its data an array of buckets.
+        let word = |a: u64| snap.region_of(a).and_then(|r| r.word_at(a)).unwrap_or_else(|| panic!("{toolchain}: no word at {a:#x}"));
+        let table = cache[0].value;
+        assert_eq!((word(table - 8) >> 10) & 0x3f_ffff, 4, "{toolchain}: Cache_leak.cache is no Hashtbl");
+        assert_eq!(word(table) >> 1, 5000, "{toolchain}: the table holds 5000 entries at READY 1");
+        let stdlib_list: Vec<_> =
+            snap.roots().iter().filter(|r| r.root_kind() == RootKind::Global && snap.string(r.name) == Some("camlStdlib__List")).collect();
+        assert!(stdlib_list.len() > 20, "{toolchain}: Stdlib.List's fields are roots ({})", stdlib_list.len());
+        assert!(stdlib_list.iter().enumerate().all(|(k, r)| r.origin == k as u64), "{toolchain}: each named by its field");
     }
 }
 

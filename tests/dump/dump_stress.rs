@@ -129,7 +129,9 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
     let dir = tempfile::tempdir().unwrap();
     let ocaml4 = toolchain.starts_with("4.");
     let exe = match ocaml4 {
-        _ if code == Code::Bytecode => compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}")),
+        _ if code == Code::Bytecode => {
+            compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}"))
+        }
         true => {
             compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{SYSTHREADS_MAIN}"), &["threads"], None)
         }

@@ -4,12 +4,14 @@
 //! machinery for native code (frame tables, code classification, unwinding, root lists,
 //! Dynlink plugins).
 
+pub mod bytecode_file;
 pub mod code;
 pub mod copied_world;
 pub mod copy;
 pub mod custom_ops;
 pub mod family;
 pub mod frames;
+pub mod marshal;
 pub mod plugins;
 pub mod program;
 pub mod regions;

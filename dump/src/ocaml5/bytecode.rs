@@ -10,9 +10,13 @@
 //!   word from `sp` to the stack's top that is a block and not in a code fragment
 //!   (fiber.c `caml_scan_stack`, the same in 5.1 to 5.3).
 
+use crate::common::bytecode_file::{functions, globals_of_section_table, BytecodeSections, DebugEvent, Global};
 use crate::dwarf::TypeIndex;
+use crate::elf::Executable;
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
+use std::collections::HashMap;
+use std::path::PathBuf;
 
 /// The most code fragments read: the toplevel registers one per phrase, so a long session
 /// has thousands; a corrupt list is cut here.
@@ -33,6 +37,8 @@ pub struct BytecodeLayout {
     pub cell_forward: u64,
     pub fragment_start: u64,
     pub fragment_end: u64,
+    /// startup_aux.c's `params.exe_name`: the bytecode file the interpreter opened.
+    pub exe_name: u64,
     /// `caml_prim_table`, an `ext_table` of the C functions `C_CALL` instructions call.
     pub prim_table: u64,
     pub ext_table_size: u64,
@@ -51,11 +57,154 @@ impl BytecodeLayout {
             cell_forward: t.offset_of("lf_skipcell", "forward")?,
             fragment_start: t.offset_of("code_fragment", "code_start")?,
             fragment_end: t.offset_of("code_fragment", "code_end")?,
-            prim_table: t.variable("caml_prim_table", "")?.address,
+            exe_name: {
+                let params = t.variable("params", "startup_aux.c")?;
+                params.address + t.variable_field(params, "params", "exe_name")?.offset
+            },
+            prim_table: t.variable("caml_prim_table", "dynlink.c")?.address,
             ext_table_size: t.offset_of("ext_table", "size")?,
             ext_table_contents: t.offset_of("ext_table", "contents")?,
         })
     }
+}
+
+/// What the dumper knows of a bytecode program before it stops it.
+#[derive(Clone, Debug)]
+pub struct BytecodeProgram {
+    pub layout: BytecodeLayout,
+    /// Which compilation unit (or predefined exception) each slot of `caml_global_data`
+    /// holds, from the program's table of globals; empty when it could not be read (`note`
+    /// says why).
+    pub globals: Vec<(usize, Global)>,
+    /// Where the table of globals was read.
+    pub from: Option<String>,
+    /// The code's functions, named by the debug events: (offset in the main code, length,
+    /// name); empty without debug events.
+    pub functions: Vec<(u64, u64, String)>,
+    /// The frames' variables at each return point, by offset in the main code (events with
+    /// variables in the stack).
+    pub frames: HashMap<u64, FrameVariables>,
+    /// What the report says once about what could not be read.
+    pub notes: Vec<String>,
+}
+
+impl BytecodeProgram {
+    /// The function holding `offset` of the main code, by the debug events.
+    pub fn function_at(&self, offset: u64) -> Option<&str> {
+        let after = self.functions.partition_point(|f| f.0 <= offset);
+        let (start, size, name) = self.functions.get(after.checked_sub(1)?)?;
+        (offset < start + size).then_some(name.as_str())
+    }
+}
+
+/// What the debug event at a return point says of the frame that returns there.
+#[derive(Clone, Debug)]
+pub struct FrameVariables {
+    /// The frame runs a compilation unit's initialisation (named so).
+    pub initialising: Option<String>,
+    pub stack_size: u32,
+    pub locals: Vec<(String, u32)>,
+}
+
+impl FrameVariables {
+    /// The variable in local `index` of the frame (`Locals(frame)[index]`, debugger.c).
+    pub fn local(&self, index: u64) -> Option<&str> {
+        self.locals
+            .iter()
+            .find(|(_, position)| u64::from(self.stack_size).checked_sub(u64::from(*position)) == Some(index))
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+/// The frames' variables of the debug events that have some.
+fn frame_variables(events: &[DebugEvent]) -> HashMap<u64, FrameVariables> {
+    let mut frames = HashMap::new();
+    for e in events.iter().filter(|e| !e.locals.is_empty()) {
+        frames.entry(e.pos).or_insert_with(|| FrameVariables {
+            initialising: (e.defname == e.module).then(|| e.module.clone()),
+            stack_size: e.stack_size,
+            locals: e.locals.clone(),
+        });
+    }
+    frames
+}
+
+impl BytecodeProgram {
+    /// Finds the program's bytecode and reads its table of globals: in the executable itself
+    /// (`-custom`: the bytecode follows the interpreter), in its `caml_sections` array
+    /// (`-output-complete-exe`), or in the file the interpreter opened (`params.exe_name`,
+    /// relative to the target's working directory when it is relative). A file whose code is
+    /// not the size of the running code is another build: not used.
+    pub fn find(layout: BytecodeLayout, exe: &Executable, bias: u64, source: &dyn MemorySource) -> BytecodeProgram {
+        let mut notes = Vec::new();
+        let mut frames = HashMap::new();
+        let (globals, from, functions) = match read_program(&layout, exe, bias, source) {
+            Ok((globals, from, events)) => {
+                let functions = match events {
+                    Some(Ok(events)) => {
+                        frames = frame_variables(&events);
+                        functions(&events)
+                    }
+                    Some(Err(why)) => {
+                        notes.push(format!("the bytecode's debug events could not be read ({why}): its frames and closures are not named"));
+                        Vec::new()
+                    }
+                    None => {
+                        notes.push(format!("{from} has no debug events (ocamlc -g): its frames and closures are not named"));
+                        Vec::new()
+                    }
+                };
+                (globals, Some(from), functions)
+            }
+            Err(why) => {
+                notes.push(format!("the bytecode's globals, frames and closures are not named: {why}"));
+                (Vec::new(), None, Vec::new())
+            }
+        };
+        BytecodeProgram { layout, globals, from, functions, frames, notes }
+    }
+}
+
+type Globals = Vec<(usize, Global)>;
+type Events = Option<std::result::Result<Vec<DebugEvent>, String>>;
+
+/// The table of globals and the debug events, and where they were read.
+fn read_program(
+    l: &BytecodeLayout,
+    exe: &Executable,
+    bias: u64,
+    source: &dyn MemorySource,
+) -> std::result::Result<(Globals, String, Events), String> {
+    if let Ok(Some(sections)) = BytecodeSections::read(&exe.path) {
+        return Ok((sections.globals()?, exe.path.display().to_string(), sections.debug_events()));
+    }
+    if let Some(table) = exe.symbol("caml_sections").filter(|s| s.size > 0) {
+        let bytes = source.read_bytes(bias + table.address, table.size as usize).map_err(|e| format!("caml_sections: {e}"))?;
+        // The section table linked into the executable has no debug events.
+        return Ok((globals_of_section_table(&bytes)?, format!("{}'s caml_sections", exe.path.display()), None));
+    }
+    let name = source
+        .read_u64(bias + l.exe_name)
+        .and_then(|p| source.read_c_string(p, 4096))
+        .map_err(|e| format!("the interpreter's exe_name: {e}"))?;
+    let mut path = PathBuf::from(&name);
+    if path.is_relative() {
+        let cwd = source.pid().map(|pid| PathBuf::from(format!("/proc/{pid}/cwd")));
+        path = cwd.ok_or_else(|| format!("the bytecode file {name} is relative, and the target's working directory unknown"))?.join(path);
+    }
+    let sections = match BytecodeSections::read(&path) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Err(format!("{} is not a bytecode file", path.display())),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let running = exe.symbol("caml_code_size").map(|s| source.read_u64(bias + s.address));
+    let in_file = sections.section("CODE").map_or(0, |c| c.len() as u64);
+    if let Some(Ok(running)) = running {
+        if running != in_file {
+            return Err(format!("{} holds {in_file} bytes of code, the program runs {running}: another build", path.display()));
+        }
+    }
+    Ok((sections.globals()?, path.display().to_string(), sections.debug_events()))
 }
 
 /// The code fragments of a stopped bytecode runtime, sorted: a word of a stack inside one is

@@ -28,7 +28,7 @@ use crate::dwarf::TypeIndex;
 use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
-use bytecode::BytecodeLayout;
+use bytecode::{BytecodeLayout, BytecodeProgram};
 use facts::Facts;
 use heapsnap_format::ProbedFact;
 use layout::Layout;
@@ -66,7 +66,7 @@ pub struct Runtime {
     pub detected_reserved_bits: Option<u8>,
     pub frames: FrameTable,
     /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
-    pub bytecode: Option<BytecodeLayout>,
+    pub bytecode: Option<BytecodeProgram>,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
     /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
@@ -180,7 +180,11 @@ impl Runtime {
                 }
                 (frames, None)
             }
-            ProgramKind::Bytecode => (FrameTable::default(), bytecode_layout),
+            ProgramKind::Bytecode => {
+                let program = bytecode_layout.map(|layout| BytecodeProgram::find(layout, &exe, bias, source));
+                notes.extend(program.iter().flat_map(|p| p.notes.iter().cloned()));
+                (FrameTable::default(), program)
+            }
         };
         let unwinder = unwind::Unwinder::new(&mappings);
         let rt = Runtime {
