@@ -144,3 +144,18 @@ let () = Gc.full_major (); print_endline "READY"; store 1
         running.0.kill().unwrap();
     }
 }
+
+/// A core of a bytecode program (gcore) holds the same world as a live dump of the same moment,
+/// its bindings and functions named alike, on every OCaml 5 toolchain.
+#[test]
+fn a_bytecode_core_matches_the_live_dump() {
+    for (toolchain, dir) in bytecode_toolchains() {
+        for name in ["cache_leak", "effect_cont", "domains_shared"] {
+            let program = dir.join(name);
+            if program.exists() {
+                let snap = check_program(&format!("{name} ({toolchain}, bytecode core)"), &program, &[]);
+                assert!(snap.metadata().bytecode, "{toolchain} {name}: the core's snapshot says bytecode");
+            }
+        }
+    }
+}

@@ -263,10 +263,24 @@ fn compaction_triggers_on_4_14() {
     compaction_triggers_on("4.14.0");
 }
 
+/// The same triggers watch a bytecode program: `run` starts it through its `#!` line, and the
+/// preload library is loaded into the interpreter.
+#[test]
+fn compaction_triggers_on_bytecode_5_3() {
+    let Some(samples) = toolchain_samples("5.3.0") else { return };
+    compaction_triggers_on_program("5.3.0", &samples.join("bytecode/cache_leak"), |snap| assert!(snap.metadata().bytecode));
+}
+
 fn compaction_triggers_on(toolchain: &str) {
     let Some(samples) = toolchain_samples(toolchain) else { return };
+    compaction_triggers_on_program(toolchain, &samples.join("cache_leak"), |snap| assert!(!snap.metadata().bytecode));
+}
+
+/// Checks `run --on-compaction`, then the preload library's `on-compaction,at-exit`, on
+/// `program`, and `also` on every snapshot.
+fn compaction_triggers_on_program(toolchain: &str, program: &Path, also: impl Fn(&Snapshot)) {
     let dir = tempfile::tempdir().unwrap();
-    let child = run_paused(&["--on-compaction"], dir.path(), &samples.join("cache_leak"), 2);
+    let child = run_paused(&["--on-compaction"], dir.path(), program, 2);
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
@@ -276,16 +290,19 @@ fn compaction_triggers_on(toolchain: &str) {
         let snap = check_snapshot(path, Trigger::Compaction);
         assert_eq!(snap.metadata().ocaml_version, crate::dump_support::version_of(toolchain));
         assert_eq!(snap.metadata().compactions, Some(i as u64 + 1));
+        also(&snap);
     }
 
     let dir = tempfile::tempdir().unwrap();
-    let child = preloaded_paused(&samples.join("cache_leak"), 2, &format!("on-compaction,at-exit,dir={}", dir.path().display()));
+    let child = preloaded_paused(program, 2, &format!("on-compaction,at-exit,dir={}", dir.path().display()));
     let (lines, status) = drive(child, dir.path(), 2, 1, |_| {});
     assert_eq!(lines, ["READY 1", "READY 2", "DONE"]);
     assert!(status.success(), "{status:?}");
     let found = wait_for_snapshots(dir.path(), 3);
-    let triggers: Vec<Trigger> = found.iter().map(|p| Snapshot::open(p).unwrap().metadata().trigger).collect();
+    let snaps: Vec<Snapshot> = found.iter().map(|p| Snapshot::open(p).unwrap()).collect();
+    let triggers: Vec<Trigger> = snaps.iter().map(|s| s.metadata().trigger).collect();
     assert_eq!(triggers, [Trigger::Compaction, Trigger::Compaction, Trigger::Exit], "{found:?}");
+    snaps.iter().for_each(&also);
 }
 
 /// OCaml 5.1 has no compaction counter: `run` and the preload library dump on a signal and at
