@@ -83,7 +83,7 @@ impl<'s> Names<'s> {
     /// when the snapshot has OCaml names, else its index), the function for stack frames, the
     /// symbol or field name for the others.
     pub fn root_label(&self, r: &RootRecord) -> String {
-        if matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
+        if matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) && !r.is_binding() {
             if let Some(n) = self.snap.string(r.name).filter(|s| !s.is_empty()) {
                 if let Some(f) = self.global_field(n, r.origin) {
                     return format!("{}.{}", module_name(n), f.path);
@@ -308,10 +308,11 @@ pub fn root_label(snap: &Snapshot, r: &RootRecord) -> String {
     let kind = r.root_kind();
     let name = snap.string(r.name).filter(|s| !s.is_empty());
     match (kind, name) {
+        // A module's toplevel binding, in its initialisation's frame, or the toplevel's:
+        // named as itself.
+        (_, Some(n)) if r.is_binding() => n.to_string(),
         // A field of a module block: `Module.index`.
         (RootKind::Global | RootKind::DynGlobal, Some(n)) => format!("{}.{}", module_name(n), r.origin),
-        // A module's toplevel binding, in its initialisation's frame: named as a global.
-        (_, Some(n)) if r.is_binding() => n.to_string(),
         (_, Some(n)) => format!("{kind} {n}"),
         (_, None) if r.slot != 0 => format!("{kind} @{:#x}", r.slot),
         (_, None) => kind.to_string(),

@@ -35,9 +35,12 @@ const MAX_NAMES: usize = 6;
 pub fn stability_of(snap: &Snapshot, record: &heapsnap_format::RootRecord) -> u8 {
     let kind = record.root_kind();
     if kind == RootKind::GenerationalRoot && snap.metadata().bytecode && snap.string(record.name) == Some("caml_global_data") {
-        return 1;
+        return stability(RootKind::LocalRoot) - 1;
     }
-    // A module's toplevel binding lives as long as a global.
+    // A binding (a bytecode unit's toplevel binding in its initialisation's frame, a toplevel
+    // session's) lives as long as a global, and names what the program's own code keeps: the
+    // globals that also reach it do so through the machinery that holds it (the toplevel's
+    // table, closures of the unit's functions).
     if record.is_binding() {
         return 0;
     }
@@ -47,9 +50,9 @@ pub fn stability_of(snap: &Snapshot, record: &heapsnap_format::RootRecord) -> u8
 /// How long a root of `kind` lives (see [`stability_of`]).
 pub fn stability(kind: RootKind) -> u8 {
     match kind {
-        RootKind::Global | RootKind::DynGlobal | RootKind::GlobalRoot | RootKind::GenerationalRoot => 0,
-        RootKind::Stack | RootKind::Register | RootKind::LocalRoot => 2,
-        _ => 1,
+        RootKind::Global | RootKind::DynGlobal | RootKind::GlobalRoot | RootKind::GenerationalRoot => 1,
+        RootKind::Stack | RootKind::Register | RootKind::LocalRoot => 3,
+        _ => 2,
     }
 }
 
@@ -520,7 +523,7 @@ fn shared_label(names: &[String], set: &Reach, full: Option<&[u32]>, what: &str)
         return format!("{what} shared by {}", list.join(", "));
     }
     // Globals are `Module.field`; other roots are `kind name`: grouped by kind.
-    let globals = set.rank == 0 && list.iter().all(|n| !n.contains(' '));
+    let globals = set.rank <= stability(RootKind::Global) && list.iter().all(|n| !n.contains(' '));
     let who = if globals { "globals" } else { "roots" };
     let mut groups: Vec<(&str, usize)> = Vec::new();
     for n in &list {

@@ -16,5 +16,6 @@ pub mod plugins;
 pub mod program;
 pub mod regions;
 pub mod root_chains;
+pub mod toplevel;
 pub mod unwind;
 pub mod world_check;

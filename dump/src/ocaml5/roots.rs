@@ -81,7 +81,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     }
     global_root_lists(&mut cx, cap)?;
     if let Some(program) = &rt.bytecode {
-        bytecode_globals(&mut cx, program, format)?;
+        bytecode_globals(&mut cx, program, format, cap)?;
         cap.plugin_symbols.extend(bytecode_functions(&cx, program)?);
     }
 
@@ -238,7 +238,7 @@ fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
 /// alike in both; what they reach is reachable from `caml_global_data` anyway, so the roots
 /// change attribution, not reachability. A slot not yet set (a unit still initialising) holds
 /// no block.
-fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderFormat) -> Result<()> {
+fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderFormat, cap: &Capture) -> Result<()> {
     let data = cx.word(cx.rt.symbol("caml_global_data")?)?;
     if data & 1 == 1 || data == 0 {
         return Ok(());
@@ -259,6 +259,14 @@ fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderF
         for (k, value) in fields.into_iter().enumerate() {
             let name = RootName::Text(format!("caml{unit}"));
             cx.push(RootKind::Global, NO_DOMAIN, 0, block + 8 * k as u64, value, k as u64, name, 0);
+        }
+        // The toplevel keeps the session's bindings in a table of its own, in Topeval, which
+        // Toploop includes (and `ocaml` keeps only Toploop's name: `expunge`d).
+        let toplevel_read = cx.roots.iter().any(|r| r.flags & ROOT_FLAG_BINDING != 0 && r.kind == RootKind::Global);
+        if (unit == "Topeval" || unit == "Toploop") && !toplevel_read {
+            let code_start = cx.word(cx.rt.symbol("caml_start_code")?)?;
+            let function_at = |pc: u64| program.function_at(pc.wrapping_sub(code_start)).map(str::to_string);
+            cx.roots.extend(crate::common::toplevel::bindings(&cap.regions, block, format, function_at));
         }
     }
     Ok(())
