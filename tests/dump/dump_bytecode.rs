@@ -159,3 +159,49 @@ fn a_bytecode_core_matches_the_live_dump() {
         }
     }
 }
+
+/// The toplevel, `ocaml script.ml`, running a script that builds a table and waits: the
+/// snapshot holds exactly the live blocks and verifies strictly, the session's binding is a
+/// root named after it, and the table it holds is the first suspect, most of the heap, held
+/// by that binding.
+#[test]
+fn the_toplevels_bindings_are_roots_named_after_them() {
+    let script = r#"
+let tbl = Hashtbl.create 16
+let () = for i = 1 to 100_000 do Hashtbl.replace tbl i (string_of_int i) done
+let small = [1; 2; 3]
+let () =
+  (* 5.1's Gc.compact is one major cycle, leaving what died in it unswept: full_major sweeps. *)
+  Gc.full_major ();
+  Gc.compact ();
+  print_endline "READY 1";
+  (try ignore (input_line stdin) with End_of_file -> ());
+  print_endline "DONE"
+"#;
+    for (toolchain, _) in bytecode_toolchains() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("script.ml");
+        std::fs::write(&path, script).unwrap();
+        let ocaml = toolchain_prefix(toolchain).join("bin/ocaml");
+        let snaps = check_bytecode_sample_at(&ocaml, version_of(toolchain), &format!("ocaml script.ml ({toolchain})"), &[path.to_str().unwrap()]);
+        let snap = &snaps[0];
+        let named = |n: &str| snap.roots().iter().filter(|r| snap.string(r.name) == Some(n)).copied().collect::<Vec<_>>();
+        let tbl = named("tbl (toplevel)");
+        assert_eq!(tbl.len(), 1, "{toolchain}: one root for the binding tbl");
+        assert!(tbl[0].is_binding() && tbl[0].root_kind() == RootKind::Global, "{toolchain}: {:?}", tbl[0]);
+        assert_eq!(named("small (toplevel)").len(), 1, "{toolchain}: and one for small");
+        let snap_path = dir.path().join("again.snap");
+        drop(snaps);
+        // The table is the first suspect, held by the binding, most of the heap.
+        let mut session = Sample::start(&ocaml, &[path.to_str().unwrap()]);
+        session.wait_ready(1);
+        dump_ok(session.pid(), &snap_path, &[]);
+        let summary = analyse("summary", &[&snap_path], &[]);
+        let first = &summary["suspects"]["suspects"][0];
+        assert_eq!(first["held_by"], "tbl (toplevel)", "{toolchain}: {first}");
+        assert_eq!(first["kind"], "Hashtbl", "{toolchain}: {first}");
+        assert!(first["percent"].as_f64().unwrap() > 50.0, "{toolchain}: {first}");
+        session.release();
+        session.finish();
+    }
+}
