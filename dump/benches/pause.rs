@@ -12,6 +12,7 @@
 //!     HEAPSNAP_BENCH_SIZES_MB=100,1000,4000 cargo bench -p heapsnap-dump --bench pause
 //!     HEAPSNAP_BENCH_TOOLCHAIN=4.14.0 cargo bench -p heapsnap-dump --bench pause  # another release
 //!     HEAPSNAP_BENCH_GCORE=0 ...                            # without the gcore column
+//!     HEAPSNAP_BENCH_BYTECODE=1 ...                          # the same program as bytecode (ocamlc -g, run by ocamlrun)
 //!
 //! Plain copies, copy dumps and fork dumps alternate (ROUNDS of each, medians; the fastest of
 //! each is shown too); gcore runs once per size.
@@ -58,9 +59,12 @@ fn compile(dir: &Path) -> PathBuf {
     eprintln!("toolchain: OCaml {toolchain}");
     let prefix = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(&toolchain).output().expect("toolchain");
     assert!(prefix.status.success(), "scripts/ocaml-toolchain.sh failed");
-    let ocamlopt = PathBuf::from(String::from_utf8(prefix.stdout).unwrap().trim()).join("bin/ocamlopt");
+    let bytecode = std::env::var("HEAPSNAP_BENCH_BYTECODE").is_ok_and(|v| v == "1");
+    let compiler = if bytecode { "bin/ocamlc" } else { "bin/ocamlopt" };
+    eprintln!("compiled by {compiler}");
+    let compiler = PathBuf::from(String::from_utf8(prefix.stdout).unwrap().trim()).join(compiler);
     std::fs::write(dir.join("bench_heap.ml"), HEAP_PROGRAM).unwrap();
-    let out = Command::new(ocamlopt).current_dir(dir).args(["-g", "bench_heap.ml", "-o", "bench_heap"]).output().unwrap();
+    let out = Command::new(compiler).current_dir(dir).args(["-g", "bench_heap.ml", "-o", "bench_heap"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     dir.join("bench_heap")
 }

@@ -82,6 +82,9 @@ impl Executable {
         let shown = if path.starts_with("/proc") { std::fs::read_link(path).ok() } else { None };
         let path = shown.as_deref().unwrap_or(path);
         let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
+        if let Some(what) = other_ocaml_build(&data) {
+            return Err(elf_error(what.to_string()));
+        }
         let file = object::File::parse(&*data).map_err(|e| elf_error(e.to_string()))?;
         let (is_pie, first_segment_vaddr) = check_and_place(&file, path)?;
         if is_debug_only(&file) {
@@ -194,6 +197,25 @@ impl Executable {
     pub fn dwarf_sections(&self) -> Vec<(&'static str, Cow<'_, [u8]>)> {
         DWARF_SECTIONS.iter().filter_map(|&name| self.debug_section_data(name).map(|b| (name, b))).collect()
     }
+}
+
+/// What a file that is no ELF executable but some other OCaml build is, to say so: heapsnap
+/// reads programs run as machine code or by the bytecode interpreter, and a build for a
+/// JavaScript engine keeps its heap in the engine's.
+fn other_ocaml_build(data: &[u8]) -> Option<&'static str> {
+    if data.starts_with(b"\0asm") {
+        return Some("a WebAssembly module (wasm_of_ocaml?), whose OCaml heap lives in its engine's: heapsnap reads native programs and bytecode run by ocamlrun");
+    }
+    if data.len() >= 16 && data[data.len() - 12..].starts_with(b"Caml1999X") {
+        return Some("a bytecode file: the program runs as ocamlrun (its #! line), the executable heapsnap reads; give --exe the interpreter, or nothing");
+    }
+    let head = &data[..data.len().min(4096)];
+    let text = std::str::from_utf8(head).ok()?;
+    let javascript = text.starts_with("#!/usr/bin/env node")
+        || text.contains("js_of_ocaml")
+        || text.contains("wasm_of_ocaml")
+        || text.trim_start().starts_with("//# ");
+    javascript.then_some("JavaScript (js_of_ocaml or wasm_of_ocaml?), whose OCaml heap lives in its engine's: heapsnap reads native programs and bytecode run by ocamlrun")
 }
 
 /// The symbol whose extent holds `address` (a sizeless one holds its own address only), among
