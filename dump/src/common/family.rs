@@ -37,14 +37,10 @@ pub struct Copied {
 ///
 /// **What the runtime's structures are is all the family's business.** A family owns its
 /// layouts, its roots and its notion of code: nothing here assumes native code, frame tables
-/// or domains. A *bytecode family* (programs run by `ocamlrun`) is one more implementation:
-/// `discover` recognises the interpreter (`caml_interprete`, no `caml_start_program`);
-/// `check_world` treats the interpreter loop as the only OCaml code; `capture` copies the
-/// heap with [`crate::common::copy`] as the native families do, and takes its roots from
-/// `caml_global_data`, the interpreter's stacks (`Caml_state->stack_*`, or fibers' stacks on
-/// OCaml 5) and the local and global roots, naming code pointers as bytecode offsets in its
-/// [`crate::common::copied_world::RootName`]s; `add_interrupted_thread_roots` can keep the
-/// default. The dump does not change.
+/// or domains. Bytecode (programs run by `ocamlrun`) is not a family: its heap and runtime
+/// structures are the same C code as its release's native ones, so the OCaml 5 family reads
+/// both, and what differs (the interpreter's stacks and globals, its safe stops, its names) is
+/// [`crate::ocaml5::bytecode`] and [`crate::common::bytecode_file`]. The dump does not change.
 pub trait RuntimeFamily {
     /// The executable read (with its debug file attached).
     fn exe(&self) -> &Executable;
