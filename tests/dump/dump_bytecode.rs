@@ -243,3 +243,58 @@ fn other_builds_and_unsupported_bytecode_are_refused_clearly() {
     old.release();
     assert!(old.finish().1.success());
 }
+
+/// The bytecode file read for names is input like any other: changed on disk after the program
+/// loaded it (its table of globals or its debug events overwritten, or the file cut short), the
+/// dump still holds exactly the live blocks, and says once what it could not name.
+#[test]
+fn a_corrupt_bytecode_file_costs_names_not_the_snapshot() {
+    let Some((toolchain, dir)) = bytecode_toolchains().into_iter().next() else { return };
+    let original = std::fs::read(dir.join("cache_leak")).unwrap();
+    let section = |name: &[u8; 4]| -> std::ops::Range<usize> {
+        let n = original.len();
+        let count = u32::from_be_bytes(original[n - 16..n - 12].try_into().unwrap()) as usize;
+        let table = n - 16 - 8 * count;
+        let mut end = table;
+        let mut found = None;
+        for i in (0..count).rev() {
+            let d = &original[table + 8 * i..table + 8 * i + 8];
+            let len = u32::from_be_bytes(d[4..].try_into().unwrap()) as usize;
+            if &d[..4] == name {
+                found = Some(end - len..end);
+            }
+            end -= len;
+        }
+        found.unwrap_or_else(|| panic!("no {} section", String::from_utf8_lossy(name)))
+    };
+    let garbled = |range: std::ops::Range<usize>| {
+        let mut bytes = original.clone();
+        for (i, b) in bytes[range].iter_mut().enumerate().skip(20) {
+            *b = (i as u8).wrapping_mul(151) ^ 0x5a;
+        }
+        bytes
+    };
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        ("SYMB", garbled(section(b"SYMB")), "the bytecode's globals, frames and closures are not named"),
+        ("DBUG", garbled(section(b"DBUG")), "debug events could not be read"),
+        ("cut", original[..original.len() / 2].to_vec(), "the bytecode's globals, frames and closures are not named"),
+    ];
+    for (what, bytes, says) in cases {
+        let files = tempfile::tempdir().unwrap();
+        let program = files.path().join("cache_leak");
+        std::fs::write(&program, &original).unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut sample = Sample::start(&program, &[]);
+        sample.wait_ready(1);
+        std::fs::write(&program, &bytes).unwrap();
+        let path = files.path().join("s.snap");
+        let report = dump_ok(sample.pid(), &path, &[]);
+        let notes = report["notes"].to_string();
+        assert!(notes.contains(says), "{toolchain} {what}: {notes}");
+        let snap = heapsnap_format::Snapshot::open(&path).unwrap();
+        reachability(&snap).assert_exact(&format!("{toolchain} {what}"));
+        assert_eq!(verify(&path, true)["ok"], true, "{toolchain} {what}");
+        sample.release();
+        assert!(sample.finish().1.success(), "{toolchain} {what}");
+    }
+}

@@ -295,6 +295,26 @@ mod tests {
         assert_eq!(f.len(), 3);
     }
 
+    proptest::proptest! {
+        /// Sections of any bytes behind a valid trailer: their globals and debug events are read
+        /// or refused, never a panic.
+        #[test]
+        fn any_sections_are_read_or_refused(symb in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256), dbug in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+            let mut file = b"#!/bin/ocamlrun\n".to_vec();
+            file.extend_from_slice(&symb);
+            file.extend_from_slice(&dbug);
+            for (name, len) in [(b"SYMB", symb.len() as u32), (b"DBUG", dbug.len() as u32)] {
+                file.extend_from_slice(name);
+                file.extend_from_slice(&len.to_be_bytes());
+            }
+            file.extend_from_slice(&2u32.to_be_bytes());
+            file.extend_from_slice(b"Caml1999X035");
+            let sections = BytecodeSections::parse(file).expect("a trailer");
+            let _ = sections.globals();
+            let _ = sections.debug_events();
+        }
+    }
+
     #[test]
     fn a_file_without_a_trailer_is_no_bytecode() {
         assert!(BytecodeSections::parse(b"\x7fELF and more bytes than a trailer".to_vec()).is_none());

@@ -321,6 +321,18 @@ mod tests {
         assert_eq!(m.field(root, 0), m.field(root, 1));
     }
 
+    proptest::proptest! {
+        /// Any body after a valid header: read or refused, never a panic or a hang.
+        #[test]
+        fn any_body_is_read_or_refused(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let mut v = MAGIC_SMALL.to_be_bytes().to_vec();
+            v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            v.extend_from_slice(&[0; 12]);
+            v.extend_from_slice(&body);
+            let _ = unmarshal(&v);
+        }
+    }
+
     #[test]
     fn truncated_or_hostile_input_is_an_error() {
         let good = sample();
