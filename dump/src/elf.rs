@@ -203,6 +203,10 @@ impl Executable {
 /// reads programs run as machine code or by the bytecode interpreter, and a build for a
 /// JavaScript engine keeps its heap in the engine's.
 fn other_ocaml_build(data: &[u8]) -> Option<&'static str> {
+    // (An executable linked with `-custom` is ELF, its bytecode appended: not this.)
+    if data.starts_with(b"\x7fELF") {
+        return None;
+    }
     if data.starts_with(b"\0asm") {
         return Some("a WebAssembly module (wasm_of_ocaml?), whose OCaml heap lives in its engine's: heapsnap reads native programs and bytecode run by ocamlrun");
     }

@@ -4,6 +4,7 @@
 //! machinery for native code (frame tables, code classification, unwinding, root lists,
 //! Dynlink plugins).
 
+pub mod bytecode;
 pub mod bytecode_file;
 pub mod code;
 pub mod copied_world;

@@ -19,6 +19,7 @@ pub mod statics;
 pub mod tables;
 pub mod versions;
 
+use crate::common::bytecode::BytecodeProgram;
 use crate::common::code::CodeMap;
 use crate::common::frames::FrameTable;
 use crate::common::program::{detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program, ProgramKind};
@@ -28,7 +29,7 @@ use crate::dwarf::TypeIndex;
 use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
-use bytecode::{BytecodeLayout, BytecodeProgram};
+use bytecode::{BytecodeLayout, Interpreter};
 use facts::Facts;
 use heapsnap_format::ProbedFact;
 use layout::Layout;
@@ -66,7 +67,7 @@ pub struct Runtime {
     pub detected_reserved_bits: Option<u8>,
     pub frames: FrameTable,
     /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
-    pub bytecode: Option<BytecodeProgram>,
+    pub bytecode: Option<Interpreter>,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
     /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
@@ -181,9 +182,12 @@ impl Runtime {
                 (frames, None)
             }
             ProgramKind::Bytecode => {
-                let program = bytecode_layout.map(|layout| BytecodeProgram::find(layout, &exe, bias, source));
-                notes.extend(program.iter().flat_map(|p| p.notes.iter().cloned()));
-                (FrameTable::default(), program)
+                let interpreter = bytecode_layout.map(|layout| {
+                    let program = BytecodeProgram::find(&exe, bias, source, bias + layout.exe_name);
+                    Interpreter { layout, program }
+                });
+                notes.extend(interpreter.iter().flat_map(|i| i.program.notes.iter().cloned()));
+                (FrameTable::default(), interpreter)
             }
         };
         let unwinder = unwind::Unwinder::new(&mappings);

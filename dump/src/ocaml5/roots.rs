@@ -2,10 +2,10 @@
 //! `caml_final_do_roots`, `caml_memprof_scan_roots`, systhreads' `caml_thread_scan_roots`),
 //! plus the stacks of suspended continuations, each with its kind and origin.
 
-use super::bytecode::{is_scannable, BytecodeProgram, CodeFragments};
 use super::probe;
 use super::versions::Indirection;
 use super::Runtime;
+use crate::common::bytecode::{is_scannable, BytecodeProgram, CodeFragments};
 use crate::common::bytecode_file::Global;
 use crate::common::copied_world::{Capture, CapturedRoot, RootName};
 use crate::common::frames::walk_stack;
@@ -61,7 +61,7 @@ struct SysThread {
 }
 
 pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
-    let code = rt.bytecode.as_ref().map(|b| CodeFragments::read(&b.layout, rt.bias, source)).transpose()?;
+    let code = rt.bytecode.as_ref().map(|b| b.code_fragments(rt.bias, source)).transpose()?;
     let mut cx = Ctx {
         rt,
         source,
@@ -80,9 +80,9 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         dyn_globals(&mut cx, format)?;
     }
     global_root_lists(&mut cx, cap)?;
-    if let Some(program) = &rt.bytecode {
-        bytecode_globals(&mut cx, program, format, cap)?;
-        cap.plugin_symbols.extend(bytecode_functions(&cx, program)?);
+    if let Some(interpreter) = &rt.bytecode {
+        bytecode_globals(&mut cx, &interpreter.program, format, cap)?;
+        cap.plugin_symbols.extend(bytecode_functions(&cx, &interpreter.program)?);
     }
 
     for d in &cap.domains {
@@ -494,7 +494,7 @@ fn interpreter_stack(
     // call's into C: `Setup_for_c_call` or `Setup_for_event`).
     let mut frame_at = None;
     let mut innermost = true;
-    let program = cx.rt.bytecode.as_ref();
+    let program = cx.rt.bytecode.as_ref().map(|i| &i.program);
     let code_start = cx.word(cx.rt.symbol("caml_start_code")?)?;
     for (i, &word) in words.iter().enumerate() {
         if word & 1 == 0 && code.contains(word) {

@@ -259,7 +259,7 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
     }
 
     let primitives = match &rt.bytecode {
-        Some(b) => super::bytecode::primitives(&b.layout, rt.bias, source)?,
+        Some(b) => b.primitives(rt.bias, source)?,
         None => Vec::new(),
     };
     for (index, internal) in participating_domains(rt, source)?.into_iter().enumerate() {
