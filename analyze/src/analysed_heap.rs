@@ -37,8 +37,10 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn top_label(&self, v: NodeId) -> String;
     /// Up to `max` nodes with a strong edge to `v`, ascending.
     fn referrers(&self, v: NodeId, max: usize) -> Vec<NodeId>;
-    /// Parents in one breadth-first search from the super-root over strong edges.
-    fn bfs_parents(&self) -> Cow<'_, [NodeId]>;
+    /// A node's parent in one breadth-first search from the super-root over strong edges (the
+    /// super-root's is itself; `None`: unreachable, or no such node). Asked node by node, so
+    /// that an index may keep the parents in a compact form rather than as one array.
+    fn bfs_parent(&self, v: NodeId) -> Option<NodeId>;
     /// The groups of a grouping, largest retained first.
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError>;
     /// Per root: what it retains alone and shared ([`crate::retainers::Retainers`]).
