@@ -7,6 +7,7 @@
 //! foreign index is never used: [`store::open_or_build`] rebuilds it.
 
 pub mod build;
+pub mod compact;
 pub mod diff_profile;
 pub mod file;
 pub mod reports;

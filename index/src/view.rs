@@ -6,6 +6,7 @@
 //!
 //! [`Analysis`]: heapsnap_analyze::Analysis
 
+use crate::compact::{BlockPlaces, ReferrerTable, Referrers, Tree, BLOCK_RUN, REFERRER_RUN};
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
@@ -44,14 +45,12 @@ impl Needs {
             // Naming a Hashtbl's parts resolves the pointers between them (by address).
             Needs::Tree => &[
                 META,
-                PRE_OF,
-                PREORDER,
-                IDOM_PRE,
+                TREE,
                 RETAINED,
                 RETAINED_LARGE,
-                KID_OFFSETS,
-                KIDS,
-                BLOCK_OFFSETS,
+                BLOCK_STEPS,
+                BLOCK_FAR,
+                BLOCK_CHECKPOINTS,
                 KIND_IDS,
                 BLOCK_REGIONS,
                 TOP_NODES,
@@ -60,19 +59,17 @@ impl Needs {
             ],
             Needs::All => &[
                 META,
-                PRE_OF,
-                PREORDER,
-                IDOM_PRE,
+                TREE,
                 RETAINED,
                 RETAINED_LARGE,
-                KID_OFFSETS,
-                KIDS,
-                BLOCK_OFFSETS,
+                BLOCK_STEPS,
+                BLOCK_FAR,
+                BLOCK_CHECKPOINTS,
                 KIND_IDS,
                 BLOCK_REGIONS,
-                BFS_PARENT,
-                REF_OFFSETS,
-                REFS,
+                PLAIN_REFERRERS,
+                REFERRERS,
+                REFERRER_CHECKPOINTS,
                 ROOT_EDGES,
                 TOP_NODES,
                 TOP_LABEL_IDS,
@@ -85,39 +82,39 @@ impl Needs {
     }
 }
 
-/// Kind ids, 1, 2 or 4 bytes each ([`Meta::kind_id_bytes`]); the width's largest value is no
-/// kind.
+/// Ids of 1, 2 or 4 bytes each (kinds: [`Meta::kind_id_bytes`]; top labels: the section's
+/// length over the count); the width's largest value is none.
 #[derive(Clone, Copy)]
-enum KindIds<'s> {
+enum NarrowIds<'s> {
     U8(&'s [u8]),
     U16(&'s [u16]),
     U32(&'s [u32]),
 }
 
-impl<'s> KindIds<'s> {
+impl<'s> NarrowIds<'s> {
     fn new(bytes: &'s [u8], width: u8) -> Option<Self> {
         match width {
-            1 => Some(KindIds::U8(bytes)),
-            2 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U16),
-            4 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U32),
+            1 => Some(NarrowIds::U8(bytes)),
+            2 => bytemuck::try_cast_slice(bytes).ok().map(NarrowIds::U16),
+            4 => bytemuck::try_cast_slice(bytes).ok().map(NarrowIds::U32),
             _ => None,
         }
     }
 
     fn len(&self) -> usize {
         match self {
-            KindIds::U8(v) => v.len(),
-            KindIds::U16(v) => v.len(),
-            KindIds::U32(v) => v.len(),
+            NarrowIds::U8(v) => v.len(),
+            NarrowIds::U16(v) => v.len(),
+            NarrowIds::U32(v) => v.len(),
         }
     }
 
-    /// Block `i`'s kind id (from the first block node), None when it has none.
+    /// Id `i` (a block's kind: from the first block node), None when it has none.
     fn get(&self, i: usize) -> Option<u32> {
         match self {
-            KindIds::U8(v) => v.get(i).filter(|&&k| k != u8::MAX).map(|&k| k as u32),
-            KindIds::U16(v) => v.get(i).filter(|&&k| k != u16::MAX).map(|&k| k as u32),
-            KindIds::U32(v) => v.get(i).filter(|&&k| k != u32::MAX).copied(),
+            NarrowIds::U8(v) => v.get(i).filter(|&&k| k != u8::MAX).map(|&k| k as u32),
+            NarrowIds::U16(v) => v.get(i).filter(|&&k| k != u16::MAX).map(|&k| k as u32),
+            NarrowIds::U32(v) => v.get(i).filter(|&&k| k != u32::MAX).copied(),
         }
     }
 }
@@ -127,27 +124,24 @@ pub struct IndexView<'s> {
     pub meta: std::sync::Arc<Meta>,
     pub names: Names<'s>,
     pub layout: HeaderLayout,
-    pre_of: &'s [u32],
-    preorder: &'s [u32],
-    idom_pre: &'s [u32],
+    /// The dominator tree, decoded and checked when the view opens (empty below the tree's
+    /// level).
+    tree: Tree,
     /// In words (`u32::MAX`: in `retained_large`).
     retained_pre: &'s [u32],
     retained_large: &'s [[u64; 2]],
-    kid_offsets: &'s [u32],
-    kids: &'s [u32],
     /// Per block node: its first field's offset in its region, in words.
-    block_offsets: &'s [u32],
-    kind_ids: KindIds<'s>,
+    places: BlockPlaces<'s>,
+    kind_ids: NarrowIds<'s>,
     /// `[first node, end node, region index]`, by first node.
     block_regions: &'s [[u32; 3]],
     /// By the snapshot's region index: its entry in `block_regions` (`u32::MAX`: none).
     region_entry: Vec<u32>,
-    bfs_parent: &'s [u32],
-    ref_offsets: &'s [u32],
-    refs: &'s [u32],
+    /// Referrers and shortest-path parents.
+    referrers: ReferrerTable<'s>,
     root_edges: &'s [u32],
     top_nodes: &'s [u32],
-    top_label_ids: &'s [u32],
+    top_label_ids: NarrowIds<'s>,
     top_labels: Vec<String>,
     modules: HashMap<u64, &'s str>,
     /// The snapshot's free blocks (OCaml 4.14), read when a bad pointer is first classified.
@@ -179,27 +173,40 @@ impl<'s> IndexView<'s> {
             snap,
             names: Names::new(snap),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
-            pre_of: u32s(PRE_OF)?,
-            preorder: u32s(PREORDER)?,
-            idom_pre: u32s(IDOM_PRE)?,
+            tree: if wanted.contains(&TREE) {
+                Tree::decode(file.section(TREE)?, n, r).map_err(|e| IndexError::Inconsistent(format!("dominator tree: {e}")))?
+            } else {
+                Tree::default()
+            },
             retained_pre: u32s(RETAINED)?,
             retained_large: bytemuck::cast_slice(u64s(RETAINED_LARGE)?.get(..u64s(RETAINED_LARGE)?.len() / 2 * 2).unwrap_or(&[])),
-            kid_offsets: u32s(KID_OFFSETS)?,
-            kids: u32s(KIDS)?,
-            block_offsets: u32s(BLOCK_OFFSETS)?,
+            places: BlockPlaces {
+                steps: if wanted.contains(&BLOCK_STEPS) { file.section(BLOCK_STEPS)? } else { &[] },
+                far: bytemuck::cast_slice(u32s(BLOCK_FAR)?.get(..u32s(BLOCK_FAR)?.len() / 2 * 2).unwrap_or(&[])),
+                checkpoints: u32s(BLOCK_CHECKPOINTS)?,
+            },
             kind_ids: if wanted.contains(&KIND_IDS) {
-                KindIds::new(file.section(KIND_IDS)?, meta.kind_id_bytes).ok_or(IndexError::Section(KIND_IDS))?
+                NarrowIds::new(file.section(KIND_IDS)?, meta.kind_id_bytes).ok_or(IndexError::Section(KIND_IDS))?
             } else {
-                KindIds::U32(&[])
+                NarrowIds::U32(&[])
             },
             block_regions: bytemuck::cast_slice(u32s(BLOCK_REGIONS)?.get(..u32s(BLOCK_REGIONS)?.len() / 3 * 3).unwrap_or(&[])),
             region_entry: Vec::new(),
-            bfs_parent: u32s(BFS_PARENT)?,
-            ref_offsets: u32s(REF_OFFSETS)?,
-            refs: u32s(REFS)?,
+            referrers: ReferrerTable::new(
+                u64s(PLAIN_REFERRERS)?,
+                if wanted.contains(&REFERRERS) { file.section(REFERRERS)? } else { &[] },
+                u64s(REFERRER_CHECKPOINTS)?,
+            ),
             root_edges: u32s(ROOT_EDGES)?,
             top_nodes: u32s(TOP_NODES)?,
-            top_label_ids: u32s(TOP_LABEL_IDS)?,
+            top_label_ids: if wanted.contains(&TOP_LABEL_IDS) {
+                let bytes = file.section(TOP_LABEL_IDS)?;
+                let tops = u32s(TOP_NODES)?.len();
+                let width = if tops == 0 { 1 } else { bytes.len() / tops };
+                NarrowIds::new(bytes, width as u8).filter(|ids| ids.len() == tops).ok_or(IndexError::Section(TOP_LABEL_IDS))?
+            } else {
+                NarrowIds::U32(&[])
+            },
             top_labels: if wanted.contains(&TOP_LABELS) {
                 serde_json::from_slice(file.section(TOP_LABELS)?).map_err(|e| IndexError::Inconsistent(format!("top labels: {e}")))?
             } else {
@@ -227,21 +234,19 @@ impl<'s> IndexView<'s> {
             }
         }
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
-        let lengths: [(&str, usize, usize, u32); 14] = [
-            ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
-            ("preorder numbers", view.pre_of.len(), n, PRE_OF),
-            ("preorder", view.preorder.len(), r, PREORDER),
-            ("dominators", view.idom_pre.len(), r, IDOM_PRE),
+        let non_plain = n - view.referrers.plain.iter().map(|w| w.count_ones() as usize).sum::<usize>().min(n);
+        let lengths: [(&str, usize, usize, u32); 11] = [
             ("retained sizes", view.retained_pre.len(), r, RETAINED),
             ("large retained sizes", view.file.section(RETAINED_LARGE).map_or(0, |b| b.len() % 16), 0, RETAINED_LARGE),
-            ("children offsets", view.kid_offsets.len(), r + 1, KID_OFFSETS),
-            ("children", view.kids.len(), r.saturating_sub(1), KIDS),
-            ("block offsets", view.block_offsets.len(), blocks, BLOCK_OFFSETS),
+            ("block steps", view.places.steps.len(), blocks, BLOCK_STEPS),
+            ("far block places", view.file.section(BLOCK_FAR).map_or(0, |b| b.len() % 8), 0, BLOCK_FAR),
+            ("block checkpoints", view.places.checkpoints.len(), blocks.div_ceil(BLOCK_RUN), BLOCK_CHECKPOINTS),
             ("block regions", view.file.section(BLOCK_REGIONS).map_or(0, |b| b.len() % 12), 0, BLOCK_REGIONS),
             ("kinds", view.kind_ids.len(), blocks, KIND_IDS),
-            ("parents", view.bfs_parent.len(), n, BFS_PARENT),
-            ("referrer offsets", view.ref_offsets.len(), n + 1, REF_OFFSETS),
+            ("plain referrers", view.referrers.plain.len(), n.div_ceil(64), PLAIN_REFERRERS),
+            ("referrer checkpoints", view.referrers.checkpoints.len(), non_plain.div_ceil(REFERRER_RUN), REFERRER_CHECKPOINTS),
             ("root edges", view.root_edges.len() % 2, 0, ROOT_EDGES),
+            ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
         ];
         for (what, got, want, kind) in lengths {
             if wanted.contains(&kind) && got != want {
@@ -263,20 +268,27 @@ impl<'s> IndexView<'s> {
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
-        self.pre_of.get(node as usize).filter(|&&p| p != NO_NODE).map(|&p| p as usize)
+        self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE).map(|&p| p as usize)
     }
 
-    /// Children in the dominator tree, largest retained first.
+    /// Children in the dominator tree, largest retained first: in the tree's preorder, the
+    /// node right after this one, then each next one past the subtree of the one before (the
+    /// decoded tree's subtrees nest: this ends).
     pub fn children_iter(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        let range = self.pre(node).and_then(|p| Some(*self.kid_offsets.get(p)? as usize..*self.kid_offsets.get(p + 1)? as usize));
-        let kids = range.and_then(|r| self.kids.get(r)).unwrap_or(&[]);
-        kids.iter().filter_map(|&p| self.preorder.get(p as usize).copied())
+        let tree = &self.tree;
+        let (first, end) = self.pre(node).map_or((0, 0), |p| (p + 1, p + tree.size[p] as usize));
+        let mut next = first;
+        std::iter::from_fn(move || {
+            let c = next;
+            (c < end).then(|| {
+                next = c + tree.size[c] as usize;
+                tree.preorder[c]
+            })
+        })
     }
 
     pub fn children_count(&self, node: NodeId) -> usize {
-        self.pre(node)
-            .and_then(|p| Some((*self.kid_offsets.get(p + 1)? as usize).saturating_sub(*self.kid_offsets.get(p)? as usize)))
-            .unwrap_or(0)
+        self.children_iter(node).count()
     }
 
     fn root_kind(&self, node: NodeId) -> Option<RootKind> {
@@ -287,12 +299,12 @@ impl<'s> IndexView<'s> {
     /// The address of a block node's first field (None: no block).
     fn block_address(&self, node: NodeId) -> Option<u64> {
         let first = self.meta.first_block_node;
-        let offset = *self.block_offsets.get((node.checked_sub(first)?) as usize)?;
         let i = self.block_regions.partition_point(|e| e[0] <= node).checked_sub(1)?;
-        let [_, end, region] = self.block_regions[i];
-        if node >= end || offset == u32::MAX || region as usize >= self.snap.region_count() {
+        let [start, end, region] = self.block_regions[i];
+        if node >= end || region as usize >= self.snap.region_count() {
             return None;
         }
+        let offset = self.places.offset(node.checked_sub(first)? as usize, start.checked_sub(first)? as usize)?;
         self.snap.region(region as usize).base().checked_add(offset as u64 * 8)
     }
 
@@ -302,11 +314,23 @@ impl<'s> IndexView<'s> {
         let &i = self.region_entry.get(r).filter(|&&i| i != u32::MAX)?;
         let [start, end, _] = *self.block_regions.get(i as usize)?;
         let first = self.meta.first_block_node;
-        let offsets = self.block_offsets.get(start.checked_sub(first)? as usize..end.checked_sub(first)? as usize)?;
+        let (start_i, end_i) = (start.checked_sub(first)? as usize, end.checked_sub(first)? as usize);
+        if start_i > end_i || end_i > self.places.steps.len() {
+            return None;
+        }
         let base = self.snap.region(r).base();
         let target = address.checked_sub(base)? / 8;
-        let k = offsets.partition_point(|&o| (o as u64) < target);
-        Some((start + k as NodeId, end))
+        // The blocks ascend by address: a binary search, each probe summing a run of steps.
+        let (mut lo, mut hi) = (start_i, end_i);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.places.offset(mid, start_i).is_some_and(|o| (o as u64) < target) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some((first + lo as NodeId, end))
     }
 
     /// The node of the block whose first field is at `address`.
@@ -442,7 +466,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
 
     fn idom(&self, node: NodeId) -> Option<NodeId> {
         let p = self.pre(node).filter(|&p| p != 0)?;
-        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
+        self.tree.preorder.get(*self.tree.idom.get(p)? as usize).copied()
     }
 
     fn root_records(&self, node: NodeId) -> Vec<u32> {
@@ -511,19 +535,25 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     /// The saved label of a top object (the analysis's retainers).
     fn top_label(&self, node: NodeId) -> String {
         let found = self.top_nodes.binary_search(&node).ok().and_then(|i| self.top_label_ids.get(i));
-        match found.and_then(|&l| self.top_labels.get(l as usize)) {
+        match found.and_then(|l| self.top_labels.get(l as usize)) {
             Some(label) => label.clone(),
             None => self.describe(node),
         }
     }
 
     fn referrers(&self, node: NodeId, max: usize) -> Vec<NodeId> {
-        let range = (|| Some(*self.ref_offsets.get(node as usize)? as usize..*self.ref_offsets.get(node as usize + 1)? as usize))();
-        range.and_then(|r| self.refs.get(r)).unwrap_or(&[]).iter().take(max).copied().collect()
+        match self.referrers.get(node, max) {
+            Some(Referrers::Plain) => self.idom(node).into_iter().take(max).collect(),
+            Some(Referrers::Listed { referrers, .. }) => referrers,
+            None => Vec::new(),
+        }
     }
 
-    fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
-        Cow::Borrowed(self.bfs_parent)
+    fn bfs_parent(&self, node: NodeId) -> Option<NodeId> {
+        match self.referrers.get(node, 0)? {
+            Referrers::Plain => self.idom(node),
+            Referrers::Listed { parent, .. } => parent.filter(|&p| (p as usize) < self.node_count()),
+        }
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

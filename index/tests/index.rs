@@ -356,7 +356,7 @@ thread_local! {
 /// replaces an index with less.
 #[test]
 fn an_index_is_built_again_for_the_first_command_that_reads_more() {
-    use heapsnap_index::sections::{BFS_PARENT, KIDS, META, PRE_OF, REFS};
+    use heapsnap_index::sections::{META, PLAIN_REFERRERS, REFERRERS, TREE};
     use heapsnap_index::store::{build_and_save_for, load};
     let dir = tempfile::tempdir().unwrap();
     let path = write_heap(dir.path());
@@ -367,7 +367,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     let meta = load(&path, Needs::Meta, &quiet).unwrap();
     assert!(meta.built);
     assert_eq!(meta.index.level(), Some(Needs::Meta));
-    assert!(meta.index.has(META) && !meta.index.has(PRE_OF) && !meta.index.has(KIDS));
+    assert!(meta.index.has(META) && !meta.index.has(TREE));
     let size = std::fs::metadata(beside(&path)).unwrap().len();
     assert!(size < snap.bytes().len() as u64 / 4, "{size} bytes of meta data for a {}-byte snapshot", snap.bytes().len());
     // Its reports are the analysis's.
@@ -398,7 +398,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     let tree = load(&path, Needs::Tree, &quiet).unwrap();
     assert!(tree.built);
     assert_eq!(tree.index.level(), Some(Needs::Tree));
-    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    assert!(!tree.index.has(REFERRERS) && !tree.index.has(PLAIN_REFERRERS));
     drop(tree);
     assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
     let all = load(&path, Needs::All, &quiet).unwrap();
@@ -413,7 +413,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
 
     // ... unless what the command reads of it is corrupt: a tree section of the whole index.
     let mut bytes = std::fs::read(beside(&path)).unwrap();
-    let (offset, length) = section_at(&bytes, KIDS);
+    let (offset, length) = section_at(&bytes, TREE);
     assert!(length > 0);
     bytes[offset] ^= 0x40;
     std::fs::write(beside(&path), &bytes).unwrap();
@@ -579,7 +579,7 @@ fn kind_ids_of_two_bytes_read_back() {
 #[test]
 fn large_retained_sizes_are_read_from_their_list() {
     use heapsnap_index::file::IndexBuilder;
-    use heapsnap_index::sections::{PRE_OF, RETAINED, RETAINED_LARGE};
+    use heapsnap_index::sections::{RETAINED, RETAINED_LARGE, TREE};
     let f = fixture(Needs::Tree);
     let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
     let view = IndexView::open(&f.snap, &file, Needs::Tree).unwrap();
@@ -587,7 +587,8 @@ fn large_retained_sizes_are_read_from_their_list() {
     assert!(total > view.retained(top) && view.retained(top) > 0);
     // The same index, the super-root's size and its largest child's (as more than 32 GiB)
     // moved to the list.
-    let moved = file.u32s(PRE_OF).unwrap()[top as usize] as u64;
+    let tree = heapsnap_index::compact::Tree::decode(file.section(TREE).unwrap(), view.node_count(), view.meta.reachable_count as usize).unwrap();
+    let moved = tree.pre_of[top as usize] as u64;
     let huge = (u32::MAX as u64 + 5) * 8;
     let mut words = file.u32s(RETAINED).unwrap().to_vec();
     words[0] = u32::MAX;

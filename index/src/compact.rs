@@ -1,0 +1,285 @@
+//! The compact encodings of the index's largest sections (INDEX.md): the dominator tree as one
+//! stream of varints in its own preorder, the blocks' places as one byte per block, and the
+//! referrers and shortest-path parents as a bit per node plus the exceptions' lists.
+//!
+//! Writing is straightforward; reading never trusts the bytes: a varint past the end or too
+//! long, a node past the count, a tree whose subtrees do not nest, reads as `None` (or refuses
+//! the section when the view opens), never a panic, and every walk is bounded.
+
+use heapsnap_analyze::{NodeId, NO_NODE};
+
+/// How many exceptions' lists one checkpoint of [`ReferrerTable`] covers: a lookup decodes at
+/// most this many entries.
+pub const REFERRER_RUN: usize = 16;
+/// How many blocks one checkpoint of [`BlockPlaces`] covers: a lookup sums at most this many steps.
+pub const BLOCK_RUN: usize = 32;
+/// A block step that does not fit a byte: the block's offset is in the far list.
+pub const FAR_STEP: u8 = u8::MAX;
+
+/// Appends `x` as LEB128 (7 bits a byte, low first).
+pub fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+    while x >= 0x80 {
+        out.push(x as u8 | 0x80);
+        x >>= 7;
+    }
+    out.push(x as u8);
+}
+
+/// Reads a LEB128 value at `*at`, moving past it; `None` past the end or past 64 bits.
+#[inline]
+pub fn get_varint(bytes: &[u8], at: &mut usize) -> Option<u64> {
+    let mut x = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*at)?;
+        *at += 1;
+        x |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b < 0x80 {
+            return Some(x);
+        }
+    }
+    None
+}
+
+fn zigzag(x: i64) -> u64 {
+    ((x << 1) ^ (x >> 63)) as u64
+}
+
+fn unzigzag(x: u64) -> i64 {
+    (x >> 1) as i64 ^ -((x & 1) as i64)
+}
+
+/// The dominator tree in its own preorder (each node's children largest retained first, ties by
+/// node): per node, the node minus the one before it (zigzag) and the size of its subtree.
+pub fn encode_tree(nodes: impl Iterator<Item = (NodeId, u32)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut last = 0i64;
+    for (node, size) in nodes {
+        put_varint(&mut out, zigzag(node as i64 - last));
+        put_varint(&mut out, u64::from(size));
+        last = node as i64;
+    }
+    out
+}
+
+#[derive(Default)]
+/// The dominator tree read back from [`encode_tree`]'s stream, checked: `reachable` nodes, each
+/// below `node_count` and met once, every subtree inside its parent's.
+pub struct Tree {
+    /// Preorder number -> node.
+    pub preorder: Vec<NodeId>,
+    /// Node -> preorder number ([`NO_NODE`]: unreachable).
+    pub pre_of: Vec<u32>,
+    /// Preorder number -> its immediate dominator's (the root's: 0).
+    pub idom: Vec<u32>,
+    /// Preorder number -> the size of its subtree (its children follow it, one subtree after
+    /// the other).
+    pub size: Vec<u32>,
+}
+
+impl Tree {
+    pub fn decode(bytes: &[u8], node_count: usize, reachable: usize) -> Result<Tree, String> {
+        if reachable > node_count || (reachable == 0) != bytes.is_empty() {
+            return Err(format!("{reachable} reachable of {node_count} nodes"));
+        }
+        let mut preorder = Vec::with_capacity(reachable);
+        let mut idom = Vec::with_capacity(reachable);
+        let mut size = Vec::with_capacity(reachable);
+        let mut pre_of = vec![NO_NODE; node_count];
+        // The open subtrees: (preorder number, where its subtree ends).
+        let mut open: Vec<(u32, u32)> = Vec::new();
+        let (mut at, mut last) = (0usize, 0i64);
+        for p in 0..reachable as u32 {
+            let bad = || format!("the tree's node {p}");
+            let node = last.checked_add(unzigzag(get_varint(bytes, &mut at).ok_or_else(bad)?)).ok_or_else(bad)?;
+            let s = get_varint(bytes, &mut at).ok_or_else(bad)?;
+            let slot = usize::try_from(node).ok().and_then(|v| pre_of.get_mut(v)).filter(|slot| **slot == NO_NODE).ok_or_else(bad)?;
+            *slot = p;
+            last = node;
+            while open.last().is_some_and(|&(_, end)| end <= p) {
+                open.pop();
+            }
+            let end = u64::from(p) + s;
+            match open.last() {
+                None if p == 0 && end == reachable as u64 => idom.push(0),
+                Some(&(parent, parent_end)) if s >= 1 && end <= u64::from(parent_end) => idom.push(parent),
+                _ => return Err(bad()),
+            }
+            preorder.push(node as NodeId);
+            size.push(s as u32);
+            open.push((p, end as u32));
+        }
+        if at != bytes.len() {
+            return Err("bytes after the tree".into());
+        }
+        Ok(Tree { preorder, pre_of, idom, size })
+    }
+}
+
+/// Where each block's first field is (in words from its region's base), as one byte a block:
+/// the step from the block before it in the same region, or for a region's first block its
+/// offset; [`FAR_STEP`] when it does not fit, the offset then in the far list. Returns the
+/// steps, the `(block index, offset)` far pairs, and every [`BLOCK_RUN`]th block's offset.
+pub fn encode_block_places(offsets: &[u32], region_starts: &[usize]) -> (Vec<u8>, Vec<u32>, Vec<u32>) {
+    let mut steps = Vec::with_capacity(offsets.len());
+    let mut far = Vec::new();
+    let mut starts = region_starts.iter().peekable();
+    for (i, &o) in offsets.iter().enumerate() {
+        let region_start = starts.next_if(|&&s| s == i).is_some();
+        let step = if region_start || i == 0 { Some(o) } else { o.checked_sub(offsets[i - 1]) };
+        match step.filter(|&s| s < u32::from(FAR_STEP)) {
+            Some(s) => steps.push(s as u8),
+            None => {
+                steps.push(FAR_STEP);
+                far.extend([i as u32, o]);
+            }
+        }
+    }
+    let checkpoints = offsets.iter().step_by(BLOCK_RUN).copied().collect();
+    (steps, far, checkpoints)
+}
+
+/// Reads [`encode_block_places`]'s sections.
+#[derive(Clone, Copy, Default)]
+pub struct BlockPlaces<'s> {
+    pub steps: &'s [u8],
+    /// `(block index, offset)`, by block index.
+    pub far: &'s [[u32; 2]],
+    pub checkpoints: &'s [u32],
+}
+
+impl BlockPlaces<'_> {
+    /// The offset of block `i`, whose region's first block is `region_start` (≤ `i`).
+    pub fn offset(&self, i: usize, region_start: usize) -> Option<u32> {
+        let run = i / BLOCK_RUN * BLOCK_RUN;
+        let (mut acc, from) = if run > region_start {
+            (*self.checkpoints.get(run / BLOCK_RUN)?, run + 1)
+        } else {
+            (self.far_or(region_start, 0)?, region_start + 1)
+        };
+        for j in from..=i {
+            acc = self.far_or(j, acc)?;
+        }
+        Some(acc)
+    }
+
+    /// Block `j`'s offset given the one before it.
+    #[inline]
+    fn far_or(&self, j: usize, before: u32) -> Option<u32> {
+        match *self.steps.get(j)? {
+            FAR_STEP => {
+                let k = self.far.partition_point(|e| (e[0] as usize) < j);
+                self.far.get(k).filter(|e| e[0] as usize == j).map(|e| e[1])
+            }
+            s => before.checked_add(u32::from(s)),
+        }
+    }
+}
+
+/// The referrers and shortest-path parents of the nodes that are not plain (a plain node's only
+/// referrer is its immediate dominator, its parent too): per node, in node order, the count,
+/// where its parent is (0: none, `i + 1`: the `i`th referrer, `count + 1`: the node that
+/// follows), then the referrers ascending, the first as its difference from the node (zigzag),
+/// the others from the one before. Returns the stream and every [`REFERRER_RUN`]th entry's start.
+pub fn encode_referrers<'a>(entries: impl Iterator<Item = (NodeId, &'a [NodeId], NodeId)>) -> (Vec<u8>, Vec<u64>) {
+    let (mut out, mut checkpoints) = (Vec::new(), Vec::new());
+    for (k, (v, refs, parent)) in entries.enumerate() {
+        if k % REFERRER_RUN == 0 {
+            checkpoints.push(out.len() as u64);
+        }
+        put_varint(&mut out, refs.len() as u64);
+        let found = refs.iter().position(|&r| r == parent);
+        match (parent, found) {
+            (NO_NODE, _) => put_varint(&mut out, 0),
+            (_, Some(i)) => put_varint(&mut out, i as u64 + 1),
+            (_, None) => {
+                put_varint(&mut out, refs.len() as u64 + 1);
+                put_varint(&mut out, u64::from(parent));
+            }
+        }
+        let mut last = v as i64;
+        for (i, &r) in refs.iter().enumerate() {
+            put_varint(&mut out, if i == 0 { zigzag(r as i64 - last) } else { (r as i64 - last) as u64 });
+            last = r as i64;
+        }
+    }
+    (out, checkpoints)
+}
+
+/// Reads [`encode_referrers`]'s sections.
+#[derive(Default)]
+pub struct ReferrerTable<'s> {
+    /// A bit per node: plain.
+    pub plain: &'s [u64],
+    /// Plain nodes before each word of `plain`.
+    pub plain_before: Vec<u32>,
+    pub stream: &'s [u8],
+    pub checkpoints: &'s [u64],
+}
+
+/// A node's referrers and parent, as saved.
+pub enum Referrers {
+    /// Its immediate dominator, its parent too.
+    Plain,
+    Listed { referrers: Vec<NodeId>, parent: Option<NodeId> },
+}
+
+impl<'s> ReferrerTable<'s> {
+    pub fn new(plain: &'s [u64], stream: &'s [u8], checkpoints: &'s [u64]) -> Self {
+        let mut before = 0u32;
+        let plain_before = plain
+            .iter()
+            .map(|w| {
+                let b = before;
+                before = before.saturating_add(w.count_ones());
+                b
+            })
+            .collect();
+        ReferrerTable { plain, plain_before, stream, checkpoints }
+    }
+
+    /// Node `v`'s entry, at most `max` referrers of it (`None`: past the table, or a corrupt
+    /// entry).
+    pub fn get(&self, v: NodeId, max: usize) -> Option<Referrers> {
+        let (word, bit) = (v as usize / 64, v % 64);
+        let w = *self.plain.get(word)?;
+        if w >> bit & 1 == 1 {
+            return Some(Referrers::Plain);
+        }
+        // Its rank among the nodes that are not plain.
+        let plain = *self.plain_before.get(word)? as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize;
+        let k = (v as usize).checked_sub(plain)?;
+        let mut at = usize::try_from(*self.checkpoints.get(k / REFERRER_RUN)?).ok()?;
+        for _ in 0..k % REFERRER_RUN {
+            self.entry(&mut at, v, 0)?;
+        }
+        self.entry(&mut at, v, max)
+    }
+
+    /// Decodes the entry at `*at` (of node `v`), keeping at most `max` referrers.
+    fn entry(&self, at: &mut usize, v: NodeId, max: usize) -> Option<Referrers> {
+        let s = self.stream;
+        let count = get_varint(s, at)?;
+        let code = get_varint(s, at)?;
+        let explicit = if code == count.checked_add(1)? { Some(node(get_varint(s, at)?)?) } else { None };
+        let mut referrers = Vec::new();
+        let mut last = v as i64;
+        let mut parent = explicit;
+        for i in 0..count {
+            let x = get_varint(s, at)?;
+            let r = if i == 0 { last.checked_add(unzigzag(x))? } else { last.checked_add(i64::try_from(x).ok()?)? };
+            let r = node(u64::try_from(r).ok()?)?;
+            if i + 1 == code {
+                parent = Some(r);
+            }
+            if (i as usize) < max {
+                referrers.push(r);
+            }
+            last = r as i64;
+        }
+        Some(Referrers::Listed { referrers, parent })
+    }
+}
+
+fn node(x: u64) -> Option<NodeId> {
+    u32::try_from(x).ok().filter(|&v| v != NO_NODE)
+}
