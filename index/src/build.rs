@@ -180,7 +180,8 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         let d = tree.idom_pre[p] as usize;
         subtree[d] += subtree[p];
     }
-    let tree_stream = crate::compact::encode_tree(order.iter().map(|&p| (preorder[p as usize], subtree[p as usize])));
+    let tree_stream = crate::compact::encode_tree(order.iter().map(|&p| subtree[p as usize]));
+    let tree_nodes: Vec<NodeId> = order.par_iter().map(|&p| preorder[p as usize]).collect();
     drop(subtree);
     // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
     let retained_words: Vec<u32> = order
@@ -196,6 +197,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     let mut b = IndexBuilder::default();
     b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
     b.add(TREE, tree_stream);
+    b.add_u32_vec(PREORDER, tree_nodes);
     b.add_u32_vec(RETAINED, retained_words);
     b.add_u64_vec(RETAINED_LARGE, retained_large);
     let kinds = a.block_kinds();

@@ -49,24 +49,21 @@ fn unzigzag(x: u64) -> i64 {
 }
 
 /// The dominator tree in its own preorder (each node's children largest retained first, ties by
-/// node): per node, the node minus the one before it (zigzag) and the size of its subtree.
-pub fn encode_tree(nodes: impl Iterator<Item = (NodeId, u32)>) -> Vec<u8> {
+/// node): the size of each node's subtree, as varints (the nodes themselves are a `u32` array
+/// beside it, mapped as it is).
+pub fn encode_tree(sizes: impl Iterator<Item = u32>) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut last = 0i64;
-    for (node, size) in nodes {
-        put_varint(&mut out, zigzag(node as i64 - last));
+    for size in sizes {
         put_varint(&mut out, u64::from(size));
-        last = node as i64;
     }
     out
 }
 
+/// The dominator tree read back from [`encode_tree`]'s stream and the preorder, checked:
+/// `reachable` nodes, each below `node_count` and met once, every subtree inside its parent's.
+/// The preorder itself (number -> node) stays in the mapped section.
 #[derive(Default)]
-/// The dominator tree read back from [`encode_tree`]'s stream, checked: `reachable` nodes, each
-/// below `node_count` and met once, every subtree inside its parent's.
 pub struct Tree {
-    /// Preorder number -> node.
-    pub preorder: Vec<NodeId>,
     /// Node -> preorder number ([`NO_NODE`]: unreachable).
     pub pre_of: Vec<u32>,
     /// Preorder number -> its immediate dominator's (the root's: 0).
@@ -77,41 +74,56 @@ pub struct Tree {
 }
 
 impl Tree {
-    pub fn decode(bytes: &[u8], node_count: usize, reachable: usize) -> Result<Tree, String> {
-        if reachable > node_count || (reachable == 0) != bytes.is_empty() {
+    pub fn decode(sizes: &[u8], preorder: &[NodeId], node_count: usize) -> Result<Tree, String> {
+        use rayon::prelude::*;
+        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+        let reachable = preorder.len();
+        if reachable > node_count || reachable == 0 {
             return Err(format!("{reachable} reachable of {node_count} nodes"));
         }
-        let mut preorder = Vec::with_capacity(reachable);
-        let mut idom = Vec::with_capacity(reachable);
-        let mut size = Vec::with_capacity(reachable);
-        let mut pre_of = vec![NO_NODE; node_count];
-        // The open subtrees: (preorder number, where its subtree ends).
-        let mut open: Vec<(u32, u32)> = Vec::new();
-        let (mut at, mut last) = (0usize, 0i64);
-        for p in 0..reachable as u32 {
-            let bad = || format!("the tree's node {p}");
-            let node = last.checked_add(unzigzag(get_varint(bytes, &mut at).ok_or_else(bad)?)).ok_or_else(bad)?;
-            let s = get_varint(bytes, &mut at).ok_or_else(bad)?;
-            let slot = usize::try_from(node).ok().and_then(|v| pre_of.get_mut(v)).filter(|slot| **slot == NO_NODE).ok_or_else(bad)?;
-            *slot = p;
-            last = node;
-            while open.last().is_some_and(|&(_, end)| end <= p) {
-                open.pop();
+        // Node -> preorder number, on every core (writes to scattered places: the cost of
+        // opening the tree); a node met twice is caught below.
+        let pre_of: Vec<AtomicU32> = (0..node_count).into_par_iter().map(|_| AtomicU32::new(NO_NODE)).collect();
+        let scatter = || {
+            preorder.par_iter().enumerate().try_for_each(|(p, &v)| {
+                pre_of.get(v as usize).map(|slot| slot.store(p as u32, Relaxed)).ok_or_else(|| format!("node {v} at {p}"))
+            })
+        };
+        let walk = || -> Result<(Vec<u32>, Vec<u32>), String> {
+            let mut idom = Vec::with_capacity(reachable);
+            let mut size = Vec::with_capacity(reachable);
+            // The open subtrees: (preorder number, where its subtree ends).
+            let mut open: Vec<(u32, u32)> = Vec::new();
+            let mut at = 0usize;
+            for p in 0..reachable as u32 {
+                let bad = || format!("the tree's node {p}");
+                let s = get_varint(sizes, &mut at).ok_or_else(bad)?;
+                while open.last().is_some_and(|&(_, end)| end <= p) {
+                    open.pop();
+                }
+                let end = u64::from(p) + s;
+                match open.last() {
+                    None if p == 0 && end == reachable as u64 => idom.push(0),
+                    Some(&(parent, parent_end)) if s >= 1 && end <= u64::from(parent_end) => idom.push(parent),
+                    _ => return Err(bad()),
+                }
+                size.push(s as u32);
+                open.push((p, end as u32));
             }
-            let end = u64::from(p) + s;
-            match open.last() {
-                None if p == 0 && end == reachable as u64 => idom.push(0),
-                Some(&(parent, parent_end)) if s >= 1 && end <= u64::from(parent_end) => idom.push(parent),
-                _ => return Err(bad()),
+            if at != sizes.len() {
+                return Err("bytes after the tree".into());
             }
-            preorder.push(node as NodeId);
-            size.push(s as u32);
-            open.push((p, end as u32));
+            Ok((idom, size))
+        };
+        let (scattered, walked) = rayon::join(scatter, walk);
+        scattered?;
+        let (idom, size) = walked?;
+        let pre_of: Vec<u32> = pre_of.into_iter().map(AtomicU32::into_inner).collect();
+        // Each node once: its number leads back to it.
+        if let Some(p) = (0..reachable).into_par_iter().find_any(|&p| pre_of[preorder[p] as usize] != p as u32) {
+            return Err(format!("node {} twice", preorder[p]));
         }
-        if at != bytes.len() {
-            return Err("bytes after the tree".into());
-        }
-        Ok(Tree { preorder, pre_of, idom, size })
+        Ok(Tree { pre_of, idom, size })
     }
 }
 

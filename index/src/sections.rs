@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 /// JSON: [`Meta`].
 pub const META: u32 = 1;
+/// `u32` per reachable node, by preorder number (the tree's own: [`TREE`]): the node.
+pub const PREORDER: u32 = 3;
 /// `u32` per reachable node, by preorder number: retained bytes in words (`u32::MAX`: in
 /// [`RETAINED_LARGE`]).
 pub const RETAINED: u32 = 5;
@@ -42,8 +44,8 @@ pub const DIFF_NODES: u32 = 22;
 /// `u64` words: every group's members by path signature, 4 words each.
 pub const DIFF_MEMBERS: u32 = 23;
 /// The dominator tree in its own preorder (children largest retained first, ties by node), as
-/// varints: per reachable node, the node minus the one before (zigzag), and its subtree's size
-/// (`crate::compact::encode_tree`). Preorder numbers are these.
+/// varints: per reachable node, the size of its subtree (`crate::compact::encode_tree`); the
+/// nodes are [`PREORDER`]. Preorder numbers are these.
 pub const TREE: u32 = 24;
 /// A byte per block node: the step from the block before it in its region to its first field,
 /// in words (a region's first block: its offset from the base; 255: in [`BLOCK_FAR`]).

@@ -46,6 +46,7 @@ impl Needs {
             Needs::Tree => &[
                 META,
                 TREE,
+                PREORDER,
                 RETAINED,
                 RETAINED_LARGE,
                 BLOCK_STEPS,
@@ -60,6 +61,7 @@ impl Needs {
             Needs::All => &[
                 META,
                 TREE,
+                PREORDER,
                 RETAINED,
                 RETAINED_LARGE,
                 BLOCK_STEPS,
@@ -126,7 +128,9 @@ pub struct IndexView<'s> {
     pub layout: HeaderLayout,
     /// The dominator tree, decoded and checked when the view opens (empty below the tree's
     /// level).
-    tree: Tree,
+    tree: std::sync::Arc<Tree>,
+    /// Preorder number -> node.
+    preorder: &'s [u32],
     /// In words (`u32::MAX`: in `retained_large`).
     retained_pre: &'s [u32],
     retained_large: &'s [[u64; 2]],
@@ -173,11 +177,8 @@ impl<'s> IndexView<'s> {
             snap,
             names: Names::new(snap),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
-            tree: if wanted.contains(&TREE) {
-                Tree::decode(file.section(TREE)?, n, r).map_err(|e| IndexError::Inconsistent(format!("dominator tree: {e}")))?
-            } else {
-                Tree::default()
-            },
+            tree: if wanted.contains(&TREE) { file.tree()? } else { Default::default() },
+            preorder: u32s(PREORDER)?,
             retained_pre: u32s(RETAINED)?,
             retained_large: bytemuck::cast_slice(u64s(RETAINED_LARGE)?.get(..u64s(RETAINED_LARGE)?.len() / 2 * 2).unwrap_or(&[])),
             places: BlockPlaces {
@@ -275,14 +276,14 @@ impl<'s> IndexView<'s> {
     /// node right after this one, then each next one past the subtree of the one before (the
     /// decoded tree's subtrees nest: this ends).
     pub fn children_iter(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        let tree = &self.tree;
+        let (tree, preorder) = (&self.tree, self.preorder);
         let (first, end) = self.pre(node).map_or((0, 0), |p| (p + 1, p + tree.size[p] as usize));
         let mut next = first;
         std::iter::from_fn(move || {
             let c = next;
             (c < end).then(|| {
                 next = c + tree.size[c] as usize;
-                tree.preorder[c]
+                preorder[c]
             })
         })
     }
@@ -466,7 +467,7 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
 
     fn idom(&self, node: NodeId) -> Option<NodeId> {
         let p = self.pre(node).filter(|&p| p != 0)?;
-        self.tree.preorder.get(*self.tree.idom.get(p)? as usize).copied()
+        self.preorder.get(*self.tree.idom.get(p)? as usize).copied()
     }
 
     fn root_records(&self, node: NodeId) -> Vec<u32> {

@@ -579,7 +579,7 @@ fn kind_ids_of_two_bytes_read_back() {
 #[test]
 fn large_retained_sizes_are_read_from_their_list() {
     use heapsnap_index::file::IndexBuilder;
-    use heapsnap_index::sections::{RETAINED, RETAINED_LARGE, TREE};
+    use heapsnap_index::sections::{RETAINED, RETAINED_LARGE};
     let f = fixture(Needs::Tree);
     let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
     let view = IndexView::open(&f.snap, &file, Needs::Tree).unwrap();
@@ -587,7 +587,7 @@ fn large_retained_sizes_are_read_from_their_list() {
     assert!(total > view.retained(top) && view.retained(top) > 0);
     // The same index, the super-root's size and its largest child's (as more than 32 GiB)
     // moved to the list.
-    let tree = heapsnap_index::compact::Tree::decode(file.section(TREE).unwrap(), view.node_count(), view.meta.reachable_count as usize).unwrap();
+    let tree = file.tree().unwrap();
     let moved = tree.pre_of[top as usize] as u64;
     let huge = (u32::MAX as u64 + 5) * 8;
     let mut words = file.u32s(RETAINED).unwrap().to_vec();
