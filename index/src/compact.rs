@@ -232,7 +232,10 @@ pub struct ReferrerTable<'s> {
 pub enum Referrers {
     /// Its immediate dominator, its parent too.
     Plain,
-    Listed { referrers: Vec<NodeId>, parent: Option<NodeId> },
+    Listed {
+        referrers: Vec<NodeId>,
+        parent: Option<NodeId>,
+    },
 }
 
 impl<'s> ReferrerTable<'s> {
@@ -294,4 +297,105 @@ impl<'s> ReferrerTable<'s> {
 
 fn node(x: u64) -> Option<NodeId> {
     u32::try_from(x).ok().filter(|&v| v != NO_NODE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_read_back_and_refuse_what_is_cut_or_too_long() {
+        let values = [0u64, 1, 127, 128, 300, u32::MAX as u64, u64::MAX];
+        let mut out = Vec::new();
+        values.iter().for_each(|&x| put_varint(&mut out, x));
+        let mut at = 0;
+        let read: Vec<u64> = values.iter().map(|_| get_varint(&out, &mut at).unwrap()).collect();
+        assert_eq!((read.as_slice(), at), (&values[..], out.len()));
+        assert_eq!(get_varint(&out, &mut at), None, "past the end");
+        assert_eq!(get_varint(&[0x80, 0x80], &mut 0), None, "cut");
+        assert_eq!(get_varint(&[0xff; 11], &mut 0), None, "more than 64 bits");
+        for x in [-5i64, -1, 0, 1, i64::MIN, i64::MAX] {
+            assert_eq!(unzigzag(zigzag(x)), x);
+        }
+    }
+
+    /// 0 -> {1 -> {3}, 2}, as nodes 7, 4, 9, 5 in preorder 7, 4, 5, 9.
+    fn small_tree() -> (Vec<u8>, Vec<NodeId>) {
+        (encode_tree([4, 2, 1, 1].into_iter()), vec![7, 4, 5, 9])
+    }
+
+    #[test]
+    fn a_tree_reads_back_with_its_dominators() {
+        let (sizes, preorder) = small_tree();
+        let t = Tree::decode(&sizes, &preorder, 10).unwrap();
+        assert_eq!(t.size, [4, 2, 1, 1]);
+        assert_eq!(t.idom, [0, 0, 1, 0]);
+        assert_eq!((t.pre_of[7], t.pre_of[4], t.pre_of[5], t.pre_of[9], t.pre_of[0]), (0, 1, 2, 3, NO_NODE));
+    }
+
+    #[test]
+    fn a_tree_that_does_not_nest_or_repeats_a_node_is_refused() {
+        let (sizes, preorder) = small_tree();
+        for (what, sizes, preorder) in [
+            ("a subtree past its parent's", encode_tree([4, 2, 2, 1].into_iter()), preorder.clone()),
+            ("a root not covering the tree", encode_tree([3, 2, 1, 1].into_iter()), preorder.clone()),
+            ("an empty subtree", encode_tree([4, 2, 0, 1].into_iter()), preorder.clone()),
+            ("a node twice", sizes.clone(), vec![7, 4, 7, 9]),
+            ("a node past the count", sizes.clone(), vec![7, 4, 10, 9]),
+            ("bytes left over", [sizes.clone(), vec![1]].concat(), preorder.clone()),
+            ("a size cut", sizes[..3].to_vec(), preorder.clone()),
+        ] {
+            assert!(Tree::decode(&sizes, &preorder, 10).is_err(), "{what}");
+        }
+    }
+
+    #[test]
+    fn block_places_read_back_across_runs_regions_and_far_steps() {
+        // Two regions (blocks 0..50 and 50..90), steps of 1..5 words, a big block and a gap.
+        let mut offsets = Vec::new();
+        let mut at = 1u32;
+        for i in 0..90u32 {
+            if i == 50 {
+                at = 3;
+            }
+            offsets.push(at);
+            at += 1 + i % 5 + if i == 20 { 1000 } else { 0 } + if i == 70 { 300 } else { 0 };
+        }
+        let (steps, far, checkpoints) = encode_block_places(&offsets, &[0, 50]);
+        assert_eq!((steps.len(), checkpoints.len()), (90, 3));
+        assert_eq!(far, [21, offsets[21], 71, offsets[71]]);
+        let places = BlockPlaces { steps: &steps, far: bytemuck::cast_slice(&far), checkpoints: &checkpoints };
+        for (i, &o) in offsets.iter().enumerate() {
+            assert_eq!(places.offset(i, if i < 50 { 0 } else { 50 }), Some(o), "block {i}");
+        }
+        assert_eq!(places.offset(90, 50), None, "past the blocks");
+    }
+
+    #[test]
+    fn referrers_read_back_with_their_parents() {
+        // Nodes 0..70: 3 and 65 are plain; the others list referrers and a parent.
+        let lists: Vec<Vec<NodeId>> = (0..70u32).map(|v| if v % 3 == 0 { vec![] } else { vec![v / 2, v + 1, 100 + v] }).collect();
+        let parent = |v: u32| match v % 3 {
+            0 => NO_NODE,
+            1 => v + 1,
+            _ => 5000 + v,
+        };
+        let plain = |v: usize| v == 3 || v == 65;
+        let (stream, checkpoints) =
+            encode_referrers((0..70).filter(|&v| !plain(v)).map(|v| (v as NodeId, &lists[v][..], parent(v as u32))));
+        let bits = [1u64 << 3, 1u64 << 1];
+        let table = ReferrerTable::new(&bits, &stream, &checkpoints);
+        assert_eq!(checkpoints.len(), 68usize.div_ceil(REFERRER_RUN));
+        for v in 0..70u32 {
+            match table.get(v, 2).unwrap() {
+                Referrers::Plain => assert!(plain(v as usize), "node {v}"),
+                Referrers::Listed { referrers, parent: p } => {
+                    assert!(!plain(v as usize));
+                    assert_eq!(referrers, lists[v as usize].iter().take(2).copied().collect::<Vec<_>>(), "node {v}");
+                    assert_eq!(p, Some(parent(v)).filter(|&p| p != NO_NODE), "node {v}");
+                }
+            }
+        }
+        assert!(table.get(128, 1).is_none(), "past the bits");
+    }
 }

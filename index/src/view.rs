@@ -203,7 +203,7 @@ impl<'s> IndexView<'s> {
             top_label_ids: if wanted.contains(&TOP_LABEL_IDS) {
                 let bytes = file.section(TOP_LABEL_IDS)?;
                 let tops = u32s(TOP_NODES)?.len();
-                let width = if tops == 0 { 1 } else { bytes.len() / tops };
+                let width = bytes.len().checked_div(tops).unwrap_or(1);
                 NarrowIds::new(bytes, width as u8).filter(|ids| ids.len() == tops).ok_or(IndexError::Section(TOP_LABEL_IDS))?
             } else {
                 NarrowIds::U32(&[])
