@@ -12,6 +12,33 @@ use crate::typed::Typing;
 use heapsnap_values as ocaml;
 use std::borrow::Cow;
 
+/// Nodes of one kind among a node's children ([`AnalysedHeap::tally_children`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindTally {
+    pub kind: Option<GroupKey>,
+    pub count: u64,
+    /// What they retain together.
+    pub retained: u64,
+    /// The first of them (the largest: children come largest first) and what it retains.
+    pub first: (NodeId, u64),
+}
+
+impl KindTally {
+    /// Adds the tallies of the children that come after these (a kind's first member stays the
+    /// first met).
+    pub fn merge(into: &mut Vec<KindTally>, later: impl IntoIterator<Item = KindTally>) {
+        for t in later {
+            match into.iter_mut().find(|x| x.kind == t.kind) {
+                Some(x) => {
+                    x.count += t.count;
+                    x.retained += t.retained;
+                }
+                None => into.push(t),
+            }
+        }
+    }
+}
+
 pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// What a block is ([`crate::kinds::kind_key`]: a recognised structure, else its shape).
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey;
@@ -32,6 +59,33 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn is_reachable(&self, v: NodeId) -> bool;
     /// Children in the dominator tree, largest retained first (ties by node).
     fn children(&self, v: NodeId) -> Vec<NodeId>;
+    /// [`AnalysedHeap::children`] with what each retains (an index answers it without looking
+    /// each child up: a node may have millions).
+    fn children_retained<'a>(&'a self, v: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
+        Box::new(self.children(v).into_iter().map(move |c| (c, self.retained(c))))
+    }
+    /// The children of `v` from the `skip`th on, counted by kind ([`AnalysedHeap::kind_of_node`]),
+    /// the kinds in the order their first member comes (the dominator report summarises a
+    /// node's millions of small children so; an index counts them on every core).
+    fn tally_children(&self, v: NodeId, skip: usize) -> Vec<KindTally> {
+        let mut tallies: Vec<KindTally> = Vec::new();
+        let mut last: Option<usize> = None;
+        for (c, retained) in self.children_retained(v).skip(skip) {
+            let kind = self.kind_of_node(c);
+            let i = match last {
+                // Neighbours are often of one kind.
+                Some(i) if tallies[i].kind == kind => i,
+                _ => tallies.iter().position(|t| t.kind == kind).unwrap_or_else(|| {
+                    tallies.push(KindTally { kind, count: 0, retained: 0, first: (c, retained) });
+                    tallies.len() - 1
+                }),
+            };
+            last = Some(i);
+            tallies[i].count += 1;
+            tallies[i].retained += retained;
+        }
+        tallies
+    }
     /// The name of a top object (right below the super-root or a root kind): its most stable
     /// roots (`Retainers`).
     fn top_label(&self, v: NodeId) -> String;

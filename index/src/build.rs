@@ -180,9 +180,10 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         let d = tree.idom_pre[p] as usize;
         subtree[d] += subtree[p];
     }
-    let tree_stream = crate::compact::encode_tree(order.iter().map(|&p| subtree[p as usize]));
+    let (tree_stream, tree_checkpoints) = crate::tree::encode_tree(order.iter().map(|&p| subtree[p as usize]));
     let tree_nodes: Vec<NodeId> = order.par_iter().map(|&p| preorder[p as usize]).collect();
     drop(subtree);
+    let (reachable, preorder_marks, preorder_back) = crate::tree::encode_preorder_inverse(&tree_nodes, a.graph.node_count());
     // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
     let retained_words: Vec<u32> = order
         .par_iter()
@@ -197,6 +198,10 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     let mut b = IndexBuilder::default();
     b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
     b.add(TREE, tree_stream);
+    b.add_u64_vec(TREE_CHECKPOINTS, tree_checkpoints);
+    b.add_u64_vec(REACHABLE, reachable);
+    b.add_u64_vec(PREORDER_MARKS, preorder_marks);
+    b.add_u32_vec(PREORDER_BACK, preorder_back);
     b.add_u32_vec(PREORDER, tree_nodes);
     b.add_u32_vec(RETAINED, retained_words);
     b.add_u64_vec(RETAINED_LARGE, retained_large);

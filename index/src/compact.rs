@@ -1,6 +1,6 @@
-//! The compact encodings of the index's largest sections (INDEX.md): the dominator tree as one
-//! stream of varints in its own preorder, the blocks' places as one byte per block, and the
-//! referrers and shortest-path parents as a bit per node plus the exceptions' lists.
+//! The compact encodings of the index's largest sections (INDEX.md): varints, the blocks' places
+//! as one byte per block, and the referrers and shortest-path parents as a bit per node plus the
+//! exceptions' lists (the dominator tree's are in `crate::tree`).
 //!
 //! Writing is straightforward; reading never trusts the bytes: a varint past the end or too
 //! long, a node past the count, a tree whose subtrees do not nest, reads as `None` (or refuses
@@ -46,85 +46,6 @@ fn zigzag(x: i64) -> u64 {
 
 fn unzigzag(x: u64) -> i64 {
     (x >> 1) as i64 ^ -((x & 1) as i64)
-}
-
-/// The dominator tree in its own preorder (each node's children largest retained first, ties by
-/// node): the size of each node's subtree, as varints (the nodes themselves are a `u32` array
-/// beside it, mapped as it is).
-pub fn encode_tree(sizes: impl Iterator<Item = u32>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for size in sizes {
-        put_varint(&mut out, u64::from(size));
-    }
-    out
-}
-
-/// The dominator tree read back from [`encode_tree`]'s stream and the preorder, checked:
-/// `reachable` nodes, each below `node_count` and met once, every subtree inside its parent's.
-/// The preorder itself (number -> node) stays in the mapped section.
-#[derive(Default)]
-pub struct Tree {
-    /// Node -> preorder number ([`NO_NODE`]: unreachable).
-    pub pre_of: Vec<u32>,
-    /// Preorder number -> its immediate dominator's (the root's: 0).
-    pub idom: Vec<u32>,
-    /// Preorder number -> the size of its subtree (its children follow it, one subtree after
-    /// the other).
-    pub size: Vec<u32>,
-}
-
-impl Tree {
-    pub fn decode(sizes: &[u8], preorder: &[NodeId], node_count: usize) -> Result<Tree, String> {
-        use rayon::prelude::*;
-        use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-        let reachable = preorder.len();
-        if reachable > node_count || reachable == 0 {
-            return Err(format!("{reachable} reachable of {node_count} nodes"));
-        }
-        // Node -> preorder number, on every core (writes to scattered places: the cost of
-        // opening the tree); a node met twice is caught below.
-        let pre_of: Vec<AtomicU32> = (0..node_count).into_par_iter().map(|_| AtomicU32::new(NO_NODE)).collect();
-        let scatter = || {
-            preorder.par_iter().enumerate().try_for_each(|(p, &v)| {
-                pre_of.get(v as usize).map(|slot| slot.store(p as u32, Relaxed)).ok_or_else(|| format!("node {v} at {p}"))
-            })
-        };
-        let walk = || -> Result<(Vec<u32>, Vec<u32>), String> {
-            let mut idom = Vec::with_capacity(reachable);
-            let mut size = Vec::with_capacity(reachable);
-            // The open subtrees: (preorder number, where its subtree ends).
-            let mut open: Vec<(u32, u32)> = Vec::new();
-            let mut at = 0usize;
-            for p in 0..reachable as u32 {
-                let bad = || format!("the tree's node {p}");
-                let s = get_varint(sizes, &mut at).ok_or_else(bad)?;
-                while open.last().is_some_and(|&(_, end)| end <= p) {
-                    open.pop();
-                }
-                let end = u64::from(p) + s;
-                match open.last() {
-                    None if p == 0 && end == reachable as u64 => idom.push(0),
-                    Some(&(parent, parent_end)) if s >= 1 && end <= u64::from(parent_end) => idom.push(parent),
-                    _ => return Err(bad()),
-                }
-                size.push(s as u32);
-                open.push((p, end as u32));
-            }
-            if at != sizes.len() {
-                return Err("bytes after the tree".into());
-            }
-            Ok((idom, size))
-        };
-        let (scattered, walked) = rayon::join(scatter, walk);
-        scattered?;
-        let (idom, size) = walked?;
-        let pre_of: Vec<u32> = pre_of.into_iter().map(AtomicU32::into_inner).collect();
-        // Each node once: its number leads back to it.
-        if let Some(p) = (0..reachable).into_par_iter().find_any(|&p| pre_of[preorder[p] as usize] != p as u32) {
-            return Err(format!("node {} twice", preorder[p]));
-        }
-        Ok(Tree { pre_of, idom, size })
-    }
 }
 
 /// Where each block's first field is (in words from its region's base), as one byte a block:
@@ -316,36 +237,6 @@ mod tests {
         assert_eq!(get_varint(&[0xff; 11], &mut 0), None, "more than 64 bits");
         for x in [-5i64, -1, 0, 1, i64::MIN, i64::MAX] {
             assert_eq!(unzigzag(zigzag(x)), x);
-        }
-    }
-
-    /// 0 -> {1 -> {3}, 2}, as nodes 7, 4, 9, 5 in preorder 7, 4, 5, 9.
-    fn small_tree() -> (Vec<u8>, Vec<NodeId>) {
-        (encode_tree([4, 2, 1, 1].into_iter()), vec![7, 4, 5, 9])
-    }
-
-    #[test]
-    fn a_tree_reads_back_with_its_dominators() {
-        let (sizes, preorder) = small_tree();
-        let t = Tree::decode(&sizes, &preorder, 10).unwrap();
-        assert_eq!(t.size, [4, 2, 1, 1]);
-        assert_eq!(t.idom, [0, 0, 1, 0]);
-        assert_eq!((t.pre_of[7], t.pre_of[4], t.pre_of[5], t.pre_of[9], t.pre_of[0]), (0, 1, 2, 3, NO_NODE));
-    }
-
-    #[test]
-    fn a_tree_that_does_not_nest_or_repeats_a_node_is_refused() {
-        let (sizes, preorder) = small_tree();
-        for (what, sizes, preorder) in [
-            ("a subtree past its parent's", encode_tree([4, 2, 2, 1].into_iter()), preorder.clone()),
-            ("a root not covering the tree", encode_tree([3, 2, 1, 1].into_iter()), preorder.clone()),
-            ("an empty subtree", encode_tree([4, 2, 0, 1].into_iter()), preorder.clone()),
-            ("a node twice", sizes.clone(), vec![7, 4, 7, 9]),
-            ("a node past the count", sizes.clone(), vec![7, 4, 10, 9]),
-            ("bytes left over", [sizes.clone(), vec![1]].concat(), preorder.clone()),
-            ("a size cut", sizes[..3].to_vec(), preorder.clone()),
-        ] {
-            assert!(Tree::decode(&sizes, &preorder, 10).is_err(), "{what}");
         }
     }
 

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
 /// Bumped whenever what the index holds, or how it is computed, changes.
-pub const INDEX_VERSION: u32 = 10;
+pub const INDEX_VERSION: u32 = 11;
 pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.
@@ -184,9 +184,6 @@ pub struct IndexFile {
     entries: Vec<Entry>,
     /// The meta data section, parsed once (each view of the index reads it).
     meta: OnceLock<Result<std::sync::Arc<crate::sections::Meta>, String>>,
-    /// The dominator tree, decoded once per file (every view of the tree's level reads it: a
-    /// command checks the index it loads, then reports from it).
-    tree: OnceLock<Result<std::sync::Arc<crate::compact::Tree>, String>>,
 }
 
 fn le32(b: &[u8], at: usize) -> u32 {
@@ -244,7 +241,7 @@ impl IndexFile {
             }
             entries.push(Entry { kind, offset: offset as usize, length: length as usize, checksum, checked: OnceLock::new() });
         }
-        Ok(IndexFile { bytes, entries, meta: OnceLock::new(), tree: OnceLock::new() })
+        Ok(IndexFile { bytes, entries, meta: OnceLock::new() })
     }
 
     /// Whether the index has this section (its checksum is not checked here).
@@ -272,21 +269,6 @@ impl IndexFile {
         let bytes = self.section(crate::sections::META)?;
         let parsed = serde_json::from_slice(bytes).map(std::sync::Arc::new).map_err(|e| format!("meta data: {e}"));
         self.meta.get_or_init(|| parsed).clone().map_err(IndexError::Inconsistent)
-    }
-
-    /// The dominator tree's sections, decoded and checked on first use against the meta data's
-    /// counts.
-    pub fn tree(&self) -> Result<std::sync::Arc<crate::compact::Tree>, IndexError> {
-        if let Some(decoded) = self.tree.get() {
-            return decoded.clone().map_err(IndexError::Inconsistent);
-        }
-        let meta = self.meta()?;
-        let (sizes, preorder) = (self.section(crate::sections::TREE)?, self.u32s(crate::sections::PREORDER)?);
-        let decoded = crate::compact::Tree::decode(sizes, preorder, meta.node_count as usize)
-            .and_then(|t| if preorder.len() == meta.reachable_count as usize { Ok(t) } else { Err("reachable count".into()) })
-            .map(std::sync::Arc::new)
-            .map_err(|e| format!("dominator tree: {e}"));
-        self.tree.get_or_init(|| decoded).clone().map_err(IndexError::Inconsistent)
     }
 
     /// A section's bytes, its checksum checked on first use.

@@ -13,6 +13,7 @@ pub mod file;
 pub mod reports;
 pub mod sections;
 pub mod store;
+pub mod tree;
 pub mod view;
 
 pub use file::{IndexError, IndexFile, SnapshotId};

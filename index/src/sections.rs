@@ -62,6 +62,16 @@ pub const PLAIN_REFERRERS: u32 = 28;
 pub const REFERRERS: u32 = 29;
 /// `u64` per 16 entries of [`REFERRERS`]: where every 16th starts.
 pub const REFERRER_CHECKPOINTS: u32 = 30;
+/// `u64` pairs per 64 preorder numbers (`crate::tree::TREE_RUN`): where the first of their
+/// varints in [`TREE`] starts, and the largest end (number plus subtree size) of their subtrees.
+pub const TREE_CHECKPOINTS: u32 = 31;
+/// A bit per node (`u64` words): set when the node is reachable (it has a preorder number).
+pub const REACHABLE: u32 = 32;
+/// A bit per number of the preorder's permutation completed to every node (`u64` words): set
+/// when it keeps a shortcut back along its cycle (`crate::tree::encode_preorder_inverse`).
+pub const PREORDER_MARKS: u32 = 33;
+/// `u32` per set bit of [`PREORDER_MARKS`], in order: the number 32 steps before it on its cycle.
+pub const PREORDER_BACK: u32 = 34;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {

@@ -6,13 +6,14 @@
 //!
 //! [`Analysis`]: heapsnap_analyze::Analysis
 
-use crate::compact::{BlockPlaces, ReferrerTable, Referrers, Tree, BLOCK_RUN, REFERRER_RUN};
+use crate::compact::{BlockPlaces, ReferrerTable, Referrers, BLOCK_RUN, REFERRER_RUN};
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
+use crate::tree::Tree;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
 use heapsnap_analyze::{
-    chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts, Names,
-    NodeId, NodeKind, PointsTo, RootShare, NO_NODE,
+    chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts,
+    KindTally, Names, NodeId, NodeKind, PointsTo, RootShare,
 };
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
@@ -46,6 +47,10 @@ impl Needs {
             Needs::Tree => &[
                 META,
                 TREE,
+                TREE_CHECKPOINTS,
+                REACHABLE,
+                PREORDER_MARKS,
+                PREORDER_BACK,
                 PREORDER,
                 RETAINED,
                 RETAINED_LARGE,
@@ -61,6 +66,10 @@ impl Needs {
             Needs::All => &[
                 META,
                 TREE,
+                TREE_CHECKPOINTS,
+                REACHABLE,
+                PREORDER_MARKS,
+                PREORDER_BACK,
                 PREORDER,
                 RETAINED,
                 RETAINED_LARGE,
@@ -121,16 +130,29 @@ impl<'s> NarrowIds<'s> {
     }
 }
 
+/// Retained bytes of preorder number `p`: in words in `pre` (`u32::MAX`: in `large`, by number).
+fn retained_at(pre: &[u32], large: &[[u64; 2]], p: usize) -> u64 {
+    let Some(&words) = pre.get(p) else { return 0 };
+    if words != u32::MAX {
+        return words as u64 * 8;
+    }
+    let i = large.partition_point(|e| e[0] < p as u64);
+    large.get(i).filter(|e| e[0] == p as u64).map_or(0, |e| e[1])
+}
+
+/// Children counted by kind on one core ([`IndexView`]'s `tally_children`).
+const CHILDREN_PER_TALLY: usize = 1 << 14;
+
+/// How many children of a node [`IndexView::children_iter`] notes the preorder numbers of.
+const REMEMBERED_CHILDREN: usize = 64;
+
 pub struct IndexView<'s> {
     pub snap: &'s Snapshot,
     pub meta: std::sync::Arc<Meta>,
     pub names: Names<'s>,
     pub layout: HeaderLayout,
-    /// The dominator tree, decoded and checked when the view opens (empty below the tree's
-    /// level).
-    tree: std::sync::Arc<Tree>,
-    /// Preorder number -> node.
-    preorder: &'s [u32],
+    /// The dominator tree, read in place (empty below the tree's level).
+    tree: Tree<'s>,
     /// In words (`u32::MAX`: in `retained_large`).
     retained_pre: &'s [u32],
     retained_large: &'s [[u64; 2]],
@@ -177,8 +199,20 @@ impl<'s> IndexView<'s> {
             snap,
             names: Names::new(snap),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
-            tree: if wanted.contains(&TREE) { file.tree()? } else { Default::default() },
-            preorder: u32s(PREORDER)?,
+            tree: if wanted.contains(&TREE) {
+                Tree::new(
+                    u32s(PREORDER)?,
+                    file.section(TREE)?,
+                    u64s(TREE_CHECKPOINTS)?,
+                    u64s(REACHABLE)?,
+                    u64s(PREORDER_MARKS)?,
+                    u32s(PREORDER_BACK)?,
+                    n,
+                )
+                .map_err(|e| IndexError::Inconsistent(format!("dominator tree: {e}")))?
+            } else {
+                Tree::default()
+            },
             retained_pre: u32s(RETAINED)?,
             retained_large: bytemuck::cast_slice(u64s(RETAINED_LARGE)?.get(..u64s(RETAINED_LARGE)?.len() / 2 * 2).unwrap_or(&[])),
             places: BlockPlaces {
@@ -236,7 +270,8 @@ impl<'s> IndexView<'s> {
         }
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
         let non_plain = n - view.referrers.plain.iter().map(|w| w.count_ones() as usize).sum::<usize>().min(n);
-        let lengths: [(&str, usize, usize, u32); 11] = [
+        let lengths: [(&str, usize, usize, u32); 12] = [
+            ("preorder", view.tree.reachable_count(), r, PREORDER),
             ("retained sizes", view.retained_pre.len(), r, RETAINED),
             ("large retained sizes", view.file.section(RETAINED_LARGE).map_or(0, |b| b.len() % 16), 0, RETAINED_LARGE),
             ("block steps", view.places.steps.len(), blocks, BLOCK_STEPS),
@@ -269,23 +304,41 @@ impl<'s> IndexView<'s> {
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
-        self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE).map(|&p| p as usize)
+        self.tree.pre(node)
     }
 
     /// Children in the dominator tree, largest retained first: in the tree's preorder, the
-    /// node right after this one, then each next one past the subtree of the one before (the
-    /// decoded tree's subtrees nest: this ends).
+    /// node right after this one, then each next one past the subtree of the one before (each
+    /// subtree at least one number long: this ends).
     pub fn children_iter(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        let (tree, preorder) = (&self.tree, self.preorder);
-        let (first, end) = self.pre(node).map_or((0, 0), |p| (p + 1, p + tree.size[p] as usize));
-        let mut next = first;
+        self.children_pre(node).map(|(c, _)| c)
+    }
+
+    /// [`IndexView::children_iter`], with each child's preorder number.
+    fn children_pre(&self, node: NodeId) -> impl Iterator<Item = (NodeId, usize)> + '_ {
+        let tree = &self.tree;
+        let (first, end) = self.pre(node).and_then(|p| Some((p + 1, p + tree.size(p)?))).unwrap_or((0, 0));
+        let (mut next, mut cursor, mut met) = (first, tree.cursor(), 0);
         std::iter::from_fn(move || {
             let c = next;
-            (c < end).then(|| {
-                next = c + tree.size[c] as usize;
-                preorder[c]
-            })
+            if c >= end {
+                return None;
+            }
+            next = c + tree.size_at(c, &mut cursor)?;
+            let &v = tree.preorder.get(c)?;
+            // Reports look the first (largest) children up again; remembering the millions
+            // after them would only push those out of the cache.
+            if met < REMEMBERED_CHILDREN {
+                tree.remember(v, c);
+                met += 1;
+            }
+            Some((v, c))
         })
+    }
+
+    /// Retained bytes of preorder number `p`.
+    fn retained_at(&self, p: usize) -> u64 {
+        retained_at(self.retained_pre, self.retained_large, p)
     }
 
     pub fn children_count(&self, node: NodeId) -> usize {
@@ -466,8 +519,11 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
     }
 
     fn idom(&self, node: NodeId) -> Option<NodeId> {
-        let p = self.pre(node).filter(|&p| p != 0)?;
-        self.preorder.get(*self.tree.idom.get(p)? as usize).copied()
+        let q = self.tree.parent(self.pre(node)?)?;
+        let &d = self.tree.preorder.get(q)?;
+        // The next question is often the dominator's own (a chain, a path).
+        self.tree.remember(d, q);
+        Some(d)
     }
 
     fn root_records(&self, node: NodeId) -> Vec<u32> {
@@ -512,13 +568,69 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     fn retained(&self, node: NodeId) -> u64 {
-        let Some(&words) = self.pre(node).and_then(|p| self.retained_pre.get(p)) else { return 0 };
-        if words != u32::MAX {
-            return words as u64 * 8;
-        }
-        let p = self.pre(node).unwrap_or(0) as u64;
-        let i = self.retained_large.partition_point(|e| e[0] < p);
-        self.retained_large.get(i).filter(|e| e[0] == p).map_or(0, |e| e[1])
+        self.pre(node).map_or(0, |p| self.retained_at(p))
+    }
+
+    /// From the children's preorder numbers, without looking any child up.
+    fn children_retained<'a>(&'a self, node: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
+        Box::new(self.children_pre(node).map(|(c, p)| (c, self.retained_at(p))))
+    }
+
+    /// This thread walks the children (each the one past the subtree of the one before) while
+    /// the other cores count chunks of them by their saved kinds; the chunks' counts are then
+    /// merged in order.
+    fn tally_children(&self, node: NodeId, skip: usize) -> Vec<KindTally> {
+        let (kind_ids, kinds, first_block) = (self.kind_ids, &self.meta.kinds, self.meta.first_block_node as usize);
+        let (retained_pre, retained_large) = (self.retained_pre, self.retained_large);
+        // As `kind_of_node` and `retained_at`, from what can be shared between threads (a
+        // block whose saved kind is missing, in a corrupt index only, counts as no kind).
+        let tally = move |chunk: Vec<(NodeId, usize)>| {
+            let mut tallies: Vec<KindTally> = Vec::new();
+            let mut last: Option<usize> = None;
+            for (c, p) in chunk {
+                let kind = (c as usize).checked_sub(first_block).and_then(|i| kind_ids.get(i)).and_then(|k| kinds.get(k as usize)).copied();
+                let retained = retained_at(retained_pre, retained_large, p);
+                let i = match last {
+                    Some(i) if tallies[i].kind == kind => i,
+                    _ => tallies.iter().position(|t| t.kind == kind).unwrap_or_else(|| {
+                        tallies.push(KindTally { kind, count: 0, retained: 0, first: (c, retained) });
+                        tallies.len() - 1
+                    }),
+                };
+                last = Some(i);
+                tallies[i].count += 1;
+                tallies[i].retained += retained;
+            }
+            tallies
+        };
+        let counted: std::sync::Mutex<Vec<(usize, Vec<KindTally>)>> = Default::default();
+        rayon::in_place_scope(|scope| {
+            let (tally, counted) = (&tally, &counted);
+            let mut chunks = 0;
+            let mut chunk = Vec::new();
+            let mut send = |chunk: Vec<(NodeId, usize)>| {
+                let at = chunks;
+                chunks += 1;
+                scope.spawn(move |_| {
+                    let t = tally(chunk);
+                    counted.lock().unwrap_or_else(|e| e.into_inner()).push((at, t));
+                });
+            };
+            for child in self.children_pre(node).skip(skip) {
+                chunk.push(child);
+                if chunk.len() == CHILDREN_PER_TALLY {
+                    send(std::mem::replace(&mut chunk, Vec::with_capacity(CHILDREN_PER_TALLY)));
+                }
+            }
+            if !chunk.is_empty() {
+                send(chunk);
+            }
+        });
+        let mut counted = counted.into_inner().unwrap_or_else(|e| e.into_inner());
+        counted.sort_unstable_by_key(|&(at, _)| at);
+        let mut all = Vec::new();
+        counted.into_iter().for_each(|(_, t)| KindTally::merge(&mut all, t));
+        all
     }
 
     fn reachable_bytes(&self) -> u64 {
@@ -526,7 +638,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     fn is_reachable(&self, node: NodeId) -> bool {
-        self.pre(node).is_some()
+        self.tree.is_reachable(node)
     }
 
     fn children(&self, node: NodeId) -> Vec<NodeId> {
