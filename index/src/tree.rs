@@ -470,17 +470,7 @@ mod tests {
             (seed % m as u64) as usize
         };
         // Parents before children, some nodes with many children (the root: every 50th).
-        let parent: Vec<usize> = (0..n)
-            .map(|p| {
-                if p == 0 {
-                    0
-                } else if p % 50 == 0 {
-                    0
-                } else {
-                    p - 1 - rand(p.min(5))
-                }
-            })
-            .collect();
+        let parent: Vec<usize> = (0..n).map(|p| if p % 50 == 0 { 0 } else { p - 1 - rand(p.min(5)) }).collect();
         let mut kids = vec![Vec::new(); n];
         for p in 1..n {
             kids[parent[p]].push(p);
