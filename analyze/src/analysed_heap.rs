@@ -23,19 +23,43 @@ pub struct KindTally {
     pub first: (NodeId, u64),
 }
 
-impl KindTally {
-    /// Adds the tallies of the children that come after these (a kind's first member stays the
-    /// first met).
-    pub fn merge(into: &mut Vec<KindTally>, later: impl IntoIterator<Item = KindTally>) {
-        for t in later {
-            match into.iter_mut().find(|x| x.kind == t.kind) {
-                Some(x) => {
-                    x.count += t.count;
-                    x.retained += t.retained;
+/// Children counted by kind, in the order each kind's first member comes (a snapshot may have
+/// thousands of kinds: each is found in a map, the last one first, as neighbours are often of
+/// one kind).
+#[derive(Default)]
+pub struct KindTallies {
+    tallies: Vec<KindTally>,
+    at: std::collections::BTreeMap<Option<GroupKey>, usize>,
+    last: Option<usize>,
+}
+
+impl KindTallies {
+    /// Counts one child, or `t.count` children of one kind (their first, `t.first`, comes
+    /// after every child counted so far).
+    pub fn add(&mut self, t: KindTally) {
+        let i = match self.last {
+            Some(i) if self.tallies[i].kind == t.kind => i,
+            _ => match self.at.get(&t.kind) {
+                Some(&i) => i,
+                None => {
+                    self.at.insert(t.kind, self.tallies.len());
+                    self.tallies.push(KindTally { count: 0, retained: 0, ..t });
+                    self.tallies.len() - 1
                 }
-                None => into.push(t),
-            }
-        }
+            },
+        };
+        self.last = Some(i);
+        self.tallies[i].count += t.count;
+        self.tallies[i].retained += t.retained;
+    }
+
+    /// Adds the tallies of the children that come after these.
+    pub fn merge(&mut self, later: Vec<KindTally>) {
+        later.into_iter().for_each(|t| self.add(t));
+    }
+
+    pub fn into_vec(self) -> Vec<KindTally> {
+        self.tallies
     }
 }
 
@@ -68,23 +92,11 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// the kinds in the order their first member comes (the dominator report summarises a
     /// node's millions of small children so; an index counts them on every core).
     fn tally_children(&self, v: NodeId, skip: usize) -> Vec<KindTally> {
-        let mut tallies: Vec<KindTally> = Vec::new();
-        let mut last: Option<usize> = None;
+        let mut tallies = KindTallies::default();
         for (c, retained) in self.children_retained(v).skip(skip) {
-            let kind = self.kind_of_node(c);
-            let i = match last {
-                // Neighbours are often of one kind.
-                Some(i) if tallies[i].kind == kind => i,
-                _ => tallies.iter().position(|t| t.kind == kind).unwrap_or_else(|| {
-                    tallies.push(KindTally { kind, count: 0, retained: 0, first: (c, retained) });
-                    tallies.len() - 1
-                }),
-            };
-            last = Some(i);
-            tallies[i].count += 1;
-            tallies[i].retained += retained;
+            tallies.add(KindTally { kind: self.kind_of_node(c), count: 1, retained, first: (c, retained) });
         }
-        tallies
+        tallies.into_vec()
     }
     /// The name of a top object (right below the super-root or a root kind): its most stable
     /// roots (`Retainers`).

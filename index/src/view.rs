@@ -13,7 +13,7 @@ use crate::tree::Tree;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
 use heapsnap_analyze::{
     chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts,
-    KindTally, Names, NodeId, NodeKind, PointsTo, RootShare,
+    KindTallies, KindTally, Names, NodeId, NodeKind, PointsTo, RootShare,
 };
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
@@ -585,23 +585,13 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         // As `kind_of_node` and `retained_at`, from what can be shared between threads (a
         // block whose saved kind is missing, in a corrupt index only, counts as no kind).
         let tally = move |chunk: Vec<(NodeId, usize)>| {
-            let mut tallies: Vec<KindTally> = Vec::new();
-            let mut last: Option<usize> = None;
+            let mut tallies = KindTallies::default();
             for (c, p) in chunk {
                 let kind = (c as usize).checked_sub(first_block).and_then(|i| kind_ids.get(i)).and_then(|k| kinds.get(k as usize)).copied();
                 let retained = retained_at(retained_pre, retained_large, p);
-                let i = match last {
-                    Some(i) if tallies[i].kind == kind => i,
-                    _ => tallies.iter().position(|t| t.kind == kind).unwrap_or_else(|| {
-                        tallies.push(KindTally { kind, count: 0, retained: 0, first: (c, retained) });
-                        tallies.len() - 1
-                    }),
-                };
-                last = Some(i);
-                tallies[i].count += 1;
-                tallies[i].retained += retained;
+                tallies.add(KindTally { kind, count: 1, retained, first: (c, retained) });
             }
-            tallies
+            tallies.into_vec()
         };
         let counted: std::sync::Mutex<Vec<(usize, Vec<KindTally>)>> = Default::default();
         rayon::in_place_scope(|scope| {
@@ -628,9 +618,9 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         });
         let mut counted = counted.into_inner().unwrap_or_else(|e| e.into_inner());
         counted.sort_unstable_by_key(|&(at, _)| at);
-        let mut all = Vec::new();
-        counted.into_iter().for_each(|(_, t)| KindTally::merge(&mut all, t));
-        all
+        let mut all = KindTallies::default();
+        counted.into_iter().for_each(|(_, t)| all.merge(t));
+        all.into_vec()
     }
 
     fn reachable_bytes(&self) -> u64 {
