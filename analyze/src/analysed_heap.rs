@@ -36,6 +36,7 @@ pub struct KindTallies {
 impl KindTallies {
     /// Counts one child, or `t.count` children of one kind (their first, `t.first`, comes
     /// after every child counted so far).
+    #[inline]
     pub fn add(&mut self, t: KindTally) {
         let i = match self.last {
             Some(i) if self.tallies[i].kind == t.kind => i,

@@ -584,13 +584,25 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         let (retained_pre, retained_large) = (self.retained_pre, self.retained_large);
         // As `kind_of_node` and `retained_at`, from what can be shared between threads (a
         // block whose saved kind is missing, in a corrupt index only, counts as no kind).
-        let tally = move |chunk: Vec<(NodeId, usize)>| {
+        let tally = move |chunk: Vec<(NodeId, u32)>| {
             let mut tallies = KindTallies::default();
+            // Neighbours are often of one kind: a run of them is counted at once.
+            let mut run: Option<KindTally> = None;
             for (c, p) in chunk {
                 let kind = (c as usize).checked_sub(first_block).and_then(|i| kind_ids.get(i)).and_then(|k| kinds.get(k as usize)).copied();
-                let retained = retained_at(retained_pre, retained_large, p);
-                tallies.add(KindTally { kind, count: 1, retained, first: (c, retained) });
+                let retained = retained_at(retained_pre, retained_large, p as usize);
+                match &mut run {
+                    Some(r) if r.kind == kind => {
+                        r.count += 1;
+                        r.retained += retained;
+                    }
+                    _ => {
+                        run.into_iter().for_each(|r| tallies.add(r));
+                        run = Some(KindTally { kind, count: 1, retained, first: (c, retained) });
+                    }
+                }
             }
+            run.into_iter().for_each(|r| tallies.add(r));
             tallies.into_vec()
         };
         let counted: std::sync::Mutex<Vec<(usize, Vec<KindTally>)>> = Default::default();
@@ -598,7 +610,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
             let (tally, counted) = (&tally, &counted);
             let mut chunks = 0;
             let mut chunk = Vec::new();
-            let mut send = |chunk: Vec<(NodeId, usize)>| {
+            let mut send = |chunk: Vec<(NodeId, u32)>| {
                 let at = chunks;
                 chunks += 1;
                 scope.spawn(move |_| {
@@ -606,8 +618,8 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
                     counted.lock().unwrap_or_else(|e| e.into_inner()).push((at, t));
                 });
             };
-            for child in self.children_pre(node).skip(skip) {
-                chunk.push(child);
+            for (c, p) in self.children_pre(node).skip(skip) {
+                chunk.push((c, p as u32));
                 if chunk.len() == CHILDREN_PER_TALLY {
                     send(std::mem::replace(&mut chunk, Vec::with_capacity(CHILDREN_PER_TALLY)));
                 }
