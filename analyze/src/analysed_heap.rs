@@ -12,6 +12,58 @@ use crate::typed::Typing;
 use heapsnap_values as ocaml;
 use std::borrow::Cow;
 
+/// Nodes of one kind among a node's children ([`AnalysedHeap::tally_children`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KindTally {
+    pub kind: Option<GroupKey>,
+    pub count: u64,
+    /// What they retain together.
+    pub retained: u64,
+    /// The first of them (the largest: children come largest first) and what it retains.
+    pub first: (NodeId, u64),
+}
+
+/// Children counted by kind, in the order each kind's first member comes (a snapshot may have
+/// thousands of kinds: each is found in a map, the last one first, as neighbours are often of
+/// one kind).
+#[derive(Default)]
+pub struct KindTallies {
+    tallies: Vec<KindTally>,
+    at: std::collections::BTreeMap<Option<GroupKey>, usize>,
+    last: Option<usize>,
+}
+
+impl KindTallies {
+    /// Counts one child, or `t.count` children of one kind (their first, `t.first`, comes
+    /// after every child counted so far).
+    #[inline]
+    pub fn add(&mut self, t: KindTally) {
+        let i = match self.last {
+            Some(i) if self.tallies[i].kind == t.kind => i,
+            _ => match self.at.get(&t.kind) {
+                Some(&i) => i,
+                None => {
+                    self.at.insert(t.kind, self.tallies.len());
+                    self.tallies.push(KindTally { count: 0, retained: 0, ..t });
+                    self.tallies.len() - 1
+                }
+            },
+        };
+        self.last = Some(i);
+        self.tallies[i].count += t.count;
+        self.tallies[i].retained += t.retained;
+    }
+
+    /// Adds the tallies of the children that come after these.
+    pub fn merge(&mut self, later: Vec<KindTally>) {
+        later.into_iter().for_each(|t| self.add(t));
+    }
+
+    pub fn into_vec(self) -> Vec<KindTally> {
+        self.tallies
+    }
+}
+
 pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// What a block is ([`crate::kinds::kind_key`]: a recognised structure, else its shape).
     fn kind_of(&self, b: &BlockRef<'_>) -> GroupKey;
@@ -32,13 +84,30 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn is_reachable(&self, v: NodeId) -> bool;
     /// Children in the dominator tree, largest retained first (ties by node).
     fn children(&self, v: NodeId) -> Vec<NodeId>;
+    /// [`AnalysedHeap::children`] with what each retains (an index answers it without looking
+    /// each child up: a node may have millions).
+    fn children_retained<'a>(&'a self, v: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
+        Box::new(self.children(v).into_iter().map(move |c| (c, self.retained(c))))
+    }
+    /// The children of `v` from the `skip`th on, counted by kind ([`AnalysedHeap::kind_of_node`]),
+    /// the kinds in the order their first member comes (the dominator report summarises a
+    /// node's millions of small children so; an index counts them on every core).
+    fn tally_children(&self, v: NodeId, skip: usize) -> Vec<KindTally> {
+        let mut tallies = KindTallies::default();
+        for (c, retained) in self.children_retained(v).skip(skip) {
+            tallies.add(KindTally { kind: self.kind_of_node(c), count: 1, retained, first: (c, retained) });
+        }
+        tallies.into_vec()
+    }
     /// The name of a top object (right below the super-root or a root kind): its most stable
     /// roots (`Retainers`).
     fn top_label(&self, v: NodeId) -> String;
     /// Up to `max` nodes with a strong edge to `v`, ascending.
     fn referrers(&self, v: NodeId, max: usize) -> Vec<NodeId>;
-    /// Parents in one breadth-first search from the super-root over strong edges.
-    fn bfs_parents(&self) -> Cow<'_, [NodeId]>;
+    /// A node's parent in one breadth-first search from the super-root over strong edges (the
+    /// super-root's is itself; `None`: unreachable, or no such node). Asked node by node, so
+    /// that an index may keep the parents in a compact form rather than as one array.
+    fn bfs_parent(&self, v: NodeId) -> Option<NodeId>;
     /// The groups of a grouping, largest retained first.
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError>;
     /// Per root: what it retains alone and shared ([`crate::retainers::Retainers`]).

@@ -95,6 +95,12 @@ impl<'s> Analysis<'s> {
         let _ = self.bfs_parents.set(parents);
     }
 
+    /// Every node's shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable),
+    /// made on first use and kept.
+    pub fn bfs_parents(&self) -> &[NodeId] {
+        self.bfs_parents.get_or_init(|| walks::bfs_parents(&self.graph))
+    }
+
     /// Every block's kind ([`BlockKinds`]).
     pub fn block_kinds(&self) -> &BlockKinds {
         self.block_kinds.get_or_init(|| BlockKinds::of(&self.graph.blocks, self.graph.node_count()))
@@ -342,8 +348,8 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
         walks::referrers(&self.graph, v, max)
     }
 
-    fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
-        Cow::Borrowed(self.bfs_parents.get_or_init(|| walks::bfs_parents(&self.graph)))
+    fn bfs_parent(&self, v: NodeId) -> Option<NodeId> {
+        self.bfs_parents().get(v as usize).copied().filter(|&p| p != NO_NODE)
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

@@ -78,7 +78,7 @@ pub use graph::{HeapGraph, PointerCounts, SUPER_ROOT};
 pub use names::{module_name, root_label, string_preview, Names};
 
 // Facts, what is computed from them, and the full analysis.
-pub use analysed_heap::AnalysedHeap;
+pub use analysed_heap::{AnalysedHeap, KindTallies, KindTally};
 pub use facts::HeapFacts;
 pub use full_analysis::{dominator_tree, Analysis};
 pub use groups::BlockKinds;

@@ -4,7 +4,7 @@
 //! step (a list's tail field, repeated) are folded into one step with a repeat count.
 
 use crate::analysed_heap::AnalysedHeap;
-use crate::blocks::{NodeId, PointsTo, NO_NODE};
+use crate::blocks::{NodeId, PointsTo};
 use crate::graph::SUPER_ROOT;
 use crate::kinds::key_name;
 use crate::model::{GroupKey, NodeKind, Role, Structure};
@@ -121,7 +121,6 @@ pub fn paths<'s>(
     max_paths: usize,
 ) -> Result<PathsReport, crate::error::AnalyzeError> {
     let targets = select(a, query)?;
-    let parent = a.bfs_parents();
     let single = matches!(query, PathQuery::Address(_));
     let mut sample: Vec<NodeId> = if targets.len() > limit {
         let stride = targets.len() as f64 / limit as f64;
@@ -145,15 +144,15 @@ pub fn paths<'s>(
     if single {
         // Several distinct shortest paths: one through each referrer of the object.
         let v = sample[0];
-        match chain(&parent, v) {
+        match chain(a, v) {
             None => unreachable = 1,
             Some(c) => {
                 chains.push(c);
                 for r in a.referrers(v, 16) {
-                    if r == parent[v as usize] {
+                    if Some(r) == a.bfs_parent(v) {
                         continue;
                     }
-                    if let Some(mut c) = chain(&parent, r).filter(|c| !c.contains(&v)) {
+                    if let Some(mut c) = chain(a, r).filter(|c| !c.contains(&v)) {
                         c.push(v);
                         chains.push(c);
                     }
@@ -171,7 +170,7 @@ pub fn paths<'s>(
                 break;
             }
             followed += 1;
-            match chain(&parent, v) {
+            match chain(a, v) {
                 None => unreachable += 1,
                 Some(c) => {
                     budget = budget.saturating_sub(c.len());
@@ -291,11 +290,12 @@ pub fn paths<'s>(
 /// The chain of BFS parents from the super-root down to `v` (`[super-root, root kind, top, ...,
 /// v]`); `None` when no root reaches `v`. Bounded by the node count: parents read from an index
 /// file cannot make it loop.
-fn chain(parent: &[NodeId], v: NodeId) -> Option<Vec<NodeId>> {
+fn chain<'s>(a: &impl AnalysedHeap<'s>, v: NodeId) -> Option<Vec<NodeId>> {
     let mut c = vec![v];
     let mut x = v;
     while x != SUPER_ROOT {
-        x = *parent.get(x as usize).filter(|&&p| p != NO_NODE && c.len() <= parent.len())?;
+        // Bounded by the node count: parents that loop (a hostile index) end the walk.
+        x = a.bfs_parent(x).filter(|_| c.len() <= a.node_count())?;
         c.push(x);
     }
     c.reverse();

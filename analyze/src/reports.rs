@@ -1,6 +1,6 @@
 //! The `summary`, `top` and `dominators` reports (JSON schemas in REPORTS.md).
 
-use crate::analysed_heap::AnalysedHeap;
+use crate::analysed_heap::{AnalysedHeap, KindTally};
 use crate::blocks::{NodeId, RegionCounts, NO_NODE};
 use crate::full_analysis::Analysis;
 use crate::graph::{PointerCounts, SUPER_ROOT};
@@ -237,6 +237,7 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
         let field = if holder == Some(Structure::Hashtbl) { crate::paths::field_pointing(a, parent, v) } else { None };
         Role::of_child(holder, parent_role, field)
     };
+    type SiblingKey = (Option<Role>, Option<GroupKey>);
     // Iterative: (node, depth) pairs are expanded top-down, then assembled bottom-up.
     struct Frame {
         node: NodeId,
@@ -249,46 +250,50 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
         omitted_retained: u64,
     }
     let make = |v: NodeId, role: Option<Role>, similar: Option<Similar>, level: usize| -> Frame {
-        let mut kids = a.children(v);
+        let mut kids = a.children_retained(v).peekable();
         let mut frame = Frame { node: v, role, similar, kids: Vec::new(), built: Vec::new(), omitted: 0, omitted_retained: 0 };
         if level >= depth {
-            frame.omitted = kids.len() as u64;
-            frame.omitted_retained = kids.iter().map(|&c| a.retained(c)).sum();
+            for (_, retained) in kids {
+                frame.omitted += 1;
+                frame.omitted_retained += retained;
+            }
             return frame;
         }
         // Below a summary's example, its own children are shown whatever their size: it stands
         // for its siblings, each of them small.
         let example = frame.similar.is_some();
-        let keep = kids.iter().take(max_children).take_while(|&&c| example || big_enough(a.retained(c))).count();
-        let small = kids.split_off(keep);
         let holder = structure_of(v);
-        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> =
-            kids.iter().map(|&c| (c, role_of(v, holder, role, c), None)).collect();
-        // The small ones, by kind: a kind whose members together are big enough is one line.
-        // Grouped in a vector per key, the keys found in a small map (millions of siblings, a few
-        // kinds; neighbours are often of one kind).
-        type SiblingKey = (Option<Role>, Option<GroupKey>);
-        let mut keys: BTreeMap<SiblingKey, usize> = BTreeMap::new();
-        let mut lists: Vec<Vec<NodeId>> = Vec::new();
-        let mut last: Option<(SiblingKey, usize)> = None;
-        for &c in &small {
-            let key = (role_of(v, holder, role, c), a.kind_of_node(c));
-            let i = match last {
-                Some((k, i)) if k == key => i,
-                _ => *keys.entry(key).or_insert_with(|| {
-                    lists.push(Vec::new());
-                    lists.len() - 1
-                }),
-            };
-            last = Some((key, i));
-            lists[i].push(c);
+        let mut shown: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
+        while let Some(&(c, _)) = kids.peek().filter(|&&(_, r)| shown.len() < max_children && (example || big_enough(r))) {
+            shown.push((c, role_of(v, holder, role, c), None));
+            kids.next();
         }
-        let by_kind = keys.into_iter().map(|(k, i)| (k, std::mem::take(&mut lists[i])));
+        // The small ones (the rest), by role and kind: a kind whose members together are big
+        // enough is one line. A role is the same for every child but a Hashtbl's (few): those
+        // are counted one by one, the others by kind alone (millions of siblings, a few kinds).
+        let mut keys: BTreeMap<SiblingKey, KindTally> = BTreeMap::new();
+        let add = |keys: &mut BTreeMap<SiblingKey, KindTally>, r: Option<Role>, t: KindTally| {
+            keys.entry((r, t.kind))
+                .and_modify(|all| {
+                    all.count += t.count;
+                    all.retained += t.retained;
+                })
+                .or_insert(t);
+        };
+        if holder == Some(Structure::Hashtbl) {
+            for (c, retained) in kids {
+                let t = KindTally { kind: a.kind_of_node(c), count: 1, retained, first: (c, retained) };
+                add(&mut keys, role_of(v, holder, role, c), t);
+            }
+        } else {
+            drop(kids);
+            let r = Role::of_child(holder, role, None);
+            a.tally_children(v, shown.len()).into_iter().for_each(|t| add(&mut keys, r, t));
+        }
         let mut summaries: Vec<(NodeId, Option<Role>, Option<Similar>)> = Vec::new();
-        for ((r, key), members) in by_kind {
-            let sum: u64 = members.iter().map(|&c| a.retained(c)).sum();
-            if members.len() < 2 || !big_enough(sum) {
-                frame.omitted += members.len() as u64;
+        for ((r, key), KindTally { count, retained: sum, first: (largest, largest_retained), .. }) in keys {
+            if count < 2 || !big_enough(sum) {
+                frame.omitted += count;
                 frame.omitted_retained += sum;
                 continue;
             }
@@ -297,14 +302,7 @@ pub fn dominator_report<'s>(a: &impl AnalysedHeap<'s>, depth: usize, min_percent
                 (None, Some(k)) => key_name(a.names(), &k),
                 (None, None) => "objects".to_string(),
             };
-            let largest = members[0]; // sorted by retained, largest first
-            let similar = Similar {
-                kind,
-                count: members.len() as u64,
-                retained: sum,
-                percent: sum as f64 * 100.0 / total as f64,
-                largest: a.retained(largest),
-            };
+            let similar = Similar { kind, count, retained: sum, percent: sum as f64 * 100.0 / total as f64, largest: largest_retained };
             summaries.push((largest, r, Some(similar)));
         }
         summaries.sort_by_key(|(_, _, s)| std::cmp::Reverse(s.as_ref().map_or(0, |s| s.retained)));

@@ -12,7 +12,7 @@
 //! name no variables, so no type can come from them; the report says which frames hold them.
 
 use crate::analysed_heap::AnalysedHeap;
-use crate::blocks::{NodeId, NO_NODE};
+use crate::blocks::NodeId;
 use crate::graph::SUPER_ROOT;
 use crate::kinds::key_name;
 use crate::model::{GroupKey, NodeKind, Structure};
@@ -306,7 +306,6 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
     };
     let total = a.reachable_bytes();
     let bytes = a.retained(stack);
-    let parents = a.bfs_parents();
     let snap = a.snap();
     let mut frames: BTreeMap<(String, Option<String>), (u64, u64)> = BTreeMap::new();
     let mut not_attributed = 0;
@@ -315,7 +314,7 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
         let retained = a.retained(top);
         // The object a frame holds itself: the first below the stack roots' node on the
         // shortest path.
-        let held = (i < MAX_ATTRIBUTED).then(|| first_below(&parents, stack, top, &mut below)).flatten();
+        let held = (i < MAX_ATTRIBUTED).then(|| first_below(a, stack, top, &mut below)).flatten();
         let record = held.and_then(|h| {
             a.root_records(h).into_iter().filter_map(|r| snap.roots().get(r as usize)).find(|r| r.root_kind() == RootKind::Stack)
         });
@@ -341,20 +340,20 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
 /// The node right below `stack` on the shortest path to `v` (bounded by the node count).
 /// Paths share their beginnings: what was found for each node walked is kept in `known`, so
 /// that many objects behind one long path cost its length once.
-fn first_below(parents: &[NodeId], stack: NodeId, v: NodeId, known: &mut FxHashMap<NodeId, Option<NodeId>>) -> Option<NodeId> {
+fn first_below<'s>(a: &impl AnalysedHeap<'s>, stack: NodeId, v: NodeId, known: &mut FxHashMap<NodeId, Option<NodeId>>) -> Option<NodeId> {
     let mut walked = Vec::new();
     let mut x = v;
     let found = loop {
         if let Some(&f) = known.get(&x) {
             break f;
         }
-        if walked.len() > parents.len() {
+        if walked.len() > a.node_count() {
             break None;
         }
         walked.push(x);
-        match parents.get(x as usize) {
-            Some(&p) if p == stack => break Some(x),
-            Some(&p) if p != NO_NODE && p != SUPER_ROOT => x = p,
+        match a.bfs_parent(x) {
+            Some(p) if p == stack => break Some(x),
+            Some(p) if p != SUPER_ROOT => x = p,
             _ => break None,
         }
     };

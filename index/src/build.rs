@@ -6,9 +6,8 @@
 use crate::file::IndexBuilder;
 use crate::sections::*;
 use crate::view::Needs;
-use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
+use heapsnap_analyze::{Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
 use rayon::prelude::*;
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
@@ -31,15 +30,17 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     std::thread::scope(|scope| {
         let graph_part = scope.spawn(|| (block_places(graph), (needs == Needs::All).then(|| referrers(graph))));
         let mut b = from_tree(a, needs);
-        let ((offsets, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
+        let ((steps, far, checkpoints, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
-        b.add_u32_vec(BLOCK_OFFSETS, offsets);
-        b.add_u32_vec(BLOCK_REGIONS, regions);
         if let Some((ref_offsets, refs)) = refs {
-            b.add_u32_vec(REF_OFFSETS, ref_offsets);
-            b.add_u32_vec(REFS, refs);
+            add_referrers(&mut b, a, &ref_offsets, &refs);
+            timer.lap("referrers encoded");
         }
+        b.add(BLOCK_STEPS, steps);
+        b.add_u32_vec(BLOCK_FAR, far);
+        b.add_u32_vec(BLOCK_CHECKPOINTS, checkpoints);
+        b.add_u32_vec(BLOCK_REGIONS, regions);
         if needs == Needs::All {
             add_diff_profile(&mut b, a);
         }
@@ -126,10 +127,6 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     timer.lap("top labels");
 
     let retained: Vec<u64> = (0..r).map(|p| tree.retained_pre.get(p)).collect();
-    // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
-    let retained_words: Vec<u32> =
-        retained.par_iter().map(|&x| if x % 8 == 0 && x / 8 < u32::MAX as u64 { (x / 8) as u32 } else { u32::MAX }).collect();
-    let retained_large: Vec<u64> = (0..r).filter(|&p| retained_words[p] == u32::MAX).flat_map(|p| [p as u64, retained[p]]).collect();
     // Children of every reachable node, largest retained first (as the reports list them).
     let (offsets, kids) = tree.children_pre();
     let mut sorted_kids = kids;
@@ -167,34 +164,53 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         });
     }
     timer.lap("children sorted");
+    // The tree in its own preorder, children in that order: a node's children are then the
+    // node after it, and each next one past the subtree of the one before, so that no list of
+    // children is saved. `order` maps the new numbers to the search's.
+    let mut order: Vec<u32> = Vec::with_capacity(r);
+    let mut stack = vec![0u32];
+    while let Some(p) = stack.pop() {
+        order.push(p);
+        stack.extend(sorted_kids[offsets[p as usize] as usize..offsets[p as usize + 1] as usize].iter().rev());
+    }
+    drop((offsets, sorted_kids, stack));
+    let mut subtree = vec![1u32; r];
+    // A node comes after its dominator in the search's numbering: one pass from the end sums.
+    for p in (1..r).rev() {
+        let d = tree.idom_pre[p] as usize;
+        subtree[d] += subtree[p];
+    }
+    let (tree_stream, tree_checkpoints) = crate::tree::encode_tree(order.iter().map(|&p| subtree[p as usize]));
+    let tree_nodes: Vec<NodeId> = order.par_iter().map(|&p| preorder[p as usize]).collect();
+    drop(subtree);
+    let (reachable, preorder_marks, preorder_back) = crate::tree::encode_preorder_inverse(&tree_nodes, a.graph.node_count());
+    // In words, as u32: the few larger than 32 GiB (or not whole words) listed apart.
+    let retained_words: Vec<u32> = order
+        .par_iter()
+        .map(|&p| retained[p as usize])
+        .map(|x| if x % 8 == 0 && x / 8 < u32::MAX as u64 { (x / 8) as u32 } else { u32::MAX })
+        .collect();
+    let retained_large: Vec<u64> =
+        (0..r).filter(|&q| retained_words[q] == u32::MAX).flat_map(|q| [q as u64, retained[order[q] as usize]]).collect();
+    drop((retained, order));
+    timer.lap("the tree in its own preorder");
 
     let mut b = IndexBuilder::default();
     b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
-    b.add_u32(PRE_OF, &tree.pre_of);
-    b.add_u32(PREORDER, preorder);
-    b.add_u32(IDOM_PRE, &tree.idom_pre);
-    drop(retained);
+    b.add(TREE, tree_stream);
+    b.add_u64_vec(TREE_CHECKPOINTS, tree_checkpoints);
+    b.add_u64_vec(REACHABLE, reachable);
+    b.add_u64_vec(PREORDER_MARKS, preorder_marks);
+    b.add_u32_vec(PREORDER_BACK, preorder_back);
+    b.add_u32_vec(PREORDER, tree_nodes);
     b.add_u32_vec(RETAINED, retained_words);
     b.add_u64_vec(RETAINED_LARGE, retained_large);
-    b.add_u32_vec(KID_OFFSETS, offsets);
-    b.add_u32_vec(KIDS, sorted_kids);
     let kinds = a.block_kinds();
-    let none = kinds.kinds.len() as u32;
-    match meta.kind_id_bytes {
-        1 => b.add(KIND_IDS, kinds.ids.par_iter().map(|&k| k.min(none).min(u8::MAX as u32) as u8).collect()),
-        2 => b.add(KIND_IDS, kinds.ids.iter().flat_map(|&k| (k.min(none).min(u16::MAX as u32) as u16).to_le_bytes()).collect()),
-        _ => b.add_u32(KIND_IDS, &kinds.ids),
-    }
+    b.add(KIND_IDS, narrow_ids(&kinds.ids, kinds.kinds.len(), meta.kind_id_bytes));
     b.add_u32_vec(TOP_NODES, top_nodes);
-    b.add_u32_vec(TOP_LABEL_IDS, top_label_ids);
+    b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
     if needs == Needs::All {
-        // Made for the summary's suspects already, and kept by the analysis.
-        match AnalysedHeap::bfs_parents(a) {
-            Cow::Borrowed(parents) => b.add_u32(BFS_PARENT, parents),
-            Cow::Owned(parents) => b.add_u32_vec(BFS_PARENT, parents),
-        }
-        timer.lap("shortest-path parents");
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.
@@ -205,9 +221,43 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b
 }
 
-/// Where every block node's first field is in its region (in words from its base), and the
+/// Ids below `count` in `width` bytes each (1, 2 or 4: [`kind_id_bytes`]); the width's largest
+/// value, and any id past `count`, is none.
+fn narrow_ids(ids: &[u32], count: usize, width: u8) -> Vec<u8> {
+    let none = count as u32;
+    match width {
+        1 => ids.par_iter().map(|&k| k.min(none).min(u8::MAX as u32) as u8).collect(),
+        2 => ids.iter().flat_map(|&k| (k.min(none).min(u16::MAX as u32) as u16).to_le_bytes()).collect(),
+        _ => ids.iter().flat_map(|&k| k.to_le_bytes()).collect(),
+    }
+}
+
+/// The referrers and shortest-path parents: a bit per plain node (its only referrer is its
+/// immediate dominator, its parent too: most heap objects), the others' lists encoded.
+fn add_referrers(b: &mut IndexBuilder<'_>, a: &Analysis<'_>, ref_offsets: &[u32], refs: &[u32]) {
+    let n = a.graph.node_count();
+    let parents = a.bfs_parents();
+    let tree = &a.tree;
+    let refs_of = |v: usize| &refs[ref_offsets[v] as usize..ref_offsets[v + 1] as usize];
+    let plain_node = |v: usize| {
+        let idom = tree.idom(v as NodeId);
+        idom != NO_NODE && parents[v] == idom && refs_of(v) == [idom]
+    };
+    let plain: Vec<u64> = (0..n.div_ceil(64))
+        .into_par_iter()
+        .map(|w| (w * 64..(w * 64 + 64).min(n)).filter(|&v| plain_node(v)).fold(0u64, |bits, v| bits | 1 << (v % 64)))
+        .collect();
+    let others = (0..n).filter(|&v| plain[v / 64] >> (v % 64) & 1 == 0).map(|v| (v as NodeId, refs_of(v), parents[v]));
+    let (stream, checkpoints) = crate::compact::encode_referrers(others);
+    b.add_u64_vec(PLAIN_REFERRERS, plain);
+    b.add(REFERRERS, stream);
+    b.add_u64_vec(REFERRER_CHECKPOINTS, checkpoints);
+}
+
+/// Where every block node's first field is in its region (in words from its base), as
+/// [`crate::compact::encode_block_places`] saves it (steps, far places, checkpoints), and the
 /// regions with blocks (`first node, end node, region index` triples, by first node).
-fn block_places(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
+fn block_places(g: &HeapGraph<'_>) -> (Vec<u8>, Vec<u32>, Vec<u32>, Vec<u32>) {
     let blocks = &g.blocks;
     let first = blocks.first_block_node as usize;
     let mut offsets = vec![u32::MAX; g.node_count().saturating_sub(first)];
@@ -221,7 +271,9 @@ fn block_places(g: &HeapGraph<'_>) -> (Vec<u32>, Vec<u32>) {
         regions.push([rb.nodes.start, rb.nodes.end, index as u32]);
     }
     regions.sort_unstable();
-    (offsets, regions.into_iter().flatten().collect())
+    let starts: Vec<usize> = regions.iter().map(|e| e[0] as usize - first).collect();
+    let (steps, far, checkpoints) = crate::compact::encode_block_places(&offsets, &starts);
+    (steps, far, checkpoints, regions.into_iter().flatten().collect())
 }
 
 /// The nodes with a strong edge to each node: offsets, then the referrers.

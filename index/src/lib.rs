@@ -7,11 +7,13 @@
 //! foreign index is never used: [`store::open_or_build`] rebuilds it.
 
 pub mod build;
+pub mod compact;
 pub mod diff_profile;
 pub mod file;
 pub mod reports;
 pub mod sections;
 pub mod store;
+pub mod tree;
 pub mod view;
 
 pub use file::{IndexError, IndexFile, SnapshotId};

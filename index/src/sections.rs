@@ -6,38 +6,22 @@ use std::collections::BTreeMap;
 
 /// JSON: [`Meta`].
 pub const META: u32 = 1;
-/// `u32` per node: its preorder number in the dominator tree (`u32::MAX`: unreachable).
-pub const PRE_OF: u32 = 2;
-/// `u32` per reachable node, by preorder number: the node.
+/// `u32` per reachable node, by preorder number (the tree's own: [`TREE`]): the node.
 pub const PREORDER: u32 = 3;
-/// `u32` per reachable node, by preorder number: its immediate dominator's preorder number.
-pub const IDOM_PRE: u32 = 4;
 /// `u32` per reachable node, by preorder number: retained bytes in words (`u32::MAX`: in
 /// [`RETAINED_LARGE`]).
 pub const RETAINED: u32 = 5;
-/// `u32` per reachable node plus one: where its children start in [`KIDS`].
-pub const KID_OFFSETS: u32 = 6;
-/// Children in the dominator tree (preorder numbers), largest retained first.
-pub const KIDS: u32 = 7;
-/// `u32` per block node (from `first_block_node`): where its first field is in its region, in
-/// words from the region's base (recomputing it from the snapshot would walk every block).
-pub const BLOCK_OFFSETS: u32 = 8;
 /// `(first node, end node, snapshot region index)` `u32` triples of the regions with blocks,
 /// by first node: which region a block node is in (its blocks are a range of nodes, in
 /// address order).
 pub const BLOCK_REGIONS: u32 = 9;
-/// `u32` per node: its parent in one breadth-first search over strong edges (`u32::MAX`: none).
-pub const BFS_PARENT: u32 = 10;
-/// `u32` per node plus one: where its referrers start in [`REFS`].
-pub const REF_OFFSETS: u32 = 11;
-/// Nodes with a strong edge to each node, ascending.
-pub const REFS: u32 = 12;
 /// `(node, root record)` pairs, sorted.
 pub const ROOT_EDGES: u32 = 13;
 
 /// The nodes right below the super-root and the root kinds, sorted.
 pub const TOP_NODES: u32 = 14;
-/// `u32` per top node: its label in [`TOP_LABELS`].
+/// Per top node: its label in [`TOP_LABELS`], in 1, 2 or 4 bytes (the section's length over the
+/// top nodes' count; the narrowest that numbers the labels).
 pub const TOP_LABEL_IDS: u32 = 15;
 /// JSON: the distinct labels of the top nodes (the root they are attributed to).
 pub const TOP_LABELS: u32 = 16;
@@ -59,6 +43,35 @@ pub const DIFF_META: u32 = 21;
 pub const DIFF_NODES: u32 = 22;
 /// `u64` words: every group's members by path signature, 4 words each.
 pub const DIFF_MEMBERS: u32 = 23;
+/// The dominator tree in its own preorder (children largest retained first, ties by node), as
+/// varints: per reachable node, the size of its subtree (`crate::compact::encode_tree`); the
+/// nodes are [`PREORDER`]. Preorder numbers are these.
+pub const TREE: u32 = 24;
+/// A byte per block node: the step from the block before it in its region to its first field,
+/// in words (a region's first block: its offset from the base; 255: in [`BLOCK_FAR`]).
+pub const BLOCK_STEPS: u32 = 25;
+/// `(block index, offset in words)` `u32` pairs, by block index: the places a step cannot give.
+pub const BLOCK_FAR: u32 = 26;
+/// `u32` per 32 block nodes: the offset of every 32nd block (a lookup sums 31 steps at most).
+pub const BLOCK_CHECKPOINTS: u32 = 27;
+/// A bit per node (`u64` words): set when the node's only referrer is its immediate dominator,
+/// its shortest-path parent too.
+pub const PLAIN_REFERRERS: u32 = 28;
+/// Varints: the referrers and shortest-path parent of every other node, in node order
+/// (`crate::compact::encode_referrers`).
+pub const REFERRERS: u32 = 29;
+/// `u64` per 16 entries of [`REFERRERS`]: where every 16th starts.
+pub const REFERRER_CHECKPOINTS: u32 = 30;
+/// `u64` pairs per 64 preorder numbers (`crate::tree::TREE_RUN`): where the first of their
+/// varints in [`TREE`] starts, and the largest end (number plus subtree size) of their subtrees.
+pub const TREE_CHECKPOINTS: u32 = 31;
+/// A bit per node (`u64` words): set when the node is reachable (it has a preorder number).
+pub const REACHABLE: u32 = 32;
+/// A bit per number of the preorder's permutation completed to every node (`u64` words): set
+/// when it keeps a shortcut back along its cycle (`crate::tree::encode_preorder_inverse`).
+pub const PREORDER_MARKS: u32 = 33;
+/// `u32` per set bit of [`PREORDER_MARKS`], in order: the number 32 steps before it on its cycle.
+pub const PREORDER_BACK: u32 = 34;
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {

@@ -6,12 +6,14 @@
 //!
 //! [`Analysis`]: heapsnap_analyze::Analysis
 
+use crate::compact::{BlockPlaces, ReferrerTable, Referrers, BLOCK_RUN, REFERRER_RUN};
 use crate::file::{IndexError, IndexFile};
 use crate::sections::*;
+use crate::tree::Tree;
 use heapsnap_analyze::ocaml::{self, HeaderLayout};
 use heapsnap_analyze::{
-    chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts, Names,
-    NodeId, NodeKind, PointsTo, RootShare, NO_NODE,
+    chunk_colour, shape_key, AnalysedHeap, AnalyzeError, BadPointer, BadPointerFacts, BlockRef, Group, GroupBy, GroupKey, HeapFacts,
+    KindTallies, KindTally, Names, NodeId, NodeKind, PointsTo, RootShare,
 };
 use heapsnap_format::{RegionKind, RootKind, Snapshot};
 use rustc_hash::FxHashMap as HashMap;
@@ -44,14 +46,17 @@ impl Needs {
             // Naming a Hashtbl's parts resolves the pointers between them (by address).
             Needs::Tree => &[
                 META,
-                PRE_OF,
+                TREE,
+                TREE_CHECKPOINTS,
+                REACHABLE,
+                PREORDER_MARKS,
+                PREORDER_BACK,
                 PREORDER,
-                IDOM_PRE,
                 RETAINED,
                 RETAINED_LARGE,
-                KID_OFFSETS,
-                KIDS,
-                BLOCK_OFFSETS,
+                BLOCK_STEPS,
+                BLOCK_FAR,
+                BLOCK_CHECKPOINTS,
                 KIND_IDS,
                 BLOCK_REGIONS,
                 TOP_NODES,
@@ -60,19 +65,22 @@ impl Needs {
             ],
             Needs::All => &[
                 META,
-                PRE_OF,
+                TREE,
+                TREE_CHECKPOINTS,
+                REACHABLE,
+                PREORDER_MARKS,
+                PREORDER_BACK,
                 PREORDER,
-                IDOM_PRE,
                 RETAINED,
                 RETAINED_LARGE,
-                KID_OFFSETS,
-                KIDS,
-                BLOCK_OFFSETS,
+                BLOCK_STEPS,
+                BLOCK_FAR,
+                BLOCK_CHECKPOINTS,
                 KIND_IDS,
                 BLOCK_REGIONS,
-                BFS_PARENT,
-                REF_OFFSETS,
-                REFS,
+                PLAIN_REFERRERS,
+                REFERRERS,
+                REFERRER_CHECKPOINTS,
                 ROOT_EDGES,
                 TOP_NODES,
                 TOP_LABEL_IDS,
@@ -85,69 +93,81 @@ impl Needs {
     }
 }
 
-/// Kind ids, 1, 2 or 4 bytes each ([`Meta::kind_id_bytes`]); the width's largest value is no
-/// kind.
+/// Ids of 1, 2 or 4 bytes each (kinds: [`Meta::kind_id_bytes`]; top labels: the section's
+/// length over the count); the width's largest value is none.
 #[derive(Clone, Copy)]
-enum KindIds<'s> {
+enum NarrowIds<'s> {
     U8(&'s [u8]),
     U16(&'s [u16]),
     U32(&'s [u32]),
 }
 
-impl<'s> KindIds<'s> {
+impl<'s> NarrowIds<'s> {
     fn new(bytes: &'s [u8], width: u8) -> Option<Self> {
         match width {
-            1 => Some(KindIds::U8(bytes)),
-            2 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U16),
-            4 => bytemuck::try_cast_slice(bytes).ok().map(KindIds::U32),
+            1 => Some(NarrowIds::U8(bytes)),
+            2 => bytemuck::try_cast_slice(bytes).ok().map(NarrowIds::U16),
+            4 => bytemuck::try_cast_slice(bytes).ok().map(NarrowIds::U32),
             _ => None,
         }
     }
 
     fn len(&self) -> usize {
         match self {
-            KindIds::U8(v) => v.len(),
-            KindIds::U16(v) => v.len(),
-            KindIds::U32(v) => v.len(),
+            NarrowIds::U8(v) => v.len(),
+            NarrowIds::U16(v) => v.len(),
+            NarrowIds::U32(v) => v.len(),
         }
     }
 
-    /// Block `i`'s kind id (from the first block node), None when it has none.
+    /// Id `i` (a block's kind: from the first block node), None when it has none.
     fn get(&self, i: usize) -> Option<u32> {
         match self {
-            KindIds::U8(v) => v.get(i).filter(|&&k| k != u8::MAX).map(|&k| k as u32),
-            KindIds::U16(v) => v.get(i).filter(|&&k| k != u16::MAX).map(|&k| k as u32),
-            KindIds::U32(v) => v.get(i).filter(|&&k| k != u32::MAX).copied(),
+            NarrowIds::U8(v) => v.get(i).filter(|&&k| k != u8::MAX).map(|&k| k as u32),
+            NarrowIds::U16(v) => v.get(i).filter(|&&k| k != u16::MAX).map(|&k| k as u32),
+            NarrowIds::U32(v) => v.get(i).filter(|&&k| k != u32::MAX).copied(),
         }
     }
 }
+
+/// Retained bytes of preorder number `p`: in words in `pre` (`u32::MAX`: in `large`, by number).
+fn retained_at(pre: &[u32], large: &[[u64; 2]], p: usize) -> u64 {
+    let Some(&words) = pre.get(p) else { return 0 };
+    if words != u32::MAX {
+        return words as u64 * 8;
+    }
+    let i = large.partition_point(|e| e[0] < p as u64);
+    large.get(i).filter(|e| e[0] == p as u64).map_or(0, |e| e[1])
+}
+
+/// Children counted by kind on one core ([`IndexView`]'s `tally_children`).
+const CHILDREN_PER_TALLY: usize = 1 << 14;
+
+/// How many children of a node [`IndexView::children_iter`] notes the preorder numbers of.
+const REMEMBERED_CHILDREN: usize = 64;
 
 pub struct IndexView<'s> {
     pub snap: &'s Snapshot,
     pub meta: std::sync::Arc<Meta>,
     pub names: Names<'s>,
     pub layout: HeaderLayout,
-    pre_of: &'s [u32],
-    preorder: &'s [u32],
-    idom_pre: &'s [u32],
+    /// The dominator tree, read in place (empty below the tree's level).
+    tree: Tree<'s>,
     /// In words (`u32::MAX`: in `retained_large`).
     retained_pre: &'s [u32],
     retained_large: &'s [[u64; 2]],
-    kid_offsets: &'s [u32],
-    kids: &'s [u32],
     /// Per block node: its first field's offset in its region, in words.
-    block_offsets: &'s [u32],
-    kind_ids: KindIds<'s>,
+    places: BlockPlaces<'s>,
+    kind_ids: NarrowIds<'s>,
     /// `[first node, end node, region index]`, by first node.
     block_regions: &'s [[u32; 3]],
     /// By the snapshot's region index: its entry in `block_regions` (`u32::MAX`: none).
     region_entry: Vec<u32>,
-    bfs_parent: &'s [u32],
-    ref_offsets: &'s [u32],
-    refs: &'s [u32],
+    /// Referrers and shortest-path parents.
+    referrers: ReferrerTable<'s>,
     root_edges: &'s [u32],
     top_nodes: &'s [u32],
-    top_label_ids: &'s [u32],
+    top_label_ids: NarrowIds<'s>,
     top_labels: Vec<String>,
     modules: HashMap<u64, &'s str>,
     /// The snapshot's free blocks (OCaml 4.14), read when a bad pointer is first classified.
@@ -179,27 +199,49 @@ impl<'s> IndexView<'s> {
             snap,
             names: Names::new(snap),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
-            pre_of: u32s(PRE_OF)?,
-            preorder: u32s(PREORDER)?,
-            idom_pre: u32s(IDOM_PRE)?,
+            tree: if wanted.contains(&TREE) {
+                Tree::new(
+                    u32s(PREORDER)?,
+                    file.section(TREE)?,
+                    u64s(TREE_CHECKPOINTS)?,
+                    u64s(REACHABLE)?,
+                    u64s(PREORDER_MARKS)?,
+                    u32s(PREORDER_BACK)?,
+                    n,
+                )
+                .map_err(|e| IndexError::Inconsistent(format!("dominator tree: {e}")))?
+            } else {
+                Tree::default()
+            },
             retained_pre: u32s(RETAINED)?,
             retained_large: bytemuck::cast_slice(u64s(RETAINED_LARGE)?.get(..u64s(RETAINED_LARGE)?.len() / 2 * 2).unwrap_or(&[])),
-            kid_offsets: u32s(KID_OFFSETS)?,
-            kids: u32s(KIDS)?,
-            block_offsets: u32s(BLOCK_OFFSETS)?,
+            places: BlockPlaces {
+                steps: if wanted.contains(&BLOCK_STEPS) { file.section(BLOCK_STEPS)? } else { &[] },
+                far: bytemuck::cast_slice(u32s(BLOCK_FAR)?.get(..u32s(BLOCK_FAR)?.len() / 2 * 2).unwrap_or(&[])),
+                checkpoints: u32s(BLOCK_CHECKPOINTS)?,
+            },
             kind_ids: if wanted.contains(&KIND_IDS) {
-                KindIds::new(file.section(KIND_IDS)?, meta.kind_id_bytes).ok_or(IndexError::Section(KIND_IDS))?
+                NarrowIds::new(file.section(KIND_IDS)?, meta.kind_id_bytes).ok_or(IndexError::Section(KIND_IDS))?
             } else {
-                KindIds::U32(&[])
+                NarrowIds::U32(&[])
             },
             block_regions: bytemuck::cast_slice(u32s(BLOCK_REGIONS)?.get(..u32s(BLOCK_REGIONS)?.len() / 3 * 3).unwrap_or(&[])),
             region_entry: Vec::new(),
-            bfs_parent: u32s(BFS_PARENT)?,
-            ref_offsets: u32s(REF_OFFSETS)?,
-            refs: u32s(REFS)?,
+            referrers: ReferrerTable::new(
+                u64s(PLAIN_REFERRERS)?,
+                if wanted.contains(&REFERRERS) { file.section(REFERRERS)? } else { &[] },
+                u64s(REFERRER_CHECKPOINTS)?,
+            ),
             root_edges: u32s(ROOT_EDGES)?,
             top_nodes: u32s(TOP_NODES)?,
-            top_label_ids: u32s(TOP_LABEL_IDS)?,
+            top_label_ids: if wanted.contains(&TOP_LABEL_IDS) {
+                let bytes = file.section(TOP_LABEL_IDS)?;
+                let tops = u32s(TOP_NODES)?.len();
+                let width = bytes.len().checked_div(tops).unwrap_or(1);
+                NarrowIds::new(bytes, width as u8).filter(|ids| ids.len() == tops).ok_or(IndexError::Section(TOP_LABEL_IDS))?
+            } else {
+                NarrowIds::U32(&[])
+            },
             top_labels: if wanted.contains(&TOP_LABELS) {
                 serde_json::from_slice(file.section(TOP_LABELS)?).map_err(|e| IndexError::Inconsistent(format!("top labels: {e}")))?
             } else {
@@ -227,21 +269,20 @@ impl<'s> IndexView<'s> {
             }
         }
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
-        let lengths: [(&str, usize, usize, u32); 14] = [
-            ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
-            ("preorder numbers", view.pre_of.len(), n, PRE_OF),
-            ("preorder", view.preorder.len(), r, PREORDER),
-            ("dominators", view.idom_pre.len(), r, IDOM_PRE),
+        let non_plain = n - view.referrers.plain.iter().map(|w| w.count_ones() as usize).sum::<usize>().min(n);
+        let lengths: [(&str, usize, usize, u32); 12] = [
+            ("preorder", view.tree.reachable_count(), r, PREORDER),
             ("retained sizes", view.retained_pre.len(), r, RETAINED),
             ("large retained sizes", view.file.section(RETAINED_LARGE).map_or(0, |b| b.len() % 16), 0, RETAINED_LARGE),
-            ("children offsets", view.kid_offsets.len(), r + 1, KID_OFFSETS),
-            ("children", view.kids.len(), r.saturating_sub(1), KIDS),
-            ("block offsets", view.block_offsets.len(), blocks, BLOCK_OFFSETS),
+            ("block steps", view.places.steps.len(), blocks, BLOCK_STEPS),
+            ("far block places", view.file.section(BLOCK_FAR).map_or(0, |b| b.len() % 8), 0, BLOCK_FAR),
+            ("block checkpoints", view.places.checkpoints.len(), blocks.div_ceil(BLOCK_RUN), BLOCK_CHECKPOINTS),
             ("block regions", view.file.section(BLOCK_REGIONS).map_or(0, |b| b.len() % 12), 0, BLOCK_REGIONS),
             ("kinds", view.kind_ids.len(), blocks, KIND_IDS),
-            ("parents", view.bfs_parent.len(), n, BFS_PARENT),
-            ("referrer offsets", view.ref_offsets.len(), n + 1, REF_OFFSETS),
+            ("plain referrers", view.referrers.plain.len(), n.div_ceil(64), PLAIN_REFERRERS),
+            ("referrer checkpoints", view.referrers.checkpoints.len(), non_plain.div_ceil(REFERRER_RUN), REFERRER_CHECKPOINTS),
             ("root edges", view.root_edges.len() % 2, 0, ROOT_EDGES),
+            ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
         ];
         for (what, got, want, kind) in lengths {
             if wanted.contains(&kind) && got != want {
@@ -263,20 +304,45 @@ impl<'s> IndexView<'s> {
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
-        self.pre_of.get(node as usize).filter(|&&p| p != NO_NODE).map(|&p| p as usize)
+        self.tree.pre(node)
     }
 
-    /// Children in the dominator tree, largest retained first.
+    /// Children in the dominator tree, largest retained first: in the tree's preorder, the
+    /// node right after this one, then each next one past the subtree of the one before (each
+    /// subtree at least one number long: this ends).
     pub fn children_iter(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
-        let range = self.pre(node).and_then(|p| Some(*self.kid_offsets.get(p)? as usize..*self.kid_offsets.get(p + 1)? as usize));
-        let kids = range.and_then(|r| self.kids.get(r)).unwrap_or(&[]);
-        kids.iter().filter_map(|&p| self.preorder.get(p as usize).copied())
+        self.children_pre(node).map(|(c, _)| c)
+    }
+
+    /// [`IndexView::children_iter`], with each child's preorder number.
+    fn children_pre(&self, node: NodeId) -> impl Iterator<Item = (NodeId, usize)> + '_ {
+        let tree = &self.tree;
+        let (first, end) = self.pre(node).and_then(|p| Some((p + 1, p + tree.size(p)?))).unwrap_or((0, 0));
+        let (mut next, mut cursor, mut met) = (first, tree.cursor(), 0);
+        std::iter::from_fn(move || {
+            let c = next;
+            if c >= end {
+                return None;
+            }
+            next = c + tree.size_at(c, &mut cursor)?;
+            let &v = tree.preorder.get(c)?;
+            // Reports look the first (largest) children up again; remembering the millions
+            // after them would only push those out of the cache.
+            if met < REMEMBERED_CHILDREN {
+                tree.remember(v, c);
+                met += 1;
+            }
+            Some((v, c))
+        })
+    }
+
+    /// Retained bytes of preorder number `p`.
+    fn retained_at(&self, p: usize) -> u64 {
+        retained_at(self.retained_pre, self.retained_large, p)
     }
 
     pub fn children_count(&self, node: NodeId) -> usize {
-        self.pre(node)
-            .and_then(|p| Some((*self.kid_offsets.get(p + 1)? as usize).saturating_sub(*self.kid_offsets.get(p)? as usize)))
-            .unwrap_or(0)
+        self.children_iter(node).count()
     }
 
     fn root_kind(&self, node: NodeId) -> Option<RootKind> {
@@ -287,12 +353,12 @@ impl<'s> IndexView<'s> {
     /// The address of a block node's first field (None: no block).
     fn block_address(&self, node: NodeId) -> Option<u64> {
         let first = self.meta.first_block_node;
-        let offset = *self.block_offsets.get((node.checked_sub(first)?) as usize)?;
         let i = self.block_regions.partition_point(|e| e[0] <= node).checked_sub(1)?;
-        let [_, end, region] = self.block_regions[i];
-        if node >= end || offset == u32::MAX || region as usize >= self.snap.region_count() {
+        let [start, end, region] = self.block_regions[i];
+        if node >= end || region as usize >= self.snap.region_count() {
             return None;
         }
+        let offset = self.places.offset(node.checked_sub(first)? as usize, start.checked_sub(first)? as usize)?;
         self.snap.region(region as usize).base().checked_add(offset as u64 * 8)
     }
 
@@ -302,11 +368,23 @@ impl<'s> IndexView<'s> {
         let &i = self.region_entry.get(r).filter(|&&i| i != u32::MAX)?;
         let [start, end, _] = *self.block_regions.get(i as usize)?;
         let first = self.meta.first_block_node;
-        let offsets = self.block_offsets.get(start.checked_sub(first)? as usize..end.checked_sub(first)? as usize)?;
+        let (start_i, end_i) = (start.checked_sub(first)? as usize, end.checked_sub(first)? as usize);
+        if start_i > end_i || end_i > self.places.steps.len() {
+            return None;
+        }
         let base = self.snap.region(r).base();
         let target = address.checked_sub(base)? / 8;
-        let k = offsets.partition_point(|&o| (o as u64) < target);
-        Some((start + k as NodeId, end))
+        // The blocks ascend by address: a binary search, each probe summing a run of steps.
+        let (mut lo, mut hi) = (start_i, end_i);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.places.offset(mid, start_i).is_some_and(|o| (o as u64) < target) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some((first + lo as NodeId, end))
     }
 
     /// The node of the block whose first field is at `address`.
@@ -441,8 +519,11 @@ impl<'s> HeapFacts<'s> for IndexView<'s> {
     }
 
     fn idom(&self, node: NodeId) -> Option<NodeId> {
-        let p = self.pre(node).filter(|&p| p != 0)?;
-        self.preorder.get(*self.idom_pre.get(p)? as usize).copied()
+        let q = self.tree.parent(self.pre(node)?)?;
+        let &d = self.tree.preorder.get(q)?;
+        // The next question is often the dominator's own (a chain, a path).
+        self.tree.remember(d, q);
+        Some(d)
     }
 
     fn root_records(&self, node: NodeId) -> Vec<u32> {
@@ -487,13 +568,71 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     fn retained(&self, node: NodeId) -> u64 {
-        let Some(&words) = self.pre(node).and_then(|p| self.retained_pre.get(p)) else { return 0 };
-        if words != u32::MAX {
-            return words as u64 * 8;
-        }
-        let p = self.pre(node).unwrap_or(0) as u64;
-        let i = self.retained_large.partition_point(|e| e[0] < p);
-        self.retained_large.get(i).filter(|e| e[0] == p).map_or(0, |e| e[1])
+        self.pre(node).map_or(0, |p| self.retained_at(p))
+    }
+
+    /// From the children's preorder numbers, without looking any child up.
+    fn children_retained<'a>(&'a self, node: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
+        Box::new(self.children_pre(node).map(|(c, p)| (c, self.retained_at(p))))
+    }
+
+    /// This thread walks the children (each the one past the subtree of the one before) while
+    /// the other cores count chunks of them by their saved kinds; the chunks' counts are then
+    /// merged in order.
+    fn tally_children(&self, node: NodeId, skip: usize) -> Vec<KindTally> {
+        let (kind_ids, kinds, first_block) = (self.kind_ids, &self.meta.kinds, self.meta.first_block_node as usize);
+        let (retained_pre, retained_large) = (self.retained_pre, self.retained_large);
+        // As `kind_of_node` and `retained_at`, from what can be shared between threads (a
+        // block whose saved kind is missing, in a corrupt index only, counts as no kind).
+        let tally = move |chunk: Vec<(NodeId, u32)>| {
+            let mut tallies = KindTallies::default();
+            // Neighbours are often of one kind: a run of them is counted at once.
+            let mut run: Option<KindTally> = None;
+            for (c, p) in chunk {
+                let kind = (c as usize).checked_sub(first_block).and_then(|i| kind_ids.get(i)).and_then(|k| kinds.get(k as usize)).copied();
+                let retained = retained_at(retained_pre, retained_large, p as usize);
+                match &mut run {
+                    Some(r) if r.kind == kind => {
+                        r.count += 1;
+                        r.retained += retained;
+                    }
+                    _ => {
+                        run.into_iter().for_each(|r| tallies.add(r));
+                        run = Some(KindTally { kind, count: 1, retained, first: (c, retained) });
+                    }
+                }
+            }
+            run.into_iter().for_each(|r| tallies.add(r));
+            tallies.into_vec()
+        };
+        let counted: std::sync::Mutex<Vec<(usize, Vec<KindTally>)>> = Default::default();
+        rayon::in_place_scope(|scope| {
+            let (tally, counted) = (&tally, &counted);
+            let mut chunks = 0;
+            let mut chunk = Vec::new();
+            let mut send = |chunk: Vec<(NodeId, u32)>| {
+                let at = chunks;
+                chunks += 1;
+                scope.spawn(move |_| {
+                    let t = tally(chunk);
+                    counted.lock().unwrap_or_else(|e| e.into_inner()).push((at, t));
+                });
+            };
+            for (c, p) in self.children_pre(node).skip(skip) {
+                chunk.push((c, p as u32));
+                if chunk.len() == CHILDREN_PER_TALLY {
+                    send(std::mem::replace(&mut chunk, Vec::with_capacity(CHILDREN_PER_TALLY)));
+                }
+            }
+            if !chunk.is_empty() {
+                send(chunk);
+            }
+        });
+        let mut counted = counted.into_inner().unwrap_or_else(|e| e.into_inner());
+        counted.sort_unstable_by_key(|&(at, _)| at);
+        let mut all = KindTallies::default();
+        counted.into_iter().for_each(|(_, t)| all.merge(t));
+        all.into_vec()
     }
 
     fn reachable_bytes(&self) -> u64 {
@@ -501,7 +640,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     }
 
     fn is_reachable(&self, node: NodeId) -> bool {
-        self.pre(node).is_some()
+        self.tree.is_reachable(node)
     }
 
     fn children(&self, node: NodeId) -> Vec<NodeId> {
@@ -511,19 +650,25 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     /// The saved label of a top object (the analysis's retainers).
     fn top_label(&self, node: NodeId) -> String {
         let found = self.top_nodes.binary_search(&node).ok().and_then(|i| self.top_label_ids.get(i));
-        match found.and_then(|&l| self.top_labels.get(l as usize)) {
+        match found.and_then(|l| self.top_labels.get(l as usize)) {
             Some(label) => label.clone(),
             None => self.describe(node),
         }
     }
 
     fn referrers(&self, node: NodeId, max: usize) -> Vec<NodeId> {
-        let range = (|| Some(*self.ref_offsets.get(node as usize)? as usize..*self.ref_offsets.get(node as usize + 1)? as usize))();
-        range.and_then(|r| self.refs.get(r)).unwrap_or(&[]).iter().take(max).copied().collect()
+        match self.referrers.get(node, max) {
+            Some(Referrers::Plain) => self.idom(node).into_iter().take(max).collect(),
+            Some(Referrers::Listed { referrers, .. }) => referrers,
+            None => Vec::new(),
+        }
     }
 
-    fn bfs_parents(&self) -> Cow<'_, [NodeId]> {
-        Cow::Borrowed(self.bfs_parent)
+    fn bfs_parent(&self, node: NodeId) -> Option<NodeId> {
+        match self.referrers.get(node, 0)? {
+            Referrers::Plain => self.idom(node),
+            Referrers::Listed { parent, .. } => parent.filter(|&p| (p as usize) < self.node_count()),
+        }
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

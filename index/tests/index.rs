@@ -1,6 +1,6 @@
 //! The index answers as the full analysis does, and never trusts a bad file.
 
-use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, NodeId, PathQuery, Progress};
 use heapsnap_format::{RootKind, Snapshot};
 use heapsnap_index::file::{Bytes, IndexError, IndexFile, SnapshotId};
 use heapsnap_index::store::{beside, open_or_build, open_or_build_for};
@@ -96,6 +96,17 @@ fn index_reports_equal_the_full_analysis() {
             json(&dominator_report(&view, depth, min, 20)),
             "dominators depth {depth} min {min}"
         );
+    }
+    // Every node's place in the tree, as the analysis has it (the index finds a node's number
+    // by walking its cycle, its dominator from the checkpoints, and counts children by kind
+    // in chunks).
+    for v in 0..a.node_count() as NodeId {
+        assert_eq!(
+            (view.is_reachable(v), view.retained(v), view.idom(v), view.children(v)),
+            (a.is_reachable(v), a.retained(v), a.idom(v), a.children(v)),
+            "node {v}"
+        );
+        assert_eq!(view.tally_children(v, 1), a.tally_children(v, 1), "children of {v} by kind");
     }
     let tree = json(&dominator_report(&view, 4, 1.0, 20));
     assert!(tree.contains("Hashtbl (300 entries)") && tree.contains("\"similar\""), "{tree}");
@@ -324,8 +335,44 @@ proptest! {
     }
 }
 
+/// Edits only the compact sections (the tree, its checkpoints, the preorder and its inverse's
+/// shortcuts, the blocks' places, the referrers:
+/// each edit in one of them, chosen by the edit), fixes the checksums up, and uses the index.
+fn mutate_compact_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
+    use heapsnap_index::sections::*;
+    let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+    let mut b = f.bytes.clone();
+    let compact = [
+        TREE,
+        TREE_CHECKPOINTS,
+        PREORDER,
+        REACHABLE,
+        PREORDER_MARKS,
+        PREORDER_BACK,
+        BLOCK_STEPS,
+        BLOCK_FAR,
+        BLOCK_CHECKPOINTS,
+        PLAIN_REFERRERS,
+        REFERRERS,
+        REFERRER_CHECKPOINTS,
+    ];
+    let ranges: Vec<_> = compact.iter().map(|&k| section_range(&b, k)).filter(|r| !r.is_empty()).collect();
+    for (at, byte) in edits {
+        let range = &ranges[at % ranges.len()];
+        b[range.start + (at / ranges.len()) % range.len()] = byte;
+    }
+    use_index(&snap, &reseal(&b))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    /// The compact sections alone, mutated with valid checksums (of the whole index, and of the one
+    /// with kind ids of two bytes): never a panic or a hang.
+    #[test]
+    fn mutated_compact_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12), shapes in any::<bool>()) {
+        let _ = if shapes { SHAPES_FIXTURE.with(|f| mutate_compact_and_use(f, edits)) } else { FIXTURE.with(|f| mutate_compact_and_use(f, edits)) };
+    }
+
     /// The diff's sections alone, mutated with valid checksums: never a panic or a hang.
     #[test]
     fn mutated_diff_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12)) {
@@ -356,7 +403,7 @@ thread_local! {
 /// replaces an index with less.
 #[test]
 fn an_index_is_built_again_for_the_first_command_that_reads_more() {
-    use heapsnap_index::sections::{BFS_PARENT, KIDS, META, PRE_OF, REFS};
+    use heapsnap_index::sections::{META, PLAIN_REFERRERS, REFERRERS, TREE};
     use heapsnap_index::store::{build_and_save_for, load};
     let dir = tempfile::tempdir().unwrap();
     let path = write_heap(dir.path());
@@ -367,7 +414,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     let meta = load(&path, Needs::Meta, &quiet).unwrap();
     assert!(meta.built);
     assert_eq!(meta.index.level(), Some(Needs::Meta));
-    assert!(meta.index.has(META) && !meta.index.has(PRE_OF) && !meta.index.has(KIDS));
+    assert!(meta.index.has(META) && !meta.index.has(TREE));
     let size = std::fs::metadata(beside(&path)).unwrap().len();
     assert!(size < snap.bytes().len() as u64 / 4, "{size} bytes of meta data for a {}-byte snapshot", snap.bytes().len());
     // Its reports are the analysis's.
@@ -398,7 +445,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
     let tree = load(&path, Needs::Tree, &quiet).unwrap();
     assert!(tree.built);
     assert_eq!(tree.index.level(), Some(Needs::Tree));
-    assert!(!tree.index.has(REFS) && !tree.index.has(BFS_PARENT));
+    assert!(!tree.index.has(REFERRERS) && !tree.index.has(PLAIN_REFERRERS));
     drop(tree);
     assert!(!load(&path, Needs::Meta, &quiet).unwrap().built, "the tree serves a summary");
     let all = load(&path, Needs::All, &quiet).unwrap();
@@ -413,7 +460,7 @@ fn an_index_is_built_again_for_the_first_command_that_reads_more() {
 
     // ... unless what the command reads of it is corrupt: a tree section of the whole index.
     let mut bytes = std::fs::read(beside(&path)).unwrap();
-    let (offset, length) = section_at(&bytes, KIDS);
+    let (offset, length) = section_at(&bytes, TREE);
     assert!(length > 0);
     bytes[offset] ^= 0x40;
     std::fs::write(beside(&path), &bytes).unwrap();
@@ -579,7 +626,7 @@ fn kind_ids_of_two_bytes_read_back() {
 #[test]
 fn large_retained_sizes_are_read_from_their_list() {
     use heapsnap_index::file::IndexBuilder;
-    use heapsnap_index::sections::{PRE_OF, RETAINED, RETAINED_LARGE};
+    use heapsnap_index::sections::{RETAINED, RETAINED_LARGE};
     let f = fixture(Needs::Tree);
     let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
     let view = IndexView::open(&f.snap, &file, Needs::Tree).unwrap();
@@ -587,13 +634,14 @@ fn large_retained_sizes_are_read_from_their_list() {
     assert!(total > view.retained(top) && view.retained(top) > 0);
     // The same index, the super-root's size and its largest child's (as more than 32 GiB)
     // moved to the list.
-    let moved = file.u32s(PRE_OF).unwrap()[top as usize] as u64;
+    let preorder = file.u32s(heapsnap_index::sections::PREORDER).unwrap();
+    let moved = preorder.iter().position(|&v| v == top).unwrap() as u64;
     let huge = (u32::MAX as u64 + 5) * 8;
     let mut words = file.u32s(RETAINED).unwrap().to_vec();
     words[0] = u32::MAX;
     words[moved as usize] = u32::MAX;
     let mut b = IndexBuilder::default();
-    for kind in 1..=32 {
+    for kind in 1..=34 {
         if kind == RETAINED {
             b.add_u32_vec(RETAINED, words.clone());
         } else if kind == RETAINED_LARGE {
@@ -673,5 +721,38 @@ fn a_diff_over_indexes_equals_the_diff_that_analyses() {
             assert!(s.iter().flat_map(|s| &s.paths).all(|p| p.new > 0 && p.example.is_some()), "{s:#?}");
             assert!(!compared.growth.is_empty());
         }
+    }
+}
+
+/// A node with more children than one core counts at once (the index counts them in chunks on
+/// every core, while the children are walked): its children by kind, from any first child, and
+/// the dominator report that summarises them, as the analysis has them.
+#[test]
+fn many_children_are_counted_by_kind_as_the_analysis_counts_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = large_heap_shape(10).heap;
+    let fields: Vec<Value> = (0..40_000i64)
+        .map(|i| match i % 7 {
+            0 => Value::Ptr(h.alloc_string(Space::Major, b"s")),
+            1 | 2 => Value::Ptr(h.alloc(Space::Major, 0, &[Value::Int(i)])),
+            _ => Value::Ptr(h.alloc(Space::Major, 0, &[Value::Int(i), Value::Int(1)])),
+        })
+        .collect();
+    h.add_module("Many", &fields);
+    let path = dir.path().join("many.heapsnap");
+    h.write(&path).unwrap();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = ix.view(Needs::All).unwrap();
+    let (v, count) = (0..a.node_count() as NodeId).map(|v| (v, a.children(v).len())).max_by_key(|&(_, n)| n).unwrap();
+    assert!(count >= 40_000, "{count} children");
+    for skip in [0, 1, 20, 20_000, 39_999, 50_000] {
+        assert_eq!(view.tally_children(v, skip), a.tally_children(v, skip), "from child {skip}");
+    }
+    assert!(a.tally_children(v, 0).len() >= 3, "the three kinds of the module's fields at least");
+    use heapsnap_analyze::dominator_report;
+    for (depth, min) in [(4, 1.0), (3, 0.0)] {
+        assert_eq!(json(&dominator_report(&a, depth, min, 20)), json(&dominator_report(&view, depth, min, 20)), "depth {depth}");
     }
 }
