@@ -262,8 +262,8 @@ fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderF
         }
         // The toplevel keeps the session's bindings in a table of its own, in Topeval, which
         // Toploop includes (and `ocaml` keeps only Toploop's name: `expunge`d).
-        let toplevel_read = cx.roots.iter().any(|r| r.flags & ROOT_FLAG_BINDING != 0 && r.kind == RootKind::Global);
-        if (unit == "Topeval" || unit == "Toploop") && !toplevel_read {
+        let toplevel = unit == "Topeval" || unit == "Toploop";
+        if toplevel && !cx.roots.iter().any(|r| r.flags & ROOT_FLAG_BINDING != 0 && r.kind == RootKind::Global) {
             let code_start = cx.word(cx.rt.symbol("caml_start_code")?)?;
             let function_at = |pc: u64| program.function_at(pc.wrapping_sub(code_start)).map(str::to_string);
             cx.roots.extend(crate::common::toplevel::bindings(&cap.regions, block, format, function_at));
