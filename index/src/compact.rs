@@ -138,13 +138,68 @@ pub fn encode_referrers<'a>(entries: impl Iterator<Item = (NodeId, &'a [NodeId],
     (out, checkpoints)
 }
 
+/// A bit array with the count of set bits before each word.
+#[derive(Default)]
+pub struct RankedBits<'s> {
+    pub words: &'s [u64],
+    ones_before: Vec<u32>,
+}
+
+impl<'s> RankedBits<'s> {
+    pub fn new(words: &'s [u64]) -> Self {
+        let mut ones = 0u32;
+        let ones_before = words
+            .iter()
+            .map(|w| {
+                let before = ones;
+                ones = ones.saturating_add(w.count_ones());
+                before
+            })
+            .collect();
+        RankedBits { words, ones_before }
+    }
+
+    pub fn ones(&self) -> usize {
+        self.ones_before.last().zip(self.words.last()).map_or(0, |(&b, w)| b as usize + w.count_ones() as usize)
+    }
+
+    pub fn get(&self, i: usize) -> Option<bool> {
+        Some(*self.words.get(i / 64)? >> (i % 64) & 1 == 1)
+    }
+
+    /// Set bits before bit `i`.
+    pub fn rank(&self, i: usize) -> Option<usize> {
+        let w = *self.words.get(i / 64)?;
+        Some(*self.ones_before.get(i / 64)? as usize + (w & ((1u64 << (i % 64)) - 1)).count_ones() as usize)
+    }
+
+    /// Where the `k`th clear bit is (counting from 0).
+    pub fn select_zero(&self, k: usize) -> Option<usize> {
+        let zeros_before = |w: usize| (w * 64).saturating_sub(self.ones_before[w] as usize);
+        // The last word with at most `k` clear bits before it.
+        let (mut lo, mut hi) = (0, self.words.len().min(self.ones_before.len()));
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if zeros_before(mid) <= k {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let w = lo.checked_sub(1)?;
+        let mut clear = !self.words[w];
+        for _ in 0..k - zeros_before(w) {
+            clear &= clear.wrapping_sub(1);
+        }
+        (clear != 0).then(|| w * 64 + clear.trailing_zeros() as usize)
+    }
+}
+
 /// Reads [`encode_referrers`]'s sections.
 #[derive(Default)]
 pub struct ReferrerTable<'s> {
     /// A bit per node: plain.
-    pub plain: &'s [u64],
-    /// Plain nodes before each word of `plain`.
-    pub plain_before: Vec<u32>,
+    pub plain: RankedBits<'s>,
     pub stream: &'s [u8],
     pub checkpoints: &'s [u64],
 }
@@ -161,29 +216,17 @@ pub enum Referrers {
 
 impl<'s> ReferrerTable<'s> {
     pub fn new(plain: &'s [u64], stream: &'s [u8], checkpoints: &'s [u64]) -> Self {
-        let mut before = 0u32;
-        let plain_before = plain
-            .iter()
-            .map(|w| {
-                let b = before;
-                before = before.saturating_add(w.count_ones());
-                b
-            })
-            .collect();
-        ReferrerTable { plain, plain_before, stream, checkpoints }
+        ReferrerTable { plain: RankedBits::new(plain), stream, checkpoints }
     }
 
     /// Node `v`'s entry, at most `max` referrers of it (`None`: past the table, or a corrupt
     /// entry).
     pub fn get(&self, v: NodeId, max: usize) -> Option<Referrers> {
-        let (word, bit) = (v as usize / 64, v % 64);
-        let w = *self.plain.get(word)?;
-        if w >> bit & 1 == 1 {
+        if self.plain.get(v as usize)? {
             return Some(Referrers::Plain);
         }
         // Its rank among the nodes that are not plain.
-        let plain = *self.plain_before.get(word)? as usize + (w & ((1u64 << bit) - 1)).count_ones() as usize;
-        let k = (v as usize).checked_sub(plain)?;
+        let k = (v as usize).checked_sub(self.plain.rank(v as usize)?)?;
         let mut at = usize::try_from(*self.checkpoints.get(k / REFERRER_RUN)?).ok()?;
         for _ in 0..k % REFERRER_RUN {
             self.entry(&mut at, v, 0)?;

@@ -13,7 +13,7 @@
 //! checkpoint that lies, gives `None` or a wrong answer, never a panic, and every walk is
 //! bounded.
 
-use crate::compact::{get_varint, put_varint};
+use crate::compact::{get_varint, put_varint, RankedBits};
 use heapsnap_analyze::{NodeId, NO_NODE};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use std::sync::OnceLock;
@@ -172,63 +172,6 @@ fn skip_varints(bytes: &[u8], at: &mut usize, mut k: usize) -> Option<()> {
         }
     }
     Some(())
-}
-
-/// A bit array with the count of set bits before each word.
-#[derive(Default)]
-pub struct RankedBits<'s> {
-    pub words: &'s [u64],
-    ones_before: Vec<u32>,
-}
-
-impl<'s> RankedBits<'s> {
-    pub fn new(words: &'s [u64]) -> Self {
-        let mut ones = 0u32;
-        let ones_before = words
-            .iter()
-            .map(|w| {
-                let before = ones;
-                ones = ones.saturating_add(w.count_ones());
-                before
-            })
-            .collect();
-        RankedBits { words, ones_before }
-    }
-
-    pub fn ones(&self) -> usize {
-        self.ones_before.last().zip(self.words.last()).map_or(0, |(&b, w)| b as usize + w.count_ones() as usize)
-    }
-
-    pub fn get(&self, i: usize) -> Option<bool> {
-        Some(*self.words.get(i / 64)? >> (i % 64) & 1 == 1)
-    }
-
-    /// Set bits before bit `i`.
-    pub fn rank(&self, i: usize) -> Option<usize> {
-        let w = *self.words.get(i / 64)?;
-        Some(*self.ones_before.get(i / 64)? as usize + (w & ((1u64 << (i % 64)) - 1)).count_ones() as usize)
-    }
-
-    /// Where the `k`th clear bit is (counting from 0).
-    pub fn select_zero(&self, k: usize) -> Option<usize> {
-        let zeros_before = |w: usize| (w * 64).saturating_sub(self.ones_before[w] as usize);
-        // The last word with at most `k` clear bits before it.
-        let (mut lo, mut hi) = (0, self.words.len().min(self.ones_before.len()));
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            if zeros_before(mid) <= k {
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-        let w = lo.checked_sub(1)?;
-        let mut clear = !self.words[w];
-        for _ in 0..k - zeros_before(w) {
-            clear &= clear.wrapping_sub(1);
-        }
-        (clear != 0).then(|| w * 64 + clear.trailing_zeros() as usize)
-    }
 }
 
 /// The dominator tree of an index, read in place.

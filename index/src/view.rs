@@ -269,7 +269,7 @@ impl<'s> IndexView<'s> {
             }
         }
         let blocks = n.saturating_sub(view.meta.first_block_node as usize);
-        let non_plain = n - view.referrers.plain.iter().map(|w| w.count_ones() as usize).sum::<usize>().min(n);
+        let non_plain = n - view.referrers.plain.ones().min(n);
         let lengths: [(&str, usize, usize, u32); 12] = [
             ("preorder", view.tree.reachable_count(), r, PREORDER),
             ("retained sizes", view.retained_pre.len(), r, RETAINED),
@@ -279,7 +279,7 @@ impl<'s> IndexView<'s> {
             ("block checkpoints", view.places.checkpoints.len(), blocks.div_ceil(BLOCK_RUN), BLOCK_CHECKPOINTS),
             ("block regions", view.file.section(BLOCK_REGIONS).map_or(0, |b| b.len() % 12), 0, BLOCK_REGIONS),
             ("kinds", view.kind_ids.len(), blocks, KIND_IDS),
-            ("plain referrers", view.referrers.plain.len(), n.div_ceil(64), PLAIN_REFERRERS),
+            ("plain referrers", view.referrers.plain.words.len(), n.div_ceil(64), PLAIN_REFERRERS),
             ("referrer checkpoints", view.referrers.checkpoints.len(), non_plain.div_ceil(REFERRER_RUN), REFERRER_CHECKPOINTS),
             ("root edges", view.root_edges.len() % 2, 0, ROOT_EDGES),
             ("top labels", view.top_label_ids.len(), view.top_nodes.len(), TOP_LABEL_IDS),
