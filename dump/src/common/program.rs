@@ -147,7 +147,7 @@ fn check_same_build(given: &Executable, target: &std::path::Path) -> Result<()> 
 }
 
 /// An OCaml string block's contents, from its words.
-fn ocaml_string(bytes: &[u8]) -> Option<&[u8]> {
+pub(crate) fn ocaml_string(bytes: &[u8]) -> Option<&[u8]> {
     let pad = *bytes.last()? as usize;
     bytes.get(..bytes.len().checked_sub(1 + pad)?)
 }

@@ -44,8 +44,7 @@ pub fn bindings(
             return None;
         }
         let bytes: Vec<u8> = (0..size).flat_map(|i| word(v + 8 * i).unwrap_or(0).to_le_bytes()).collect();
-        let len = bytes.len().checked_sub(1 + *bytes.last()? as usize)?;
-        String::from_utf8(bytes[..len].to_vec()).ok()
+        String::from_utf8(super::program::ocaml_string(&bytes)?.to_vec()).ok()
     };
     let fields_of = |block: u64| -> Vec<u64> {
         let count = fields(block).map_or(0, |(_, n)| n.min(256));

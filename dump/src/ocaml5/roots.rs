@@ -35,6 +35,9 @@ struct Ctx<'a> {
     /// A bytecode runtime's code fragments: its stacks are scanned word by word, these words
     /// being code pointers (native stacks are walked by their frame tables).
     code: Option<CodeFragments>,
+    /// Where a bytecode program's main code starts (`caml_start_code`): its functions' and
+    /// frames' offsets are from there.
+    code_start: u64,
 }
 
 impl Ctx<'_> {
@@ -62,6 +65,10 @@ struct SysThread {
 
 pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
     let code = rt.bytecode.as_ref().map(|b| b.code_fragments(rt.bias, source)).transpose()?;
+    let code_start = match rt.bytecode {
+        Some(_) => source.read_u64(rt.symbol("caml_start_code")?)?,
+        None => 0,
+    };
     let mut cx = Ctx {
         rt,
         source,
@@ -71,6 +78,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         warnings: Vec::new(),
         memprof: Vec::new(),
         code,
+        code_start,
     };
     let l = &rt.layout;
     check_hook(&mut cx)?;
@@ -82,7 +90,7 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
     global_root_lists(&mut cx, cap)?;
     if let Some(interpreter) = &rt.bytecode {
         bytecode_globals(&mut cx, &interpreter.program, format, cap)?;
-        cap.plugin_symbols.extend(bytecode_functions(&cx, &interpreter.program)?);
+        cap.plugin_symbols.extend(bytecode_functions(&cx, &interpreter.program));
     }
 
     for d in &cap.domains {
@@ -264,7 +272,7 @@ fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderF
         // Toploop includes (and `ocaml` keeps only Toploop's name: `expunge`d).
         let toplevel = unit == "Topeval" || unit == "Toploop";
         if toplevel && !cx.roots.iter().any(|r| r.flags & ROOT_FLAG_BINDING != 0 && r.kind == RootKind::Global) {
-            let code_start = cx.word(cx.rt.symbol("caml_start_code")?)?;
+            let code_start = cx.code_start;
             let function_at = |pc: u64| program.function_at(pc.wrapping_sub(code_start)).map(str::to_string);
             cx.roots.extend(crate::common::toplevel::bindings(&cap.regions, block, format, function_at));
         }
@@ -274,12 +282,9 @@ fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderF
 
 /// The bytecode's functions as symbols at their addresses in the running code (which starts
 /// at `caml_start_code`), so that code pointers (closures, frames) are named as in native code.
-fn bytecode_functions(cx: &Ctx<'_>, program: &BytecodeProgram) -> Result<Vec<crate::elf::Symbol>> {
-    if program.functions.is_empty() {
-        return Ok(Vec::new());
-    }
-    let start = cx.word(cx.rt.symbol("caml_start_code")?)?;
-    Ok(program
+fn bytecode_functions(cx: &Ctx<'_>, program: &BytecodeProgram) -> Vec<crate::elf::Symbol> {
+    let start = cx.code_start;
+    program
         .functions
         .iter()
         .map(|(offset, size, name)| crate::elf::Symbol {
@@ -290,7 +295,7 @@ fn bytecode_functions(cx: &Ctx<'_>, program: &BytecodeProgram) -> Result<Vec<cra
             is_global: false,
             file: None,
         })
-        .collect())
+        .collect()
 }
 
 /// Globals of natdynlinked units (globroots.c `caml_dyn_globals`).
@@ -495,7 +500,7 @@ fn interpreter_stack(
     let mut frame_at = None;
     let mut innermost = true;
     let program = cx.rt.bytecode.as_ref().map(|i| &i.program);
-    let code_start = cx.word(cx.rt.symbol("caml_start_code")?)?;
+    let code_start = cx.code_start;
     for (i, &word) in words.iter().enumerate() {
         if word & 1 == 0 && code.contains(word) {
             frame_pc = word;
