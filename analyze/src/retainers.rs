@@ -28,13 +28,15 @@ use rustc_hash::{FxHashMap, FxHashSet};
 const MAX_NAMES: usize = 6;
 
 /// How long a root lives: globals outlive C roots and threads, which outlive stack frames.
-/// A bytecode program's `caml_global_data` is the table of every global, which the program's
-/// globals are roots of their own beside (as in native code, where the table does not exist):
-/// ranked as a C root, so that memory a global reaches is named by the global. A module's
+/// A bytecode program's `caml_global_data` (a registered root in OCaml 5, a static variable in
+/// 4.14) is the table of every global, which the program's globals are roots of their own
+/// beside (as in native code, where the table does not exist): ranked as a C root, so that
+/// memory a global reaches is named by the global. A module's
 /// toplevel binding held in its initialisation's frame (`BINDING`) ranks as a global.
 pub fn stability_of(snap: &Snapshot, record: &heapsnap_format::RootRecord) -> u8 {
     let kind = record.root_kind();
-    if kind == RootKind::GenerationalRoot && snap.metadata().bytecode && snap.string(record.name) == Some("caml_global_data") {
+    let table_kind = matches!(kind, RootKind::GenerationalRoot | RootKind::Global);
+    if table_kind && snap.metadata().bytecode && snap.string(record.name) == Some("caml_global_data") {
         return stability(RootKind::LocalRoot) - 1;
     }
     // A binding (a bytecode unit's toplevel binding in its initialisation's frame, a toplevel

@@ -96,9 +96,6 @@ pub enum DumpError {
     #[error("{path} runs bytecode; heapsnap reads an interpreter's structures through its DWARF debug info, which it lacks (it has layout tables for native executables only): give its debug file ({debug_file}), or use an ocamlrun built with -g")]
     BytecodeNeedsDwarf { path: PathBuf, debug_file: String },
 
-    #[error("bytecode programs are read on OCaml 5.1 and later only; this one runs OCaml {version}")]
-    BytecodeUnsupported { version: String },
-
     #[error("the bytecode program loaded {library}, whose roots heapsnap cannot read yet ({why}); a native build of the program dumps")]
     BytecodeLibraryUnsupported { library: String, why: String },
 

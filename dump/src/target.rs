@@ -4,8 +4,8 @@
 //! [`RuntimeFamily`] it returns.
 
 use crate::common::family::RuntimeFamily;
-use crate::common::program::{open_program, DiscoverOptions, ProgramKind};
-use crate::error::{DumpError, Result};
+use crate::common::program::{open_program, DiscoverOptions};
+use crate::error::Result;
 use crate::ocaml4::Runtime4;
 use crate::source::MemorySource;
 use crate::watch::CompactionsCounter;
@@ -16,8 +16,7 @@ use heapsnap_values::releases::{self, Family};
 pub fn discover(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Box<dyn RuntimeFamily>> {
     let program = open_program(source, options)?;
     match releases::find(&program.version).map(|r| r.family) {
-        Some(Family::Ocaml4) if program.kind == ProgramKind::Bytecode => Err(DumpError::BytecodeUnsupported { version: program.version }),
-        Some(Family::Ocaml4) => Ok(Box::new(Runtime4::discover(source, program.exe, program.bias, program.version)?)),
+        Some(Family::Ocaml4) => Ok(Box::new(Runtime4::discover(source, program.exe, program.bias, program.version, program.kind)?)),
         // A version the registry does not know is OCaml 5's to refuse, or to read as its
         // newest release (`--force`).
         Some(Family::Ocaml5) | None => Ok(Box::new(crate::ocaml5::discover::from_program(source, program, options)?)),

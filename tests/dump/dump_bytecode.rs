@@ -1,5 +1,5 @@
 //! Bytecode programs dumped like native ones: every sample that runs as bytecode, on every
-//! OCaml 5 toolchain, started through its `#!` line, through `ocamlrun` directly, and linked
+//! toolchain (OCaml 4.14 and 5), started through its `#!` line, through `ocamlrun` directly, and linked
 //! with the interpreter (`-custom`, `-output-complete-exe`); at each READY point the snapshot
 //! holds exactly the live blocks, passes `verify --strict`, and a fork captures the same world.
 
@@ -7,9 +7,9 @@ use crate::dump_support::*;
 use heapsnap_format::RootKind;
 use heapsnap_testkit::samples::{toolchain_prefix, toolchain_samples, toolchains, version_of};
 
-/// The OCaml 5 toolchains, with their bytecode samples' directory.
+/// Every toolchain, with its bytecode samples' directory.
 fn bytecode_toolchains() -> Vec<(&'static str, std::path::PathBuf)> {
-    toolchains().filter(|t| !t.starts_with("4.")).filter_map(|t| Some((t, toolchain_samples(t)?.join("bytecode")))).collect()
+    toolchains().filter_map(|t| Some((t, toolchain_samples(t)?.join("bytecode")))).collect()
 }
 
 /// The samples that run as bytecode and that the dumper reads (systhreads are loaded from a
@@ -99,7 +99,12 @@ fn bytecode_run_by_ocamlrun_directly_or_linked_with_the_interpreter() {
 /// not read yet: refused, naming the library, and the program goes on untouched.
 #[test]
 fn a_bytecode_program_with_systhreads_is_refused_clearly() {
-    let Some((_, dir)) = bytecode_toolchains().into_iter().next() else { return };
+    for (_, dir) in bytecode_toolchains() {
+        refused_with_systhreads(&dir);
+    }
+}
+
+fn refused_with_systhreads(dir: &std::path::Path) {
     let mut sample = Sample::start(&dir.join("systhread_stack"), &[]);
     sample.wait_ready(1);
     let out_dir = tempfile::tempdir().unwrap();
@@ -120,7 +125,12 @@ fn a_bytecode_program_with_systhreads_is_refused_clearly() {
 /// at a consistent stop, and `--require-consistent` says why instead of scanning a stale stack.
 #[test]
 fn a_stop_inside_the_interpreter_is_not_consistent() {
-    let Some((toolchain, _)) = bytecode_toolchains().into_iter().next() else { return };
+    for (toolchain, _) in bytecode_toolchains() {
+        refused_inside_the_interpreter(toolchain);
+    }
+}
+
+fn refused_inside_the_interpreter(toolchain: &str) {
     let dir = tempfile::tempdir().unwrap();
     let spin = r#"
 let rec spin i acc = if i = 0 then spin 1_000_000 (acc land 0xffff) else spin (i - 1) (acc + i)
@@ -210,10 +220,9 @@ let () =
 }
 
 /// What cannot be read is refused, saying what it is, and the program goes on untouched: a
-/// WebAssembly module, JavaScript or a bytecode file given as the executable to read, and a
-/// bytecode program of OCaml 4.14 (not read yet).
+/// WebAssembly module, JavaScript or a bytecode file given as the executable to read.
 #[test]
-fn other_builds_and_unsupported_bytecode_are_refused_clearly() {
+fn other_builds_given_as_the_executable_are_refused_clearly() {
     let Some((_, dir)) = bytecode_toolchains().into_iter().next() else { return };
     let files = tempfile::tempdir().unwrap();
     let wasm = files.path().join("prog.wasm");
@@ -233,17 +242,6 @@ fn other_builds_and_unsupported_bytecode_are_refused_clearly() {
     assert!(snapshots_in(files.path()).is_empty());
     sample.release();
     assert!(sample.finish().1.success());
-
-    let Some(dir) = heapsnap_testkit::samples::toolchain_samples("4.14.0") else { return };
-    let mut old = Sample::start(&dir.join("bytecode/cache_leak"), &[]);
-    old.wait_ready(1);
-    let out = dump(old.pid(), &files.path().join("old.snap"), &[]);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("bytecode programs are read on OCaml 5.1 and later only") && stderr.contains("4.14.0"), "{stderr}");
-    assert_running_untraced(old.pid(), "the refused dump");
-    old.release();
-    assert!(old.finish().1.success());
 }
 
 /// The bytecode file read for names is input like any other: changed on disk after the program

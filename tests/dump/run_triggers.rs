@@ -271,6 +271,13 @@ fn compaction_triggers_on_bytecode_5_3() {
     compaction_triggers_on_program("5.3.0", &samples.join("bytecode/cache_leak"), |snap| assert!(snap.metadata().bytecode));
 }
 
+/// And on OCaml 4.14's interpreter, whose compaction counter is `Caml_state`'s as in native code.
+#[test]
+fn compaction_triggers_on_bytecode_4_14() {
+    let Some(samples) = toolchain_samples("4.14.0") else { return };
+    compaction_triggers_on_program("4.14.0", &samples.join("bytecode/cache_leak"), |snap| assert!(snap.metadata().bytecode));
+}
+
 fn compaction_triggers_on(toolchain: &str) {
     let Some(samples) = toolchain_samples(toolchain) else { return };
     compaction_triggers_on_program(toolchain, &samples.join("cache_leak"), |snap| assert!(!snap.metadata().bytecode));

@@ -178,16 +178,17 @@ fn sanity(name: &str, version: &str, snap: &Snapshot, pid: u32, code: Code) {
     assert!(stack.iter().all(|r| snap.string(r.name).is_some_and(|n| n.starts_with("caml"))), "{name}: unnamed stack roots");
 }
 
-/// A bytecode program's globals are the fields of `caml_global_data`, a registered root; its
-/// stack roots are the interpreter's stack words that hold blocks, each attributed to the code
-/// pointer of its frame, and none of them a code pointer (those are outside the heap).
+/// A bytecode program's globals are the fields of `caml_global_data` (a registered root in
+/// OCaml 5, a static variable in 4.14); its stack roots are the interpreter's stack words that
+/// hold blocks (in a fiber's stack in OCaml 5, in the one stack 4.14 allocates outside the
+/// heap), each attributed to the code pointer of its frame, and none of them a code pointer
+/// (those are outside the heap).
 fn bytecode_sanity(name: &str, snap: &Snapshot) {
-    let global_data: Vec<_> = snap
-        .roots()
-        .iter()
-        .filter(|r| r.root_kind() == RootKind::GenerationalRoot && snap.string(r.name) == Some("caml_global_data"))
-        .collect();
-    assert_eq!(global_data.len(), 1, "{name}: caml_global_data is one registered root");
+    let ocaml4 = snap.metadata().ocaml_version.starts_with("4.");
+    let global_data_kind = if ocaml4 { RootKind::Global } else { RootKind::GenerationalRoot };
+    let global_data: Vec<_> =
+        snap.roots().iter().filter(|r| r.root_kind() == global_data_kind && snap.string(r.name) == Some("caml_global_data")).collect();
+    assert_eq!(global_data.len(), 1, "{name}: caml_global_data is one {global_data_kind:?} root");
     let value = global_data[0].value;
     let header = snap.region_of(value).and_then(|r| r.word_at(value - 8)).unwrap_or_else(|| panic!("{name}: caml_global_data is no block"));
     let fields = (header >> 10) & ((1 << 54) - 1);
@@ -197,7 +198,10 @@ fn bytecode_sanity(name: &str, snap: &Snapshot) {
     let handler = |r: &heapsnap_format::RootRecord| snap.string(r.name).is_some_and(|n| n.starts_with("handle_"));
     let frames: Vec<_> = stack
         .iter()
-        .filter(|r| !handler(r) && snap.region_of(r.slot).is_some_and(|region| region.kind() == RegionKind::FiberStack))
+        .filter(|r| {
+            let region = snap.region_of(r.slot);
+            !handler(r) && if ocaml4 { region.is_none() } else { region.is_some_and(|region| region.kind() == RegionKind::FiberStack) }
+        })
         .collect();
     assert!(!frames.is_empty(), "{name}: no root in the interpreter's stack");
     assert!(

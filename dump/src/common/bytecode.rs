@@ -6,9 +6,10 @@
 //! keeps these is its family's business (`crate::ocaml5::bytecode`).
 
 use super::bytecode_file::{functions, globals_of_section_table, BytecodeSections, DebugEvent, Global};
+use super::unwind::{Frame, Unwinder};
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
-use crate::source::{MemorySource, ReadExt};
+use crate::source::{MemorySource, ReadExt, Registers};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -201,6 +202,47 @@ pub fn primitives(table: u64, (size_at, contents_at): (u64, u64), source: &dyn M
 /// Is a stack word one the runtime scans as a value: a block, and no code pointer?
 pub fn is_scannable(word: u64, code: &CodeFragments) -> bool {
     word & 1 == 0 && word != 0 && !code.contains(word)
+}
+
+/// Where a thread of a bytecode program was stopped, as far as the interpreter is concerned.
+pub enum InterpreterStop {
+    /// In the interpreter's own code, which keeps its stack pointer, accumulator and
+    /// environment in registers.
+    Interpreting,
+    /// In C code that could not be unwound (the pc is said).
+    NotUnwound(u64),
+    /// In C code: its frames, innermost first, down to the interpreter's frame if it was
+    /// called from bytecode (`called` is then the frame of the function the interpreter
+    /// called, the last of `c_frames`, and the address in it).
+    InC { c_frames: Vec<Frame>, called: Option<u64> },
+}
+
+/// Where the thread with registers `regs` was stopped: in the interpreter (`interpreter`, its
+/// code's range) or in C code, unwound up to the interpreter's frame.
+pub fn interpreter_stop(unwinder: &Unwinder, source: &dyn MemorySource, regs: &Registers, interpreter: (u64, u64)) -> InterpreterStop {
+    let interpreting = |pc: u64| (interpreter.0..interpreter.1).contains(&pc);
+    if interpreting(regs.rip) {
+        return InterpreterStop::Interpreting;
+    }
+    let Some(mut frames) = unwinder.unwind(source, regs, 256, |pc| !interpreting(pc)) else {
+        return InterpreterStop::NotUnwound(regs.rip);
+    };
+    if !frames.last().is_some_and(|f| interpreting(f.pc)) {
+        return InterpreterStop::InC { c_frames: frames, called: None };
+    }
+    frames.pop();
+    // A return address may be the first byte after its function: look the call up.
+    let called = frames.last().map(|f| if frames.len() == 1 { f.pc } else { f.pc.wrapping_sub(1) });
+    InterpreterStop::InC { c_frames: frames, called }
+}
+
+/// Whether the interpreter saved its stack pointer before calling the function at `at`
+/// (named `name`): a primitive (one of `primitives`, matched by the function's start as
+/// the unwind tables give it, so that primitives in shared libraries count too), or one of
+/// the runtime functions `saves_for` lists, which its release's interp.c calls after
+/// `Setup_for_c_call` or `Setup_for_event`.
+pub fn saved_before_calling(unwinder: &Unwinder, at: u64, name: &str, primitives: &[u64], saves_for: &[&str]) -> bool {
+    unwinder.function_start(at).is_some_and(|s| primitives.binary_search(&s).is_ok()) || saves_for.contains(&name)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 pub mod bytecode;
 pub mod bytecode_file;
+pub mod bytecode_roots;
 pub mod code;
 pub mod copied_world;
 pub mod copy;

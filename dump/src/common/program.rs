@@ -229,6 +229,14 @@ pub fn header_format(reserved_bits: u8) -> HeaderFormat {
     HeaderFormat { reserved_bits }
 }
 
+/// Where a debug file for `exe` would be looked for, for the message of a refusal.
+pub fn debug_file_wanted(exe: &Executable) -> String {
+    match &exe.build_id {
+        Some(id) if id.len() > 2 => format!("/usr/lib/debug/.build-id/{}/{}.debug (its build id), or --debug-file", &id[..2], &id[2..]),
+        _ => "--debug-file, or an unstripped copy of the same build with --exe".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,7 +85,7 @@ pub fn capture(
     read_regions(source, &mut cap, chunks)?;
     lap(&mut cap, "heap chunks");
     let data_segments = rt.symbol("caml_data_segments").ok();
-    copy_static_data(source, &mut cap, spare, static_spans(rt, source)?, (Some(rt.addr(rt.statics.dyn_globals)), data_segments))?;
+    copy_static_data(source, &mut cap, spare, static_spans(rt, source)?, (rt.statics.dyn_globals.map(|a| rt.addr(a)), data_segments))?;
     lap(&mut cap, "static data");
     cap.free_blocks = small_free_blocks(rt, source, &cap)?;
     super::roots::capture_roots(rt, source, &mut cap, view.state, view.running.as_ref(), format)?;
@@ -111,7 +111,7 @@ pub fn prepare(rt: &Runtime4, source: &dyn MemorySource) -> Result<SpareBuffers>
     spans.extend(static_spans(rt, source).unwrap_or_default().into_iter().map(|(b, e)| (b, (e - b) as usize)));
     // The mapped plugins' files are parsed now, not during the stop.
     let plugins =
-        crate::common::plugins::data_spans(Some(rt.addr(rt.statics.dyn_globals)), rt.symbol("caml_data_segments").ok(), source, None);
+        crate::common::plugins::data_spans(rt.statics.dyn_globals.map(|a| rt.addr(a)), rt.symbol("caml_data_segments").ok(), source, None);
     spans.extend(plugins.spans.iter().map(|&(b, e)| (b, (e - b) as usize)));
     spare.set_plugins(plugins);
     spare.add_spans(spans);
@@ -152,9 +152,13 @@ pub fn heap_chunks(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<(u64,
 
 /// The static data of every OCaml compilation unit (`caml_data_segments`) and the atom table
 /// (`caml_atom_table`, 256 empty blocks the runtime allocated at startup), merged where they
-/// touch.
+/// touch. Bytecode has no static data of its own: its constants are in the heap, read from
+/// the bytecode file at startup.
 pub fn static_spans(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
-    let mut spans = data_segments(source, rt.symbol("caml_data_segments")?)?;
+    let mut spans = match rt.bytecode {
+        None => data_segments(source, rt.symbol("caml_data_segments")?)?,
+        Some(_) => Vec::new(),
+    };
     let atoms = source.read_u64(rt.addr(rt.statics.atom_table))?;
     if atoms != 0 {
         spans.push((atoms, atoms + 8 * 257));

@@ -29,6 +29,10 @@ impl RuntimeFamily for Runtime4 {
         SERIES
     }
 
+    fn bytecode(&self) -> bool {
+        self.bytecode.is_some()
+    }
+
     fn notes(&self) -> &[String] {
         &self.notes
     }

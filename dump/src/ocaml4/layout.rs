@@ -3,6 +3,7 @@
 //! are refused: heapsnap carries no layout tables for 4.14.)
 
 use crate::common::custom_ops::CustomLayout;
+use crate::common::program::ProgramKind;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
@@ -123,9 +124,11 @@ pub struct Statics4 {
     pub gc_phase: u64,
     pub gc_sweep_hp: u64,
     pub atom_table: u64,
-    pub dyn_globals: u64,
-    /// roots_nat.c's list of every registered frametable (the executable's and plugins').
-    pub frametables: u64,
+    /// roots_nat.c's list of natdynlinked units' globals (native code only).
+    pub dyn_globals: Option<u64>,
+    /// roots_nat.c's list of every registered frametable, the executable's and plugins'
+    /// (native code only).
+    pub frametables: Option<u64>,
     pub global_roots: [u64; 3],
     pub finalisable_first: u64,
     pub finalisable_last: u64,
@@ -149,12 +152,21 @@ pub struct ThreadStatics {
 }
 
 impl Layout4 {
-    pub fn load(t: &TypeIndex) -> Result<Layout4> {
+    /// The layouts of a 4.14 runtime running `kind` code. systhreads linked into a bytecode
+    /// executable (`-custom`) keep an interpreter's stack per thread, which this reading does
+    /// not cover: refused.
+    pub fn load(t: &TypeIndex, kind: ProgramKind) -> Result<Layout4> {
         let state = t.type_named("caml_domain_state")?;
         let s = |m: &str| Ok::<u64, DumpError>(t.field_of(state, "caml_domain_state", m)?.offset);
         let block = t.type_named("caml__roots_block")?;
         let tables = t.field_of(block, "caml__roots_block", "tables")?;
         let threads = match t.variable("curr_thread", "st_stubs.c") {
+            Ok(_) if kind == ProgramKind::Bytecode => {
+                return Err(DumpError::BytecodeLibraryUnsupported {
+                    library: "systhreads (st_stubs.c, linked in)".into(),
+                    why: "each thread keeps an interpreter stack of its own".into(),
+                })
+            }
             Ok(_) => Some(ThreadLayout {
                 descr: t.offset_of("caml_thread_struct", "descr")?,
                 next: t.offset_of("caml_thread_struct", "next")?,
@@ -227,17 +239,19 @@ impl Layout4 {
                 deleted: t.bit_field("tracked", "deleted")?,
             },
             custom: crate::common::custom_ops::custom(t)?,
-            link_data: t.offset_of("link", "data")?,
-            link_next: t.offset_of("link", "next")?,
+            // (Bytecode has no natdynlinked units: unused there.)
+            link_data: if kind == ProgramKind::Native { t.offset_of("link", "data")? } else { 0 },
+            link_next: if kind == ProgramKind::Native { t.offset_of("link", "next")? } else { 0 },
         })
     }
 }
 
 impl Statics4 {
-    pub fn find(exe: &Executable, t: &TypeIndex) -> Result<Statics4> {
+    pub fn find(exe: &Executable, t: &TypeIndex, kind: ProgramKind) -> Result<Statics4> {
         // Exported variables are symbols; file-static ones come from DWARF.
         let symbol = |name: &str| exe.require(name);
         let var = |name: &str, file: &str| Ok::<u64, DumpError>(t.variable(name, file)?.address);
+        let native = kind == ProgramKind::Native;
         let threads = match t.variable("curr_thread", "st_stubs.c") {
             Ok(curr) => Some(ThreadStatics { master_lock: var("caml_master_lock", "st_stubs.c")?, curr_thread: curr.address }),
             Err(_) => None,
@@ -248,8 +262,8 @@ impl Statics4 {
             gc_phase: symbol("caml_gc_phase")?,
             gc_sweep_hp: symbol("caml_gc_sweep_hp")?,
             atom_table: symbol("caml_atom_table")?,
-            dyn_globals: var("caml_dyn_globals", "roots_nat.c")?,
-            frametables: var("frametables", "roots_nat.c")?,
+            dyn_globals: native.then(|| var("caml_dyn_globals", "roots_nat.c")).transpose()?,
+            frametables: native.then(|| var("frametables", "roots_nat.c")).transpose()?,
             global_roots: [symbol("caml_global_roots")?, symbol("caml_global_roots_young")?, symbol("caml_global_roots_old")?],
             finalisable_first: var("finalisable_first", "finalise.c")?,
             finalisable_last: var("finalisable_last", "finalise.c")?,

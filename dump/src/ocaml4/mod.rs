@@ -23,6 +23,7 @@
 //!   (`entries_global` and each thread's), `caml_ephe_list_head` (see [`roots`]).
 //! - **Compactions** are counted in `Caml_state->stat_compactions`.
 
+pub mod bytecode;
 pub mod capture;
 pub mod family;
 pub mod layout;
@@ -30,14 +31,16 @@ pub mod roots;
 pub mod safety;
 pub mod stack;
 
+use crate::common::bytecode::BytecodeProgram;
 use crate::common::code::CodeMap;
 use crate::common::frames::FrameTable;
-use crate::common::program::LayoutsFrom;
+use crate::common::program::{debug_file_wanted, LayoutsFrom, ProgramKind};
 use crate::common::unwind;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
-use crate::error::Result;
+use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
+use bytecode::{BytecodeLayout4, Interpreter4};
 use layout::{Layout4, Statics4};
 
 /// The release series this module reads.
@@ -58,28 +61,45 @@ pub struct Runtime4 {
     pub unwinder: unwind::Unwinder,
     /// Code ranges of the C source files, from DWARF: (begin, end, file), link-time, sorted.
     pub units: Vec<(u64, u64, String)>,
+    /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
+    pub bytecode: Option<Interpreter4>,
     pub notes: Vec<String>,
 }
 
 impl Runtime4 {
     /// Reads what the dump needs to know about a 4.14 target whose executable (with its debug
-    /// file attached), load bias and version are known.
-    pub fn discover(source: &dyn MemorySource, exe: Executable, bias: u64, version: String) -> Result<Runtime4> {
+    /// file attached), load bias, version and kind are known.
+    pub fn discover(source: &dyn MemorySource, exe: Executable, bias: u64, version: String, kind: ProgramKind) -> Result<Runtime4> {
+        if kind == ProgramKind::Bytecode && !exe.has_dwarf() {
+            return Err(DumpError::BytecodeNeedsDwarf { path: exe.path.clone(), debug_file: debug_file_wanted(&exe) });
+        }
         layout::require_dwarf(&exe, &version)?;
         let types = TypeIndex::load(&exe)?;
-        let layout = Layout4::load(&types)?;
-        let statics = Statics4::find(&exe, &types)?;
+        let layout = Layout4::load(&types, kind)?;
+        let statics = Statics4::find(&exe, &types, kind)?;
         let layouts_from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
         let mut notes = Vec::new();
         if exe.symbols_from == crate::elf::SymbolTable::Dynsym {
             notes.push(format!("{} has no .symtab: only exported symbols name functions and data", exe.path.display()));
         }
-        // Every frametable the runtime registered: the executable's and natdynlinked units'.
-        let (data, next) = (layout.link_data, layout.link_next);
-        let mut frames = FrameTable::read(source, bias + statics.frametables, data, next)?;
-        if frames.is_empty() {
-            frames.read_linked(source, &exe, bias)?;
-        }
+        let (frames, bytecode) = match (kind, statics.frametables) {
+            (ProgramKind::Native, Some(frametables)) => {
+                // Every frametable the runtime registered: the executable's and natdynlinked
+                // units'.
+                let (data, next) = (layout.link_data, layout.link_next);
+                let mut frames = FrameTable::read(source, bias + frametables, data, next)?;
+                if frames.is_empty() {
+                    frames.read_linked(source, &exe, bias)?;
+                }
+                (frames, None)
+            }
+            _ => {
+                let layout = BytecodeLayout4::load(&exe, &types)?;
+                let program = BytecodeProgram::find(&exe, bias, source, bias + layout.exe_name);
+                notes.extend(program.notes.iter().cloned());
+                (FrameTable::default(), Some(Interpreter4 { layout, program }))
+            }
+        };
         let detected_reserved_bits = crate::common::program::detect_reserved_bits(&exe);
         let code = CodeMap::new(&exe);
         let unwinder = unwind::Unwinder::new(&source.mappings()?);
@@ -94,6 +114,7 @@ impl Runtime4 {
             frames,
             unwinder,
             units: types.code_units(),
+            bytecode,
             notes,
             exe,
         })
@@ -126,7 +147,7 @@ impl Runtime4 {
     pub fn state(&self, source: &dyn MemorySource) -> Result<u64> {
         let state = source.read_u64(self.addr(self.statics.caml_state))?;
         if state == 0 {
-            return Err(crate::error::DumpError::Inconsistent("Caml_state is NULL: the runtime is not initialised yet".into()));
+            return Err(DumpError::Inconsistent("Caml_state is NULL: the runtime is not initialised yet".into()));
         }
         Ok(state)
     }

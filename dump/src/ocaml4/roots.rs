@@ -1,20 +1,26 @@
 //! Every root OCaml 4.14's `caml_do_roots` visits (roots_nat.c), with systhreads'
 //! `caml_thread_scan_roots`, each with its kind and origin; and the ephemeron list.
 
+use super::bytecode::Interpreter4;
 use super::stack::{walk, StackStart};
 use super::Runtime4;
+use crate::common::bytecode_roots::RunningBytecode;
 use crate::common::copied_world::{Capture, CapturedRoot, RootName};
 use crate::common::root_chains::{self, FinalShape, RootsBlockShape, SkipListShape, StateSpan, MAX_CHAIN};
 use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt, ThreadState};
 use heapsnap_format::{
     MemprofRecord, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN,
-    MEMPROF_TABLE_THREAD, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
 
 /// The one runtime state's domain number in the snapshot.
 const DOMAIN: u16 = 0;
+
+/// The most words of an interpreter's stack read (its limit, `l=` in OCAMLRUNPARAM, is 1M words
+/// by default; a program may raise it).
+const MAX_STACK_WORDS: u64 = 1 << 27;
 
 struct Ctx<'a> {
     rt: &'a Runtime4,
@@ -62,8 +68,12 @@ pub fn capture_roots(
 ) -> Result<()> {
     let mut cx = Ctx { rt, source, roots: Vec::new(), memprof: Vec::new(), warnings: Vec::new() };
     check_hook(&mut cx)?;
-    globals(&mut cx, format)?;
-    dyn_globals(&mut cx, format)?;
+    if let Some(interpreter) = &rt.bytecode {
+        bytecode_roots(&mut cx, interpreter, state, format, cap)?;
+    } else {
+        globals(&mut cx, format)?;
+        dyn_globals(&mut cx, format)?;
+    }
     global_root_lists(&mut cx, state)?;
 
     // The thread holding the runtime: its stack from its registers when it runs OCaml code,
@@ -81,6 +91,7 @@ pub fn capture_roots(
     };
     match running {
         Some(t) => running_stack(&mut cx, curr_id, t)?,
+        None if rt.bytecode.is_some() => {}
         None => stack(&mut cx, curr_id, saved)?,
     }
     let locals = cx.word(state + s.local_roots)?;
@@ -130,6 +141,16 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     if hook == 0 {
         return Ok(());
     }
+    if cx.rt.bytecode.is_some() {
+        // A bytecode program loads systhreads as dllthreads.so: its thread table, and each
+        // thread's interpreter stack, are in that library, whose variables this reading does
+        // not cover.
+        let library = cx.source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
+        return Err(DumpError::BytecodeLibraryUnsupported {
+            library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
+            why: "it scans roots of its own (caml_scan_roots_hook): systhreads' other threads' stacks".into(),
+        });
+    }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
     if name != "caml_thread_scan_roots" || cx.rt.layout.threads.is_none() {
         cx.warnings.push(format!("unknown root-scanning hook {name} at {hook:#x}: the roots it scans are missing"));
@@ -142,9 +163,36 @@ fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
     root_chains::globals(cx.source, cx.rt.symbol("caml_globals")?, format, &mut cx.roots)
 }
 
+/// A bytecode program's globals and its interpreter's stack (roots_byt.c `caml_do_roots`):
+/// `caml_global_data` first, a static variable, then every word from `Caml_state->extern_sp`
+/// to `stack_high` that is a block and no code pointer (as `caml_do_local_roots_byt` built
+/// for naked pointers decides; without that option it visits every word, but a code pointer
+/// is outside the heap either way). The bytecode's functions become the snapshot's symbols.
+fn bytecode_roots(cx: &mut Ctx<'_>, interpreter: &Interpreter4, state: u64, format: HeaderFormat, cap: &mut Capture) -> Result<()> {
+    let (rt, source) = (cx.rt, cx.source);
+    let code = interpreter.code_fragments(rt.bias, source)?;
+    let running =
+        RunningBytecode { program: &interpreter.program, code: &code, code_start: source.read_u64(rt.symbol("caml_start_code")?)? };
+    let l = &interpreter.layout;
+    let data_slot = rt.addr(l.global_data);
+    let data = cx.word(data_slot)?;
+    cx.push(RootKind::Global, NO_DOMAIN, 0, data_slot, data, 0, RootName::Text("caml_global_data".into()), 0);
+    running.global_roots(source, data, format, &cap.regions, &mut cx.roots, &mut cx.warnings)?;
+    cap.plugin_symbols.extend(running.function_symbols());
+    let (sp, high) = (cx.word(state + l.extern_sp)?, cx.word(state + l.stack_high)?);
+    if sp > high || (high - sp) / 8 > MAX_STACK_WORDS || sp % 8 != 0 {
+        return Err(DumpError::Inconsistent(format!("the interpreter's stack {sp:#x}..{high:#x}")));
+    }
+    let words = source.read_words(sp, ((high - sp) / 8) as usize)?;
+    for root in running.stack_roots(sp, &words) {
+        cx.push(RootKind::Stack, DOMAIN, 0, root.slot, root.value, root.frame_pc, root.name, root.flags);
+    }
+    Ok(())
+}
+
 /// Globals of natdynlinked units (roots_nat.c `caml_dyn_globals`).
 fn dyn_globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
-    let head = cx.rt.addr(cx.rt.statics.dyn_globals);
+    let Some(head) = cx.rt.statics.dyn_globals.map(|a| cx.rt.addr(a)) else { return Ok(()) };
     root_chains::dyn_globals(cx.source, head, (cx.rt.layout.link_data, cx.rt.layout.link_next), format, &mut cx.roots)
 }
 

@@ -17,6 +17,7 @@
 //!   youngest block points only at blocks of the minor heap.
 
 use super::Runtime4;
+use crate::common::bytecode::{interpreter_stop, saved_before_calling, InterpreterStop};
 use crate::common::code::CodeKind;
 use crate::common::world_check::{DomainView, WorldCheck};
 use crate::error::{BusyPlace, Result, UnsafeStop};
@@ -65,6 +66,53 @@ enum Place {
     Unsafe(BusyPlace),
 }
 
+/// The functions 4.14's interpreter calls after saving its stack pointer besides primitives
+/// (interp.c: `Setup_for_event` before the first, `Setup_for_c_call` before the other).
+const INTERPRETER_SAVES_SP_FOR: &[&str] = &["caml_process_pending_actions", "caml_raise_zero_divide"];
+
+/// Where a thread of a bytecode program is. The interpreter keeps its stack pointer,
+/// accumulator and environment in registers while it interprets, and saves them before it
+/// calls C code that may look at the stack: a primitive (`Setup_for_c_call`), a collection
+/// (`Setup_for_gc`, in files unsafe anyway), pending actions. A thread is at rest when it is
+/// in such a call and its C frames are safe by the native rules, or when it never entered
+/// the interpreter (a C thread; the program's start or exit).
+fn classify_bytecode(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Place {
+    let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
+    let Some(interpreter) = crate::common::program::interpreter_symbol(&rt.exe) else {
+        return Place::Unsafe(BusyPlace::NotUnwound(function(thread.regs.rip)));
+    };
+    let range = (rt.addr(interpreter.address), rt.addr(interpreter.address) + interpreter.size.max(1));
+    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, range) {
+        InterpreterStop::Interpreting => return Place::Unsafe(BusyPlace::Interpreting),
+        InterpreterStop::NotUnwound(pc) => return Place::Unsafe(BusyPlace::NotUnwound(function(pc))),
+        InterpreterStop::InC { c_frames, called } => (c_frames, called),
+    };
+    for (depth, f) in c_frames.iter().enumerate() {
+        let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+        if let Some(place) = unsafe_frame(rt, depth == 0, at, &function(at)) {
+            return Place::Unsafe(place);
+        }
+    }
+    if let Some(at) = called {
+        let name = function(at);
+        if !saved_before_calling(&rt.unwinder, at, &name, primitives, INTERPRETER_SAVES_SP_FOR) {
+            return Place::Unsafe(BusyPlace::CalledByInterpreter(name));
+        }
+    }
+    Place::AtRest
+}
+
+/// Whether a C frame leaves heap structures half-updated: `at` is in function `name`,
+/// innermost or not.
+fn unsafe_frame(rt: &Runtime4, innermost: bool, at: u64, name: &str) -> Option<BusyPlace> {
+    let file = rt.unit_file_at(at)?;
+    let exempt = SAFE_FUNCTIONS.contains(&name) || (!innermost && SAFE_WHILE_CALLING.contains(&name));
+    if (UNSAFE_RUNTIME_FILES.contains(&file) && !exempt) || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
+        return Some(BusyPlace::RuntimeCode { function: name.to_string(), file: file.to_string() });
+    }
+    None
+}
+
 /// Where a thread left OCaml for C, as a saved state records it: (stack pointer above the
 /// return address, return address).
 type SavedExit = (u64, u64);
@@ -90,14 +138,11 @@ fn classify(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, save
     for (depth, f) in c_frames.iter().enumerate() {
         let innermost = depth == 0;
         let at = if innermost { f.pc } else { f.pc.wrapping_sub(1) };
-        let Some(file) = rt.unit_file_at(at) else { continue };
-        let name = function(at);
-        if file == SYSTHREADS_FILE && waiting && !innermost {
+        if rt.unit_file_at(at) == Some(SYSTHREADS_FILE) && waiting && !innermost {
             continue;
         }
-        let exempt = SAFE_FUNCTIONS.contains(&name.as_str()) || (!innermost && SAFE_WHILE_CALLING.contains(&name.as_str()));
-        if (UNSAFE_RUNTIME_FILES.contains(&file) && !exempt) || (innermost && INLINE_ALLOCATION_FILES.contains(&file)) {
-            return Place::Unsafe(BusyPlace::RuntimeCode { function: name, file: file.to_string() });
+        if let Some(place) = unsafe_frame(rt, innermost, at, &function(at)) {
+            return Place::Unsafe(place);
         }
     }
     match kind(boundary.pc) {
@@ -138,9 +183,17 @@ pub fn check_world(rt: &Runtime4, source: &dyn MemorySource) -> Result<WorldChec
         }
     }
     let saved = saved_exits(rt, source, state)?;
+    let primitives = match &rt.bytecode {
+        Some(b) => b.primitives(rt.bias, source)?,
+        None => Vec::new(),
+    };
     let mut view = DomainView { internal: 0, state, running: None };
     for thread in source.threads() {
-        match classify(rt, source, thread, &saved) {
+        let place = match rt.bytecode {
+            Some(_) => classify_bytecode(rt, source, thread, &primitives),
+            None => classify(rt, source, thread, &saved),
+        };
+        match place {
             Place::Ocaml(running) => match &view.running {
                 Some(other) => check.unsafe_reasons.push(UnsafeStop::SeveralRunning(other.tid, running.tid)),
                 None => view.running = Some(running),

@@ -22,7 +22,7 @@ pub mod versions;
 use crate::common::bytecode::BytecodeProgram;
 use crate::common::code::CodeMap;
 use crate::common::frames::FrameTable;
-use crate::common::program::{detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program, ProgramKind};
+use crate::common::program::{debug_file_wanted, detect_reserved_bits, DiscoverOptions, LayoutsFrom, Program, ProgramKind};
 use crate::common::regions::ContinuationShape;
 use crate::common::unwind;
 use crate::dwarf::TypeIndex;
@@ -326,12 +326,4 @@ fn check_size_classes(exe: &Executable, bias: u64, source: &dyn MemorySource, la
 /// The refusal of a release heapsnap does not know, for a fact its probe could not establish.
 pub(crate) fn probe_refusal(version: &str, u: probe::Unestablished) -> DumpError {
     DumpError::ProbeFailed { version: version.to_string(), fact: u.fact, why: u.why }
-}
-
-/// Where a debug file for `exe` would be looked for, for the message of a refusal.
-fn debug_file_wanted(exe: &Executable) -> String {
-    match &exe.build_id {
-        Some(id) if id.len() > 2 => format!("/usr/lib/debug/.build-id/{}/{}.debug (its build id), or --debug-file", &id[..2], &id[2..]),
-        _ => "--debug-file, or an unstripped copy of the same build with --exe".to_string(),
-    }
 }

@@ -5,8 +5,8 @@
 use super::probe;
 use super::versions::Indirection;
 use super::Runtime;
-use crate::common::bytecode::{is_scannable, BytecodeProgram, CodeFragments};
-use crate::common::bytecode_file::Global;
+use crate::common::bytecode::CodeFragments;
+use crate::common::bytecode_roots::RunningBytecode;
 use crate::common::copied_world::{Capture, CapturedRoot, RootName};
 use crate::common::frames::walk_stack;
 use crate::common::regions::{find_continuations, CapturedRegion, RegionIndex};
@@ -14,8 +14,7 @@ use crate::error::{DumpError, Result, UnsafeStop};
 use crate::source::{MemorySource, ReadExt};
 use heapsnap_format::{
     MemprofRecord, ProbedFact, RegionKind, RootKind, MEMPROF_ALLOC_YOUNG, MEMPROF_DEALLOCATED, MEMPROF_DELETED, MEMPROF_OFFSET,
-    MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_BINDING,
-    ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
+    MEMPROF_PROMOTED, MEMPROF_TABLE_DOMAIN, MEMPROF_TABLE_ORPHAN, MEMPROF_TABLE_THREAD, NO_DOMAIN, ROOT_FLAG_CONSERVATIVE, ROOT_FLAG_WEAK,
 };
 use heapsnap_values::HeaderFormat;
 use std::collections::{HashMap, HashSet};
@@ -88,9 +87,12 @@ pub fn capture_roots(rt: &Runtime, source: &dyn MemorySource, cap: &mut Capture,
         dyn_globals(&mut cx, format)?;
     }
     global_root_lists(&mut cx, cap)?;
-    if let Some(interpreter) = &rt.bytecode {
-        bytecode_globals(&mut cx, &interpreter.program, format, cap)?;
-        cap.plugin_symbols.extend(bytecode_functions(&cx, &interpreter.program));
+    if let (Some(interpreter), Some(code)) = (&rt.bytecode, &cx.code) {
+        // Bytecode's globals: the slots of `caml_global_data`, a registered root.
+        let running = RunningBytecode { program: &interpreter.program, code, code_start: cx.code_start };
+        let data = source.read_u64(rt.symbol("caml_global_data")?)?;
+        running.global_roots(source, data, format, &cap.regions, &mut cx.roots, &mut cx.warnings)?;
+        cap.plugin_symbols.extend(running.function_symbols());
     }
 
     for d in &cap.domains {
@@ -238,64 +240,6 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
 /// (the module block) whose fields are roots.
 fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
     root_chains::globals(cx.source, cx.rt.symbol("caml_globals")?, format, &mut cx.roots)
-}
-
-/// A bytecode program's globals: the slots of `caml_global_data` (a registered root) that hold
-/// a compilation unit's module block. Each field of such a block is also a root of its own,
-/// named as native code names the unit's (`camlStdlib__List`), so that reports name a global
-/// alike in both; what they reach is reachable from `caml_global_data` anyway, so the roots
-/// change attribution, not reachability. A slot not yet set (a unit still initialising) holds
-/// no block.
-fn bytecode_globals(cx: &mut Ctx<'_>, program: &BytecodeProgram, format: HeaderFormat, cap: &Capture) -> Result<()> {
-    let data = cx.word(cx.rt.symbol("caml_global_data")?)?;
-    if data & 1 == 1 || data == 0 {
-        return Ok(());
-    }
-    let slots = format.wosize(cx.word(data - 8)?);
-    for (slot, global) in &program.globals {
-        let Global::Unit(unit) = global else { continue };
-        if *slot as u64 >= slots {
-            cx.warnings
-                .push(format!("the table of globals names slot {slot} ({unit}), past caml_global_data's {slots}: globals not named"));
-            return Ok(());
-        }
-        let block = cx.word(data + 8 * *slot as u64)?;
-        if block & 1 == 1 || block == 0 {
-            continue;
-        }
-        let fields = cx.source.read_words(block, format.wosize(cx.word(block - 8)?) as usize)?;
-        for (k, value) in fields.into_iter().enumerate() {
-            let name = RootName::Text(format!("caml{unit}"));
-            cx.push(RootKind::Global, NO_DOMAIN, 0, block + 8 * k as u64, value, k as u64, name, 0);
-        }
-        // The toplevel keeps the session's bindings in a table of its own, in Topeval, which
-        // Toploop includes (and `ocaml` keeps only Toploop's name: `expunge`d).
-        let toplevel = unit == "Topeval" || unit == "Toploop";
-        if toplevel && !cx.roots.iter().any(|r| r.flags & ROOT_FLAG_BINDING != 0 && r.kind == RootKind::Global) {
-            let code_start = cx.code_start;
-            let function_at = |pc: u64| program.function_at(pc.wrapping_sub(code_start)).map(str::to_string);
-            cx.roots.extend(crate::common::toplevel::bindings(&cap.regions, block, format, function_at));
-        }
-    }
-    Ok(())
-}
-
-/// The bytecode's functions as symbols at their addresses in the running code (which starts
-/// at `caml_start_code`), so that code pointers (closures, frames) are named as in native code.
-fn bytecode_functions(cx: &Ctx<'_>, program: &BytecodeProgram) -> Vec<crate::elf::Symbol> {
-    let start = cx.code_start;
-    program
-        .functions
-        .iter()
-        .map(|(offset, size, name)| crate::elf::Symbol {
-            name: name.clone(),
-            address: start + offset,
-            size: *size,
-            is_function: true,
-            is_global: false,
-            file: None,
-        })
-        .collect()
 }
 
 /// Globals of natdynlinked units (globroots.c `caml_dyn_globals`).
@@ -478,11 +422,7 @@ fn handlers(
     Ok(())
 }
 
-/// An interpreter's stack, from `sp` to `high`, as fiber.c's bytecode `caml_scan_stack` scans
-/// it: every word that is a block and no code pointer is a root. Each is attributed to the
-/// code pointer nearest below it, the return address pushed under the frame that holds it
-/// (`Setup_for_c_call` pushes the current pc under the innermost frame); words below every
-/// code pointer, to the first one above.
+/// An interpreter's stack, from `sp` to `high` (see [`RunningBytecode::stack_roots`]).
 fn interpreter_stack(
     cx: &mut Ctx<'_>,
     code: &CodeFragments,
@@ -490,44 +430,14 @@ fn interpreter_stack(
     high: u64,
     record: &mut impl FnMut(&mut Ctx<'_>, RootKind, u64, u64, u64, RootName, u32),
 ) -> Result<()> {
+    let Some(interpreter) = &cx.rt.bytecode else { return Ok(()) };
     let words: Vec<u64> = {
         let regions = &cx.new_regions;
         (sp..high).step_by(8).map(|a| stack_word(regions, cx.source, a)).collect::<Result<_>>()?
     };
-    let mut frame_pc = words.iter().copied().find(|&w| w & 1 == 0 && code.contains(w)).unwrap_or(0);
-    // Where the frame's code pointer is, once past the innermost frame (whose layout is the
-    // call's into C: `Setup_for_c_call` or `Setup_for_event`).
-    let mut frame_at = None;
-    let mut innermost = true;
-    let program = cx.rt.bytecode.as_ref().map(|i| &i.program);
-    let code_start = cx.code_start;
-    for (i, &word) in words.iter().enumerate() {
-        if word & 1 == 0 && code.contains(word) {
-            frame_pc = word;
-            frame_at = (!innermost).then_some(i);
-            innermost = false;
-        } else if is_scannable(word, code) {
-            // A frame is `pc, env, extra_args, locals...` (debugger.c `Locals`).
-            let local = frame_at.and_then(|at| (i as u64).checked_sub(at as u64 + 3));
-            let variables = program.and_then(|p| p.frames.get(&frame_pc.wrapping_sub(code_start)));
-            let binding = match (local, variables) {
-                (Some(local), Some(v)) => v.initialising.as_ref().zip(v.local(local)),
-                _ => None,
-            };
-            match binding {
-                Some((unit, variable)) => {
-                    let name = RootName::Text(format!("{unit}.{variable}"));
-                    record(cx, RootKind::Stack, sp + 8 * i as u64, word, frame_pc, name, ROOT_FLAG_BINDING)
-                }
-                // Named by the bytecode's functions only: the interpreter's own symbols do
-                // not name bytecode (an executable linked with it holds its code as data).
-                None => {
-                    let function = program.and_then(|p| p.function_at(frame_pc.wrapping_sub(code_start)));
-                    let name = function.map_or(RootName::None, |f| RootName::Text(f.to_string()));
-                    record(cx, RootKind::Stack, sp + 8 * i as u64, word, frame_pc, name, 0)
-                }
-            }
-        }
+    let running = RunningBytecode { program: &interpreter.program, code, code_start: cx.code_start };
+    for root in running.stack_roots(sp, &words) {
+        record(cx, RootKind::Stack, root.slot, root.value, root.frame_pc, root.name, root.flags);
     }
     Ok(())
 }

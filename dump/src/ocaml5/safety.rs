@@ -30,6 +30,7 @@
 
 use super::versions::Indirection;
 use super::Runtime;
+use crate::common::bytecode::{interpreter_stop, saved_before_calling, InterpreterStop};
 use crate::common::code::CodeKind;
 use crate::common::world_check::{DomainView, WorldCheck};
 use crate::error::{BusyPlace, Result, UnsafeStop};
@@ -122,30 +123,25 @@ fn unsafe_frame(rt: &Runtime, innermost: bool, at: u64, name: &str) -> Option<Bu
 /// safe as for native code. (Outer interpreter frames, below a callback, are at such calls
 /// too: the interpreter enters OCaml again only from C code it called after saving.)
 fn classify_bytecode_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Holder {
-    let pc = thread.regs.rip;
     let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
-    let interpreter = crate::common::program::interpreter_symbol(&rt.exe).map(|s| (rt.addr(s.address), rt.addr(s.address) + s.size.max(1)));
-    let interpreting = |pc: u64| interpreter.is_some_and(|(start, end)| (start..end).contains(&pc));
-    if interpreting(pc) {
-        return Holder::Unsafe(BusyPlace::Interpreting);
-    }
-    let Some(frames) = rt.unwinder.unwind(source, &thread.regs, 256, |pc| !interpreting(pc)) else {
-        return Holder::Unsafe(BusyPlace::NotUnwound(function(pc)));
+    let Some(interpreter) = crate::common::program::interpreter_symbol(&rt.exe) else {
+        return Holder::Unsafe(BusyPlace::NotUnwound(function(thread.regs.rip)));
     };
-    let in_interpreter = frames.last().is_some_and(|f| interpreting(f.pc));
-    let c_frames = if in_interpreter { &frames[..frames.len() - 1] } else { &frames[..] };
+    let range = (rt.addr(interpreter.address), rt.addr(interpreter.address) + interpreter.size.max(1));
+    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, range) {
+        InterpreterStop::Interpreting => return Holder::Unsafe(BusyPlace::Interpreting),
+        InterpreterStop::NotUnwound(pc) => return Holder::Unsafe(BusyPlace::NotUnwound(function(pc))),
+        InterpreterStop::InC { c_frames, called } => (c_frames, called),
+    };
     for (depth, f) in c_frames.iter().enumerate() {
         let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
         if let Some(place) = unsafe_frame(rt, depth == 0, at, &function(at)) {
             return Holder::Unsafe(place);
         }
     }
-    if let (true, Some(callee)) = (in_interpreter, c_frames.last()) {
-        let at = if c_frames.len() == 1 { callee.pc } else { callee.pc.wrapping_sub(1) };
-        let start = rt.unwinder.function_start(at);
+    if let Some(at) = called {
         let name = function(at);
-        let saved = start.is_some_and(|s| primitives.binary_search(&s).is_ok()) || INTERPRETER_SAVES_SP_FOR.contains(&name.as_str());
-        if !saved {
+        if !saved_before_calling(&rt.unwinder, at, &name, primitives, INTERPRETER_SAVES_SP_FOR) {
             return Holder::Unsafe(BusyPlace::CalledByInterpreter(name));
         }
     }
