@@ -149,7 +149,7 @@ for name in "${plugins[@]}"; do
 done
 # The same programs as bytecode (`ocamlc -g -bin-annot`), in $out/bytecode: every sample that
 # needs neither C stubs nor native plugins; plus cache_leak linked with the interpreter
-# (-custom and -output-complete-exe). Their .cmt files are kept
+# (-custom and -output-complete-exe) and systhread_stack with it and systhreads (-custom). Their .cmt files are kept
 # apart, in $build/bytecode/cmt.
 ocamlc="$prefix/bin/ocamlc"
 bout="$out/bytecode"
@@ -187,6 +187,7 @@ for entry in "${samples[@]}"; do
 done
 link_bytecode cache_leak cache_leak.custom -custom
 link_bytecode cache_leak cache_leak.complete -output-complete-exe
+link_bytecode systhread_stack systhread_stack.custom -custom
 echo "samples: [$variant] $bytecode_built bytecode programs built in $bout" >&2
 echo "samples: [$variant] $built built, $(( ${#samples[@]} + ${#plugins[@]} - built )) up to date in $out" >&2
 echo "$out"

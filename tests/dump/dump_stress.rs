@@ -71,8 +71,7 @@ let () =
   Printf.printf "OK %b\n" (rounds.(0) > 0 && rounds.(1) > 0)
 "#;
 
-/// A bytecode program on OCaml 4.14, whose systhreads heapsnap does not read in bytecode: the
-/// main thread does the work until SIGUSR1 stops it (the interpreter runs the handler at its
+/// A bytecode program on OCaml 4.14 without systhreads: the main thread does the work until SIGUSR1 stops it (the interpreter runs the handler at its
 /// next check for signals, through `caml_process_pending_actions`).
 const SIGNAL_MAIN: &str = r#"
 let () =
@@ -81,6 +80,23 @@ let () =
   let rounds = work 0 in
   if Atomic.get corrupt then (print_endline "CORRUPT"; exit 1);
   Printf.printf "OK %b\n" (rounds > 0)
+"#;
+
+/// On OCaml 5 bytecode: domains and systhreads at once. WORKERS domains work, and two systhreads
+/// of the main domain take turns at it, while a third waits for the line on stdin.
+const DOMAINS_AND_SYSTHREADS_MAIN: &str = r#"
+let () =
+  let workers = int_of_string Sys.argv.(1) in
+  let domains = List.init workers (fun id -> Domain.spawn (fun () -> work id)) in
+  let rounds = Array.make 2 0 in
+  let threads = List.init 2 (fun id -> Thread.create (fun () -> rounds.(id) <- work (200 + id)) ()) in
+  print_endline "STARTED";
+  ignore (input_line stdin);
+  Atomic.set stop true;
+  List.iter Thread.join threads;
+  let total = List.fold_left (fun acc d -> acc + Domain.join d) 0 domains in
+  if Atomic.get corrupt then (print_endline "CORRUPT"; exit 1);
+  Printf.printf "OK %b\n" (total > 0 && rounds.(0) > 0 && rounds.(1) > 0)
 "#;
 
 /// Worker domains besides the main one (and one blocked reading stdin).
@@ -103,12 +119,12 @@ fn fifty_fork_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
 
 #[test]
 fn fifty_dumps_of_a_busy_multi_domain_bytecode_program_5_3() {
-    fifty_dumps_of("5.3.0", "copy", Code::Bytecode);
+    fifty_dumps_of("5.3.0", "copy", Build::Bytecode);
 }
 
 #[test]
 fn fifty_fork_dumps_of_a_busy_multi_domain_bytecode_program_5_1() {
-    fifty_dumps_of("5.1.0", "fork", Code::Bytecode);
+    fifty_dumps_of("5.1.0", "fork", Build::Bytecode);
 }
 
 #[test]
@@ -123,7 +139,17 @@ fn fifty_dumps_of_a_busy_multi_domain_program_5_1() {
 
 #[test]
 fn fifty_dumps_of_a_busy_bytecode_program_4_14() {
-    fifty_dumps_of("4.14.0", "copy", Code::Bytecode);
+    fifty_dumps_of("4.14.0", "copy", Build::Bytecode);
+}
+
+#[test]
+fn fifty_dumps_of_a_bytecode_program_allocating_from_two_systhreads_4_14() {
+    fifty_dumps_of("4.14.0", "copy", Build::BytecodeWithThreads);
+}
+
+#[test]
+fn fifty_fork_dumps_of_a_bytecode_program_with_domains_and_systhreads_5_3() {
+    fifty_dumps_of("5.3.0", "fork", Build::BytecodeWithThreads);
 }
 
 #[test]
@@ -136,30 +162,46 @@ fn fifty_dumps_of_a_program_allocating_from_two_systhreads_4_14() {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn fifty_dumps(toolchain: &str, capture: &str) {
-    fifty_dumps_of(toolchain, capture, Code::Native)
+    fifty_dumps_of(toolchain, capture, Build::Native)
 }
 
-fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
+/// How the busy program is built, and so which of its mains it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Build {
+    /// Native code: domains on OCaml 5, two systhreads on 4.14.
+    Native,
+    /// Bytecode: domains on OCaml 5, the main thread alone on 4.14.
+    Bytecode,
+    /// Bytecode linked with systhreads (loaded as `dllthreads.so`): with domains on OCaml 5.
+    BytecodeWithThreads,
+}
+
+fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     if toolchain_samples(toolchain).is_none() {
         return; // said on stderr: not covered
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let ocaml4 = toolchain.starts_with("4.");
-    let exe = match ocaml4 {
-        true if code == Code::Bytecode => {
-            compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{SIGNAL_MAIN}"))
+    let (prefix, at) = (toolchain_prefix(toolchain), dir.path());
+    let exe = match (build, ocaml4) {
+        (Build::Bytecode, true) => compile_bytecode_by(&prefix, at, "stress", &format!("{WORK}{SIGNAL_MAIN}")),
+        (Build::Bytecode, false) => compile_bytecode_by(&prefix, at, "stress", &format!("{WORK}{DOMAINS_MAIN}")),
+        (Build::BytecodeWithThreads, true) => compile_bytecode_with_threads(&prefix, at, "stress", &format!("{WORK}{SYSTHREADS_MAIN}")),
+        (Build::BytecodeWithThreads, false) => {
+            compile_bytecode_with_threads(&prefix, at, "stress", &format!("{WORK}{DOMAINS_AND_SYSTHREADS_MAIN}"))
         }
-        false if code == Code::Bytecode => {
-            compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}"))
-        }
-        true => {
-            compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{SYSTHREADS_MAIN}"), &["threads"], None)
-        }
-        false => compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "stress", &format!("{WORK}{DOMAINS_MAIN}"), &[], None),
+        (Build::Native, true) => compile_ocaml_by(&prefix, at, "stress", &format!("{WORK}{SYSTHREADS_MAIN}"), &["threads"], None),
+        (Build::Native, false) => compile_ocaml_by(&prefix, at, "stress", &format!("{WORK}{DOMAINS_MAIN}"), &[], None),
     };
-    // OCaml 4.14 has one runtime state (domain 0); OCaml 5 one per domain.
-    let domains = if ocaml4 { 1 } else { WORKERS + 2 };
+    let (bytecode, signalled) = (build != Build::Native, build == Build::Bytecode && ocaml4);
+    // OCaml 4.14 has one runtime state (domain 0); OCaml 5 one per domain (the main one, the
+    // workers, and the one waiting on stdin unless a systhread waits).
+    let domains = match build {
+        _ if ocaml4 => 1,
+        Build::BytecodeWithThreads => WORKERS + 1,
+        _ => WORKERS + 2,
+    };
     let mut guard = KillOnDrop(
         Command::new(&exe).arg(WORKERS.to_string()).stdin(Stdio::piped()).stdout(Stdio::piped()).dies_with_test().spawn().unwrap(),
     );
@@ -181,7 +223,7 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
     for i in 0..50 {
         let path = dir.path().join(format!("stress-{i}.snap"));
         let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf", "--capture", capture]);
-        assert_eq!(report["bytecode"].as_bool().unwrap_or(false), code == Code::Bytecode, "{toolchain} dump {i}: {report}");
+        assert_eq!(report["bytecode"].as_bool().unwrap_or(false), bytecode, "{toolchain} dump {i}: {report}");
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         assert_eq!(report["capture"]["method"], capture, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
@@ -201,7 +243,7 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
         }
         std::fs::remove_file(&path).unwrap();
     }
-    if ocaml4 && code == Code::Bytecode {
+    if signalled {
         let kill = Command::new("kill").args(["-USR1", &pid.to_string()]).status().unwrap();
         assert!(kill.success(), "kill -USR1 {pid}");
     } else {
@@ -212,7 +254,7 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, code: Code) {
     let status = child.wait().unwrap();
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
-    eprintln!("{toolchain} ({capture}, {code:?}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    eprintln!("{toolchain} ({capture}, {build:?}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
     if capture == "fork" {
         fork_costs.sort_unstable();
         let (bytes, lived) = fork_costs[fork_costs.len() / 2];

@@ -99,10 +99,28 @@ pub fn compile_ocaml_by(prefix: &Path, dir: &Path, name: &str, source: &str, lib
 /// Compiles an OCaml program to bytecode (`ocamlc -g`) with the toolchain at `prefix`;
 /// returns the bytecode file, which runs through its `#!` line.
 pub fn compile_bytecode_by(prefix: &Path, dir: &Path, name: &str, source: &str) -> PathBuf {
+    compile_bytecode_linking(prefix, dir, name, source, &[])
+}
+
+/// [`compile_bytecode_by`], linked with systhreads (`threads.cma`, which `ocamlrun` loads as
+/// `dllthreads.so`).
+pub fn compile_bytecode_with_threads(prefix: &Path, dir: &Path, name: &str, source: &str) -> PathBuf {
+    compile_bytecode_linking(prefix, dir, name, source, &["-I", "+threads", "-I", "+unix", "unix.cma", "threads.cma"])
+}
+
+fn compile_bytecode_linking(prefix: &Path, dir: &Path, name: &str, source: &str, libraries: &[&str]) -> PathBuf {
     let ml = dir.join(format!("{name}.ml"));
     std::fs::write(&ml, source).expect("write source");
     let exe = dir.join(name);
-    let out = Command::new(prefix.join("bin/ocamlc")).current_dir(dir).arg("-g").arg(&ml).arg("-o").arg(&exe).output().expect("run ocamlc");
+    let out = Command::new(prefix.join("bin/ocamlc"))
+        .current_dir(dir)
+        .arg("-g")
+        .args(libraries)
+        .arg(&ml)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run ocamlc");
     assert!(out.status.success(), "ocamlc failed: {}", String::from_utf8_lossy(&out.stderr));
     exe
 }

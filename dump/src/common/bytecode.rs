@@ -245,6 +245,68 @@ pub fn saved_before_calling(unwinder: &Unwinder, at: u64, name: &str, primitives
     unwinder.function_start(at).is_some_and(|s| primitives.binary_search(&s).is_ok()) || saves_for.contains(&name)
 }
 
+/// The file name of systhreads as a shared library: `ocamlrun` loads it for a bytecode program
+/// linked with `threads.cma` (`-custom` links its code into the executable instead).
+pub const SYSTHREADS_LIBRARY: &str = "dllthreads.so";
+
+/// A shared library the target loaded, opened with its debug info, and how far it was moved.
+pub struct LoadedLibrary {
+    pub file: Executable,
+    pub bias: u64,
+}
+
+/// systhreads as a bytecode program loaded it ([`SYSTHREADS_LIBRARY`]), if it did. Its thread
+/// table and its structures' layouts are read through its own DWARF: a library without it is
+/// refused.
+pub fn systhreads_library(source: &dyn MemorySource) -> Result<Option<LoadedLibrary>> {
+    let mappings = source.mappings()?;
+    let loaded = mappings.iter().filter_map(|m| m.path.as_ref()).find(|p| p.file_name().is_some_and(|n| n == SYSTHREADS_LIBRARY));
+    let Some(path) = loaded else { return Ok(None) };
+    let mut file = Executable::open(path)?;
+    crate::debuginfo::attach(&mut file, None, std::path::Path::new(crate::debuginfo::DEBUG_ROOT))?;
+    if !file.has_dwarf() {
+        return Err(DumpError::BytecodeLibraryUnsupported {
+            library: path.display().to_string(),
+            why: "it has no DWARF debug info, through which heapsnap reads its thread table".into(),
+        });
+    }
+    let bias = file.load_bias(&mappings, path)?;
+    Ok(Some(LoadedLibrary { file, bias }))
+}
+
+/// A loaded library's code: its source files (from its DWARF) and its symbols, at their
+/// addresses in the target.
+pub struct LibraryCode {
+    /// (begin, end, file name), target addresses, sorted.
+    units: Vec<(u64, u64, String)>,
+    file: Executable,
+    bias: u64,
+}
+
+impl LibraryCode {
+    /// The code of `library`, whose DWARF is `types`.
+    pub fn new(library: LoadedLibrary, types: &crate::dwarf::TypeIndex) -> LibraryCode {
+        let bias = library.bias;
+        let file_name = |f: String| f.rsplit('/').next().map(str::to_string).unwrap_or(f);
+        let mut units: Vec<_> =
+            types.code_units().into_iter().map(|(b, e, f)| (b.wrapping_add(bias), e.wrapping_add(bias), file_name(f))).collect();
+        units.sort_unstable();
+        LibraryCode { units, file: library.file, bias }
+    }
+
+    /// The source file of the library's code at target address `address`, if it is the
+    /// library's.
+    pub fn file_at(&self, address: u64) -> Option<&str> {
+        let after = self.units.partition_point(|u| u.0 <= address);
+        self.units[..after].iter().rev().take(8).find(|u| address < u.1).map(|u| u.2.as_str())
+    }
+
+    /// The library's function or variable holding target address `address`, if any.
+    pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
+        self.file.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,10 @@
 //!
 //! What differs from OCaml 5's interpreter (`crate::ocaml5::bytecode`), from 4.14's
 //! roots_byt.c, interp.c, codefrag.c and startup_byt.c:
-//! - **one stack**: the interpreter's stack is `Caml_state->stack_low..stack_high`, its
-//!   values from `Caml_state->extern_sp` up (no fibers); a callback runs on the same stack;
+//! - **one stack per thread**: the running thread's interpreter stack is
+//!   `Caml_state->stack_low..stack_high`, its values from `Caml_state->extern_sp` up (no
+//!   fibers; a callback runs on the same stack); each other systhread saved its own (`sp` to
+//!   `stack_high` in its `caml_thread_struct`, st_stubs.c built for bytecode);
 //! - **`caml_global_data`** is a plain static variable that `caml_do_roots` visits first, not
 //!   a registered root;
 //! - **the code fragments** are a plain skip list (skiplist.c), keyed by each fragment's start;
@@ -15,7 +17,9 @@
 //! The heap, the global and local roots, finalisers and memprof are the same C code as native
 //! 4.14's, and read as for native programs.
 
-use crate::common::bytecode::{BytecodeProgram, CodeFragments};
+use super::layout::{thread_layout, thread_statics, Layout4, ThreadStatics};
+use crate::common::bytecode::{systhreads_library, BytecodeProgram, CodeFragments, LibraryCode};
+use crate::common::program::ProgramKind;
 use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
@@ -104,5 +108,33 @@ impl Interpreter4 {
     pub fn primitives(&self, bias: u64, source: &dyn MemorySource) -> Result<Vec<u64>> {
         let l = &self.layout;
         crate::common::bytecode::primitives(bias + l.prim_table, (l.ext_table_size, l.ext_table_contents), source)
+    }
+}
+
+/// systhreads loaded by a bytecode program as a shared library (`dllthreads.so`): its
+/// variables and its code, at their addresses in the target, read through the library's own
+/// DWARF (it is the same st_stubs.c as when linked in, built for bytecode).
+pub struct SysthreadsLibrary4 {
+    /// `caml_master_lock` and `curr_thread`, target addresses.
+    pub statics: ThreadStatics,
+    pub code: LibraryCode,
+}
+
+impl SysthreadsLibrary4 {
+    /// Reads the library, if the program loaded it, into `layout`'s threads.
+    pub fn find(source: &dyn MemorySource, layout: &mut Layout4) -> Result<Option<SysthreadsLibrary4>> {
+        let Some(library) = systhreads_library(source)? else { return Ok(None) };
+        let types = TypeIndex::load(&library.file)?;
+        let Some(statics) = thread_statics(&types)? else {
+            return Err(DumpError::BytecodeLibraryUnsupported {
+                library: library.file.path.display().to_string(),
+                why: "its DWARF has no curr_thread (st_stubs.c)".into(),
+            });
+        };
+        layout.threads = Some(thread_layout(&types, ProgramKind::Bytecode)?);
+        let bias = library.bias;
+        let statics =
+            ThreadStatics { master_lock: bias.wrapping_add(statics.master_lock), curr_thread: bias.wrapping_add(statics.curr_thread) };
+        Ok(Some(SysthreadsLibrary4 { statics, code: LibraryCode::new(library, &types) }))
     }
 }

@@ -69,15 +69,30 @@ pub struct FinaliseLayout {
 pub struct ThreadLayout {
     pub descr: u64,
     pub next: u64,
-    pub bottom_of_stack: u64,
-    pub last_retaddr: u64,
-    pub gc_regs: u64,
+    /// Where a thread that does not hold the runtime keeps its stack.
+    pub stack: ThreadStack,
     pub local_roots: u64,
     pub backtrace_last_exn: u64,
     pub memprof_ctx: u64,
     /// `st_masterlock.lock.__data.__lock`: nonzero while a thread takes or gives the runtime.
     pub masterlock_mutex: u64,
     pub masterlock_busy: u64,
+}
+
+/// Where `caml_thread_struct` saves a thread's stack: native code's exit from OCaml, or the
+/// interpreter's own stack (each thread has one).
+#[derive(Clone, Debug)]
+pub enum ThreadStack {
+    Native {
+        bottom_of_stack: u64,
+        last_retaddr: u64,
+        gc_regs: u64,
+    },
+    /// `sp` (the saved `Caml_state->extern_sp`) up to `stack_high`.
+    Bytecode {
+        sp: u64,
+        stack_high: u64,
+    },
 }
 
 /// memprof.c: `struct tracked`, `struct entry_array`, `struct caml_memprof_th_ctx`.
@@ -141,7 +156,8 @@ pub struct Statics4 {
     pub memprof_main_ctx: u64,
     pub memprof_lambda: u64,
     pub custom_ops_table: u64,
-    /// systhreads: `caml_master_lock`, `curr_thread`.
+    /// systhreads linked in: `caml_master_lock`, `curr_thread` (see
+    /// [`super::Runtime4::thread_statics`] for where they are in the target).
     pub threads: Option<ThreadStatics>,
 }
 
@@ -152,33 +168,14 @@ pub struct ThreadStatics {
 }
 
 impl Layout4 {
-    /// The layouts of a 4.14 runtime running `kind` code. systhreads linked into a bytecode
-    /// executable (`-custom`) keep an interpreter's stack per thread, which this reading does
-    /// not cover: refused.
+    /// The layouts of a 4.14 runtime running `kind` code.
     pub fn load(t: &TypeIndex, kind: ProgramKind) -> Result<Layout4> {
         let state = t.type_named("caml_domain_state")?;
         let s = |m: &str| Ok::<u64, DumpError>(t.field_of(state, "caml_domain_state", m)?.offset);
         let block = t.type_named("caml__roots_block")?;
         let tables = t.field_of(block, "caml__roots_block", "tables")?;
         let threads = match t.variable("curr_thread", "st_stubs.c") {
-            Ok(_) if kind == ProgramKind::Bytecode => {
-                return Err(DumpError::BytecodeLibraryUnsupported {
-                    library: "systhreads (st_stubs.c, linked in)".into(),
-                    why: "each thread keeps an interpreter stack of its own".into(),
-                })
-            }
-            Ok(_) => Some(ThreadLayout {
-                descr: t.offset_of("caml_thread_struct", "descr")?,
-                next: t.offset_of("caml_thread_struct", "next")?,
-                bottom_of_stack: t.offset_of("caml_thread_struct", "bottom_of_stack")?,
-                last_retaddr: t.offset_of("caml_thread_struct", "last_retaddr")?,
-                gc_regs: t.offset_of("caml_thread_struct", "gc_regs")?,
-                local_roots: t.offset_of("caml_thread_struct", "local_roots")?,
-                backtrace_last_exn: t.offset_of("caml_thread_struct", "backtrace_last_exn")?,
-                memprof_ctx: t.offset_of("caml_thread_struct", "memprof_ctx")?,
-                masterlock_mutex: t.offset_of("st_masterlock", "lock")? + t.offset_of("pthread_mutex_t", "__data.__lock")?,
-                masterlock_busy: t.offset_of("st_masterlock", "busy")?,
-            }),
+            Ok(_) => Some(thread_layout(t, kind)?),
             Err(_) => None,
         };
         Ok(Layout4 {
@@ -246,16 +243,44 @@ impl Layout4 {
     }
 }
 
+/// systhreads' layouts, from the DWARF of the code that holds st_stubs.c (the executable, or
+/// `dllthreads.so` as a bytecode program loads it), built for `kind` code.
+pub fn thread_layout(t: &TypeIndex, kind: ProgramKind) -> Result<ThreadLayout> {
+    let field = |name: &str| t.offset_of("caml_thread_struct", name);
+    let stack = match kind {
+        ProgramKind::Native => ThreadStack::Native {
+            bottom_of_stack: field("bottom_of_stack")?,
+            last_retaddr: field("last_retaddr")?,
+            gc_regs: field("gc_regs")?,
+        },
+        ProgramKind::Bytecode => ThreadStack::Bytecode { sp: field("sp")?, stack_high: field("stack_high")? },
+    };
+    Ok(ThreadLayout {
+        descr: field("descr")?,
+        next: field("next")?,
+        stack,
+        local_roots: field("local_roots")?,
+        backtrace_last_exn: field("backtrace_last_exn")?,
+        memprof_ctx: field("memprof_ctx")?,
+        masterlock_mutex: t.offset_of("st_masterlock", "lock")? + t.offset_of("pthread_mutex_t", "__data.__lock")?,
+        masterlock_busy: t.offset_of("st_masterlock", "busy")?,
+    })
+}
+
+/// systhreads' variables (st_stubs.c), as [`Statics4::find`] finds them in the executable
+/// (link-time addresses) or a bytecode program's `dllthreads.so` holds them.
+pub fn thread_statics(t: &TypeIndex) -> Result<Option<ThreadStatics>> {
+    let Ok(curr) = t.variable("curr_thread", "st_stubs.c") else { return Ok(None) };
+    Ok(Some(ThreadStatics { master_lock: t.variable("caml_master_lock", "st_stubs.c")?.address, curr_thread: curr.address }))
+}
+
 impl Statics4 {
     pub fn find(exe: &Executable, t: &TypeIndex, kind: ProgramKind) -> Result<Statics4> {
         // Exported variables are symbols; file-static ones come from DWARF.
         let symbol = |name: &str| exe.require(name);
         let var = |name: &str, file: &str| Ok::<u64, DumpError>(t.variable(name, file)?.address);
         let native = kind == ProgramKind::Native;
-        let threads = match t.variable("curr_thread", "st_stubs.c") {
-            Ok(curr) => Some(ThreadStatics { master_lock: var("caml_master_lock", "st_stubs.c")?, curr_thread: curr.address }),
-            Err(_) => None,
-        };
+        let threads = thread_statics(t)?;
         Ok(Statics4 {
             caml_state: symbol("Caml_state")?,
             heap_start: symbol("caml_heap_start")?,

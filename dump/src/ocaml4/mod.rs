@@ -40,8 +40,8 @@ use crate::dwarf::TypeIndex;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
-use bytecode::{BytecodeLayout4, Interpreter4};
-use layout::{Layout4, Statics4};
+use bytecode::{BytecodeLayout4, Interpreter4, SysthreadsLibrary4};
+use layout::{Layout4, Statics4, ThreadStatics};
 
 /// The release series this module reads.
 pub const SERIES: &str = "4.14";
@@ -63,6 +63,8 @@ pub struct Runtime4 {
     pub units: Vec<(u64, u64, String)>,
     /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
     pub bytecode: Option<Interpreter4>,
+    /// systhreads loaded as a shared library by a bytecode program (see [`bytecode`]).
+    pub systhreads_library: Option<SysthreadsLibrary4>,
     pub notes: Vec<String>,
 }
 
@@ -75,7 +77,7 @@ impl Runtime4 {
         }
         layout::require_dwarf(&exe, &version)?;
         let types = TypeIndex::load(&exe)?;
-        let layout = Layout4::load(&types, kind)?;
+        let mut layout = Layout4::load(&types, kind)?;
         let statics = Statics4::find(&exe, &types, kind)?;
         let layouts_from = if exe.debug_file.is_some() { LayoutsFrom::DebugFile } else { LayoutsFrom::Dwarf };
         let mut notes = Vec::new();
@@ -100,6 +102,10 @@ impl Runtime4 {
                 (FrameTable::default(), Some(Interpreter4 { layout, program }))
             }
         };
+        let systhreads_library = match kind {
+            ProgramKind::Bytecode if layout.threads.is_none() => SysthreadsLibrary4::find(source, &mut layout)?,
+            _ => None,
+        };
         let detected_reserved_bits = crate::common::program::detect_reserved_bits(&exe);
         let code = CodeMap::new(&exe);
         let unwinder = unwind::Unwinder::new(&source.mappings()?);
@@ -115,6 +121,7 @@ impl Runtime4 {
             unwinder,
             units: types.code_units(),
             bytecode,
+            systhreads_library,
             notes,
             exe,
         })
@@ -132,11 +139,27 @@ impl Runtime4 {
 
     /// The executable's symbol holding target address `address`, if any.
     pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
+        if let Some(name) = self.systhreads_library.as_ref().and_then(|l| l.code.symbol_name_at(address)) {
+            return Some(name);
+        }
         self.exe.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
+    }
+
+    /// systhreads' variables (target addresses), when systhreads is linked in or loaded.
+    pub fn thread_statics(&self) -> Option<ThreadStatics> {
+        match &self.systhreads_library {
+            Some(library) => Some(library.statics),
+            None => {
+                self.statics.threads.map(|t| ThreadStatics { master_lock: self.addr(t.master_lock), curr_thread: self.addr(t.curr_thread) })
+            }
+        }
     }
 
     /// The C source file whose code holds target address `address`, if DWARF knows it.
     pub fn unit_file_at(&self, address: u64) -> Option<&str> {
+        if let Some(file) = self.systhreads_library.as_ref().and_then(|l| l.code.file_at(address)) {
+            return Some(file);
+        }
         let link = address.wrapping_sub(self.bias);
         let after = self.units.partition_point(|u| u.0 <= link);
         let unit = self.units[..after].iter().rev().take(8).find(|u| link < u.1)?;

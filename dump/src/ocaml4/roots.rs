@@ -2,6 +2,7 @@
 //! `caml_thread_scan_roots`, each with its kind and origin; and the ephemeron list.
 
 use super::bytecode::Interpreter4;
+use super::layout::ThreadStack;
 use super::stack::{walk, StackStart};
 use super::Runtime4;
 use crate::common::bytecode_roots::RunningBytecode;
@@ -43,8 +44,8 @@ impl Ctx<'_> {
 
 /// The systhreads descriptors, from `curr_thread` round the ring (empty without systhreads).
 pub fn thread_ring(rt: &Runtime4, source: &dyn MemorySource) -> Result<Vec<u64>> {
-    let (Some(t), Some(ts)) = (&rt.layout.threads, rt.statics.threads) else { return Ok(Vec::new()) };
-    let curr = source.read_u64(rt.addr(ts.curr_thread))?;
+    let (Some(t), Some(ts)) = (&rt.layout.threads, rt.thread_statics()) else { return Ok(Vec::new()) };
+    let curr = source.read_u64(ts.curr_thread)?;
     let mut ring = Vec::new();
     let mut th = curr;
     while th != 0 && ring.len() < MAX_CHAIN {
@@ -68,8 +69,16 @@ pub fn capture_roots(
 ) -> Result<()> {
     let mut cx = Ctx { rt, source, roots: Vec::new(), memprof: Vec::new(), warnings: Vec::new() };
     check_hook(&mut cx)?;
-    if let Some(interpreter) = &rt.bytecode {
-        bytecode_roots(&mut cx, interpreter, state, format, cap)?;
+    let code = rt.bytecode.as_ref().map(|i| i.code_fragments(rt.bias, source)).transpose()?;
+    let bytecode = match (&rt.bytecode, &code) {
+        (Some(interpreter), Some(code)) => {
+            let code_start = source.read_u64(rt.symbol("caml_start_code")?)?;
+            Some((interpreter, RunningBytecode { program: &interpreter.program, code, code_start }))
+        }
+        _ => None,
+    };
+    if let Some((interpreter, running)) = &bytecode {
+        bytecode_globals(&mut cx, interpreter, running, format, cap)?;
     } else {
         globals(&mut cx, format)?;
         dyn_globals(&mut cx, format)?;
@@ -89,10 +98,15 @@ pub fn capture_roots(
         retaddr: cx.word(state + s.last_return_address)?,
         gc_regs: cx.word(state + s.gc_regs)?,
     };
-    match running {
-        Some(t) => running_stack(&mut cx, curr_id, t)?,
-        None if rt.bytecode.is_some() => {}
-        None => stack(&mut cx, curr_id, saved)?,
+    match (running, &bytecode) {
+        (Some(t), _) => running_stack(&mut cx, curr_id, t)?,
+        // The interpreter's stack of the thread holding the runtime (or that last held it).
+        (None, Some((interpreter, code))) => {
+            let l = &interpreter.layout;
+            let (sp, high) = (cx.word(state + l.extern_sp)?, cx.word(state + l.stack_high)?);
+            interpreter_stack(&mut cx, code, sp, high, curr_id)?
+        }
+        (None, None) => stack(&mut cx, curr_id, saved)?,
     }
     let locals = cx.word(state + s.local_roots)?;
     local_roots(&mut cx, locals, curr_id)?;
@@ -104,12 +118,23 @@ pub fn capture_roots(
             let exn = cx.word(th + t.backtrace_last_exn)?;
             cx.push(RootKind::Thread, DOMAIN, id, th + t.backtrace_last_exn, exn, 0, RootName::Text("backtrace_last_exn".into()), 0);
             if i > 0 {
-                let start = StackStart {
-                    sp: cx.word(th + t.bottom_of_stack)?,
-                    retaddr: cx.word(th + t.last_retaddr)?,
-                    gc_regs: cx.word(th + t.gc_regs)?,
-                };
-                stack(&mut cx, id, start)?;
+                match (&t.stack, &bytecode) {
+                    (ThreadStack::Native { bottom_of_stack, last_retaddr, gc_regs }, _) => {
+                        let start = StackStart {
+                            sp: cx.word(th + bottom_of_stack)?,
+                            retaddr: cx.word(th + last_retaddr)?,
+                            gc_regs: cx.word(th + gc_regs)?,
+                        };
+                        stack(&mut cx, id, start)?
+                    }
+                    (ThreadStack::Bytecode { sp, stack_high }, Some((_, code))) => {
+                        let (sp, high) = (cx.word(th + sp)?, cx.word(th + stack_high)?);
+                        interpreter_stack(&mut cx, code, sp, high, id)?
+                    }
+                    (ThreadStack::Bytecode { .. }, None) => {
+                        return Err(DumpError::Inconsistent("bytecode threads in a program that runs no bytecode".into()))
+                    }
+                }
                 let locals = cx.word(th + t.local_roots)?;
                 local_roots(&mut cx, locals, id)?;
             }
@@ -141,14 +166,16 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     if hook == 0 {
         return Ok(());
     }
+    let systhreads = cx.rt.unit_file_at(hook) == Some("st_stubs.c") && cx.rt.layout.threads.is_some();
+    if cx.rt.bytecode.is_some() && systhreads {
+        return Ok(());
+    }
     if cx.rt.bytecode.is_some() {
-        // A bytecode program loads systhreads as dllthreads.so: its thread table, and each
-        // thread's interpreter stack, are in that library, whose variables this reading does
-        // not cover.
+        // Another library's hook: its roots are its own.
         let library = cx.source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
         return Err(DumpError::BytecodeLibraryUnsupported {
             library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
-            why: "it scans roots of its own (caml_scan_roots_hook): systhreads' other threads' stacks".into(),
+            why: "it scans roots of its own (caml_scan_roots_hook), which heapsnap does not know".into(),
         });
     }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
@@ -163,29 +190,35 @@ fn globals(cx: &mut Ctx<'_>, format: HeaderFormat) -> Result<()> {
     root_chains::globals(cx.source, cx.rt.symbol("caml_globals")?, format, &mut cx.roots)
 }
 
-/// A bytecode program's globals and its interpreter's stack (roots_byt.c `caml_do_roots`):
-/// `caml_global_data` first, a static variable, then every word from `Caml_state->extern_sp`
-/// to `stack_high` that is a block and no code pointer (as `caml_do_local_roots_byt` built
-/// for naked pointers decides; without that option it visits every word, but a code pointer
-/// is outside the heap either way). The bytecode's functions become the snapshot's symbols.
-fn bytecode_roots(cx: &mut Ctx<'_>, interpreter: &Interpreter4, state: u64, format: HeaderFormat, cap: &mut Capture) -> Result<()> {
-    let (rt, source) = (cx.rt, cx.source);
-    let code = interpreter.code_fragments(rt.bias, source)?;
-    let running =
-        RunningBytecode { program: &interpreter.program, code: &code, code_start: source.read_u64(rt.symbol("caml_start_code")?)? };
-    let l = &interpreter.layout;
-    let data_slot = rt.addr(l.global_data);
+/// A bytecode program's globals (roots_byt.c `caml_do_roots`): `caml_global_data`, a static
+/// variable, and its units' fields (see [`RunningBytecode::global_roots`]). The bytecode's
+/// functions become the snapshot's symbols.
+fn bytecode_globals(
+    cx: &mut Ctx<'_>,
+    interpreter: &Interpreter4,
+    running: &RunningBytecode<'_>,
+    format: HeaderFormat,
+    cap: &mut Capture,
+) -> Result<()> {
+    let data_slot = cx.rt.addr(interpreter.layout.global_data);
     let data = cx.word(data_slot)?;
     cx.push(RootKind::Global, NO_DOMAIN, 0, data_slot, data, 0, RootName::Text("caml_global_data".into()), 0);
-    running.global_roots(source, data, format, &cap.regions, &mut cx.roots, &mut cx.warnings)?;
+    running.global_roots(cx.source, data, format, &cap.regions, &mut cx.roots, &mut cx.warnings)?;
     cap.plugin_symbols.extend(running.function_symbols());
-    let (sp, high) = (cx.word(state + l.extern_sp)?, cx.word(state + l.stack_high)?);
-    if sp > high || (high - sp) / 8 > MAX_STACK_WORDS || sp % 8 != 0 {
-        return Err(DumpError::Inconsistent(format!("the interpreter's stack {sp:#x}..{high:#x}")));
+    Ok(())
+}
+
+/// A thread's interpreter stack, every word from its saved stack pointer `sp` to `high` that
+/// is a block and no code pointer (as `caml_do_local_roots_byt` built for naked pointers
+/// decides; without that option it visits every word, but a code pointer is outside the heap
+/// either way).
+fn interpreter_stack(cx: &mut Ctx<'_>, running: &RunningBytecode<'_>, sp: u64, high: u64, thread: u64) -> Result<()> {
+    if sp > high || (high - sp) / 8 > MAX_STACK_WORDS || !sp.is_multiple_of(8) {
+        return Err(DumpError::Inconsistent(format!("thread {thread}: the interpreter's stack {sp:#x}..{high:#x}")));
     }
-    let words = source.read_words(sp, ((high - sp) / 8) as usize)?;
+    let words = cx.source.read_words(sp, ((high - sp) / 8) as usize)?;
     for root in running.stack_roots(sp, &words) {
-        cx.push(RootKind::Stack, DOMAIN, 0, root.slot, root.value, root.frame_pc, root.name, root.flags);
+        cx.push(RootKind::Stack, DOMAIN, thread, root.slot, root.value, root.frame_pc, root.name, root.flags);
     }
     Ok(())
 }

@@ -16,6 +16,7 @@
 //! - and, checked by the capture, the minor heap parses from `young_ptr` to its end and its
 //!   youngest block points only at blocks of the minor heap.
 
+use super::layout::ThreadStack;
 use super::Runtime4;
 use crate::common::bytecode::{interpreter_stop, saved_before_calling, InterpreterStop};
 use crate::common::code::CodeKind;
@@ -74,7 +75,8 @@ const INTERPRETER_SAVES_SP_FOR: &[&str] = &["caml_process_pending_actions", "cam
 /// accumulator and environment in registers while it interprets, and saves them before it
 /// calls C code that may look at the stack: a primitive (`Setup_for_c_call`), a collection
 /// (`Setup_for_gc`, in files unsafe anyway), pending actions. A thread is at rest when it is
-/// in such a call and its C frames are safe by the native rules, or when it never entered
+/// in such a call and its C frames are safe by the native rules (systhreads' code only while
+/// it waits on a futex: for the master lock, in a blocking section), or when it never entered
 /// the interpreter (a C thread; the program's start or exit).
 fn classify_bytecode(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Place {
     let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
@@ -87,8 +89,12 @@ fn classify_bytecode(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadSt
         InterpreterStop::NotUnwound(pc) => return Place::Unsafe(BusyPlace::NotUnwound(function(pc))),
         InterpreterStop::InC { c_frames, called } => (c_frames, called),
     };
+    let waiting = thread.regs.waiting_on_futex();
     for (depth, f) in c_frames.iter().enumerate() {
         let at = if depth == 0 { f.pc } else { f.pc.wrapping_sub(1) };
+        if rt.unit_file_at(at) == Some(SYSTHREADS_FILE) && waiting && depth > 0 {
+            continue;
+        }
         if let Some(place) = unsafe_frame(rt, depth == 0, at, &function(at)) {
             return Place::Unsafe(place);
         }
@@ -166,7 +172,9 @@ fn saved_exits(rt: &Runtime4, source: &dyn MemorySource, state: u64) -> Result<V
     let mut saved = vec![(source.read_u64(state + s.bottom_of_stack)?, source.read_u64(state + s.last_return_address)?)];
     for th in super::roots::thread_ring(rt, source)? {
         let t = rt.layout.threads.as_ref().expect("a ring needs the threads layout");
-        saved.push((source.read_u64(th + t.bottom_of_stack)?, source.read_u64(th + t.last_retaddr)?));
+        if let ThreadStack::Native { bottom_of_stack, last_retaddr, .. } = t.stack {
+            saved.push((source.read_u64(th + bottom_of_stack)?, source.read_u64(th + last_retaddr)?));
+        }
     }
     Ok(saved)
 }
@@ -177,8 +185,8 @@ pub fn check_world(rt: &Runtime4, source: &dyn MemorySource) -> Result<WorldChec
     if source.read_u64(state + rt.layout.state.in_minor_collection)? != 0 {
         check.unsafe_reasons.push(UnsafeStop::Collecting("minor collection"));
     }
-    if let (Some(t), Some(ts)) = (&rt.layout.threads, rt.statics.threads) {
-        if source.read_u32(rt.addr(ts.master_lock) + t.masterlock_mutex)? != 0 {
+    if let (Some(t), Some(ts)) = (&rt.layout.threads, rt.thread_statics()) {
+        if source.read_u32(ts.master_lock + t.masterlock_mutex)? != 0 {
             check.unsafe_reasons.push(UnsafeStop::LockHeld("caml_master_lock"));
         }
     }

@@ -9,9 +9,14 @@
 //!   module block, so the registered roots carry the globals;
 //! - a fiber's stack holds values and code pointers word by word, and the runtime scans every
 //!   word from `sp` to the stack's top that is a block and not in a code fragment
-//!   (fiber.c `caml_scan_stack`, the same in 5.1 to 5.3).
+//!   (fiber.c `caml_scan_stack`, the same in 5.1 to 5.3);
+//! - systhreads, which `ocamlrun` loads as `dllthreads.so`: the same st_stubs.c as when linked
+//!   in (a thread's saved `current_stack` is its interpreter's fiber), but its thread table
+//!   and layouts are read through that library's DWARF ([`SysthreadsLibrary`]).
 
-use crate::common::bytecode::{BytecodeProgram, CodeFragments};
+use super::facts::Facts;
+use super::layout::Layout;
+use crate::common::bytecode::{systhreads_library, BytecodeProgram, CodeFragments, LibraryCode};
 use crate::dwarf::TypeIndex;
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
@@ -104,5 +109,29 @@ impl Interpreter {
     pub fn primitives(&self, bias: u64, source: &dyn MemorySource) -> Result<Vec<u64>> {
         let l = &self.layout;
         crate::common::bytecode::primitives(bias + l.prim_table, (l.ext_table_size, l.ext_table_contents), source)
+    }
+}
+
+/// systhreads loaded by a bytecode program as a shared library (`dllthreads.so`): its thread
+/// table and its code, at their addresses in the target. Its structures are the same C code
+/// as when linked in (`-custom`, or native code), read through the library's own DWARF.
+pub struct SysthreadsLibrary {
+    /// Target address of st_stubs.c's `thread_table`.
+    pub thread_table: u64,
+    pub code: LibraryCode,
+}
+
+impl SysthreadsLibrary {
+    /// Reads the library, if the program loaded it, into `layout`'s threads and `facts`'
+    /// `thread_table` (an array or a pointer, from its DWARF type).
+    pub fn find(source: &dyn MemorySource, layout: &mut Layout, facts: &mut Facts) -> Result<Option<SysthreadsLibrary>> {
+        let Some(library) = systhreads_library(source)? else { return Ok(None) };
+        let types = TypeIndex::load(&library.file)?;
+        let unreadable = |why: String| DumpError::BytecodeLibraryUnsupported { library: library.file.path.display().to_string(), why };
+        let table = types.variable("thread_table", "st_stubs.c").map_err(|e| unreadable(e.to_string()))?.address;
+        facts.thread_table = super::probe::indirection(&types, "thread_table", "st_stubs.c", "").map_err(unreadable)?;
+        layout.threads = Some(super::layout::threads(&types)?);
+        let thread_table = library.bias.wrapping_add(table);
+        Ok(Some(SysthreadsLibrary { thread_table, code: LibraryCode::new(library, &types) }))
     }
 }

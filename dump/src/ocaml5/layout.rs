@@ -360,7 +360,7 @@ fn memprof(t: &TypeIndex) -> Result<MemprofLayout> {
     })
 }
 
-fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
+pub(crate) fn threads(t: &TypeIndex) -> Result<ThreadsLayout> {
     Ok(ThreadsLayout {
         table_active_thread: t.offset_of("caml_thread_table", "active_thread")?,
         table_size: t.size_of_named("caml_thread_table")?,

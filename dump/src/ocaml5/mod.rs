@@ -29,7 +29,7 @@ use crate::dwarf::TypeIndex;
 use crate::elf::{Executable, SymbolTable};
 use crate::error::{DumpError, Result};
 use crate::source::{MemorySource, ReadExt};
-use bytecode::{BytecodeLayout, Interpreter};
+use bytecode::{BytecodeLayout, Interpreter, SysthreadsLibrary};
 use facts::Facts;
 use heapsnap_format::ProbedFact;
 use layout::Layout;
@@ -68,6 +68,8 @@ pub struct Runtime {
     pub frames: FrameTable,
     /// The interpreter's structures, when the program runs bytecode (see [`bytecode`]).
     pub bytecode: Option<Interpreter>,
+    /// systhreads loaded as a shared library by a bytecode program (see [`bytecode`]).
+    pub systhreads_library: Option<SysthreadsLibrary>,
     /// Unwind tables of the executable and the shared libraries the target maps.
     pub unwinder: unwind::Unwinder,
     /// Code ranges of source files: (begin, end, source file), link-time, sorted. From DWARF
@@ -113,7 +115,7 @@ impl Runtime {
         let mut probe = None;
         let mut forced = false;
         let mut bytecode_layout = None;
-        let (release, facts, layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
+        let (release, mut facts, mut layout, statics, layouts_from, units, units_exact) = if exe.has_dwarf() {
             let types = TypeIndex::load(&exe)?;
             if kind == ProgramKind::Bytecode {
                 bytecode_layout = Some(BytecodeLayout::load(&types)?);
@@ -169,6 +171,10 @@ impl Runtime {
         if probe.is_none() {
             check_size_classes(&exe, bias, source, &layout, release)?;
         }
+        let systhreads_library = match kind {
+            ProgramKind::Bytecode if layout.threads.is_none() => SysthreadsLibrary::find(source, &mut layout, &mut facts)?,
+            _ => None,
+        };
         let code = CodeMap::new(&exe);
         let (frames, bytecode) = match kind {
             ProgramKind::Native => {
@@ -208,6 +214,7 @@ impl Runtime {
             detected_reserved_bits,
             frames,
             bytecode,
+            systhreads_library,
             unwinder,
             units,
             units_exact,
@@ -251,6 +258,14 @@ impl Runtime {
         Ok(self.addr(self.exe.require(name)?))
     }
 
+    /// Target address of systhreads' `thread_table`, when systhreads is linked in or loaded.
+    pub fn thread_table(&self) -> Option<u64> {
+        match &self.systhreads_library {
+            Some(library) => Some(library.thread_table),
+            None => self.statics.thread_table.map(|t| self.addr(t)),
+        }
+    }
+
     /// Target address of globroots.c's `caml_dyn_globals`, when it was found.
     pub fn dyn_globals(&self) -> Option<u64> {
         self.statics.dyn_globals.map(|h| self.addr(h))
@@ -260,6 +275,9 @@ impl Runtime {
     /// unit holding it, or, where units are only known approximately (from the tables), the
     /// runtime files on either side of a gap between them.
     pub fn unit_files_at(&self, address: u64) -> Vec<&str> {
+        if let Some(file) = self.systhreads_library.as_ref().and_then(|l| l.code.file_at(address)) {
+            return vec![file];
+        }
         let link = address.wrapping_sub(self.bias);
         let after = self.units.partition_point(|u| u.0 <= link);
         if let Some(u) = self.units[..after].iter().rev().take(8).find(|u| link < u.1) {
@@ -274,6 +292,9 @@ impl Runtime {
 
     /// The executable's symbol holding target address `address`, if any.
     pub fn symbol_name_at(&self, address: u64) -> Option<&str> {
+        if let Some(name) = self.systhreads_library.as_ref().and_then(|l| l.code.symbol_name_at(address)) {
+            return Some(name);
+        }
         self.exe.symbol_at(address.wrapping_sub(self.bias)).map(|s| s.name.as_str())
     }
 }

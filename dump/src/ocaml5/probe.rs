@@ -285,7 +285,7 @@ fn memprof(types: &TypeIndex) -> Result<bool, String> {
     }
 }
 
-fn indirection(t: &TypeIndex, var: &str, file: &str, member: &str) -> Result<Indirection, String> {
+pub(crate) fn indirection(t: &TypeIndex, var: &str, file: &str, member: &str) -> Result<Indirection, String> {
     let v = t.variable(var, file).map_err(|e| e.to_string())?;
     let ty = if member.is_empty() { t.variable_type(v) } else { t.variable_field(v, var, member).map_err(|e| e.to_string())?.ty };
     match ty {

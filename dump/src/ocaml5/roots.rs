@@ -216,13 +216,16 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     if hook == 0 {
         return Ok(());
     }
+    let in_systhreads = |at: u64| cx.rt.systhreads_library.as_ref().and_then(|l| l.code.file_at(at)) == Some("st_stubs.c");
+    if cx.rt.bytecode.is_some() && cx.rt.layout.threads.is_some() && (in_systhreads(hook) || cx.rt.unit_files_at(hook) == ["st_stubs.c"]) {
+        return Ok(());
+    }
     if cx.rt.bytecode.is_some() {
-        // A bytecode program loads systhreads as dllthreads.so: its thread table is in that
-        // library, whose variables this runtime's reading does not cover.
+        // Another library's hook: its roots are its own.
         let library = cx.source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
         return Err(DumpError::BytecodeLibraryUnsupported {
             library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
-            why: "it scans roots of its own (caml_scan_roots_hook): systhreads' other threads' stacks".into(),
+            why: "it scans roots of its own (caml_scan_roots_hook), which heapsnap does not know".into(),
         });
     }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
@@ -266,10 +269,10 @@ fn global_root_lists(cx: &mut Ctx<'_>, cap: &Capture) -> Result<()> {
 
 /// The systhreads of domain `domain` (empty without the threads library).
 fn systhreads(cx: &mut Ctx<'_>, domain: u16) -> Result<Vec<SysThread>> {
-    let (Some(t), Some(thread_table)) = (cx.rt.layout.threads.clone(), cx.rt.statics.thread_table) else { return Ok(Vec::new()) };
+    let (Some(t), Some(thread_table)) = (cx.rt.layout.threads.clone(), cx.rt.thread_table()) else { return Ok(Vec::new()) };
     let table = match cx.rt.facts.thread_table {
-        Indirection::InlineArray => cx.rt.addr(thread_table),
-        Indirection::Pointer => cx.word(cx.rt.addr(thread_table))?,
+        Indirection::InlineArray => thread_table,
+        Indirection::Pointer => cx.word(thread_table)?,
     };
     if table == 0 {
         return Ok(Vec::new());
