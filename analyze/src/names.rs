@@ -79,6 +79,19 @@ impl<'s> Names<'s> {
         unit.get(usize::try_from(index).ok()?)
     }
 
+    /// The field of the toplevel binding a `BINDING` root is named after (`Cache_leak.cache`:
+    /// a variable of the unit's initialisation, in its frame), when every identifier of the
+    /// unit of that name has the same kind and type (a shadowed binding of another type and its
+    /// successor: the frame's variable could be either; an `include struct` binding and its
+    /// copy: one value).
+    pub fn binding_field(&self, name: &str) -> Option<&heapsnap_names::model::Field> {
+        let (unit, variable) = name.split_once('.')?;
+        let fields = self.ocaml()?.units.get(unit)?;
+        let mut named = fields.iter().filter(|f| f.path == variable);
+        let field = named.next()?;
+        named.all(|other| other.kind == field.kind && other.ty == field.ty).then_some(field)
+    }
+
     /// A short label for a root record: `Module.field` for globals (the field's identifier
     /// when the snapshot has OCaml names, else its index), the function for stack frames, the
     /// symbol or field name for the others.

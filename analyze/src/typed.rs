@@ -709,11 +709,17 @@ impl Typing {
         let mut roots: Vec<Arrival> = Vec::new();
         let snap = a.snap();
         for r in snap.roots() {
-            if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) || !ocaml::is_pointer(r.value) {
+            let global = matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) && !r.is_binding();
+            if !(global || r.is_binding()) || !ocaml::is_pointer(r.value) {
                 continue;
             }
             let Some(symbol) = snap.string(r.name) else { continue };
-            let Some(field) = names.global_field(symbol, r.origin) else { continue };
+            let field = match global {
+                true => names.global_field(symbol, r.origin),
+                // A bytecode unit's binding in its initialisation's frame.
+                false => names.binding_field(symbol),
+            };
+            let Some(field) = field else { continue };
             let Some(ty) = field.ty.as_ref().filter(|_| field.kind == "value") else { continue };
             let t = interner.intern(ty);
             if t != NO_TYPE {

@@ -6,6 +6,7 @@
 
    UNIT = {"unit", "file", "source", "digest", "interface": bool,
            "fields": [{"name", "path", "kind", "type"}...]   (* the module block, field by field *)
+           "exported": N,    (* how many of "fields" the interface's runtime components are *)
            "types": [DECL...], "modules": [MODULE...], "module_types": [MODTYPE...]}
 
    MODTYPE = {"path", "fields": [{"name", "kind", "type", "params"}...]} (a signature's runtime
@@ -15,7 +16,9 @@
    Field order is the native compiler's (Translmod.transl_store_gen): the interface's runtime
    components in order, then the other idents of the structure in order of definition, then
    the idents of its submodules and of the included structures compiled in place (more_idents;
-   which includes those are depends on the OCaml version, see [translated_inline]). Paths are qualified strings: "Unit.Sub.t";
+   which includes those are depends on the OCaml version, see [translated_inline]). Bytecode
+   (Translmod.transl_implementation) builds the block of the coerced structure: the interface's
+   runtime components alone, the first "exported" fields. Paths are qualified strings: "Unit.Sub.t";
    a functor's parameter P is "Unit.F{P}"; an application is "F(A)"; an anonymous structure
    is "Unit.%N". Type expressions are JSON (see [ty]). Compat_* hides the compiler-libs
    differences between versions (chosen when heapsnap builds this program). *)
@@ -496,6 +499,8 @@ let has_method_cache (str : structure) =
   it.structure it str;
   !found
 
+(* The module block's fields in native code's order, and how many of them are the interface's
+   runtime components (the whole block in bytecode). *)
 let block_fields (str : structure) (intf : signature option) =
   let idlist = defined_idents str.str_items in
   (* Absent modules too: Includemod pairs each item of the target with the last of its name in
@@ -570,7 +575,7 @@ let block_fields (str : structure) (intf : signature option) =
   in
   let undef = List.filter (fun id -> not (Hashtbl.mem used (Ident.unique_name id))) idlist in
   let cache = if has_method_cache str then [ { ident = None; name = "(method cache)"; kind = "method_cache"; fty = None } ] else [] in
-  exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache
+  (exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache, List.length exported)
 
 (* ---- functions: what their closures hold ----
 
@@ -922,7 +927,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
-  let fields = block_fields str intf in
+  let fields, exported = block_fields str intf in
   collect_functions str;
   rank_functor_params str;
   let stored = Hashtbl.create 256 in
@@ -939,6 +944,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
       (match f.fty with Some t -> t () | None -> raw "null");
       raw "}")
     fields;
+  raw ","; key "exported"; raw (string_of_int exported);
   raw ","; key "types";
   let object_type (q, params) =
     raw "{"; key "path"; jstr q; raw ","; key "params"; list (fun id -> raw (string_of_int id)) params;

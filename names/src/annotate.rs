@@ -86,14 +86,20 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     }
     let stdlib = tc.stdlib.clone();
     let (mut kept, mut fields, mut program_units, mut type_only_kept) = (Vec::new(), 0, 0, 0);
-    for unit in doc.get_mut("units").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default() {
+    let bytecode = snap.metadata().bytecode;
+    for mut unit in doc.get_mut("units").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default() {
         let name = unit.get("unit").and_then(Value::as_str).unwrap_or("").to_string();
         let file = unit.get("file").and_then(Value::as_str).unwrap_or("").to_string();
-        let n = unit.get("fields").and_then(Value::as_array).map_or(0, Vec::len) as u64;
+        // Bytecode's module block holds the interface's runtime components alone (the coerced
+        // structure), the first fields; native code's stores the unit's other idents after
+        // them. The others are kept: they name the bindings of a unit's initialisation.
+        let n = match unit.get("exported").and_then(Value::as_u64) {
+            Some(exported) if bytecode => exported,
+            _ => unit.get("fields").and_then(Value::as_array).map_or(0, Vec::len) as u64,
+        };
         match units.get(&name) {
             None if type_only.contains(&file) => {
                 type_only_kept += 1;
-                let mut unit = unit;
                 if let Some(fields) = unit.get_mut("fields") {
                     *fields = Value::Array(Vec::new());
                 }

@@ -15,15 +15,26 @@ const LIBRARY_DEPTH: usize = 3;
 const MAX_ENTRIES: usize = 200_000;
 
 /// The compilation units whose module blocks the snapshot holds (`camlFoo` -> `Foo`), with the
-/// block's size in words when it can be read.
+/// block's size in words when it can be read; and those whose bindings it names (bytecode).
 pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
     let bits = snap.metadata().reserved_header_bits as u32;
     let mut units = BTreeMap::new();
     for r in snap.roots() {
+        // A bytecode unit still initialising (a program's main unit) has no module block yet:
+        // its bindings, in its initialisation's frame, are named `Unit.variable`.
+        if r.is_binding() && r.root_kind() == RootKind::Stack {
+            if let Some((unit, _)) = snap.string(r.name).and_then(|n| n.split_once('.')) {
+                units.entry(unit.to_string()).or_insert(None);
+            }
+            continue;
+        }
         if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
             continue;
         }
-        let Some(name) = snap.string(r.name).and_then(|n| n.strip_prefix("caml")).filter(|n| !n.is_empty()) else { continue };
+        // A unit's symbol is `caml` and its name (which starts with a capital); bytecode on
+        // OCaml 4.14 has `caml_global_data` among its globals too.
+        let unit_name = |n: &&str| n.starts_with(|c: char| c.is_ascii_uppercase());
+        let Some(name) = snap.string(r.name).and_then(|n| n.strip_prefix("caml")).filter(unit_name) else { continue };
         let size = r
             .slot
             .checked_sub(8 * r.origin + 8)

@@ -15,20 +15,26 @@ fn build_dir(samples: &Path) -> PathBuf {
 
 /// A dump of a sample at READY 1, with names.
 fn typed_snapshot(toolchain: &str, samples: &Path, sample: &str, dir: &Path) -> PathBuf {
-    let mut s = Sample::start(&samples.join(sample), &[]);
+    typed_snapshot_of(toolchain, &samples.join(sample), &build_dir(samples), dir)
+}
+
+/// A dump of `program` at READY 1, with names from `cmt`.
+fn typed_snapshot_of(toolchain: &str, program: &Path, cmt: &Path, dir: &Path) -> PathBuf {
+    let mut s = Sample::start(program, &[]);
     s.wait_ready(1);
-    let path = dir.join(format!("{sample}.heapsnap"));
+    let path = dir.join(format!("{}.heapsnap", program.file_name().unwrap().to_string_lossy()));
     let prefix = toolchain_prefix(toolchain);
-    dump_ok(s.pid(), &path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", build_dir(samples).to_str().unwrap()]);
+    dump_ok(s.pid(), &path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", cmt.to_str().unwrap()]);
     path
 }
 
-/// The value of a module global of a unit.
+/// The value of a module global of a unit (or, in bytecode, of a binding of the main unit,
+/// which runs inside its initialisation: its frame holds the unit's values).
 fn global(a: &Analysis<'_>, snap: &Snapshot, unit: &str, name: &str) -> u64 {
     let r = snap
         .roots()
         .iter()
-        .find(|r| r.root_kind() == RootKind::Global && a.names.root_label(r) == format!("{unit}.{name}"))
+        .find(|r| (r.root_kind() == RootKind::Global || r.is_binding()) && a.names.root_label(r) == format!("{unit}.{name}"))
         .unwrap_or_else(|| panic!("no global {unit}.{name}"));
     r.value
 }
@@ -43,6 +49,9 @@ fn assert_manifest_holds(toolchain: &str, a: &Analysis<'_>, snap: &Snapshot, sam
     let typing = a.typing().expect("typed");
     for check in manifest["checks"].as_array().unwrap() {
         if check.get("since").and_then(Value::as_str).is_some_and(|since| version_before(toolchain, since)) {
+            continue;
+        }
+        if snap.metadata().bytecode && check.get("native_only").is_some() {
             continue;
         }
         {
@@ -112,6 +121,29 @@ fn every_block_has_the_type_the_manifest_says() {
             let text = paths.to_string();
             assert!(text.contains("\"field\":\"label\""), "{toolchain}: no .label step in {text}");
             assert!(text.contains("Cons : Typed_values.point Queue.cell"), "{toolchain}: {text}");
+        }
+    }
+}
+
+/// Bytecode programs are typed as native ones: the main unit's values, bindings of its
+/// initialisation's frame, are typed from its `.cmt` by name, and every block the manifest
+/// checks has its type; the reports say so.
+#[test]
+fn bytecode_blocks_have_the_type_the_manifest_says() {
+    for (toolchain, samples) in available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")) {
+        let dir = tempfile::tempdir().unwrap();
+        let cmt = build_dir(&samples).parent().unwrap().join("bytecode/cmt");
+        let path = typed_snapshot_of(toolchain, &samples.join("bytecode/typed_values"), &cmt, dir.path());
+        let snap = Snapshot::open(&path).unwrap();
+        assert!(snap.metadata().bytecode, "{toolchain}");
+        let info = std::process::Command::new(heapsnap()).arg("info").arg(&path).output().unwrap();
+        assert!(!String::from_utf8_lossy(&info.stdout).contains("left out"), "{toolchain}: {}", String::from_utf8_lossy(&info.stdout));
+        let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+        assert_manifest_holds(toolchain, &a, &snap, "typed_values");
+        let top = analyse("top", &[&path], &["--by", "type", "--limit", "0"]);
+        let groups: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+        for t in ["Typed_values.point", "(string, Typed_values.point) Hashtbl.t", "Typed_values.point Queue.cell"] {
+            assert!(groups.contains(&t), "{toolchain}: {t} not in {groups:?}");
         }
     }
 }
