@@ -216,8 +216,8 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
     if hook == 0 {
         return Ok(());
     }
-    let in_systhreads = |at: u64| cx.rt.systhreads_library.as_ref().and_then(|l| l.code.file_at(at)) == Some("st_stubs.c");
-    if cx.rt.bytecode.is_some() && cx.rt.layout.threads.is_some() && (in_systhreads(hook) || cx.rt.unit_files_at(hook) == ["st_stubs.c"]) {
+    // (systhreads' code is the executable's, or dllthreads.so's: `unit_files_at` knows both.)
+    if cx.rt.bytecode.is_some() && cx.rt.layout.threads.is_some() && cx.rt.unit_files_at(hook) == ["st_stubs.c"] {
         return Ok(());
     }
     if cx.rt.bytecode.is_some() {
