@@ -37,9 +37,6 @@ pub struct Analysis<'s> {
     retainers: OnceLock<Retainers>,
     /// Every block's kind, found when a grouping or the index first needs it.
     block_kinds: OnceLock<BlockKinds>,
-    /// The dominator tree's children (offsets and preorder numbers, by preorder number),
-    /// computed when a report first walks the tree.
-    children: OnceLock<(Vec<u32>, Vec<u32>)>,
     /// The blocks' OCaml types, computed when a report first needs them.
     typing: OnceLock<Option<Typing>>,
     /// Shortest-path parents (one breadth-first search), made when a report first needs them
@@ -75,7 +72,6 @@ impl<'s> Analysis<'s> {
             modules,
             retainers: Default::default(),
             block_kinds: Default::default(),
-            children: Default::default(),
             typing: Default::default(),
             bfs_parents: Default::default(),
         })
@@ -156,7 +152,7 @@ impl<'s> Analysis<'s> {
 
     /// Children in the dominator tree, largest retained first (ties by node).
     pub fn children(&self, node: NodeId) -> Vec<NodeId> {
-        let (offsets, kids) = self.children.get_or_init(|| self.tree.children_pre());
+        let (offsets, kids) = self.tree.children_csr();
         let Some(&p) = self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE) else { return Vec::new() };
         let preorder = self.preorder();
         let mut out: Vec<NodeId> =
@@ -278,7 +274,7 @@ impl<'s> HeapFacts<'s> for Analysis<'s> {
         Some(&self.graph.blocks)
     }
 
-    fn closures(&self) -> Option<&[(u64, u64)]> {
+    fn closures(&self) -> Option<&[NodeId]> {
         Some(&self.graph.closures)
     }
 

@@ -127,10 +127,13 @@ pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::S
     // The suspects' paths walk the shortest-path parents: one breadth-first search on one
     // core, from the graph alone, made by another thread while this one sums and groups.
     let graph = &a.graph;
+    // The roots' labels before the groups: their per-node arrays are gone before the groups'
+    // walk down the dominator tree makes its child lists (which the suspects read after), so
+    // the two never take memory at the same time.
     let (mut totals, parents) = std::thread::scope(|scope| {
         let bfs = scope.spawn(|| crate::walks::bfs_parents(graph));
-        let totals = summary(a, top);
         let _ = a.retainers();
+        let totals = summary(a, top);
         (totals, bfs.join().expect("the breadth-first search does not panic"))
     });
     a.keep_bfs_parents(parents);

@@ -206,7 +206,9 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b.add_u32_vec(RETAINED, retained_words);
     b.add_u64_vec(RETAINED_LARGE, retained_large);
     let kinds = a.block_kinds();
-    b.add(KIND_IDS, narrow_ids(&kinds.ids, kinds.kinds.len(), meta.kind_id_bytes));
+    let kind_ids: Vec<u32> = (0..kinds.len()).into_par_iter().map(|i| kinds.id(i)).collect();
+    b.add(KIND_IDS, narrow_ids(&kind_ids, kinds.kinds.len(), meta.kind_id_bytes));
+    drop(kind_ids);
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
