@@ -41,7 +41,7 @@ pub struct Analysis<'s> {
     typing: OnceLock<Option<Typing>>,
     /// Shortest-path parents (one breadth-first search), made when a report first needs them
     /// (`summary`'s suspects ask for them once per suspect).
-    bfs_parents: OnceLock<Vec<NodeId>>,
+    bfs_parents: OnceLock<walks::ShortestParents>,
 }
 
 impl<'s> Analysis<'s> {
@@ -88,13 +88,25 @@ impl<'s> Analysis<'s> {
     /// Keeps shortest-path parents made elsewhere (another thread, from the graph alone:
     /// [`walks::bfs_parents`]) for the reports that ask for them; parents made already are kept.
     pub fn keep_bfs_parents(&self, parents: Vec<NodeId>) {
+        let _ = self.bfs_parents.get_or_init(|| walks::ShortestParents::from_all(&parents, &self.tree));
+    }
+
+    /// Keeps shortest-path parents made elsewhere ([`walks::ShortestParents::search`], on
+    /// another thread); parents made already are kept.
+    pub fn keep_shortest_parents(&self, parents: walks::ShortestParents) {
         let _ = self.bfs_parents.set(parents);
     }
 
-    /// Every node's shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable),
-    /// made on first use and kept.
-    pub fn bfs_parents(&self) -> &[NodeId] {
-        self.bfs_parents.get_or_init(|| walks::bfs_parents(&self.graph))
+    /// Every node's shortest-path parent ([`walks::ShortestParents`]), made on first use and
+    /// kept.
+    pub fn shortest_parents(&self) -> &walks::ShortestParents {
+        self.bfs_parents.get_or_init(|| walks::ShortestParents::search(&self.graph, &self.tree))
+    }
+
+    /// Node `v`'s shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable), the
+    /// parents made on first use and kept.
+    pub fn bfs_parent_of(&self, v: NodeId) -> NodeId {
+        self.shortest_parents().get(v, &self.tree)
     }
 
     /// Every block's kind ([`BlockKinds`]).
@@ -345,7 +357,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn bfs_parent(&self, v: NodeId) -> Option<NodeId> {
-        self.bfs_parents().get(v as usize).copied().filter(|&p| p != NO_NODE)
+        Some(self.bfs_parent_of(v)).filter(|&p| p != NO_NODE)
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

@@ -238,18 +238,19 @@ fn narrow_ids(ids: &[u32], count: usize, width: u8) -> Vec<u8> {
 /// immediate dominator, its parent too: most heap objects), the others' lists encoded.
 fn add_referrers(b: &mut IndexBuilder<'_>, a: &Analysis<'_>, ref_offsets: &[u32], refs: &[u32]) {
     let n = a.graph.node_count();
-    let parents = a.bfs_parents();
     let tree = &a.tree;
+    let parents = a.shortest_parents();
+    let parent = |v: usize| parents.get(v as NodeId, tree);
     let refs_of = |v: usize| &refs[ref_offsets[v] as usize..ref_offsets[v + 1] as usize];
     let plain_node = |v: usize| {
         let idom = tree.idom(v as NodeId);
-        idom != NO_NODE && parents[v] == idom && refs_of(v) == [idom]
+        idom != NO_NODE && parent(v) == idom && refs_of(v) == [idom]
     };
     let plain: Vec<u64> = (0..n.div_ceil(64))
         .into_par_iter()
         .map(|w| (w * 64..(w * 64 + 64).min(n)).filter(|&v| plain_node(v)).fold(0u64, |bits, v| bits | 1 << (v % 64)))
         .collect();
-    let others = (0..n).filter(|&v| plain[v / 64] >> (v % 64) & 1 == 0).map(|v| (v as NodeId, refs_of(v), parents[v]));
+    let others = (0..n).filter(|&v| plain[v / 64] >> (v % 64) & 1 == 0).map(|v| (v as NodeId, refs_of(v), parent(v)));
     let (stream, checkpoints) = crate::compact::encode_referrers(others);
     b.add_u64_vec(PLAIN_REFERRERS, plain);
     b.add(REFERRERS, stream);
