@@ -97,17 +97,9 @@ pub struct DominatorTree {
     pub retained_pre: RetainedSizes,
     /// Preorder number -> node, built on first use (4 bytes per reachable node).
     preorder: std::sync::OnceLock<Vec<u32>>,
-    /// The dominator tree laid out in its own preorder, built on first use by
-    /// [`DominatorTree::union_retained`] (every grouping reuses it).
-    tree_order: std::sync::OnceLock<TreeOrder>,
-}
-
-/// The dominator tree in its own preorder: a node, then one child subtree after the other.
-struct TreeOrder {
-    /// Preorder numbers (the DFS's), in the tree's preorder.
-    order: Vec<u32>,
-    /// Where each node's subtree ends in `order`.
-    end: Vec<u32>,
+    /// The children of every reachable node ([`DominatorTree::children_pre`]), built on first
+    /// use: the groupings walk the tree with them, and the reports that go down it read them.
+    children: std::sync::OnceLock<(Vec<u32>, Vec<u32>)>,
 }
 
 /// Retained sizes by preorder number: in words as `u32` when every sum fits (heaps below
@@ -204,45 +196,52 @@ impl DominatorTree {
     /// member counts unless another member dominates it. `group_of(p)` is the group of preorder
     /// number `p`, or [`NONE`]; the root belongs to none.
     ///
-    /// Preorder numbers are those of the graph's depth-first search, in which a dominator
-    /// subtree need not be contiguous, so this numbers the nodes again in a preorder of the
-    /// dominator tree itself, where each subtree is an interval. Walking that order, a member
-    /// starts a new part of its group's union exactly when it lies past the end of the last
-    /// member of its group that did. Sequential passes, no stack, no child lists: 8 bytes per
-    /// reachable node.
+    /// One depth-first walk down the dominator tree ([`DominatorTree::children_csr`], which
+    /// the reports that go down the tree read too: no array of its own). A member starts a new
+    /// part of its group's union exactly when the member of its group that last did is not
+    /// above it on the walk's stack: each group remembers that member and its depth.
     pub fn union_retained(&self, groups: usize, group_of: impl Fn(usize) -> u32) -> Vec<u64> {
-        let idom = &self.idom_pre;
-        let r = idom.len();
-        if r == 0 {
-            return vec![0; groups];
-        }
-        let TreeOrder { order, end: span } = self.tree_order.get_or_init(|| {
-            // `span[p]` is first the size of p's subtree, then (once p is placed) where p's next
-            // child goes, and in the end where p's interval ends: p, then one child subtree after
-            // the other. In preorder, a node's dominator is placed before it.
-            let mut span = vec![1u32; r];
-            sum_over_subtrees(idom, &mut span);
-            let mut order = vec![0u32; r];
-            span[0] = 1;
-            for p in 1..r {
-                let d = idom[p] as usize;
-                let at = span[d];
-                span[d] += span[p];
-                span[p] = at + 1;
-                order[at as usize] = p as u32;
-            }
-            TreeOrder { order, end: span }
-        });
         let mut retained = vec![0u64; groups];
-        let mut end = vec![0u32; groups];
-        for (i, &p) in order.iter().enumerate().skip(1) {
-            let g = group_of(p as usize);
-            if g != NONE && i as u32 >= end[g as usize] {
-                retained[g as usize] += self.retained_pre.get(p as usize);
-                end[g as usize] = span[p as usize];
+        if self.idom_pre.is_empty() {
+            return retained;
+        }
+        let (offsets, kids) = self.children_csr();
+        // Per group: (depth, preorder number) of the member whose subtree counts whole.
+        let mut cover = vec![(NONE, NONE); groups];
+        // (preorder number, its next child's index in `kids`): the path from the root.
+        let mut stack: Vec<(u32, u32)> = vec![(0, offsets[0])];
+        while let Some(top) = stack.last_mut() {
+            let (p, next) = *top;
+            if next == offsets[p as usize + 1] {
+                stack.pop();
+                continue;
+            }
+            top.1 += 1;
+            let c = kids[next as usize];
+            let depth = stack.len();
+            let g = group_of(c as usize);
+            if g != NONE {
+                let (d, member) = cover[g as usize];
+                let inside = (d as usize) < depth && stack[d as usize].0 == member;
+                if !inside {
+                    retained[g as usize] += self.retained_pre.get(c as usize);
+                    cover[g as usize] = (depth as u32, c);
+                }
+            }
+            let first = offsets[c as usize];
+            if first != offsets[c as usize + 1] {
+                stack.push((c, first));
             }
         }
         retained
+    }
+
+    /// Children of every reachable node in the dominator tree, in preorder numbers, as a CSR
+    /// (`offsets` by preorder number): [`DominatorTree::children_pre`], built on first use and
+    /// kept.
+    pub fn children_csr(&self) -> (&[u32], &[u32]) {
+        let (offsets, kids) = self.children.get_or_init(|| self.children_pre());
+        (offsets, kids)
     }
 
     /// Children of every reachable node in the dominator tree, in preorder numbers, as a CSR
@@ -413,7 +412,7 @@ pub fn dominators_with<T: Send>(graph: Csr<'_>, root: u32, beside: impl FnOnce(&
         idom_pre: words,
         retained_pre: RetainedSizes::Bytes(Vec::new()),
         preorder: std::sync::OnceLock::new(),
-        tree_order: std::sync::OnceLock::new(),
+        children: std::sync::OnceLock::new(),
     };
     (tree, beside)
 }

@@ -31,9 +31,8 @@ pub trait HeapFacts<'s> {
         None
     }
 
-    /// The closure blocks' addresses and code pointers, when the blocks were walked (a full
-    /// analysis).
-    fn closures(&self) -> Option<&[(u64, u64)]> {
+    /// The closure blocks' nodes, when the blocks were walked (a full analysis).
+    fn closures(&self) -> Option<&[NodeId]> {
         None
     }
 

@@ -37,14 +37,11 @@ pub struct Analysis<'s> {
     retainers: OnceLock<Retainers>,
     /// Every block's kind, found when a grouping or the index first needs it.
     block_kinds: OnceLock<BlockKinds>,
-    /// The dominator tree's children (offsets and preorder numbers, by preorder number),
-    /// computed when a report first walks the tree.
-    children: OnceLock<(Vec<u32>, Vec<u32>)>,
     /// The blocks' OCaml types, computed when a report first needs them.
     typing: OnceLock<Option<Typing>>,
     /// Shortest-path parents (one breadth-first search), made when a report first needs them
     /// (`summary`'s suspects ask for them once per suspect).
-    bfs_parents: OnceLock<Vec<NodeId>>,
+    bfs_parents: OnceLock<walks::ShortestParents>,
 }
 
 impl<'s> Analysis<'s> {
@@ -75,7 +72,6 @@ impl<'s> Analysis<'s> {
             modules,
             retainers: Default::default(),
             block_kinds: Default::default(),
-            children: Default::default(),
             typing: Default::default(),
             bfs_parents: Default::default(),
         })
@@ -92,13 +88,25 @@ impl<'s> Analysis<'s> {
     /// Keeps shortest-path parents made elsewhere (another thread, from the graph alone:
     /// [`walks::bfs_parents`]) for the reports that ask for them; parents made already are kept.
     pub fn keep_bfs_parents(&self, parents: Vec<NodeId>) {
+        let _ = self.bfs_parents.get_or_init(|| walks::ShortestParents::from_all(&parents, &self.tree));
+    }
+
+    /// Keeps shortest-path parents made elsewhere ([`walks::ShortestParents::search`], on
+    /// another thread); parents made already are kept.
+    pub fn keep_shortest_parents(&self, parents: walks::ShortestParents) {
         let _ = self.bfs_parents.set(parents);
     }
 
-    /// Every node's shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable),
-    /// made on first use and kept.
-    pub fn bfs_parents(&self) -> &[NodeId] {
-        self.bfs_parents.get_or_init(|| walks::bfs_parents(&self.graph))
+    /// Every node's shortest-path parent ([`walks::ShortestParents`]), made on first use and
+    /// kept.
+    pub fn shortest_parents(&self) -> &walks::ShortestParents {
+        self.bfs_parents.get_or_init(|| walks::ShortestParents::search(&self.graph, &self.tree))
+    }
+
+    /// Node `v`'s shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable), the
+    /// parents made on first use and kept.
+    pub fn bfs_parent_of(&self, v: NodeId) -> NodeId {
+        self.shortest_parents().get(v, &self.tree)
     }
 
     /// Every block's kind ([`BlockKinds`]).
@@ -156,7 +164,7 @@ impl<'s> Analysis<'s> {
 
     /// Children in the dominator tree, largest retained first (ties by node).
     pub fn children(&self, node: NodeId) -> Vec<NodeId> {
-        let (offsets, kids) = self.children.get_or_init(|| self.tree.children_pre());
+        let (offsets, kids) = self.tree.children_csr();
         let Some(&p) = self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE) else { return Vec::new() };
         let preorder = self.preorder();
         let mut out: Vec<NodeId> =
@@ -278,7 +286,7 @@ impl<'s> HeapFacts<'s> for Analysis<'s> {
         Some(&self.graph.blocks)
     }
 
-    fn closures(&self) -> Option<&[(u64, u64)]> {
+    fn closures(&self) -> Option<&[NodeId]> {
         Some(&self.graph.closures)
     }
 
@@ -349,7 +357,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn bfs_parent(&self, v: NodeId) -> Option<NodeId> {
-        self.bfs_parents().get(v as usize).copied().filter(|&p| p != NO_NODE)
+        Some(self.bfs_parent_of(v)).filter(|&p| p != NO_NODE)
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {

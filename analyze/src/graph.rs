@@ -79,9 +79,9 @@ pub struct HeapGraph<'s> {
     pub orphan_stack_records: u64,
     /// Ephemeron list entries that are not abstract blocks.
     pub bad_ephemerons: u64,
-    /// The closure blocks' addresses and code pointers (found while the edges are: the typing
-    /// reads them).
-    pub closures: Vec<(u64, u64)>,
+    /// The closure blocks' nodes, in node order (found while the edges are: the typing reads
+    /// them; their code pointers are their first fields).
+    pub closures: Vec<NodeId>,
 }
 
 /// Everything a block's edges depend on besides the block itself.
@@ -95,7 +95,7 @@ struct EdgeContext<'a, 's> {
 struct EdgeSink {
     counts: PointerCounts,
     bad: HashMap<BadPointer, u64>,
-    closures: Vec<(u64, u64)>,
+    closures: Vec<NodeId>,
 }
 
 impl EdgeContext<'_, '_> {
@@ -157,7 +157,7 @@ impl<'s> HeapGraph<'s> {
         let n = blocks.node_count as usize;
         let mut offsets = vec![0u32; n + 1];
         let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
-        let mut closures: Vec<(u64, u64)> = Vec::new();
+        let mut closures: Vec<NodeId> = Vec::new();
 
         // Super-root and root kinds.
         targets.extend(1..first_block);
@@ -232,8 +232,8 @@ impl<'s> HeapGraph<'s> {
                     let mut out = Vec::new();
                     let mut sink = EdgeSink::default();
                     for (b, d) in blocks.region_blocks(r).zip(degrees.iter_mut()) {
-                        if let (ocaml::CLOSURE_TAG, Some(&code)) = (b.header.tag, b.fields.first()) {
-                            sink.closures.push((b.address, code));
+                        if b.header.tag == ocaml::CLOSURE_TAG && !b.fields.is_empty() {
+                            sink.closures.push(b.node);
                         }
                         let before = out.len();
                         ctx.edges_of(&b, &mut out, &mut sink);

@@ -24,15 +24,59 @@ use rustc_hash::FxHashMap as HashMap;
 /// `closure` groupings and the analysis index alike.
 pub struct BlockKinds {
     pub kinds: Vec<GroupKey>,
-    /// `u32::MAX` for a node that is no block.
-    pub ids: Vec<u32>,
+    /// By node minus the first block node: in the narrowest width the number of kinds allows
+    /// (a heap has tens to thousands of kinds and millions of blocks), its largest value
+    /// standing for a node that is no block.
+    ids: KindIds,
+}
+
+enum KindIds {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
 }
 
 impl BlockKinds {
     /// The kind of node `v` (`None`: not a block), `first_block` being the first block node.
     pub fn key(&self, first_block: NodeId, v: NodeId) -> Option<GroupKey> {
-        let id = *self.ids.get((v as usize).checked_sub(first_block as usize)?)?;
+        let id = self.id((v as usize).checked_sub(first_block as usize)?);
         self.kinds.get(id as usize).copied()
+    }
+
+    /// How many ids there are (one per node from the first block node on).
+    pub fn len(&self) -> usize {
+        match &self.ids {
+            KindIds::U8(ids) => ids.len(),
+            KindIds::U16(ids) => ids.len(),
+            KindIds::U32(ids) => ids.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The kind id (an index in `kinds`) of node `first_block + i`; `u32::MAX` for a node that
+    /// is no block, or past the end.
+    #[inline]
+    pub fn id(&self, i: usize) -> u32 {
+        match &self.ids {
+            KindIds::U8(ids) => ids.get(i).map_or(u32::MAX, |&k| if k == u8::MAX { u32::MAX } else { u32::from(k) }),
+            KindIds::U16(ids) => ids.get(i).map_or(u32::MAX, |&k| if k == u16::MAX { u32::MAX } else { u32::from(k) }),
+            KindIds::U32(ids) => ids.get(i).copied().unwrap_or(u32::MAX),
+        }
+    }
+
+    /// Wide ids (`u32::MAX`: no block) in the narrowest width that holds `count` kinds and the
+    /// mark of no block.
+    fn narrowed(ids: Vec<u32>, count: usize) -> KindIds {
+        if count < u8::MAX as usize {
+            KindIds::U8(ids.par_iter().map(|&k| k.min(u32::from(u8::MAX)) as u8).collect())
+        } else if count < u16::MAX as usize {
+            KindIds::U16(ids.par_iter().map(|&k| k.min(u32::from(u16::MAX)) as u16).collect())
+        } else {
+            KindIds::U32(ids)
+        }
     }
 
     /// Every region on every core, each with its own table of kinds, merged after.
@@ -97,6 +141,7 @@ impl BlockKinds {
                 *id = remap[*id as usize];
             }
         });
+        let ids = BlockKinds::narrowed(ids, kinds.len());
         BlockKinds { kinds, ids }
     }
 }
@@ -117,7 +162,7 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
                     if !tree.is_reachable(b.node) {
                         continue;
                     }
-                    let id = bk.ids[(b.node - first) as usize] as usize;
+                    let id = bk.id((b.node - first) as usize) as usize;
                     acc[id].0 += 1;
                     acc[id].1 += b.header.bytes();
                 }
@@ -138,8 +183,8 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
     let preorder = tree.preorder();
     let retained = tree.union_retained(bk.kinds.len(), |p| {
         let v = preorder[p];
-        match bk.ids.get(v.wrapping_sub(first) as usize) {
-            Some(&id) if v >= first && id != u32::MAX && keep[id as usize] => id,
+        match bk.id(v.wrapping_sub(first) as usize) {
+            id if v >= first && id != u32::MAX && keep[id as usize] => id,
             _ => NONE,
         }
     });
@@ -256,10 +301,14 @@ pub fn labelled_tops(
     // Top objects no root names are named by their description, interned with the labels
     // (the map is made only when one is met).
     let mut by_name: Option<HashMap<String, u32>> = None;
-    let tops = (1..tree.reachable_count() as u32)
-        .filter(|&p| ret.top[p as usize] == p && preorder[p as usize] >= first_block)
-        .map(|p| {
-            let id = ret.label_id(p).unwrap_or_else(|| {
+    let tops = ret
+        .tops()
+        .iter()
+        .copied()
+        .enumerate()
+        .filter(|&(_, p)| preorder[p as usize] >= first_block)
+        .map(|(s, p)| {
+            let id = ret.slot_label(s as u32).unwrap_or_else(|| {
                 let names = by_name.get_or_insert_with(|| labels.iter().enumerate().map(|(i, l)| (l.clone(), i as u32)).collect());
                 let label = describe(preorder[p as usize]);
                 *names.entry(label.clone()).or_insert_with(|| {
@@ -326,12 +375,14 @@ pub fn type_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, typing: Option<&
 /// reachable blocks.
 /// `labelled` is [`labelled_tops`]'s answer.
 pub fn root_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, ret: &Retainers, labelled: (Vec<(u32, u32)>, Vec<String>)) -> Vec<Group> {
-    let top = &ret.top;
-    // One group per distinct label, by preorder number of the top objects.
+    // One group per distinct label, by slot of the top objects.
     let (tops, names) = labelled;
-    let mut group_of = vec![NO_LABEL; tree.reachable_count()];
+    let (top_slot, top_pre) = crate::retainers::top_slots(tree, blocks.first_block_node);
+    let mut group_of = vec![NO_LABEL; top_pre.len()];
     for &(p, g) in &tops {
-        group_of[p as usize] = g;
+        if let Some(&s) = top_slot.get(p as usize).filter(|&&s| s != NO_LABEL) {
+            group_of[s as usize] = g;
+        }
     }
     // Sizes, region by region.
     let regions: Vec<usize> = blocks.block_regions().collect();
@@ -347,11 +398,15 @@ pub fn root_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, ret: &Retainers,
                     if p == NO_NODE {
                         continue;
                     }
-                    let t = top[p as usize];
-                    let g = group_of[t as usize];
+                    let s = top_slot[p as usize];
+                    if s == NO_LABEL {
+                        continue;
+                    }
+                    let g = group_of[s as usize];
                     if g == NO_LABEL {
                         continue;
                     }
+                    let t = top_pre[s as usize];
                     let e = &mut acc[g as usize];
                     let bytes = b.header.bytes();
                     e.0 += 1;

@@ -5,7 +5,9 @@ use std::io::IsTerminal;
 use std::time::Instant;
 
 /// The time of each phase of a long computation on stderr, as `name: phase at 1.234s`, when
-/// the `HEAPSNAP_TRACE` environment variable is set (to find where the time goes).
+/// the `HEAPSNAP_TRACE` environment variable is set (to find where the time goes), followed on
+/// Linux by the process's resident memory then and its peak so far (to find where the memory
+/// goes: the peak of a first look is the sum of what the phases hold at once).
 pub struct PhaseTimer {
     name: &'static str,
     start: Option<Instant>,
@@ -19,8 +21,22 @@ impl PhaseTimer {
     /// Prints that `phase` is over.
     pub fn lap(&self, phase: &str) {
         if let Some(t0) = self.start {
-            eprintln!("{}: {phase} at {:.3}s", self.name, t0.elapsed().as_secs_f64());
+            eprintln!("{}: {phase} at {:.3}s{}", self.name, t0.elapsed().as_secs_f64(), resident());
         }
+    }
+}
+
+/// `  (rss 123 MiB, peak 456 MiB)` from `/proc/self/status`, or nothing where there is none.
+fn resident() -> String {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else { return String::new() };
+    let mib = |key: &str| {
+        let line = status.lines().find(|l| l.starts_with(key))?;
+        let kib: u64 = line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib / 1024)
+    };
+    match (mib("VmRSS:"), mib("VmHWM:")) {
+        (Some(rss), Some(peak)) => format!("  (rss {rss} MiB, peak {peak} MiB)"),
+        _ => String::new(),
     }
 }
 

@@ -125,15 +125,18 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
 /// [`crate::SUMMARY_SUSPECTS_SHOWN`]). A first look answers with it from the analysis.
 pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::SuspectsReport) {
     // The suspects' paths walk the shortest-path parents: one breadth-first search on one
-    // core, from the graph alone, made by another thread while this one sums and groups.
-    let graph = &a.graph;
+    // core, made by another thread while this one sums and groups.
+    // The roots' labels before the groups: their per-node arrays are gone before the groups'
+    // walk down the dominator tree makes its child lists (which the suspects read after), so
+    // the two never take memory at the same time.
+    let (graph, tree) = (&a.graph, &a.tree);
     let (mut totals, parents) = std::thread::scope(|scope| {
-        let bfs = scope.spawn(|| crate::walks::bfs_parents(graph));
-        let totals = summary(a, top);
+        let bfs = scope.spawn(|| crate::walks::ShortestParents::search(graph, tree));
         let _ = a.retainers();
+        let totals = summary(a, top);
         (totals, bfs.join().expect("the breadth-first search does not panic"))
     });
-    a.keep_bfs_parents(parents);
+    a.keep_shortest_parents(parents);
     if a.snap.ocaml_names().is_some() {
         if let Ok(groups) = a.group_by(GroupBy::Type) {
             totals.top_groups = groups.into_iter().take(top).collect();

@@ -59,19 +59,33 @@ pub fn stability(kind: RootKind) -> u8 {
 }
 
 /// The roots that reach one top object: those of the most stable kind that does.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Inline, not a vector of names: there is one per top object, and a million of them is usual.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Reach {
     /// Stability of the roots named (`u8::MAX`: none yet).
     rank: u8,
-    /// Root names (ids), sorted; at most [`MAX_NAMES`].
-    names: Vec<u32>,
+    /// How many of `ids` are names.
+    len: u8,
     /// More roots of that rank reach it than are named.
     more: bool,
+    /// Root names (ids), sorted: the first `len`.
+    ids: [u32; MAX_NAMES],
 }
 
 impl Reach {
     fn none() -> Reach {
-        Reach { rank: u8::MAX, names: Vec::new(), more: false }
+        Reach { rank: u8::MAX, len: 0, more: false, ids: [0; MAX_NAMES] }
+    }
+
+    fn one(rank: u8, id: u32) -> Reach {
+        let mut reach = Reach { rank, ..Reach::none() };
+        reach.add(id);
+        reach
+    }
+
+    /// Root names (ids), sorted; at most [`MAX_NAMES`].
+    fn names(&self) -> &[u32] {
+        &self.ids[..self.len as usize]
     }
 
     /// Adds what reaches `from`; true when this changed.
@@ -85,7 +99,7 @@ impl Reach {
             self.rank = from.rank;
             changed = true;
         }
-        for &n in &from.names {
+        for &n in from.names() {
             changed |= self.add(n);
         }
         if from.more && !self.more {
@@ -98,17 +112,21 @@ impl Reach {
     /// Keeps the [`MAX_NAMES`] smallest name ids (so that which are named does not depend on
     /// the order roots are met in); true when this changed.
     fn add(&mut self, name: u32) -> bool {
-        let Err(i) = self.names.binary_search(&name) else { return false };
+        let Err(i) = self.names().binary_search(&name) else { return false };
         if i >= MAX_NAMES {
             let changed = !self.more;
             self.more = true;
             return changed;
         }
-        self.names.insert(i, name);
-        if self.names.len() > MAX_NAMES {
-            self.names.pop();
+        let len = self.len as usize;
+        if len == MAX_NAMES {
+            // The largest name makes room.
             self.more = true;
+        } else {
+            self.len += 1;
         }
+        self.ids.copy_within(i..len.min(MAX_NAMES - 1), i + 1);
+        self.ids[i] = name;
         true
     }
 }
@@ -123,10 +141,12 @@ pub struct Retainers {
     /// Per label: every root it stands for, sorted, and whether that list is whole (false when
     /// the walk up to the roots ran out of budget: then the roots named are the first ones).
     pub label_roots: Vec<LabelRoots>,
-    /// The top object of every reachable node, by preorder number.
-    pub top: Vec<u32>,
-    /// By preorder number: a top object's label (an index in `labels`), else [`NO_LABEL`].
-    label_of: Vec<u32>,
+    /// The top objects' preorder numbers, ascending: top object `s` (its slot) is `tops[s]`.
+    /// Nothing here is per reachable node (a million top objects is usual, ten million nodes
+    /// too): [`top_slots`] finds every node's top object again for the one grouping that needs it.
+    tops: Vec<u32>,
+    /// By slot: the top object's label (an index in `labels`), else [`NO_LABEL`].
+    slot_label: Vec<u32>,
     /// Per root name: the bytes of the top objects only it reaches, and of those it shares.
     pub per_root: Vec<RootShare>,
 }
@@ -150,37 +170,24 @@ impl Retainers {
         let preorder = tree.preorder();
         let first_block = graph.blocks.first_block_node;
         let r = tree.reachable_count();
-        // The top object of every reachable node, by preorder number (dominators come first).
-        let mut top = vec![0u32; r];
-        for p in 1..r {
-            let d = tree.idom_pre[p] as usize;
-            top[p] = if preorder[d] < first_block { p as u32 } else { top[d] };
-        }
-        let is_top = |p: u32| top[p as usize] == p && preorder[p as usize] >= first_block;
-        // Top objects numbered densely: `slot[p]` (NO_LABEL: not a top object), `tops[slot]`.
-        let mut slot = vec![NO_LABEL; r];
-        let mut tops: Vec<u32> = Vec::new();
-        for p in 1..r as u32 {
-            if is_top(p) {
-                slot[p as usize] = tops.len() as u32;
-                tops.push(p);
-            }
-        }
+        let (top_slot, tops) = top_slots(tree, first_block);
+        // The slot of `p` when it is a top object itself.
+        let slot_of_top = |p: u32| Some(top_slot[p as usize]).filter(|&s| s != NO_LABEL && tops[s as usize] == p);
 
         timer.lap("top objects");
         // Root names, and the roots that hold each top object directly.
         let mut names: Vec<String> = Vec::new();
         let mut name_rank: Vec<u8> = Vec::new();
         let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
-        let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
         let mut held: Vec<u32> = Vec::new();
         // (top object's slot, root name id) for every root that holds a top object itself.
         let mut holders: Vec<(u32, u32)> = Vec::new();
         for edge in &graph.roots {
             let p = tree.pre_of[edge.node as usize];
-            if p == NO_NODE || slot[p as usize] == NO_LABEL {
+            if p == NO_NODE {
                 continue;
             }
+            let Some(s) = slot_of_top(p) else { continue };
             let record = &snap.roots()[edge.record as usize];
             let label = root_names.root_label(record);
             let rank = stability_of(snap, record);
@@ -189,34 +196,48 @@ impl Retainers {
                 name_rank.push(rank);
                 names.len() as u32 - 1
             });
-            let from = Reach { rank, names: vec![id], more: false };
-            let s = slot[p as usize];
-            reach[s as usize].absorb(&from);
             held.push(s);
             holders.push((s, id));
         }
 
         // The subtree graph: top(u) -> w for every edge u -> w into another subtree, as
         // adjacency lists by slot.
-        let mut crossing: Vec<(u32, u32)> = (1..r as u32)
+        // In a fixed number of parts, copied once into a list of the exact size: folding into
+        // vectors merged pairwise would hold several growing copies of it at once.
+        const PARTS: usize = 64;
+        let parts: Vec<Vec<(u32, u32)>> = (0..PARTS)
             .into_par_iter()
-            .fold(Vec::new, |mut out, p| {
-                let u = preorder[p as usize];
-                if u >= first_block {
-                    let from = top[p as usize];
+            .map(|i| {
+                let mut out = Vec::new();
+                for p in (1 + (r - 1) * i / PARTS)..(1 + (r - 1) * (i + 1) / PARTS) {
+                    let u = preorder[p];
+                    if u < first_block {
+                        continue;
+                    }
+                    let from = top_slot[p];
                     for &w in graph.successors(u) {
                         let q = tree.pre_of[w as usize];
-                        if q != NO_NODE && q != from && is_top(q) {
-                            out.push((slot[from as usize], slot[q as usize]));
+                        if q != NO_NODE {
+                            if let Some(to) = slot_of_top(q).filter(|&to| to != from) {
+                                out.push((from, to));
+                            }
                         }
                     }
                 }
                 out
             })
-            .reduce(Vec::new, |mut x, y| {
-                x.extend(y);
-                x
-            });
+            .collect();
+        let mut crossing: Vec<(u32, u32)> = Vec::with_capacity(parts.iter().map(Vec::len).sum());
+        for part in parts {
+            crossing.extend_from_slice(&part);
+        }
+        // Every node's top object is known by its subtree from here on: the per-node array
+        // goes before the per-top-object ones come.
+        drop(top_slot);
+        let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
+        for &(s, id) in &holders {
+            reach[s as usize].absorb(&Reach::one(name_rank[id as usize], id));
+        }
         timer.lap("crossing edges");
         crossing.par_sort_unstable();
         crossing.dedup();
@@ -239,7 +260,7 @@ impl Retainers {
             if next_start[t as usize] == next_start[t as usize + 1] {
                 continue;
             }
-            let from = reach[t as usize].clone();
+            let from = reach[t as usize];
             for s in next(t) {
                 if reach[s as usize].absorb(&from) {
                     work.push(s);
@@ -256,7 +277,7 @@ impl Retainers {
         let mut label_kind: Vec<MemberKind> = Vec::new();
         // The members of the labels that name only some of their roots (`more`), by slot.
         let mut label_members: Vec<Vec<u32>> = Vec::new();
-        let mut label_of = vec![NO_LABEL; r];
+        let mut slot_label = vec![NO_LABEL; tops.len()];
         let mut last: Option<(usize, u32)> = None;
         for (s, set) in reach.iter().enumerate() {
             if set.rank == u8::MAX {
@@ -264,9 +285,9 @@ impl Retainers {
             }
             // Neighbouring top objects are often named alike: skip the hash then.
             let id = match last {
-                Some((l, id)) if reach[l].names == set.names && reach[l].more == set.more => id,
-                _ => *label_ids.entry((set.names.clone(), set.more)).or_insert_with(|| {
-                    label_sets.push(set.clone());
+                Some((l, id)) if reach[l].names() == set.names() && reach[l].more == set.more => id,
+                _ => *label_ids.entry((set.names().to_vec(), set.more)).or_insert_with(|| {
+                    label_sets.push(*set);
                     label_bytes.push(0);
                     label_kind.push(MemberKind::None);
                     label_members.push(Vec::new());
@@ -276,9 +297,9 @@ impl Retainers {
             last = Some((s, id));
             let p = tops[s];
             let node = preorder[p as usize];
-            label_of[p as usize] = id;
+            slot_label[s] = id;
             label_bytes[id as usize] += tree.retained(node);
-            if (set.names.len() > 1 || set.more) && label_kind[id as usize] != MemberKind::Mixed {
+            if (set.names().len() > 1 || set.more) && label_kind[id as usize] != MemberKind::Mixed {
                 label_kind[id as usize].add(kind_of(node));
             }
             if set.more {
@@ -290,7 +311,7 @@ impl Retainers {
         // rank) that reach any of its members, found up the subtree graph from them.
         let any_partial = label_sets.iter().any(|set| set.more);
         let full_lists = if !any_partial {
-            label_sets.iter().map(|set| Some(set.names.clone())).collect::<Vec<_>>()
+            label_sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
         } else {
             let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
             reverse.par_sort_unstable();
@@ -310,7 +331,7 @@ impl Retainers {
                 .map(|id| {
                     let set = &label_sets[id];
                     if !set.more {
-                        return Some(set.names.clone());
+                        return Some(set.names().to_vec());
                     }
                     let mut found = up.roots_reaching(&label_members[id], id as u32, &mut seen, &mut budget)?;
                     found.retain(|&n| name_rank[n as usize] == set.rank);
@@ -324,7 +345,7 @@ impl Retainers {
             .iter()
             .zip(&full_lists)
             .zip(&label_kind)
-            .map(|((set, full), kind)| match (set.names.as_slice(), set.more) {
+            .map(|((set, full), kind)| match (set.names(), set.more) {
                 ([one], false) => names[*one as usize].clone(),
                 _ => shared_label(&names, set, full.as_deref(), &kind.name(root_names)),
             })
@@ -333,21 +354,21 @@ impl Retainers {
             .iter()
             .zip(&full_lists)
             .map(|(set, full)| {
-                let ids = full.as_deref().unwrap_or(&set.names);
+                let ids = full.as_deref().unwrap_or(set.names());
                 let mut list: Vec<String> = ids.iter().map(|&n| names[n as usize].clone()).collect();
                 list.sort_unstable();
                 (list, full.is_some())
             })
             .collect();
         let (labels, label_roots, merged_into) = one_label_per_name(labels, label_roots);
-        for l in label_of.iter_mut().filter(|l| **l != NO_LABEL) {
+        for l in slot_label.iter_mut().filter(|l| **l != NO_LABEL) {
             *l = merged_into[*l as usize];
         }
         let mut alone = vec![0u64; names.len()];
         let mut shared = vec![0u64; names.len()];
         let mut partners: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); names.len()];
         for (set, &bytes) in label_sets.iter().zip(&label_bytes) {
-            match set.names.as_slice() {
+            match set.names() {
                 [one] if !set.more => alone[*one as usize] += bytes,
                 many => {
                     for &n in many {
@@ -369,13 +390,24 @@ impl Retainers {
             })
             .collect();
         per_root.sort_by(|x, y| (y.alone + y.shared).cmp(&(x.alone + x.shared)).then(x.root.cmp(&y.root)));
-        Retainers { names, labels, label_roots, top, label_of, per_root }
+        Retainers { names, labels, label_roots, tops, slot_label, per_root }
+    }
+
+    /// The top objects' preorder numbers, ascending (a top object's index here is its slot).
+    pub fn tops(&self) -> &[u32] {
+        &self.tops
+    }
+
+    /// The label of the top object in `slot` as an index in `labels`; None when no root
+    /// names it.
+    pub fn slot_label(&self, slot: u32) -> Option<u32> {
+        self.slot_label.get(slot as usize).copied().filter(|&l| l != NO_LABEL)
     }
 
     /// The label of a top object (by preorder number) as an index in `labels`; None for other
     /// nodes and for top objects no root names.
     pub fn label_id(&self, p: u32) -> Option<u32> {
-        self.label_of.get(p as usize).copied().filter(|&l| l != NO_LABEL)
+        self.slot_label(self.tops.binary_search(&p).ok()? as u32)
     }
 
     /// The label of a top object (by node): its most stable roots.
@@ -383,6 +415,27 @@ impl Retainers {
         let p = *tree.pre_of.get(v as usize)?;
         self.label_id(p).map(|l| self.labels[l as usize].as_str())
     }
+}
+
+/// The slot of every reachable node's top object (the top of its chain of dominators below the
+/// super-root and the root kinds), by preorder number ([`NO_LABEL`] for those), and the top
+/// objects' preorder numbers by slot: numbered densely as met in preorder (dominators come
+/// first), so ascending.
+pub fn top_slots(tree: &DominatorTree, first_block: NodeId) -> (Vec<u32>, Vec<u32>) {
+    let preorder = tree.preorder();
+    let r = tree.reachable_count();
+    let mut top_slot = vec![NO_LABEL; r];
+    let mut tops: Vec<u32> = Vec::new();
+    for p in 1..r {
+        let d = tree.idom_pre[p] as usize;
+        if preorder[d] >= first_block {
+            top_slot[p] = top_slot[d];
+        } else if preorder[p] >= first_block {
+            top_slot[p] = tops.len() as u32;
+            tops.push(p as u32);
+        }
+    }
+    (top_slot, tops)
 }
 
 /// Steps of the walks up the subtree graph that list every root of the labels naming only
@@ -515,7 +568,7 @@ fn group_of(name: &str) -> &str {
 /// only, not on sizes, so that snapshots of a growing heap name their shared memory alike.
 fn shared_label(names: &[String], set: &Reach, full: Option<&[u32]>, what: &str) -> String {
     let Some(full) = full else {
-        let mut list: Vec<&str> = set.names.iter().map(|&n| names[n as usize].as_str()).collect();
+        let mut list: Vec<&str> = set.names().iter().map(|&n| names[n as usize].as_str()).collect();
         list.sort_unstable();
         return format!("{what} shared by more than {} roots: {}, ...", list.len(), list.join(", "));
     };

@@ -2,29 +2,36 @@
 //! paths follow, and the referrers of a node.
 
 use crate::blocks::{NodeId, NO_NODE};
+use crate::dominators::DominatorTree;
 use crate::graph::{HeapGraph, SUPER_ROOT};
 use rayon::prelude::*;
 
 /// One breadth-first search from the super-root over strong edges (weak and ephemeron edges
 /// never retain): `discover(u, t)` is called once for every node `t` the search reaches, with
 /// the node `u` it was first reached from, in BFS order (so `u` was discovered before).
+///
+/// Level by level: the nodes at one distance, then those they discover, which is a FIFO queue's
+/// order exactly, but holds two levels at a time instead of every node reached (a heap is wide
+/// and shallow near its roots, and the summary runs this beside its other arrays).
 pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) {
     let mut seen = vec![0u64; g.node_count().div_ceil(64)];
     seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
-    let mut queue: Vec<NodeId> = vec![SUPER_ROOT];
-    let mut head = 0;
+    let mut level: Vec<NodeId> = vec![SUPER_ROOT];
+    let mut next: Vec<NodeId> = Vec::new();
     let check = !g.condition_edges.is_empty();
-    while head < queue.len() {
-        let u = queue[head];
-        head += 1;
-        for &t in g.successors(u) {
-            let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
-            if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
-                seen[word] |= bit;
-                queue.push(t);
-                discover(u, t);
+    while !level.is_empty() {
+        for &u in &level {
+            for &t in g.successors(u) {
+                let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
+                if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
+                    seen[word] |= bit;
+                    next.push(t);
+                    discover(u, t);
+                }
             }
         }
+        std::mem::swap(&mut level, &mut next);
+        next.clear();
     }
 }
 
@@ -34,6 +41,85 @@ pub fn bfs_parents(g: &HeapGraph<'_>) -> Vec<NodeId> {
     parent[SUPER_ROOT as usize] = SUPER_ROOT;
     strong_bfs(g, |u, t| parent[t as usize] = u);
     parent
+}
+
+/// Every node's shortest-path parent ([`bfs_parents`]), held as how it differs from its
+/// immediate dominator: a block with one referrer (most of a heap's) has that referrer as both,
+/// so only the others' parents are listed, by node, found through a bit per node. A few bytes
+/// per listed node and a bit per node, where a parent per node takes 4 bytes: the summary holds
+/// them beside the dominator tree's child lists.
+pub struct ShortestParents {
+    /// Bit `v`: node `v`'s parent is listed (it is not its immediate dominator).
+    listed: Vec<u64>,
+    /// Listed nodes before each word of `listed`.
+    before: Vec<u32>,
+    /// The listed nodes' parents, by node.
+    parents: Vec<NodeId>,
+}
+
+impl ShortestParents {
+    /// From `(node, parent)` pairs for every node whose parent differs from its immediate
+    /// dominator, in any order (`n` nodes).
+    fn from_listed(n: usize, mut listed_pairs: Vec<(NodeId, NodeId)>) -> ShortestParents {
+        listed_pairs.par_sort_unstable();
+        let mut listed = vec![0u64; n.div_ceil(64)];
+        for &(v, _) in &listed_pairs {
+            listed[v as usize / 64] |= 1 << (v % 64);
+        }
+        let mut before = Vec::with_capacity(listed.len());
+        let mut count = 0u32;
+        for w in &listed {
+            before.push(count);
+            count += w.count_ones();
+        }
+        let parents: Vec<NodeId> = listed_pairs.into_iter().map(|(_, p)| p).collect();
+        ShortestParents { listed, before, parents }
+    }
+
+    /// From every node's parent ([`bfs_parents`]).
+    pub fn from_all(parents: &[NodeId], tree: &DominatorTree) -> ShortestParents {
+        let listed: Vec<(NodeId, NodeId)> =
+            parents.par_iter().enumerate().filter(|&(v, &p)| p != tree.idom(v as NodeId)).map(|(v, &p)| (v as NodeId, p)).collect();
+        ShortestParents::from_listed(parents.len(), listed)
+    }
+
+    /// The breadth-first search of [`bfs_parents`], keeping only the parents that differ from
+    /// the immediate dominators (never every node's at once).
+    pub fn search(g: &HeapGraph<'_>, tree: &DominatorTree) -> ShortestParents {
+        let n = g.node_count();
+        // The super-root is its own parent; it has no immediate dominator.
+        let mut listed: Vec<(NodeId, NodeId)> = vec![(SUPER_ROOT, SUPER_ROOT)];
+        let mut reached = vec![0u64; n.div_ceil(64)];
+        reached[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
+        strong_bfs(g, |u, t| {
+            reached[t as usize / 64] |= 1 << (t % 64);
+            if tree.idom(t) != u {
+                listed.push((t, u));
+            }
+        });
+        // The nodes the search never reaches have no parent: listed when they have an
+        // immediate dominator (reached only through an ephemeron's condition).
+        let unreached: Vec<(NodeId, NodeId)> = (0..n as NodeId)
+            .into_par_iter()
+            .filter(|&v| reached[v as usize / 64] >> (v % 64) & 1 == 0 && tree.idom(v) != NO_NODE)
+            .map(|v| (v, NO_NODE))
+            .collect();
+        listed.extend(unreached);
+        ShortestParents::from_listed(n, listed)
+    }
+
+    /// Node `v`'s shortest-path parent (`NO_NODE`: none, unreachable or out of range).
+    pub fn get(&self, v: NodeId, tree: &DominatorTree) -> NodeId {
+        let (w, bit) = (v as usize / 64, 1u64 << (v % 64));
+        match self.listed.get(w) {
+            None => NO_NODE,
+            Some(&word) if word & bit != 0 => {
+                let rank = self.before[w] + (word & (bit - 1)).count_ones();
+                self.parents[rank as usize]
+            }
+            Some(_) => tree.idom(v),
+        }
+    }
 }
 
 /// Up to `max` nodes with an edge to `v` (one pass over all edges).

@@ -206,7 +206,9 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b.add_u32_vec(RETAINED, retained_words);
     b.add_u64_vec(RETAINED_LARGE, retained_large);
     let kinds = a.block_kinds();
-    b.add(KIND_IDS, narrow_ids(&kinds.ids, kinds.kinds.len(), meta.kind_id_bytes));
+    let kind_ids: Vec<u32> = (0..kinds.len()).into_par_iter().map(|i| kinds.id(i)).collect();
+    b.add(KIND_IDS, narrow_ids(&kind_ids, kinds.kinds.len(), meta.kind_id_bytes));
+    drop(kind_ids);
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
     b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
@@ -236,18 +238,19 @@ fn narrow_ids(ids: &[u32], count: usize, width: u8) -> Vec<u8> {
 /// immediate dominator, its parent too: most heap objects), the others' lists encoded.
 fn add_referrers(b: &mut IndexBuilder<'_>, a: &Analysis<'_>, ref_offsets: &[u32], refs: &[u32]) {
     let n = a.graph.node_count();
-    let parents = a.bfs_parents();
     let tree = &a.tree;
+    let parents = a.shortest_parents();
+    let parent = |v: usize| parents.get(v as NodeId, tree);
     let refs_of = |v: usize| &refs[ref_offsets[v] as usize..ref_offsets[v + 1] as usize];
     let plain_node = |v: usize| {
         let idom = tree.idom(v as NodeId);
-        idom != NO_NODE && parents[v] == idom && refs_of(v) == [idom]
+        idom != NO_NODE && parent(v) == idom && refs_of(v) == [idom]
     };
     let plain: Vec<u64> = (0..n.div_ceil(64))
         .into_par_iter()
         .map(|w| (w * 64..(w * 64 + 64).min(n)).filter(|&v| plain_node(v)).fold(0u64, |bits, v| bits | 1 << (v % 64)))
         .collect();
-    let others = (0..n).filter(|&v| plain[v / 64] >> (v % 64) & 1 == 0).map(|v| (v as NodeId, refs_of(v), parents[v]));
+    let others = (0..n).filter(|&v| plain[v / 64] >> (v % 64) & 1 == 0).map(|v| (v as NodeId, refs_of(v), parent(v)));
     let (stream, checkpoints) = crate::compact::encode_referrers(others);
     b.add_u64_vec(PLAIN_REFERRERS, plain);
     b.add(REFERRERS, stream);

@@ -341,3 +341,42 @@ fn a_heap_without_roots_or_blocks() {
     assert_eq!((s.objects, s.unreachable_objects, s.reachable_bytes), (1, 1, 0));
     assert!(!verify(&w.snap, true).unwrap().ok);
 }
+
+/// The shortest-path parents the summary keeps (only those that are not the immediate
+/// dominator, listed) are every node's breadth-first parent, whether found by their own search
+/// or compressed from the whole array: on a heap with shared blocks (parent and dominator
+/// differ), ephemerons (key -> data edges that paths do not follow), a cycle and garbage.
+#[test]
+fn shortest_parents_are_the_breadth_first_parents() {
+    let mut h = SynthHeap::new();
+    let strong_key = h.alloc_string(Space::Major, b"strong");
+    let data_alive = h.alloc_raw(Space::Major, ocaml::STRING_TAG, &[0; 10]);
+    let e1 = h.alloc_ephemeron(Some(Value::Ptr(data_alive)), &[Value::Ptr(strong_key)]);
+    let shared = h.alloc_string(Space::Major, b"shared");
+    let left = h.alloc(Space::Major, 0, &[Value::Ptr(shared), Value::Ptr(e1)]);
+    let right = h.alloc(Space::Major, 0, &[Value::Ptr(shared), Value::Ptr(strong_key)]);
+    let cycle_a = h.alloc(Space::Major, 0, &[Value::Int(0), Value::Ptr(shared)]);
+    let cycle_b = h.alloc(Space::Major, 0, &[Value::Ptr(cycle_a)]);
+    h.set_field(cycle_a, 0, Value::Ptr(cycle_b));
+    let garbage = h.alloc(Space::Major, 0, &[Value::Ptr(shared)]);
+    h.add_module("P", &[Value::Ptr(left), Value::Ptr(right), Value::Ptr(cycle_b)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let all = heapsnap_analyze::bfs_parents(&a.graph);
+    let searched = heapsnap_analyze::ShortestParents::search(&a.graph, &a.tree);
+    let compressed = heapsnap_analyze::ShortestParents::from_all(&all, &a.tree);
+    for (v, &p) in all.iter().enumerate() {
+        assert_eq!(searched.get(v as u32, &a.tree), p, "node {v}, searched");
+        assert_eq!(compressed.get(v as u32, &a.tree), p, "node {v}, from the whole array");
+    }
+    // Parents that are not immediate dominators were met, and nodes with none.
+    let shared_n = node_of(&a, &h, shared);
+    assert_ne!(all[shared_n as usize], a.tree.idom(shared_n));
+    assert_eq!(all[node_of(&a, &h, garbage) as usize], heapsnap_analyze::NO_NODE);
+    assert_eq!(searched.get(all.len() as u32, &a.tree), heapsnap_analyze::NO_NODE, "past the last node");
+    // The summary keeps the searched ones: the reports' parents are the same.
+    let _ = heapsnap_analyze::summary_with_suspects(&a, 10);
+    for (v, &p) in all.iter().enumerate() {
+        assert_eq!(a.bfs_parent_of(v as u32), p, "node {v}, kept by the summary");
+    }
+}
