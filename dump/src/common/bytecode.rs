@@ -212,8 +212,8 @@ pub enum InterpreterStop {
     /// In C code that could not be unwound (the pc is said).
     NotUnwound(u64),
     /// In C code: its frames, innermost first, down to the interpreter's frame if it was
-    /// called from bytecode (`called` is then the frame of the function the interpreter
-    /// called, the last of `c_frames`, and the address in it).
+    /// called from bytecode (`called` is then an address in the function the interpreter
+    /// called, whose frame is the last of `c_frames`).
     InC { c_frames: Vec<Frame>, called: Option<u64> },
 }
 
