@@ -159,10 +159,10 @@ let r = ref (Some 1) and v = Some 2
 let rec store i = r := v; r := v; r := v; r := v; if i = 0 then store 1_000_000 else store (i - 1)
 let () = Gc.full_major (); print_endline "READY"; store 1
 "#;
-    // (The last stop's reason is said: in `modify`, any of three. While the major GC marks,
-    // `caml_modify` darkens the value it overwrites, so a stop may land in `caml_darken`
-    // (major_gc.c), unsafe whoever called it.)
-    let modifying = ["is interpreting bytecode", "is in caml_modify, which the interpreter calls without saving", "(major_gc.c)"];
+    // (The last stop's reason is said. In `modify`, a stop may also land in a runtime function
+    // that `caml_modify` calls, unsafe whoever called it: `caml_darken` (major_gc.c) while the
+    // major GC marks, 4.14's `caml_page_table_lookup` (memory.c).)
+    let modifying = ["is interpreting bytecode", "is in caml_modify, which the interpreter calls without saving", ".c)"];
     for (name, source, says) in [("spin", spin, &modifying[..1]), ("modify", modify, &modifying[..])] {
         let program = compile_bytecode_by(&toolchain_prefix(toolchain), dir.path(), name, source);
         let mut running = start_until_ready(&program);
