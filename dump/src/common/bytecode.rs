@@ -217,10 +217,12 @@ pub enum InterpreterStop {
     InC { c_frames: Vec<Frame>, called: Option<u64> },
 }
 
-/// Where the thread with registers `regs` was stopped: in the interpreter (`interpreter`, its
-/// code's range) or in C code, unwound up to the interpreter's frame.
-pub fn interpreter_stop(unwinder: &Unwinder, source: &dyn MemorySource, regs: &Registers, interpreter: (u64, u64)) -> InterpreterStop {
-    let interpreting = |pc: u64| (interpreter.0..interpreter.1).contains(&pc);
+/// Where the thread with registers `regs` was stopped: in the interpreter (the function of
+/// `exe`, loaded `bias` away) or in C code, unwound up to the interpreter's frame.
+pub fn interpreter_stop(unwinder: &Unwinder, source: &dyn MemorySource, regs: &Registers, exe: &Executable, bias: u64) -> InterpreterStop {
+    let Some(interpreter) = super::program::interpreter_symbol(exe) else { return InterpreterStop::NotUnwound(regs.rip) };
+    let start = bias.wrapping_add(interpreter.address);
+    let interpreting = |pc: u64| (start..start + interpreter.size.max(1)).contains(&pc);
     if interpreting(regs.rip) {
         return InterpreterStop::Interpreting;
     }
@@ -272,6 +274,16 @@ pub fn systhreads_library(source: &dyn MemorySource) -> Result<Option<LoadedLibr
     }
     let bias = file.load_bias(&mappings, path)?;
     Ok(Some(LoadedLibrary { file, bias }))
+}
+
+/// The refusal of a bytecode program whose `caml_scan_roots_hook` (at `hook`) is not
+/// systhreads': the library that installed it scans roots of its own.
+pub fn unknown_hook(source: &dyn MemorySource, hook: u64) -> Result<DumpError> {
+    let library = source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
+    Ok(DumpError::BytecodeLibraryUnsupported {
+        library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
+        why: "it scans roots of its own (caml_scan_roots_hook), which heapsnap does not know".into(),
+    })
 }
 
 /// A loaded library's code: its source files (from its DWARF) and its symbols, at their

@@ -80,11 +80,7 @@ const INTERPRETER_SAVES_SP_FOR: &[&str] = &["caml_process_pending_actions", "cam
 /// the interpreter (a C thread; the program's start or exit).
 fn classify_bytecode(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Place {
     let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
-    let Some(interpreter) = crate::common::program::interpreter_symbol(&rt.exe) else {
-        return Place::Unsafe(BusyPlace::NotUnwound(function(thread.regs.rip)));
-    };
-    let range = (rt.addr(interpreter.address), rt.addr(interpreter.address) + interpreter.size.max(1));
-    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, range) {
+    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, &rt.exe, rt.bias) {
         InterpreterStop::Interpreting => return Place::Unsafe(BusyPlace::Interpreting),
         InterpreterStop::NotUnwound(pc) => return Place::Unsafe(BusyPlace::NotUnwound(function(pc))),
         InterpreterStop::InC { c_frames, called } => (c_frames, called),

@@ -221,12 +221,7 @@ fn check_hook(cx: &mut Ctx<'_>) -> Result<()> {
         return Ok(());
     }
     if cx.rt.bytecode.is_some() {
-        // Another library's hook: its roots are its own.
-        let library = cx.source.mappings()?.into_iter().find(|m| m.start <= hook && hook < m.end).and_then(|m| m.path);
-        return Err(DumpError::BytecodeLibraryUnsupported {
-            library: library.map_or_else(|| format!("the code at {hook:#x}"), |p| p.display().to_string()),
-            why: "it scans roots of its own (caml_scan_roots_hook), which heapsnap does not know".into(),
-        });
+        return Err(crate::common::bytecode::unknown_hook(cx.source, hook)?);
     }
     let name = cx.rt.symbol_name_at(hook).unwrap_or("?").to_string();
     // Without .symtab the hook (a static function) has no name: systhreads' file is enough,

@@ -124,11 +124,7 @@ fn unsafe_frame(rt: &Runtime, innermost: bool, at: u64, name: &str) -> Option<Bu
 /// too: the interpreter enters OCaml again only from C code it called after saving.)
 fn classify_bytecode_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState, primitives: &[u64]) -> Holder {
     let function = |pc: u64| rt.symbol_name_at(pc).unwrap_or("?").to_string();
-    let Some(interpreter) = crate::common::program::interpreter_symbol(&rt.exe) else {
-        return Holder::Unsafe(BusyPlace::NotUnwound(function(thread.regs.rip)));
-    };
-    let range = (rt.addr(interpreter.address), rt.addr(interpreter.address) + interpreter.size.max(1));
-    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, range) {
+    let (c_frames, called) = match interpreter_stop(&rt.unwinder, source, &thread.regs, &rt.exe, rt.bias) {
         InterpreterStop::Interpreting => return Holder::Unsafe(BusyPlace::Interpreting),
         InterpreterStop::NotUnwound(pc) => return Holder::Unsafe(BusyPlace::NotUnwound(function(pc))),
         InterpreterStop::InC { c_frames, called } => (c_frames, called),
