@@ -197,41 +197,56 @@ impl DominatorTree {
     /// number `p`, or [`NONE`]; the root belongs to none.
     ///
     /// One depth-first walk down the dominator tree ([`DominatorTree::children_csr`], which
-    /// the reports that go down the tree read too: no array of its own). A member starts a new
-    /// part of its group's union exactly when the member of its group that last did is not
-    /// above it on the walk's stack: each group remembers that member and its depth.
+    /// the reports that go down the tree read too: no array of its own). A member counts when
+    /// no member of its group is open on the walk's path: each group remembers its open member,
+    /// the one that counted, until the walk leaves it.
+    ///
+    /// The walk keeps only the nodes with children still to visit, and goes back up through
+    /// the immediate dominators: a node's last child needs no entry, and in OCaml's structures
+    /// the child that goes on (a list's tail, a bucket's next entry) is the last field, met last
+    /// by the graph's DFS, so last in preorder. A stack of the whole path was as deep as the
+    /// longest list.
     pub fn union_retained(&self, groups: usize, group_of: impl Fn(usize) -> u32) -> Vec<u64> {
         let mut retained = vec![0u64; groups];
         if self.idom_pre.is_empty() {
             return retained;
         }
         let (offsets, kids) = self.children_csr();
-        // Per group: (depth, preorder number) of the member whose subtree counts whole.
-        let mut cover = vec![(NONE, NONE); groups];
-        // (preorder number, its next child's index in `kids`): the path from the root.
-        let mut stack: Vec<(u32, u32)> = vec![(0, offsets[0])];
-        while let Some(top) = stack.last_mut() {
-            let (p, next) = *top;
-            if next == offsets[p as usize + 1] {
-                stack.pop();
+        // Per group: its open member (NONE: none), and the open members, innermost last: at
+        // most one per group, so never deeper than there are groups.
+        let mut open = vec![NONE; groups];
+        let mut opened: Vec<(u32, u32)> = Vec::new();
+        // (node, index in `kids` of its next child) for the nodes on the path with children
+        // left to visit.
+        let mut pending: Vec<(u32, u32)> = Vec::new();
+        let (mut p, mut next) = (0u32, offsets[0]);
+        loop {
+            let end = offsets[p as usize + 1];
+            if next < end {
+                let c = kids[next as usize];
+                if next + 1 < end {
+                    pending.push((p, next + 1));
+                }
+                let g = group_of(c as usize);
+                if g != NONE && open[g as usize] == NONE {
+                    retained[g as usize] += self.retained_pre.get(c as usize);
+                    open[g as usize] = c;
+                    opened.push((c, g));
+                }
+                (p, next) = (c, offsets[c as usize]);
                 continue;
             }
-            top.1 += 1;
-            let c = kids[next as usize];
-            let depth = stack.len();
-            let g = group_of(c as usize);
-            if g != NONE {
-                let (d, member) = cover[g as usize];
-                let inside = (d as usize) < depth && stack[d as usize].0 == member;
-                if !inside {
-                    retained[g as usize] += self.retained_pre.get(c as usize);
-                    cover[g as usize] = (depth as u32, c);
+            // p is done, and so is every node above it up to the one with children left.
+            let Some((q, resume)) = pending.pop() else { break };
+            let mut x = p;
+            while x != q {
+                if let Some(&(_, g)) = opened.last().filter(|&&(member, _)| member == x) {
+                    open[g as usize] = NONE;
+                    opened.pop();
                 }
+                x = self.idom_pre[x as usize];
             }
-            let first = offsets[c as usize];
-            if first != offsets[c as usize + 1] {
-                stack.push((c, first));
-            }
+            (p, next) = (q, resume);
         }
         retained
     }
@@ -240,12 +255,18 @@ impl DominatorTree {
     /// (`offsets` by preorder number): [`DominatorTree::children_pre`], built on first use and
     /// kept.
     pub fn children_csr(&self) -> (&[u32], &[u32]) {
-        let (offsets, kids) = self.children.get_or_init(|| self.children_pre());
+        let (offsets, kids) = self.children.get_or_init(|| {
+            // 8 bytes a node, made while a summary's breadth-first search frees its levels on
+            // another thread: their pages would stay resident beside these.
+            crate::mem::release_free_memory();
+            self.children_pre()
+        });
         (offsets, kids)
     }
 
     /// Children of every reachable node in the dominator tree, in preorder numbers, as a CSR
-    /// (`offsets` by preorder number). 8 bytes per reachable node.
+    /// (`offsets` by preorder number), each node's in ascending order. 8 bytes per reachable
+    /// node.
     pub fn children_pre(&self) -> (Vec<u32>, Vec<u32>) {
         let r = self.idom_pre.len();
         let mut offsets = vec![0u32; r + 1];

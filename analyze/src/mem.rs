@@ -26,6 +26,19 @@ pub fn tune_allocator() {
     }
 }
 
+/// Gives the pages of freed memory back to the kernel (glibc only; a no-op elsewhere), where
+/// the next big arrays would not reuse them at once: [`tune_allocator`] keeps freed memory for
+/// reuse, but what a thread frees while another allocates stays resident beside the new
+/// arrays, and a first look's peak is the sum of what is resident then. The pages given back
+/// are faulted in again when reused.
+pub fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the allocator's heap to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Faults in memory that is about to be written, on another thread, so that a single-threaded
 /// pass that fills a big array (the dominators' DFS) does not stop at every fresh page: the
 /// kernel's page faults, and on a virtual machine the host's first touch of the memory behind

@@ -128,11 +128,13 @@ pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::S
     // core, made by another thread while this one sums and groups.
     // The roots' labels before the groups: their per-node arrays are gone before the groups'
     // walk down the dominator tree makes its child lists (which the suspects read after), so
-    // the two never take memory at the same time.
+    // the two never take memory at the same time. The search starts once the labels are made:
+    // beside their crossing edges it made the peak of a first look, and the labels' work is
+    // mostly on every core already, where the groups' walk down the tree is on one.
     let (graph, tree) = (&a.graph, &a.tree);
+    let _ = a.retainers();
     let (mut totals, parents) = std::thread::scope(|scope| {
         let bfs = scope.spawn(|| crate::walks::ShortestParents::search(graph, tree));
-        let _ = a.retainers();
         let totals = summary(a, top);
         (totals, bfs.join().expect("the breadth-first search does not panic"))
     });

@@ -169,7 +169,6 @@ impl Retainers {
         let timer = crate::progress::PhaseTimer::start("roots' reach");
         let preorder = tree.preorder();
         let first_block = graph.blocks.first_block_node;
-        let r = tree.reachable_count();
         let (top_slot, tops) = top_slots(tree, first_block);
         // The slot of `p` when it is a top object itself.
         let slot_of_top = |p: u32| Some(top_slot[p as usize]).filter(|&s| s != NO_LABEL && tops[s as usize] == p);
@@ -204,17 +203,22 @@ impl Retainers {
         // adjacency lists by slot.
         // In a fixed number of parts, copied once into a list of the exact size: folding into
         // vectors merged pairwise would hold several growing copies of it at once.
+        // By node, not by preorder number: a node's edges, and mostly their targets, are next to
+        // the node before's in the snapshot's address order.
         const PARTS: usize = 64;
+        let n = tree.pre_of.len();
+        let blocks = n.saturating_sub(first_block as usize);
         let parts: Vec<Vec<(u32, u32)>> = (0..PARTS)
             .into_par_iter()
             .map(|i| {
                 let mut out = Vec::new();
-                for p in (1 + (r - 1) * i / PARTS)..(1 + (r - 1) * (i + 1) / PARTS) {
-                    let u = preorder[p];
-                    if u < first_block {
+                for u in (first_block as usize + blocks * i / PARTS)..(first_block as usize + blocks * (i + 1) / PARTS) {
+                    let p = tree.pre_of[u];
+                    if p == NO_NODE {
                         continue;
                     }
-                    let from = top_slot[p];
+                    let u = u as u32;
+                    let from = top_slot[p as usize];
                     for &w in graph.successors(u) {
                         let q = tree.pre_of[w as usize];
                         if q != NO_NODE {
@@ -238,7 +242,7 @@ impl Retainers {
         for &(s, id) in &holders {
             reach[s as usize].absorb(&Reach::one(name_rank[id as usize], id));
         }
-        timer.lap("crossing edges");
+        timer.lap(&format!("crossing edges ({}, {} top objects)", crossing.len(), tops.len()));
         crossing.par_sort_unstable();
         crossing.dedup();
         timer.lap("crossing edges sorted");

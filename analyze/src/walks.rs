@@ -13,14 +13,17 @@ use rayon::prelude::*;
 /// Level by level: the nodes at one distance, then those they discover, which is a FIFO queue's
 /// order exactly, but holds two levels at a time instead of every node reached (a heap is wide
 /// and shallow near its roots, and the summary runs this beside its other arrays).
-pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) {
+///
+/// Returns the nodes reached, a bit per node (node `v`: bit `v % 64` of word `v / 64`).
+pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) -> Vec<u64> {
     let mut seen = vec![0u64; g.node_count().div_ceil(64)];
     seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
-    let mut level: Vec<NodeId> = vec![SUPER_ROOT];
-    let mut next: Vec<NodeId> = Vec::new();
+    let mut level = Level::default();
+    let mut next = Level::default();
+    level.push(SUPER_ROOT);
     let check = !g.condition_edges.is_empty();
     while !level.is_empty() {
-        for &u in &level {
+        for u in level.nodes() {
             for &t in g.successors(u) {
                 let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
                 if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
@@ -32,6 +35,45 @@ pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) {
         }
         std::mem::swap(&mut level, &mut next);
         next.clear();
+    }
+    seen
+}
+
+/// The nodes of one level of [`strong_bfs`], in the order met, in chunks of a fixed size kept
+/// from level to level: a level of millions of nodes grows without copying itself (a vector
+/// doubling in place held both copies at once), and without more than a chunk to spare.
+#[derive(Default)]
+struct Level {
+    chunks: Vec<Vec<NodeId>>,
+    /// Chunks in use: the others are empty, kept for the next levels.
+    used: usize,
+}
+
+impl Level {
+    /// Nodes per chunk (256 KiB).
+    const CHUNK: usize = 1 << 16;
+
+    fn push(&mut self, v: NodeId) {
+        if self.used == 0 || self.chunks[self.used - 1].len() == Self::CHUNK {
+            if self.used == self.chunks.len() {
+                self.chunks.push(Vec::with_capacity(Self::CHUNK));
+            }
+            self.used += 1;
+        }
+        self.chunks[self.used - 1].push(v);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.used == 0
+    }
+
+    fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.chunks[..self.used].iter().flatten().copied()
+    }
+
+    fn clear(&mut self) {
+        self.chunks[..self.used].iter_mut().for_each(Vec::clear);
+        self.used = 0;
     }
 }
 
@@ -72,7 +114,11 @@ impl ShortestParents {
             before.push(count);
             count += w.count_ones();
         }
-        let parents: Vec<NodeId> = listed_pairs.into_iter().map(|(_, p)| p).collect();
+        // A vector of its own, not the pairs' memory reused (twice the size needed, kept as
+        // long as the summary runs).
+        let mut parents: Vec<NodeId> = Vec::with_capacity(listed_pairs.len());
+        parents.extend(listed_pairs.iter().map(|&(_, p)| p));
+        drop(listed_pairs);
         ShortestParents { listed, before, parents }
     }
 
@@ -89,10 +135,7 @@ impl ShortestParents {
         let n = g.node_count();
         // The super-root is its own parent; it has no immediate dominator.
         let mut listed: Vec<(NodeId, NodeId)> = vec![(SUPER_ROOT, SUPER_ROOT)];
-        let mut reached = vec![0u64; n.div_ceil(64)];
-        reached[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
-        strong_bfs(g, |u, t| {
-            reached[t as usize / 64] |= 1 << (t % 64);
+        let reached = strong_bfs(g, |u, t| {
             if tree.idom(t) != u {
                 listed.push((t, u));
             }
@@ -105,7 +148,11 @@ impl ShortestParents {
             .map(|v| (v, NO_NODE))
             .collect();
         listed.extend(unreached);
-        ShortestParents::from_listed(n, listed)
+        let parents = ShortestParents::from_listed(n, listed);
+        // Its levels and lists are gone: their pages would stay resident beside what the
+        // summary makes meanwhile (the dominator tree's child lists).
+        crate::mem::release_free_memory();
+        parents
     }
 
     /// Node `v`'s shortest-path parent (`NO_NODE`: none, unreachable or out of range).
