@@ -196,57 +196,49 @@ impl DominatorTree {
     /// member counts unless another member dominates it. `group_of(p)` is the group of preorder
     /// number `p`, or [`NONE`]; the root belongs to none.
     ///
-    /// One depth-first walk down the dominator tree ([`DominatorTree::children_csr`], which
-    /// the reports that go down the tree read too: no array of its own). A member counts when
-    /// no member of its group is open on the walk's path: each group remembers its open member,
+    /// Depth-first walks down the dominator tree ([`DominatorTree::children_csr`], which the
+    /// reports that go down the tree read too: no array of its own). A member counts when no
+    /// member of its group is open on the walk's path: each group remembers its open member,
     /// the one that counted, until the walk leaves it.
     ///
-    /// The walk keeps only the nodes with children still to visit, and goes back up through
-    /// the immediate dominators: a node's last child needs no entry, and in OCaml's structures
-    /// the child that goes on (a list's tail, a bucket's next entry) is the last field, met last
-    /// by the graph's DFS, so last in preorder. A stack of the whole path was as deep as the
-    /// longest list.
-    pub fn union_retained(&self, groups: usize, group_of: impl Fn(usize) -> u32) -> Vec<u64> {
-        let mut retained = vec![0u64; groups];
+    /// The subtrees of the root's grandchildren (the top objects below the root kinds) are
+    /// disjoint, and when the root's children belong to no group nothing above those subtrees
+    /// covers them: they are walked apart, on every core.
+    pub fn union_retained(&self, groups: usize, group_of: impl Fn(usize) -> u32 + Sync) -> Vec<u64> {
         if self.idom_pre.is_empty() {
-            return retained;
+            return vec![0u64; groups];
         }
         let (offsets, kids) = self.children_csr();
-        // Per group: its open member (NONE: none), and the open members, innermost last: at
-        // most one per group, so never deeper than there are groups.
-        let mut open = vec![NONE; groups];
-        let mut opened: Vec<(u32, u32)> = Vec::new();
-        // (node, index in `kids` of its next child) for the nodes on the path with children
-        // left to visit.
-        let mut pending: Vec<(u32, u32)> = Vec::new();
-        let (mut p, mut next) = (0u32, offsets[0]);
-        loop {
-            let end = offsets[p as usize + 1];
-            if next < end {
-                let c = kids[next as usize];
-                if next + 1 < end {
-                    pending.push((p, next + 1));
-                }
-                let g = group_of(c as usize);
-                if g != NONE && open[g as usize] == NONE {
-                    retained[g as usize] += self.retained_pre.get(c as usize);
-                    open[g as usize] = c;
-                    opened.push((c, g));
-                }
-                (p, next) = (c, offsets[c as usize]);
-                continue;
+        let children = |p: u32| &kids[offsets[p as usize] as usize..offsets[p as usize + 1] as usize];
+        let walk = UnionWalk { tree: self, offsets, kids, group_of: &group_of };
+        let first_level = children(0);
+        if first_level.iter().any(|&c| group_of(c as usize) != NONE) {
+            let mut state = UnionState::new(groups);
+            for &c in first_level {
+                walk.subtree(c, &mut state);
             }
-            // p is done, and so is every node above it up to the one with children left.
-            let Some((q, resume)) = pending.pop() else { break };
-            let mut x = p;
-            while x != q {
-                if let Some(&(_, g)) = opened.last().filter(|&&(member, _)| member == x) {
-                    open[g as usize] = NONE;
-                    opened.pop();
-                }
-                x = self.idom_pre[x as usize];
-            }
-            (p, next) = (q, resume);
+            return state.retained;
+        }
+        let mut retained = vec![0u64; groups];
+        for &c in first_level {
+            let part = children(c)
+                .par_iter()
+                .fold(
+                    || UnionState::new(groups),
+                    |mut state, &top| {
+                        walk.subtree(top, &mut state);
+                        state
+                    },
+                )
+                .map(|state| state.retained)
+                .reduce(
+                    || vec![0u64; groups],
+                    |mut x, y| {
+                        x.iter_mut().zip(y).for_each(|(a, b)| *a += b);
+                        x
+                    },
+                );
+            retained.iter_mut().zip(part).for_each(|(a, b)| *a += b);
         }
         retained
     }
@@ -289,6 +281,83 @@ impl DominatorTree {
         }
         offsets[r] = r.saturating_sub(1) as u32;
         (offsets, children)
+    }
+}
+
+/// One walk of [`DominatorTree::union_retained`]: the tree and the groups.
+struct UnionWalk<'t, G> {
+    tree: &'t DominatorTree,
+    offsets: &'t [u32],
+    kids: &'t [u32],
+    group_of: &'t G,
+}
+
+/// What a walk of [`DominatorTree::union_retained`] sums and keeps.
+struct UnionState {
+    retained: Vec<u64>,
+    /// Per group: its open member (NONE: none).
+    open: Vec<u32>,
+    /// The open members and their groups, innermost last: at most one per group, so never
+    /// deeper than there are groups.
+    opened: Vec<(u32, u32)>,
+    /// (node, index in `kids` of its next child) for the nodes on the path with children left
+    /// to visit.
+    pending: Vec<(u32, u32)>,
+}
+
+impl UnionState {
+    fn new(groups: usize) -> Self {
+        UnionState { retained: vec![0; groups], open: vec![NONE; groups], opened: Vec::new(), pending: Vec::new() }
+    }
+
+    fn enter(&mut self, tree: &DominatorTree, c: u32, g: u32) {
+        if g != NONE && self.open[g as usize] == NONE {
+            self.retained[g as usize] += tree.retained_pre.get(c as usize);
+            self.open[g as usize] = c;
+            self.opened.push((c, g));
+        }
+    }
+}
+
+impl<G: Fn(usize) -> u32> UnionWalk<'_, G> {
+    /// Adds the members of `start`'s subtree (itself included) that no member of their group
+    /// above them in it covers.
+    ///
+    /// The walk keeps only the nodes with children still to visit, and goes back up through the
+    /// immediate dominators: a node's last child needs no entry, and in OCaml's structures the
+    /// child that goes on (a list's tail, a bucket's next entry) is the last field, met last by
+    /// the graph's DFS, so last in preorder. A stack of the whole path was as deep as the
+    /// longest list.
+    fn subtree(&self, start: u32, state: &mut UnionState) {
+        state.enter(self.tree, start, (self.group_of)(start as usize));
+        let (mut p, mut next) = (start, self.offsets[start as usize]);
+        loop {
+            let end = self.offsets[p as usize + 1];
+            if next < end {
+                let c = self.kids[next as usize];
+                if next + 1 < end {
+                    state.pending.push((p, next + 1));
+                }
+                state.enter(self.tree, c, (self.group_of)(c as usize));
+                (p, next) = (c, self.offsets[c as usize]);
+                continue;
+            }
+            // p is done, and so is every node above it up to the one with children left.
+            let Some((q, resume)) = state.pending.pop() else { break };
+            let mut x = p;
+            while x != q {
+                if let Some(&(_, g)) = state.opened.last().filter(|&&(member, _)| member == x) {
+                    state.open[g as usize] = NONE;
+                    state.opened.pop();
+                }
+                x = self.tree.idom_pre[x as usize];
+            }
+            (p, next) = (q, resume);
+        }
+        // The whole subtree is left.
+        for (_, g) in state.opened.drain(..) {
+            state.open[g as usize] = NONE;
+        }
     }
 }
 

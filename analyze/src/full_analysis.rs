@@ -42,6 +42,9 @@ pub struct Analysis<'s> {
     /// Shortest-path parents (one breadth-first search), made when a report first needs them
     /// (`summary`'s suspects ask for them once per suspect).
     bfs_parents: OnceLock<walks::ShortestParents>,
+    /// Until then, the parents of the nodes asked about, from a search that goes only as deep
+    /// as they are ([`walks::PartialParents`]: a first look's suspects are a few levels down).
+    partial_parents: std::sync::Mutex<Option<walks::PartialParents>>,
 }
 
 impl<'s> Analysis<'s> {
@@ -74,6 +77,7 @@ impl<'s> Analysis<'s> {
             block_kinds: Default::default(),
             typing: Default::default(),
             bfs_parents: Default::default(),
+            partial_parents: Default::default(),
         })
     }
 
@@ -91,22 +95,21 @@ impl<'s> Analysis<'s> {
         let _ = self.bfs_parents.get_or_init(|| walks::ShortestParents::from_all(&parents, &self.tree));
     }
 
-    /// Keeps shortest-path parents made elsewhere ([`walks::ShortestParents::search`], on
-    /// another thread); parents made already are kept.
-    pub fn keep_shortest_parents(&self, parents: walks::ShortestParents) {
-        let _ = self.bfs_parents.set(parents);
-    }
-
     /// Every node's shortest-path parent ([`walks::ShortestParents`]), made on first use and
     /// kept.
     pub fn shortest_parents(&self) -> &walks::ShortestParents {
         self.bfs_parents.get_or_init(|| walks::ShortestParents::search(&self.graph, &self.tree))
     }
 
-    /// Node `v`'s shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable), the
-    /// parents made on first use and kept.
+    /// Node `v`'s shortest-path parent ([`walks::bfs_parents`]; `NO_NODE`: unreachable): from
+    /// every node's when they are made ([`Analysis::shortest_parents`]), else from a search that
+    /// goes as deep as `v` and is kept for the next question.
     pub fn bfs_parent_of(&self, v: NodeId) -> NodeId {
-        self.shortest_parents().get(v, &self.tree)
+        if let Some(parents) = self.bfs_parents.get() {
+            return parents.get(v, &self.tree);
+        }
+        let mut partial = self.partial_parents.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        partial.get_or_insert_with(|| walks::PartialParents::new(&self.graph)).parent(v, &self.graph, &self.tree)
     }
 
     /// Every block's kind ([`BlockKinds`]).

@@ -85,7 +85,7 @@ pub use groups::BlockKinds;
 pub use kinds::{key_name, kind_key, shape_key};
 pub use retainers::Retainers;
 pub use typed::{SavedTypes, Typing};
-pub use walks::{bfs_parents, ShortestParents};
+pub use walks::{bfs_parents, PartialParents, ShortestParents};
 
 // The reports.
 pub use inspect::{inspect, Allocation, Field, Inspection};

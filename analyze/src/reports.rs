@@ -124,21 +124,12 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
 /// suspects at [`crate::SUMMARY_SUSPECTS_MIN_PERCENT`] (at most
 /// [`crate::SUMMARY_SUSPECTS_SHOWN`]). A first look answers with it from the analysis.
 pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::SuspectsReport) {
-    // The suspects' paths walk the shortest-path parents: one breadth-first search on one
-    // core, made by another thread while this one sums and groups.
     // The roots' labels before the groups: their per-node arrays are gone before the groups'
     // walk down the dominator tree makes its child lists (which the suspects read after), so
-    // the two never take memory at the same time. The search starts once the labels are made:
-    // beside their crossing edges it made the peak of a first look, and the labels' work is
-    // mostly on every core already, where the groups' walk down the tree is on one.
-    let (graph, tree) = (&a.graph, &a.tree);
+    // the two never take memory at the same time. The suspects' paths search from the roots
+    // only as deep as the suspects are (`Analysis::bfs_parent_of`).
     let _ = a.retainers();
-    let (mut totals, parents) = std::thread::scope(|scope| {
-        let bfs = scope.spawn(|| crate::walks::ShortestParents::search(graph, tree));
-        let totals = summary(a, top);
-        (totals, bfs.join().expect("the breadth-first search does not panic"))
-    });
-    a.keep_shortest_parents(parents);
+    let mut totals = summary(a, top);
     if a.snap.ocaml_names().is_some() {
         if let Ok(groups) = a.group_by(GroupBy::Type) {
             totals.top_groups = groups.into_iter().take(top).collect();

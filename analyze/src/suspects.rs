@@ -144,7 +144,7 @@ impl SuspectsReport {
 pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -> SuspectsReport {
     let total = a.reachable_bytes();
     let threshold = ((total as f64 * min_percent / 100.0).ceil() as u64).max(1);
-    let mut found: Vec<(NodeId, NodeId)> = Vec::new();
+    let mut found: Vec<(NodeId, (NodeId, Option<ElementCount>))> = Vec::new();
     let mut todo = vec![SUPER_ROOT];
     while let Some(v) = todo.pop() {
         let kids = a.children(v);
@@ -155,7 +155,7 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
             found.push((v, accumulation_point(a, v, threshold)));
         }
     }
-    found.sort_by(|x, y| a.retained(y.1).cmp(&a.retained(x.1)).then(x.1.cmp(&y.1)));
+    found.sort_by(|(_, (x, _)), (_, (y, _))| a.retained(*y).cmp(&a.retained(*x)).then(x.cmp(y)));
     if limit > 0 {
         found.truncate(limit);
     }
@@ -163,10 +163,10 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
     let address = |v: NodeId| a.address(v).map_or_else(String::new, |x| format!("{x:#x}"));
     let suspects = found
         .into_iter()
-        .map(|(top, v)| {
+        .map(|(top, (v, count))| {
             let path = a.address(v).and_then(|x| paths(a, &PathQuery::Address(x), 1, 1).ok()).and_then(|p| p.paths.into_iter().next());
             // A collection counts its elements; the head of a chain its links.
-            let elements = match element_count(a, v) {
+            let elements = match count {
                 Some(e) if e.of != FIELDS => Some(e),
                 other => match chain_length(a, v) {
                     (1, _) => other,
@@ -195,22 +195,24 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
 }
 
 /// Down the dominator tree from `v` while one child retains most of its parent (and at least
-/// `threshold`), stopping at a collection of more than one element.
-fn accumulation_point<'s>(a: &impl AnalysedHeap<'s>, v: NodeId, threshold: u64) -> NodeId {
+/// `threshold`), stopping at a collection of more than one element; with the element count of
+/// the node it stops at (counting a list walks it: the suspect's report does not walk it again).
+fn accumulation_point<'s>(a: &impl AnalysedHeap<'s>, v: NodeId, threshold: u64) -> (NodeId, Option<ElementCount>) {
     let mut x = v;
     loop {
-        if element_count(a, x).is_some_and(|c| c.count > 1 && c.of != FIELDS) {
-            return x;
+        let count = element_count(a, x);
+        if count.as_ref().is_some_and(|c| c.count > 1 && c.of != FIELDS) {
+            return (x, count);
         }
-        let Some(c) = dominant_child(a, x) else { return x };
+        let Some(c) = dominant_child(a, x) else { return (x, count) };
         if a.retained(c) < threshold {
-            return x;
+            return (x, count);
         }
         // A chain of blocks of one kind (a compiler's sequence of instructions, a hand-made
         // linked list) loses a little at each link: the walk would stop at whichever link
         // falls under the threshold. Its head is where the memory accumulates.
         if a.kind_of_node(c).is_some() && a.kind_of_node(c) == a.kind_of_node(x) {
-            return x;
+            return (x, count);
         }
         x = c;
     }

@@ -16,27 +16,91 @@ use rayon::prelude::*;
 ///
 /// Returns the nodes reached, a bit per node (node `v`: bit `v % 64` of word `v / 64`).
 pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) -> Vec<u64> {
-    let mut seen = vec![0u64; g.node_count().div_ceil(64)];
-    seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
-    let mut level = Level::default();
-    let mut next = Level::default();
-    level.push(SUPER_ROOT);
-    let check = !g.condition_edges.is_empty();
-    while !level.is_empty() {
-        for u in level.nodes() {
+    let mut search = Levels::new(g);
+    while search.next_level(g, &mut discover) {}
+    search.seen
+}
+
+/// The state of [`strong_bfs`] between two levels, so that a search can stop once it has met
+/// what it looks for, and go on later from there ([`PartialParents`]).
+struct Levels {
+    seen: Vec<u64>,
+    /// The nodes whose successors the next level comes from.
+    level: Level,
+    next: Level,
+}
+
+impl Levels {
+    fn new(g: &HeapGraph<'_>) -> Levels {
+        let mut seen = vec![0u64; g.node_count().div_ceil(64)];
+        seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
+        let mut level = Level::default();
+        level.push(SUPER_ROOT);
+        Levels { seen, level, next: Level::default() }
+    }
+
+    fn has_seen(&self, v: NodeId) -> bool {
+        self.seen.get(v as usize / 64).is_some_and(|w| w >> (v % 64) & 1 == 1)
+    }
+
+    /// Discovers one more level; false once there is none (the search is over).
+    fn next_level(&mut self, g: &HeapGraph<'_>, discover: &mut impl FnMut(NodeId, NodeId)) -> bool {
+        if self.level.is_empty() {
+            return false;
+        }
+        let check = !g.condition_edges.is_empty();
+        for u in self.level.nodes() {
             for &t in g.successors(u) {
                 let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
-                if seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
-                    seen[word] |= bit;
-                    next.push(t);
+                if self.seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
+                    self.seen[word] |= bit;
+                    self.next.push(t);
                     discover(u, t);
                 }
             }
         }
-        std::mem::swap(&mut level, &mut next);
-        next.clear();
+        std::mem::swap(&mut self.level, &mut self.next);
+        self.next.clear();
+        true
     }
-    seen
+}
+
+/// Shortest-path parents found by a breadth-first search that goes only as deep as the nodes
+/// asked about ([`PartialParents::parent`]): the same parents as [`ShortestParents`], for a
+/// first look whose suspects sit a few levels below the roots, without searching the whole
+/// heap. Parents that are not the immediate dominator are listed as they are met.
+pub struct PartialParents {
+    levels: Levels,
+    listed: rustc_hash::FxHashMap<NodeId, NodeId>,
+}
+
+impl PartialParents {
+    pub fn new(g: &HeapGraph<'_>) -> PartialParents {
+        let mut listed = rustc_hash::FxHashMap::default();
+        listed.insert(SUPER_ROOT, SUPER_ROOT);
+        PartialParents { levels: Levels::new(g), listed }
+    }
+
+    /// Node `v`'s shortest-path parent, as [`ShortestParents::get`] gives it; the search goes
+    /// on, level by level, until it meets `v` or ends.
+    pub fn parent(&mut self, v: NodeId, g: &HeapGraph<'_>, tree: &DominatorTree) -> NodeId {
+        if v as usize >= g.node_count() {
+            return NO_NODE;
+        }
+        let listed = &mut self.listed;
+        while !self.levels.has_seen(v) {
+            let more = self.levels.next_level(g, &mut |u, t| {
+                if tree.idom(t) != u {
+                    listed.insert(t, u);
+                }
+            });
+            if !more {
+                // Never reached over strong edges: no parent (as the whole search lists it).
+                return NO_NODE;
+            }
+        }
+        self.listed.get(&v).copied().unwrap_or_else(|| tree.idom(v))
+    }
 }
 
 /// The nodes of one level of [`strong_bfs`], in the order met, in chunks of a fixed size kept

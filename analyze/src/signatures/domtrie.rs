@@ -44,14 +44,16 @@ pub fn group_retained(tree: &DominatorTree, c: &Classified) -> Vec<u64> {
 
 /// The signature trie and the groups' retained bytes: two sequential passes, run side by side.
 pub fn dominator_trie(a: &Analysis<'_>, c: &Classified) -> DomTrie {
-    // The analysis is not shareable between threads (its names are not); its tree is.
+    // The analysis is not shareable between threads (its names are not); its tree is. A rayon
+    // task, not a thread of its own: the groups' pass runs on every core, and a diff runs this
+    // inside rayon's pool, whose threads must not block on a thread that waits for the pool.
     let tree = &a.tree;
-    std::thread::scope(|s| {
-        let groups = s.spawn(|| group_retained(tree, c));
-        let (trie, sig_pre, root_shallow) = signatures(a, c);
-        let group_retained = groups.join().expect("the groups' pass does not panic");
-        DomTrie { trie, sig_pre, group_retained, root_shallow }
-    })
+    let mut group_retained_bytes = Vec::new();
+    let (trie, sig_pre, root_shallow) = rayon::in_place_scope(|s| {
+        s.spawn(|_| group_retained_bytes = group_retained(tree, c));
+        signatures(a, c)
+    });
+    DomTrie { trie, sig_pre, group_retained: group_retained_bytes, root_shallow }
 }
 
 /// Every reachable block's dominator signature, the trie, and the bytes of each root's top

@@ -342,9 +342,9 @@ fn a_heap_without_roots_or_blocks() {
     assert!(!verify(&w.snap, true).unwrap().ok);
 }
 
-/// The shortest-path parents the summary keeps (only those that are not the immediate
-/// dominator, listed) are every node's breadth-first parent, whether found by their own search
-/// or compressed from the whole array: on a heap with shared blocks (parent and dominator
+/// The shortest-path parents the reports read (only those that are not the immediate
+/// dominator, listed) are every node's breadth-first parent, whether found by their own search,
+/// compressed from the whole array, or searched only as deep as asked: on a heap with shared blocks (parent and dominator
 /// differ), ephemerons (key -> data edges that paths do not follow), a cycle and garbage.
 #[test]
 fn shortest_parents_are_the_breadth_first_parents() {
@@ -374,9 +374,16 @@ fn shortest_parents_are_the_breadth_first_parents() {
     assert_ne!(all[shared_n as usize], a.tree.idom(shared_n));
     assert_eq!(all[node_of(&a, &h, garbage) as usize], heapsnap_analyze::NO_NODE);
     assert_eq!(searched.get(all.len() as u32, &a.tree), heapsnap_analyze::NO_NODE, "past the last node");
-    // The summary keeps the searched ones: the reports' parents are the same.
+    // A search that goes only as deep as the nodes asked about gives the same parents, asked
+    // in any order (the deepest first, then the rest); the reports' parents after a summary
+    // (which searches only as deep as its suspects) are the same too.
+    let mut partial = heapsnap_analyze::PartialParents::new(&a.graph);
+    for (v, &p) in all.iter().enumerate().rev() {
+        assert_eq!(partial.parent(v as u32, &a.graph, &a.tree), p, "node {v}, searched as deep as it");
+    }
+    assert_eq!(partial.parent(all.len() as u32, &a.graph, &a.tree), heapsnap_analyze::NO_NODE, "past the last node");
     let _ = heapsnap_analyze::summary_with_suspects(&a, 10);
     for (v, &p) in all.iter().enumerate() {
-        assert_eq!(a.bfs_parent_of(v as u32), p, "node {v}, kept by the summary");
+        assert_eq!(a.bfs_parent_of(v as u32), p, "node {v}, after the summary");
     }
 }
