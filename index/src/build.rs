@@ -217,7 +217,9 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.
     if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
-        b.add_u32(TYPE_IDS, typing.node_types());
+        // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
+        let width = kind_id_bytes(typing.type_count());
+        b.add(TYPE_IDS, narrow_ids(typing.node_types(), u32::MAX as usize, width));
         b.add(TYPES, serde_json::to_vec(&typing.saved()).expect("types serialise"));
     }
     b

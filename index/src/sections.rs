@@ -28,10 +28,12 @@ pub const TOP_LABELS: u32 = 16;
 /// Per block node: its kind, an index in [`Meta::kinds`], in [`Meta::kind_id_bytes`] bytes
 /// (1, 2 or 4: the narrowest that numbers every kind; its largest value: no kind).
 pub const KIND_IDS: u32 = 17;
-/// `u32` per node: its OCaml type, an index in [`TYPES`] (`u32::MAX`: untyped). Only when the
-/// snapshot has OCaml names.
+/// Per node: its OCaml type, an index in [`TYPES`], in 1, 2 or 4 bytes (the section's length
+/// over the node count: the narrowest that numbers the types; its largest value: untyped).
+/// Only when the snapshot has OCaml names.
 pub const TYPE_IDS: u32 = 18;
-/// JSON: the types of [`TYPE_IDS`] and the typing's counts (`heapsnap_analyze::SavedTypes`).
+/// JSON: the types of [`TYPE_IDS`] (each its name and its parts' names) and the typing's
+/// counts (`heapsnap_analyze::SavedTypes`).
 pub const TYPES: u32 = 19;
 /// `(preorder number, retained bytes)` `u64` pairs, by preorder number: the retained sizes that
 /// are no `u32` of words.

@@ -295,12 +295,14 @@ impl<'s> IndexView<'s> {
         Ok(view)
     }
 
-    /// The typing the index saved, when it has one that fits the snapshot's names.
+    /// The typing the index saved, when it has one that fits its node types (the index is
+    /// tied to the snapshot, hence to its names: they are not read).
     fn saved_typing(&self) -> Option<heapsnap_analyze::Typing> {
-        let env = &self.names.ocaml()?.env;
-        let ids = self.file.u32s(TYPE_IDS).ok().filter(|ids| ids.len() == self.meta.node_count as usize)?;
+        let n = self.meta.node_count as usize;
+        let bytes = self.file.section(TYPE_IDS).ok()?;
+        let ids = NarrowIds::new(bytes, bytes.len().checked_div(n)? as u8).filter(|ids| ids.len() == n)?;
         let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
-        heapsnap_analyze::Typing::from_saved(env, ids.to_vec(), saved)
+        heapsnap_analyze::Typing::from_saved((0..n).map(|v| ids.get(v).unwrap_or(heapsnap_analyze::NO_TYPE)).collect(), saved)
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
