@@ -11,11 +11,8 @@ impl IndexView<'_> {
     /// the snapshot has names, else by kind.
     pub fn summary(&self, top: usize) -> Summary {
         let mut s = self.meta.summary.clone();
-        let by = if self.snap.ocaml_names().is_some() && self.meta.groups.contains_key(GroupBy::Type.name()) {
-            GroupBy::Type
-        } else {
-            GroupBy::Kind
-        };
+        let by =
+            if self.snap.ocaml_names().is_some() && self.has_section(crate::sections::GROUPS_TYPE) { GroupBy::Type } else { GroupBy::Kind };
         s.top_groups = self.groups(by).map(|g| g.iter().take(top).cloned().collect()).unwrap_or_default();
         s.top_groups_by = by.name().to_string();
         s
