@@ -80,8 +80,122 @@ fn best_of(n: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// The median of `runs` runs of `f`, in seconds.
+fn median_of(runs: usize, mut f: impl FnMut()) -> f64 {
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+/// The `--snapshot PATH` arguments (each may be given several times).
+fn snapshot_args(args: &[String]) -> Vec<PathBuf> {
+    args.windows(2).filter(|w| w[0] == "--snapshot").map(|w| PathBuf::from(&w[1])).collect()
+}
+
+/// Real snapshots (`--snapshot PATH`, a copy: the index is written beside it): the whole
+/// index built, its size against the snapshot's and per section, then each report's second
+/// look, median of 7, as a command runs it in-process (open the snapshot and the index, check
+/// the sections the report reads, answer); with three snapshots or more, their diff from their
+/// indexes too.
+fn real_snapshots(paths: &[PathBuf]) {
+    let quiet = Progress::hidden();
+    println!(
+        "{:>10} {:>9} {:>8} {:>6} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "snapshot", "MB", "index MB", "x", "summary", "top", "by type", "by root", "suspect", "domin.", "inspect", "path"
+    );
+    for path in paths {
+        let _ = std::fs::remove_file(beside(path));
+        assert!(load(path, Needs::All, &quiet).unwrap().built);
+        let snapshot_bytes = std::fs::metadata(path).unwrap().len() as f64;
+        let index_bytes = std::fs::metadata(beside(path)).unwrap().len() as f64;
+        // The object that retains most below the roots' kinds.
+        let biggest = {
+            let ix = load(path, Needs::All, &quiet).unwrap();
+            let v = ix.view(Needs::All).unwrap();
+            let top = v.children_iter(0).flat_map(|k| v.children_iter(k).next()).max_by_key(|&n| v.retained(n)).unwrap();
+            v.address(top).unwrap()
+        };
+        let report = |needs: Needs, f: &dyn Fn(&heapsnap_index::IndexView<'_>)| {
+            median_of(7, || {
+                let ix = load(path, needs, &quiet).unwrap();
+                assert!(!ix.built);
+                f(&ix.view(needs).unwrap());
+            })
+        };
+        let top = |by: GroupBy| {
+            report(Needs::Meta, &|v| {
+                std::hint::black_box(heapsnap_analyze::top(v, by, 30).unwrap().groups.len());
+            })
+        };
+        let summary = report(Needs::Meta, &|v| {
+            std::hint::black_box((v.summary(10).objects, v.summary_suspects().suspects.len()));
+        });
+        let (by_kind, by_type, by_root) = (top(GroupBy::Kind), top(GroupBy::Type), top(GroupBy::Root));
+        let suspects = report(Needs::All, &|v| {
+            std::hint::black_box(heapsnap_analyze::suspects(v, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, 10).suspects.len());
+        });
+        let dominators = report(Needs::Tree, &|v| {
+            std::hint::black_box(heapsnap_analyze::dominator_report(v, 4, 1.0, 20).children.len());
+        });
+        let inspect = report(Needs::All, &|v| {
+            std::hint::black_box(heapsnap_analyze::inspect(v, biggest, 64).unwrap().retained);
+        });
+        let paths = report(Needs::All, &|v| {
+            std::hint::black_box(heapsnap_analyze::paths(v, &PathQuery::Address(biggest), 10, 10).unwrap().paths.len());
+        });
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        println!(
+            "{:>10} {:>9.1} {:>8.1} {:>5.2}x | {:>6.1}ms {:>6.1}ms {:>6.1}ms {:>6.1}ms {:>6.1}ms {:>6.1}ms {:>6.1}ms {:>6.1}ms",
+            name,
+            snapshot_bytes / 1e6,
+            index_bytes / 1e6,
+            index_bytes / snapshot_bytes,
+            summary * 1e3,
+            by_kind * 1e3,
+            by_type * 1e3,
+            by_root * 1e3,
+            suspects * 1e3,
+            dominators * 1e3,
+            inspect * 1e3,
+            paths * 1e3
+        );
+        // What each section takes (the largest ten).
+        let ix = load(path, Needs::All, &quiet).unwrap();
+        let mut sizes: Vec<(u32, usize)> = ix.index.sizes().collect();
+        sizes.sort_by_key(|&(_, len)| std::cmp::Reverse(len));
+        let listed: Vec<String> = sizes.iter().take(10).map(|(kind, len)| format!("{kind}: {:.2}", *len as f64 / 1e6)).collect();
+        println!("           sections (kind: MB as stored): {}", listed.join(", "));
+    }
+    if paths.len() >= 3 {
+        let diff = median_of(7, || {
+            let loaded: Vec<_> = paths.iter().map(|p| load(p, Needs::Diff, &quiet).unwrap()).collect();
+            let views: Vec<_> = loaded.iter().map(|ix| ix.view(Needs::Diff).unwrap()).collect();
+            let inputs: Vec<_> = views
+                .iter()
+                .zip(paths)
+                .map(|(v, p)| heapsnap_analyze::diff::Input { name: p.display().to_string(), snap: v.snap, saved: v.diff_profile() })
+                .collect();
+            let report = heapsnap_analyze::diff::diff(&inputs, &Default::default(), &quiet).unwrap();
+            std::hint::black_box(report.suspects.len());
+        });
+        println!("diff of the {} snapshots from their indexes: {:.1}ms", paths.len(), diff * 1e3);
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    let real = snapshot_args(&args);
+    if !real.is_empty() {
+        heapsnap_analyze::tune_allocator();
+        real_snapshots(&real);
+        return;
+    }
     let sizes = heapsnap_testkit::bench::sizes(&args);
     heapsnap_analyze::tune_allocator();
     let quiet = Progress::hidden();

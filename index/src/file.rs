@@ -297,6 +297,11 @@ impl IndexFile {
         self.entries.iter().map(|e| (e.kind, e.flags))
     }
 
+    /// Every section's kind and length as stored, in the table's order.
+    pub fn sizes(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.entries.iter().map(|e| (e.kind, e.length))
+    }
+
     /// Whether the index has this section (its checksum is not checked here).
     pub fn has(&self, kind: u32) -> bool {
         self.entries.iter().any(|e| e.kind == kind)
