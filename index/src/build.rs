@@ -67,15 +67,15 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
     serde_json::to_vec(value).expect("the index's JSON serialises")
 }
 
-/// The meta data and its sections, each JSON, deflated.
+/// The meta data and its sections, each JSON, compressed.
 fn add_meta(b: &mut IndexBuilder<'_>, parts: &MetaParts) {
-    b.add_deflated(META, &json(&parts.meta));
+    b.add_compressed(META, &json(&parts.meta));
     for (by, groups) in &parts.groups {
-        b.add_deflated(groups_section(*by), &json(groups));
+        b.add_compressed(groups_section(*by), &json(groups));
     }
-    b.add_deflated(ROOT_SHARES, &json(&parts.root_shares));
+    b.add_compressed(ROOT_SHARES, &json(&parts.root_shares));
     if let Some(paths) = &parts.field_paths {
-        b.add_deflated(FIELD_PATHS, &json(paths));
+        b.add_compressed(FIELD_PATHS, &json(paths));
     }
 }
 
@@ -108,6 +108,7 @@ fn meta(a: &Analysis<'_>) -> MetaParts {
             summary,
             summary_suspects,
             ocaml_names,
+            typed_bytes: crate::reports::typed_bytes(a).map(|(heap, statics)| [heap, statics]),
         },
         groups,
         root_shares: a.retainers().per_root.clone(),
@@ -241,7 +242,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     drop(kind_ids);
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
-    b.add_deflated(TOP_LABELS, &json(&label_names));
+    b.add_compressed(TOP_LABELS, &json(&label_names));
     if needs == Needs::All {
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
@@ -250,7 +251,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
         let width = kind_id_bytes(typing.type_count());
         b.add(TYPE_IDS, narrow_ids(typing.node_types(), u32::MAX as usize, width));
-        b.add_deflated(TYPES, &json(&typing.saved()));
+        b.add_compressed(TYPES, &json(&typing.saved()));
     }
     b
 }

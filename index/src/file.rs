@@ -13,14 +13,11 @@ pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.
 const MAX_SECTIONS: u32 = 256;
-/// A section table entry's flag: the body is its length once inflated (`u64`), then that many
-/// bytes deflated (raw deflate, RFC 1951). Its checksum is of the body as stored.
-pub const DEFLATED: u32 = 1;
-/// Deflate's level for the sections written deflated: the fastest (JSON shrinks 5-7 times at
-/// it; the best level saves a fifth more at three times the writing time).
-const DEFLATE_LEVEL: u8 = 1;
-/// The largest inflated length a section may claim (a hostile length allocates no more).
-const MAX_INFLATED: u64 = 1 << 32;
+/// A section table entry's flag: the body is its length once decompressed (`u64`), then
+/// those bytes compressed as an LZ4 block (`lz4_flex`). Its checksum is of the body as stored.
+pub const COMPRESSED: u32 = 1;
+/// The largest decompressed length a section may claim (a hostile length allocates no more).
+const MAX_DECOMPRESSED: u64 = 1 << 32;
 
 /// Why an index file was not used (the caller then rebuilds it).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -85,22 +82,23 @@ pub struct IndexBuilder<'a> {
     sections: Vec<(u32, u32, Body<'a>)>,
 }
 
-/// A body stored [`DEFLATED`]: its inflated length, then the deflated bytes.
-pub fn deflate(bytes: &[u8]) -> Vec<u8> {
+/// A body stored [`COMPRESSED`]: its length, then its bytes compressed.
+pub fn compress(bytes: &[u8]) -> Vec<u8> {
     let mut out = (bytes.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&miniz_oxide::deflate::compress_to_vec(bytes, DEFLATE_LEVEL));
+    out.extend_from_slice(&lz4_flex::block::compress(bytes));
     out
 }
 
-/// The bytes of a [`DEFLATED`] body (`None`: not a deflate stream of the length it claims, or
+/// The bytes of a [`COMPRESSED`] body (`None`: not an LZ4 block of the length it claims, or
 /// one longer than 4 GiB).
-pub fn inflate(body: &[u8]) -> Option<Vec<u8>> {
-    let (len, stream) = body.split_first_chunk::<8>()?;
+pub fn decompress(body: &[u8]) -> Option<Vec<u8>> {
+    let (len, block) = body.split_first_chunk::<8>()?;
     let len = u64::from_le_bytes(*len);
-    if len > MAX_INFLATED {
+    // LZ4 expands a byte at most 255 times: a longer claim is hostile (and would allocate it).
+    if len > MAX_DECOMPRESSED || len > (block.len() as u64).saturating_mul(255).saturating_add(16) {
         return None;
     }
-    let bytes = miniz_oxide::inflate::decompress_to_vec_with_limit(stream, len as usize).ok()?;
+    let bytes = lz4_flex::block::decompress(block, len as usize).ok()?;
     (bytes.len() as u64 == len).then_some(bytes)
 }
 
@@ -109,10 +107,10 @@ impl<'a> IndexBuilder<'a> {
         self.sections.push((kind, 0, Body::Bytes(body)));
     }
 
-    /// A section written [`DEFLATED`] (read whole, when a report first needs it: JSON, the
-    /// diff's tries), deflated here.
-    pub fn add_deflated(&mut self, kind: u32, body: &[u8]) {
-        self.sections.push((kind, DEFLATED, Body::Bytes(deflate(body))));
+    /// A section written [`COMPRESSED`] (read whole, when a report first needs it: JSON, the
+    /// diff's tries), compressed here.
+    pub fn add_compressed(&mut self, kind: u32, body: &[u8]) {
+        self.sections.push((kind, COMPRESSED, Body::Bytes(compress(body))));
     }
 
     pub fn add_u32(&mut self, kind: u32, values: &'a [u32]) {
@@ -187,8 +185,8 @@ struct Entry {
     length: usize,
     checksum: u64,
     checked: OnceLock<bool>,
-    /// A [`DEFLATED`] body once inflated (`None`: it does not inflate).
-    inflated: OnceLock<Option<Bytes>>,
+    /// A [`COMPRESSED`] body once decompressed (`None`: it does not decompress).
+    decompressed: OnceLock<Option<Bytes>>,
 }
 
 /// The bytes of an index (a mapped file or a vector), validated.
@@ -266,7 +264,7 @@ impl IndexFile {
         let mut entries = Vec::with_capacity(count as usize);
         for e in table.chunks_exact(ENTRY_SIZE) {
             let (kind, flags, offset, length, checksum) = (le32(e, 0), le32(e, 4), le64(e, 8), le64(e, 16), le64(e, 24));
-            if flags & !DEFLATED != 0 {
+            if flags & !COMPRESSED != 0 {
                 return Err(IndexError::Table(format!("section {kind} has flags {flags:#x}")));
             }
             let end = offset.checked_add(length).ok_or_else(|| IndexError::Table(format!("section {kind} overflows")))?;
@@ -286,7 +284,7 @@ impl IndexFile {
                 length: length as usize,
                 checksum,
                 checked: OnceLock::new(),
-                inflated: OnceLock::new(),
+                decompressed: OnceLock::new(),
             });
         }
         Ok(IndexFile { bytes, entries, meta: OnceLock::new() })
@@ -329,16 +327,16 @@ impl IndexFile {
         self.meta.get_or_init(|| parsed).clone().map_err(IndexError::Inconsistent)
     }
 
-    /// A section's bytes, its checksum checked on first use (a [`DEFLATED`] one inflated then,
+    /// A section's bytes, its checksum checked on first use (a [`COMPRESSED`] one decompressed then,
     /// once).
     pub fn section(&self, kind: u32) -> Result<&[u8], IndexError> {
         let e = self.entry(kind)?;
         let stored = self.stored(e)?;
-        if e.flags & DEFLATED == 0 {
+        if e.flags & COMPRESSED == 0 {
             return Ok(stored);
         }
         // Copied into 8-byte aligned memory: the diff's tries are read as `u64`s.
-        e.inflated.get_or_init(|| inflate(stored).map(|b| Bytes::copied(&b))).as_deref().ok_or(IndexError::Section(kind))
+        e.decompressed.get_or_init(|| decompress(stored).map(|b| Bytes::copied(&b))).as_deref().ok_or(IndexError::Section(kind))
     }
 
     fn entry(&self, kind: u32) -> Result<&Entry, IndexError> {
@@ -381,7 +379,7 @@ impl IndexFile {
         present.par_iter().with_max_len(1).try_for_each(|e| self.stored(e).map(|_| ()))
     }
 
-    /// Checks every section's checksum now, and that every deflated one inflates.
+    /// Checks every section's checksum now, and that every compressed one decompresses.
     pub fn verify_all(&self) -> Result<(), IndexError> {
         self.entries.iter().try_for_each(|e| self.section(e.kind).map(|_| ()))
     }

@@ -123,6 +123,9 @@ pub struct Meta {
     /// What the snapshot's OCaml names section holds, as `info` and `diff` read it (so that
     /// they need not parse it: tens of megabytes on a real program).
     pub ocaml_names: NamesDigest,
+    /// The typed blocks' bytes, `[heap, static data]` (`info`'s typed share; `None`: no
+    /// typing): `crate::reports::typed_bytes`, which looks at every block.
+    pub typed_bytes: Option<[u64; 2]>,
 }
 
 /// The snapshot's OCaml names section, digested.

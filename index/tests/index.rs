@@ -388,11 +388,11 @@ proptest! {
         let _ = DIFF_FIXTURE.with(|f| mutate_diff_and_use(f, edits));
     }
 
-    /// The deflated sections' contents, mutated and deflated again with valid checksums (of the
+    /// The compressed sections' contents, mutated and compressed again with valid checksums (of the
     /// whole index with a typing, and of the diff's level): never a panic or a hang.
     #[test]
-    fn mutated_deflated_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12), diff in any::<bool>()) {
-        let _ = if diff { DIFF_FIXTURE.with(|f| mutate_deflated_and_use(f, edits)) } else { TYPED_FIXTURE.with(|f| mutate_deflated_and_use(f, edits)) };
+    fn mutated_compressed_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12), diff in any::<bool>()) {
+        let _ = if diff { DIFF_FIXTURE.with(|f| mutate_compressed_and_use(f, edits)) } else { TYPED_FIXTURE.with(|f| mutate_compressed_and_use(f, edits)) };
     }
 
     /// A saved typing's node types (1 byte each here) mutated with valid checksums: never a
@@ -557,33 +557,34 @@ fn section_range(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
         .expect("the section is there")
 }
 
-/// The index written again with every section's contents (deflated ones inflated) given to
-/// `edit`, deflated sections deflated again: what a hostile writer that knows the format
+/// The index written again with every section's contents (compressed ones decompressed) given to
+/// `edit`, compressed sections compressed again: what a hostile writer that knows the format
 /// writes.
 fn rewritten(f: &Fixture, edit: impl Fn(u32, &mut Vec<u8>)) -> Vec<u8> {
     rewritten_with(f, edit, Vec::new())
 }
 
-/// [`rewritten`], with `extra` sections (`(kind, body, deflated)`) after the others.
+/// [`rewritten`], with `extra` sections (`(kind, body, compressed)`) after the others.
 fn rewritten_with(f: &Fixture, edit: impl Fn(u32, &mut Vec<u8>), extra: Vec<(u32, Vec<u8>, bool)>) -> Vec<u8> {
-    use heapsnap_index::file::{inflate, IndexBuilder, DEFLATED};
+    use heapsnap_index::file::{decompress, IndexBuilder, COMPRESSED};
     let id = SnapshotId::of(&f.snap);
     let file = IndexFile::parse(Bytes::copied(&f.bytes), id).unwrap();
     let mut builder = IndexBuilder::default();
     for (kind, flags) in file.kinds().collect::<Vec<_>>() {
         let range = section_range(&f.bytes, kind);
         let stored = &f.bytes[range];
-        let mut body = if flags & DEFLATED != 0 { inflate(stored).expect("a deflated section inflates") } else { stored.to_vec() };
+        let mut body =
+            if flags & COMPRESSED != 0 { decompress(stored).expect("a compressed section decompresses") } else { stored.to_vec() };
         edit(kind, &mut body);
-        if flags & DEFLATED != 0 {
-            builder.add_deflated(kind, &body);
+        if flags & COMPRESSED != 0 {
+            builder.add_compressed(kind, &body);
         } else {
             builder.add(kind, body);
         }
     }
-    for (kind, body, deflated) in extra {
-        if deflated {
-            builder.add_deflated(kind, &body);
+    for (kind, body, compressed) in extra {
+        if compressed {
+            builder.add_compressed(kind, &body);
         } else {
             builder.add(kind, body);
         }
@@ -661,7 +662,7 @@ fn a_saved_typing_is_read_without_the_snapshots_names() {
 }
 
 /// Edits only the diff's sections (words of its tries and member counts, as they read once
-/// inflated), and uses the index.
+/// decompressed), and uses the index.
 fn mutate_diff_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
     use heapsnap_index::sections::{DIFF_MEMBERS, DIFF_NODES};
     let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
@@ -677,21 +678,21 @@ fn mutate_diff_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), Index
     use_index(&snap, &b)
 }
 
-/// Edits only the deflated sections as they read once inflated (the JSON of the meta data,
+/// Edits only the compressed sections as they read once decompressed (the JSON of the meta data,
 /// the groupings, the roots' shares, the top labels, the types, the diff's strings, and the
 /// diff's tries), and uses the index.
-fn mutate_deflated_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
-    use heapsnap_index::file::DEFLATED;
+fn mutate_compressed_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
+    use heapsnap_index::file::COMPRESSED;
     let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
     let id = SnapshotId::of(&f.snap);
     let file = IndexFile::parse(Bytes::copied(&f.bytes), id).unwrap();
-    let deflated: Vec<u32> = file.kinds().filter(|&(_, flags)| flags & DEFLATED != 0).map(|(kind, _)| kind).collect();
-    assert!(deflated.len() >= 5, "the fixture has deflated sections: {deflated:?}");
+    let compressed: Vec<u32> = file.kinds().filter(|&(_, flags)| flags & COMPRESSED != 0).map(|(kind, _)| kind).collect();
+    assert!(compressed.len() >= 5, "the fixture has compressed sections: {compressed:?}");
     let b = rewritten(f, |kind, body| {
         for &(at, byte) in &edits {
-            if deflated[at % deflated.len()] == kind && !body.is_empty() {
+            if compressed[at % compressed.len()] == kind && !body.is_empty() {
                 let len = body.len();
-                body[(at / deflated.len()) % len] = byte;
+                body[(at / compressed.len()) % len] = byte;
             }
         }
     });

@@ -2,7 +2,7 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
-use heapsnap_analyze::{AnalysedHeap, HeapFacts, NodeKind};
+use heapsnap_analyze::AnalysedHeap;
 use heapsnap_format::{Metadata, RegionKind, RootKind};
 use heapsnap_index::Needs;
 use serde::Serialize;
@@ -261,23 +261,14 @@ impl Report for Info {
 }
 
 /// How much of the reachable heap the typing walk typed (`None`: the names give no types). The
-/// blocks' addresses (the index's tree level) say which typed blocks are static data.
+/// typed bytes are split into heap and static data (which reachable bytes leave out), so that
+/// the share compares like with like: saved in the index when it was built, else looked at.
 fn typed_share(view: &heapsnap_index::IndexView<'_>) -> Option<TypedShare> {
     let typing = view.typing()?;
-    // The walk's own byte count (`Typing::typed_bytes`) includes static data, which reachable
-    // bytes leave out: split it here so that the share compares like with like.
-    let (mut heap_bytes, mut static_bytes) = (0u64, 0u64);
-    for v in 0..view.node_count() as u32 {
-        if typing.type_name(typing.type_id(v)).is_none() {
-            continue;
-        }
-        let bytes = view.block(v).map_or(0, |b| b.header.bytes());
-        match view.node_kind(v) {
-            Some(NodeKind::Block(RegionKind::Static)) => static_bytes += bytes,
-            Some(NodeKind::Block(_)) => heap_bytes += bytes,
-            _ => {}
-        }
-    }
+    let (heap_bytes, static_bytes) = match view.meta.typed_bytes {
+        Some([heap, statics]) => (heap, statics),
+        None => heapsnap_index::reports::typed_bytes(view)?,
+    };
     let reachable_bytes = view.reachable_bytes();
     let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * heap_bytes as f64 / reachable_bytes as f64 };
     Some(TypedShare {
