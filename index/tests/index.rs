@@ -732,6 +732,29 @@ fn hostile_diff_sections_are_refused() {
     });
 }
 
+/// A section whose flags this heapsnap does not know (a later version's) is refused, and so is
+/// a compressed one whose block does not decompress to the length it claims.
+#[test]
+fn unknown_flags_and_bad_compressed_sections_are_refused() {
+    use heapsnap_index::file::COMPRESSED;
+    use heapsnap_index::sections::META;
+    let f = fixture(Needs::Meta);
+    let id = SnapshotId::of(&f.snap);
+    let mut b = f.bytes.clone();
+    // The first entry's flags.
+    b[52..56].copy_from_slice(&(COMPRESSED | 2).to_le_bytes());
+    assert!(matches!(IndexFile::parse(Bytes::copied(&reseal(&b)), id), Err(IndexError::Table(_))));
+    // The meta data claiming one byte more than its block holds.
+    let b = rewritten_with(&f, |_, _| {}, Vec::new());
+    let mut b = b;
+    let range = section_range(&b, META);
+    let claimed = u64::from_le_bytes(b[range.start..range.start + 8].try_into().unwrap()) + 1;
+    b[range.start..range.start + 8].copy_from_slice(&claimed.to_le_bytes());
+    let file = IndexFile::parse(Bytes::copied(&reseal(&b)), id).unwrap();
+    assert_eq!(file.section(META).err(), Some(IndexError::Section(META)));
+    assert!(IndexView::open(&f.snap, &file, Needs::Meta).is_err());
+}
+
 /// Recomputes every section checksum and the table checksum (as a hostile writer would).
 fn reseal(bytes: &[u8]) -> Vec<u8> {
     use xxhash_rust::xxh3::xxh3_64;

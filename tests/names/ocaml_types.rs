@@ -201,6 +201,32 @@ fn info_gives_the_typed_share_of_reachable_bytes() {
     let text = String::from_utf8_lossy(&text.stdout);
     let line = format!("typed           {} objects, {heap_bytes} bytes, {percent:.1}% of reachable bytes", typing.typed_objects);
     assert!(text.contains(&line), "no `{line}` in:\n{text}");
+    // The names' counts, read from the index's digest of them, are the names section's own.
+    let program = heapsnap_names::Program::parse(snap.ocaml_names().unwrap()).unwrap();
+    let fields: usize = program.units.iter().map(|u| u.fields.len()).sum();
+    let names = &info["ocaml_names"];
+    assert_eq!((names["units"].as_u64(), names["fields"].as_u64()), (Some(program.units.len() as u64), Some(fields as u64)), "{names}");
+    assert_eq!(info, analyse("info", &[&path], &[]), "a second info, from the index, says the same");
+}
+
+/// Reports read from the analysis index label roots from the module fields' paths it saved
+/// (section 41, not the names, which it does not parse), as the analysis does.
+#[test]
+fn the_index_labels_roots_as_the_analysis_does() {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = typed_snapshot("5.3.0", &samples, "typed_values", dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = heapsnap_index::store::load(&path, heapsnap_index::Needs::All, &Progress::hidden()).unwrap();
+    let view = ix.view(heapsnap_index::Needs::All).unwrap();
+    let mut named = 0;
+    for r in snap.roots() {
+        let label = a.names.root_label(r);
+        assert_eq!(view.names().root_label(r), label);
+        named += usize::from(r.root_kind() == RootKind::Global && label.rsplit('.').next().is_some_and(|f| f.parse::<u64>().is_err()));
+    }
+    assert!(named > 10, "{named} globals named by their fields");
 }
 
 /// The typing walk runs on every core when no block is reached with two types: on the large
