@@ -84,7 +84,7 @@ pub use full_analysis::{dominator_tree, Analysis};
 pub use groups::BlockKinds;
 pub use kinds::{key_name, kind_key, shape_key};
 pub use retainers::Retainers;
-pub use typed::{PartNames, SavedTypes, TypeNames, Typing};
+pub use typed::{NodeTypes, PartNames, SavedTypes, TypeNames, Typing};
 pub use walks::{bfs_parents, ShortestParents};
 
 // The reports.

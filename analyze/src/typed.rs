@@ -27,7 +27,7 @@ const MAX_TYPES: usize = 100_000;
 
 /// The types of the blocks of one analysed snapshot.
 pub struct Typing {
-    node_type: Vec<u32>,
+    node_type: NodeTypes,
     /// By type id: what reports read of each type (the walk's types and layouts are dropped
     /// once it ends).
     types: Vec<TypeNames>,
@@ -37,6 +37,56 @@ pub struct Typing {
     pub mismatches: u64,
     pub typed_objects: u64,
     pub typed_bytes: u64,
+}
+
+/// Every node's type id, by node: as the walk made them, or as narrow as the analysis index
+/// saved them (a byte or two a node, read without widening: 15M nodes on a real heap). The
+/// width's largest value is untyped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeTypes {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl NodeTypes {
+    /// Node `v`'s type id (`NO_TYPE`: untyped, or past the nodes).
+    pub fn get(&self, v: usize) -> u32 {
+        match self {
+            NodeTypes::U8(t) => t.get(v).filter(|&&t| t != u8::MAX).map_or(NO_TYPE, |&t| t as u32),
+            NodeTypes::U16(t) => t.get(v).filter(|&&t| t != u16::MAX).map_or(NO_TYPE, |&t| t as u32),
+            NodeTypes::U32(t) => t.get(v).copied().unwrap_or(NO_TYPE),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            NodeTypes::U8(t) => t.len(),
+            NodeTypes::U16(t) => t.len(),
+            NodeTypes::U32(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every node's type id, `u32` each.
+    pub fn widened(&self) -> Vec<u32> {
+        match self {
+            NodeTypes::U32(t) => t.clone(),
+            _ => (0..self.len()).map(|v| self.get(v)).collect(),
+        }
+    }
+
+    /// The largest type id some node has (`None`: no node is typed).
+    fn max_type(&self) -> Option<u32> {
+        match self {
+            NodeTypes::U8(t) => t.iter().filter(|&&t| t != u8::MAX).max().map(|&t| t as u32),
+            NodeTypes::U16(t) => t.iter().filter(|&&t| t != u16::MAX).max().map(|&t| t as u32),
+            NodeTypes::U32(t) => t.iter().filter(|&&t| t != NO_TYPE).max().copied(),
+        }
+    }
 }
 
 /// What reports read of a type once the walk is over: its name and the names of its parts
@@ -813,7 +863,7 @@ impl Typing {
         let types =
             interner.types.iter().map(|t| TypeNames { name: t.name.clone(), parts: t.layout.get().map(|l| PartNames::of(l)) }).collect();
         Some(Typing {
-            node_type,
+            node_type: NodeTypes::U32(node_type),
             types,
             conflicts: tally.conflicts,
             mismatches: tally.mismatches,
@@ -823,7 +873,7 @@ impl Typing {
     }
 
     /// Every node's type id (`NO_TYPE`: untyped), by node.
-    pub fn node_types(&self) -> &[u32] {
+    pub fn node_types(&self) -> &NodeTypes {
         &self.node_type
     }
 
@@ -841,8 +891,8 @@ impl Typing {
     /// The typing an analysis index saved (the index is tied to the snapshot, hence to its
     /// names). `None` when a node names a type the list lacks: then the walk runs again. A
     /// hostile list gives wrong names at worst.
-    pub fn from_saved(node_type: Vec<u32>, saved: SavedTypes) -> Option<Typing> {
-        if node_type.iter().any(|&t| t != NO_TYPE && t as usize >= saved.types.len()) {
+    pub fn from_saved(node_type: NodeTypes, saved: SavedTypes) -> Option<Typing> {
+        if node_type.max_type().is_some_and(|t| t as usize >= saved.types.len()) {
             return None;
         }
         Some(Typing {
@@ -857,7 +907,7 @@ impl Typing {
 
     /// The type id of a node (`NO_TYPE`: untyped).
     pub fn type_id(&self, v: NodeId) -> u32 {
-        self.node_type.get(v as usize).copied().unwrap_or(NO_TYPE)
+        self.node_type.get(v as usize)
     }
 
     pub fn type_name(&self, id: u32) -> Option<&str> {

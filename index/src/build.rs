@@ -250,7 +250,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
         // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
         let width = kind_id_bytes(typing.type_count());
-        b.add(TYPE_IDS, narrow_ids(typing.node_types(), u32::MAX as usize, width));
+        b.add(TYPE_IDS, narrow_ids(&typing.node_types().widened(), u32::MAX as usize, width));
         b.add_compressed(TYPES, &json(&typing.saved()));
     }
     b

@@ -314,9 +314,14 @@ impl<'s> IndexView<'s> {
     fn saved_typing(&self) -> Option<heapsnap_analyze::Typing> {
         let n = self.meta.node_count as usize;
         let bytes = self.file.section(TYPE_IDS).ok()?;
-        let ids = NarrowIds::new(bytes, bytes.len().checked_div(n)? as u8).filter(|ids| ids.len() == n)?;
+        // Copied as narrow as saved (untyped: the width's largest value in both).
+        let ids = match NarrowIds::new(bytes, bytes.len().checked_div(n)? as u8).filter(|ids| ids.len() == n)? {
+            NarrowIds::U8(ids) => heapsnap_analyze::NodeTypes::U8(ids.to_vec()),
+            NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.to_vec()),
+            NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.to_vec()),
+        };
         let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
-        heapsnap_analyze::Typing::from_saved((0..n).map(|v| ids.get(v).unwrap_or(heapsnap_analyze::NO_TYPE)).collect(), saved)
+        heapsnap_analyze::Typing::from_saved(ids, saved)
     }
 
     /// Whether the index has this section.

@@ -319,7 +319,7 @@ fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
 /// back as the same typing: every node's type, constructor and field names.
 fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
     let json = serde_json::to_vec(&typing.saved()).unwrap();
-    let back = heapsnap_analyze::Typing::from_saved(typing.node_types().to_vec(), serde_json::from_slice(&json).unwrap())
+    let back = heapsnap_analyze::Typing::from_saved(typing.node_types().clone(), serde_json::from_slice(&json).unwrap())
         .expect("the saved typing fits its node types");
     assert_eq!((back.typed_objects, back.conflicts, back.mismatches), (typing.typed_objects, typing.conflicts, typing.mismatches));
     assert_eq!(back.labels(), typing.labels());
@@ -332,9 +332,11 @@ fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::T
         }
     }
     // A saved typing of other names (a type id past its types) is not trusted.
-    let mut wrong = typing.node_types().to_vec();
+    let mut wrong = typing.node_types().widened();
     if let Some(t) = wrong.iter_mut().find(|t| **t != heapsnap_analyze::NO_TYPE) {
         *t = typing.type_count() as u32 + 5;
     }
-    assert!(heapsnap_analyze::Typing::from_saved(wrong, typing.saved()).is_none());
+    let narrow: Vec<u16> = wrong.iter().map(|&t| t.min(u16::MAX as u32) as u16).collect();
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U32(wrong), typing.saved()).is_none());
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U16(narrow), typing.saved()).is_none());
 }
