@@ -133,7 +133,7 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn field_label(&self, v: NodeId, i: usize) -> Option<String> {
         if let Some(m) = self.module_of(v) {
             let symbol = format!("caml{m}");
-            return self.names().global_field(&symbol, i as u64).map(|f| f.path.clone());
+            return self.names().global_path(&symbol, i as u64).map(str::to_string);
         }
         let b = self.block(v)?;
         self.typing()?.field_name(v, b.header.tag, i)

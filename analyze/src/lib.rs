@@ -75,7 +75,7 @@ pub use dominators::{
     bfs_baseline, csr_from_edges, dfs_baseline, dominators, dominators_and_retained, subtree_sums, Csr, DominatorTree, NONE,
 };
 pub use graph::{HeapGraph, PointerCounts, SUPER_ROOT};
-pub use names::{module_name, root_label, string_preview, Names};
+pub use names::{module_name, root_label, string_preview, FieldPaths, Names, SavedFieldPaths};
 
 // Facts, what is computed from them, and the full analysis.
 pub use analysed_heap::{AnalysedHeap, KindTallies, KindTally};
@@ -84,7 +84,7 @@ pub use full_analysis::{dominator_tree, Analysis};
 pub use groups::BlockKinds;
 pub use kinds::{key_name, kind_key, shape_key};
 pub use retainers::Retainers;
-pub use typed::{SavedTypes, Typing};
+pub use typed::{NodeTypes, PartNames, SavedTypes, TypeNames, Typing};
 pub use walks::{bfs_parents, PartialParents, ShortestParents};
 
 // The reports.

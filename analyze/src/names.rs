@@ -23,6 +23,19 @@ pub struct Names<'s> {
     custom_ops: HashMap<u64, &'s str>,
     /// Target address minus this is the executable's link-time address (PIE).
     load_bias: u64,
+    /// Where each unit's module-block field paths can be read without parsing the OCaml names
+    /// (the analysis index saves them, [`OcamlNames::field_paths`]), and what it gave.
+    saved_paths: Option<&'s dyn SavedFieldPaths>,
+    field_paths: std::sync::OnceLock<Option<FieldPaths>>,
+}
+
+/// By compilation unit: its module block's field paths, by index.
+pub type FieldPaths = HashMap<String, Vec<String>>;
+
+/// What keeps a snapshot's [`FieldPaths`] apart from its names section (the analysis index).
+pub trait SavedFieldPaths: Sync {
+    /// The paths, read when a label first needs one (`None`: not kept).
+    fn field_paths(&self) -> Option<FieldPaths>;
 }
 
 impl<'s> Names<'s> {
@@ -35,7 +48,27 @@ impl<'s> Names<'s> {
             line_cache: Mutex::new(HashMap::new()),
             custom_ops,
             load_bias: snap.load_bias(),
+            saved_paths: None,
+            field_paths: std::sync::OnceLock::new(),
         }
+    }
+
+    /// These names, module-block fields' paths read from `saved` (once, when a label first
+    /// needs one) instead of from the parsed OCaml names; `saved` giving none, from them.
+    pub fn with_saved_field_paths(mut self, saved: &'s dyn SavedFieldPaths) -> Self {
+        self.saved_paths = Some(saved);
+        self
+    }
+
+    /// The path of a field of a compilation unit's module block (`Server.sessions`' field
+    /// `sessions`), by the unit's symbol (`camlServer`): from the saved paths when there are.
+    pub fn global_path(&self, symbol: &str, index: u64) -> Option<&str> {
+        if let Some(saved) = &self.saved_paths {
+            if let Some(paths) = self.field_paths.get_or_init(|| saved.field_paths()) {
+                return paths.get(module_name(symbol))?.get(usize::try_from(index).ok()?).map(String::as_str);
+            }
+        }
+        self.global_field(symbol, index).map(|f| f.path.as_str())
     }
 
     fn line_tables(&self) -> &LineTables<'s> {
@@ -98,8 +131,8 @@ impl<'s> Names<'s> {
     pub fn root_label(&self, r: &RootRecord) -> String {
         if matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) && !r.is_binding() {
             if let Some(n) = self.snap.string(r.name).filter(|s| !s.is_empty()) {
-                if let Some(f) = self.global_field(n, r.origin) {
-                    return format!("{}.{}", module_name(n), f.path);
+                if let Some(path) = self.global_path(n, r.origin) {
+                    return format!("{}.{}", module_name(n), path);
                 }
             }
         }
@@ -243,6 +276,11 @@ impl OcamlNames {
 
     pub fn fields(&self, unit: &str) -> Option<&[heapsnap_names::model::Field]> {
         self.units.get(unit).map(Vec::as_slice)
+    }
+
+    /// Every unit's module-block field paths ([`Names::global_path`]'s answers), to save.
+    pub fn field_paths(&self) -> FieldPaths {
+        self.units.iter().map(|(unit, fields)| (unit.clone(), fields.iter().map(|f| f.path.clone()).collect())).collect()
     }
 }
 

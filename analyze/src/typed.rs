@@ -27,8 +27,10 @@ const MAX_TYPES: usize = 100_000;
 
 /// The types of the blocks of one analysed snapshot.
 pub struct Typing {
-    node_type: Vec<u32>,
-    types: Vec<TypeInfo>,
+    node_type: NodeTypes,
+    /// By type id: what reports read of each type (the walk's types and layouts are dropped
+    /// once it ends).
+    types: Vec<TypeNames>,
     /// Blocks reached with two different types.
     pub conflicts: u64,
     /// Blocks whose tag or size was not what their type says (left untyped).
@@ -37,7 +39,110 @@ pub struct Typing {
     pub typed_bytes: u64,
 }
 
-pub struct TypeInfo {
+/// Every node's type id, by node: as the walk made them, or as narrow as the analysis index
+/// saved them (a byte or two a node, read without widening: 15M nodes on a real heap). The
+/// width's largest value is untyped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeTypes {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+impl NodeTypes {
+    /// Node `v`'s type id (`NO_TYPE`: untyped, or past the nodes).
+    pub fn get(&self, v: usize) -> u32 {
+        match self {
+            NodeTypes::U8(t) => t.get(v).filter(|&&t| t != u8::MAX).map_or(NO_TYPE, |&t| t as u32),
+            NodeTypes::U16(t) => t.get(v).filter(|&&t| t != u16::MAX).map_or(NO_TYPE, |&t| t as u32),
+            NodeTypes::U32(t) => t.get(v).copied().unwrap_or(NO_TYPE),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            NodeTypes::U8(t) => t.len(),
+            NodeTypes::U16(t) => t.len(),
+            NodeTypes::U32(t) => t.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every node's type id, `u32` each.
+    pub fn widened(&self) -> Vec<u32> {
+        match self {
+            NodeTypes::U32(t) => t.clone(),
+            _ => (0..self.len()).map(|v| self.get(v)).collect(),
+        }
+    }
+
+    /// The largest type id some node has (`None`: no node is typed).
+    fn max_type(&self) -> Option<u32> {
+        match self {
+            NodeTypes::U8(t) => t.iter().filter(|&&t| t != u8::MAX).max().map(|&t| t as u32),
+            NodeTypes::U16(t) => t.iter().filter(|&&t| t != u16::MAX).max().map(|&t| t as u32),
+            NodeTypes::U32(t) => t.iter().filter(|&&t| t != NO_TYPE).max().copied(),
+        }
+    }
+}
+
+/// What reports read of a type once the walk is over: its name and the names of its parts
+/// (constructors by tag, polymorphic variants' labels by hash, field names), never their types.
+/// Self-contained: the analysis index saves it as it is, and reads it back without the
+/// snapshot's OCaml names.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct TypeNames {
+    /// As an OCaml programmer writes it (`(string, Server.session) Hashtbl.t`).
+    pub name: String,
+    /// `None`: the walk never laid the type out (no block was checked against it).
+    pub parts: Option<PartNames>,
+}
+
+/// The names of a type's parts, by the shape of its blocks.
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum PartNames {
+    /// Tag 0, these fields (records, tuples, first-class modules); `None`: unnamed.
+    Fields(Vec<Option<String>>),
+    /// By tag: the constructor and its fields' names (an inline record's labels).
+    Variant(Vec<(String, Vec<Option<String>>)>),
+    /// `(hash, label)`: a polymorphic variant's constructors, by the hash its block holds.
+    PolyVariant(Vec<(i64, String)>),
+    /// Elements named `[i]`.
+    Array,
+    /// A closure's environment from `env_start` on, its free variables' names.
+    Closure { env_start: usize, names: Vec<Option<String>> },
+    /// Nothing named (strings, floats, custom blocks, immediates, ...).
+    Unnamed,
+}
+
+impl PartNames {
+    fn of(layout: &Layout) -> PartNames {
+        match layout {
+            Layout::Fields(names, _) | Layout::Package(names, _, _) => PartNames::Fields(names.clone()),
+            Layout::Variant(blocks, _, _) => PartNames::Variant(blocks.iter().map(|(c, names, _)| (c.clone(), names.clone())).collect()),
+            Layout::PolyVariant(l) => PartNames::PolyVariant(l.iter().map(|(h, label, _)| (*h, label.clone())).collect()),
+            Layout::Array(_) => PartNames::Array,
+            Layout::Closure { env_start, names, .. } => PartNames::Closure { env_start: *env_start, names: names.clone() },
+            _ => PartNames::Unnamed,
+        }
+    }
+
+    /// The names of a block's fields, with the index of the first one named (a closure's
+    /// environment); `None` when its fields are not named by list (arrays, unnamed parts).
+    fn field_names(&self, tag: u8) -> Option<(&[Option<String>], usize)> {
+        match self {
+            PartNames::Fields(names) => Some((names, 0)),
+            PartNames::Variant(blocks) => blocks.get(tag as usize).map(|(_, names)| (names.as_slice(), 0)),
+            PartNames::Closure { env_start, names } => Some((names, *env_start)),
+            _ => None,
+        }
+    }
+}
+
+struct TypeInfo {
     /// As an OCaml programmer writes it (`(string, Server.session) Hashtbl.t`).
     pub name: String,
     ty: Ty,
@@ -299,11 +404,12 @@ pub fn hash_variant(label: &str) -> i64 {
     }
 }
 
-/// A typing's types and counts, as the analysis index stores them (JSON).
+/// A typing's types and counts, as the analysis index stores them (JSON): self-contained, so
+/// that reading it back needs neither the snapshot's OCaml names nor the walk's types.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct SavedTypes {
-    /// By type id: the canonical type.
-    pub types: Vec<Ty>,
+    /// By type id: its name and its parts' names.
+    pub types: Vec<TypeNames>,
     pub conflicts: u64,
     pub mismatches: u64,
     pub typed_objects: u64,
@@ -754,9 +860,11 @@ impl Typing {
             }
         };
         timer.lap("typed walk");
+        let types =
+            interner.types.iter().map(|t| TypeNames { name: t.name.clone(), parts: t.layout.get().map(|l| PartNames::of(l)) }).collect();
         Some(Typing {
-            node_type,
-            types: interner.types,
+            node_type: NodeTypes::U32(node_type),
+            types,
             conflicts: tally.conflicts,
             mismatches: tally.mismatches,
             typed_objects: tally.typed_objects,
@@ -765,14 +873,14 @@ impl Typing {
     }
 
     /// Every node's type id (`NO_TYPE`: untyped), by node.
-    pub fn node_types(&self) -> &[u32] {
+    pub fn node_types(&self) -> &NodeTypes {
         &self.node_type
     }
 
     /// What the analysis index keeps beside [`Typing::node_types`].
     pub fn saved(&self) -> SavedTypes {
         SavedTypes {
-            types: self.types.iter().map(|t| t.ty.clone()).collect(),
+            types: self.types.clone(),
             conflicts: self.conflicts,
             mismatches: self.mismatches,
             typed_objects: self.typed_objects,
@@ -780,25 +888,16 @@ impl Typing {
         }
     }
 
-    /// The typing an analysis index saved, for a snapshot whose names give `env`. `None` when
-    /// it does not fit them (its types do not come back as the same ids, or a node names a
-    /// type it lacks): then the walk runs again.
-    pub fn from_saved(env: &TypeEnv, node_type: Vec<u32>, saved: SavedTypes) -> Option<Typing> {
-        let mut interner = Interner { env, ids: FxHashMap::default(), types: Vec::new(), layouts: Vec::new(), unboxing: 0 };
-        for (id, ty) in saved.types.iter().enumerate() {
-            if interner.intern(ty) != id as u32 {
-                return None;
-            }
-        }
-        for id in 0..saved.types.len() as u32 {
-            interner.complete(id);
-        }
-        if node_type.iter().any(|&t| t != NO_TYPE && t as usize >= saved.types.len()) {
+    /// The typing an analysis index saved (the index is tied to the snapshot, hence to its
+    /// names). `None` when a node names a type the list lacks: then the walk runs again. A
+    /// hostile list gives wrong names at worst.
+    pub fn from_saved(node_type: NodeTypes, saved: SavedTypes) -> Option<Typing> {
+        if node_type.max_type().is_some_and(|t| t as usize >= saved.types.len()) {
             return None;
         }
         Some(Typing {
             node_type,
-            types: interner.types,
+            types: saved.types,
             conflicts: saved.conflicts,
             mismatches: saved.mismatches,
             typed_objects: saved.typed_objects,
@@ -808,7 +907,7 @@ impl Typing {
 
     /// The type id of a node (`NO_TYPE`: untyped).
     pub fn type_id(&self, v: NodeId) -> u32 {
-        self.node_type.get(v as usize).copied().unwrap_or(NO_TYPE)
+        self.node_type.get(v as usize)
     }
 
     pub fn type_name(&self, id: u32) -> Option<&str> {
@@ -822,11 +921,9 @@ impl Typing {
     /// A node's type and constructor (`tag`: its block's tag; `first`: its first field).
     pub fn of(&self, v: NodeId, tag: u8, first: Option<u64>) -> Option<BlockType<'_>> {
         let info = self.types.get(self.type_id(v) as usize)?;
-        let constructor = match &**info.layout.get()? {
-            Layout::Variant(blocks, _, _) => blocks.get(tag as usize).map(|(c, _, _)| c.as_str()),
-            Layout::PolyVariant(l) => {
-                first.and_then(|w| l.iter().find(|(h, _, _)| w as i64 >> 1 == *h)).map(|(_, label, _)| label.as_str())
-            }
+        let constructor = match info.parts.as_ref()? {
+            PartNames::Variant(blocks) => blocks.get(tag as usize).map(|(c, _)| c.as_str()),
+            PartNames::PolyVariant(l) => first.and_then(|w| l.iter().find(|(h, _)| w as i64 >> 1 == *h)).map(|(_, label)| label.as_str()),
             _ => None,
         };
         Some(BlockType { name: &info.name, constructor })
@@ -836,38 +933,27 @@ impl Typing {
     /// label, `[i]` for an array element); `None` for unnamed fields (tuples, constructor
     /// arguments) and untyped nodes.
     pub fn field_name(&self, v: NodeId, tag: u8, i: usize) -> Option<String> {
-        let info = self.types.get(self.type_id(v) as usize)?;
-        match &**info.layout.get()? {
-            Layout::Fields(names, _) | Layout::Package(names, _, _) => names.get(i).cloned().flatten(),
-            Layout::Variant(blocks, _, _) => blocks.get(tag as usize).and_then(|(_, names, _)| names.get(i).cloned().flatten()),
-            Layout::Array(_) => Some(format!("[{i}]")),
-            Layout::Closure { env_start, names, .. } => names.get(i.checked_sub(*env_start)?).cloned().flatten(),
-            _ => None,
+        let parts = self.types.get(self.type_id(v) as usize)?.parts.as_ref()?;
+        match parts {
+            PartNames::Array => Some(format!("[{i}]")),
+            _ => self.field_label(v, tag, i).map(str::to_string),
         }
     }
 
     /// The label of field `i` of a typed node (a record's or inline record's), without
     /// allocating; `None` for unlabelled fields, array elements and untyped nodes.
     pub fn field_label(&self, v: NodeId, tag: u8, i: usize) -> Option<&str> {
-        let info = self.types.get(self.type_id(v) as usize)?;
-        let (names, i) = match &**info.layout.get()? {
-            Layout::Fields(names, _) | Layout::Package(names, _, _) => (names, i),
-            Layout::Variant(blocks, _, _) => (&blocks.get(tag as usize)?.1, i),
-            Layout::Closure { env_start, names, .. } => (names, i.checked_sub(*env_start)?),
-            _ => return None,
-        };
-        names.get(i)?.as_deref()
+        let (names, first) = self.types.get(self.type_id(v) as usize)?.parts.as_ref()?.field_names(tag)?;
+        names.get(i.checked_sub(first)?)?.as_deref()
     }
 
     /// Every field label of the types met ([`Typing::field_label`]'s answers), once each.
     pub fn labels(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
         for info in &self.types {
-            let Some(layout) = info.layout.get() else { continue };
-            let names: Vec<&Option<String>> = match &**layout {
-                Layout::Fields(names, _) | Layout::Package(names, _, _) => names.iter().collect(),
-                Layout::Variant(blocks, _, _) => blocks.iter().flat_map(|(_, names, _)| names).collect(),
-                Layout::Closure { names, .. } => names.iter().collect(),
+            let names: Vec<&Option<String>> = match &info.parts {
+                Some(PartNames::Fields(names)) | Some(PartNames::Closure { names, .. }) => names.iter().collect(),
+                Some(PartNames::Variant(blocks)) => blocks.iter().flat_map(|(_, names)| names).collect(),
                 _ => continue,
             };
             out.extend(names.into_iter().flatten().map(String::as_str));

@@ -8,7 +8,6 @@ use crate::sections::*;
 use crate::view::Needs;
 use heapsnap_analyze::{Analysis, GroupBy, HeapGraph, NodeId, PhaseTimer, NO_NODE};
 use rayon::prelude::*;
-use std::collections::BTreeMap;
 
 pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, GroupBy::Closure, GroupBy::Root, GroupBy::Type];
 
@@ -17,7 +16,7 @@ pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, Group
 pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     if needs <= Needs::Diff {
         let mut b = IndexBuilder::default();
-        b.add(META, serde_json::to_vec(&meta(a)).expect("the meta data serialises"));
+        add_meta(&mut b, &meta(a));
         if needs == Needs::Diff {
             add_diff_profile(&mut b, a);
         }
@@ -56,15 +55,41 @@ fn add_diff_profile(b: &mut IndexBuilder<'_>, a: &Analysis<'_>) {
     crate::diff_profile::add(b, &profile);
 }
 
+/// The meta data and the sections beside it: every grouping's groups, the roots' shares.
+struct MetaParts {
+    meta: Meta,
+    groups: Vec<(GroupBy, Vec<heapsnap_analyze::Group>)>,
+    root_shares: Vec<heapsnap_analyze::RootShare>,
+    field_paths: Option<heapsnap_analyze::FieldPaths>,
+}
+
+fn json(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).expect("the index's JSON serialises")
+}
+
+/// The meta data and its sections, each JSON, compressed.
+fn add_meta(b: &mut IndexBuilder<'_>, parts: &MetaParts) {
+    b.add_compressed(META, &json(&parts.meta));
+    for (by, groups) in &parts.groups {
+        b.add_compressed(groups_section(*by), &json(groups));
+    }
+    b.add_compressed(ROOT_SHARES, &json(&parts.root_shares));
+    if let Some(paths) = &parts.field_paths {
+        b.add_compressed(FIELD_PATHS, &json(paths));
+    }
+}
+
 /// The meta data: totals, every grouping, the roots' shares and the summary's suspects.
-fn meta(a: &Analysis<'_>) -> Meta {
+fn meta(a: &Analysis<'_>) -> MetaParts {
     // The suspects' paths walk the shortest-path parents: one breadth-first search, on one
     // core, made from the graph alone by another thread while this one groups.
     let graph = &a.graph;
-    let (meta, parents) = std::thread::scope(|scope| {
+    let snap = a.graph.blocks.snap;
+    let (meta, parents, ocaml_names) = std::thread::scope(|scope| {
         let bfs = scope.spawn(|| heapsnap_analyze::bfs_parents(graph));
+        let names = scope.spawn(|| NamesDigest::of(snap));
         let meta = groups(a);
-        (meta, bfs.join().expect("the breadth-first search does not panic"))
+        (meta, bfs.join().expect("the breadth-first search does not panic"), names.join().expect("digesting the names does not panic"))
     });
     a.keep_bfs_parents(parents);
     let (summary, groups) = meta;
@@ -72,22 +97,27 @@ fn meta(a: &Analysis<'_>) -> Meta {
     let summary_suspects =
         heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
     timer.lap("the summary's suspects");
-    Meta {
-        node_count: a.graph.node_count() as u32,
-        reachable_count: a.tree.reachable_count() as u32,
-        first_block_node: a.graph.blocks.first_block_node,
-        root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
-        kinds: a.block_kinds().kinds.clone(),
-        kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
-        summary,
+    MetaParts {
+        meta: Meta {
+            node_count: a.graph.node_count() as u32,
+            reachable_count: a.tree.reachable_count() as u32,
+            first_block_node: a.graph.blocks.first_block_node,
+            root_kinds: a.graph.root_kinds.iter().map(|k| k.code()).collect(),
+            kinds: a.block_kinds().kinds.clone(),
+            kind_id_bytes: kind_id_bytes(a.block_kinds().kinds.len()),
+            summary,
+            summary_suspects,
+            ocaml_names,
+            typed_bytes: crate::reports::typed_bytes(a).map(|(heap, statics)| [heap, statics]),
+        },
         groups,
         root_shares: a.retainers().per_root.clone(),
-        summary_suspects,
+        field_paths: a.names.ocaml().map(|names| names.field_paths()),
     }
 }
 
 /// The summary (without its top groups) and every grouping.
-fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, BTreeMap<String, Vec<heapsnap_analyze::Group>>) {
+fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, Vec<(GroupBy, Vec<heapsnap_analyze::Group>)>) {
     let timer = PhaseTimer::start("index");
     // The summary lists the kind groups: all of them are the `kind` grouping (made once).
     let mut summary = heapsnap_analyze::summary(a, usize::MAX);
@@ -97,14 +127,14 @@ fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, BTreeMap<String, Vec<
     let _ = a.retainers();
     timer.lap("the roots' reach");
     // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
-    let groups: BTreeMap<String, Vec<_>> = ALL_GROUPINGS
+    let groups: Vec<(GroupBy, Vec<_>)> = ALL_GROUPINGS
         .iter()
         .filter_map(|&by| {
             let list = match by {
                 GroupBy::Kind => kind_groups.take().expect("one kind grouping"),
                 _ => a.group_by(by).ok()?,
             };
-            Some((by.name().to_string(), list))
+            Some((by, list))
         })
         .collect();
     timer.lap("every grouping");
@@ -116,7 +146,8 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
-    let meta = meta(a);
+    let parts = meta(a);
+    let meta = &parts.meta;
 
     let timer = PhaseTimer::start("index");
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
@@ -196,7 +227,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     timer.lap("the tree in its own preorder");
 
     let mut b = IndexBuilder::default();
-    b.add(META, serde_json::to_vec(&meta).expect("the meta data serialises"));
+    add_meta(&mut b, &parts);
     b.add(TREE, tree_stream);
     b.add_u64_vec(TREE_CHECKPOINTS, tree_checkpoints);
     b.add_u64_vec(REACHABLE, reachable);
@@ -211,14 +242,16 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     drop(kind_ids);
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
-    b.add(TOP_LABELS, serde_json::to_vec(&label_names).expect("strings serialise"));
+    b.add_compressed(TOP_LABELS, &json(&label_names));
     if needs == Needs::All {
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.
     if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
-        b.add_u32(TYPE_IDS, typing.node_types());
-        b.add(TYPES, serde_json::to_vec(&typing.saved()).expect("types serialise"));
+        // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
+        let width = kind_id_bytes(typing.type_count());
+        b.add(TYPE_IDS, narrow_ids(&typing.node_types().widened(), u32::MAX as usize, width));
+        b.add_compressed(TYPES, &json(&typing.saved()));
     }
     b
 }

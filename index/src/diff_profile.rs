@@ -81,15 +81,16 @@ pub fn add(b: &mut IndexBuilder<'_>, p: &SavedProfile) {
         paths: names_of(&p.paths),
         member_groups: p.member_groups.clone(),
     };
-    b.add(DIFF_META, serde_json::to_vec(&meta).expect("the diff's meta data serialises"));
+    b.add_compressed(DIFF_META, &serde_json::to_vec(&meta).expect("the diff's meta data serialises"));
     let own = p.dom_own_bytes.iter().copied().chain(std::iter::repeat(0));
     let dom = p.dom.nodes.iter().zip(own).flat_map(|(n, own)| node_words(n, own));
     let paths = p.paths.nodes.iter().flat_map(|n| node_words(n, 0));
-    b.add_u64_vec(DIFF_NODES, dom.chain(paths).collect());
-    b.add_u64_vec(
-        DIFF_MEMBERS,
-        p.members.iter().flat_map(|m| [m.group as u64 | (m.signature as u64) << 32, m.count, m.first, m.address]).collect(),
-    );
+    // Read whole by a diff, never in place: compressed (most of their words' bytes are zeros).
+    let nodes: Vec<u64> = dom.chain(paths).collect();
+    b.add_compressed(DIFF_NODES, bytemuck::cast_slice(&nodes));
+    let members: Vec<u64> =
+        p.members.iter().flat_map(|m| [m.group as u64 | (m.signature as u64) << 32, m.count, m.first, m.address]).collect();
+    b.add_compressed(DIFF_MEMBERS, bytemuck::cast_slice(&members));
 }
 
 fn bad(what: &str) -> IndexError {

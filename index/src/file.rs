@@ -8,11 +8,16 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
 /// Bumped whenever what the index holds, or how it is computed, changes.
-pub const INDEX_VERSION: u32 = 11;
+pub const INDEX_VERSION: u32 = 12;
 pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.
 const MAX_SECTIONS: u32 = 256;
+/// A section table entry's flag: the body is its length once decompressed (`u64`), then
+/// those bytes compressed as an LZ4 block (`lz4_flex`). Its checksum is of the body as stored.
+pub const COMPRESSED: u32 = 1;
+/// The largest decompressed length a section may claim (a hostile length allocates no more).
+const MAX_DECOMPRESSED: u64 = 1 << 32;
 
 /// Why an index file was not used (the caller then rebuilds it).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -73,28 +78,55 @@ impl Body<'_> {
 /// objects, written from where the sections are (no copy into one buffer).
 #[derive(Default)]
 pub struct IndexBuilder<'a> {
-    sections: Vec<(u32, Body<'a>)>,
+    /// `(kind, flags, body)`.
+    sections: Vec<(u32, u32, Body<'a>)>,
+}
+
+/// A body stored [`COMPRESSED`]: its length, then its bytes compressed.
+pub fn compress(bytes: &[u8]) -> Vec<u8> {
+    let mut out = (bytes.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&lz4_flex::block::compress(bytes));
+    out
+}
+
+/// The bytes of a [`COMPRESSED`] body (`None`: not an LZ4 block of the length it claims, or
+/// one longer than 4 GiB).
+pub fn decompress(body: &[u8]) -> Option<Vec<u8>> {
+    let (len, block) = body.split_first_chunk::<8>()?;
+    let len = u64::from_le_bytes(*len);
+    // LZ4 expands a byte at most 255 times: a longer claim is hostile (and would allocate it).
+    if len > MAX_DECOMPRESSED || len > (block.len() as u64).saturating_mul(255).saturating_add(16) {
+        return None;
+    }
+    let bytes = lz4_flex::block::decompress(block, len as usize).ok()?;
+    (bytes.len() as u64 == len).then_some(bytes)
 }
 
 impl<'a> IndexBuilder<'a> {
     pub fn add(&mut self, kind: u32, body: Vec<u8>) {
-        self.sections.push((kind, Body::Bytes(body)));
+        self.sections.push((kind, 0, Body::Bytes(body)));
+    }
+
+    /// A section written [`COMPRESSED`] (read whole, when a report first needs it: JSON, the
+    /// diff's tries), compressed here.
+    pub fn add_compressed(&mut self, kind: u32, body: &[u8]) {
+        self.sections.push((kind, COMPRESSED, Body::Bytes(compress(body))));
     }
 
     pub fn add_u32(&mut self, kind: u32, values: &'a [u32]) {
-        self.sections.push((kind, Body::Borrowed(bytemuck::cast_slice(values))));
+        self.sections.push((kind, 0, Body::Borrowed(bytemuck::cast_slice(values))));
     }
 
     pub fn add_u64(&mut self, kind: u32, values: &'a [u64]) {
-        self.sections.push((kind, Body::Borrowed(bytemuck::cast_slice(values))));
+        self.sections.push((kind, 0, Body::Borrowed(bytemuck::cast_slice(values))));
     }
 
     pub fn add_u32_vec(&mut self, kind: u32, values: Vec<u32>) {
-        self.sections.push((kind, Body::U32(values)));
+        self.sections.push((kind, 0, Body::U32(values)));
     }
 
     pub fn add_u64_vec(&mut self, kind: u32, values: Vec<u64>) {
-        self.sections.push((kind, Body::U64(values)));
+        self.sections.push((kind, 0, Body::U64(values)));
     }
 
     /// The header and the section table, with every body's checksum (hashed on every core).
@@ -104,12 +136,12 @@ impl<'a> IndexBuilder<'a> {
         let mut table = Vec::with_capacity(table_len);
         let hashes: Vec<u64> = {
             use rayon::prelude::*;
-            self.sections.par_iter().map(|(_, body)| xxh3_64(body.bytes())).collect()
+            self.sections.par_iter().map(|(_, _, body)| xxh3_64(body.bytes())).collect()
         };
-        for ((kind, body), hash) in self.sections.iter().zip(&hashes) {
+        for ((kind, flags, body), hash) in self.sections.iter().zip(&hashes) {
             let len = body.bytes().len() as u64;
             table.extend_from_slice(&kind.to_le_bytes());
-            table.extend_from_slice(&0u32.to_le_bytes());
+            table.extend_from_slice(&flags.to_le_bytes());
             table.extend_from_slice(&at.to_le_bytes());
             table.extend_from_slice(&len.to_le_bytes());
             table.extend_from_slice(&hash.to_le_bytes());
@@ -130,7 +162,7 @@ impl<'a> IndexBuilder<'a> {
     /// Writes the whole file: header, table, sections (each padded to 8 bytes).
     pub fn write_to(&self, w: &mut impl std::io::Write, id: SnapshotId) -> std::io::Result<()> {
         w.write_all(&self.head(id))?;
-        for (_, body) in &self.sections {
+        for (_, _, body) in &self.sections {
             let bytes = body.bytes();
             w.write_all(bytes)?;
             w.write_all(&[0u8; 8][..bytes.len().next_multiple_of(8) - bytes.len()])?;
@@ -148,10 +180,13 @@ impl<'a> IndexBuilder<'a> {
 
 struct Entry {
     kind: u32,
+    flags: u32,
     offset: usize,
     length: usize,
     checksum: u64,
     checked: OnceLock<bool>,
+    /// A [`COMPRESSED`] body once decompressed (`None`: it does not decompress).
+    decompressed: OnceLock<Option<Bytes>>,
 }
 
 /// The bytes of an index (a mapped file or a vector), validated.
@@ -228,7 +263,10 @@ impl IndexFile {
         }
         let mut entries = Vec::with_capacity(count as usize);
         for e in table.chunks_exact(ENTRY_SIZE) {
-            let (kind, offset, length, checksum) = (le32(e, 0), le64(e, 8), le64(e, 16), le64(e, 24));
+            let (kind, flags, offset, length, checksum) = (le32(e, 0), le32(e, 4), le64(e, 8), le64(e, 16), le64(e, 24));
+            if flags & !COMPRESSED != 0 {
+                return Err(IndexError::Table(format!("section {kind} has flags {flags:#x}")));
+            }
             let end = offset.checked_add(length).ok_or_else(|| IndexError::Table(format!("section {kind} overflows")))?;
             if offset % 8 != 0 || offset < table_end as u64 {
                 return Err(IndexError::Table(format!("section {kind} at {offset}")));
@@ -239,9 +277,27 @@ impl IndexFile {
             if entries.iter().any(|x: &Entry| x.kind == kind) {
                 return Err(IndexError::Table(format!("section {kind} twice")));
             }
-            entries.push(Entry { kind, offset: offset as usize, length: length as usize, checksum, checked: OnceLock::new() });
+            entries.push(Entry {
+                kind,
+                flags,
+                offset: offset as usize,
+                length: length as usize,
+                checksum,
+                checked: OnceLock::new(),
+                decompressed: OnceLock::new(),
+            });
         }
         Ok(IndexFile { bytes, entries, meta: OnceLock::new() })
+    }
+
+    /// Every section's kind and flags, in the table's order.
+    pub fn kinds(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.entries.iter().map(|e| (e.kind, e.flags))
+    }
+
+    /// Every section's kind and length as stored, in the table's order.
+    pub fn sizes(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.entries.iter().map(|e| (e.kind, e.length))
     }
 
     /// Whether the index has this section (its checksum is not checked here).
@@ -271,9 +327,24 @@ impl IndexFile {
         self.meta.get_or_init(|| parsed).clone().map_err(IndexError::Inconsistent)
     }
 
-    /// A section's bytes, its checksum checked on first use.
+    /// A section's bytes, its checksum checked on first use (a [`COMPRESSED`] one decompressed then,
+    /// once).
     pub fn section(&self, kind: u32) -> Result<&[u8], IndexError> {
-        let e = self.entries.iter().find(|e| e.kind == kind).ok_or(IndexError::Section(kind))?;
+        let e = self.entry(kind)?;
+        let stored = self.stored(e)?;
+        if e.flags & COMPRESSED == 0 {
+            return Ok(stored);
+        }
+        // Copied into 8-byte aligned memory: the diff's tries are read as `u64`s.
+        e.decompressed.get_or_init(|| decompress(stored).map(|b| Bytes::copied(&b))).as_deref().ok_or(IndexError::Section(kind))
+    }
+
+    fn entry(&self, kind: u32) -> Result<&Entry, IndexError> {
+        self.entries.iter().find(|e| e.kind == kind).ok_or(IndexError::Section(kind))
+    }
+
+    /// A section's body as stored, its checksum checked on first use.
+    fn stored(&self, e: &Entry) -> Result<&[u8], IndexError> {
         let body = &self.bytes[e.offset..e.offset + e.length];
         if *e.checked.get_or_init(|| {
             // One call maps the section's pages (a page fault per few pages costs more than
@@ -285,7 +356,7 @@ impl IndexFile {
         }) {
             Ok(body)
         } else {
-            Err(IndexError::Checksum(kind))
+            Err(IndexError::Checksum(e.kind))
         }
     }
 
@@ -305,10 +376,10 @@ impl IndexFile {
         // Largest first, so that the cores finish together.
         let mut present: Vec<&Entry> = self.entries.iter().filter(|e| kinds.contains(&e.kind)).collect();
         present.sort_by_key(|e| std::cmp::Reverse(e.length));
-        present.par_iter().with_max_len(1).try_for_each(|e| self.section(e.kind).map(|_| ()))
+        present.par_iter().with_max_len(1).try_for_each(|e| self.stored(e).map(|_| ()))
     }
 
-    /// Checks every section's checksum now.
+    /// Checks every section's checksum now, and that every compressed one decompresses.
     pub fn verify_all(&self) -> Result<(), IndexError> {
         self.entries.iter().try_for_each(|e| self.section(e.kind).map(|_| ()))
     }
@@ -319,5 +390,13 @@ impl IndexFile {
 
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
+    }
+}
+
+/// The module blocks' field paths saved (`sections::FIELD_PATHS`): labels without parsing the
+/// snapshot's OCaml names. A section that does not parse is none (the names are parsed).
+impl heapsnap_analyze::SavedFieldPaths for IndexFile {
+    fn field_paths(&self) -> Option<heapsnap_analyze::FieldPaths> {
+        serde_json::from_slice(self.section(crate::sections::FIELD_PATHS).ok()?).ok()
     }
 }

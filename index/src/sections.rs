@@ -1,8 +1,7 @@
 //! The sections of an index (INDEX.md describes each).
 
-use heapsnap_analyze::{Group, GroupKey, RootShare, Summary, SuspectsReport};
+use heapsnap_analyze::{GroupBy, GroupKey, Summary, SuspectsReport};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 
 /// JSON: [`Meta`].
 pub const META: u32 = 1;
@@ -28,10 +27,12 @@ pub const TOP_LABELS: u32 = 16;
 /// Per block node: its kind, an index in [`Meta::kinds`], in [`Meta::kind_id_bytes`] bytes
 /// (1, 2 or 4: the narrowest that numbers every kind; its largest value: no kind).
 pub const KIND_IDS: u32 = 17;
-/// `u32` per node: its OCaml type, an index in [`TYPES`] (`u32::MAX`: untyped). Only when the
-/// snapshot has OCaml names.
+/// Per node: its OCaml type, an index in [`TYPES`], in 1, 2 or 4 bytes (the section's length
+/// over the node count: the narrowest that numbers the types; its largest value: untyped).
+/// Only when the snapshot has OCaml names.
 pub const TYPE_IDS: u32 = 18;
-/// JSON: the types of [`TYPE_IDS`] and the typing's counts (`heapsnap_analyze::SavedTypes`).
+/// JSON: the types of [`TYPE_IDS`] (each its name and its parts' names) and the typing's
+/// counts (`heapsnap_analyze::SavedTypes`).
 pub const TYPES: u32 = 19;
 /// `(preorder number, retained bytes)` `u64` pairs, by preorder number: the retained sizes that
 /// are no `u32` of words.
@@ -73,6 +74,35 @@ pub const PREORDER_MARKS: u32 = 33;
 /// `u32` per set bit of [`PREORDER_MARKS`], in order: the number 32 steps before it on its cycle.
 pub const PREORDER_BACK: u32 = 34;
 
+/// JSON: every group of one grouping, largest first (`top --json`'s groups), one section per
+/// grouping ([`groups_section`]); `reserved` only when the runtime has reserved header bits,
+/// `type` only when the snapshot has OCaml names. Each is read by the report that asks for it.
+pub const GROUPS_RESERVED: u32 = 35;
+pub const GROUPS_KIND: u32 = 36;
+pub const GROUPS_CLOSURE: u32 = 37;
+pub const GROUPS_ROOT: u32 = 38;
+pub const GROUPS_TYPE: u32 = 39;
+/// JSON: per root, what it retains alone and shared (`top --by root`), largest first.
+pub const ROOT_SHARES: u32 = 40;
+
+/// JSON: by compilation unit, its module block's field paths by index
+/// (`heapsnap_analyze::FieldPaths`): the roots' and module blocks' labels, without
+/// parsing the snapshot's OCaml names. Only when they parse.
+pub const FIELD_PATHS: u32 = 41;
+
+/// The section of a grouping's groups.
+pub fn groups_section(by: GroupBy) -> u32 {
+    match by {
+        GroupBy::Reserved => GROUPS_RESERVED,
+        GroupBy::Kind => GROUPS_KIND,
+        GroupBy::Closure => GROUPS_CLOSURE,
+        GroupBy::Root => GROUPS_ROOT,
+        GroupBy::Type => GROUPS_TYPE,
+    }
+}
+
+/// The totals and what `summary` reads (every grouping's groups and the roots' shares are
+/// sections of their own, read by the reports that list them).
 #[derive(Serialize, Deserialize, Clone, Debug)]
 pub struct Meta {
     pub node_count: u32,
@@ -86,14 +116,50 @@ pub struct Meta {
     pub kind_id_bytes: u8,
     /// The summary report, without its top groups (the `kind` groups give them).
     pub summary: Summary,
-    /// Every group of every grouping (`tag`, `kind`, `closure`, `root`), largest first.
-    pub groups: BTreeMap<String, Vec<Group>>,
-    /// Per root: what it retains alone and shared (`top --by root`), largest first.
-    pub root_shares: Vec<RootShare>,
     /// The leak suspects `summary` lists ([`heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT`],
     /// at most [`heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN`]), so that a second `summary` reads
     /// this section only. Its percentages are set again from its bytes when read.
     pub summary_suspects: SuspectsReport,
+    /// What the snapshot's OCaml names section holds, as `info` and `diff` read it (so that
+    /// they need not parse it: tens of megabytes on a real program).
+    pub ocaml_names: NamesDigest,
+    /// The typed blocks' bytes, `[heap, static data]` (`info`'s typed share; `None`: no
+    /// typing): `crate::reports::typed_bytes`, which looks at every block.
+    pub typed_bytes: Option<[u64; 2]>,
+}
+
+/// The snapshot's OCaml names section, digested.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub enum NamesDigest {
+    /// The snapshot has no names section.
+    Absent,
+    /// The section does not parse (the snapshot then analyses as one without names): why.
+    Damaged(String),
+    /// It parses: the names' OCaml version, compilation units, module-block fields, and the
+    /// units left out when annotating (`(file, why)`).
+    Parsed { ocaml_version: String, units: usize, fields: usize, refused: Vec<(String, String)> },
+}
+
+impl NamesDigest {
+    /// The digest of a snapshot's names section (parsed again: the analysis keeps only part
+    /// of it).
+    pub fn of(snap: &heapsnap_format::Snapshot) -> NamesDigest {
+        let Some(json) = snap.ocaml_names() else { return NamesDigest::Absent };
+        match heapsnap_names::Program::parse(json) {
+            Ok(program) => NamesDigest::Parsed {
+                ocaml_version: program.ocaml_version,
+                units: program.units.len(),
+                fields: program.units.iter().map(|u| u.fields.len()).sum(),
+                refused: program.refused.into_iter().map(|r| (r.file, r.message)).collect(),
+            },
+            Err(e) => NamesDigest::Damaged(e.to_string()),
+        }
+    }
+
+    /// Whether the names parse (the analysis uses them).
+    pub fn parsed(&self) -> bool {
+        matches!(self, NamesDigest::Parsed { .. })
+    }
 }
 
 /// The narrowest width (1, 2 or 4 bytes) whose values number `kinds` kinds with one left over

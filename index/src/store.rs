@@ -78,6 +78,14 @@ pub fn saved_serves(snapshot: &Path, needs: Needs) -> bool {
     candidates(snapshot).iter().any(|path| matches!(read(path, id), Ok(Some(index)) if index.serves(needs)))
 }
 
+/// The meta data of an index saved for `snapshot`, when there is one that opens (no index is
+/// built: a caller without one reads the snapshot itself).
+pub fn saved_meta(snapshot: &Path) -> Option<std::sync::Arc<crate::sections::Meta>> {
+    let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).ok()?;
+    let id = SnapshotId::of(&snap);
+    candidates(snapshot).iter().find_map(|path| read(path, id).ok().flatten()?.meta().ok())
+}
+
 /// Opens the snapshot and its index, building (and saving) the whole index when there is no
 /// valid one ([`open_or_build_for`] with [`Needs::All`]).
 pub fn open_or_build(snapshot: &Path, progress: &Progress) -> Result<Indexed, StoreError> {

@@ -41,11 +41,15 @@ impl Needs {
     /// optional: a snapshot without OCaml names has none).
     pub fn sections(self) -> &'static [u32] {
         match self {
-            Needs::Meta => &[META],
-            Needs::Diff => &[META, DIFF_META, DIFF_NODES, DIFF_MEMBERS],
+            Needs::Meta => &[META, GROUPS_KIND, GROUPS_CLOSURE, GROUPS_ROOT, ROOT_SHARES],
+            Needs::Diff => &[META, GROUPS_KIND, GROUPS_CLOSURE, GROUPS_ROOT, ROOT_SHARES, DIFF_META, DIFF_NODES, DIFF_MEMBERS],
             // Naming a Hashtbl's parts resolves the pointers between them (by address).
             Needs::Tree => &[
                 META,
+                GROUPS_KIND,
+                GROUPS_CLOSURE,
+                GROUPS_ROOT,
+                ROOT_SHARES,
                 TREE,
                 TREE_CHECKPOINTS,
                 REACHABLE,
@@ -65,6 +69,10 @@ impl Needs {
             ],
             Needs::All => &[
                 META,
+                GROUPS_KIND,
+                GROUPS_CLOSURE,
+                GROUPS_ROOT,
+                ROOT_SHARES,
                 TREE,
                 TREE_CHECKPOINTS,
                 REACHABLE,
@@ -175,6 +183,10 @@ pub struct IndexView<'s> {
     /// The blocks' OCaml types, read from the index when a report first needs them (the
     /// index is tied to the snapshot's names: `annotate` changes the snapshot).
     typing: OnceLock<Option<heapsnap_analyze::Typing>>,
+    /// Each grouping's groups (by [`groups_section`]), read when a report first lists them.
+    groups: [OnceLock<Vec<Group>>; 5],
+    /// The roots' shares, read when a report first lists them.
+    root_shares: OnceLock<Vec<RootShare>>,
     /// The diff's classification, read and checked when the view is opened for a diff.
     diff: Option<heapsnap_analyze::diff::SavedProfile>,
     file: &'s IndexFile,
@@ -197,7 +209,7 @@ impl<'s> IndexView<'s> {
         let r = meta.reachable_count as usize;
         let view = IndexView {
             snap,
-            names: Names::new(snap),
+            names: Names::new(snap).with_saved_field_paths(file),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
             tree: if wanted.contains(&TREE) {
                 Tree::new(
@@ -256,6 +268,8 @@ impl<'s> IndexView<'s> {
                 .collect(),
             free_blocks: OnceLock::new(),
             typing: OnceLock::new(),
+            groups: Default::default(),
+            root_shares: OnceLock::new(),
             diff: if needs == Needs::Diff { crate::diff_profile::read(file)? } else { None },
             file,
             meta,
@@ -295,12 +309,30 @@ impl<'s> IndexView<'s> {
         Ok(view)
     }
 
-    /// The typing the index saved, when it has one that fits the snapshot's names.
+    /// The typing the index saved, when it has one that fits its node types (the index is
+    /// tied to the snapshot, hence to its names: they are not read).
     fn saved_typing(&self) -> Option<heapsnap_analyze::Typing> {
-        let env = &self.names.ocaml()?.env;
-        let ids = self.file.u32s(TYPE_IDS).ok().filter(|ids| ids.len() == self.meta.node_count as usize)?;
+        let n = self.meta.node_count as usize;
+        let bytes = self.file.section(TYPE_IDS).ok()?;
+        // Copied as narrow as saved (untyped: the width's largest value in both).
+        let ids = match NarrowIds::new(bytes, bytes.len().checked_div(n)? as u8).filter(|ids| ids.len() == n)? {
+            NarrowIds::U8(ids) => heapsnap_analyze::NodeTypes::U8(ids.to_vec()),
+            NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.to_vec()),
+            NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.to_vec()),
+        };
         let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
-        heapsnap_analyze::Typing::from_saved(env, ids.to_vec(), saved)
+        heapsnap_analyze::Typing::from_saved(ids, saved)
+    }
+
+    /// Whether the index has this section.
+    pub fn has_section(&self, kind: u32) -> bool {
+        self.file.has(kind)
+    }
+
+    /// A JSON list section (a grouping's groups, the roots' shares): empty when the index has
+    /// none (a grouping the snapshot does not allow), or a hostile one that does not parse.
+    fn json_list<T: serde::de::DeserializeOwned>(&self, kind: u32) -> Vec<T> {
+        self.file.section(kind).ok().and_then(|bytes| serde_json::from_slice(bytes).ok()).unwrap_or_default()
     }
 
     fn pre(&self, node: NodeId) -> Option<usize> {
@@ -673,11 +705,12 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {
         by.check(self.snap)?;
-        Ok(Cow::Borrowed(self.meta.groups.get(by.name()).map_or(&[], Vec::as_slice)))
+        let cell = &self.groups[by as usize];
+        Ok(Cow::Borrowed(cell.get_or_init(|| self.json_list(groups_section(by)))))
     }
 
     fn root_shares(&self) -> Cow<'_, [RootShare]> {
-        Cow::Borrowed(&self.meta.root_shares)
+        Cow::Borrowed(self.root_shares.get_or_init(|| self.json_list(ROOT_SHARES)))
     }
 
     fn unreachable(&self) -> (u64, u64) {

@@ -235,6 +235,15 @@ fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
         return Ok(());
     }
     let _ = dominator_report(&view, 6, 0.0, 50);
+    if let Some(typing) = view.typing() {
+        let _ = typing.labels();
+        for v in 0..view.node_count() as NodeId + 3 {
+            for (tag, first) in [(0, None), (1, Some(66 << 1 | 1)), (247, None)] {
+                let _ = typing.describe(v, tag, first);
+                (0..4).for_each(|i| drop(typing.field_name(v, tag, i)));
+            }
+        }
+    }
     for v in (0..view.node_count() as u32 + 3).step_by(7) {
         let _ = view.dominator_chain(v);
         let _ = view.tree_node(v);
@@ -378,6 +387,32 @@ proptest! {
     fn mutated_diff_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12)) {
         let _ = DIFF_FIXTURE.with(|f| mutate_diff_and_use(f, edits));
     }
+
+    /// The compressed sections' contents, mutated and compressed again with valid checksums (of the
+    /// whole index with a typing, and of the diff's level): never a panic or a hang.
+    #[test]
+    fn mutated_compressed_sections_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12), diff in any::<bool>()) {
+        let _ = if diff { DIFF_FIXTURE.with(|f| mutate_compressed_and_use(f, edits)) } else { TYPED_FIXTURE.with(|f| mutate_compressed_and_use(f, edits)) };
+    }
+
+    /// A saved typing's node types (1 byte each here) mutated with valid checksums: never a
+    /// panic or a hang.
+    #[test]
+    fn mutated_type_ids_never_panic(edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..12)) {
+        use heapsnap_index::sections::TYPE_IDS;
+        let _ = TYPED_FIXTURE.with(|f| {
+            let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+            let b = rewritten(f, |kind, body| {
+                for &(at, byte) in &edits {
+                    if kind == TYPE_IDS && !body.is_empty() {
+                        let len = body.len();
+                        body[at % len] = byte;
+                    }
+                }
+            });
+            use_index(&snap, &b)
+        });
+    }
 }
 
 /// The whole index of [`write_shapes`]'s heap (kind ids of two bytes).
@@ -395,6 +430,7 @@ thread_local! {
     static META_FIXTURE: Fixture = fixture(Needs::Meta);
     static DIFF_FIXTURE: Fixture = fixture(Needs::Diff);
     static SHAPES_FIXTURE: Fixture = shapes_fixture();
+    static TYPED_FIXTURE: Fixture = typed_fixture();
 }
 
 /// A `summary` writes the meta data alone (a few kilobytes: its reports read nothing else); the
@@ -521,18 +557,146 @@ fn section_range(bytes: &[u8], kind: u32) -> std::ops::Range<usize> {
         .expect("the section is there")
 }
 
-/// Edits only the diff's sections of the bytes (words of its tries and member counts), fixes
-/// the checksums up, and uses the index.
+/// The index written again with every section's contents (compressed ones decompressed) given to
+/// `edit`, compressed sections compressed again: what a hostile writer that knows the format
+/// writes.
+fn rewritten(f: &Fixture, edit: impl Fn(u32, &mut Vec<u8>)) -> Vec<u8> {
+    rewritten_with(f, edit, Vec::new())
+}
+
+/// [`rewritten`], with `extra` sections (`(kind, body, compressed)`) after the others.
+fn rewritten_with(f: &Fixture, edit: impl Fn(u32, &mut Vec<u8>), extra: Vec<(u32, Vec<u8>, bool)>) -> Vec<u8> {
+    use heapsnap_index::file::{decompress, IndexBuilder, COMPRESSED};
+    let id = SnapshotId::of(&f.snap);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), id).unwrap();
+    let mut builder = IndexBuilder::default();
+    for (kind, flags) in file.kinds().collect::<Vec<_>>() {
+        let range = section_range(&f.bytes, kind);
+        let stored = &f.bytes[range];
+        let mut body =
+            if flags & COMPRESSED != 0 { decompress(stored).expect("a compressed section decompresses") } else { stored.to_vec() };
+        edit(kind, &mut body);
+        if flags & COMPRESSED != 0 {
+            builder.add_compressed(kind, &body);
+        } else {
+            builder.add(kind, body);
+        }
+    }
+    for (kind, body, compressed) in extra {
+        if compressed {
+            builder.add_compressed(kind, &body);
+        } else {
+            builder.add(kind, body);
+        }
+    }
+    builder.finish(id)
+}
+
+/// Six types, one of each way of naming a type's parts, as section 19 saves them.
+fn saved_types() -> heapsnap_analyze::SavedTypes {
+    use heapsnap_analyze::{PartNames, TypeNames};
+    let named = |n: &str| Some(n.to_string());
+    let types = vec![
+        TypeNames { name: "Server.session".into(), parts: Some(PartNames::Fields(vec![named("id"), None, named("data")])) },
+        TypeNames {
+            name: "shape".into(),
+            parts: Some(PartNames::Variant(vec![("Circle".into(), vec![named("radius")]), ("Square".into(), vec![None, None])])),
+        },
+        TypeNames { name: "[ `A | `B ]".into(), parts: Some(PartNames::PolyVariant(vec![(65, "A".into()), (66, "B".into())])) },
+        TypeNames { name: "int array".into(), parts: Some(PartNames::Array) },
+        TypeNames { name: "<fun>".into(), parts: Some(PartNames::Closure { env_start: 2, names: vec![named("cache")] }) },
+        TypeNames { name: "string".into(), parts: None },
+    ];
+    heapsnap_analyze::SavedTypes { types, conflicts: 1, mismatches: 2, typed_objects: 3, typed_bytes: 4 }
+}
+
+/// The type id [`typed_fixture`] gives node `v` (none for every seventh node).
+fn synthetic_type(v: usize) -> Option<u32> {
+    (v % 7 != 6).then_some((v % 7) as u32)
+}
+
+/// The whole index of [`fixture`] with a typing (sections 18 and 19) of [`saved_types`]: the
+/// synthetic heap has no OCaml names to make one from.
+fn typed_fixture() -> Fixture {
+    use heapsnap_index::sections::{TYPES, TYPE_IDS};
+    let f = fixture(Needs::All);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
+    let n = file.meta().unwrap().node_count as usize;
+    let ids: Vec<u8> = (0..n).map(|v| synthetic_type(v).map_or(u8::MAX, |t| t as u8)).collect();
+    let types = serde_json::to_vec(&saved_types()).unwrap();
+    let bytes = rewritten_with(&f, |_, _| {}, vec![(TYPE_IDS, ids, false), (TYPES, types, true)]);
+    Fixture { bytes, ..f }
+}
+
+/// A saved typing is read as it is, without the snapshot's OCaml names (this one has none):
+/// every node's type, constructor by tag, polymorphic variant by hash, field names, a closure's
+/// free variables from its environment's start, the counts.
+#[test]
+fn a_saved_typing_is_read_without_the_snapshots_names() {
+    TYPED_FIXTURE.with(|f| {
+        assert!(f.snap.ocaml_names().is_none());
+        let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
+        let view = IndexView::open(&f.snap, &file, Needs::All).unwrap();
+        let typing = view.typing().expect("the saved typing");
+        assert_eq!((typing.conflicts, typing.mismatches, typing.typed_objects, typing.typed_bytes), (1, 2, 3, 4));
+        assert_eq!(typing.type_count(), 6);
+        for v in 0..view.node_count() as NodeId {
+            let want = synthetic_type(v as usize);
+            assert_eq!(typing.type_id(v), want.unwrap_or(heapsnap_analyze::NO_TYPE), "node {v}");
+            let name = want.map(|t| saved_types().types[t as usize].name.clone());
+            assert_eq!(typing.type_name(typing.type_id(v)).map(str::to_string), name, "node {v}");
+        }
+        let of = |t: u32| (0..view.node_count() as NodeId).find(|&v| synthetic_type(v as usize) == Some(t)).unwrap();
+        assert_eq!(typing.describe(of(1), 1, None).as_deref(), Some("Square : shape"));
+        assert_eq!(typing.describe(of(2), 0, Some(66 << 1 | 1)).as_deref(), Some("B : [ `A | `B ]"));
+        // A type no block was checked against (its parts unknown) describes nothing.
+        assert_eq!(typing.describe(of(5), 0, None), None);
+        assert_eq!(typing.field_name(of(0), 0, 2).as_deref(), Some("data"));
+        assert_eq!(typing.field_name(of(0), 0, 1), None);
+        assert_eq!(typing.field_name(of(1), 0, 0).as_deref(), Some("radius"));
+        assert_eq!(typing.field_name(of(3), 0, 7).as_deref(), Some("[7]"));
+        assert_eq!(typing.field_name(of(4), 247, 2).as_deref(), Some("cache"));
+        assert_eq!(typing.field_name(of(4), 247, 1), None);
+        assert_eq!(typing.labels(), vec!["cache", "data", "id", "radius"]);
+    });
+}
+
+/// Edits only the diff's sections (words of its tries and member counts, as they read once
+/// decompressed), and uses the index.
 fn mutate_diff_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
     use heapsnap_index::sections::{DIFF_MEMBERS, DIFF_NODES};
     let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
-    let mut b = f.bytes.clone();
-    let (nodes, members) = (section_range(&b, DIFF_NODES), section_range(&b, DIFF_MEMBERS));
-    for (at, byte) in edits {
-        let range = if at % 3 == 0 && !members.is_empty() { members.clone() } else { nodes.clone() };
-        b[range.start + at % range.len()] = byte;
-    }
-    use_index(&snap, &reseal(&b))
+    let b = rewritten(f, |kind, body| {
+        for &(at, byte) in &edits {
+            let mine = if at % 3 == 0 { DIFF_MEMBERS } else { DIFF_NODES };
+            if kind == mine && !body.is_empty() {
+                let len = body.len();
+                body[at % len] = byte;
+            }
+        }
+    });
+    use_index(&snap, &b)
+}
+
+/// Edits only the compressed sections as they read once decompressed (the JSON of the meta data,
+/// the groupings, the roots' shares, the top labels, the types, the diff's strings, and the
+/// diff's tries), and uses the index.
+fn mutate_compressed_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), IndexError> {
+    use heapsnap_index::file::COMPRESSED;
+    let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
+    let id = SnapshotId::of(&f.snap);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), id).unwrap();
+    let compressed: Vec<u32> = file.kinds().filter(|&(_, flags)| flags & COMPRESSED != 0).map(|(kind, _)| kind).collect();
+    assert!(compressed.len() >= 5, "the fixture has compressed sections: {compressed:?}");
+    let b = rewritten(f, |kind, body| {
+        for &(at, byte) in &edits {
+            if compressed[at % compressed.len()] == kind && !body.is_empty() {
+                let len = body.len();
+                body[(at / compressed.len()) % len] = byte;
+            }
+        }
+    });
+    use_index(&snap, &b)
 }
 
 /// The diff's sections of a hostile index: a node whose label, parent or root is past its
@@ -542,29 +706,53 @@ fn mutate_diff_and_use(f: &Fixture, edits: Vec<(usize, u8)>) -> Result<(), Index
 fn hostile_diff_sections_are_refused() {
     use heapsnap_index::sections::{DIFF_MEMBERS, DIFF_NODES};
     DIFF_FIXTURE.with(|f| {
-        let nodes = section_range(&f.bytes, DIFF_NODES);
-        let members = section_range(&f.bytes, DIFF_MEMBERS);
-        assert!(members.len() >= 32, "the fixture has member counts");
         // Node 2 of the dominator trie (its first step below a root): 5 words a node.
-        let node = nodes.start + 2 * 40;
+        let node = 2 * 40;
         let label_high = node + 4;
         let parent = node;
         let root = node + 8;
         // Member 0's signature: the high half of its first word.
-        let signature = members.start + 4;
-        for (what, at, value) in [
-            ("a label past the shapes", label_high, 0xff),
-            ("a parent after the node", parent, 0x7f),
-            ("a root past the labels", root + 3, 0x40),
-            ("a signature past the path trie", signature + 3, 0x40),
+        let signature = 4;
+        for (what, kind, at, value) in [
+            ("a label past the shapes", DIFF_NODES, label_high, 0xff),
+            ("a parent after the node", DIFF_NODES, parent, 0x7f),
+            ("a root past the labels", DIFF_NODES, root + 3, 0x40),
+            ("a signature past the path trie", DIFF_MEMBERS, signature + 3, 0x40),
         ] {
-            let mut b = f.bytes.clone();
-            b[at] = value;
+            let b = rewritten(f, |k, body| {
+                if k == kind {
+                    assert!(body.len() >= 128, "the fixture has section {k}");
+                    body[at] = value;
+                }
+            });
             let snap = Snapshot::from_bytes(f.snap.bytes()).unwrap();
-            let err = use_index(&snap, &reseal(&b)).expect_err(what);
+            let err = use_index(&snap, &b).expect_err(what);
             assert!(err.to_string().contains("diff sections"), "{what}: {err}");
         }
     });
+}
+
+/// A section whose flags this heapsnap does not know (a later version's) is refused, and so is
+/// a compressed one whose block does not decompress to the length it claims.
+#[test]
+fn unknown_flags_and_bad_compressed_sections_are_refused() {
+    use heapsnap_index::file::COMPRESSED;
+    use heapsnap_index::sections::META;
+    let f = fixture(Needs::Meta);
+    let id = SnapshotId::of(&f.snap);
+    let mut b = f.bytes.clone();
+    // The first entry's flags.
+    b[52..56].copy_from_slice(&(COMPRESSED | 2).to_le_bytes());
+    assert!(matches!(IndexFile::parse(Bytes::copied(&reseal(&b)), id), Err(IndexError::Table(_))));
+    // The meta data claiming one byte more than its block holds.
+    let b = rewritten_with(&f, |_, _| {}, Vec::new());
+    let mut b = b;
+    let range = section_range(&b, META);
+    let claimed = u64::from_le_bytes(b[range.start..range.start + 8].try_into().unwrap()) + 1;
+    b[range.start..range.start + 8].copy_from_slice(&claimed.to_le_bytes());
+    let file = IndexFile::parse(Bytes::copied(&reseal(&b)), id).unwrap();
+    assert_eq!(file.section(META).err(), Some(IndexError::Section(META)));
+    assert!(IndexView::open(&f.snap, &file, Needs::Meta).is_err());
 }
 
 /// Recomputes every section checksum and the table checksum (as a hostile writer would).

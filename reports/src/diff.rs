@@ -93,7 +93,12 @@ impl Report for Diff {
         // The index saves a classification by kind, with the snapshot's OCaml names when it has
         // them: a diff that uses another, or names in some snapshots only (compared without),
         // analyses its snapshots (and builds no index it would not read, unless for the sites).
-        let named = peeked.iter().filter(|s| has_names(s)).count();
+        // Whether names parse, from each saved index's digest of them (parsing them is most of
+        // a second diff's time on a real program).
+        let parse = |(path, snap): (&PathBuf, &Snapshot)| {
+            heapsnap_index::store::saved_meta(path).map_or_else(|| has_names(snap), |meta| meta.ocaml_names.parsed())
+        };
+        let named = args.snapshots.iter().zip(&peeked).filter(|&pair| parse(pair)).count();
         let names_agree = named == 0 || named == peeked.len();
         let from_indexes = by == SAVED_GROUPING && names_agree;
         drop(peeked);

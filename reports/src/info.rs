@@ -2,8 +2,8 @@
 
 use crate::loader::Loader;
 use crate::report::Report;
-use heapsnap_analyze::{AnalysedHeap, HeapFacts, NodeKind};
-use heapsnap_format::{Metadata, RegionKind, RootKind, Snapshot};
+use heapsnap_analyze::AnalysedHeap;
+use heapsnap_format::{Metadata, RegionKind, RootKind};
 use heapsnap_index::Needs;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -117,23 +117,32 @@ impl Report for Info {
         for d in snap.plugin_dwarf() {
             plugin_dwarf.entry(d.load_bias).or_default().push(d.name.to_string());
         }
-        let names = ocaml_names(&snap);
+        // With names, the index (which `info`'s typed share reads) digests them: not parsed
+        // again here.
+        let (names, typed) = match snap.ocaml_names() {
+            Some(_) => {
+                let ix = loader.indexed(&args.snapshot, Needs::Tree)?;
+                let view = ix.view(Needs::Tree)?;
+                let names = ocaml_names(&view.meta.ocaml_names);
+                let typed = if names.is_ok() { typed_share(&view) } else { None };
+                (names, typed)
+            }
+            None => (Err(heapsnap_names::MISSING_HINT.to_string()), None),
+        };
         let mut human = HumanOnly {
             free_blocks: snap.free_blocks().len(),
             memprof_samples: snap.memprof().map_or(0, |entries| entries.iter().map(|e| e.samples).sum()),
             ..HumanOnly::default()
         };
         let (ocaml_names, ocaml_names_missing) = match names {
-            Ok(n) => {
-                human.names_ocaml_version = n.ocaml_version.to_string();
-                human.refused = n.refused.iter().map(|r| (r.file.to_string(), r.message.to_string())).collect();
-                let fields = n.units.iter().map(|u| u.fields.len()).sum();
-                (Some(NamesCounts { units: n.units.len(), fields, refused: n.refused.len() }), None)
+            Ok((ocaml_version, units, fields, refused)) => {
+                human.names_ocaml_version = ocaml_version;
+                let counts = NamesCounts { units, fields, refused: refused.len() };
+                human.refused = refused;
+                (Some(counts), None)
             }
             Err(why) => (None, Some(why)),
         };
-        // Typing needs the analysis (the index, built once and saved): only worth it with names.
-        let typed = if ocaml_names.is_some() { typed_share(&args.snapshot, loader)? } else { None };
         Ok(InfoReport {
             format_version: format!("{}.{}", snap.header().version_major, snap.header().version_minor),
             metadata: snap.metadata().clone(),
@@ -251,29 +260,18 @@ impl Report for Info {
     }
 }
 
-/// How much of the reachable heap the typing walk typed (`None`: the names give no types).
-fn typed_share(path: &std::path::Path, loader: &dyn Loader) -> anyhow::Result<Option<TypedShare>> {
-    // The blocks' addresses (Tree) say which typed blocks are static data.
-    let ix = loader.indexed(path, Needs::Tree)?;
-    let view = ix.view(Needs::Tree)?;
-    let Some(typing) = view.typing() else { return Ok(None) };
-    // The walk's own byte count (`Typing::typed_bytes`) includes static data, which reachable
-    // bytes leave out: split it here so that the share compares like with like.
-    let (mut heap_bytes, mut static_bytes) = (0u64, 0u64);
-    for v in 0..view.node_count() as u32 {
-        if typing.type_name(typing.type_id(v)).is_none() {
-            continue;
-        }
-        let bytes = view.block(v).map_or(0, |b| b.header.bytes());
-        match view.node_kind(v) {
-            Some(NodeKind::Block(RegionKind::Static)) => static_bytes += bytes,
-            Some(NodeKind::Block(_)) => heap_bytes += bytes,
-            _ => {}
-        }
-    }
+/// How much of the reachable heap the typing walk typed (`None`: the names give no types). The
+/// typed bytes are split into heap and static data (which reachable bytes leave out), so that
+/// the share compares like with like: saved in the index when it was built, else looked at.
+fn typed_share(view: &heapsnap_index::IndexView<'_>) -> Option<TypedShare> {
+    let typing = view.typing()?;
+    let (heap_bytes, static_bytes) = match view.meta.typed_bytes {
+        Some([heap, statics]) => (heap, statics),
+        None => heapsnap_index::reports::typed_bytes(view)?,
+    };
     let reachable_bytes = view.reachable_bytes();
     let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * heap_bytes as f64 / reachable_bytes as f64 };
-    Ok(Some(TypedShare {
+    Some(TypedShare {
         objects: typing.typed_objects,
         bytes: heap_bytes,
         static_bytes,
@@ -282,14 +280,18 @@ fn typed_share(path: &std::path::Path, loader: &dyn Loader) -> anyhow::Result<Op
         percent_of_reachable_bytes: percent,
         conflicts: typing.conflicts,
         mismatches: typing.mismatches,
-    }))
+    })
 }
 
-/// The snapshot's OCaml names, or why there are none and how to add them.
-fn ocaml_names(snap: &Snapshot) -> Result<heapsnap_names::Program, String> {
-    match snap.ocaml_names().map(heapsnap_names::Program::parse) {
-        Some(Ok(p)) => Ok(p),
-        Some(Err(e)) => Err(format!("the names section is damaged ({e}); {}", heapsnap_names::MISSING_HINT)),
-        None => Err(heapsnap_names::MISSING_HINT.to_string()),
+/// The snapshot's OCaml names (their OCaml version, units, fields, and the units refused with
+/// why), or why there are none and how to add them.
+type NamesFacts = (String, usize, usize, Vec<(String, String)>);
+
+fn ocaml_names(digest: &heapsnap_index::sections::NamesDigest) -> Result<NamesFacts, String> {
+    use heapsnap_index::sections::NamesDigest;
+    match digest {
+        NamesDigest::Parsed { ocaml_version, units, fields, refused } => Ok((ocaml_version.clone(), *units, *fields, refused.clone())),
+        NamesDigest::Damaged(e) => Err(format!("the names section is damaged ({e}); {}", heapsnap_names::MISSING_HINT)),
+        NamesDigest::Absent => Err(heapsnap_names::MISSING_HINT.to_string()),
     }
 }

@@ -201,6 +201,32 @@ fn info_gives_the_typed_share_of_reachable_bytes() {
     let text = String::from_utf8_lossy(&text.stdout);
     let line = format!("typed           {} objects, {heap_bytes} bytes, {percent:.1}% of reachable bytes", typing.typed_objects);
     assert!(text.contains(&line), "no `{line}` in:\n{text}");
+    // The names' counts, read from the index's digest of them, are the names section's own.
+    let program = heapsnap_names::Program::parse(snap.ocaml_names().unwrap()).unwrap();
+    let fields: usize = program.units.iter().map(|u| u.fields.len()).sum();
+    let names = &info["ocaml_names"];
+    assert_eq!((names["units"].as_u64(), names["fields"].as_u64()), (Some(program.units.len() as u64), Some(fields as u64)), "{names}");
+    assert_eq!(info, analyse("info", &[&path], &[]), "a second info, from the index, says the same");
+}
+
+/// Reports read from the analysis index label roots from the module fields' paths it saved
+/// (section 41, not the names, which it does not parse), as the analysis does.
+#[test]
+fn the_index_labels_roots_as_the_analysis_does() {
+    let samples = toolchain_samples("5.3.0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = typed_snapshot("5.3.0", &samples, "typed_values", dir.path());
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
+    let ix = heapsnap_index::store::load(&path, heapsnap_index::Needs::All, &Progress::hidden()).unwrap();
+    let view = ix.view(heapsnap_index::Needs::All).unwrap();
+    let mut named = 0;
+    for r in snap.roots() {
+        let label = a.names.root_label(r);
+        assert_eq!(view.names().root_label(r), label);
+        named += usize::from(r.root_kind() == RootKind::Global && label.rsplit('.').next().is_some_and(|f| f.parse::<u64>().is_err()));
+    }
+    assert!(named > 10, "{named} globals named by their fields");
 }
 
 /// The typing walk runs on every core when no block is reached with two types: on the large
@@ -293,10 +319,10 @@ fn assert_walks_agree(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
 /// back as the same typing: every node's type, constructor and field names.
 fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::Typing) {
     let json = serde_json::to_vec(&typing.saved()).unwrap();
-    let env = &a.names.ocaml().expect("names").env;
-    let back = heapsnap_analyze::Typing::from_saved(env, typing.node_types().to_vec(), serde_json::from_slice(&json).unwrap())
-        .expect("the saved typing fits the snapshot's names");
+    let back = heapsnap_analyze::Typing::from_saved(typing.node_types().clone(), serde_json::from_slice(&json).unwrap())
+        .expect("the saved typing fits its node types");
     assert_eq!((back.typed_objects, back.conflicts, back.mismatches), (typing.typed_objects, typing.conflicts, typing.mismatches));
+    assert_eq!(back.labels(), typing.labels());
     for v in 0..a.graph.offsets.len().saturating_sub(1) as u32 {
         let Some(b) = a.block(v) else { continue };
         let first = b.fields.first().copied();
@@ -306,9 +332,11 @@ fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::T
         }
     }
     // A saved typing of other names (a type id past its types) is not trusted.
-    let mut wrong = typing.node_types().to_vec();
+    let mut wrong = typing.node_types().widened();
     if let Some(t) = wrong.iter_mut().find(|t| **t != heapsnap_analyze::NO_TYPE) {
         *t = typing.type_count() as u32 + 5;
     }
-    assert!(heapsnap_analyze::Typing::from_saved(env, wrong, typing.saved()).is_none());
+    let narrow: Vec<u16> = wrong.iter().map(|&t| t.min(u16::MAX as u32) as u16).collect();
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U32(wrong), typing.saved()).is_none());
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U16(narrow), typing.saved()).is_none());
 }

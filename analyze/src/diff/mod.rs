@@ -288,8 +288,9 @@ pub fn diff(inputs: &[Input<'_>], opts: &DiffOptions, progress: &Progress) -> Re
 /// in every snapshot to match: a root named `Cache_leak.cache` in one and `Cache_leak.1` in
 /// another would be two places).
 fn names_note(inputs: &[Input<'_>]) -> Result<bool, String> {
-    // A names section that does not parse is no names (the analysis reads it so).
-    let named = |i: &Input<'_>| saved::has_names(i.snap);
+    // A names section that does not parse is no names (the analysis reads it so); a saved
+    // profile says whether they parsed (not parsed again).
+    let named = |i: &Input<'_>| i.saved.map_or_else(|| saved::has_names(i.snap), |p| p.names);
     let missing: Vec<&str> = inputs.iter().filter(|i| !named(i)).map(|i| i.name.as_str()).collect();
     if missing.is_empty() || missing.len() == inputs.len() {
         return Ok(missing.is_empty());
