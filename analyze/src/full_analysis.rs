@@ -52,6 +52,8 @@ impl<'s> Analysis<'s> {
     pub fn new(snap: &'s Snapshot, progress: &Progress) -> Result<Self, AnalyzeError> {
         let mut timings = Vec::new();
         let t = Instant::now();
+        // About what an analysis and a first report hold at once, by the snapshot's size.
+        crate::mem::prepare_heap(snap.bytes().len().saturating_mul(3) / 2);
         let graph = HeapGraph::build(snap, progress)?;
         timings.push(("graph", t.elapsed().as_secs_f64()));
         let t = Instant::now();
@@ -152,16 +154,30 @@ impl<'s> Analysis<'s> {
     /// and their bytes: counted apart from every group.
     pub fn unreachable(&self) -> (u64, u64) {
         // The unreachable nodes from the preorder numbers (a scan of one array on every core),
-        // then their blocks: usually few, and found in log time each.
+        // then their blocks: found in log time each when they are few, else by a sweep of the
+        // regions (a busy program's heap mid-cycle holds many that are not swept yet).
         let blocks = &self.graph.blocks;
         let first = blocks.first_block_node as usize;
         let pre_of = self.tree.pre_of.get(first..).unwrap_or(&[]);
-        pre_of
+        let count = pre_of.par_iter().filter(|&&p| p == NO_NODE).count();
+        if count < pre_of.len() / 64 {
+            return pre_of
+                .par_iter()
+                .enumerate()
+                .filter(|&(_, &p)| p == NO_NODE)
+                .filter_map(|(i, _)| blocks.block((first + i) as NodeId))
+                .map(|b| (1u64, b.header.bytes()))
+                .reduce(|| (0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
+        }
+        let (regions, tree): (Vec<usize>, &DominatorTree) = (blocks.block_regions().collect(), &self.tree);
+        regions
             .par_iter()
-            .enumerate()
-            .filter(|&(_, &p)| p == NO_NODE)
-            .filter_map(|(i, _)| blocks.block((first + i) as NodeId))
-            .map(|b| (1u64, b.header.bytes()))
+            .map(|&r| {
+                blocks
+                    .region_blocks(r)
+                    .filter(|b| !tree.is_reachable(b.node))
+                    .fold((0u64, 0u64), |(n, bytes), b| (n + 1, bytes + b.header.bytes()))
+            })
             .reduce(|| (0, 0), |x, y| (x.0 + y.0, x.1 + y.1))
     }
 

@@ -24,6 +24,37 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
+    TUNED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether [`tune_allocator`] was called: the heap keeps what it grows to.
+static TUNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Grows the allocator's heap to at least `bytes` ahead of an analysis and asks for transparent
+/// huge pages on it (`MADV_HUGEPAGE`, where the kernel gives them only when asked): the arrays
+/// of an analysis are hundreds of megabytes, first written in a process that starts afresh for
+/// every command, and at 4 KiB a page their page faults cost more system time than their
+/// zeroing. Growing it first is what makes the advice reach them: memory the heap grows by
+/// later is a mapping of its own, without the advice. Nothing is resident until written.
+/// Only after [`tune_allocator`] (otherwise the heap would give the memory back at once), on
+/// glibc; best effort.
+pub fn prepare_heap(bytes: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if !TUNED.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        // Allocated and freed untouched: the heap's top keeps it (no trim), for the arrays to come.
+        drop(std::hint::black_box(Vec::<u8>::with_capacity(bytes)));
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
+        for line in maps.lines().filter(|l| l.ends_with("[heap]")) {
+            let Some((start, end)) = line.split_whitespace().next().and_then(|r| r.split_once('-')) else { continue };
+            let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
+            let _ = advise(start, end - start, MADVISE_HUGEPAGE);
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = bytes;
 }
 
 /// Gives the pages of freed memory back to the kernel (glibc only; a no-op elsewhere), where
