@@ -328,7 +328,14 @@ impl Retainers {
             }
             holders.sort_unstable();
             holders.dedup();
-            let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders };
+            let mut holder_starts = vec![0u32; tops.len() + 1];
+            for &(slot, _) in &holders {
+                holder_starts[slot as usize + 1] += 1;
+            }
+            for i in 0..tops.len() {
+                holder_starts[i + 1] += holder_starts[i];
+            }
+            let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders, holder_starts: &holder_starts };
             let mut seen = vec![u32::MAX; tops.len()];
             let mut budget = UP_WALK_BUDGET;
             (0..label_sets.len())
@@ -477,8 +484,10 @@ struct UpGraph<'a> {
     /// `(to, from)` pairs sorted, `starts` their offsets by `to`.
     reverse: &'a [(u32, u32)],
     starts: &'a [u32],
-    /// `(slot, root name)` pairs, sorted.
+    /// `(slot, root name)` pairs, sorted, `holder_starts` their offsets by slot (a walk meets
+    /// many slots: no search for each).
     holders: &'a [(u32, u32)],
+    holder_starts: &'a [u32],
 }
 
 impl UpGraph<'_> {
@@ -495,8 +504,8 @@ impl UpGraph<'_> {
         let mut found: Vec<u32> = Vec::new();
         while let Some(s) = todo.pop() {
             *budget = budget.checked_sub(1)?;
-            let held = self.holders.partition_point(|&(t, _)| t < s);
-            found.extend(self.holders[held..].iter().take_while(|&&(t, _)| t == s).map(|&(_, n)| n));
+            let held = &self.holders[self.holder_starts[s as usize] as usize..self.holder_starts[s as usize + 1] as usize];
+            found.extend(held.iter().map(|&(_, n)| n));
             for &(_, from) in &self.reverse[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize] {
                 if seen[from as usize] != stamp {
                     seen[from as usize] = stamp;
