@@ -85,23 +85,31 @@
 //!
 //! (Before each first look, wait for the previous one's completion: `flock $S true`; it holds
 //! that lock, and running beside it slows the look and its figures.) Each trace line says the
-//! resident memory and its peak so far: the snapshot is mapped, so a first look's memory
-//! beyond it is the peak minus the file's size (318 MB at 10M objects). At 10M objects, load
-//! 3.3 to 4 (another engineer's tests), 7 first looks in turn with the commit before (medians;
-//! peak from `/usr/bin/time`, analysis from the trace's `a full analysis` line):
+//! resident memory, its peak so far and what the allocator holds (in use, and freed but
+//! resident): the snapshot is mapped, so a first look's memory beyond it is the peak minus the
+//! file's size (318 MB at 10M objects). `cargo run --release -p heapsnap-analyze --example
+//! first_look -- $S` times first looks in one process and prints the peak.
 //!
-//!       peak        beyond the snapshot   analysis   first summary (wall)
-//!       1053 MB     76.1 B/object         0.888s     2.13s                  before
-//!        749 MB     44.9 B/object         0.768s     1.78s                  after (0.84x pair by pair)
+//! Issue 27's goal is 40 B/object. At 10M objects, 5 first looks each in turn with the commit
+//! before (`/usr/bin/time`, medians; load about 1.3):
 //!
-//! Where it goes (the trace): the dominators' DFS peaks at 653 MiB resident (the snapshot's
-//! 303 included), the summary after it at 730 (it added 375 before): the roots' labels keep
-//! nothing per node past their crossing edges, the groups walk the dominator tree's child
-//! lists the suspects read, block kinds are a byte each, the shortest-path parents are kept
-//! only where they are not the immediate dominator, and every thread allocates from one arena.
-//! The peak is the roots' crossing edges beside the breadth-first search: about 352 MiB of the
-//! heap in use and 74 MiB freed but not reusable in one piece (the 40 B/object goal is 684 MiB
-//! resident). This run's row (load 3.2, one run each):
+//!       peak         beyond the snapshot   first summary (wall)
+//!       1053 MB      76.1 B/object         2.13s      two commits before (load 3.3 to 4)
+//!        748 MB      44.8 B/object         1.23s      before
+//!        697 MB      39.6 B/object         1.12s      after (min 0.94s)
+//!
+//! What made the difference (the trace): the breadth-first search of the suspects' paths ran
+//! beside the roots' labels and the groups, its levels (4.6M nodes wide here) doubling in place,
+//! and its transient memory came on top of theirs; it now goes only as deep as the suspects are
+//! (`walks::PartialParents`: two levels here), and the full search the index needs keeps its
+//! levels in fixed chunks. The groups' walk down the dominator tree kept a stack as deep as the
+//! longest list (1.4M cells: 16 MB, and its doubling); it now keeps only the nodes with children
+//! left. Freed pages are given back before the tree's child lists are made. The peak is now the
+//! groups' walk: 364 MiB of the heap in use, with the dominators' DFS at 650 MiB resident before.
+//! The allocator's heap is grown ahead with transparent huge pages (79k page faults -> 29k), for
+//! about 5 MB more at the peak.
+//!
+//! Older rows (load 3.2, one run each; version 11's index):
 //!
 //!        objects  analysis  1st sum. meta KiB  2nd sum. | dom. after  all x  1st dom. tree x
 //!         10.00M    0.719s    1.146s      4.1   0.0112s |     3.918s  0.47x    1.568s  0.40x
@@ -110,7 +118,10 @@
 //! On a real heap, a copy of dune's snapshot at 40 s (1.17M objects, a 58.6 MB snapshot with
 //! OCaml names), two first looks each: peak 259 -> 227 MB (177 -> 149 B/object beyond the
 //! snapshot), 0.93-0.95 s both. There the OCaml names and the typing take most of what the
-//! summary adds (the trace: 114 MiB resident after the analysis, 222 after the answer).
+//! summary adds (the trace: 114 MiB resident after the analysis, 222 after the answer). Since
+//! then (5 in turn with the commit before, medians): 1.04 -> 0.92 s (min 0.84), peak 227 MB
+//! both; the roots' labels' lists no longer search each slot's holders, and the unreachable
+//! blocks of a heap mid-cycle are summed by a sweep, not a lookup each.
 
 use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_index::store::{beside, load};
