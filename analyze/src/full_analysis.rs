@@ -39,8 +39,8 @@ pub struct Analysis<'s> {
     block_kinds: OnceLock<BlockKinds>,
     /// The blocks' OCaml types, computed when a report first needs them.
     typing: OnceLock<Option<Typing>>,
-    /// Shortest-path parents (one breadth-first search), made when a report first needs them
-    /// (`summary`'s suspects ask for them once per suspect).
+    /// Every node's shortest-path parent (one breadth-first search), made when a report needs
+    /// them all (the analysis index saves them).
     bfs_parents: OnceLock<walks::ShortestParents>,
     /// Until then, the parents of the nodes asked about, from a search that goes only as deep
     /// as they are ([`walks::PartialParents`]: a first look's suspects are a few levels down).
@@ -169,7 +169,8 @@ impl<'s> Analysis<'s> {
                 .map(|b| (1u64, b.header.bytes()))
                 .reduce(|| (0, 0), |x, y| (x.0 + y.0, x.1 + y.1));
         }
-        let (regions, tree): (Vec<usize>, &DominatorTree) = (blocks.block_regions().collect(), &self.tree);
+        let tree = &self.tree;
+        let regions: Vec<usize> = blocks.block_regions().collect();
         regions
             .par_iter()
             .map(|&r| {

@@ -44,8 +44,13 @@ pub fn prepare_heap(bytes: usize) {
         if !TUNED.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        // Allocated and freed untouched: the heap's top keeps it (no trim), for the arrays to come.
-        drop(std::hint::black_box(Vec::<u8>::with_capacity(bytes)));
+        // Allocated and freed untouched: the heap's top keeps it (no trim), for the arrays to
+        // come. Where the memory cannot be had, nothing is asked for (and nothing fails).
+        let mut ahead: Vec<u8> = Vec::new();
+        if ahead.try_reserve_exact(bytes).is_err() {
+            return;
+        }
+        drop(std::hint::black_box(ahead));
         let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
         for line in maps.lines().filter(|l| l.ends_with("[heap]")) {
             let Some((start, end)) = line.split_whitespace().next().and_then(|r| r.split_once('-')) else { continue };
