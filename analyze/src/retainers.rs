@@ -246,13 +246,7 @@ impl Retainers {
         crossing.par_sort_unstable();
         crossing.dedup();
         timer.lap("crossing edges sorted");
-        let mut next_start = vec![0u32; tops.len() + 1];
-        for &(from, _) in &crossing {
-            next_start[from as usize + 1] += 1;
-        }
-        for i in 0..tops.len() {
-            next_start[i + 1] += next_start[i];
-        }
+        let next_start = starts_by_slot(&crossing, tops.len());
         let next = |s: u32| crossing[next_start[s as usize] as usize..next_start[s as usize + 1] as usize].iter().map(|&(_, t)| t);
 
         // Propagate: each set only grows or improves its rank, so this ends.
@@ -319,22 +313,10 @@ impl Retainers {
         } else {
             let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
             reverse.par_sort_unstable();
-            let mut starts = vec![0u32; tops.len() + 1];
-            for &(to, _) in &reverse {
-                starts[to as usize + 1] += 1;
-            }
-            for i in 0..tops.len() {
-                starts[i + 1] += starts[i];
-            }
+            let starts = starts_by_slot(&reverse, tops.len());
             holders.sort_unstable();
             holders.dedup();
-            let mut holder_starts = vec![0u32; tops.len() + 1];
-            for &(slot, _) in &holders {
-                holder_starts[slot as usize + 1] += 1;
-            }
-            for i in 0..tops.len() {
-                holder_starts[i + 1] += holder_starts[i];
-            }
+            let holder_starts = starts_by_slot(&holders, tops.len());
             let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders, holder_starts: &holder_starts };
             let mut seen = vec![u32::MAX; tops.len()];
             let mut budget = UP_WALK_BUDGET;
@@ -447,6 +429,19 @@ pub fn top_slots(tree: &DominatorTree, first_block: NodeId) -> (Vec<u32>, Vec<u3
         }
     }
     (top_slot, tops)
+}
+
+/// Where each slot's pairs start in `pairs` (sorted by their first element, a slot below
+/// `slots`), and past the last, where they end: slot `s`'s are `starts[s]..starts[s + 1]`.
+fn starts_by_slot(pairs: &[(u32, u32)], slots: usize) -> Vec<u32> {
+    let mut starts = vec![0u32; slots + 1];
+    for &(slot, _) in pairs {
+        starts[slot as usize + 1] += 1;
+    }
+    for i in 0..slots {
+        starts[i + 1] += starts[i];
+    }
+    starts
 }
 
 /// Steps of the walks up the subtree graph that list every root of the labels naming only
