@@ -249,19 +249,31 @@ impl Retainers {
         let next_start = starts_by_slot(&crossing, tops.len());
         let next = |s: u32| crossing[next_start[s as usize] as usize..next_start[s as usize + 1] as usize].iter().map(|&(_, t)| t);
 
-        // Propagate: each set only grows or improves its rank, so this ends.
+        // Propagate: each set only grows or improves its rank, so this ends, and absorbing is a
+        // join (the smallest names of the best rank, and whether there are more), so the sets
+        // it ends with do not depend on the order. In reverse postorder from the holders, a
+        // node's sets have come in from all but its back edges when it passes them on: each
+        // pass over the dirty nodes is close to the last, where a stack of changes passed each
+        // one on as often as it grew.
         held.sort_unstable();
         held.dedup();
-        let mut work = held;
-        while let Some(t) = work.pop() {
-            // Most top objects point into no other subtree: nothing to copy for them.
-            if next_start[t as usize] == next_start[t as usize + 1] {
-                continue;
-            }
-            let from = reach[t as usize];
-            for s in next(t) {
-                if reach[s as usize].absorb(&from) {
-                    work.push(s);
+        let order = reverse_postorder(&held, tops.len(), next);
+        let mut dirty = vec![false; tops.len()];
+        for &h in &held {
+            dirty[h as usize] = true;
+        }
+        let mut pending = held.len();
+        while pending > 0 {
+            for &t in &order {
+                if !std::mem::take(&mut dirty[t as usize]) {
+                    continue;
+                }
+                pending -= 1;
+                let from = reach[t as usize];
+                for s in next(t) {
+                    if reach[s as usize].absorb(&from) && !std::mem::replace(&mut dirty[s as usize], true) {
+                        pending += 1;
+                    }
                 }
             }
         }
@@ -307,8 +319,9 @@ impl Retainers {
         timer.lap("labels interned");
         // The whole list of roots of each label that names only some: the roots (of the label's
         // rank) that reach any of its members, found up the subtree graph from them.
-        let any_partial = label_sets.iter().any(|set| set.more);
-        let full_lists = if !any_partial {
+        let partial_labels = label_sets.iter().filter(|set| set.more).count();
+        let mut budget = UP_WALK_BUDGET;
+        let full_lists = if partial_labels == 0 {
             label_sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
         } else {
             let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
@@ -318,22 +331,23 @@ impl Retainers {
             holders.dedup();
             let holder_starts = starts_by_slot(&holders, tops.len());
             let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders, holder_starts: &holder_starts };
-            let mut seen = vec![u32::MAX; tops.len()];
-            let mut budget = UP_WALK_BUDGET;
-            (0..label_sets.len())
-                .map(|id| {
-                    let set = &label_sets[id];
+            let partial: Vec<u32> = (0..label_sets.len() as u32).filter(|&id| label_sets[id as usize].more).collect();
+            let mut found = up.roots_reaching(&partial, &label_sets, &label_members, &reach, &order, &mut budget);
+            label_sets
+                .iter()
+                .enumerate()
+                .map(|(id, set)| {
                     if !set.more {
                         return Some(set.names().to_vec());
                     }
-                    let mut found = up.roots_reaching(&label_members[id], id as u32, &mut seen, &mut budget)?;
-                    found.retain(|&n| name_rank[n as usize] == set.rank);
-                    Some(found)
+                    let mut list = found.remove(&(id as u32)).flatten()?;
+                    list.retain(|&n| name_rank[n as usize] == set.rank);
+                    Some(list)
                 })
                 .collect::<Vec<Option<Vec<u32>>>>()
         };
         drop(label_members);
-        timer.lap("full lists");
+        timer.lap(&format!("full lists ({partial_labels} labels naming only some; {} steps up)", UP_WALK_BUDGET - budget));
         let labels: Vec<String> = label_sets
             .iter()
             .zip(&full_lists)
@@ -444,6 +458,34 @@ fn starts_by_slot(pairs: &[(u32, u32)], slots: usize) -> Vec<u32> {
     starts
 }
 
+/// The nodes reachable from `starts` in `slots` nodes, in reverse postorder of a depth-first
+/// search along `next` (iterative: chains of subtrees are millions long).
+fn reverse_postorder<I: Iterator<Item = u32>>(starts: &[u32], slots: usize, next: impl Fn(u32) -> I) -> Vec<u32> {
+    let mut visited = vec![false; slots];
+    let mut post: Vec<u32> = Vec::new();
+    let mut stack: Vec<(u32, I)> = Vec::new();
+    for &start in starts {
+        if std::mem::replace(&mut visited[start as usize], true) {
+            continue;
+        }
+        stack.push((start, next(start)));
+        while let Some((node, successors)) = stack.last_mut() {
+            match successors.find(|&s| !visited[s as usize]) {
+                Some(s) => {
+                    visited[s as usize] = true;
+                    stack.push((s, next(s)));
+                }
+                None => {
+                    post.push(*node);
+                    stack.pop();
+                }
+            }
+        }
+    }
+    post.reverse();
+    post
+}
+
 /// Steps of the walks up the subtree graph that list every root of the labels naming only
 /// some of theirs; past it, those labels name the roots they know.
 const UP_WALK_BUDGET: u64 = 50_000_000;
@@ -486,33 +528,144 @@ struct UpGraph<'a> {
 }
 
 impl UpGraph<'_> {
-    /// The roots that reach any of `members`, sorted; `None` when `budget` runs out. `seen`
-    /// marks the slots met in walk `stamp`.
-    fn roots_reaching(&self, members: &[u32], stamp: u32, seen: &mut [u32], budget: &mut u64) -> Option<Vec<u32>> {
-        let mut todo: Vec<u32> = Vec::new();
-        for &m in members {
-            if seen[m as usize] != stamp {
-                seen[m as usize] = stamp;
-                todo.push(m);
+    /// For each label of `partial` (their sets in `sets`, their members in `members`): the
+    /// roots of the label's stability that reach any of its members, sorted; `None` when
+    /// `budget` (steps up) ran out before its turn came or during it. `reach` holds every top
+    /// object's set, `order` the top objects they reach in reverse postorder.
+    ///
+    /// A root reaches a member through the sets above it, so the walk goes up only through
+    /// the sets of the label's stability that name some of their roots: a set of a worse
+    /// stability has none of it above it, one that names all of its roots lists them. The
+    /// labels of one stability walk together, up to [`MASK_WORDS_BUDGET`] at once: each top
+    /// object met carries a bit per label, passed up (descendants first) until no bit moves.
+    fn roots_reaching(
+        &self,
+        partial: &[u32],
+        sets: &[Reach],
+        members: &[Vec<u32>],
+        reach: &[Reach],
+        order: &[u32],
+        budget: &mut u64,
+    ) -> FxHashMap<u32, Option<Vec<u32>>> {
+        let slots = reach.len();
+        let mut by_rank: Vec<u32> = partial.to_vec();
+        by_rank.sort_by_key(|&id| (sets[id as usize].rank, id));
+        let words_at_once = (MASK_WORDS_BUDGET / slots.max(1)).max(1);
+        let mut out: FxHashMap<u32, Option<Vec<u32>>> = FxHashMap::default();
+        let mut rest = by_rank.as_slice();
+        while let Some(&first) = rest.first() {
+            let rank = sets[first as usize].rank;
+            let same = rest.iter().take_while(|&&id| sets[id as usize].rank == rank).count().min(words_at_once * 64);
+            let (batch, later) = rest.split_at(same);
+            rest = later;
+            let lists = self.walk_batch(batch, rank, members, reach, order, budget);
+            for (&id, list) in batch.iter().zip(lists) {
+                out.insert(id, list);
             }
         }
-        let mut found: Vec<u32> = Vec::new();
-        while let Some(s) = todo.pop() {
-            *budget = budget.checked_sub(1)?;
-            let held = &self.holders[self.holder_starts[s as usize] as usize..self.holder_starts[s as usize + 1] as usize];
-            found.extend(held.iter().map(|&(_, n)| n));
-            for &(_, from) in &self.reverse[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize] {
-                if seen[from as usize] != stamp {
-                    seen[from as usize] = stamp;
-                    todo.push(from);
+        out
+    }
+
+    /// [`UpGraph::roots_reaching`] for labels of one stability, at most 64 times as many as the
+    /// words of their bits.
+    fn walk_batch(
+        &self,
+        batch: &[u32],
+        rank: u8,
+        members: &[Vec<u32>],
+        reach: &[Reach],
+        order: &[u32],
+        budget: &mut u64,
+    ) -> Vec<Option<Vec<u32>>> {
+        let words = batch.len().div_ceil(64);
+        let slots = reach.len();
+        if *budget == 0 {
+            return vec![None; batch.len()];
+        }
+        let mut masks = vec![0u64; slots * words];
+        let mut dirty = vec![false; slots];
+        let mut pending = 0usize;
+        for (j, &id) in batch.iter().enumerate() {
+            for &m in &members[id as usize] {
+                masks[m as usize * words + j / 64] |= 1 << (j % 64);
+                if !std::mem::replace(&mut dirty[m as usize], true) {
+                    pending += 1;
                 }
             }
         }
-        found.sort_unstable();
-        found.dedup();
-        Some(found)
+        while pending > 0 {
+            let before = pending;
+            for &s in order.iter().rev() {
+                if !std::mem::take(&mut dirty[s as usize]) {
+                    continue;
+                }
+                pending -= 1;
+                let set = &reach[s as usize];
+                if set.rank != rank || !set.more {
+                    continue;
+                }
+                for &(_, from) in &self.reverse[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize] {
+                    let Some(left) = budget.checked_sub(1) else { return vec![None; batch.len()] };
+                    *budget = left;
+                    if reach[from as usize].rank != rank {
+                        continue;
+                    }
+                    let (s, from) = (s as usize * words, from as usize * words);
+                    let mut grew = false;
+                    for w in 0..words {
+                        let bits = masks[s + w] & !masks[from + w];
+                        masks[from + w] |= bits;
+                        grew |= bits != 0;
+                    }
+                    if grew && !std::mem::replace(&mut dirty[from / words], true) {
+                        pending += 1;
+                    }
+                }
+            }
+            // Every set is in `order` (sets come down from the holders along it): a pass that
+            // cleared none would mean one is not, and the walk would never end.
+            if pending == before && order.iter().all(|&s| !dirty[s as usize]) {
+                debug_assert!(false, "a top object with a set is not in the order of the walk");
+                return vec![None; batch.len()];
+            }
+        }
+        // Each label's roots: those that hold the sets it met that name some (which the walk
+        // went through), and the names of the sets that name all.
+        let mut lists: Vec<Vec<u32>> = vec![Vec::new(); batch.len()];
+        for s in 0..slots {
+            let mask = &masks[s * words..(s + 1) * words];
+            if mask.iter().all(|&w| w == 0) {
+                continue;
+            }
+            let set = &reach[s];
+            let held = &self.holders[self.holder_starts[s] as usize..self.holder_starts[s + 1] as usize];
+            for (w, &bits) in mask.iter().enumerate() {
+                let mut bits = bits;
+                while bits != 0 {
+                    let j = w * 64 + bits.trailing_zeros() as usize;
+                    bits &= bits - 1;
+                    if set.more {
+                        lists[j].extend(held.iter().map(|&(_, n)| n));
+                    } else {
+                        lists[j].extend_from_slice(set.names());
+                    }
+                }
+            }
+        }
+        lists
+            .into_iter()
+            .map(|mut list| {
+                list.sort_unstable();
+                list.dedup();
+                Some(list)
+            })
+            .collect()
     }
 }
+
+/// How many words of label bits the walks up to the roots hold at once, over all top objects
+/// (a word per top object for each 64 labels): 32 MiB.
+const MASK_WORDS_BUDGET: usize = 4 << 20;
 
 /// Every root a label stands for, sorted, and whether the list is whole.
 type LabelRoots = (Vec<String>, bool);
