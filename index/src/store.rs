@@ -78,6 +78,19 @@ pub fn saved_serves(snapshot: &Path, needs: Needs) -> bool {
     candidates(snapshot).iter().any(|path| matches!(read(path, id), Ok(Some(index)) if index.serves(needs)))
 }
 
+/// The snapshot with an index saved for it that serves `needs` and passes the checks of what
+/// `needs` reads, the snapshot opened once; None when there is no such index (nothing is said:
+/// [`load`] then says why it rebuilds one). A second look needs nothing else.
+pub fn open_saved(snapshot: &Path, needs: Needs) -> Option<Indexed> {
+    let snap = Snapshot::open_with(snapshot, &ReadOptions { verify_checksums: false }).ok()?;
+    let id = SnapshotId::of(&snap);
+    let (index, path) = candidates(snapshot)
+        .into_iter()
+        .find_map(|path| read(&path, id).ok().flatten().filter(|index| index.serves(needs)).map(|index| (index, path)))?;
+    crate::IndexView::open(&snap, &index, needs).ok()?;
+    Some(Indexed { snap, index, path: Some(path), built: false })
+}
+
 /// The meta data of an index saved for `snapshot`, when there is one that opens (no index is
 /// built: a caller without one reads the snapshot itself).
 pub fn saved_meta(snapshot: &Path) -> Option<std::sync::Arc<crate::sections::Meta>> {

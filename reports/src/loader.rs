@@ -67,13 +67,16 @@ impl Loader for Files {
         needs: Needs,
         answer: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>),
     ) -> anyhow::Result<Option<Loaded<'_>>> {
-        if !completes_in_background() || path.is_dir() || saved_serves(path, needs) || kept_unsaved(path, needs).is_some() {
+        if !completes_in_background() || path.is_dir() || kept_unsaved(path, needs).is_some() {
             return self.indexed(path, needs).map(Some);
+        }
+        if let Some(ix) = open_saved(path, needs) {
+            return Ok(Some(ix));
         }
         // A completion running already: its index is the answer's.
         wait_for_completion(path);
-        if saved_serves(path, needs) {
-            return self.indexed(path, needs).map(Some);
+        if let Some(ix) = open_saved(path, needs) {
+            return Ok(Some(ix));
         }
         let snap = open_snapshot(path)?;
         let analysis = analyse(&snap, &Progress::stderr())?;
@@ -94,13 +97,14 @@ impl Loader for Files {
             // The same message as every other command's.
             open_snapshot(path)?;
         }
+        if let Some(ix) = open_saved(path, needs) {
+            return Ok(ix);
+        }
         // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
         heapsnap_analyze::tune_allocator();
         // The index being completed in the background holds what this report reads: wait for it
         // rather than analyse the same snapshot at the same time.
-        if !saved_serves(path, needs) {
-            wait_for_completion(path);
-        }
+        wait_for_completion(path);
         if let Some(kept) = kept_unsaved(path, needs) {
             return Ok(Loaded::Lent(kept));
         }
@@ -120,26 +124,10 @@ impl Loader for Files {
     }
 }
 
-/// Whether an index saved for `path` serves `needs` ([`heapsnap_index::store::saved_serves`]),
-/// a yes kept for the rest of the process while the snapshot file keeps its size and time: a
-/// command asks before each step (its first look, then its index), and each asking opens the
-/// snapshot and reads every region's header (a 376 MB snapshot: a third of a second look's
-/// page faults). An index is only ever replaced by one that holds more, so a yes stays true.
-fn saved_serves(path: &Path, needs: Needs) -> bool {
-    type Stamp = (u64, Option<std::time::SystemTime>);
-    static SERVING: std::sync::Mutex<Vec<(PathBuf, Needs, Stamp)>> = std::sync::Mutex::new(Vec::new());
-    let stamp = std::fs::metadata(path).ok().map(|m| (m.len(), m.modified().ok()));
-    let lock = || SERVING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(stamp) = stamp {
-        if lock().iter().any(|(p, n, s)| p == path && *n == needs && *s == stamp) {
-            return true;
-        }
-    }
-    let serves = heapsnap_index::store::saved_serves(path, needs);
-    if let (true, Some(stamp)) = (serves, stamp) {
-        lock().push((path.to_path_buf(), needs, stamp));
-    }
-    serves
+/// The snapshot at `path` with an index saved for it that serves `needs`
+/// ([`heapsnap_index::store::open_saved`]): a second look opens the snapshot once.
+fn open_saved<'a>(path: &Path, needs: Needs) -> Option<Loaded<'a>> {
+    heapsnap_index::store::open_saved(path, needs).map(|ix| Loaded::Opened(Box::new(ix)))
 }
 
 /// The indexes this process built but could not save (no writable place for them), by the
