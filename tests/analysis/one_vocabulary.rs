@@ -181,6 +181,50 @@ fn globals_name_what_a_stack_slot_also_holds() {
     assert!(inspect["roots"].as_array().unwrap().contains(&Json::from("Leaky.0")));
 }
 
+/// A label names its six smallest roots; its group's `roots` lists every one, found up the
+/// graph of subtrees: through two shared cells that point at each other (a cycle, so the
+/// names go round it), through an object two globals share (whose own label names all of its
+/// roots), and not from a stack frame (a shorter-lived root than the globals).
+#[test]
+fn a_label_naming_some_of_its_roots_lists_them_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = SynthHeap::new();
+    let payload = h.alloc_string(Space::Major, &[b'p'; 3000]);
+    let first = h.alloc(Space::Major, 0, &[Value::Ptr(payload), Value::Int(0)]);
+    let second = h.alloc(Space::Major, 0, &[Value::Int(0), Value::Ptr(first)]);
+    h.set_field(first, 1, Value::Ptr(second));
+    // M1-M5 hold the first cell, M5-M9 the second, each through a block of its own.
+    for i in 1..=9 {
+        let cell = if i <= 5 { first } else { second };
+        let own = h.alloc(Space::Major, 0, &[Value::Ptr(cell)]);
+        h.add_module(&format!("M{i}"), &[Value::Ptr(own)]);
+        if i == 5 {
+            let both = h.alloc(Space::Major, 0, &[Value::Ptr(second)]);
+            h.add_module("M5b", &[Value::Ptr(both)]);
+        }
+    }
+    // M10 and M11 share a pair that points at the second cell.
+    let pair = h.alloc(Space::Major, 0, &[Value::Ptr(second), Value::Int(1)]);
+    h.add_module("M10", &[Value::Ptr(pair)]);
+    h.add_module("M11", &[Value::Ptr(pair)]);
+    // A stack frame holds a block of its own that points at the first cell.
+    let framed = h.alloc(Space::Major, 0, &[Value::Ptr(first), Value::Int(2)]);
+    h.add_root(RootKind::Stack, Value::Ptr(framed), "camlMain.loop_12", 0);
+    let path = write(dir.path(), "shared.heapsnap", &h);
+
+    let top = json(&["top", "--by", "root", "--limit", "0"], &path);
+    let groups = top["groups"].as_array().unwrap();
+    let shared: Vec<&Json> = groups.iter().filter(|g| g["roots"].as_array().is_some_and(|r| r.len() > 6)).collect();
+    assert_eq!(shared.len(), 1, "one label for both cells: {groups:#?}");
+    let mut expected: Vec<String> = (1..=11).map(|i| format!("M{i}.0")).chain(["M5b.0".to_string()]).collect();
+    expected.sort();
+    assert_eq!(shared[0]["roots"], serde_json::json!(expected), "{:#}", shared[0]);
+    assert_ne!(shared[0]["roots_incomplete"], true, "the list is whole");
+    assert_eq!(shared[0]["count"], 3, "both cells and the payload: {:#}", shared[0]);
+    let pair_group = groups.iter().find(|g| g["roots"] == serde_json::json!(["M10.0", "M11.0"])).unwrap();
+    assert_eq!(pair_group["count"], 1, "{pair_group:#}");
+}
+
 #[test]
 fn unreachable_objects_are_counted_apart() {
     let dir = tempfile::tempdir().unwrap();
