@@ -517,13 +517,7 @@ impl<'s> BlockMap<'s> {
                 // The first group whose blocks end after the node holds it.
                 let i = ranks.partition_point(|rw| rw.base + rw.bits.count_ones() <= node);
                 let rw = *ranks.get(i)?;
-                let mut k = node - rw.base;
-                let mut bits = rw.bits;
-                while k > 0 {
-                    bits &= bits - 1;
-                    k -= 1;
-                }
-                (i as u64) * 64 + u64::from(bits.trailing_zeros())
+                (i as u64) * 64 + u64::from(nth_set_bit(rw.bits, node - rw.base))
             }
             Lookup::None => return None,
         };
@@ -845,5 +839,45 @@ impl Walk<'_> {
         self.counts.live_bytes += h.bytes();
         self.collect_static(&h, &rb.words[p + 1..p + 1 + h.wosize as usize]);
         Some(p as u64 + 1)
+    }
+}
+
+/// The position of the `k`-th (from 0) set bit of `bits`, which has more than `k`: whole bytes
+/// skipped by their counts, then at most seven bits cleared (a bit at a time, it was up to 63).
+fn nth_set_bit(bits: u64, k: u32) -> u32 {
+    let (mut bits, mut k, mut shift) = (bits, k, 0);
+    loop {
+        let in_byte = (bits & 0xff).count_ones();
+        if k < in_byte || shift >= 56 {
+            break;
+        }
+        k -= in_byte;
+        bits >>= 8;
+        shift += 8;
+    }
+    for _ in 0..k {
+        bits &= bits - 1;
+    }
+    shift + bits.trailing_zeros()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nth_set_bit;
+
+    #[test]
+    fn nth_set_bit_is_the_kth_bit_counted_from_the_lowest() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            for bits in [x, x & (x >> 3), x | 1 << 63, u64::MAX, 1 << 63] {
+                let set: Vec<u32> = (0..64).filter(|i| bits >> i & 1 == 1).collect();
+                for (k, &at) in set.iter().enumerate() {
+                    assert_eq!(nth_set_bit(bits, k as u32), at, "bits {bits:#x}, k {k}");
+                }
+            }
+        }
     }
 }

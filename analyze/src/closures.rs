@@ -69,7 +69,7 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
     let found: Vec<(u64, NodeId, Runs)> = match (a.block_map(), a.closures()) {
         // Found with the edges, read on every core.
         (Some(blocks), Some(closures)) => {
-            let symbols = symbols_of(closures.iter().filter_map(|&v| blocks.block(v)?.fields.first().copied()).collect());
+            let symbols = symbols_of(closures.par_iter().filter_map(|&v| blocks.block(v)?.fields.first().copied()).collect());
             let symbol = |code: u64| symbols.get(&code).copied();
             closures
                 .par_iter()
