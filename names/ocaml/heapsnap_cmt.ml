@@ -499,6 +499,12 @@ let has_method_cache (str : structure) =
   it.structure it str;
   !found
 
+(* Whether a signature item is exported (Includemod.item_visibility): an `open struct`'s
+   items are in the structure's signature, hidden. *)
+let exported_item = function
+  | Sig_value (_, _, Exported) | Sig_typext (_, _, _, Exported) | Sig_module (_, _, _, _, Exported) | Sig_class (_, _, _, Exported) -> true
+  | _ -> false
+
 (* The module block's fields in native code's order, and how many of them are the interface's
    runtime components (the whole block in bytecode). *)
 let block_fields (str : structure) (intf : signature option) =
@@ -548,9 +554,11 @@ let block_fields (str : structure) (intf : signature option) =
         in
         simplify (List.filter (fun (_, it) -> visible it) (runtime_components ~made_present ~interface:true str.str_type))
   in
-  (* Implementation components by key: the last of each (what Includemod pairs with). *)
+  (* Implementation components by key: the last of each (what Includemod pairs with), among
+     those the structure exports: Includemod pairs no hidden item (what an `open struct` binds,
+     `open struct module List = Stdune.List end` after an `include` that binds a List). *)
   let impl_by_key = Hashtbl.create 64 in
-  List.iter (fun (k, it) -> Hashtbl.replace impl_by_key k it) impl;
+  List.iter (fun (k, it) -> if exported_item it then Hashtbl.replace impl_by_key k it) impl;
   let used = Hashtbl.create 64 in
   let exported =
     List.map

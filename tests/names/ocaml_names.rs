@@ -222,6 +222,44 @@ let e = ref 7
     }
 }
 
+/// An `open struct` that binds a name an `include` brought in, which the interface exports
+/// (dune's `Action_builder`: `include T open struct module List = Stdune.List end`, and `module
+/// List : ...` in its .mli): what an `open struct` binds is hidden from the interface's
+/// inclusion check, so the exported List is the included one, with no field of its own after
+/// the exported ones (the reader gave it one: a field too many, the unit refused). Compared
+/// with the compiler's lambda code on every toolchain.
+#[test]
+fn an_open_struct_shadowing_an_included_module_numbers_fields_as_the_compiler_does() {
+    let ml = r#"
+module T = struct
+  module List = struct let find = List.find_opt let size = ref 1 end
+  let a = ref 1
+  let b = ref 2
+end
+include T
+open struct
+  module List = Stdlib.List
+end
+let c = ref (List.length [a; b])
+let d = ref 4
+let e = ref 5
+let f = ref 6
+"#;
+    let mli = r#"
+module List : sig val find : ('a -> bool) -> 'a list -> 'a option val size : int ref end
+val a : int ref
+val c : int ref
+val d : int ref
+val e : int ref
+val f : int ref
+"#;
+    for (toolchain, _) in toolchains() {
+        let names = compare_with_lambda(toolchain, "opened", ml, Some(mli));
+        assert_eq!(&names[..6], ["List", "a", "c", "d", "e", "f"], "{toolchain}");
+        assert_eq!(names.iter().filter(|n| *n == "List").count(), 2, "the exported List, and T's own: {names:?}");
+    }
+}
+
 /// `include struct` and `open struct` nested in each other and in submodules, with externals,
 /// submodules and exceptions inside them; `include` of a constrained structure (compiled in
 /// place by 4.14 too) and of a module path; recursive modules, a functor application, extension
