@@ -263,7 +263,9 @@ impl Retainers {
             dirty[h as usize] = true;
         }
         let mut pending = held.len();
+        let mut passes = 0;
         while pending > 0 {
+            passes += 1;
             for &t in &order {
                 if !std::mem::take(&mut dirty[t as usize]) {
                     continue;
@@ -278,7 +280,7 @@ impl Retainers {
             }
         }
 
-        timer.lap("propagated");
+        timer.lap(&format!("propagated ({passes} passes)"));
         // Labels, interned by the set of names they list; bytes per label, then per root. Their
         // text is made once every member is known: it names what the members are.
         let mut label_sets: Vec<Reach> = Vec::new();
