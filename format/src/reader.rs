@@ -8,10 +8,12 @@ use crate::error::{FormatError, SectionProblem};
 use crate::layout::*;
 use crate::metadata::Metadata;
 use crate::symbol_index::{last_address, SymbolIndex};
+use bytemuck::Zeroable;
 use memmap2::Mmap;
 use rayon::prelude::*;
 use std::fs::File;
 use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::OnceLock;
 use xxhash_rust::xxh3::xxh3_64;
@@ -49,6 +51,8 @@ impl Backing {
 struct RegionEntry {
     section: usize,
     base: u64,
+    /// A copy: read once when the snapshot is opened (see [`Snapshot::open_with`]).
+    header: RegionHeader,
     /// The region's bytes (after its header) in the file.
     bytes: Range<usize>,
 }
@@ -113,6 +117,9 @@ impl<'a> Region<'a> {
     }
 }
 
+/// Reads the file's bytes at an offset into a buffer.
+type ReadAt<'a> = dyn Fn(usize, &mut [u8]) -> Result<(), FormatError> + 'a;
+
 fn section_error(index: usize, entry: &SectionEntry, problem: SectionProblem) -> FormatError {
     FormatError::Section { index, kind: entry.section_kind(), offset: entry.offset, problem }
 }
@@ -129,7 +136,12 @@ impl Snapshot {
         // SAFETY: the map is read-only; like every mmap reader we rely on the file not being
         // truncated or rewritten while it is open (snapshots are written once and renamed).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
-        Self::validate(Backing::Mapped(map), options)
+        // The regions' headers are read from the file rather than through the map: a real heap
+        // has thousands of regions, and touching each header would fault in its page and the
+        // kernel would map the pages around it as well, most of a second look's time (and of
+        // its exit, which unmaps them).
+        let read_header = |offset: usize, header: &mut [u8]| file.read_exact_at(header, offset as u64).map_err(io);
+        Self::validate(Backing::Mapped(map), &read_header, options)
     }
 
     /// Reads a snapshot held in memory (copied once into aligned storage).
@@ -140,10 +152,16 @@ impl Snapshot {
     pub fn from_bytes_with(bytes: &[u8], options: &ReadOptions) -> Result<Snapshot, FormatError> {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        Self::validate(Backing::Owned { words, len: bytes.len() }, options)
+        let read_header = |offset: usize, header: &mut [u8]| {
+            header.copy_from_slice(&bytes[offset..offset + header.len()]);
+            Ok(())
+        };
+        Self::validate(Backing::Owned { words, len: bytes.len() }, &read_header, options)
     }
 
-    fn validate(backing: Backing, options: &ReadOptions) -> Result<Snapshot, FormatError> {
+    /// `read_header(offset, buffer)` fills `buffer` with the file's bytes at `offset` (within
+    /// bounds already checked): how region headers are read.
+    fn validate(backing: Backing, read_header: &ReadAt<'_>, options: &ReadOptions) -> Result<Snapshot, FormatError> {
         let data = backing.bytes();
         let len = data.len() as u64;
         let min = (FileHeader::SIZE + Trailer::SIZE) as u64;
@@ -223,7 +241,7 @@ impl Snapshot {
             symbol_index: OnceLock::new(),
             backing,
         };
-        snapshot.index_sections()?;
+        snapshot.index_sections(read_header)?;
         Ok(snapshot)
     }
 
@@ -269,7 +287,7 @@ impl Snapshot {
         Ok(metadata)
     }
 
-    fn index_sections(&mut self) -> Result<(), FormatError> {
+    fn index_sections(&mut self, read_header: &ReadAt<'_>) -> Result<(), FormatError> {
         let mut seen_singletons: Vec<SectionKind> = Vec::new();
         for index in 0..self.sections.len() {
             let entry = self.sections[index];
@@ -315,7 +333,8 @@ impl Snapshot {
                             RegionHeader::SIZE
                         ))));
                     }
-                    let header: &RegionHeader = bytemuck::from_bytes(&self.backing.bytes()[body.start..body.start + RegionHeader::SIZE]);
+                    let mut header = RegionHeader::zeroed();
+                    read_header(body.start, bytemuck::bytes_of_mut(&mut header))?;
                     let bytes = body.start + RegionHeader::SIZE..body.end;
                     if !header.base.is_multiple_of(8) || header.base.checked_add(bytes.len() as u64).is_none() {
                         return Err(fail(SectionProblem::Invalid(format!("region base {:#x} is unaligned or its end wraps", header.base))));
@@ -327,7 +346,7 @@ impl Snapshot {
                             bytes.len()
                         ))));
                     }
-                    self.regions.push(RegionEntry { section: index, base: header.base, bytes });
+                    self.regions.push(RegionEntry { section: index, base: header.base, header, bytes });
                 }
                 SectionKind::Dwarf => {
                     if entry.length < DWARF_NAME_LEN as u64 {
@@ -484,12 +503,7 @@ impl Snapshot {
     /// The `index`-th region in address order.
     pub fn region(&self, index: usize) -> Region<'_> {
         let entry = &self.regions[index];
-        let start = entry.bytes.start - RegionHeader::SIZE;
-        Region {
-            header: bytemuck::from_bytes(&self.backing.bytes()[start..entry.bytes.start]),
-            bytes: &self.backing.bytes()[entry.bytes.clone()],
-            section: entry.section,
-        }
+        Region { header: &entry.header, bytes: &self.backing.bytes()[entry.bytes.clone()], section: entry.section }
     }
 
     /// All regions, in address order.
