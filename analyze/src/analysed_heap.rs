@@ -116,7 +116,7 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn unreachable(&self) -> (u64, u64);
     /// The blocks' OCaml types ([`Typing`]), computed on first use; `None` when the
     /// snapshot has no OCaml names.
-    fn typing(&self) -> Option<&Typing>;
+    fn typing(&self) -> Option<&Typing<'_>>;
 
     /// A node's OCaml type, as reports show it (`Server.session`, `Cons : int list`); `None`
     /// when untyped, or when the type says no more than the block's own description (strings,

@@ -38,7 +38,7 @@ pub struct Analysis<'s> {
     /// Every block's kind, found when a grouping or the index first needs it.
     block_kinds: OnceLock<BlockKinds>,
     /// The blocks' OCaml types, computed when a report first needs them.
-    typing: OnceLock<Option<Typing>>,
+    typing: OnceLock<Option<Typing<'static>>>,
     /// Every node's shortest-path parent (one breadth-first search), made when a report needs
     /// them all (the analysis index saves them).
     bfs_parents: OnceLock<walks::ShortestParents>,
@@ -392,7 +392,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
         Analysis::unreachable(self)
     }
 
-    fn typing(&self) -> Option<&Typing> {
+    fn typing(&self) -> Option<&Typing<'_>> {
         self.typing.get_or_init(|| Typing::compute(self)).as_ref()
     }
 }

@@ -18,6 +18,7 @@ use heapsnap_format::RootKind;
 use heapsnap_names::{PackageShape, Shape, Ty, TypeEnv};
 use heapsnap_values as ocaml;
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -26,8 +27,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 const MAX_TYPES: usize = 100_000;
 
 /// The types of the blocks of one analysed snapshot.
-pub struct Typing {
-    node_type: NodeTypes,
+pub struct Typing<'a> {
+    node_type: NodeTypes<'a>,
     /// By type id: what reports read of each type (the walk's types and layouts are dropped
     /// once it ends).
     types: Vec<TypeNames>,
@@ -40,16 +41,17 @@ pub struct Typing {
 }
 
 /// Every node's type id, by node: as the walk made them, or as narrow as the analysis index
-/// saved them (a byte or two a node, read without widening: 15M nodes on a real heap). The
-/// width's largest value is untyped.
+/// saved them, read where the index is mapped (a byte or two a node, neither widened nor
+/// copied: 15M nodes on a real heap, of which a report may read a few). The width's largest
+/// value is untyped.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeTypes {
-    U8(Vec<u8>),
-    U16(Vec<u16>),
-    U32(Vec<u32>),
+pub enum NodeTypes<'a> {
+    U8(Cow<'a, [u8]>),
+    U16(Cow<'a, [u16]>),
+    U32(Cow<'a, [u32]>),
 }
 
-impl NodeTypes {
+impl NodeTypes<'_> {
     /// Node `v`'s type id (`NO_TYPE`: untyped, or past the nodes).
     pub fn get(&self, v: usize) -> u32 {
         match self {
@@ -74,7 +76,7 @@ impl NodeTypes {
     /// Every node's type id, `u32` each.
     pub fn widened(&self) -> Vec<u32> {
         match self {
-            NodeTypes::U32(t) => t.clone(),
+            NodeTypes::U32(t) => t.to_vec(),
             _ => (0..self.len()).map(|v| self.get(v)).collect(),
         }
     }
@@ -792,23 +794,23 @@ fn walk_rounds<'s>(
     Some((state.node_type.into_iter().map(AtomicU32::into_inner).collect(), total))
 }
 
-impl Typing {
+impl<'a> Typing<'a> {
     /// Types the heap from its typed module globals; `None` without OCaml names.
     ///
     /// The walk runs on every core, each block claimed by the first arrival. When blocks are
     /// reached with two types, which one wins must not depend on timing: the walk is then run
     /// again on one core, in a fixed order, and the immediate dominator settles each conflict.
-    pub fn compute<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing> {
+    pub fn compute<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing<'static>> {
         Self::compute_with(a, true)
     }
 
     /// The walk on one core only, in its fixed order: the reference the parallel walk must
     /// agree with where it is used (tests compare them).
-    pub fn compute_on_one_core<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing> {
+    pub fn compute_on_one_core<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing<'static>> {
         Self::compute_with(a, false)
     }
 
-    fn compute_with<'s>(a: &(impl HeapFacts<'s> + ?Sized), parallel: bool) -> Option<Typing> {
+    fn compute_with<'s>(a: &(impl HeapFacts<'s> + ?Sized), parallel: bool) -> Option<Typing<'static>> {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
@@ -864,7 +866,7 @@ impl Typing {
         let types =
             interner.types.iter().map(|t| TypeNames { name: t.name.clone(), parts: t.layout.get().map(|l| PartNames::of(l)) }).collect();
         Some(Typing {
-            node_type: NodeTypes::U32(node_type),
+            node_type: NodeTypes::U32(node_type.into()),
             types,
             conflicts: tally.conflicts,
             mismatches: tally.mismatches,
@@ -874,7 +876,7 @@ impl Typing {
     }
 
     /// Every node's type id (`NO_TYPE`: untyped), by node.
-    pub fn node_types(&self) -> &NodeTypes {
+    pub fn node_types(&self) -> &NodeTypes<'a> {
         &self.node_type
     }
 
@@ -892,7 +894,7 @@ impl Typing {
     /// The typing an analysis index saved (the index is tied to the snapshot, hence to its
     /// names). `None` when a node names a type the list lacks: then the walk runs again. A
     /// hostile list gives wrong names at worst.
-    pub fn from_saved(node_type: NodeTypes, saved: SavedTypes) -> Option<Typing> {
+    pub fn from_saved(node_type: NodeTypes<'a>, saved: SavedTypes) -> Option<Typing<'a>> {
         if !node_type.ids_below(saved.types.len()) {
             return None;
         }
@@ -990,9 +992,9 @@ mod tests {
     fn a_saved_typing_naming_a_type_it_lacks_is_refused() {
         let with = |last: u32| {
             [
-                NodeTypes::U8(vec![0, u8::MAX, last as u8]),
-                NodeTypes::U16(vec![0, u16::MAX, last as u16]),
-                NodeTypes::U32(vec![0, NO_TYPE, last]),
+                NodeTypes::U8(vec![0, u8::MAX, last as u8].into()),
+                NodeTypes::U16(vec![0, u16::MAX, last as u16].into()),
+                NodeTypes::U32(vec![0, NO_TYPE, last].into()),
             ]
         };
         for ids in with(2) {

@@ -182,7 +182,7 @@ pub struct IndexView<'s> {
     free_blocks: OnceLock<Vec<u64>>,
     /// The blocks' OCaml types, read from the index when a report first needs them (the
     /// index is tied to the snapshot's names: `annotate` changes the snapshot).
-    typing: OnceLock<Option<heapsnap_analyze::Typing>>,
+    typing: OnceLock<Option<heapsnap_analyze::Typing<'s>>>,
     /// Each grouping's groups (by [`groups_section`]), read when a report first lists them.
     groups: [OnceLock<Vec<Group>>; 5],
     /// The roots' shares, read when a report first lists them.
@@ -311,14 +311,14 @@ impl<'s> IndexView<'s> {
 
     /// The typing the index saved, when it has one that fits its node types (the index is
     /// tied to the snapshot, hence to its names: they are not read).
-    fn saved_typing(&self) -> Option<heapsnap_analyze::Typing> {
+    fn saved_typing(&self) -> Option<heapsnap_analyze::Typing<'s>> {
         let n = self.meta.node_count as usize;
         let bytes = self.file.section(TYPE_IDS).ok()?;
-        // Copied as narrow as saved (untyped: the width's largest value in both).
+        // Read where it is mapped, as narrow as saved (untyped: the width's largest value in both).
         let ids = match NarrowIds::new(bytes, bytes.len().checked_div(n)? as u8).filter(|ids| ids.len() == n)? {
-            NarrowIds::U8(ids) => heapsnap_analyze::NodeTypes::U8(ids.to_vec()),
-            NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.to_vec()),
-            NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.to_vec()),
+            NarrowIds::U8(ids) => heapsnap_analyze::NodeTypes::U8(ids.into()),
+            NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.into()),
+            NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.into()),
         };
         let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
         heapsnap_analyze::Typing::from_saved(ids, saved)
@@ -717,7 +717,7 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         (self.meta.summary.unreachable_objects, self.meta.summary.unreachable_bytes)
     }
 
-    fn typing(&self) -> Option<&heapsnap_analyze::Typing> {
+    fn typing(&self) -> Option<&heapsnap_analyze::Typing<'_>> {
         self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::Typing::compute(self))).as_ref()
     }
 }

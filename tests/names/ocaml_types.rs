@@ -337,6 +337,6 @@ fn assert_saved_typing_reads_back(a: &Analysis<'_>, typing: &heapsnap_analyze::T
         *t = typing.type_count() as u32 + 5;
     }
     let narrow: Vec<u16> = wrong.iter().map(|&t| t.min(u16::MAX as u32) as u16).collect();
-    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U32(wrong), typing.saved()).is_none());
-    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U16(narrow), typing.saved()).is_none());
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U32(wrong.into()), typing.saved()).is_none());
+    assert!(heapsnap_analyze::Typing::from_saved(heapsnap_analyze::NodeTypes::U16(narrow.into()), typing.saved()).is_none());
 }

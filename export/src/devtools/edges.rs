@@ -45,7 +45,7 @@ pub struct Edges<'a, 's> {
     hashtbl_data: u32,
     /// The blocks' OCaml types (when the snapshot has names), and each field label's string id:
     /// a typed block's labelled field is a `property` edge named by its label.
-    typing: Option<&'a Typing>,
+    typing: Option<&'a Typing<'a>>,
     labels: FxHashMap<&'a str, u32>,
 }
 
