@@ -377,6 +377,11 @@ impl<'s> HeapGraph<'s> {
             self.ephemerons.push(Ephemeron { node, data: if dead_key { None } else { data }, keys, data_live: false });
         }
         self.weak_edges.sort_unstable();
+        if self.ephemerons.iter().all(|e| e.data.is_none()) {
+            // Weak arrays and sets only (OCaml 5's `Weak` is ephemerons without data): no data
+            // becomes live through them, so the heap need not be walked to find out.
+            return;
+        }
 
         // Fixpoint: data becomes live when its ephemeron and keys are reachable, which may make
         // more keys and ephemerons reachable.
