@@ -9,6 +9,7 @@
 # Prints, with wall seconds and peak memory (RSS, the mapped snapshot included):
 #   top        a first `heapsnap top` (no index: the analysis and its kind groups)
 #   summary    a first `heapsnap summary` (no index: the analysis, the summary, its suspects)
+#   dominators a first `heapsnap dominators` (no index: the analysis and the tree's top levels)
 #   second     a second `summary` (the index the first one's completion wrote)
 #   index      the completed index's size against the snapshot's
 #   devtools   the DevTools worker loading the export (parse, retainers, dominators, retained)
@@ -38,6 +39,7 @@ completed() {
 fresh() { rm -f "$copy" "$copy.hsidx"; cp "$snapshot" "$copy"; cat "$copy" >/dev/null; }
 
 fresh; read -r top_s top_mib <<<"$(timed "$heapsnap" top "$copy")"; completed
+fresh; read -r dom_s dom_mib <<<"$(timed "$heapsnap" dominators "$copy")"; completed
 fresh; read -r sum_s sum_mib <<<"$(timed "$heapsnap" summary "$copy")"; completed
 read -r second_s second_mib <<<"$(timed "$heapsnap" summary "$copy")"
 index_x="$(awk -v i="$(stat -c %s "$copy.hsidx")" -v s="$(stat -c %s "$copy")" 'BEGIN{printf "%.2f", i/s}')"
@@ -46,7 +48,7 @@ rm -f "$copy"
 read -r dev_s dev_mib <<<"$(timed node --max-old-space-size=16384 "$worker" "$work/snap.heapsnapshot")"
 read -r mem_s mem_mib <<<"$(NODE_PATH="$memlab/node_modules" timed node --max-old-space-size=16384 "$repo/export/scripts/memlab-retained.js" "$work/snap.heapsnapshot" 1)"
 
-printf '%-9s %8s %8s\n' "" seconds "peak MiB"
-printf '%-9s %8s %8s\n' top "$top_s" "$top_mib" summary "$sum_s" "$sum_mib" second "$second_s" "$second_mib" devtools "$dev_s" "$dev_mib" memlab "$mem_s" "$mem_mib"
+printf '%-10s %8s %8s\n' "" seconds "peak MiB"
+printf '%-10s %8s %8s\n' top "$top_s" "$top_mib" summary "$sum_s" "$sum_mib" dominators "$dom_s" "$dom_mib" second "$second_s" "$second_mib" devtools "$dev_s" "$dev_mib" memlab "$mem_s" "$mem_mib"
 printf 'index: %sx the snapshot\n' "$index_x"
-awk -v d="$dev_s" -v m="$mem_s" -v s="$sum_s" -v t="$top_s" 'BEGIN{printf "devtools / first summary %.1fx, / first top %.1fx; memlab / first summary %.1fx, / first top %.1fx\n", d/s, d/t, m/s, m/t}'
+awk -v d="$dev_s" -v m="$mem_s" -v s="$sum_s" -v t="$top_s" -v o="$dom_s" 'BEGIN{printf "devtools / first summary %.1fx, / first top %.1fx, / first dominators %.1fx; memlab / first summary %.1fx, / first top %.1fx, / first dominators %.1fx\n", d/s, d/t, d/o, m/s, m/t, m/o}'

@@ -31,8 +31,13 @@ impl Report for Dominators {
     type Output = TreeNode;
 
     fn run(args: &DominatorsArgs, loader: &dyn Loader) -> anyhow::Result<TreeNode> {
-        let ix = loader.indexed(&args.snapshot, Needs::Tree)?;
-        Ok(dominator_report(&ix.view(Needs::Tree)?, args.depth, args.min_percent, args.max_children))
+        crate::loader::answer(
+            loader,
+            &args.snapshot,
+            Needs::Tree,
+            |a| Ok(dominator_report(a, args.depth, args.min_percent, args.max_children)),
+            |view| Ok(dominator_report(view, args.depth, args.min_percent, args.max_children)),
+        )
     }
 
     fn print(_args: &DominatorsArgs, tree: &TreeNode, out: &mut dyn Write) -> std::io::Result<()> {

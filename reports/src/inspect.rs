@@ -34,17 +34,7 @@ impl Report for Inspect {
     type Output = Inspection;
 
     fn run(args: &InspectArgs, loader: &dyn Loader) -> anyhow::Result<Inspection> {
-        let ix = loader.indexed(&args.snapshot, Needs::All)?;
-        let view = ix.view(Needs::All)?;
-        let mut i = heapsnap_analyze::inspect(&view, args.address, args.max_fields)?;
-        // A sampled block's allocation stack, when the snapshot has statmemprof's tables.
-        if view.snap().memprof().is_some_and(|m| !m.is_empty()) {
-            let joined = sites::join(&view, args.sites.trace()?.as_ref())?;
-            i.allocation = Allocation::of(&joined, i.node);
-        } else if args.sites.memtrace.is_some() {
-            anyhow::bail!("--memtrace: this snapshot has no statmemprof tables (nothing was sampled, or the runtime is before OCaml 5.3)");
-        }
-        Ok(i)
+        crate::loader::answer(loader, &args.snapshot, Needs::All, |a| inspect(a, args), |view| inspect(view, args))
     }
 
     fn print(_args: &InspectArgs, i: &Inspection, out: &mut dyn Write) -> std::io::Result<()> {
@@ -87,4 +77,17 @@ impl Report for Inspect {
         }
         Ok(())
     }
+}
+
+/// The object at the address, from the analysis or its index.
+fn inspect<'s>(a: &(impl heapsnap_analyze::AnalysedHeap<'s> + HeapFacts<'s>), args: &InspectArgs) -> anyhow::Result<Inspection> {
+    let mut i = heapsnap_analyze::inspect(a, args.address, args.max_fields)?;
+    // A sampled block's allocation stack, when the snapshot has statmemprof's tables.
+    if a.snap().memprof().is_some_and(|m| !m.is_empty()) {
+        let joined = sites::join(a, args.sites.trace()?.as_ref())?;
+        i.allocation = Allocation::of(&joined, i.node);
+    } else if args.sites.memtrace.is_some() {
+        anyhow::bail!("--memtrace: this snapshot has no statmemprof tables (nothing was sampled, or the runtime is before OCaml 5.3)");
+    }
+    Ok(i)
 }

@@ -41,7 +41,7 @@ pub trait Loader {
     fn snapshot(&self, path: &Path) -> anyhow::Result<Snapshot> {
         open_snapshot(path)
     }
-    /// For a first look (`summary`, `top`): the index, as [`Loader::indexed`] gives it, when
+    /// For a first look (through [`answer`]): the index, as [`Loader::indexed`] gives it, when
     /// one serves `needs`; else, where an index can be completed in the background, `None`
     /// once `answer` has had the analysis, so that the answer does not wait for any section of
     /// the index: the whole of it is left to that completion.
@@ -53,6 +53,25 @@ pub trait Loader {
     ) -> anyhow::Result<Option<Loaded<'_>>> {
         let _ = answer;
         self.indexed(path, needs).map(Some)
+    }
+}
+
+/// A report's answer on the snapshot at `path`: on a first look, `first` makes it from the
+/// analysis and the index is left to a completion in the background ([`Loader::answer_first`]);
+/// otherwise `indexed` makes it from the index, checked for what `needs` names. The two give
+/// the same answer word for word.
+pub fn answer<T>(
+    loader: &dyn Loader,
+    path: &Path,
+    needs: Needs,
+    first: impl FnOnce(&heapsnap_analyze::Analysis<'_>) -> anyhow::Result<T>,
+    indexed: impl FnOnce(&heapsnap_index::IndexView<'_>) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut first = Some(first);
+    let mut answered = None;
+    match loader.answer_first(path, needs, &mut |a| answered = first.take().map(|first| first(a)))? {
+        Some(ix) => indexed(&ix.view(needs)?),
+        None => answered.unwrap_or_else(|| Err(anyhow::anyhow!("{}: no analysis to answer from", path.display()))),
     }
 }
 

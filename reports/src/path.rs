@@ -52,31 +52,7 @@ impl Report for RetainerPaths {
         if args.sites.memtrace.is_some() && args.site.is_none() {
             anyhow::bail!("--memtrace gives allocation sites: use it with --site FILE:LINE");
         }
-        let ix = loader.indexed(&args.snapshot, Needs::All)?;
-        let view = ix.view(Needs::All)?;
-        let query = match (args.address, args.tag, args.reserved, &args.kind, &args.site) {
-            (Some(x), ..) => PathQuery::Address(x),
-            (_, Some(t), ..) => PathQuery::Tag(t),
-            (_, _, Some(v), ..) => PathQuery::Reserved(v),
-            (_, _, _, Some(k), _) => PathQuery::Kind(k.clone()),
-            (.., Some((file, line))) => {
-                let joined = sites::join(&view, args.sites.trace()?.as_ref())?;
-                let nodes = joined.blocks_at(file, *line);
-                if nodes.is_empty() {
-                    let known: Vec<String> =
-                        heapsnap_analyze::sites::report::site_groups(&view, &joined, 1).into_iter().take(5).map(|g| g.site).collect();
-                    return Err(heapsnap_analyze::AnalyzeError::BadQuery(format!(
-                        "no sampled block was allocated at {file}:{line} ({} have a stack; the largest sites: {})",
-                        joined.blocks.len(),
-                        if known.is_empty() { "none".to_string() } else { known.join(", ") }
-                    ))
-                    .into());
-                }
-                PathQuery::Nodes(nodes)
-            }
-            _ => anyhow::bail!("give an address, --tag, --reserved, --kind or --site"),
-        };
-        Ok(heapsnap_analyze::paths(&view, &query, args.sample, args.limit)?)
+        crate::loader::answer(loader, &args.snapshot, Needs::All, |a| paths(a, args), |view| paths(view, args))
     }
 
     fn print(_args: &PathArgs, report: &PathsReport, out: &mut dyn Write) -> std::io::Result<()> {
@@ -100,4 +76,31 @@ impl Report for RetainerPaths {
         }
         Ok(())
     }
+}
+
+/// The paths the arguments ask for, from the analysis or its index.
+fn paths<'s>(a: &impl heapsnap_analyze::AnalysedHeap<'s>, args: &PathArgs) -> anyhow::Result<PathsReport> {
+    let query = match (args.address, args.tag, args.reserved, &args.kind, &args.site) {
+        (Some(x), ..) => PathQuery::Address(x),
+        (_, Some(t), ..) => PathQuery::Tag(t),
+        (_, _, Some(v), ..) => PathQuery::Reserved(v),
+        (_, _, _, Some(k), _) => PathQuery::Kind(k.clone()),
+        (.., Some((file, line))) => {
+            let joined = sites::join(a, args.sites.trace()?.as_ref())?;
+            let nodes = joined.blocks_at(file, *line);
+            if nodes.is_empty() {
+                let known: Vec<String> =
+                    heapsnap_analyze::sites::report::site_groups(a, &joined, 1).into_iter().take(5).map(|g| g.site).collect();
+                return Err(heapsnap_analyze::AnalyzeError::BadQuery(format!(
+                    "no sampled block was allocated at {file}:{line} ({} have a stack; the largest sites: {})",
+                    joined.blocks.len(),
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                ))
+                .into());
+            }
+            PathQuery::Nodes(nodes)
+        }
+        _ => anyhow::bail!("give an address, --tag, --reserved, --kind or --site"),
+    };
+    Ok(heapsnap_analyze::paths(a, &query, args.sample, args.limit)?)
 }

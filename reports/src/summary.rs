@@ -37,18 +37,17 @@ impl Report for Summary {
 
     fn run(args: &SummaryArgs, loader: &dyn Loader) -> anyhow::Result<SummaryOutput> {
         // A first look answers from the analysis, as the index would have (its meta data saves
-        // this summary and these suspects).
-        let mut first = None;
-        let answer = &mut |a: &heapsnap_analyze::Analysis<'_>| {
-            let (totals, suspects) = heapsnap_analyze::summary_with_suspects(a, args.limit);
-            first = Some(SummaryOutput { totals, suspects });
-        };
-        let Some(ix) = loader.answer_first(&args.snapshot, Needs::Meta, answer)? else {
-            return first.ok_or_else(|| anyhow::anyhow!("{}: no analysis to answer from", args.snapshot.display()));
-        };
-        // The meta data alone: the suspects were found when the index was built.
-        let view = ix.view(Needs::Meta)?;
-        Ok(SummaryOutput { totals: view.summary(args.limit), suspects: view.summary_suspects() })
+        // this summary and these suspects, found when the index was built).
+        crate::loader::answer(
+            loader,
+            &args.snapshot,
+            Needs::Meta,
+            |a| {
+                let (totals, suspects) = heapsnap_analyze::summary_with_suspects(a, args.limit);
+                Ok(SummaryOutput { totals, suspects })
+            },
+            |view| Ok(SummaryOutput { totals: view.summary(args.limit), suspects: view.summary_suspects() }),
+        )
     }
 
     fn print(args: &SummaryArgs, output: &SummaryOutput, out: &mut dyn Write) -> std::io::Result<()> {

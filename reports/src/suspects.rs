@@ -39,8 +39,13 @@ impl Report for Suspects {
     type Output = SuspectsReport;
 
     fn run(args: &SuspectsArgs, loader: &dyn Loader) -> anyhow::Result<SuspectsReport> {
-        let ix = loader.indexed(&args.snapshot, Needs::All)?;
-        Ok(heapsnap_analyze::suspects(&ix.view(Needs::All)?, args.min_percent, args.limit))
+        crate::loader::answer(
+            loader,
+            &args.snapshot,
+            Needs::All,
+            |a| Ok(heapsnap_analyze::suspects(a, args.min_percent, args.limit)),
+            |view| Ok(heapsnap_analyze::suspects(view, args.min_percent, args.limit)),
+        )
     }
 
     fn print(_args: &SuspectsArgs, report: &SuspectsReport, out: &mut dyn Write) -> Result<()> {

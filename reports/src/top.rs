@@ -99,13 +99,14 @@ impl Report for Top {
             anyhow::bail!("--memtrace gives allocation sites: use it with --by site");
         }
         // A first look answers from the analysis, as the index would have.
-        let mut first = None;
-        let Some(ix) = loader.answer_first(&args.snapshot, Needs::Meta, &mut |a| first = Some(heapsnap_analyze::top(a, by, args.limit)))?
-        else {
-            let top = first.ok_or_else(|| anyhow::anyhow!("{}: no analysis to answer from", args.snapshot.display()))?;
-            return Ok(TopOutput::Groups(top?));
-        };
-        Ok(TopOutput::Groups(heapsnap_analyze::top(&ix.view(Needs::Meta)?, by, args.limit)?))
+        let top = crate::loader::answer(
+            loader,
+            &args.snapshot,
+            Needs::Meta,
+            |a| Ok(heapsnap_analyze::top(a, by, args.limit)?),
+            |view| Ok(heapsnap_analyze::top(view, by, args.limit)?),
+        )?;
+        Ok(TopOutput::Groups(top))
     }
 
     fn print(_args: &TopArgs, output: &TopOutput, out: &mut dyn Write) -> std::io::Result<()> {

@@ -173,12 +173,25 @@ fn wait_for_saved(snapshot: &Path, needs: heapsnap_index::Needs) -> bool {
     true
 }
 
-/// A first `summary` or `top` answers from the analysis and leaves the whole index to a
-/// detached process; what it printed is word for word what the same report prints from the
-/// index afterwards (text and JSON, every grouping `top` has on this snapshot).
+/// A first report (`summary`, `top`, `dominators`, `suspects`, `path`, `inspect`) answers from
+/// the analysis and leaves the whole index to a detached process; what it printed is word for
+/// word what the same report prints from the index afterwards (text and JSON, every grouping
+/// `top` has on this snapshot).
 #[test]
 fn a_first_look_answers_as_the_index_does() {
     let dir = tempfile::tempdir().unwrap();
+    // An object to inspect: the largest the global roots dominate, found on a copy.
+    let scratch = dir.path().join("scratch.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(300).heap.write(&scratch).expect("write a synthetic snapshot");
+    let tree = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+        .args(["dominators", "--json", "--depth", "2"])
+        .arg(&scratch)
+        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
+        .output()
+        .expect("run heapsnap");
+    let tree: serde_json::Value = serde_json::from_slice(&tree.stdout).expect("dominators --json");
+    let address =
+        tree["children"][0]["children"][0]["address"].as_str().unwrap_or_else(|| panic!("no child with an address: {tree}")).to_string();
     let reports: Vec<Vec<&str>> = vec![
         vec!["summary"],
         vec!["summary", "--json"],
@@ -188,6 +201,12 @@ fn a_first_look_answers_as_the_index_does() {
         vec!["top", "--by", "closure", "--limit", "0"],
         vec!["top", "--by", "root"],
         vec!["top", "--by", "root", "--json"],
+        vec!["dominators"],
+        vec!["dominators", "--json", "--depth", "8", "--min-percent", "0", "--max-children", "0"],
+        vec!["suspects"],
+        vec!["suspects", "--json", "--min-percent", "0.5", "--limit", "0"],
+        vec!["path", "--kind", "string", "--json"],
+        vec!["inspect", &address, "--json"],
     ];
     for (i, report) in reports.iter().enumerate() {
         let snapshot = dir.path().join(format!("first-{i}.heapsnap"));
