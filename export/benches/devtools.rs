@@ -110,6 +110,21 @@
 //! and the typed walk (0.7 s). Against itself as a baseline the export leaves 37 of dune's
 //! 1,164,613 reachable blocks and 23 of menhir's 2,781,075 unmatched.
 //!
+//! The next day, on the same machine, with the regions' headers read from the file and the
+//! weak-only ephemerons skipped (first looks otherwise unchanged), at load 1.2-1.4 and with runs
+//! of the same binary 20-40% apart (the first look on the synthetic heap took 1.57-2.1 s in a
+//! row: this machine's own noise), one run each:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    2.153s    1.783s    7.421s   39.940s     448.3 |   52.815s   70.722s     2978 |   18.883s   19.286s     2122 |   10.6x    8.8x   29.6x
+//!         1.76M    0.667s    1.995s    1.651s    2.005s      60.5 |    6.162s    7.773s      453 |    2.628s    2.925s      515 |    1.3x    3.9x    3.1x
+//!         5.03M    0.909s    1.394s    1.348s    3.876s     114.9 |   15.122s   21.606s     1137 |    5.845s    6.157s      774 |    4.2x    6.4x   10.8x
+//!
+//! `first` is a first `summary`. A first `dominators` now answers from the analysis too (it
+//! built the whole index before): dune 3.16 -> 1.88 s, menhir 2.16 -> 0.98 s (5.5x the worker
+//! there); a first `suspects` dune 3.68 -> 0.42 s (no suspect to type or path), menhir 3.30 ->
+//! 1.21 s (`scripts/bench-first-look.sh` times a first `dominators` beside the workers).
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.

@@ -58,6 +58,20 @@
 //! background on, waiting for it between runs with `flock X true`; 5 runs each on dune at 40 s,
 //! medians): 924 ms before, 905 ms after.
 //!
+//! Later, on a slower machine, with dune 3.17.2 and menhir dumped again (`scripts/real-snapshots.sh`:
+//! dune 1.76M objects, menhir 5.03M in 5389 regions), `scripts/bench-second-looks.sh X OLD`
+//! (median of 7, A/B in one run, load about 1.3), the commit before -> the regions' headers
+//! read from the file (their pages no longer faulted in and unmapped) and the saved typing read
+//! where it is mapped, in ms:
+//!
+//!                       summary  top  --by type  --by root  suspects  dominators
+//!     dune at 40 s       39->34  32->26  38->31   67->53    54->49      92->85
+//!     menhir at 3 s      42->17  39->16  43->19   43->20    75->36      82->47
+//!
+//! On dune `dominators` is still above 50 ms: it parses the saved types' JSON (20k types, most
+//! of them closures', about 30% of it) and the executable's line tables for its closures'
+//! source lines (about 15%).
+//!
 //! Snapshots are the synthetic `large_heap` shape of `heapsnap-analyze`'s benchmark (cached in
 //! `<target>/heapsnap-bench/`, shared with it). For each size, in one run:
 //!
