@@ -50,8 +50,7 @@ impl Backing {
 
 struct RegionEntry {
     section: usize,
-    base: u64,
-    /// A copy: read once when the snapshot is opened (see [`Snapshot::open_with`]).
+    /// A copy, read once when the snapshot is opened (see [`Snapshot::open_with`]).
     header: RegionHeader,
     /// The region's bytes (after its header) in the file.
     bytes: Range<usize>,
@@ -346,7 +345,7 @@ impl Snapshot {
                             bytes.len()
                         ))));
                     }
-                    self.regions.push(RegionEntry { section: index, base: header.base, header, bytes });
+                    self.regions.push(RegionEntry { section: index, header, bytes });
                 }
                 SectionKind::Dwarf => {
                     if entry.length < DWARF_NAME_LEN as u64 {
@@ -381,18 +380,18 @@ impl Snapshot {
     /// Same rule as for sections: sorted by (base, end), an overlap shows between neighbours; an
     /// empty region may touch another's ends but not lie inside it, so lookups stay exact.
     fn check_regions(&mut self) -> Result<(), FormatError> {
-        self.regions.sort_unstable_by_key(|r| (r.base, r.bytes.len(), r.section));
+        self.regions.sort_unstable_by_key(|r| (r.header.base, r.bytes.len(), r.section));
         for pair in self.regions.windows(2) {
             let (a, b) = (&pair[0], &pair[1]);
-            let a_end = a.base + a.bytes.len() as u64;
-            if a_end > b.base {
+            let a_end = a.header.base + a.bytes.len() as u64;
+            if a_end > b.header.base {
                 return Err(FormatError::OverlappingRegions {
                     first_index: a.section,
-                    first_base: a.base,
+                    first_base: a.header.base,
                     first_end: a_end,
                     second_index: b.section,
-                    second_base: b.base,
-                    second_end: b.base + b.bytes.len() as u64,
+                    second_base: b.header.base,
+                    second_end: b.header.base + b.bytes.len() as u64,
                 });
             }
         }
@@ -513,10 +512,10 @@ impl Snapshot {
 
     /// Index (in address order) of the region holding `address`.
     pub fn region_index_of(&self, address: u64) -> Option<usize> {
-        let after = self.regions.partition_point(|r| r.base <= address);
+        let after = self.regions.partition_point(|r| r.header.base <= address);
         let index = after.checked_sub(1)?;
         let r = &self.regions[index];
-        (address - r.base < r.bytes.len() as u64).then_some(index)
+        (address - r.header.base < r.bytes.len() as u64).then_some(index)
     }
 
     pub fn region_of(&self, address: u64) -> Option<Region<'_>> {
