@@ -31,7 +31,7 @@ pub struct Typing<'a> {
     node_type: NodeTypes<'a>,
     /// By type id: what reports read of each type (the walk's types and layouts are dropped
     /// once it ends).
-    types: Vec<TypeNames>,
+    types: TypeTable<'a>,
     /// Blocks reached with two different types.
     pub conflicts: u64,
     /// Blocks whose tag or size was not what their type says (left untyped).
@@ -405,6 +405,49 @@ pub fn hash_variant(label: &str) -> i64 {
     } else {
         accu
     }
+}
+
+/// The types by id: as the walk made them, or as the analysis index saved them, each parsed
+/// when a report first reads it (a report reads a few of a real heap's tens of thousands, most
+/// of them closures'). An entry that does not parse (a hostile index) is no type: its nodes
+/// read as untyped.
+enum TypeTable<'a> {
+    Made(Vec<TypeNames>),
+    Saved(Vec<(&'a serde_json::value::RawValue, OnceLock<Option<TypeNames>>)>),
+}
+
+impl TypeTable<'_> {
+    fn get(&self, id: usize) -> Option<&TypeNames> {
+        match self {
+            TypeTable::Made(types) => types.get(id),
+            TypeTable::Saved(types) => {
+                let (json, parsed) = types.get(id)?;
+                parsed.get_or_init(|| serde_json::from_str(json.get()).ok()).as_ref()
+            }
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            TypeTable::Made(types) => types.len(),
+            TypeTable::Saved(types) => types.len(),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &TypeNames> {
+        (0..self.len()).filter_map(|id| self.get(id))
+    }
+}
+
+/// [`SavedTypes`] as read back: each type's JSON, unparsed.
+#[derive(serde::Deserialize)]
+struct SavedTypesJson<'a> {
+    #[serde(borrow)]
+    types: Vec<&'a serde_json::value::RawValue>,
+    conflicts: u64,
+    mismatches: u64,
+    typed_objects: u64,
+    typed_bytes: u64,
 }
 
 /// A typing's types and counts, as the analysis index stores them (JSON): self-contained, so
@@ -867,7 +910,7 @@ impl<'a> Typing<'a> {
             interner.types.iter().map(|t| TypeNames { name: t.name.clone(), parts: t.layout.get().map(|l| PartNames::of(l)) }).collect();
         Some(Typing {
             node_type: NodeTypes::U32(node_type.into()),
-            types,
+            types: TypeTable::Made(types),
             conflicts: tally.conflicts,
             mismatches: tally.mismatches,
             typed_objects: tally.typed_objects,
@@ -883,7 +926,7 @@ impl<'a> Typing<'a> {
     /// What the analysis index keeps beside [`Typing::node_types`].
     pub fn saved(&self) -> SavedTypes {
         SavedTypes {
-            types: self.types.clone(),
+            types: self.types.iter().cloned().collect(),
             conflicts: self.conflicts,
             mismatches: self.mismatches,
             typed_objects: self.typed_objects,
@@ -900,7 +943,25 @@ impl<'a> Typing<'a> {
         }
         Some(Typing {
             node_type,
-            types: saved.types,
+            types: TypeTable::Made(saved.types),
+            conflicts: saved.conflicts,
+            mismatches: saved.mismatches,
+            typed_objects: saved.typed_objects,
+            typed_bytes: saved.typed_bytes,
+        })
+    }
+
+    /// [`Typing::from_saved`] from the JSON of [`SavedTypes`] (as [`Typing::saved`] gives it),
+    /// read where it lies: each type is parsed when first read. `None` when the JSON is not
+    /// that of a typing.
+    pub fn from_saved_json(node_type: NodeTypes<'a>, json: &'a [u8]) -> Option<Typing<'a>> {
+        let saved: SavedTypesJson<'a> = serde_json::from_slice(json).ok()?;
+        if !node_type.ids_below(saved.types.len()) {
+            return None;
+        }
+        Some(Typing {
+            node_type,
+            types: TypeTable::Saved(saved.types.into_iter().map(|json| (json, OnceLock::new())).collect()),
             conflicts: saved.conflicts,
             mismatches: saved.mismatches,
             typed_objects: saved.typed_objects,
@@ -953,7 +1014,7 @@ impl<'a> Typing<'a> {
     /// Every field label of the types met ([`Typing::field_label`]'s answers), once each.
     pub fn labels(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
-        for info in &self.types {
+        for info in self.types.iter() {
             let names: Vec<&Option<String>> = match &info.parts {
                 Some(PartNames::Fields(names)) | Some(PartNames::Closure { names, .. }) => names.iter().collect(),
                 Some(PartNames::Variant(blocks)) => blocks.iter().flat_map(|(_, names)| names).collect(),
@@ -984,6 +1045,27 @@ mod tests {
     fn saved(types: usize) -> SavedTypes {
         let types = (0..types).map(|i| TypeNames { name: format!("t{i}"), parts: None }).collect();
         SavedTypes { types, conflicts: 0, mismatches: 0, typed_objects: 0, typed_bytes: 0 }
+    }
+
+    /// A saved typing read back from its JSON names every node as the one it was saved from;
+    /// an entry that is not a type (a hostile index) leaves its nodes untyped, the others read.
+    #[test]
+    fn a_saved_typing_reads_back_from_its_json_one_type_at_a_time() {
+        let ids = || NodeTypes::U8(vec![0, 1, u8::MAX, 2, 0].into());
+        let json = serde_json::to_vec(&saved(3)).unwrap();
+        let back = Typing::from_saved_json(ids(), &json).expect("a typing");
+        let names: Vec<Option<&str>> = (0..5).map(|v| back.type_name(back.type_id(v))).collect();
+        assert_eq!(names, [Some("t0"), Some("t1"), None, Some("t2"), Some("t0")]);
+        assert_eq!(back.type_count(), 3);
+
+        let hostile = String::from_utf8(json).unwrap().replacen(r#"{"name":"t1","parts":null}"#, "[1,2]", 1);
+        assert!(hostile.contains("[1,2]"), "{hostile}");
+        let back = Typing::from_saved_json(ids(), hostile.as_bytes()).expect("a typing");
+        let names: Vec<Option<&str>> = (0..5).map(|v| back.type_name(back.type_id(v))).collect();
+        assert_eq!(names, [Some("t0"), None, None, Some("t2"), Some("t0")]);
+
+        assert!(Typing::from_saved_json(ids(), b"[]").is_none());
+        assert!(Typing::from_saved_json(NodeTypes::U8(vec![3].into()), &serde_json::to_vec(&saved(3)).unwrap()).is_none());
     }
 
     /// An index whose node types name a type it does not list is refused, at every width; the

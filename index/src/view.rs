@@ -320,8 +320,7 @@ impl<'s> IndexView<'s> {
             NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.into()),
             NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.into()),
         };
-        let saved = serde_json::from_slice(self.file.section(TYPES).ok()?).ok()?;
-        heapsnap_analyze::Typing::from_saved(ids, saved)
+        heapsnap_analyze::Typing::from_saved_json(ids, self.file.section(TYPES).ok()?)
     }
 
     /// Whether the index has this section.
