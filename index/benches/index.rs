@@ -68,9 +68,16 @@
 //!     dune at 40 s       39->34  32->26  38->31   67->53    54->49      92->85
 //!     menhir at 3 s      42->17  39->16  43->19   43->20    75->36      82->47
 //!
-//! On dune `dominators` is still above 50 ms: it parses the saved types' JSON (20k types, most
-//! of them closures', about 30% of it) and the executable's line tables for its closures'
-//! source lines (about 15%).
+//! Then each saved type's JSON parsed only when a report reads it (serde_json's `RawValue`),
+//! against the same base in a later run (load 1.5-2.6: medians rose for both), in ms:
+//!
+//!                       summary  top  --by type  --by root  suspects  dominators
+//!     dune at 40 s       40->31  25->21  40->33   70->60    59->56     107->88 (best 93->62)
+//!     menhir at 3 s      44->20  36->17  42->19   42->19    76->42      86->53
+//!
+//! On dune `dominators` is still above 50 ms: opening the index (its sections checked and
+//! decompressed, about 20% of it), the executable's line tables parsed for its closures'
+//! source lines (16%), the types' list scanned (8%).
 //!
 //! Snapshots are the synthetic `large_heap` shape of `heapsnap-analyze`'s benchmark (cached in
 //! `<target>/heapsnap-bench/`, shared with it). For each size, in one run:
