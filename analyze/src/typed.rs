@@ -434,8 +434,9 @@ impl TypeTable<'_> {
         }
     }
 
-    fn iter(&self) -> impl Iterator<Item = &TypeNames> {
-        (0..self.len()).filter_map(|id| self.get(id))
+    /// Every type by id (`None`: an entry that does not parse).
+    fn iter(&self) -> impl Iterator<Item = Option<&TypeNames>> {
+        (0..self.len()).map(|id| self.get(id))
     }
 }
 
@@ -923,15 +924,17 @@ impl<'a> Typing<'a> {
         &self.node_type
     }
 
-    /// What the analysis index keeps beside [`Typing::node_types`].
-    pub fn saved(&self) -> SavedTypes {
-        SavedTypes {
-            types: self.types.iter().cloned().collect(),
+    /// What the analysis index keeps beside [`Typing::node_types`]; `None` for a typing read
+    /// back from an index with an entry that does not parse (saving it would renumber the
+    /// types after it).
+    pub fn saved(&self) -> Option<SavedTypes> {
+        Some(SavedTypes {
+            types: self.types.iter().map(|t| t.cloned()).collect::<Option<_>>()?,
             conflicts: self.conflicts,
             mismatches: self.mismatches,
             typed_objects: self.typed_objects,
             typed_bytes: self.typed_bytes,
-        }
+        })
     }
 
     /// The typing an analysis index saved (the index is tied to the snapshot, hence to its
@@ -1014,7 +1017,7 @@ impl<'a> Typing<'a> {
     /// Every field label of the types met ([`Typing::field_label`]'s answers), once each.
     pub fn labels(&self) -> Vec<&str> {
         let mut out: Vec<&str> = Vec::new();
-        for info in self.types.iter() {
+        for info in self.types.iter().flatten() {
             let names: Vec<&Option<String>> = match &info.parts {
                 Some(PartNames::Fields(names)) | Some(PartNames::Closure { names, .. }) => names.iter().collect(),
                 Some(PartNames::Variant(blocks)) => blocks.iter().flat_map(|(_, names)| names).collect(),
@@ -1063,6 +1066,7 @@ mod tests {
         let back = Typing::from_saved_json(ids(), hostile.as_bytes()).expect("a typing");
         let names: Vec<Option<&str>> = (0..5).map(|v| back.type_name(back.type_id(v))).collect();
         assert_eq!(names, [Some("t0"), None, None, Some("t2"), Some("t0")]);
+        assert!(back.saved().is_none(), "saved again, the types after the bad entry would be renumbered");
 
         assert!(Typing::from_saved_json(ids(), b"[]").is_none());
         assert!(Typing::from_saved_json(NodeTypes::U8(vec![3].into()), &serde_json::to_vec(&saved(3)).unwrap()).is_none());

@@ -247,11 +247,11 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.
-    if let Some(typing) = heapsnap_analyze::AnalysedHeap::typing(a) {
+    if let Some((typing, saved)) = heapsnap_analyze::AnalysedHeap::typing(a).and_then(|t| Some((t, t.saved()?))) {
         // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
         let width = kind_id_bytes(typing.type_count());
         b.add(TYPE_IDS, narrow_ids(&typing.node_types().widened(), u32::MAX as usize, width));
-        b.add_compressed(TYPES, &json(&typing.saved()));
+        b.add_compressed(TYPES, &json(&saved));
     }
     b
 }
