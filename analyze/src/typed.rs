@@ -440,23 +440,13 @@ impl TypeTable<'_> {
     }
 }
 
-/// [`SavedTypes`] as read back: each type's JSON, unparsed.
-#[derive(serde::Deserialize)]
-struct SavedTypesJson<'a> {
-    #[serde(borrow)]
-    types: Vec<&'a serde_json::value::RawValue>,
-    conflicts: u64,
-    mismatches: u64,
-    typed_objects: u64,
-    typed_bytes: u64,
-}
-
 /// A typing's types and counts, as the analysis index stores them (JSON): self-contained, so
 /// that reading it back needs neither the snapshot's OCaml names nor the walk's types.
+/// Read back lazily, each type is its JSON (`SavedTypes<&RawValue>`).
 #[derive(serde::Serialize, serde::Deserialize)]
-pub struct SavedTypes {
+pub struct SavedTypes<T = TypeNames> {
     /// By type id: its name and its parts' names.
-    pub types: Vec<TypeNames>,
+    pub types: Vec<T>,
     pub conflicts: u64,
     pub mismatches: u64,
     pub typed_objects: u64,
@@ -941,30 +931,25 @@ impl<'a> Typing<'a> {
     /// names). `None` when a node names a type the list lacks: then the walk runs again. A
     /// hostile list gives wrong names at worst.
     pub fn from_saved(node_type: NodeTypes<'a>, saved: SavedTypes) -> Option<Typing<'a>> {
-        if !node_type.ids_below(saved.types.len()) {
-            return None;
-        }
-        Some(Typing {
-            node_type,
-            types: TypeTable::Made(saved.types),
-            conflicts: saved.conflicts,
-            mismatches: saved.mismatches,
-            typed_objects: saved.typed_objects,
-            typed_bytes: saved.typed_bytes,
-        })
+        Self::with_table(node_type, saved, TypeTable::Made)
     }
 
     /// [`Typing::from_saved`] from the JSON of [`SavedTypes`] (as [`Typing::saved`] gives it),
     /// read where it lies: each type is parsed when first read. `None` when the JSON is not
     /// that of a typing.
     pub fn from_saved_json(node_type: NodeTypes<'a>, json: &'a [u8]) -> Option<Typing<'a>> {
-        let saved: SavedTypesJson<'a> = serde_json::from_slice(json).ok()?;
+        let saved: SavedTypes<&'a serde_json::value::RawValue> = serde_json::from_slice(json).ok()?;
+        Self::with_table(node_type, saved, |types| TypeTable::Saved(types.into_iter().map(|json| (json, OnceLock::new())).collect()))
+    }
+
+    /// The saved typing with its types as `table` keeps them, when they number every node's.
+    fn with_table<T>(node_type: NodeTypes<'a>, saved: SavedTypes<T>, table: impl FnOnce(Vec<T>) -> TypeTable<'a>) -> Option<Typing<'a>> {
         if !node_type.ids_below(saved.types.len()) {
             return None;
         }
         Some(Typing {
             node_type,
-            types: TypeTable::Saved(saved.types.into_iter().map(|json| (json, OnceLock::new())).collect()),
+            types: table(saved.types),
             conflicts: saved.conflicts,
             mismatches: saved.mismatches,
             typed_objects: saved.typed_objects,
