@@ -54,13 +54,22 @@ impl<'s> Analysis<'s> {
         let t = Instant::now();
         // About what an analysis and a first report hold at once, by the snapshot's size.
         crate::mem::prepare_heap(snap.bytes().len().saturating_mul(3) / 2);
-        let graph = HeapGraph::build(snap, progress)?;
-        timings.push(("graph", t.elapsed().as_secs_f64()));
-        let t = Instant::now();
-        let step = progress.step("dominators", 0);
-        let tree = dominator_tree(&graph);
-        step.finish_and_clear();
-        timings.push(("dominators", t.elapsed().as_secs_f64()));
+        let (graph, tree, ocaml) = std::thread::scope(|scope| {
+            // The program's OCaml names (tens of megabytes of JSON on a real program, and a
+            // type environment made from them) are parsed on one core, in one piece, and
+            // almost every report reads them: they are parsed beside the graph and the
+            // dominators, which leave a core idle in their sequential steps.
+            let parsing = snap.ocaml_names().is_some().then(|| scope.spawn(|| crate::names::OcamlNames::of(snap)));
+            let graph = HeapGraph::build(snap, progress)?;
+            timings.push(("graph", t.elapsed().as_secs_f64()));
+            let t = Instant::now();
+            let step = progress.step("dominators", 0);
+            let tree = dominator_tree(&graph);
+            step.finish_and_clear();
+            timings.push(("dominators", t.elapsed().as_secs_f64()));
+            let ocaml = parsing.map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
+            Ok::<_, AnalyzeError>((graph, tree, ocaml))
+        })?;
         let modules = snap
             .roots()
             .iter()
@@ -70,7 +79,10 @@ impl<'s> Analysis<'s> {
             .collect();
         Ok(Analysis {
             snap,
-            names: Names::new(snap),
+            names: match ocaml {
+                Some(parsed) => Names::new(snap).with_ocaml(parsed),
+                None => Names::new(snap),
+            },
             graph,
             tree,
             timings,

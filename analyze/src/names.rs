@@ -18,7 +18,9 @@ pub struct Names<'s> {
     ocaml: std::sync::OnceLock<Option<OcamlNames>>,
     /// The executable's line tables, then each loaded Dynlink plugin's with its load bias: read
     /// on first use (a report read from the analysis index may need none).
-    lines: std::cell::OnceCell<LineTables<'s>>,
+    /// Behind a lock: addr2line parses each unit's lines on first use, through `&self`, and
+    /// is not `Sync` (reports ask from several threads: the types beside the roots' reach).
+    lines: std::sync::OnceLock<Mutex<LineTables<'s>>>,
     line_cache: Mutex<HashMap<u64, Option<String>>>,
     custom_ops: HashMap<u64, &'s str>,
     /// Target address minus this is the executable's link-time address (PIE).
@@ -44,13 +46,20 @@ impl<'s> Names<'s> {
         Names {
             snap,
             ocaml: std::sync::OnceLock::new(),
-            lines: std::cell::OnceCell::new(),
+            lines: std::sync::OnceLock::new(),
             line_cache: Mutex::new(HashMap::new()),
             custom_ops,
             load_bias: snap.load_bias(),
             saved_paths: None,
             field_paths: std::sync::OnceLock::new(),
         }
+    }
+
+    /// These names, the program's OCaml names parsed already ([`OcamlNames::of`], on a thread
+    /// of its own while the graph was built).
+    pub(crate) fn with_ocaml(mut self, parsed: Option<OcamlNames>) -> Self {
+        self.ocaml = std::sync::OnceLock::from(parsed);
+        self
     }
 
     /// These names, module-block fields' paths read from `saved` (once, when a label first
@@ -71,8 +80,8 @@ impl<'s> Names<'s> {
         self.global_field(symbol, index).map(|f| f.path.as_str())
     }
 
-    fn line_tables(&self) -> &LineTables<'s> {
-        self.lines.get_or_init(|| {
+    fn line_tables(&self) -> std::sync::MutexGuard<'_, LineTables<'s>> {
+        let tables = self.lines.get_or_init(|| {
             let snap = self.snap;
             let plugins = snap.plugin_dwarf();
             let mut biases: Vec<u64> = plugins.iter().map(|d| d.load_bias).collect();
@@ -85,8 +94,9 @@ impl<'s> Names<'s> {
                     Some((bias, line_context(section)?))
                 })
                 .collect();
-            LineTables { executable: line_context(|name| snap.dwarf_section(name)), plugins }
-        })
+            Mutex::new(LineTables { executable: line_context(|name| snap.dwarf_section(name)), plugins })
+        });
+        tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// What the target's addresses minus the executable's link-time addresses are (PIE).
@@ -259,7 +269,7 @@ pub struct OcamlNames {
 impl OcamlNames {
     /// `None` without the section, or when its JSON does not parse (a hostile or damaged
     /// file: the snapshot then analyses as one without names).
-    fn of(snap: &Snapshot) -> Option<OcamlNames> {
+    pub(crate) fn of(snap: &Snapshot) -> Option<OcamlNames> {
         let timer = crate::progress::PhaseTimer::start("OCaml names");
         let mut program = heapsnap_names::Program::parse(snap.ocaml_names()?).ok()?;
         timer.lap("parsed");

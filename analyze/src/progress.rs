@@ -4,8 +4,10 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::Instant;
 
-/// The time of each phase of a long computation on stderr, as `name: phase at 1.234s`, when
-/// the `HEAPSNAP_TRACE` environment variable is set (to find where the time goes), followed on
+/// The time of each phase of a long computation on stderr, as `name: phase at 1.234s [+2.345s]`
+/// (the second figure counts from the process's first timer: phases nest and follow each other,
+/// and what no timer covers shows between them), when the `HEAPSNAP_TRACE` environment variable
+/// is set (to find where the time goes), followed on
 /// Linux by the process's resident memory then and its peak so far (to find where the memory
 /// goes: the peak of a first look is the sum of what the phases hold at once).
 pub struct PhaseTimer {
@@ -15,16 +17,24 @@ pub struct PhaseTimer {
 
 impl PhaseTimer {
     pub fn start(name: &'static str) -> Self {
-        PhaseTimer { name, start: std::env::var_os("HEAPSNAP_TRACE").is_some().then(Instant::now) }
+        let start = std::env::var_os("HEAPSNAP_TRACE").is_some().then(Instant::now);
+        if let Some(now) = start {
+            FIRST_TIMER.get_or_init(|| now);
+        }
+        PhaseTimer { name, start }
     }
 
     /// Prints that `phase` is over.
     pub fn lap(&self, phase: &str) {
         if let Some(t0) = self.start {
-            eprintln!("{}: {phase} at {:.3}s{}", self.name, t0.elapsed().as_secs_f64(), resident());
+            let since_first = FIRST_TIMER.get().map_or(0.0, |first| first.elapsed().as_secs_f64());
+            eprintln!("{}: {phase} at {:.3}s [+{since_first:.3}s]{}", self.name, t0.elapsed().as_secs_f64(), resident());
         }
     }
 }
+
+/// When the process's first [`PhaseTimer`] started.
+static FIRST_TIMER: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
 
 /// `  (rss 123 MiB, peak 456 MiB)` from `/proc/self/status`, or nothing where there is none.
 fn resident() -> String {

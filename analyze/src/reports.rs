@@ -128,15 +128,38 @@ pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::S
     // walk down the dominator tree makes its child lists (which the suspects read after), so
     // the two never take memory at the same time. The suspects' paths search from the roots
     // only as deep as the suspects are (`Analysis::bfs_parent_of`).
-    let _ = a.retainers();
-    let mut totals = summary(a, top);
-    if a.snap.ocaml_names().is_some() {
+    //
+    // The types need neither the kinds nor the roots' reach, and much of each is sequential
+    // (a real program's types are interned one by one): the types are found on one side while
+    // the rest is made on the other.
+    let timer = crate::progress::PhaseTimer::start("summary");
+    let named = a.snap.ocaml_names().is_some();
+    let (_, mut totals) = rayon::join(
+        || {
+            if named {
+                let _ = AnalysedHeap::typing(a);
+                timer.lap("types");
+            }
+        },
+        || {
+            let _ = a.block_kinds();
+            timer.lap("block kinds");
+            let _ = a.retainers();
+            timer.lap("roots' reach");
+            let totals = summary(a, top);
+            timer.lap("totals and groups by kind");
+            totals
+        },
+    );
+    if named {
         if let Ok(groups) = a.group_by(GroupBy::Type) {
             totals.top_groups = groups.into_iter().take(top).collect();
             totals.top_groups_by = GroupBy::Type.name().to_string();
         }
+        timer.lap("groups by type");
     }
     let suspects = crate::suspects(a, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN);
+    timer.lap("suspects");
     (totals, suspects)
 }
 
