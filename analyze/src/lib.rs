@@ -75,7 +75,7 @@ pub use dominators::{
     bfs_baseline, csr_from_edges, dfs_baseline, dominators, dominators_and_retained, subtree_sums, Csr, DominatorTree, NONE,
 };
 pub use graph::{HeapGraph, PointerCounts, SUPER_ROOT};
-pub use names::{module_name, root_label, string_preview, FieldPaths, Names, SavedFieldPaths};
+pub use names::{module_name, root_label, string_preview, FieldPaths, Names, SavedNames, SourceLines};
 
 // Facts, what is computed from them, and the full analysis.
 pub use analysed_heap::{AnalysedHeap, KindTallies, KindTally};

@@ -27,17 +27,25 @@ pub struct Names<'s> {
     load_bias: u64,
     /// Where each unit's module-block field paths can be read without parsing the OCaml names
     /// (the analysis index saves them, [`OcamlNames::field_paths`]), and what it gave.
-    saved_paths: Option<&'s dyn SavedFieldPaths>,
+    saved: Option<&'s dyn SavedNames>,
     field_paths: std::sync::OnceLock<Option<FieldPaths>>,
+    saved_lines: std::sync::OnceLock<Option<SourceLines>>,
 }
 
 /// By compilation unit: its module block's field paths, by index.
 pub type FieldPaths = HashMap<String, Vec<String>>;
 
-/// What keeps a snapshot's [`FieldPaths`] apart from its names section (the analysis index).
-pub trait SavedFieldPaths: Sync {
-    /// The paths, read when a label first needs one (`None`: not kept).
+/// By code address: its `file:line` ([`Names::source_line`]; `None`: the line tables have none).
+pub type SourceLines = HashMap<u64, Option<String>>;
+
+/// What keeps names apart from the snapshot's names section and line tables (the analysis
+/// index), for reports that would otherwise parse them for a few answers.
+pub trait SavedNames: Sync {
+    /// The module blocks' field paths, read when a label first needs one (`None`: not kept).
     fn field_paths(&self) -> Option<FieldPaths>;
+    /// The source lines of the closures' code pointers, read when a closure is first named
+    /// (`None`: not kept). An address they lack is looked up in the line tables.
+    fn source_lines(&self) -> Option<SourceLines>;
 }
 
 impl<'s> Names<'s> {
@@ -50,8 +58,9 @@ impl<'s> Names<'s> {
             line_cache: Mutex::new(HashMap::new()),
             custom_ops,
             load_bias: snap.load_bias(),
-            saved_paths: None,
+            saved: None,
             field_paths: std::sync::OnceLock::new(),
+            saved_lines: std::sync::OnceLock::new(),
         }
     }
 
@@ -62,17 +71,18 @@ impl<'s> Names<'s> {
         self
     }
 
-    /// These names, module-block fields' paths read from `saved` (once, when a label first
-    /// needs one) instead of from the parsed OCaml names; `saved` giving none, from them.
-    pub fn with_saved_field_paths(mut self, saved: &'s dyn SavedFieldPaths) -> Self {
-        self.saved_paths = Some(saved);
+    /// These names, module-block fields' paths and closures' source lines read from `saved`
+    /// (once, when first needed) instead of from the parsed OCaml names and the line tables;
+    /// for what `saved` gives none of, from them.
+    pub fn with_saved(mut self, saved: &'s dyn SavedNames) -> Self {
+        self.saved = Some(saved);
         self
     }
 
     /// The path of a field of a compilation unit's module block (`Server.sessions`' field
     /// `sessions`), by the unit's symbol (`camlServer`): from the saved paths when there are.
     pub fn global_path(&self, symbol: &str, index: u64) -> Option<&str> {
-        if let Some(saved) = &self.saved_paths {
+        if let Some(saved) = self.saved {
             if let Some(paths) = self.field_paths.get_or_init(|| saved.field_paths()) {
                 return paths.get(module_name(symbol))?.get(usize::try_from(index).ok()?).map(String::as_str);
             }
@@ -172,6 +182,11 @@ impl<'s> Names<'s> {
     /// `file:line` of a code address, when the snapshot carries line tables (the executable's,
     /// then each plugin's).
     pub fn source_line(&self, address: u64) -> Option<String> {
+        if let Some(lines) = self.saved.and_then(|saved| self.saved_lines.get_or_init(|| saved.source_lines()).as_ref()) {
+            if let Some(line) = lines.get(&address) {
+                return line.clone();
+            }
+        }
         let mut cache = self.line_cache.lock().expect("no panics while holding the cache");
         cache
             .entry(address)

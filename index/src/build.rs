@@ -61,6 +61,7 @@ struct MetaParts {
     groups: Vec<(GroupBy, Vec<heapsnap_analyze::Group>)>,
     root_shares: Vec<heapsnap_analyze::RootShare>,
     field_paths: Option<heapsnap_analyze::FieldPaths>,
+    source_lines: Vec<(u64, Option<String>)>,
 }
 
 fn json(value: &impl serde::Serialize) -> Vec<u8> {
@@ -76,6 +77,9 @@ fn add_meta(b: &mut IndexBuilder<'_>, parts: &MetaParts) {
     b.add_compressed(ROOT_SHARES, &json(&parts.root_shares));
     if let Some(paths) = &parts.field_paths {
         b.add_compressed(FIELD_PATHS, &json(paths));
+    }
+    if !parts.source_lines.is_empty() {
+        b.add_compressed(SOURCE_LINES, &json(&parts.source_lines));
     }
 }
 
@@ -113,7 +117,24 @@ fn meta(a: &Analysis<'_>) -> MetaParts {
         groups,
         root_shares: a.retainers().per_root.clone(),
         field_paths: a.names.ocaml().map(|names| names.field_paths()),
+        source_lines: closures_source_lines(a),
     }
+}
+
+/// The source line of every closure kind's code pointer (`sections::SOURCE_LINES`), ascending.
+fn closures_source_lines(a: &Analysis<'_>) -> Vec<(u64, Option<String>)> {
+    let mut codes: Vec<u64> = a
+        .block_kinds()
+        .kinds
+        .iter()
+        .filter_map(|k| match k {
+            heapsnap_analyze::GroupKey::Closure(code) => Some(*code),
+            _ => None,
+        })
+        .collect();
+    codes.sort_unstable();
+    codes.dedup();
+    codes.into_iter().map(|code| (code, a.names.source_line(code))).collect()
 }
 
 /// The summary (without its top groups) and every grouping.

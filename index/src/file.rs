@@ -394,9 +394,16 @@ impl IndexFile {
 }
 
 /// The module blocks' field paths saved (`sections::FIELD_PATHS`): labels without parsing the
-/// snapshot's OCaml names. A section that does not parse is none (the names are parsed).
-impl heapsnap_analyze::SavedFieldPaths for IndexFile {
+/// snapshot's OCaml names; the closures' source lines (`sections::SOURCE_LINES`): closures
+/// named without parsing the line tables. A section that does not parse is none (the names or
+/// the line tables are read).
+impl heapsnap_analyze::SavedNames for IndexFile {
     fn field_paths(&self) -> Option<heapsnap_analyze::FieldPaths> {
         serde_json::from_slice(self.section(crate::sections::FIELD_PATHS).ok()?).ok()
+    }
+
+    fn source_lines(&self) -> Option<heapsnap_analyze::SourceLines> {
+        let lines: Vec<(u64, Option<String>)> = serde_json::from_slice(self.section(crate::sections::SOURCE_LINES).ok()?).ok()?;
+        Some(lines.into_iter().collect())
     }
 }

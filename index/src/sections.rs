@@ -90,6 +90,12 @@ pub const ROOT_SHARES: u32 = 40;
 /// parsing the snapshot's OCaml names. Only when they parse.
 pub const FIELD_PATHS: u32 = 41;
 
+/// JSON: `[[code address, "file:line" or null], ...]`, ascending: the source line of every
+/// closure kind's code pointer, as `heapsnap_analyze::Names::source_line` gives it, so that
+/// naming a closure does not parse the executable's line tables. Only when some block is a
+/// closure; a section that does not parse is none (the line tables are read).
+pub const SOURCE_LINES: u32 = 42;
+
 /// The section of a grouping's groups.
 pub fn groups_section(by: GroupBy) -> u32 {
     match by {

@@ -209,7 +209,7 @@ impl<'s> IndexView<'s> {
         let r = meta.reachable_count as usize;
         let view = IndexView {
             snap,
-            names: Names::new(snap).with_saved_field_paths(file),
+            names: Names::new(snap).with_saved(file),
             layout: HeaderLayout::new(snap.metadata().reserved_header_bits, snap.metadata().colours),
             tree: if wanted.contains(&TREE) {
                 Tree::new(

@@ -944,3 +944,56 @@ fn many_children_are_counted_by_kind_as_the_analysis_counts_them() {
         assert_eq!(json(&dominator_report(&a, depth, min, 20)), json(&dominator_report(&view, depth, min, 20)), "depth {depth}");
     }
 }
+
+/// A closure is named by the source line the index saved for its code (section 42), not from
+/// the line tables (this snapshot has none, so the index saves every closure code without a
+/// line); a section that does not parse names them as the line tables would.
+#[test]
+fn closures_are_named_by_the_source_lines_the_index_saved() {
+    use heapsnap_analyze::{GroupKey, SavedNames};
+    use heapsnap_index::sections::SOURCE_LINES;
+    let f = fixture(Needs::All);
+    let id = SnapshotId::of(&f.snap);
+    let file = IndexFile::parse(Bytes::copied(&f.bytes), id).unwrap();
+    let saved = file.source_lines().expect("the closures' source lines");
+    let view = IndexView::open(&f.snap, &file, Needs::All).unwrap();
+    let closures: Vec<(NodeId, u64)> = (0..view.node_count() as NodeId)
+        .filter_map(|v| match view.kind_of(&view.block(v)?) {
+            GroupKey::Closure(code) => Some((v, code)),
+            _ => None,
+        })
+        .collect();
+    assert!(!closures.is_empty(), "the fixture has closures");
+    let mut codes: Vec<u64> = closures.iter().map(|&(_, code)| code).collect();
+    codes.sort_unstable();
+    codes.dedup();
+    let mut saved_codes: Vec<u64> = saved.keys().copied().collect();
+    saved_codes.sort_unstable();
+    assert_eq!(saved_codes, codes, "every closure code, once");
+    assert!(saved.values().all(Option::is_none), "no line tables, no line");
+    let unnamed = view.describe(closures[0].0);
+    assert!(!unnamed.contains(".ml:"), "{unnamed}");
+
+    let lines: Vec<(u64, Option<String>)> = codes.iter().map(|&code| (code, Some(format!("saved.ml:{}", code % 97)))).collect();
+    let b = rewritten(&f, |kind, body| {
+        if kind == SOURCE_LINES {
+            *body = serde_json::to_vec(&lines).unwrap();
+        }
+    });
+    let file = IndexFile::parse(Bytes::copied(&b), id).unwrap();
+    let view = IndexView::open(&f.snap, &file, Needs::All).unwrap();
+    for &(v, code) in &closures {
+        let named = view.describe(v);
+        assert!(named.ends_with(&format!("(saved.ml:{})", code % 97)), "node {v}: {named}");
+    }
+
+    let b = rewritten(&f, |kind, body| {
+        if kind == SOURCE_LINES {
+            *body = b"[[1, 2, 3]".to_vec();
+        }
+    });
+    let file = IndexFile::parse(Bytes::copied(&b), id).unwrap();
+    assert!(file.source_lines().is_none());
+    let view = IndexView::open(&f.snap, &file, Needs::All).unwrap();
+    assert_eq!(view.describe(closures[0].0), unnamed);
+}
