@@ -70,8 +70,34 @@ pub fn answer<T>(
     let mut first = Some(first);
     let mut answered = None;
     match loader.answer_first(path, needs, &mut |a| answered = first.take().map(|first| first(a)))? {
-        Some(ix) => indexed(&ix.view(needs)?),
+        Some(ix) => {
+            let view = ix.view(needs)?;
+            let answer = indexed(&view);
+            leave_to_exit(view);
+            leave_to_exit(ix);
+            answer
+        }
         None => answered.unwrap_or_else(|| Err(anyhow::anyhow!("{}: no analysis to answer from", path.display()))),
+    }
+}
+
+/// Whether this process ends once its report is printed ([`exit_after_answer`]).
+static EXITS_AFTER_ANSWER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says that this process ends once its report is printed (the command line): what a report
+/// read (an analysis, an index's parsed sections: millions of small allocations on a real
+/// program) is then left to the process's exit, which frees it at once, rather than freed piece
+/// by piece before the answer is printed. A long-lived process (the MCP server) frees it.
+pub fn exit_after_answer() {
+    EXITS_AFTER_ANSWER.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Drops `value`, or leaves it to the process's exit ([`exit_after_answer`]).
+fn leave_to_exit<T>(value: T) {
+    if EXITS_AFTER_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
+        std::mem::forget(value);
+    } else {
+        drop(value);
     }
 }
 
@@ -102,7 +128,8 @@ impl Loader for Files {
         answer(&analysis);
         let timer = heapsnap_analyze::PhaseTimer::start("provider");
         timer.lap("the answer, from the analysis (the index left to a completion in the background)");
-        drop(analysis);
+        leave_to_exit(analysis);
+        leave_to_exit(snap);
         complete_in_background(path);
         Ok(None)
     }

@@ -51,6 +51,8 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
     }
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(report) = registry::find(name) {
+            // One report, then the process ends.
+            heapsnap_reports::loader::exit_after_answer();
             let format = if sub.get_flag("json") { Format::Json } else { Format::Human };
             let passed = report.print(sub, &Files, format, &mut std::io::stdout().lock())?;
             return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) });
