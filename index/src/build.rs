@@ -268,11 +268,13 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.
-    if let Some((typing, saved)) = heapsnap_analyze::AnalysedHeap::typing(a).and_then(|t| Some((t, t.saved()?))) {
+    let typing = heapsnap_analyze::AnalysedHeap::typing(a);
+    if let Some((typing, types)) = typing.and_then(|t| Some((t, crate::saved_types::encode(&t.saved()?)?))) {
         // Untyped (`NO_TYPE`) as the width's largest value, which numbers no type.
         let width = kind_id_bytes(typing.type_count());
         b.add(TYPE_IDS, narrow_ids(&typing.node_types().widened(), u32::MAX as usize, width));
-        b.add_compressed(TYPES, &json(&saved));
+        // Read in place, each type parsed when a report reads it: not compressed.
+        b.add(TYPES, types);
     }
     b
 }

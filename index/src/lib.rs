@@ -11,6 +11,7 @@ pub mod compact;
 pub mod diff_profile;
 pub mod file;
 pub mod reports;
+pub mod saved_types;
 pub mod sections;
 pub mod store;
 pub mod tree;

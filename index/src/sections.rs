@@ -31,8 +31,8 @@ pub const KIND_IDS: u32 = 17;
 /// over the node count: the narrowest that numbers the types; its largest value: untyped).
 /// Only when the snapshot has OCaml names.
 pub const TYPE_IDS: u32 = 18;
-/// JSON: the types of [`TYPE_IDS`] (each its name and its parts' names) and the typing's
-/// counts (`heapsnap_analyze::SavedTypes`).
+/// The types of [`TYPE_IDS`] (each its name and its parts' names, as JSON apart) and the
+/// typing's counts (`heapsnap_analyze::SavedTypes`), laid out as [`crate::saved_types`] says.
 pub const TYPES: u32 = 19;
 /// `(preorder number, retained bytes)` `u64` pairs, by preorder number: the retained sizes that
 /// are no `u32` of words.

@@ -320,7 +320,7 @@ impl<'s> IndexView<'s> {
             NarrowIds::U16(ids) => heapsnap_analyze::NodeTypes::U16(ids.into()),
             NarrowIds::U32(ids) => heapsnap_analyze::NodeTypes::U32(ids.into()),
         };
-        heapsnap_analyze::Typing::from_saved_json(ids, self.file.section(TYPES).ok()?)
+        heapsnap_analyze::Typing::from_saved_json(ids, crate::saved_types::decode(self.file.section(TYPES).ok()?)?)
     }
 
     /// Whether the index has this section.

@@ -623,8 +623,8 @@ fn typed_fixture() -> Fixture {
     let file = IndexFile::parse(Bytes::copied(&f.bytes), SnapshotId::of(&f.snap)).unwrap();
     let n = file.meta().unwrap().node_count as usize;
     let ids: Vec<u8> = (0..n).map(|v| synthetic_type(v).map_or(u8::MAX, |t| t as u8)).collect();
-    let types = serde_json::to_vec(&saved_types()).unwrap();
-    let bytes = rewritten_with(&f, |_, _| {}, vec![(TYPE_IDS, ids, false), (TYPES, types, true)]);
+    let types = heapsnap_index::saved_types::encode(&saved_types()).unwrap();
+    let bytes = rewritten_with(&f, |_, _| {}, vec![(TYPE_IDS, ids, false), (TYPES, types, false)]);
     Fixture { bytes, ..f }
 }
 
