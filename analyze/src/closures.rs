@@ -67,15 +67,19 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
     };
     // What each closure runs, with its node.
     let found: Vec<(u64, NodeId, Runs)> = match (a.block_map(), a.closures()) {
-        // Found with the edges, read on every core.
-        (Some(blocks), Some(closures)) => {
-            let symbols = symbols_of(closures.par_iter().filter_map(|&v| blocks.block(v)?.fields.first().copied()).collect());
+        // The blocks swept region by region on every core, in node order (the order the graph
+        // found the closures in), rather than each closure's node looked up: a real program
+        // has hundreds of thousands of closures, and a lookup by node is a search.
+        (Some(blocks), Some(_)) => {
+            let mut regions: Vec<usize> = blocks.block_regions().collect();
+            regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
+            let closures_in = |r: usize| blocks.region_blocks(r).filter(is_closure);
+            let symbols = symbols_of(regions.par_iter().flat_map_iter(|&r| closures_in(r).map(|b| b.fields[0])).collect());
             let symbol = |code: u64| symbols.get(&code).copied();
-            closures
+            regions
                 .par_iter()
-                .filter_map(|&v| {
-                    let b = blocks.block(v).filter(is_closure)?;
-                    Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?))
+                .flat_map_iter(|&r| {
+                    closures_in(r).filter_map(|b| Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?)))
                 })
                 .collect()
         }
