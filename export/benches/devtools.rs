@@ -125,6 +125,23 @@
 //! there); a first `suspects` dune 3.68 -> 0.42 s (no suspect to type or path), menhir 3.30 ->
 //! 1.21 s (`scripts/bench-first-look.sh` times a first `dominators` beside the workers).
 //!
+//! Later, with the OCaml names parsed beside the graph and the dominators, the types found
+//! beside the roots' reach, closures found by sweeping the regions rather than looked up one
+//! by one, the walk's types freed on a thread of their own and what a report read left to the
+//! process's exit; same machine, load about 1, one run each:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.906s    1.689s    4.502s   28.464s     448.3 |   46.677s   70.263s     2986 |   18.244s   18.725s     2228 |   10.8x    9.6x   27.6x
+//!         1.76M    0.597s    1.283s    1.298s    1.955s      60.5 |    6.115s    8.147s      451 |    2.591s    2.850s      402 |    2.0x    4.3x    4.8x
+//!         5.03M    0.675s    1.297s    1.066s    3.497s     114.9 |   13.550s   18.617s     1136 |    5.096s    5.382s      790 |    3.9x    7.5x   10.4x
+//!
+//! The synthetic heap has no OCaml names, so nothing of this reaches it (its first look is the
+//! analysis, the roots' reach, the groups and the suspects; 1.45-2.24 s in 5 runs of the base,
+//! 1.54-1.67 s after). Dune's first `summary`, 7 runs each in turn (`rm -f X.hsidx; heapsnap
+//! summary X`, waiting for each completion), medians: 2.25 s at the session's base (`ba9cd31`),
+//! 1.49 s with the names and the types beside the rest, 1.36 s with the closures swept; menhir's
+//! (5 runs) 1.28 -> 1.21 s.
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.

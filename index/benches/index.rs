@@ -79,6 +79,19 @@
 //! decompressed, about 20% of it), the executable's line tables parsed for its closures'
 //! source lines (16%), the types' list scanned (8%).
 //!
+//! Then the closures' source lines saved (section 42), version 13's types read in place (each
+//! type's JSON after a table of offsets: nothing decompressed or scanned), and a command line's
+//! parsed sections left to its exit rather than freed before it prints. The session's base
+//! (`ba9cd31`, version 12, on a copy of each snapshot) then the last commit, one after the
+//! other (`HEAPSNAP=BIN scripts/bench-second-looks.sh X`, median of 7, load about 1), in ms:
+//!
+//!                       summary  top  --by type  --by root  suspects  dominators
+//!     dune at 40 s       37->32  32->23  39->33   67->49    52->48      94->46 (best 81->41)
+//!     menhir at 3 s      29->18  29->16  33->14   34->16    56->40      60->41
+//!
+//! Every second look is within 50 ms on both. Dune's index grows 33.1 -> 35.3 MB (0.42x its
+//! snapshot: section 19 is no longer compressed), menhir's 70.1 -> 70.4 MB.
+//!
 //! Snapshots are the synthetic `large_heap` shape of `heapsnap-analyze`'s benchmark (cached in
 //! `<target>/heapsnap-bench/`, shared with it). For each size, in one run:
 //!
