@@ -25,8 +25,9 @@ pub struct Names<'s> {
     custom_ops: HashMap<u64, &'s str>,
     /// Target address minus this is the executable's link-time address (PIE).
     load_bias: u64,
-    /// Where each unit's module-block field paths can be read without parsing the OCaml names
-    /// (the analysis index saves them, [`OcamlNames::field_paths`]), and what it gave.
+    /// Where each unit's module-block field paths and the closures' source lines can be read
+    /// without parsing the OCaml names or the line tables (the analysis index saves them,
+    /// [`OcamlNames::field_paths`]), and what it gave of each.
     saved: Option<&'s dyn SavedNames>,
     field_paths: std::sync::OnceLock<Option<FieldPaths>>,
     saved_lines: std::sync::OnceLock<Option<SourceLines>>,

@@ -440,9 +440,9 @@ impl TypeTable<'_> {
     }
 }
 
-/// A typing's types and counts, as the analysis index stores them (JSON): self-contained, so
-/// that reading it back needs neither the snapshot's OCaml names nor the walk's types.
-/// Read back lazily, each type is its JSON (`SavedTypes<&[u8]>`).
+/// A typing's types and counts, as the analysis index stores them (each type as JSON):
+/// self-contained, so that reading it back needs neither the snapshot's OCaml names nor the
+/// walk's types. Read back lazily, each type is its JSON where it lies (`SavedTypes<&[u8]>`).
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct SavedTypes<T = TypeNames> {
     /// By type id: its name and its parts' names.
