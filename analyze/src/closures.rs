@@ -66,11 +66,11 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
         codes.into_iter().filter_map(|c| Some((c, names.symbol(c)?))).collect()
     };
     // What each closure runs, with its node.
-    let found: Vec<(u64, NodeId, Runs)> = match (a.block_map(), a.closures()) {
-        // The blocks swept region by region on every core, in node order (the order the graph
-        // found the closures in), rather than each closure's node looked up: a real program
-        // has hundreds of thousands of closures, and a lookup by node is a search.
-        (Some(blocks), Some(_)) => {
+    let found: Vec<(u64, NodeId, Runs)> = match a.block_map() {
+        // The blocks swept region by region on every core, in node order, rather than each
+        // closure's node looked up: a real program has hundreds of thousands of closures, and
+        // a lookup by node is a search.
+        Some(blocks) => {
             let mut regions: Vec<usize> = blocks.block_regions().collect();
             regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
             let closures_in = |r: usize| blocks.region_blocks(r).filter(is_closure);
@@ -83,7 +83,7 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
                 })
                 .collect()
         }
-        _ => {
+        None => {
             let closures: Vec<BlockRef<'s>> = (0..a.node_count() as NodeId).filter_map(|v| a.block(v)).filter(is_closure).collect();
             let symbols = symbols_of(closures.iter().map(|b| b.fields[0]).collect());
             let symbol = |code: u64| symbols.get(&code).copied();

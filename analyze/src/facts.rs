@@ -31,11 +31,6 @@ pub trait HeapFacts<'s> {
         None
     }
 
-    /// The closure blocks' nodes, when the blocks were walked (a full analysis).
-    fn closures(&self) -> Option<&[NodeId]> {
-        None
-    }
-
     /// The block a pointer points at (its first field); `None` for anything else.
     fn block_of_pointer(&self, value: u64) -> Option<BlockRef<'s>> {
         match self.resolve(value) {

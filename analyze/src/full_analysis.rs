@@ -318,10 +318,6 @@ impl<'s> HeapFacts<'s> for Analysis<'s> {
         Some(&self.graph.blocks)
     }
 
-    fn closures(&self) -> Option<&[NodeId]> {
-        Some(&self.graph.closures)
-    }
-
     fn is_ephemeron(&self, v: NodeId) -> bool {
         self.graph.ephemerons.iter().any(|e| e.node == v)
     }

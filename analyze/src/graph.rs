@@ -79,9 +79,6 @@ pub struct HeapGraph<'s> {
     pub orphan_stack_records: u64,
     /// Ephemeron list entries that are not abstract blocks.
     pub bad_ephemerons: u64,
-    /// The closure blocks' nodes, in node order (found while the edges are: the typing reads
-    /// them; their code pointers are their first fields).
-    pub closures: Vec<NodeId>,
 }
 
 /// Everything a block's edges depend on besides the block itself.
@@ -95,7 +92,6 @@ struct EdgeContext<'a, 's> {
 struct EdgeSink {
     counts: PointerCounts,
     bad: HashMap<BadPointer, u64>,
-    closures: Vec<NodeId>,
 }
 
 impl EdgeContext<'_, '_> {
@@ -157,7 +153,6 @@ impl<'s> HeapGraph<'s> {
         let n = blocks.node_count as usize;
         let mut offsets = vec![0u32; n + 1];
         let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
-        let mut closures: Vec<NodeId> = Vec::new();
 
         // Super-root and root kinds.
         targets.extend(1..first_block);
@@ -232,9 +227,6 @@ impl<'s> HeapGraph<'s> {
                     let mut out = Vec::new();
                     let mut sink = EdgeSink::default();
                     for (b, d) in blocks.region_blocks(r).zip(degrees.iter_mut()) {
-                        if b.header.tag == ocaml::CLOSURE_TAG && !b.fields.is_empty() {
-                            sink.closures.push(b.node);
-                        }
                         let before = out.len();
                         ctx.edges_of(&b, &mut out, &mut sink);
                         *d = (out.len() - before) as u32;
@@ -244,7 +236,6 @@ impl<'s> HeapGraph<'s> {
                 .collect();
             for (edges, sink) in results {
                 targets.extend_from_slice(&edges);
-                closures.extend_from_slice(&sink.closures);
                 pointers.add(&sink.counts);
                 for (k, v) in sink.bad {
                     *bad_by_kind.entry(k).or_default() += v;
@@ -293,7 +284,6 @@ impl<'s> HeapGraph<'s> {
             bad_by_kind,
             orphan_stack_records,
             bad_ephemerons: 0,
-            closures,
         };
         graph.add_ephemerons(snap);
         timer.lap("continuations and ephemerons");
