@@ -52,8 +52,6 @@ impl<'s> Analysis<'s> {
     pub fn new(snap: &'s Snapshot, progress: &Progress) -> Result<Self, AnalyzeError> {
         let mut timings = Vec::new();
         let t = Instant::now();
-        // About what an analysis and a first report hold at once, by the snapshot's size.
-        crate::mem::prepare_heap(snap.bytes().len().saturating_mul(3) / 2);
         let (graph, tree, ocaml) = std::thread::scope(|scope| {
             // The program's OCaml names (tens of megabytes of JSON on a real program, and a
             // type environment made from them) are parsed on one core, in one piece, and

@@ -24,42 +24,6 @@ pub fn tune_allocator() {
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
-    TUNED.store(true, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// Whether [`tune_allocator`] was called: the heap keeps what it grows to.
-static TUNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Grows the allocator's heap to at least `bytes` ahead of an analysis and asks for transparent
-/// huge pages on it (`MADV_HUGEPAGE`, where the kernel gives them only when asked): the arrays
-/// of an analysis are hundreds of megabytes, first written in a process that starts afresh for
-/// every command, and at 4 KiB a page their page faults cost more system time than their
-/// zeroing. Growing it first is what makes the advice reach them: memory the heap grows by
-/// later is a mapping of its own, without the advice. Nothing is resident until written.
-/// Only after [`tune_allocator`] (otherwise the heap would give the memory back at once), on
-/// glibc; best effort.
-pub fn prepare_heap(bytes: usize) {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        if !TUNED.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        // Allocated and freed untouched: the heap's top keeps it (no trim), for the arrays to
-        // come. Where the memory cannot be had, nothing is asked for (and nothing fails).
-        let mut ahead: Vec<u8> = Vec::new();
-        if ahead.try_reserve_exact(bytes).is_err() {
-            return;
-        }
-        drop(std::hint::black_box(ahead));
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return };
-        for line in maps.lines().filter(|l| l.ends_with("[heap]")) {
-            let Some((start, end)) = line.split_whitespace().next().and_then(|r| r.split_once('-')) else { continue };
-            let (Ok(start), Ok(end)) = (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16)) else { continue };
-            let _ = advise(start, end - start, MADVISE_HUGEPAGE);
-        }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    let _ = bytes;
 }
 
 /// Gives the pages of freed memory back to the kernel (glibc only; a no-op elsewhere), where
@@ -79,9 +43,15 @@ pub fn release_free_memory() {
 /// pass that fills a big array (the dominators' DFS) does not stop at every fresh page: the
 /// kernel's page faults, and on a virtual machine the host's first touch of the memory behind
 /// them, run on the otherwise idle core. Only page tables change (`MADV_POPULATE_WRITE` never
-/// writes data), so the memory may be in use meanwhile; huge pages are asked for first
-/// (`MADV_HUGEPAGE`: 512 times fewer faults). Best effort: a kernel without these (Linux < 5.14)
-/// or another OS just leaves the faults to the writes. Dropping it stops the thread.
+/// writes data), so the memory may be in use meanwhile. Best effort: a kernel without it
+/// (Linux < 5.14) or another OS just leaves the faults to the writes. Dropping it stops the
+/// thread.
+///
+/// No huge pages are asked for, here or for the heap: a fresh huge page is two megabytes the
+/// kernel must find whole, compacting memory at the fault if need be, and on a virtual machine
+/// whose host takes free memory back (free page reporting) it is faulted in by the host four
+/// kilobytes at a time. A first look runs for a second or two in a process of its own, after
+/// the machine has been idle: the fewer faults of huge pages never paid for that.
 ///
 /// It keeps at most [`PREFAULT_LEAD`] bytes ahead of what the writer says it has written
 /// ([`Prefault::written`]): an array sized for the worst case (one slot per node, when only
@@ -125,11 +95,6 @@ impl Prefault {
         let thread = std::thread::Builder::new()
             .name("heapsnap-prefault".into())
             .spawn(move || {
-                for &(_, first, end, _) in &pages {
-                    if first < end {
-                        let _ = advise(first, end - first, MADVISE_HUGEPAGE);
-                    }
-                }
                 while !flag.load(Relaxed) {
                     let mut waiting = false;
                     for (i, (start, _, end, done)) in pages.iter_mut().enumerate() {
@@ -213,11 +178,7 @@ fn whole_pages(start: usize, len: usize) -> Option<(usize, usize)> {
 }
 
 #[cfg(target_os = "linux")]
-const MADVISE_HUGEPAGE: i32 = libc::MADV_HUGEPAGE;
-#[cfg(target_os = "linux")]
 const MADVISE_POPULATE_WRITE: i32 = libc::MADV_POPULATE_WRITE;
-#[cfg(not(target_os = "linux"))]
-const MADVISE_HUGEPAGE: i32 = 0;
 #[cfg(not(target_os = "linux"))]
 const MADVISE_POPULATE_WRITE: i32 = 0;
 
@@ -293,7 +254,7 @@ mod tests {
         let (start, len) = spare_capacity(&mut v);
         let (first, end) = whole_pages(start, len).unwrap();
         let prefault = Prefault::start(vec![(start, len)]);
-        let bound = PREFAULT_LEAD + PREFAULT_CHUNK + (2 << 20); // a huge page may round up
+        let bound = PREFAULT_LEAD + PREFAULT_CHUNK;
         std::thread::sleep(std::time::Duration::from_millis(300));
         assert!(resident_pages(first, end) * 4096 <= bound, "faulted in beyond the lead with nothing written");
         // The writer moves on: the limit moves with it.

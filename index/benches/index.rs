@@ -140,8 +140,9 @@
 //! longest list (1.4M cells: 16 MB, and its doubling); it now keeps only the nodes with children
 //! left. Freed pages are given back before the tree's child lists are made. The peak is now the
 //! groups' walk: 364 MiB of the heap in use, with the dominators' DFS at 650 MiB resident before.
-//! The allocator's heap is grown ahead with transparent huge pages (79k page faults -> 29k), for
-//! about 5 MB more at the peak.
+//! The allocator's heap was then grown ahead with transparent huge pages (79k page faults ->
+//! 29k), for about 5 MB more at the peak; session 24 dropped the huge pages (`analyze/src/mem.rs`
+//! says why): the peak was unchanged (687 vs 690 MiB resident).
 //!
 //! Older rows (load 3.2, one run each; version 11's index):
 //!
