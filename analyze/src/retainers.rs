@@ -236,8 +236,11 @@ impl Retainers {
             crossing.extend_from_slice(&part);
         }
         // Every node's top object is known by its subtree from here on: the per-node array
-        // goes before the per-top-object ones come.
+        // goes before the per-top-object ones come, and its pages with it. Whether the
+        // allocator could reuse its place for them depended on where the parts above had
+        // landed beside it (the threads' timing): when it could not, both stayed resident.
         drop(top_slot);
+        crate::mem::release_free_memory();
         let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
         for &(s, id) in &holders {
             reach[s as usize].absorb(&Reach::one(name_rank[id as usize], id));
