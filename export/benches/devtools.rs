@@ -142,6 +142,22 @@
 //! 1.49 s with the names and the types beside the rest, 1.36 s with the closures swept; menhir's
 //! (5 runs) 1.28 -> 1.21 s.
 //!
+//! Then without transparent huge pages (`analyze/src/mem.rs` says why), one run each, load
+//! about 1.2:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.164s    1.695s    4.299s   28.308s     448.3 |   53.356s   77.469s     2983 |   18.932s   19.312s     2226 |   11.2x   16.3x   31.5x
+//!         1.76M    0.884s    1.510s    1.105s    2.047s      60.5 |    7.047s    9.366s      558 |    2.898s    3.194s      410 |    1.9x    3.3x    4.7x
+//!         5.03M    0.812s    1.005s    1.343s    3.794s     114.9 |   12.484s   17.775s     1127 |    5.608s    5.907s      786 |    5.6x    6.9x   12.4x
+//!
+//! These first looks come back to back, each reusing memory the one before had just freed. A
+//! user's first look comes after the machine idled, and this virtual machine's host takes
+//! idle memory back: then a huge page took seven times as long to fault in as 4 KiB pages
+//! (400 MiB: 1.4-2.1 s against 0.21-0.44 s). First `summary`s after 6 s idle, 5 runs each in
+//! turn (`IDLE_SECONDS=6 scripts/bench-first-look-ab.sh`), medians, huge pages -> none:
+//! synthetic 2.31 -> 1.84 s, dune 1.91 -> 1.66 s, menhir 1.48 -> 1.42 s; back to back
+//! (7 runs) synthetic 1.99 -> 1.82 s, dune 1.75 -> 1.75 s.
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.

@@ -142,7 +142,11 @@
 //! groups' walk: 364 MiB of the heap in use, with the dominators' DFS at 650 MiB resident before.
 //! The allocator's heap was then grown ahead with transparent huge pages (79k page faults ->
 //! 29k), for about 5 MB more at the peak; session 24 dropped the huge pages (`analyze/src/mem.rs`
-//! says why): the peak was unchanged (687 vs 690 MiB resident).
+//! says why): the peak was unchanged (687 vs 690 MB resident). The peak was not the same in
+//! every run, though: in about one run in three it was 728 MB (42.8 B/object), the roots'
+//! reach's per-top-object arrays not fitting where its per-node array had been freed (which
+//! depended on where the threads' parts had landed beside it). Its pages are now given back
+//! when it goes: 688 MB (38.6 B/object) in every run.
 //!
 //! Older rows (load 3.2, one run each; version 11's index):
 //!
