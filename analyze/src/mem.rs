@@ -50,8 +50,9 @@ pub fn release_free_memory() {
 /// No huge pages are asked for, here or for the heap: a fresh huge page is two megabytes the
 /// kernel must find whole, compacting memory at the fault if need be, and on a virtual machine
 /// whose host takes free memory back (free page reporting) it is faulted in by the host four
-/// kilobytes at a time. A first look runs for a second or two in a process of its own, after
-/// the machine has been idle: the fewer faults of huge pages never paid for that.
+/// kilobytes at a time. A first look runs for a second or two in a process of its own, often
+/// after the machine has been idle: where it was measured, the fewer faults of huge pages did
+/// not pay for that (the benchmarks' notes have the figures).
 ///
 /// It keeps at most [`PREFAULT_LEAD`] bytes ahead of what the writer says it has written
 /// ([`Prefault::written`]): an array sized for the worst case (one slot per node, when only
