@@ -220,7 +220,15 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     // And its best-fit allocator's small free blocks (white, so listed apart): none may be
     // reachable (the oracle counts a reference to one as misaligned).
     let mut free_listed = 0;
-    for i in 0..50 {
+    // Fifty dumps; on native 4.14, up to fifty more while none has met a small free block (a
+    // CI run's fifty met none once: the program's timing decides).
+    let more_wanted = |free_listed: usize| ocaml4 && build == Build::Native && free_listed == 0;
+    let mut dumps = 0;
+    for i in 0..100 {
+        if i >= 50 && !more_wanted(free_listed) {
+            break;
+        }
+        dumps = i + 1;
         let path = dir.path().join(format!("stress-{i}.snap"));
         let report = dump_ok(pid, &path, &["--require-consistent", "--no-dwarf", "--capture", capture]);
         assert_eq!(report["bytecode"].as_bool().unwrap_or(false), bytecode, "{toolchain} dump {i}: {report}");
@@ -254,7 +262,7 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     let status = child.wait().unwrap();
     assert_eq!(rest.trim(), "OK true", "program output after the dumps");
     assert!(status.success());
-    eprintln!("{toolchain} ({capture}, {build:?}): stops needed per dump: {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    eprintln!("{toolchain} ({capture}, {build:?}): stops needed per dump ({dumps}): {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
     if capture == "fork" {
         fork_costs.sort_unstable();
         let (bytes, lived) = fork_costs[fork_costs.len() / 2];
@@ -266,13 +274,13 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     }
     if ocaml4 {
         assert!(phases.iter().any(|p| p != "Idle"), "every dump found 4.14's major GC idle: {phases:?}");
-        // Native code allocates fast enough that some of 50 dumps always meet small free
+        // Native code allocates fast enough that some of 50 to 100 dumps meet small free
         // blocks; an interpreter does not (a cold CI run's 50 dumps of the busy bytecode
         // program met none). Where they are listed, the oracle above checks them either way.
         if build == Build::Native {
-            assert!(free_listed > 0, "no small free block listed in 50 dumps");
+            assert!(free_listed > 0, "no small free block listed in {dumps} dumps");
         } else {
-            eprintln!("{toolchain} ({build:?}): {free_listed} small free blocks listed in 50 dumps");
+            eprintln!("{toolchain} ({build:?}): {free_listed} small free blocks listed in {dumps} dumps");
         }
     }
 }
