@@ -267,7 +267,7 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
         fork_costs.sort_unstable();
         let (bytes, lived) = fork_costs[fork_costs.len() / 2];
         eprintln!(
-            "{toolchain}: a fork's child cost {:.1} MB and lived {:.1} ms (median of 50, by bytes)",
+            "{toolchain}: a fork's child cost {:.1} MB and lived {:.1} ms (median of {dumps}, by bytes)",
             bytes as f64 / 1e6,
             lived as f64 / 1e6
         );
