@@ -3,6 +3,10 @@
 
 mod cli;
 
+// Small blocks on per-thread heaps, big arrays on the tuned C library heap (see the type).
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 fn main() -> std::process::ExitCode {
     // Die quietly on a closed pipe (`heapsnap top SNAP | head`), as command-line tools do,
     // instead of panicking in println!.

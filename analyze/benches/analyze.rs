@@ -24,6 +24,10 @@
 //! issue). A real dump of the sample lies in between: its minor collections promoted blocks in
 //! their own order.
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::{bfs_baseline, dfs_baseline, Analysis, Csr, GroupBy, Progress};
 use heapsnap_format::Snapshot;
 use std::path::{Path, PathBuf};

@@ -14,6 +14,10 @@
 //! machine wall-clock times mostly measure the other work; `heapsnap summary` (which does a
 //! little more than `top`) is printed for reference.
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::diff::{diff, DiffOptions, Input};
 use heapsnap_analyze::{summary, Analysis, GroupBy, Progress};
 use heapsnap_format::Snapshot;

@@ -8,6 +8,10 @@
 //! In one process, so that nothing else (a completion writing the index) runs beside it: a
 //! command line's first look also forks that completion when it has answered.
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::{Analysis, Progress};
 use heapsnap_format::Snapshot;
 use std::time::Instant;

@@ -35,6 +35,7 @@
 //! crates use is re-exported here.
 
 mod address_index;
+mod allocator;
 mod analysed_heap;
 mod blocks;
 mod closures;
@@ -100,6 +101,7 @@ pub use suspects::{
 pub use verify::{verify, verify_with, FloatingGarbage, VerifyProblem, VerifyReport};
 
 // Running an analysis.
+pub use allocator::{SplitAllocator, SMALL_BLOCK};
 pub use error::AnalyzeError;
 pub use mem::tune_allocator;
 pub use progress::{PhaseTimer, Progress};

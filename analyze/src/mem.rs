@@ -15,7 +15,8 @@
 /// its own, and an array made on another thread (the summary's breadth-first search, the
 /// parts of a parallel pass) could not reuse what the main thread's arrays freed, nor the main
 /// thread what theirs freed: each arena's freed memory stayed resident beside the others'.
-/// The analysis allocates few, big blocks, so threads seldom wait for that one arena.
+/// Threads wait for that one arena's lock at every allocation: a program that installs
+/// [`crate::SplitAllocator`] leaves it only the big arrays, which are few.
 pub fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; called before the big allocations.

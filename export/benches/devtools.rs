@@ -162,6 +162,10 @@
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::{Analysis, GroupBy, Progress};
 use heapsnap_export::devtools::{export, export_with, Baseline, Extras, Limits};
 use std::path::{Path, PathBuf};

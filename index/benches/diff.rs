@@ -25,6 +25,10 @@
 //!     rm -f $D/*.hsidx; HEAPSNAP_INDEX_IN_BACKGROUND=0 target/release/heapsnap diff $S   # the first: writes the indexes
 //!     HEAPSNAP_TRACE=1 target/release/heapsnap diff $S                                   # indexes present
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::diff::{diff, DiffOptions, DiffReport, Input};
 use heapsnap_analyze::Progress;
 use heapsnap_format::Snapshot;

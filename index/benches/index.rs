@@ -162,6 +162,10 @@
 //! both; the roots' labels' lists no longer search each slot's holders, and the unreachable
 //! blocks of a heap mid-cycle are summed by a sweep, not a lookup each.
 
+// What the heapsnap binary installs, so that the figures are its figures.
+#[global_allocator]
+static ALLOCATOR: heapsnap_analyze::SplitAllocator = heapsnap_analyze::SplitAllocator;
+
 use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts, PathQuery, Progress};
 use heapsnap_index::store::{beside, load};
 use heapsnap_index::Needs;
