@@ -158,6 +158,21 @@
 //! synthetic 2.31 -> 1.84 s, dune 1.91 -> 1.66 s, menhir 1.48 -> 1.42 s; back to back
 //! (7 runs) synthetic 1.99 -> 1.82 s, dune 1.75 -> 1.75 s.
 //!
+//! Then with small blocks on mimalloc's per-thread heaps (`heapsnap_analyze::SplitAllocator`:
+//! the typing had waited on the one glibc arena's lock while the roots' reach allocated), one
+//! run each, load below 1 (the synthetic row a run of its own, `-- --sizes 10`):
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.471s    1.882s    4.769s   26.554s     448.3 |   46.149s   66.835s     2981 |   17.932s   18.370s     2228 |    9.5x   12.2x   24.5x
+//!         1.76M    0.681s    1.060s    1.259s    1.854s      60.5 |    5.621s    7.863s      449 |    2.330s    2.545s      517 |    2.2x    3.4x    5.3x
+//!         5.03M    0.749s    1.139s    1.030s    3.554s     114.9 |   11.922s   15.742s     1136 |    5.553s    5.864s      777 |    4.9x    7.4x   10.5x
+//!
+//! The synthetic heap has no names, so the allocator changes nothing there: its first look
+//! took 1.88 s here against 1.70 s above, and in turn with the build before (9 runs each,
+//! `scripts/bench-first-look-ab.sh`) medians of 1.88 and 1.91 s. Dune's first `summary`, in
+//! turn, medians: 1.53 -> 1.29 s (9 runs), 1.66 -> 1.24 s after 6 s idle (5 runs); menhir's
+//! 1.35 -> 1.23 s (7 runs).
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
