@@ -7,9 +7,8 @@
 //! first look depends on it). Its names and types (the OCaml names' JSON, type trees, labels,
 //! hash tables) are millions of small blocks, made and freed on several threads at once. In
 //! that one arena every small `malloc` and `free` takes the arena's lock: the typing, on one
-//! thread, waited on it while the roots' reach allocated on the other, and the kernel's futex
-//! calls took as much time as the typing's own work. mimalloc gives each thread a heap of its
-//! own for small blocks, with no lock between them.
+//! thread, waited on it in the kernel while the roots' reach allocated on the other. mimalloc
+//! gives each thread a heap of its own for small blocks, with no lock between them.
 //!
 //! Which allocator serves a block follows from its size alone, which the caller passes back
 //! to `dealloc` and `realloc`: no table, and a block always returns to the allocator it came
