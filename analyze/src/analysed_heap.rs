@@ -89,6 +89,15 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn children_retained<'a>(&'a self, v: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
         Box::new(self.children(v).into_iter().map(move |c| (c, self.retained(c))))
     }
+    /// The first of [`AnalysedHeap::children`] retaining at least `min` bytes: a root kind's
+    /// node has millions of children, and the suspects want only the few big ones.
+    fn children_retaining(&self, v: NodeId, min: u64) -> Vec<NodeId> {
+        self.children_retained(v).take_while(|&(_, r)| r >= min).map(|(c, _)| c).collect()
+    }
+    /// The first of [`AnalysedHeap::children`] that `keep` accepts, without ordering the others.
+    fn first_child_where(&self, v: NodeId, keep: &dyn Fn(NodeId) -> bool) -> Option<NodeId> {
+        self.children_retained(v).map(|(c, _)| c).find(|&c| keep(c))
+    }
     /// The children of `v` from the `skip`th on, counted by kind ([`AnalysedHeap::kind_of_node`]),
     /// the kinds in the order their first member comes (the dominator report summarises a
     /// node's millions of small children so; an index counts them on every core).

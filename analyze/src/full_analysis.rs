@@ -194,13 +194,20 @@ impl<'s> Analysis<'s> {
 
     /// Children in the dominator tree, largest retained first (ties by node).
     pub fn children(&self, node: NodeId) -> Vec<NodeId> {
-        let (offsets, kids) = self.tree.children_csr();
-        let Some(&p) = self.tree.pre_of.get(node as usize).filter(|&&p| p != NO_NODE) else { return Vec::new() };
-        let preorder = self.preorder();
-        let mut out: Vec<NodeId> =
-            kids[offsets[p as usize] as usize..offsets[p as usize + 1] as usize].iter().map(|&c| preorder[c as usize]).collect();
+        let mut out: Vec<NodeId> = self.unordered_children(node).map(|(c, _)| c).collect();
         out.sort_by(|&x, &y| self.retained(y).cmp(&self.retained(x)).then(x.cmp(&y)));
         out
+    }
+
+    /// Children in the dominator tree with what each retains, in preorder.
+    fn unordered_children(&self, node: NodeId) -> impl Iterator<Item = (NodeId, u64)> + use<'_, 's> {
+        let (offsets, kids) = self.tree.children_csr();
+        let range = match self.tree.pre_of.get(node as usize) {
+            Some(&p) if p != NO_NODE => offsets[p as usize] as usize..offsets[p as usize + 1] as usize,
+            _ => 0..0,
+        };
+        let preorder = self.preorder();
+        kids[range].iter().map(move |&c| (preorder[c as usize], self.tree.retained_pre.get(c as usize)))
     }
 
     pub fn node_kind(&self, node: NodeId) -> Option<NodeKind> {
@@ -372,6 +379,17 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
 
     fn children(&self, v: NodeId) -> Vec<NodeId> {
         Analysis::children(self, v)
+    }
+
+    fn children_retaining(&self, v: NodeId, min: u64) -> Vec<NodeId> {
+        let mut out: Vec<(NodeId, u64)> = self.unordered_children(v).filter(|&(_, r)| r >= min).collect();
+        out.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+        out.into_iter().map(|(c, _)| c).collect()
+    }
+
+    fn first_child_where(&self, v: NodeId, keep: &dyn Fn(NodeId) -> bool) -> Option<NodeId> {
+        // The first in `children`' order: the largest, the smallest node among equals.
+        self.unordered_children(v).filter(|&(c, _)| keep(c)).max_by(|x, y| x.1.cmp(&y.1).then(y.0.cmp(&x.0))).map(|(c, _)| c)
     }
 
     fn top_label(&self, v: NodeId) -> String {

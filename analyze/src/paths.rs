@@ -148,7 +148,10 @@ pub fn paths<'s>(
             None => unreachable = 1,
             Some(c) => {
                 chains.push(c);
-                for r in a.referrers(v, 16) {
+                // The shortest path comes first and stays first (sorted by length, stably): the
+                // others are needed only when more than one is shown (a search of every edge each).
+                let referrers = if max_paths > 1 { a.referrers(v, 16) } else { Vec::new() };
+                for r in referrers {
                     if Some(r) == a.bfs_parent(v) {
                         continue;
                     }

@@ -147,10 +147,8 @@ pub fn suspects<'s>(a: &impl AnalysedHeap<'s>, min_percent: f64, limit: usize) -
     let mut found: Vec<(NodeId, (NodeId, Option<ElementCount>))> = Vec::new();
     let mut todo = vec![SUPER_ROOT];
     while let Some(v) = todo.pop() {
-        let kids = a.children(v);
-        let big = kids.iter().copied().take_while(|&c| a.retained(c) >= threshold);
         if matches!(a.node_kind(v), Some(NodeKind::SuperRoot | NodeKind::Roots(_))) {
-            todo.extend(big);
+            todo.extend(a.children_retaining(v, threshold));
         } else {
             found.push((v, accumulation_point(a, v, threshold)));
         }
@@ -220,7 +218,7 @@ fn accumulation_point<'s>(a: &impl AnalysedHeap<'s>, v: NodeId, threshold: u64) 
 
 /// The child of `v` in the dominator tree that retains at least [`DOMINANT_CHILD_PERCENT`] of it.
 fn dominant_child<'s>(a: &impl AnalysedHeap<'s>, v: NodeId) -> Option<NodeId> {
-    let c = *a.children(v).first()?;
+    let c = a.first_child_where(v, &|_| true)?;
     (a.retained(c).saturating_mul(100) >= a.retained(v).saturating_mul(DOMINANT_CHILD_PERCENT)).then_some(c)
 }
 
@@ -230,7 +228,7 @@ fn chain_length<'s>(a: &impl AnalysedHeap<'s>, v: NodeId) -> (u64, bool) {
     let kind = a.kind_of_node(v);
     let mut count = 1;
     let mut x = v;
-    while let Some(c) = a.children(x).into_iter().find(|&c| a.kind_of_node(c) == kind) {
+    while let Some(c) = a.first_child_where(x, &|c| a.kind_of_node(c) == kind) {
         if count == MAX_CHAINED {
             return (count, false);
         }

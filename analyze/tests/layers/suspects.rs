@@ -213,3 +213,42 @@ fn a_chain_of_blocks_of_one_kind_is_a_suspect_at_its_head() {
     let e = s.elements.as_ref().unwrap();
     assert_eq!((e.count, e.of.as_str(), e.exact), (2000, "linked blocks of its kind (a chain)", true));
 }
+
+/// The suspects ask the analysis for a node's big children and for its first child of a kind
+/// without ordering all of them: the answers are those of the ordered children (largest
+/// retained first, ties by node), on a heap where many children retain the same.
+#[test]
+fn big_children_and_first_child_of_a_kind_are_those_of_the_ordered_children() {
+    use heapsnap_analyze::{AnalysedHeap, NodeId};
+    let mut h = SynthHeap::new();
+    let equal: Vec<Value> = (0..40).map(|i| Value::Ptr(h.alloc_string(Space::Major, format!("{:08}", i % 4).as_bytes()))).collect();
+    let lists: Vec<Value> = (1..6).map(|n| list(&mut h, n * 3, 40)).collect();
+    let holder = h.alloc(Space::Major, 0, &equal);
+    let table = hashtbl(&mut h, 30);
+    let mut fields = vec![Value::Ptr(holder), Value::Ptr(table)];
+    fields.extend(lists);
+    h.add_module("Mixed", &fields);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let mut checked = 0;
+    for v in 0..a.graph.node_count() as NodeId {
+        let ordered = a.children(v);
+        if ordered.len() < 2 {
+            continue;
+        }
+        checked += 1;
+        let sizes: Vec<u64> = ordered.iter().map(|&c| a.retained(c)).collect();
+        for min in sizes.iter().copied().chain([0, u64::MAX]) {
+            let big: Vec<NodeId> = ordered.iter().copied().filter(|&c| a.retained(c) >= min).collect();
+            assert_eq!(AnalysedHeap::children_retaining(&a, v, min), big, "node {v}, at least {min}");
+        }
+        for kind in ordered.iter().map(|&c| a.kind_of_node(c)) {
+            let first = ordered.iter().copied().find(|&c| a.kind_of_node(c) == kind);
+            assert_eq!(AnalysedHeap::first_child_where(&a, v, &|c| a.kind_of_node(c) == kind), first, "node {v}");
+        }
+        assert_eq!(AnalysedHeap::first_child_where(&a, v, &|_| true), ordered.first().copied());
+        assert_eq!(AnalysedHeap::first_child_where(&a, v, &|_| false), None);
+    }
+    // The module's node, the holder of 40 strings, the lists' cells, the table's buckets.
+    assert!(checked >= 3, "{checked} nodes with several children");
+}
