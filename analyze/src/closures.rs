@@ -18,6 +18,7 @@ use heapsnap_names::{Ty, TypeEnv};
 use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::cell::RefCell;
 
 /// Partial applications are chains at most this long (OCaml's functions take at most 126
 /// arguments): a longer chain is not a partial application.
@@ -58,45 +59,52 @@ pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> T
     let names = a.names();
     let timer = crate::progress::PhaseTimer::start("closures");
     let is_closure = |b: &BlockRef<'s>| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2;
-    // Each code pointer's symbol, looked up once (a partial application's chain runs through
-    // closures of the same list).
-    let symbols_of = |mut codes: Vec<u64>| -> FxHashMap<u64, &'s str> {
-        codes.sort_unstable();
-        codes.dedup();
-        codes.into_iter().filter_map(|c| Some((c, names.symbol(c)?))).collect()
-    };
-    // What each closure runs, with its node.
-    let found: Vec<(u64, NodeId, Runs)> = match a.block_map() {
-        // The blocks swept region by region on every core, in node order, rather than each
+    // What each closure runs, with its node, in node order.
+    let found: Vec<Vec<(u64, NodeId, Runs)>> = match a.block_map() {
+        // The blocks swept once, region by region on every core, in node order, rather than each
         // closure's node looked up: a real program has hundreds of thousands of closures, and
-        // a lookup by node is a search.
+        // a lookup by node is a search. Each part of the sweep keeps the symbols of the code
+        // pointers it met (a program has thousands of functions, and a partial application's
+        // chain runs through closures of the same list).
         Some(blocks) => {
             let mut regions: Vec<usize> = blocks.block_regions().collect();
             regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
-            let closures_in = |r: usize| blocks.region_blocks(r).filter(is_closure);
-            let symbols = symbols_of(regions.par_iter().flat_map_iter(|&r| closures_in(r).map(|b| b.fields[0])).collect());
-            let symbol = |code: u64| symbols.get(&code).copied();
             regions
                 .par_iter()
-                .flat_map_iter(|&r| {
-                    closures_in(r).filter_map(|b| Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?)))
-                })
+                .fold(
+                    || (Vec::new(), RefCell::new(FxHashMap::<u64, Option<&'s str>>::default())),
+                    |(mut out, known), &r| {
+                        let symbol = |code: u64| *known.borrow_mut().entry(code).or_insert_with(|| names.symbol(code));
+                        out.extend(
+                            blocks
+                                .region_blocks(r)
+                                .filter(is_closure)
+                                .filter_map(|b| Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?))),
+                        );
+                        (out, known)
+                    },
+                )
+                .map(|(out, _)| out)
                 .collect()
         }
         None => {
-            let closures: Vec<BlockRef<'s>> = (0..a.node_count() as NodeId).filter_map(|v| a.block(v)).filter(is_closure).collect();
-            let symbols = symbols_of(closures.iter().map(|b| b.fields[0]).collect());
-            let symbol = |code: u64| symbols.get(&code).copied();
-            closures.iter().filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), b, &symbol)?))).collect()
+            let known = RefCell::new(FxHashMap::<u64, Option<&'s str>>::default());
+            let symbol = |code: u64| *known.borrow_mut().entry(code).or_insert_with(|| names.symbol(code));
+            let found = (0..a.node_count() as NodeId)
+                .filter_map(|v| a.block(v))
+                .filter(is_closure)
+                .filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), &b, &symbol)?)))
+                .collect();
+            vec![found]
         }
     };
     timer.lap("what each runs");
-    let codes: FxHashSet<u64> = found.iter().map(|(_, _, r)| r.code).collect();
+    let codes: FxHashSet<u64> = found.iter().flatten().map(|(_, _, r)| r.code).collect();
     let entries = entry_locations(a, &codes);
     timer.lap("where their functions start (line tables)");
     let mut out = TypedClosures::default();
     let mut type_of: FxHashMap<Runs, Option<u32>> = FxHashMap::default();
-    for (address, node, runs) in found {
+    for &(address, node, runs) in found.iter().flatten() {
         if !entries.contains_key(&runs.code) || a.idom(node).is_none() {
             continue;
         }
