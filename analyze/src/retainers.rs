@@ -353,26 +353,28 @@ impl Retainers {
         };
         drop(label_members);
         timer.lap(&format!("full lists ({partial_labels} labels naming only some; {} steps up)", UP_WALK_BUDGET - budget));
-        let labels: Vec<String> = label_sets
-            .iter()
-            .zip(&full_lists)
-            .zip(&label_kind)
-            .map(|((set, full), kind)| match (set.names(), set.more) {
-                ([one], false) => names[*one as usize].clone(),
-                _ => shared_label(&names, set, full.as_deref(), &kind.name(root_names)),
-            })
-            .collect();
-        let label_roots: Vec<LabelRoots> = label_sets
+        // Each label's roots in the order of their names, by the names' ranks in that order
+        // (thousands of lists, some of thousands of roots: no text compared but once).
+        let text_rank = ranks_in_text_order(&names);
+        let label_roots: Vec<(Vec<u32>, bool)> = label_sets
             .iter()
             .zip(&full_lists)
             .map(|(set, full)| {
-                let ids = full.as_deref().unwrap_or(set.names());
-                let mut list: Vec<String> = ids.iter().map(|&n| names[n as usize].clone()).collect();
-                list.sort_unstable();
+                let mut list = full.as_deref().unwrap_or(set.names()).to_vec();
+                list.sort_unstable_by_key(|&n| text_rank[n as usize]);
                 (list, full.is_some())
             })
             .collect();
-        let (labels, label_roots, merged_into) = one_label_per_name(labels, label_roots);
+        let labels: Vec<String> = label_sets
+            .iter()
+            .zip(&label_roots)
+            .zip(&label_kind)
+            .map(|((set, (list, whole)), kind)| match (set.names(), set.more) {
+                ([one], false) => names[*one as usize].clone(),
+                _ => shared_label(&names, set, list, *whole, &kind.name(root_names)),
+            })
+            .collect();
+        let (labels, label_roots, merged_into) = one_label_per_name(labels, label_roots, &names, &text_rank);
         for l in slot_label.iter_mut().filter(|l| **l != NO_LABEL) {
             *l = merged_into[*l as usize];
         }
@@ -675,13 +677,30 @@ const MASK_WORDS_BUDGET: usize = 4 << 20;
 /// Every root a label stands for, sorted, and whether the list is whole.
 type LabelRoots = (Vec<String>, bool);
 
+/// Each name's place among `names` in text order (names are distinct).
+fn ranks_in_text_order(names: &[String]) -> Vec<u32> {
+    let mut order: Vec<u32> = (0..names.len() as u32).collect();
+    order.sort_unstable_by(|&x, &y| names[x as usize].cmp(&names[y as usize]));
+    let mut rank = vec![0u32; names.len()];
+    for (i, &n) in order.iter().enumerate() {
+        rank[n as usize] = i as u32;
+    }
+    rank
+}
+
 /// Labels such that one name stands for one list of roots: labels of the same roots (sets
 /// that kept different first names) become one; labels that name different roots alike
 /// (`objects shared by 5 globals of Foo`, twice) each add their roots (the first 5, then how
 /// many more). Deterministic: it depends on the lists, not on the order labels were met in.
-/// Returns the labels, their roots, and each old label's new id.
-fn one_label_per_name(labels: Vec<String>, roots: Vec<LabelRoots>) -> (Vec<String>, Vec<LabelRoots>, Vec<u32>) {
-    let mut lists_of: FxHashMap<&str, Vec<&[String]>> = FxHashMap::default();
+/// `roots` are ids in `names`, sorted by `text_rank` ([`ranks_in_text_order`]). Returns the
+/// labels, their roots, and each old label's new id.
+fn one_label_per_name(
+    labels: Vec<String>,
+    roots: Vec<(Vec<u32>, bool)>,
+    names: &[String],
+    text_rank: &[u32],
+) -> (Vec<String>, Vec<LabelRoots>, Vec<u32>) {
+    let mut lists_of: FxHashMap<&str, Vec<&[u32]>> = FxHashMap::default();
     for (label, (list, _)) in labels.iter().zip(&roots) {
         let lists = lists_of.entry(label.as_str()).or_default();
         if !lists.contains(&list.as_slice()) {
@@ -697,12 +716,13 @@ fn one_label_per_name(labels: Vec<String>, roots: Vec<LabelRoots>) -> (Vec<Strin
                 return label.clone();
             }
             let more = if list.len() > LISTED { format!(", ... {} more", list.len() - LISTED) } else { String::new() };
-            format!("{label} [{}{more}]", list.iter().take(LISTED).cloned().collect::<Vec<_>>().join(", "))
+            let first: Vec<&str> = list.iter().take(LISTED).map(|&n| names[n as usize].as_str()).collect();
+            format!("{label} [{}{more}]", first.join(", "))
         })
         .collect();
     let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
     let mut out_labels: Vec<String> = Vec::new();
-    let mut out_roots: Vec<LabelRoots> = Vec::new();
+    let mut out_roots: Vec<(Vec<u32>, bool)> = Vec::new();
     let mut merged_into = Vec::with_capacity(named.len());
     for (label, (list, complete)) in named.iter().zip(&roots) {
         let id = *ids.entry(label.as_str()).or_insert_with(|| {
@@ -712,12 +732,14 @@ fn one_label_per_name(labels: Vec<String>, roots: Vec<LabelRoots>) -> (Vec<Strin
         });
         // Still alike (the same first roots and count): their roots together.
         let (all, all_complete) = &mut out_roots[id as usize];
-        all.extend(list.iter().cloned());
-        all.sort_unstable();
+        all.extend_from_slice(list);
+        all.sort_unstable_by_key(|&n| text_rank[n as usize]);
         all.dedup();
         *all_complete &= complete;
         merged_into.push(id);
     }
+    let out_roots =
+        out_roots.into_iter().map(|(list, complete)| (list.iter().map(|&n| names[n as usize].clone()).collect(), complete)).collect();
     (out_labels, out_roots, merged_into)
 }
 
@@ -729,17 +751,15 @@ fn group_of(name: &str) -> &str {
 
 /// A label for top objects several roots reach, naming what they are and who shares them:
 /// `Hashtbl shared by Foo.a, Bar.b`, `objects shared by 14 globals of Foo`, `list cell shared by
-/// 9 roots: Foo (5), Bar (4)`. `full`: every root, when known; else the label names the roots it
-/// knows (the first six) and says there are more. It depends on the roots and the members' kind
-/// only, not on sizes, so that snapshots of a growing heap name their shared memory alike.
-fn shared_label(names: &[String], set: &Reach, full: Option<&[u32]>, what: &str) -> String {
-    let Some(full) = full else {
-        let mut list: Vec<&str> = set.names().iter().map(|&n| names[n as usize].as_str()).collect();
-        list.sort_unstable();
+/// 9 roots: Foo (5), Bar (4)`. `sorted`: the roots in text order, every one when `whole`; else
+/// the label names the roots it knows (the first six) and says there are more. It depends on
+/// the roots and the members' kind only, not on sizes, so that snapshots of a growing heap name
+/// their shared memory alike.
+fn shared_label(names: &[String], set: &Reach, sorted: &[u32], whole: bool, what: &str) -> String {
+    let list: Vec<&str> = sorted.iter().map(|&n| names[n as usize].as_str()).collect();
+    if !whole {
         return format!("{what} shared by more than {} roots: {}, ...", list.len(), list.join(", "));
-    };
-    let mut list: Vec<&str> = full.iter().map(|&n| names[n as usize].as_str()).collect();
-    list.sort_unstable();
+    }
     if list.len() <= 3 {
         return format!("{what} shared by {}", list.join(", "));
     }

@@ -189,6 +189,37 @@ fn shared_memory_is_named_by_what_it_is_and_who_shares_it() {
     assert_eq!(a.top_label(a.node_at(h.address_of(memo)).unwrap()), "Hashtbl shared by 5 globals of Build");
 }
 
+/// Roots are listed in the order of their names' text, not the order the snapshot lists them
+/// in: `Wide.10` before `Wide.2`.
+#[test]
+fn shared_memory_lists_its_roots_in_text_order() {
+    let mut h = SynthHeap::new();
+    let z = h.alloc_string(Space::Major, &[b'z'; 300]);
+    let u = h.alloc_string(Space::Major, &[b'u'; 400]);
+    let v = h.alloc_string(Space::Major, &[b'v'; 500]);
+    let mut fields = vec![Value::Int(0); 24];
+    for (target, at) in [(z, &[2, 10, 11][..]), (u, &[3, 4, 12, 20]), (v, &[5, 6, 13, 21])] {
+        for &i in at {
+            fields[i] = Value::Ptr(target);
+        }
+    }
+    h.add_module("Wide", &fields);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let groups = a.group_by(GroupBy::Root).unwrap();
+    let find = |name: &str| groups.iter().find(|g| g.name == name).unwrap_or_else(|| panic!("{name}: {groups:#?}"));
+    assert_eq!(find("string shared by Wide.10, Wide.11, Wide.2").roots, ["Wide.10", "Wide.11", "Wide.2"]);
+    // Two sets of four, named alike but for their roots.
+    assert_eq!(
+        find("string shared by 4 globals of Wide [Wide.12, Wide.20, Wide.3, Wide.4]").roots,
+        ["Wide.12", "Wide.20", "Wide.3", "Wide.4"]
+    );
+    assert_eq!(
+        find("string shared by 4 globals of Wide [Wide.13, Wide.21, Wide.5, Wide.6]").roots,
+        ["Wide.13", "Wide.21", "Wide.5", "Wide.6"]
+    );
+}
+
 #[test]
 fn a_chain_of_blocks_of_one_kind_is_a_suspect_at_its_head() {
     let mut h = SynthHeap::new();
