@@ -173,6 +173,24 @@
 //! turn, medians: 1.53 -> 1.29 s (9 runs), 1.66 -> 1.24 s after 6 s idle (5 runs); menhir's
 //! 1.35 -> 1.23 s (7 runs).
 //!
+//! Then with the suspects' big children found without ordering every child and their one path
+//! without a search of every edge for referrers, the closures swept once, and the roots' lists
+//! ordered by their names' ranks (`24dcbb8`, `951d5a4`, `bb9ce9e`), two runs of the synthetic
+//! row (`-- --sizes 10`) and one of the real ones, load below 1:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.178s    1.742s    3.704s   24.995s     448.3 |   44.408s   63.115s     2987 |   16.814s   17.171s     2234 |    9.7x   14.3x   25.5x
+//!        10.00M    0.913s    1.542s    3.046s   19.325s     448.3 |   49.348s   70.153s     2979 |   18.205s   18.603s     2238 |   11.8x   19.9x   32.0x
+//!         1.76M    0.582s    0.992s    0.975s    1.924s      60.5 |    5.995s    7.863s      448 |    2.862s    3.145s      407 |    2.9x    4.9x    6.0x
+//!         5.03M    0.614s    0.814s    1.096s    3.477s     114.9 |    9.814s   14.483s     1127 |    4.018s    4.243s      775 |    4.9x    6.5x   12.1x
+//!
+//! First `summary`s in turn with the build before (`660eb9a`), 9 runs each
+//! (`scripts/bench-first-look-ab.sh`), medians: synthetic 2.09 -> 1.74 s and 1.95 -> 1.68 s (two
+//! rounds), dune 1.33 -> 1.17 s and 1.15 -> 1.11 s, menhir 1.24 -> 1.09 s and 1.14 -> 1.02 s. The
+//! synthetic first look's suspects took 0.16 s and take 0.04 s (`HEAPSNAP_TRACE`); its peak is
+//! unchanged (694 MB, 39.3 B/object beyond the file). The analysis column moves by a third
+//! between runs on this machine (0.91 to 1.47 s), and the ratio over it with it.
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
