@@ -89,8 +89,8 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     fn children_retained<'a>(&'a self, v: NodeId) -> Box<dyn Iterator<Item = (NodeId, u64)> + 'a> {
         Box::new(self.children(v).into_iter().map(move |c| (c, self.retained(c))))
     }
-    /// The first of [`AnalysedHeap::children`] retaining at least `min` bytes: a root kind's
-    /// node has millions of children, and the suspects want only the few big ones.
+    /// Those of [`AnalysedHeap::children`] that retain at least `min` bytes, in its order: a
+    /// root kind's node has millions of children, and the suspects want only the few big ones.
     fn children_retaining(&self, v: NodeId, min: u64) -> Vec<NodeId> {
         self.children_retained(v).take_while(|&(_, r)| r >= min).map(|(c, _)| c).collect()
     }
