@@ -194,9 +194,15 @@ impl<'s> Analysis<'s> {
 
     /// Children in the dominator tree, largest retained first (ties by node).
     pub fn children(&self, node: NodeId) -> Vec<NodeId> {
-        let mut out: Vec<NodeId> = self.unordered_children(node).map(|(c, _)| c).collect();
-        out.sort_by(|&x, &y| self.retained(y).cmp(&self.retained(x)).then(x.cmp(&y)));
-        out
+        self.children_retaining_at_least(node, 0)
+    }
+
+    /// The children retaining at least `min` bytes, in [`Analysis::children`]' order: sorted
+    /// with the sizes the child lists give, not looked up again at each comparison.
+    fn children_retaining_at_least(&self, node: NodeId, min: u64) -> Vec<NodeId> {
+        let mut out: Vec<(NodeId, u64)> = self.unordered_children(node).filter(|&(_, r)| r >= min).collect();
+        out.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
+        out.into_iter().map(|(c, _)| c).collect()
     }
 
     /// Children in the dominator tree with what each retains, in preorder.
@@ -382,9 +388,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn children_retaining(&self, v: NodeId, min: u64) -> Vec<NodeId> {
-        let mut out: Vec<(NodeId, u64)> = self.unordered_children(v).filter(|&(_, r)| r >= min).collect();
-        out.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(&y.0)));
-        out.into_iter().map(|(c, _)| c).collect()
+        self.children_retaining_at_least(v, min)
     }
 
     fn first_child_where(&self, v: NodeId, keep: &dyn Fn(NodeId) -> bool) -> Option<NodeId> {
