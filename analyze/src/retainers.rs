@@ -231,26 +231,20 @@ impl Retainers {
                 out
             })
             .collect();
-        let mut crossing: Vec<(u32, u32)> = Vec::with_capacity(parts.iter().map(Vec::len).sum());
-        for part in parts {
-            crossing.extend_from_slice(&part);
-        }
         // Every node's top object is known by its subtree from here on: the per-node array
         // goes before the per-top-object ones come, and its pages with it. Whether the
         // allocator could reuse its place for them depended on where the parts above had
         // landed beside it (the threads' timing): when it could not, both stayed resident.
         drop(top_slot);
         crate::mem::release_free_memory();
+        timer.lap(&format!("crossing edges ({}, {} top objects)", parts.iter().map(Vec::len).sum::<usize>(), tops.len()));
+        let crossing = SubtreeGraph::from_parts(parts, tops.len());
         let mut reach: Vec<Reach> = vec![Reach::none(); tops.len()];
         for &(s, id) in &holders {
             reach[s as usize].absorb(&Reach::one(name_rank[id as usize], id));
         }
-        timer.lap(&format!("crossing edges ({}, {} top objects)", crossing.len(), tops.len()));
-        crossing.par_sort_unstable();
-        crossing.dedup();
         timer.lap("crossing edges sorted");
-        let next_start = starts_by_slot(&crossing, tops.len());
-        let next = |s: u32| crossing[next_start[s as usize] as usize..next_start[s as usize + 1] as usize].iter().map(|&(_, t)| t);
+        let next = |s: u32| crossing.next(s).iter().copied();
 
         // Propagate: each set only grows or improves its rank, so this ends, and absorbing is a
         // join (the smallest names of the best rank, and whether there are more), so the sets
@@ -329,7 +323,7 @@ impl Retainers {
         let full_lists = if partial_labels == 0 {
             label_sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
         } else {
-            let mut reverse: Vec<(u32, u32)> = crossing.iter().map(|&(from, to)| (to, from)).collect();
+            let mut reverse: Vec<(u32, u32)> = crossing.pairs().map(|(from, to)| (to, from)).collect();
             reverse.par_sort_unstable();
             let starts = starts_by_slot(&reverse, tops.len());
             holders.sort_unstable();
@@ -463,6 +457,83 @@ fn starts_by_slot(pairs: &[(u32, u32)], slots: usize) -> Vec<u32> {
         starts[i + 1] += starts[i];
     }
     starts
+}
+
+/// The subtree graph: each top object's successors (by slot), ascending and distinct.
+struct SubtreeGraph {
+    /// Slot `s`'s successors are `targets[starts[s]..starts[s + 1]]`.
+    starts: Vec<u32>,
+    targets: Vec<u32>,
+}
+
+impl SubtreeGraph {
+    /// From `(from, to)` pairs in any order and with repeats, by slot below `slots`: placed
+    /// by a count of each slot's (no sort of millions of pairs), then each slot's few sorted.
+    fn from_parts(parts: Vec<Vec<(u32, u32)>>, slots: usize) -> SubtreeGraph {
+        let mut starts = vec![0u32; slots + 1];
+        for &(from, _) in parts.iter().flatten() {
+            starts[from as usize + 1] += 1;
+        }
+        for i in 0..slots {
+            starts[i + 1] += starts[i];
+        }
+        let mut targets = vec![0u32; starts[slots] as usize];
+        // Filled from each slot's end, so that `starts[s + 1]` comes down to `s`'s start.
+        for &(from, to) in parts.iter().flatten().rev() {
+            let end = &mut starts[from as usize + 1];
+            *end -= 1;
+            targets[*end as usize] = to;
+        }
+        drop(parts);
+        starts.copy_within(1.., 0);
+        starts[slots] = targets.len() as u32;
+        // Each slot's successors sorted, in pieces of whole slots on every core.
+        let pieces = rayon::current_num_threads() * 8;
+        let mut rest: &mut [u32] = &mut targets;
+        let mut at = 0usize;
+        let mut jobs: Vec<(usize, usize, &mut [u32])> = Vec::with_capacity(pieces);
+        for i in 1..=pieces {
+            let slot_end = slots * i / pieces;
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(starts[slot_end] as usize - at);
+            jobs.push((slots * (i - 1) / pieces, slot_end, mine));
+            at = starts[slot_end] as usize;
+            rest = tail;
+        }
+        let base = &starts;
+        jobs.into_par_iter().for_each(|(first, last, piece)| {
+            let offset = base[first] as usize;
+            for s in first..last {
+                piece[base[s] as usize - offset..base[s + 1] as usize - offset].sort_unstable();
+            }
+        });
+        // Repeats out, moving each slot's successors down.
+        let mut kept = 0usize;
+        for s in 0..slots {
+            let (from, to) = (starts[s] as usize, starts[s + 1] as usize);
+            starts[s] = kept as u32;
+            let mut last = None;
+            for i in from..to {
+                let t = targets[i];
+                if last != Some(t) {
+                    targets[kept] = t;
+                    kept += 1;
+                    last = Some(t);
+                }
+            }
+        }
+        starts[slots] = kept as u32;
+        targets.truncate(kept);
+        SubtreeGraph { starts, targets }
+    }
+
+    fn next(&self, s: u32) -> &[u32] {
+        &self.targets[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize]
+    }
+
+    /// Every `(from, to)` edge.
+    fn pairs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        (0..self.starts.len().saturating_sub(1) as u32).flat_map(move |s| self.next(s).iter().map(move |&t| (s, t)))
+    }
 }
 
 /// The nodes reachable from `starts` in `slots` nodes, in reverse postorder of a depth-first
@@ -800,5 +871,29 @@ pub fn held_by<'s>(a: &impl HeapFacts<'s>, kind: RootKind, v: NodeId) -> String 
         [] => format!("{kind} (shared)"),
         [one] => one.clone(),
         [first, rest @ ..] => format!("{first} (+{} roots)", rest.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SubtreeGraph;
+
+    #[test]
+    fn the_subtree_graph_lists_each_slots_successors_once_in_order() {
+        // Pairs from several parts, out of order and repeated, slot 2 with none, slot 4 the
+        // last.
+        let parts = vec![vec![(3, 1), (0, 4), (3, 0), (0, 1)], vec![], vec![(0, 4), (1, 3), (3, 1), (4, 0), (0, 2)]];
+        let graph = SubtreeGraph::from_parts(parts, 5);
+        assert_eq!(graph.next(0), [1, 2, 4]);
+        assert_eq!(graph.next(1), [3]);
+        assert!(graph.next(2).is_empty());
+        assert_eq!(graph.next(3), [0, 1]);
+        assert_eq!(graph.next(4), [0]);
+        assert_eq!(graph.pairs().collect::<Vec<_>>(), [(0, 1), (0, 2), (0, 4), (1, 3), (3, 0), (3, 1), (4, 0)]);
+        // More slots than pieces of the parallel sort, most without successors.
+        let many = SubtreeGraph::from_parts(vec![(0..1000u32).rev().map(|s| (s, 999 - s)).chain([(999, 0), (7, 7)]).collect()], 1000);
+        assert_eq!(many.next(7), [7, 992]);
+        assert_eq!(many.next(999), [0]);
+        assert_eq!(many.pairs().count(), 1001);
     }
 }
