@@ -191,6 +191,25 @@
 //! unchanged (694 MB, 39.3 B/object beyond the file). The analysis column moves by a third
 //! between runs on this machine (0.91 to 1.47 s), and the ratio over it with it.
 //!
+//! Then with the roots' reach placing its subtree graph by a count of each top object's edges
+//! rather than sorting 2.9 million pairs (`b4eaf01`: its step 0.26 -> 0.17 s, the first look's
+//! peak 694 -> 686 MB, 39.3 -> 38.5 B/object beyond the file), three runs of the synthetic row
+//! and two of the real ones, load below 1:
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.289s    1.361s    3.993s   24.385s     448.3 |   47.393s   66.892s     2980 |   20.138s   20.574s     2231 |   14.8x   15.6x   34.8x
+//!        10.00M    1.080s    1.384s    3.643s   23.110s     448.3 |   46.014s   66.911s     2863 |   17.563s   17.926s     2211 |   12.7x   16.3x   33.2x
+//!        10.00M    1.282s    1.622s    4.325s   26.440s     448.3 |   46.539s   67.443s     2983 |   17.574s   17.947s     2237 |   10.8x   13.7x   28.7x
+//!         1.76M    0.531s    1.221s    1.055s    2.339s      60.5 |    7.145s    9.520s      449 |    2.634s    2.901s      516 |    2.2x    5.0x    5.9x
+//!         5.03M    0.684s    0.958s    1.253s    3.758s     114.9 |   11.643s   15.318s     1136 |    4.752s    5.012s      774 |    5.0x    6.9x   12.2x
+//!         1.76M    0.612s    0.975s    1.120s    2.136s      60.5 |    6.463s    8.963s      476 |    2.674s    2.988s      512 |    2.7x    4.4x    6.6x
+//!         5.03M    0.723s    1.125s    1.218s    4.089s     114.9 |   14.262s   19.652s     1126 |    4.580s    4.795s      773 |    4.1x    6.3x   12.7x
+//!
+//! The synthetic first look over the analysis: 1.06x, 1.28x, 1.27x. First `summary`s in turn
+//! with the build before (`f007669`), 9 runs each, medians: synthetic 1.75 -> 1.72 s (fastest
+//! 1.61 -> 1.51), dune 1.18 -> 1.12 s, menhir 1.10 -> 1.11 s (menhir's roots' reach is small;
+//! dune's and menhir's first looks wait on the types).
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
