@@ -261,14 +261,21 @@ impl DominatorTree {
     /// node.
     pub fn children_pre(&self) -> (Vec<u32>, Vec<u32>) {
         let r = self.idom_pre.len();
-        let mut offsets = vec![0u32; r + 1];
+        // Both arrays are written whole, by one core: the other faults their fresh pages in
+        // meanwhile.
+        let mut offsets: Vec<u32> = Vec::with_capacity(r + 1);
+        let mut children: Vec<u32> = Vec::with_capacity(r.saturating_sub(1));
+        let prefault = Prefault::start(vec![spare_capacity(&mut offsets), spare_capacity(&mut children)]);
+        prefault.written(0, usize::MAX / 2);
+        prefault.written(1, usize::MAX / 2);
+        offsets.resize(r + 1, 0);
         for p in 1..r {
             offsets[self.idom_pre[p] as usize + 1] += 1;
         }
         for i in 0..r {
             offsets[i + 1] += offsets[i];
         }
-        let mut children = vec![0u32; r.saturating_sub(1)];
+        children.resize(r.saturating_sub(1), 0);
         // Fill backwards from each range's end, so that the offsets become starts again.
         for p in (1..r).rev() {
             let d = self.idom_pre[p] as usize;
