@@ -210,6 +210,17 @@
 //! 1.61 -> 1.51), dune 1.18 -> 1.12 s, menhir 1.10 -> 1.11 s (menhir's roots' reach is small;
 //! dune's and menhir's first looks wait on the types).
 //!
+//! Then with the dominator tree's child lists faulted in on the other core while one fills
+//! them (`99d7c90`: the kind groups' retained sizes 0.21 -> 0.16 s, medians of 4 traced runs;
+//! first `summary` medians in turn, 9 runs each, 1.71 -> 1.67 s), two runs of the synthetic row
+//! on a machine slower than above (the worker's and memlab's times up by a fifth):
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        10.00M    1.033s    1.624s    4.824s   29.812s     448.3 |   56.348s   77.425s     2985 |   22.482s   22.903s     2226 |   13.8x   21.8x   34.7x
+//!        10.00M    1.642s    1.491s    4.052s   27.857s     448.3 |   50.727s   72.377s     2981 |   19.325s   19.721s     2226 |   13.0x   11.8x   34.0x
+//!
+//! The analysis column alone went from 1.03 to 1.64 s between these two runs.
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
