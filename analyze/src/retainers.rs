@@ -323,13 +323,11 @@ impl Retainers {
         let full_lists = if partial_labels == 0 {
             label_sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
         } else {
-            let mut reverse: Vec<(u32, u32)> = crossing.pairs().map(|(from, to)| (to, from)).collect();
-            reverse.par_sort_unstable();
-            let starts = starts_by_slot(&reverse, tops.len());
+            let reverse = SubtreeGraph::from_parts(vec![crossing.pairs().map(|(from, to)| (to, from)).collect()], tops.len());
             holders.sort_unstable();
             holders.dedup();
-            let holder_starts = starts_by_slot(&holders, tops.len());
-            let up = UpGraph { reverse: &reverse, starts: &starts, holders: &holders, holder_starts: &holder_starts };
+            let holder_starts = starts_by_slot(holders.iter().map(|&(slot, _)| slot), tops.len());
+            let up = UpGraph { reverse: &reverse, holders: &holders, holder_starts: &holder_starts };
             let partial: Vec<u32> = (0..label_sets.len() as u32).filter(|&id| label_sets[id as usize].more).collect();
             let mut found = up.roots_reaching(&partial, &label_sets, &label_members, &reach, &order, &mut budget);
             label_sets
@@ -350,7 +348,7 @@ impl Retainers {
         // Each label's roots in the order of their names, by the names' ranks in that order
         // (thousands of lists, some of thousands of roots: no text compared but once).
         let text_rank = ranks_in_text_order(&names);
-        let label_roots: Vec<(Vec<u32>, bool)> = label_sets
+        let label_roots: Vec<LabelRootIds> = label_sets
             .iter()
             .zip(&full_lists)
             .map(|(set, full)| {
@@ -446,11 +444,12 @@ pub fn top_slots(tree: &DominatorTree, first_block: NodeId) -> (Vec<u32>, Vec<u3
     (top_slot, tops)
 }
 
-/// Where each slot's pairs start in `pairs` (sorted by their first element, a slot below
-/// `slots`), and past the last, where they end: slot `s`'s are `starts[s]..starts[s + 1]`.
-fn starts_by_slot(pairs: &[(u32, u32)], slots: usize) -> Vec<u32> {
+/// Where each slot's entries start in a list of them sorted by slot (`slot_of_each`: their
+/// slots, in any order, each below `slots`), and past the last, where they end: slot `s`'s are
+/// `starts[s]..starts[s + 1]`.
+fn starts_by_slot(slot_of_each: impl Iterator<Item = u32>, slots: usize) -> Vec<u32> {
     let mut starts = vec![0u32; slots + 1];
-    for &(slot, _) in pairs {
+    for slot in slot_of_each {
         starts[slot as usize + 1] += 1;
     }
     for i in 0..slots {
@@ -470,13 +469,7 @@ impl SubtreeGraph {
     /// From `(from, to)` pairs in any order and with repeats, by slot below `slots`: placed
     /// by a count of each slot's (no sort of millions of pairs), then each slot's few sorted.
     fn from_parts(parts: Vec<Vec<(u32, u32)>>, slots: usize) -> SubtreeGraph {
-        let mut starts = vec![0u32; slots + 1];
-        for &(from, _) in parts.iter().flatten() {
-            starts[from as usize + 1] += 1;
-        }
-        for i in 0..slots {
-            starts[i + 1] += starts[i];
-        }
+        let mut starts = starts_by_slot(parts.iter().flatten().map(|&(from, _)| from), slots);
         let mut targets = vec![0u32; starts[slots] as usize];
         // Filled from each slot's end, so that `starts[s + 1]` comes down to `s`'s start.
         for &(from, to) in parts.iter().flatten().rev() {
@@ -596,9 +589,8 @@ impl MemberKind {
 
 /// The subtree graph reversed (who reaches each top object), and the roots holding each.
 struct UpGraph<'a> {
-    /// `(to, from)` pairs sorted, `starts` their offsets by `to`.
-    reverse: &'a [(u32, u32)],
-    starts: &'a [u32],
+    /// Each top object's predecessors.
+    reverse: &'a SubtreeGraph,
     /// `(slot, root name)` pairs, sorted, `holder_starts` their offsets by slot (a walk meets
     /// many slots: no search for each).
     holders: &'a [(u32, u32)],
@@ -682,7 +674,7 @@ impl UpGraph<'_> {
                 if set.rank != rank || !set.more {
                     continue;
                 }
-                for &(_, from) in &self.reverse[self.starts[s as usize] as usize..self.starts[s as usize + 1] as usize] {
+                for &from in self.reverse.next(s) {
                     let Some(left) = budget.checked_sub(1) else { return vec![None; batch.len()] };
                     *budget = left;
                     if reach[from as usize].rank != rank {
@@ -748,6 +740,9 @@ const MASK_WORDS_BUDGET: usize = 4 << 20;
 /// Every root a label stands for, sorted, and whether the list is whole.
 type LabelRoots = (Vec<String>, bool);
 
+/// [`LabelRoots`] as ids in the root names, sorted by their text.
+type LabelRootIds = (Vec<u32>, bool);
+
 /// Each name's place among `names` in text order (names are distinct).
 fn ranks_in_text_order(names: &[String]) -> Vec<u32> {
     let mut order: Vec<u32> = (0..names.len() as u32).collect();
@@ -767,7 +762,7 @@ fn ranks_in_text_order(names: &[String]) -> Vec<u32> {
 /// labels, their roots, and each old label's new id.
 fn one_label_per_name(
     labels: Vec<String>,
-    roots: Vec<(Vec<u32>, bool)>,
+    roots: Vec<LabelRootIds>,
     names: &[String],
     text_rank: &[u32],
 ) -> (Vec<String>, Vec<LabelRoots>, Vec<u32>) {
@@ -793,7 +788,7 @@ fn one_label_per_name(
         .collect();
     let mut ids: FxHashMap<&str, u32> = FxHashMap::default();
     let mut out_labels: Vec<String> = Vec::new();
-    let mut out_roots: Vec<(Vec<u32>, bool)> = Vec::new();
+    let mut out_roots: Vec<LabelRootIds> = Vec::new();
     let mut merged_into = Vec::with_capacity(named.len());
     for (label, (list, complete)) in named.iter().zip(&roots) {
         let id = *ids.entry(label.as_str()).or_insert_with(|| {
