@@ -40,7 +40,7 @@
 //! cells are also referenced from an array); Lengauer-Tarjan with path compression is
 //! O(m log n) whatever the shape.
 
-use crate::mem::{spare_capacity, Prefault};
+use crate::mem::{prefetch, spare_capacity, Prefault};
 use crate::progress::PhaseTimer;
 use rayon::prelude::*;
 
@@ -159,6 +159,34 @@ impl DominatorTree {
         match self.pre_of.get(node as usize) {
             Some(&p) if p != NONE && p != 0 => self.preorder()[self.idom_pre[p as usize] as usize],
             _ => NONE,
+        }
+    }
+
+    /// Calls `differs(u, t)`, in order, for each edge `(u, t)` of `edges` whose source is not
+    /// its target's immediate dominator (`idom(t) != u`). Compared in preorder numbers, with
+    /// each edge's scattered loads started for the whole batch before the first is needed: a
+    /// breadth-first search asks this of every node it meets, in no order the arrays are in.
+    pub fn for_each_not_idom(&self, edges: &[(u32, u32)], mut differs: impl FnMut(u32, u32)) {
+        const BATCH: usize = 64;
+        let mut pres = [(NONE, NONE); BATCH];
+        for batch in edges.chunks(BATCH) {
+            for &(u, t) in batch {
+                prefetch(&self.pre_of, u as usize);
+                prefetch(&self.pre_of, t as usize);
+            }
+            for (pre, &(u, t)) in pres.iter_mut().zip(batch) {
+                let pre_of = |v: u32| self.pre_of.get(v as usize).copied().unwrap_or(NONE);
+                *pre = (pre_of(u), pre_of(t));
+                prefetch(&self.idom_pre, pre.1 as usize);
+            }
+            for (&(u_pre, t_pre), &(u, t)) in pres.iter().zip(batch) {
+                // `idom` is NONE for the root and unreachable targets; an unreachable source
+                // (NONE) is no one's, as `idom_pre` holds preorder numbers only.
+                let is_idom = t_pre != NONE && t_pre != 0 && self.idom_pre.get(t_pre as usize) == Some(&u_pre);
+                if !is_idom {
+                    differs(u, t);
+                }
+            }
         }
     }
 
@@ -632,18 +660,6 @@ fn semi_and_idom(mut slots: Vec<Slot>, extra: Vec<(u32, u32)>, timer: &PhaseTime
 const PREFETCH_FAR: usize = 32;
 const PREFETCH_NEAR: usize = 16;
 
-/// Asks the CPU to start loading `slice[i]` (nothing when `i` is out of bounds, or off x86-64).
-#[inline(always)]
-fn prefetch<T>(slice: &[T], i: usize) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(x) = slice.get(i) {
-        // SAFETY: a prefetch is a hint; it never faults, and the address is in bounds anyway.
-        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast()) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (slice, i);
-}
-
 /// Turns per-node values (by preorder number) into sums over each node's dominator subtree, in
 /// place: in reverse preorder a node's subtree is complete when it is reached, and is added to
 /// its immediate dominator's (which comes earlier).
@@ -734,6 +750,25 @@ mod tests {
         assert_eq!(tree.retained(0), 10 + 20 + 30 + 40 + 50);
         assert_eq!(tree.retained(6), 0);
         assert!(!tree.is_reachable(6));
+    }
+
+    #[test]
+    fn edges_not_from_the_immediate_dominator_are_those_idom_names_otherwise() {
+        // 0 -> 1 -> 2 -> 4, 0 -> 3 -> 4, 4 -> 5, 5 -> 4, 6 unreachable -> 4, 6 -> 7
+        let edges = [(0, 1), (1, 2), (2, 4), (0, 3), (3, 4), (4, 5), (5, 4), (6, 4), (6, 7)];
+        let (o, t) = csr_from_edges(8, &edges);
+        let tree = dominators(Csr { offsets: &o, targets: &t }, 0);
+        // Every pair, in more than one batch, with nodes out of range and the root as a target.
+        let pairs: Vec<(u32, u32)> = (0..10).flat_map(|u| (0..10).map(move |t| (u, t))).cycle().take(250).collect();
+        let mut differing = Vec::new();
+        tree.for_each_not_idom(&pairs, |u, t| differing.push((u, t)));
+        let expected: Vec<(u32, u32)> = pairs.iter().copied().filter(|&(u, t)| tree.idom(t) != u).collect();
+        assert_eq!(differing, expected);
+        // The edges that are their target's immediate dominator are left out, and only they.
+        assert!(!differing.contains(&(0, 3)) && !differing.contains(&(0, 4)) && !differing.contains(&(4, 5)));
+        assert!(differing.contains(&(2, 4)) && differing.contains(&(6, 7)) && differing.contains(&(5, 4)));
+        // The five tree edges, in each of the pairs' two and a half rounds.
+        assert_eq!(pairs.len() - differing.len(), 15);
     }
 
     #[test]

@@ -40,6 +40,19 @@ pub fn release_free_memory() {
     }
 }
 
+/// Asks the CPU to start loading `slice[i]` (nothing when `i` is out of bounds, or off x86-64):
+/// the passes that follow edges to scattered nodes load them ahead of use.
+#[inline(always)]
+pub(crate) fn prefetch<T>(slice: &[T], i: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(x) = slice.get(i) {
+        // SAFETY: a prefetch is a hint; it never faults, and the address is in bounds anyway.
+        unsafe { core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slice, i);
+}
+
 /// Faults in memory that is about to be written, on another thread, so that a single-threaded
 /// pass that fills a big array (the dominators' DFS) does not stop at every fresh page: the
 /// kernel's page faults, and on a virtual machine the host's first touch of the memory behind

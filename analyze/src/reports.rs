@@ -151,15 +151,27 @@ pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::S
             totals
         },
     );
-    if named {
-        if let Ok(groups) = a.group_by(GroupBy::Type) {
-            totals.top_groups = groups.into_iter().take(top).collect();
-            totals.top_groups_by = GroupBy::Type.name().to_string();
-        }
-        timer.lap("groups by type");
+    // The suspects are mostly one chain of lookups (the walk down to each, the breadth-first
+    // search up from the ones held by stack frames), the groups by type partly: each is made
+    // while the other waits on memory.
+    let (type_groups, suspects) = rayon::join(
+        || {
+            named.then(|| {
+                let groups = a.group_by(GroupBy::Type);
+                timer.lap("groups by type");
+                groups
+            })
+        },
+        || {
+            let suspects = crate::suspects(a, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN);
+            timer.lap("suspects");
+            suspects
+        },
+    );
+    if let Some(Ok(groups)) = type_groups {
+        totals.top_groups = groups.into_iter().take(top).collect();
+        totals.top_groups_by = GroupBy::Type.name().to_string();
     }
-    let suspects = crate::suspects(a, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN);
-    timer.lap("suspects");
     (totals, suspects)
 }
 

@@ -4,6 +4,7 @@
 use crate::blocks::{NodeId, NO_NODE};
 use crate::dominators::DominatorTree;
 use crate::graph::{HeapGraph, SUPER_ROOT};
+use crate::mem::prefetch;
 use rayon::prelude::*;
 
 /// One breadth-first search from the super-root over strong edges (weak and ephemeron edges
@@ -16,6 +17,12 @@ use rayon::prelude::*;
 ///
 /// Returns the nodes reached, a bit per node (node `v`: bit `v % 64` of word `v / 64`).
 pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) -> Vec<u64> {
+    strong_bfs_batches(g, |found| found.iter().for_each(|&(u, t)| discover(u, t)))
+}
+
+/// [`strong_bfs`], its discoveries given a batch at a time (in order): a caller that looks up
+/// something scattered for each node met can start the loads for a whole batch at once.
+fn strong_bfs_batches(g: &HeapGraph<'_>, mut discover: impl FnMut(&[(NodeId, NodeId)])) -> Vec<u64> {
     let mut search = Levels::new(g);
     while search.next_level(g, &mut discover) {}
     search.seen
@@ -28,7 +35,17 @@ struct Levels {
     /// The nodes whose successors the next level comes from.
     level: Level,
     next: Level,
+    /// Discoveries not yet given to the caller.
+    found: Vec<(NodeId, NodeId)>,
 }
+
+/// Discoveries given to the caller at a time.
+const FOUND_BATCH: usize = 256;
+
+/// How far ahead in a level a node's edge offsets, then its edges, are loaded: a level's nodes
+/// are scattered over the graph's arrays.
+const PREFETCH_FAR: usize = 16;
+const PREFETCH_NEAR: usize = 8;
 
 impl Levels {
     fn new(g: &HeapGraph<'_>) -> Levels {
@@ -36,28 +53,45 @@ impl Levels {
         seen[SUPER_ROOT as usize / 64] |= 1 << (SUPER_ROOT % 64);
         let mut level = Level::default();
         level.push(SUPER_ROOT);
-        Levels { seen, level, next: Level::default() }
+        Levels { seen, level, next: Level::default(), found: Vec::with_capacity(FOUND_BATCH) }
     }
 
     fn has_seen(&self, v: NodeId) -> bool {
         self.seen.get(v as usize / 64).is_some_and(|w| w >> (v % 64) & 1 == 1)
     }
 
-    /// Discovers one more level; false once there is none (the search is over).
-    fn next_level(&mut self, g: &HeapGraph<'_>, discover: &mut impl FnMut(NodeId, NodeId)) -> bool {
+    /// Discovers one more level, giving every discovery to `discover` before it returns; false
+    /// once there is none (the search is over).
+    fn next_level(&mut self, g: &HeapGraph<'_>, discover: &mut impl FnMut(&[(NodeId, NodeId)])) -> bool {
         if self.level.is_empty() {
             return false;
         }
         let check = !g.condition_edges.is_empty();
-        for u in self.level.nodes() {
-            for &t in g.successors(u) {
-                let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
-                if self.seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
-                    self.seen[word] |= bit;
-                    self.next.push(t);
-                    discover(u, t);
+        for chunk in self.level.chunks() {
+            for (i, &u) in chunk.iter().enumerate() {
+                if let Some(&far) = chunk.get(i + PREFETCH_FAR) {
+                    prefetch(&g.offsets, far as usize);
+                }
+                if let Some(&near) = chunk.get(i + PREFETCH_NEAR) {
+                    prefetch(&g.targets, g.offsets[near as usize] as usize);
+                }
+                for &t in g.successors(u) {
+                    let (word, bit) = (t as usize / 64, 1u64 << (t % 64));
+                    if self.seen[word] & bit == 0 && !(check && g.is_condition_edge(u, t)) {
+                        self.seen[word] |= bit;
+                        self.next.push(t);
+                        self.found.push((u, t));
+                    }
+                }
+                if self.found.len() >= FOUND_BATCH {
+                    discover(&self.found);
+                    self.found.clear();
                 }
             }
+        }
+        if !self.found.is_empty() {
+            discover(&self.found);
+            self.found.clear();
         }
         std::mem::swap(&mut self.level, &mut self.next);
         self.next.clear();
@@ -89,10 +123,10 @@ impl PartialParents {
         }
         let listed = &mut self.listed;
         while !self.levels.has_seen(v) {
-            let more = self.levels.next_level(g, &mut |u, t| {
-                if tree.idom(t) != u {
+            let more = self.levels.next_level(g, &mut |found: &[(NodeId, NodeId)]| {
+                tree.for_each_not_idom(found, |u, t| {
                     listed.insert(t, u);
-                }
+                })
             });
             if !more {
                 // Never reached over strong edges: no parent (as the whole search lists it).
@@ -131,8 +165,8 @@ impl Level {
         self.used == 0
     }
 
-    fn nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.chunks[..self.used].iter().flatten().copied()
+    fn chunks(&self) -> &[Vec<NodeId>] {
+        &self.chunks[..self.used]
     }
 
     fn clear(&mut self) {
@@ -199,11 +233,7 @@ impl ShortestParents {
         let n = g.node_count();
         // The super-root is its own parent; it has no immediate dominator.
         let mut listed: Vec<(NodeId, NodeId)> = vec![(SUPER_ROOT, SUPER_ROOT)];
-        let reached = strong_bfs(g, |u, t| {
-            if tree.idom(t) != u {
-                listed.push((t, u));
-            }
-        });
+        let reached = strong_bfs_batches(g, |found| tree.for_each_not_idom(found, |u, t| listed.push((t, u))));
         // The nodes the search never reaches have no parent: listed when they have an
         // immediate dominator (reached only through an ephemeron's condition).
         let unreached: Vec<(NodeId, NodeId)> = (0..n as NodeId)
