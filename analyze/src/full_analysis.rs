@@ -45,6 +45,9 @@ pub struct Analysis<'s> {
     /// Until then, the parents of the nodes asked about, from a search that goes only as deep
     /// as they are ([`walks::PartialParents`]: a first look's suspects are a few levels down).
     partial_parents: std::sync::Mutex<Option<walks::PartialParents>>,
+    /// The unreachable blocks and their bytes ([`Analysis::unreachable`]), from a sweep of
+    /// their own or the one the kind groups make.
+    unreachable: OnceLock<(u64, u64)>,
 }
 
 impl<'s> Analysis<'s> {
@@ -90,6 +93,7 @@ impl<'s> Analysis<'s> {
             typing: Default::default(),
             bfs_parents: Default::default(),
             partial_parents: Default::default(),
+            unreachable: Default::default(),
         })
     }
 
@@ -136,7 +140,11 @@ impl<'s> Analysis<'s> {
         let (blocks, tree) = (&self.graph.blocks, &self.tree);
         Ok(match by {
             GroupBy::Root => groups::root_groups(blocks, tree, self.retainers(), self.labelled_tops()),
-            GroupBy::Kind | GroupBy::Closure => groups::kind_groups(blocks, tree, &self.names, self.block_kinds(), by),
+            GroupBy::Kind | GroupBy::Closure => {
+                let (groups, unreachable) = groups::kind_groups(blocks, tree, &self.names, self.block_kinds(), by);
+                let _ = self.unreachable.set(unreachable);
+                groups
+            }
             GroupBy::Type => groups::type_groups(blocks, tree, AnalysedHeap::typing(self)),
             GroupBy::Reserved => groups::reserved_groups(blocks, tree, &self.names),
         })
@@ -163,6 +171,10 @@ impl<'s> Analysis<'s> {
     /// Live blocks no root reaches (garbage of a collection cycle that has not swept them yet),
     /// and their bytes: counted apart from every group.
     pub fn unreachable(&self) -> (u64, u64) {
+        *self.unreachable.get_or_init(|| self.count_unreachable())
+    }
+
+    fn count_unreachable(&self) -> (u64, u64) {
         // The unreachable nodes from the preorder numbers (a scan of one array on every core),
         // then their blocks: found in log time each when they are few, else by a sweep of the
         // regions (a busy program's heap mid-cycle holds many that are not swept yet).

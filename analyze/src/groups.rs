@@ -147,22 +147,30 @@ impl BlockKinds {
 }
 
 /// The `kind` and `closure` groupings, from every block's kind.
-pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_>, bk: &BlockKinds, by: GroupBy) -> Vec<Group> {
+///
+/// With the groups, the unreachable blocks and their bytes, counted in the same sweep of the
+/// regions (what [`crate::Analysis::unreachable`] would sweep them again for).
+pub fn kind_groups(
+    blocks: &BlockMap<'_>,
+    tree: &DominatorTree,
+    names: &Names<'_>,
+    bk: &BlockKinds,
+    by: GroupBy,
+) -> (Vec<Group>, (u64, u64)) {
     let timer = PhaseTimer::start("groups");
     let keep: Vec<bool> = bk.kinds.iter().map(|k| by == GroupBy::Kind || matches!(k, GroupKey::Closure(_))).collect();
     let first = blocks.first_block_node;
-    // Counts and bytes of the reachable blocks of each kind, region by region.
+    // Counts and bytes of the reachable blocks of each kind, region by region; the
+    // unreachable ones' in the last slot.
+    let unreachable = bk.kinds.len();
     let regions: Vec<usize> = blocks.block_regions().collect();
-    let sums: Vec<(u64, u64)> = regions
+    let mut sums: Vec<(u64, u64)> = regions
         .par_iter()
         .fold(
-            || vec![(0u64, 0u64); bk.kinds.len()],
+            || vec![(0u64, 0u64); unreachable + 1],
             |mut acc, &r| {
                 for b in blocks.region_blocks(r) {
-                    if !tree.is_reachable(b.node) {
-                        continue;
-                    }
-                    let id = bk.id((b.node - first) as usize) as usize;
+                    let id = if tree.is_reachable(b.node) { bk.id((b.node - first) as usize) as usize } else { unreachable };
                     acc[id].0 += 1;
                     acc[id].1 += b.header.bytes();
                 }
@@ -170,7 +178,7 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
             },
         )
         .reduce(
-            || vec![(0u64, 0u64); bk.kinds.len()],
+            || vec![(0u64, 0u64); unreachable + 1],
             |mut x, y| {
                 for (a, b) in x.iter_mut().zip(y) {
                     a.0 += b.0;
@@ -179,6 +187,7 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
                 x
             },
         );
+    let unreachable = sums.pop().unwrap_or_default();
     timer.lap("groups");
     let preorder = tree.preorder();
     let retained = tree.union_retained(bk.kinds.len(), |p| {
@@ -200,7 +209,7 @@ pub fn kind_groups(blocks: &BlockMap<'_>, tree: &DominatorTree, names: &Names<'_
         .map(|(((k, (count, shallow)), retained), _)| Group { name: key_name(names, k), count, shallow, retained, ..Default::default() })
         .collect();
     out.sort_by(|x, y| y.retained.cmp(&x.retained).then(y.shallow.cmp(&x.shallow)).then(x.name.cmp(&y.name)));
-    out
+    (out, unreachable)
 }
 
 /// The `reserved` grouping: by the value of the reserved header bits.

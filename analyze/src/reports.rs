@@ -81,6 +81,9 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     }
     let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
     let reachable_bytes = a.reachable_bytes();
+    // The kind groups count the unreachable blocks as they sweep the regions: first.
+    let mut top_groups = a.group_by(GroupBy::Kind).expect("every snapshot groups by kind");
+    top_groups.truncate(top);
     let (unreachable_objects, unreachable_bytes) = a.unreachable();
     let roots = a
         .graph
@@ -93,8 +96,6 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
             retained: a.retained(1 + i as NodeId),
         })
         .collect();
-    let mut top_groups = a.group_by(GroupBy::Kind).expect("every snapshot groups by kind");
-    top_groups.truncate(top);
     Summary {
         ocaml_version: a.snap.metadata().ocaml_version.clone(),
         reserved_header_bits: a.snap.metadata().reserved_header_bits,
