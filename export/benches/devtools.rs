@@ -221,6 +221,40 @@
 //!
 //! The analysis column alone went from 1.03 to 1.64 s between these two runs.
 //!
+//! A real heap the size of the synthetic one: menhir 14 s into its `--no-pager` construction
+//! (scripts/real-snapshots.sh), 26.7M objects of which 9.2M reachable, 40.2M edges, an 804 MB
+//! snapshot; the export, and so the workers, hold the reachable ones only. Before this session's
+//! changes (`0e27c2d`'s tree, one run):
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        26.70M    3.214s    6.952s    5.400s   18.893s     401.6 |   52.124s   71.961s     2620 |   23.495s   23.900s     2274 |    3.4x    7.3x    7.5x
+//!
+//! Its first look spent 1.1 s on one core in the suspects: the objects only stack frames hold
+//! are named by the frame on their shortest path, and the breadth-first search up to them went
+//! through most of the heap, waiting on memory at every node. The search now loads each
+//! level's edges ahead and compares parents with immediate dominators in preorder numbers a
+//! batch at a time (`5f7225a`: the suspects 1.2 -> 0.6 s), the groups by type are made beside
+//! the suspects (the pair 0.92-1.03 -> 0.63-0.76 s), and the kind groups count the unreachable
+//! blocks in their own sweep (`b930fc5`: 0.1 s less). First `summary`s in turn, 7 runs each,
+//! medians: 6.32 -> 5.35 s (`5f7225a`). Then, load about 1 (the machine slower than above:
+//! the worker's and memlab's times up by a sixth on the synthetic row):
+//!
+//!       objects  analysis     first    export  baseline  file MiB |    memlab node wall node MiB |  devtools node wall node MiB | w/first w/anal. m/first
+//!        26.70M    3.624s    5.255s    7.846s   17.570s     401.6 |   55.390s   76.463s     2620 |   21.699s   22.118s     2283 |    4.1x    6.0x   10.5x
+//!        26.70M    3.166s    5.986s    3.951s   16.336s     401.6 |   53.098s   73.059s     2619 |   23.651s   24.029s     2282 |    4.0x    7.5x    8.9x
+//!        26.70M    3.436s    5.313s    3.782s   12.819s     401.6 |   54.299s   72.360s     2620 |   20.501s   20.993s     2285 |    3.9x    6.0x   10.2x
+//!        10.00M    1.233s    1.348s    4.053s   29.003s     448.3 |   51.240s   73.856s     2980 |   23.123s   23.617s     2233 |   17.1x   18.8x   38.0x
+//!        10.00M    1.392s    1.578s    4.236s   27.369s     448.3 |   51.246s   72.448s     2984 |   22.683s   23.092s     2227 |   14.4x   16.3x   32.5x
+//!         1.76M    0.844s    1.185s    1.101s    2.233s      60.5 |    6.786s    9.042s      450 |    2.914s    3.234s      515 |    2.5x    3.5x    5.7x
+//!         5.03M    0.791s    1.007s    1.222s    4.247s     114.9 |   13.731s   19.765s     1059 |    5.954s    6.286s      776 |    5.9x    7.5x   13.6x
+//!
+//! (The first 26.70M row is before `b930fc5`.) On this heap heapsnap analyses 2.9 times the
+//! objects the workers load (the unreachable 17.5M too: a summary counts them, and the export
+//! leaves them out): the analysis alone is 6-7.5x the worker, and the first look's work beyond
+//! it (the types, the kinds, the roots' reach, the groups, the suspects: 1.7-2.8 s) is over
+//! all 26.7M blocks, where the synthetic heap's is over 10M. The first look's peak is 35.7
+//! B/object beyond the file (1,715,988 KB).
+//!
 //! The goal for first analyses, 50x the DevTools worker, would be 0.23 s at 10M objects
 //! on this machine: less than building the graph alone takes (0.29 s on 2 cores). A report
 //! through the index (index/benches/index.rs) takes 0.005 to 0.06 s: 200x to 2400x the worker.
