@@ -217,49 +217,47 @@ fn completes_in_background() -> bool {
     COMPLETER.get().is_some() && std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_none_or(|v| v != "0")
 }
 
-/// Starts the completion of `snapshot`'s index, detached: its own session (a Ctrl-C for the
-/// next command does not reach it), a lower priority, no terminal. It holds an exclusive `flock`
-/// on the snapshot file from before it starts until it ends (the lock is taken here, on a
-/// descriptor it inherits as fd 3), so that a report that needs the rest waits for it
-/// ([`wait_for_completion`]) instead of analysing the same snapshot at the same time. The index
-/// is replaced by a rename either way, so no reader sees half of one.
+/// Starts the completion of `snapshot`'s index, detached ([`detach`]: its own session, so that
+/// a Ctrl-C for the next command does not reach it; a lower priority; no terminal). It holds an
+/// exclusive `flock` on the snapshot file from before it starts until it ends: the lock is
+/// taken here, on the descriptor it gets as its standard input, so that a report that needs
+/// the rest waits for it ([`wait_for_completion`]) instead of analysing the same snapshot at
+/// the same time. The index is replaced by a rename either way, so no reader sees half of one.
+///
+/// Started without a `pre_exec` step (the child detaches itself), so that the standard library
+/// spawns it with `posix_spawn`: a `fork` would copy the page tables of every page this
+/// process's analysis touched before the answered command could exit.
 fn complete_in_background(snapshot: &Path) {
     use std::os::fd::AsRawFd;
-    use std::os::unix::process::CommandExt;
     let Some(program) = COMPLETER.get().filter(|_| completes_in_background()) else { return };
     let Ok(file) = std::fs::File::open(snapshot) else { return };
-    let fd = file.as_raw_fd();
     // SAFETY: flock on a descriptor we own. Held already: another completion runs.
-    if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
         return;
     }
-    let mut command = std::process::Command::new(program);
-    command
+    let spawned = std::process::Command::new(program)
         .arg(COMPLETE_INDEX)
         .arg(snapshot)
-        .stdin(std::process::Stdio::null())
+        // The locked descriptor: the lock stays with the child's copy of it until it ends.
+        .stdin(file)
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls.
-    unsafe {
-        command.pre_exec(move || {
-            // The locked descriptor, kept open across exec as fd 3 (dup2 clears close-on-exec,
-            // but does nothing when it is fd 3 already).
-            let kept = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
-            if kept == -1 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::setsid();
-            libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-            Ok(())
-        });
-    }
-    if let Ok(mut child) = command.spawn() {
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Ok(mut child) = spawned {
         // Collected when it ends, should this process (the MCP server) outlive it.
         std::thread::spawn(move || child.wait());
     }
-    // Our descriptor closes here; the lock stays with the child's copy of it until it ends.
-    drop(file);
+}
+
+/// What a completion does first: leaves the session of the command that started it (the
+/// terminal's Ctrl-C and hang-up reach that session's processes, not this one) and lowers its
+/// own priority, so that the next command the user runs is not slowed by it.
+pub fn detach() {
+    // SAFETY: neither call touches memory; both act on this process only.
+    unsafe {
+        libc::setsid();
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
 }
 
 /// Completes the index of `snapshot` (what `heapsnap complete-index SNAP` runs), one completion

@@ -259,6 +259,76 @@ fn the_rest_of_the_index_is_built_after_the_first_answer() {
     }
 }
 
+/// The completion a first look leaves runs detached and keeps the snapshot locked: in a session
+/// of its own (the terminal's Ctrl-C for the next command does not reach it), at a lower
+/// priority, holding the snapshot's `flock` from before the first look exits until its index
+/// is saved. The test holds the completions' turn (`completing.lock` in the cache directory),
+/// so that the completion is seen waiting, whatever the machine's speed.
+#[test]
+fn the_completion_is_detached_and_holds_the_snapshot_locked() {
+    use std::os::fd::AsRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let turn_dir = cache.join("heapsnap");
+    std::fs::create_dir_all(&turn_dir).unwrap();
+    let turn = std::fs::File::create(turn_dir.join("completing.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(turn.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let snapshot = dir.path().join("detached.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(50).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let out = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+        .arg("summary")
+        .arg(&snapshot)
+        .env_remove("HEAPSNAP_INDEX_IN_BACKGROUND")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run heapsnap summary");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The completion, found by its command line.
+    let wanted = format!("complete-index\0{}\0", snapshot.display());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let pid = loop {
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmdline).contains(&wanted).then(|| e.file_name().to_string_lossy().parse::<i32>().ok()).flatten()
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < deadline, "no completion started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // Its session and priority (fields 6 and 19 of /proc/PID/stat, after the command's name),
+    // once it has detached.
+    let stat = |pid: i32| {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = text.rsplit_once(") ").map(|(_, rest)| rest.split(' ').collect()).unwrap_or_default();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<i64>().ok());
+        (field(3), field(16))
+    };
+    // SAFETY: getsid(0) only reads this process's session id.
+    let our_session = i64::from(unsafe { libc::getsid(0) });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let (session, nice) = loop {
+        let (session, nice) = stat(pid);
+        if session == Some(i64::from(pid)) || std::time::Instant::now() > deadline {
+            break (session, nice);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert_eq!(session, Some(i64::from(pid)), "the completion leads a session of its own (ours is {our_session})");
+    assert_eq!(nice, Some(10), "the completion runs at a lower priority");
+    // The first look has exited; its completion, waiting for its turn, holds the snapshot.
+    let probe = std::fs::File::open(&snapshot).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_ne!(unsafe { libc::flock(probe.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0, "the snapshot is not locked");
+    assert!(!heapsnap_index::store::saved_serves(&snapshot, heapsnap_index::Needs::All), "the completion ran before its turn");
+    drop(turn);
+    assert!(wait_for_saved(&snapshot, heapsnap_index::Needs::All), "the index was not completed once the turn was given");
+    // SAFETY: as above; granted once the completion has ended.
+    assert_eq!(unsafe { libc::flock(probe.as_raw_fd(), libc::LOCK_EX) }, 0);
+}
+
 /// A report that needs more of the index than is saved waits while a completion holds the
 /// snapshot's lock (here the test holds it), instead of analysing the same snapshot alongside.
 #[test]
