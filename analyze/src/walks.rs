@@ -22,7 +22,7 @@ pub fn strong_bfs(g: &HeapGraph<'_>, mut discover: impl FnMut(NodeId, NodeId)) -
 
 /// [`strong_bfs`], its discoveries given a batch at a time (in order): a caller that looks up
 /// something scattered for each node met can start the loads for a whole batch at once.
-fn strong_bfs_batches(g: &HeapGraph<'_>, mut discover: impl FnMut(&[(NodeId, NodeId)])) -> Vec<u64> {
+pub(crate) fn strong_bfs_batches(g: &HeapGraph<'_>, mut discover: impl FnMut(&[(NodeId, NodeId)])) -> Vec<u64> {
     let mut search = Levels::new(g);
     while search.next_level(g, &mut discover) {}
     search.seen

@@ -10,6 +10,7 @@
 use crate::blocks::{BlockRef, NodeId, NO_NODE};
 use crate::full_analysis::Analysis;
 use crate::graph::SUPER_ROOT;
+use crate::mem::prefetch;
 use crate::model::GroupBy;
 use crate::signatures::classify::{edge_to, Classified, EDGE_DOMINATED, EDGE_ROOT, EDGE_TOP, NO_CLASS, NO_GROUP};
 use crate::signatures::trie::SigTrie;
@@ -90,45 +91,63 @@ pub fn member_chains(a: &Analysis<'_>, c: &Classified, member: &[u32]) -> Member
     sig[SUPER_ROOT as usize] = NOT_BLOCK;
     // The block of the last referrer whose fields were needed (a BFS meets its children in a row).
     let mut ublock: Option<(NodeId, Option<BlockRef<'_>>)> = None;
-    crate::walks::strong_bfs(&a.graph, |u, t| {
-        let pt = tree.pre_of[t as usize];
-        let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
-        if u == SUPER_ROOT || shape == NO_CLASS {
-            sig[t as usize] = NOT_BLOCK;
-            return;
+    let mut pts: Vec<u32> = Vec::new();
+    // Each discovery reads words scattered over several arrays, each load depending on the one
+    // before (the node's preorder number, then its class, edge, group): the loads of a whole
+    // batch are started, a step at a time, before the first is used.
+    crate::walks::strong_bfs_batches(&a.graph, |found| {
+        for &(u, t) in found {
+            prefetch(&tree.pre_of, t as usize);
+            prefetch(&tree.pre_of, u as usize);
+            prefetch(&sig, u as usize);
         }
-        let su = sig[u as usize];
-        let s = if let Some(kind) = g.root_kind_of(u) {
-            let root = trie.root(&crate::retainers::held_by(a, kind, t));
-            trie.step(root, EDGE_TOP, shape)
-        } else if su == NOT_BLOCK {
-            // A block reached from a non-block that is no root kind: cannot happen.
-            let root = trie.root("?");
-            trie.step(root, EDGE_TOP, shape)
-        } else {
-            let parent = &trie.nodes[su as usize];
-            let folds = parent.edge != EDGE_ROOT && parent.label == shape;
-            let edge = if folds {
-                EDGE_DOMINATED // unused: the step folds into the parent's
-            } else if tree.idom_pre[pt as usize] == tree.pre_of[u as usize] && c.edge_pre[pt as usize] != EDGE_DOMINATED {
-                c.edge_pre[pt as usize]
+        pts.clear();
+        pts.extend(found.iter().map(|&(_, t)| tree.pre_of[t as usize]));
+        for &pt in &pts {
+            prefetch(&c.class_pre, pt as usize);
+            prefetch(&tree.idom_pre, pt as usize);
+            prefetch(&c.edge_pre, pt as usize);
+            prefetch(member, pt as usize);
+        }
+        for (&(u, t), &pt) in found.iter().zip(&pts) {
+            let shape = if pt == NO_NODE { NO_CLASS } else { c.shape(pt as usize) };
+            if u == SUPER_ROOT || shape == NO_CLASS {
+                sig[t as usize] = NOT_BLOCK;
+                continue;
+            }
+            let su = sig[u as usize];
+            let s = if let Some(kind) = g.root_kind_of(u) {
+                let root = trie.root(&crate::retainers::held_by(a, kind, t));
+                trie.step(root, EDGE_TOP, shape)
+            } else if su == NOT_BLOCK {
+                // A block reached from a non-block that is no root kind: cannot happen.
+                let root = trie.root("?");
+                trie.step(root, EDGE_TOP, shape)
             } else {
-                if ublock.as_ref().is_none_or(|(v, _)| *v != u) {
-                    ublock = Some((u, blocks.block(u)));
-                }
-                match ublock.as_ref().and_then(|(_, b)| b.as_ref()) {
-                    Some(b) => edge_to(blocks, b, t, c.edge_mode(tree.pre_of[u as usize] as usize)),
-                    None => EDGE_DOMINATED,
-                }
+                let parent = &trie.nodes[su as usize];
+                let folds = parent.edge != EDGE_ROOT && parent.label == shape;
+                let edge = if folds {
+                    EDGE_DOMINATED // unused: the step folds into the parent's
+                } else if tree.idom_pre[pt as usize] == tree.pre_of[u as usize] && c.edge_pre[pt as usize] != EDGE_DOMINATED {
+                    c.edge_pre[pt as usize]
+                } else {
+                    if ublock.as_ref().is_none_or(|(v, _)| *v != u) {
+                        ublock = Some((u, blocks.block(u)));
+                    }
+                    match ublock.as_ref().and_then(|(_, b)| b.as_ref()) {
+                        Some(b) => edge_to(blocks, b, t, c.edge_mode(tree.pre_of[u as usize] as usize)),
+                        None => EDGE_DOMINATED,
+                    }
+                };
+                trie.step(su, edge, shape)
             };
-            trie.step(su, edge, shape)
-        };
-        sig[t as usize] = s;
-        visits += 1;
-        let m = member[pt as usize];
-        if m != NOT_MEMBER {
-            let e = counts.entry((m, s)).or_insert_with(|| Member { count: 0, first: visits, address: a.address(t).unwrap_or(0) });
-            e.count += 1;
+            sig[t as usize] = s;
+            visits += 1;
+            let m = member[pt as usize];
+            if m != NOT_MEMBER {
+                let e = counts.entry((m, s)).or_insert_with(|| Member { count: 0, first: visits, address: a.address(t).unwrap_or(0) });
+                e.count += 1;
+            }
         }
     });
     MemberChains { trie, counts }
