@@ -176,40 +176,7 @@ fn build_and_save_with(
     let saved: Result<PathBuf, Vec<u8>> = {
         let analysis = Analysis::new(&snap, progress)?;
         also(&analysis);
-        let step = progress.step("writing the analysis index", 0);
-        let builder = crate::build::build(&analysis, needs);
-        let mut last_error = None;
-        let mut saved = None;
-        for path in candidates(snapshot) {
-            // Another command may have saved more meanwhile (a `dominators` while this
-            // `summary` analysed): that index is kept, when what this command reads of it
-            // passes its checks (a corrupt section is written over).
-            let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
-            if more.is_some_and(|ix| crate::IndexView::open(&snap, &ix, needs).is_ok()) {
-                saved = Some(path);
-                break;
-            }
-            let timer = heapsnap_analyze::PhaseTimer::start("index");
-            let result = save_with(&path, |w| builder.write_to(w, id));
-            timer.lap("hashed and written");
-            match result {
-                Ok(()) => {
-                    saved = Some(path);
-                    break;
-                }
-                Err(e) => last_error = Some((path, e)),
-            }
-        }
-        step.finish_and_clear();
-        match saved {
-            Some(path) => Ok(path),
-            None => {
-                if let Some((path, e)) = last_error {
-                    eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
-                }
-                Err(builder.finish(id))
-            }
-        }
+        save_analysed(snapshot, &snap, &analysis, needs, progress)
     };
     match saved {
         // Mapped back rather than kept: the file is in the page cache already.
@@ -220,6 +187,54 @@ fn build_and_save_with(
         Err(bytes) => {
             let index = IndexFile::parse(Bytes::copied(&bytes), id)?;
             Ok(Indexed { snap, index, path: None, built: true })
+        }
+    }
+}
+
+/// Saves the index of `snap` (the snapshot at `snapshot`), analysed as `analysis`, with the
+/// sections `needs` reads, in the first writable place: where it was saved, or the index in
+/// memory when no place was writable (said on stderr). An index of more saved there meanwhile
+/// by another command is kept when what `needs` reads of it passes its checks.
+pub fn save_analysed(
+    snapshot: &Path,
+    snap: &Snapshot,
+    analysis: &Analysis<'_>,
+    needs: Needs,
+    progress: &Progress,
+) -> Result<PathBuf, Vec<u8>> {
+    let id = SnapshotId::of(snap);
+    let step = progress.step("writing the analysis index", 0);
+    let builder = crate::build::build(analysis, needs);
+    let mut last_error = None;
+    let mut saved = None;
+    for path in candidates(snapshot) {
+        // Another command may have saved more meanwhile (a `dominators` while this
+        // `summary` analysed): that index is kept, when what this command reads of it
+        // passes its checks (a corrupt section is written over).
+        let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
+        if more.is_some_and(|ix| crate::IndexView::open(snap, &ix, needs).is_ok()) {
+            saved = Some(path);
+            break;
+        }
+        let timer = heapsnap_analyze::PhaseTimer::start("index");
+        let result = save_with(&path, |w| builder.write_to(w, id));
+        timer.lap("hashed and written");
+        match result {
+            Ok(()) => {
+                saved = Some(path);
+                break;
+            }
+            Err(e) => last_error = Some((path, e)),
+        }
+    }
+    step.finish_and_clear();
+    match saved {
+        Some(path) => Ok(path),
+        None => {
+            if let Some((path, e)) = last_error {
+                eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
+            }
+            Err(builder.finish(id))
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod allocation_sites;
 mod args;
 pub mod diff;
 pub mod dominators;
+pub mod handover;
 pub mod info;
 pub mod inspect;
 pub mod json_args;

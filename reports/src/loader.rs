@@ -123,6 +123,24 @@ impl Loader for Files {
         if let Some(ix) = open_saved(path, needs) {
             return Ok(Some(ix));
         }
+        if crate::handover::is_child() {
+            // The process goes on after its answer, to complete the index from this analysis
+            // (the snapshot and its analysis live until the process ends).
+            let snap: &'static Snapshot = Box::leak(Box::new(open_snapshot(path)?));
+            let analysis = analyse(snap, &Progress::stderr())?;
+            answer(&analysis);
+            let timer = heapsnap_analyze::PhaseTimer::start("provider");
+            timer.lap("the answer, from the analysis (the index left to this process once it has answered)");
+            let snapshot = path.to_path_buf();
+            crate::handover::complete_after_answer(
+                path,
+                Box::new(move || {
+                    let _turn = completion_turn();
+                    let _ = heapsnap_index::store::save_analysed(&snapshot, snap, &analysis, Needs::All, &Progress::hidden());
+                }),
+            );
+            return Ok(None);
+        }
         let snap = open_snapshot(path)?;
         let analysis = analyse(&snap, &Progress::stderr())?;
         answer(&analysis);
@@ -202,18 +220,19 @@ static COMPLETER: OnceLock<PathBuf> = OnceLock::new();
 /// The subcommand [`complete_indexes_with`]'s program runs to complete an index.
 pub const COMPLETE_INDEX: &str = "complete-index";
 
-/// Makes a command that saved only the part of an index it read (a first `summary` or `top`)
+/// Makes a command that saved only the part of an index it read (a `diff` of fresh snapshots)
 /// start `program complete-index SNAP` to build the rest, once its own answer is on its way:
 /// the answer does not wait for the sections other reports read, and the next report finds
-/// them. The heapsnap binary names itself; a library user that does not gets no such process.
-/// `HEAPSNAP_INDEX_IN_BACKGROUND=0` turns it off.
+/// them. A first look answered by the child of [`crate::handover`] completes the index itself,
+/// from its analysis. The heapsnap binary names itself; a library user that does not gets no
+/// such process. `HEAPSNAP_INDEX_IN_BACKGROUND=0` turns it off.
 pub fn complete_indexes_with(program: PathBuf) {
     let _ = COMPLETER.set(program);
 }
 
 /// Whether indexes are completed in the background: a program to do it was named, and
 /// `HEAPSNAP_INDEX_IN_BACKGROUND=0` does not turn it off.
-fn completes_in_background() -> bool {
+pub fn completes_in_background() -> bool {
     COMPLETER.get().is_some() && std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_none_or(|v| v != "0")
 }
 

@@ -51,11 +51,17 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
     }
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(report) = registry::find(name) {
+            // The answer from a child, which then completes the index (no thread runs yet).
+            if heapsnap_reports::loader::completes_in_background() {
+                heapsnap_reports::handover::answer_in_a_child();
+            }
             // One report, then the process ends.
             heapsnap_reports::loader::exit_after_answer();
             let format = if sub.get_flag("json") { Format::Json } else { Format::Human };
             let passed = report.print(sub, &Files, format, &mut std::io::stdout().lock())?;
-            return Ok(if passed { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            let code = if passed { 0 } else { 1 };
+            heapsnap_reports::handover::answered(code);
+            return Ok(ExitCode::from(code));
         }
     }
     match Commands::from_arg_matches(matches)? {

@@ -261,8 +261,8 @@ fn the_rest_of_the_index_is_built_after_the_first_answer() {
 
 /// The completion a first look leaves runs detached and keeps the snapshot locked: in a session
 /// of its own (the terminal's Ctrl-C for the next command does not reach it), at a lower
-/// priority, holding the snapshot's `flock` from before the first look exits until its index
-/// is saved. The test holds the completions' turn (`completing.lock` in the cache directory),
+/// priority, holding the snapshot's `flock` from before the command the user ran exits until
+/// its index is saved. The test holds the completions' turn (`completing.lock` in the cache directory),
 /// so that the completion is seen waiting, whatever the machine's speed.
 #[test]
 fn the_completion_is_detached_and_holds_the_snapshot_locked() {
@@ -284,8 +284,9 @@ fn the_completion_is_detached_and_holds_the_snapshot_locked() {
         .output()
         .expect("run heapsnap summary");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    // The completion, found by its command line.
-    let wanted = format!("complete-index\0{}\0", snapshot.display());
+    // The completion: the process that answered, gone on after its answer (found by its
+    // command line; the one the test started has exited).
+    let wanted = format!("summary\0{}\0", snapshot.display());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let pid = loop {
         let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
@@ -327,6 +328,93 @@ fn the_completion_is_detached_and_holds_the_snapshot_locked() {
     assert!(wait_for_saved(&snapshot, heapsnap_index::Needs::All), "the index was not completed once the turn was given");
     // SAFETY: as above; granted once the completion has ended.
     assert_eq!(unsafe { libc::flock(probe.as_raw_fd(), libc::LOCK_EX) }, 0);
+}
+
+/// With the completion in the background on, a report answers from a child of the command the
+/// user ran (which goes on to complete the index): the command still ends as the report does,
+/// exit code for exit code, and a signal that ends the child ends it alike.
+#[test]
+fn a_report_answered_by_its_child_ends_as_the_report_does() {
+    use std::os::unix::process::ExitStatusExt;
+    let a = app();
+    let run = |args: &[&str], snapshot: &Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_heapsnap"));
+        cmd.arg(args[0]).arg(snapshot).args(&args[1..]).env_remove("HEAPSNAP_INDEX_IN_BACKGROUND");
+        cmd.output().expect("run heapsnap")
+    };
+    let strict = run(&["verify", "--strict", "--json"], &a.path);
+    assert_eq!(strict.status.code(), Some(1), "{}", String::from_utf8_lossy(&strict.stderr));
+    let report: Json = serde_json::from_slice(&strict.stdout).expect("the whole report, through the child");
+    assert_eq!(report["error_counts"]["unreachable_major_block"], 1);
+    assert_eq!(run(&["verify"], &a.path).status.code(), Some(0));
+    let truncated = a.path.with_extension("truncated");
+    let bytes = std::fs::read(&a.path).unwrap();
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let failed = run(&["summary"], &truncated);
+    assert_eq!(failed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("heapsnap: error"));
+    // A reader that stops early: the child dies of SIGPIPE, and so does the command.
+    let mut top = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+        .args(["top", "--limit", "0", "--by", "kind"])
+        .arg(&a.path)
+        .env_remove("HEAPSNAP_INDEX_IN_BACKGROUND")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(top.stdout.take());
+    let status = top.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}");
+}
+
+/// A command killed before it has answered leaves nothing running: its child, which was
+/// analysing, dies with it, and no index is written.
+#[test]
+fn a_command_killed_before_its_answer_leaves_no_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let snapshot = dir.path().join("killed.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(400_000).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let mut summary = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
+        .arg("summary")
+        .arg(&snapshot)
+        .env_remove("HEAPSNAP_INDEX_IN_BACKGROUND")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let wanted = format!("summary\0{}\0", snapshot.display());
+    let running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            // A zombie has no command line: only live processes count.
+            String::from_utf8_lossy(&cmdline).contains(&wanted)
+        })
+    };
+    // The child has started (two processes of that command line), not answered (nothing on
+    // the output yet: the answer is one write at the end of the analysis).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).contains(&wanted))
+        .count()
+        < 2
+    {
+        assert!(std::time::Instant::now() < deadline, "the command started no child");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    summary.kill().unwrap();
+    summary.wait().unwrap();
+    let mut answer = String::new();
+    std::io::Read::read_to_string(summary.stdout.as_mut().unwrap(), &mut answer).unwrap();
+    // Output would mean the child went on without its parent (or, on a machine fast enough to
+    // answer within the first few milliseconds, that the kill came too late).
+    assert!(answer.is_empty(), "an answer after the command was killed: {answer}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while running() {
+        assert!(std::time::Instant::now() < deadline, "the child outlived the command");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!heapsnap_index::store::saved_serves(&snapshot, heapsnap_index::Needs::Meta), "an index was written");
 }
 
 /// A report that needs more of the index than is saved waits while a completion holds the
