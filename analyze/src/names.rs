@@ -33,8 +33,9 @@ pub struct Names<'s> {
     saved_lines: std::sync::OnceLock<Option<SourceLines>>,
 }
 
-/// By compilation unit: its module block's field paths, by index.
-pub type FieldPaths = HashMap<String, Vec<String>>;
+/// By compilation unit, in name order (an index saves them alike every time): its module
+/// block's field paths, by index.
+pub type FieldPaths = std::collections::BTreeMap<String, Vec<String>>;
 
 /// By code address: its `file:line` ([`Names::source_line`]; `None`: the line tables have none).
 pub type SourceLines = HashMap<u64, Option<String>>;
