@@ -376,3 +376,28 @@ fn own_bytes_by_dominator_signature_are_the_blocks_freeable_bytes() {
         assert_eq!(saved.dom_own_bytes, expected, "{by:?}");
     }
 }
+
+/// The classes of the diff's classification are numbered by the lowest node of each, whichever
+/// thread met them first, so that the shapes and signatures numbered from them (which an
+/// index saves) are the same every time: on a heap of many regions, every block reachable.
+#[test]
+fn classes_are_numbered_by_their_lowest_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "classes.heapsnap", &heapsnap_testkit::synth::large_heap_shape(60_000).heap);
+    let snap = Snapshot::open(&path).unwrap();
+    let a = crate::full_analysis::Analysis::new(&snap, &Progress::hidden()).unwrap();
+    assert!(a.graph.blocks.regions.len() > 8, "several regions to classify on every core");
+    for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        for _ in 0..5 {
+            let c = crate::signatures::classify::classify(&a, by);
+            let mut lowest = vec![u32::MAX; c.class_shape.len()];
+            for (p, &k) in c.class_pre.iter().enumerate() {
+                if k != crate::signatures::classify::NO_CLASS {
+                    lowest[k as usize] = lowest[k as usize].min(a.preorder()[p]);
+                }
+            }
+            assert!(lowest.len() > 3 && lowest.iter().all(|&n| n != u32::MAX), "{by:?}: every class has reachable blocks: {lowest:?}");
+            assert!(lowest.windows(2).all(|w| w[0] < w[1]), "{by:?}: classes out of node order: {lowest:?}");
+        }
+    }
+}

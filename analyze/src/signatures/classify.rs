@@ -181,6 +181,8 @@ struct Local {
     ids: FxHashMap<RawKey, (u32, EdgeMode)>,
     stats: Vec<(u64, u64)>,
     tops: Vec<(u32, u64)>,
+    /// The lowest node met of each class.
+    first: Vec<NodeId>,
 }
 
 impl Local {
@@ -191,6 +193,14 @@ impl Local {
         }
         self.stats[c].0 += count;
         self.stats[c].1 += bytes;
+    }
+
+    fn met(&mut self, class: u32, node: NodeId) {
+        let c = class as usize;
+        if c >= self.first.len() {
+            self.first.resize(c + 1, NodeId::MAX);
+        }
+        self.first[c] = self.first[c].min(node);
     }
 }
 
@@ -237,7 +247,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
         g.0.insert(key, id);
         (id, mode)
     };
-    let Local { stats, tops: mut top_bytes, .. } = {
+    let Local { stats, tops: mut top_bytes, first, .. } = {
         let classes_out = Scatter(class_pre.as_mut_ptr());
         let edges_out = Scatter(edge_pre.as_mut_ptr());
         let regions: Vec<usize> = blocks.block_regions().collect();
@@ -271,6 +281,7 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                                 .ids
                                 .entry(raw)
                                 .or_insert_with(|| intern((group(&b), typed.unwrap_or_else(|| shape_key(blocks, &b))), &b));
+                            local.met(id, b.node);
                             run = Some((raw, id, mode));
                             (id, mode)
                         }
@@ -306,11 +317,38 @@ pub fn classify_with_types(a: &Analysis<'_>, by: GroupBy, typing: Option<&Typing
                     s.1 += t.1;
                 }
                 x.tops.extend(y.tops);
+                if x.first.len() < y.first.len() {
+                    x.first.resize(y.first.len(), NodeId::MAX);
+                }
+                for (f, g) in x.first.iter_mut().zip(y.first) {
+                    *f = (*f).min(g);
+                }
                 x
             })
     };
     top_bytes.sort_unstable();
     let (_, keys) = global.into_inner().expect("no panic while holding the classes");
+    // The threads numbered the classes in the order they met them: numbered again by the
+    // lowest node of each, so that the shapes, groups and signatures numbered from them are the
+    // same every time (an index saves them).
+    let (keys, stats) = {
+        let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+        order.sort_unstable_by_key(|&c| first.get(c as usize).copied().unwrap_or(NodeId::MAX));
+        let mut renumbered = vec![0u32; keys.len()];
+        for (new, &old) in order.iter().enumerate() {
+            renumbered[old as usize] = new as u32;
+        }
+        class_pre.par_iter_mut().filter(|c| **c != NO_CLASS).for_each(|c| *c = renumbered[*c as usize]);
+        let keys: Vec<ClassEntry> = order
+            .iter()
+            .map(|&c| {
+                let (key, met, mode) = keys[c as usize];
+                (key, first.get(c as usize).copied().filter(|&f| f != NodeId::MAX).unwrap_or(met), mode)
+            })
+            .collect();
+        let stats: Vec<(u64, u64)> = order.iter().map(|&c| stats.get(c as usize).copied().unwrap_or((0, 0))).collect();
+        (keys, stats)
+    };
 
     // Number the shapes and groups of the classes, and name them.
     let mut shape_ids: FxHashMap<ShapeKey, u32> = FxHashMap::default();
