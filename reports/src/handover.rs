@@ -132,7 +132,7 @@ pub fn answered(code: u8) {
     unsafe { libc::write(to_parent.as_raw_fd(), [code].as_ptr().cast(), 1) };
     drop(to_parent);
     let Some((_lock, complete)) = locked else { return };
-    crate::loader::detach();
+    detach();
     // No terminal or pipe of the user's stays open: a reader of the output sees its end.
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         for fd in 0..3 {
@@ -142,4 +142,15 @@ pub fn answered(code: u8) {
     }
     complete();
     std::process::exit(i32::from(code));
+}
+
+/// What a completion does first: leaves the session of the command that started it (the
+/// terminal's Ctrl-C and hang-up reach that session's processes, not this one) and lowers its
+/// own priority, so that the next command the user runs is not slowed by it.
+pub fn detach() {
+    // SAFETY: neither call touches memory; both act on this process only.
+    unsafe {
+        libc::setsid();
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
 }

@@ -236,7 +236,7 @@ pub fn completes_in_background() -> bool {
     COMPLETER.get().is_some() && std::env::var_os("HEAPSNAP_INDEX_IN_BACKGROUND").is_none_or(|v| v != "0")
 }
 
-/// Starts the completion of `snapshot`'s index, detached ([`detach`]: its own session, so that
+/// Starts the completion of `snapshot`'s index, detached ([`crate::handover::detach`]: its own session, so that
 /// a Ctrl-C for the next command does not reach it; a lower priority; no terminal). It holds an
 /// exclusive `flock` on the snapshot file from before it starts until it ends: the lock is
 /// taken here, on the descriptor it gets as its standard input, so that a report that needs
@@ -265,17 +265,6 @@ fn complete_in_background(snapshot: &Path) {
     if let Ok(mut child) = spawned {
         // Collected when it ends, should this process (the MCP server) outlive it.
         std::thread::spawn(move || child.wait());
-    }
-}
-
-/// What a completion does first: leaves the session of the command that started it (the
-/// terminal's Ctrl-C and hang-up reach that session's processes, not this one) and lowers its
-/// own priority, so that the next command the user runs is not slowed by it.
-pub fn detach() {
-    // SAFETY: neither call touches memory; both act on this process only.
-    unsafe {
-        libc::setsid();
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
     }
 }
 

@@ -73,7 +73,7 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
         Commands::Mcp(args) => mcp::run(args),
         Commands::Watch(args) => run::watch(args),
         Commands::CompleteIndex { snapshot } => {
-            heapsnap_reports::loader::detach();
+            heapsnap_reports::handover::detach();
             heapsnap_reports::loader::complete_index(&snapshot)?;
             Ok(ExitCode::SUCCESS)
         }
