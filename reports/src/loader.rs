@@ -101,6 +101,19 @@ fn leave_to_exit<T>(value: T) {
     }
 }
 
+/// A first look's answer from the analysis of `snap`, which it returns; `then` says in the trace
+/// what becomes of the index.
+fn analyse_and_answer<'s>(
+    snap: &'s Snapshot,
+    answer: &mut dyn FnMut(&heapsnap_analyze::Analysis<'_>),
+    then: &str,
+) -> anyhow::Result<heapsnap_analyze::Analysis<'s>> {
+    let analysis = analyse(snap, &Progress::stderr())?;
+    answer(&analysis);
+    heapsnap_analyze::PhaseTimer::start("provider").lap(&format!("the answer, from the analysis ({then})"));
+    Ok(analysis)
+}
+
 /// Opens every snapshot from its file, building its index when it has none (progress on
 /// stderr when it is a terminal).
 pub struct Files;
@@ -127,10 +140,7 @@ impl Loader for Files {
             // The process goes on after its answer, to complete the index from this analysis
             // (the snapshot and its analysis live until the process ends).
             let snap: &'static Snapshot = Box::leak(Box::new(open_snapshot(path)?));
-            let analysis = analyse(snap, &Progress::stderr())?;
-            answer(&analysis);
-            let timer = heapsnap_analyze::PhaseTimer::start("provider");
-            timer.lap("the answer, from the analysis (the index left to this process once it has answered)");
+            let analysis = analyse_and_answer(snap, answer, "the index left to this process once it has answered")?;
             let snapshot = path.to_path_buf();
             crate::handover::complete_after_answer(
                 path,
@@ -142,10 +152,7 @@ impl Loader for Files {
             return Ok(None);
         }
         let snap = open_snapshot(path)?;
-        let analysis = analyse(&snap, &Progress::stderr())?;
-        answer(&analysis);
-        let timer = heapsnap_analyze::PhaseTimer::start("provider");
-        timer.lap("the answer, from the analysis (the index left to a completion in the background)");
+        let analysis = analyse_and_answer(&snap, answer, "the index left to a completion in the background")?;
         leave_to_exit(analysis);
         leave_to_exit(snap);
         complete_in_background(path);

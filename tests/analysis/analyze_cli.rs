@@ -259,6 +259,17 @@ fn the_rest_of_the_index_is_built_after_the_first_answer() {
     }
 }
 
+/// The live processes whose command line (its NUL-separated arguments) contains `part`: a
+/// zombie has no command line, so only live processes count.
+fn processes_running(part: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).contains(part))
+        .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+        .collect()
+}
+
 /// The completion a first look leaves runs detached and keeps the snapshot locked: in a session
 /// of its own (the terminal's Ctrl-C for the next command does not reach it), at a lower
 /// priority, holding the snapshot's `flock` from before the command the user ran exits until
@@ -289,11 +300,7 @@ fn the_completion_is_detached_and_holds_the_snapshot_locked() {
     let wanted = format!("summary\0{}\0", snapshot.display());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let pid = loop {
-        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
-            String::from_utf8_lossy(&cmdline).contains(&wanted).then(|| e.file_name().to_string_lossy().parse::<i32>().ok()).flatten()
-        });
-        if let Some(pid) = found {
+        if let Some(&pid) = processes_running(&wanted).first() {
             break pid;
         }
         assert!(std::time::Instant::now() < deadline, "no completion started");
@@ -382,23 +389,10 @@ fn a_command_killed_before_its_answer_leaves_no_child() {
         .spawn()
         .unwrap();
     let wanted = format!("summary\0{}\0", snapshot.display());
-    let running = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            // A zombie has no command line: only live processes count.
-            String::from_utf8_lossy(&cmdline).contains(&wanted)
-        })
-    };
     // The child has started (two processes of that command line), not answered (nothing on
     // the output yet: the answer is one write at the end of the analysis).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|e| String::from_utf8_lossy(&std::fs::read(e.path().join("cmdline")).unwrap_or_default()).contains(&wanted))
-        .count()
-        < 2
-    {
+    while processes_running(&wanted).len() < 2 {
         assert!(std::time::Instant::now() < deadline, "the command started no child");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
@@ -410,7 +404,7 @@ fn a_command_killed_before_its_answer_leaves_no_child() {
     // answer within the first few milliseconds, that the kill came too late).
     assert!(answer.is_empty(), "an answer after the command was killed: {answer}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while running() {
+    while !processes_running(&wanted).is_empty() {
         assert!(std::time::Instant::now() < deadline, "the child outlived the command");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
