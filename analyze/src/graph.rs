@@ -269,6 +269,7 @@ impl<'s> HeapGraph<'s> {
                 .collect();
             suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64
         };
+        timer.lap("continuations");
 
         let mut graph = HeapGraph {
             blocks,
@@ -286,7 +287,7 @@ impl<'s> HeapGraph<'s> {
             bad_ephemerons: 0,
         };
         graph.add_ephemerons(snap);
-        timer.lap("continuations and ephemerons");
+        timer.lap(&format!("ephemerons ({} with data)", graph.ephemerons.iter().filter(|e| e.data.is_some()).count()));
         Ok(graph)
     }
 
@@ -374,16 +375,18 @@ impl<'s> HeapGraph<'s> {
         }
 
         // Fixpoint: data becomes live when its ephemeron and keys are reachable, which may make
-        // more keys and ephemerons reachable.
+        // more keys and ephemerons reachable. The search follows the graph's own edges only:
+        // an added edge leads from a reached ephemeron or key to data that is marked and
+        // searched from as it is added, so following it again would find nothing new.
         let n = self.node_count();
         let mut reached = vec![false; n];
-        let mut extra: HashMap<NodeId, Vec<NodeId>> = HashMap::new();
+        // `(from, data)` in the order they are found: each node's come after its own edges.
+        let mut extra: Vec<(NodeId, NodeId)> = Vec::new();
         let mut queue = vec![SUPER_ROOT];
         reached[SUPER_ROOT as usize] = true;
         loop {
             while let Some(u) = queue.pop() {
-                let succ = self.successors(u).iter().chain(extra.get(&u).into_iter().flatten());
-                for &t in succ {
+                for &t in self.successors(u) {
                     if !reached[t as usize] {
                         reached[t as usize] = true;
                         queue.push(t);
@@ -398,9 +401,9 @@ impl<'s> HeapGraph<'s> {
                 }
                 e.data_live = true;
                 changed = true;
-                extra.entry(e.node).or_default().push(d);
+                extra.push((e.node, d));
                 for &k in &e.keys {
-                    extra.entry(k).or_default().push(d);
+                    extra.push((k, d));
                     self.condition_edges.push((k, d));
                 }
                 if !reached[d as usize] {
@@ -417,25 +420,49 @@ impl<'s> HeapGraph<'s> {
         if extra.is_empty() {
             return;
         }
-        // Merge the new edges into the CSR (each node's extra edges after its own).
-        let added: usize = extra.values().map(Vec::len).sum();
-        let mut offsets = Vec::with_capacity(n + 1);
-        let mut targets = Vec::with_capacity(self.targets.len() + added);
-        offsets.push(0u32);
-        for u in 0..n as NodeId {
-            targets.extend_from_slice(self.successors(u));
-            if let Some(more) = extra.get(&u) {
-                targets.extend_from_slice(more);
-            }
-            offsets.push(targets.len() as u32);
-        }
-        self.offsets = offsets;
-        self.targets = targets;
+        insert_edges(&mut self.offsets, &mut self.targets, extra);
     }
 
     /// Bytes held by the graph (for memory accounting).
     pub fn heap_bytes(&self) -> usize {
         self.offsets.capacity() * 4 + self.targets.capacity() * 4 + self.blocks.heap_bytes() + self.roots.capacity() * 8
+    }
+}
+
+/// Adds `(from, to)` edges to a CSR (`offsets`, `targets`), each after `from`'s own edges and in the order
+/// given, in place: the targets after each source move up by the edges added before them
+/// (a few ephemerons' data on a heap of millions of edges: the copy is one move of the
+/// tail, not a rebuild).
+fn insert_edges(offsets: &mut [u32], targets: &mut Vec<u32>, mut extra: Vec<(NodeId, NodeId)>) {
+    // Stable: a node's added edges keep their order.
+    extra.sort_by_key(|&(from, _)| from);
+    let old_len = targets.len();
+    targets.resize(old_len + extra.len(), 0);
+    // From the last source down: the targets after its edges move up by the edges added
+    // at it and at every source after it, then its own added edges go in behind its own.
+    let mut end = old_len;
+    let mut shift = extra.len();
+    let mut i = extra.len();
+    while i > 0 {
+        let from = extra[i - 1].0;
+        let first = extra[..i].partition_point(|&(f, _)| f < from);
+        let own_end = offsets[from as usize + 1] as usize;
+        targets.copy_within(own_end..end, own_end + shift);
+        shift -= i - first;
+        for (slot, &(_, to)) in targets[own_end + shift..].iter_mut().zip(&extra[first..i]) {
+            *slot = to;
+        }
+        end = own_end;
+        i = first;
+    }
+    // Node v's edges end after the edges added at every source up to v.
+    let mut added = 0u32;
+    let mut next = extra.iter().peekable();
+    for (v, end) in offsets.iter_mut().skip(1).enumerate() {
+        while next.next_if(|&&(from, _)| from as usize <= v).is_some() {
+            added += 1;
+        }
+        *end += added;
     }
 }
 
@@ -509,4 +536,41 @@ fn discover_static(blocks: &BlockMap<'_>, snap: &Snapshot, suspended: &HashMap<u
         *words = kept;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::insert_edges;
+    use proptest::prelude::*;
+
+    /// The CSR rebuilt from scratch: each node's own edges, then those added at it, in order.
+    fn rebuilt(offsets: &[u32], targets: &[u32], extra: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>) {
+        let (mut new_offsets, mut new_targets) = (vec![0u32], Vec::new());
+        for v in 0..offsets.len() - 1 {
+            new_targets.extend_from_slice(&targets[offsets[v] as usize..offsets[v + 1] as usize]);
+            new_targets.extend(extra.iter().filter(|&&(from, _)| from as usize == v).map(|&(_, to)| to));
+            new_offsets.push(new_targets.len() as u32);
+        }
+        (new_offsets, new_targets)
+    }
+
+    proptest! {
+        #[test]
+        fn edges_inserted_in_place_are_the_csr_rebuilt(
+            degrees in proptest::collection::vec(0u32..4, 1..40),
+            extra_at in proptest::collection::vec((0usize..1000, 0u32..1000), 0..12),
+        ) {
+            let mut offsets = vec![0u32];
+            for d in &degrees {
+                offsets.push(offsets.last().unwrap() + d);
+            }
+            let targets: Vec<u32> = (0..*offsets.last().unwrap()).map(|t| 7 * t % 97).collect();
+            let nodes = degrees.len();
+            let extra: Vec<(u32, u32)> = extra_at.iter().map(|&(from, to)| ((from % nodes) as u32, to)).collect();
+            let expected = rebuilt(&offsets, &targets, &extra);
+            let (mut offsets, mut targets) = (offsets, targets);
+            insert_edges(&mut offsets, &mut targets, extra);
+            prop_assert_eq!((offsets, targets), expected);
+        }
+    }
 }

@@ -168,6 +168,48 @@ fn ephemeron_keys_are_weak_and_data_needs_all_keys() {
 }
 
 #[test]
+fn ephemeron_data_that_reaches_another_key_makes_that_data_live() {
+    // Round one: e1's key is held, so its data is live; that data holds k2, the key of e2,
+    // whose data is live only then (round two); d3 waits on a key nothing holds.
+    let mut h = SynthHeap::new();
+    let k1 = h.alloc_string(Space::Major, b"k1");
+    let k2 = h.alloc_string(Space::Major, b"k2");
+    let k3 = h.alloc_string(Space::Major, b"k3");
+    let d2 = h.alloc_raw(Space::Major, ocaml::STRING_TAG, &[0; 12]);
+    let d3 = h.alloc_raw(Space::Major, ocaml::STRING_TAG, &[0; 14]);
+    let d1 = h.alloc(Space::Major, 0, &[Value::Ptr(k2), Value::Int(1)]);
+    // Listed in the order that needs the second round: e2 is looked at before e1's data is live.
+    let e2 = h.alloc_ephemeron(Some(Value::Ptr(d2)), &[Value::Ptr(k2)]);
+    let e1 = h.alloc_ephemeron(Some(Value::Ptr(d1)), &[Value::Ptr(k1)]);
+    let e3 = h.alloc_ephemeron(Some(Value::Ptr(d3)), &[Value::Ptr(k3)]);
+    let table = h.alloc(Space::Major, 0, &[Value::Ptr(e2), Value::Ptr(e1), Value::Ptr(e3)]);
+    h.add_module("C", &[Value::Ptr(table), Value::Ptr(k1)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    for live in [d1, k2, d2] {
+        assert!(a.tree.is_reachable(node_of(&a, &h, live)), "{live:#x}");
+    }
+    assert!(!a.tree.is_reachable(node_of(&a, &h, d3)));
+    assert!(!a.tree.is_reachable(node_of(&a, &h, k3)));
+    // Each live datum has an edge from its ephemeron and one from each key, after their own.
+    let (e1n, e2n, k1n, k2n) = (node_of(&a, &h, e1), node_of(&a, &h, e2), node_of(&a, &h, k1), node_of(&a, &h, k2));
+    let (d1n, d2n) = (node_of(&a, &h, d1), node_of(&a, &h, d2));
+    assert_eq!(a.graph.successors(k1n), &[d1n]);
+    assert_eq!(a.graph.successors(k2n), &[d2n]);
+    assert_eq!(a.graph.successors(e1n).last(), Some(&d1n));
+    assert_eq!(a.graph.successors(e2n).last(), Some(&d2n));
+    assert_eq!(a.graph.condition_edges, {
+        let mut edges = vec![(k1n, d1n), (k2n, d2n)];
+        edges.sort_unstable();
+        edges
+    });
+    // d2 hangs under what dominates both e2 and k2 (k2 is reached through d1 only): the table
+    // does not retain it.
+    assert_ne!(idom_of(&a, &h, d2), node_of(&a, &h, table));
+    assert!(verify(&w.snap, true).unwrap().ok);
+}
+
+#[test]
 fn custom_blocks_are_named_and_not_scanned() {
     let mut h = SynthHeap::new();
     let ops = 0x5555_5580_0000;
