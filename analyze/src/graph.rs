@@ -429,10 +429,10 @@ impl<'s> HeapGraph<'s> {
     }
 }
 
-/// Adds `(from, to)` edges to a CSR (`offsets`, `targets`), each after `from`'s own edges and in the order
-/// given, in place: the targets after each source move up by the edges added before them
-/// (a few ephemerons' data on a heap of millions of edges: the copy is one move of the
-/// tail, not a rebuild).
+/// Adds `(from, to)` edges to a CSR (`offsets`, `targets`), each after `from`'s own edges
+/// and, at one node, in the order given; in place: the targets after each source move up by
+/// the edges added before them (a few ephemerons' data on a heap of millions of edges: one
+/// move of the tail, not a rebuild).
 fn insert_edges(offsets: &mut [u32], targets: &mut Vec<u32>, mut extra: Vec<(NodeId, NodeId)>) {
     // Stable: a node's added edges keep their order.
     extra.sort_by_key(|&(from, _)| from);
