@@ -79,6 +79,8 @@ pub struct HeapGraph<'s> {
     pub orphan_stack_records: u64,
     /// Ephemeron list entries that are not abstract blocks.
     pub bad_ephemerons: u64,
+    /// Ephemeron list entries naming an ephemeron listed before them (skipped).
+    pub repeated_ephemerons: u64,
 }
 
 /// Everything a block's edges depend on besides the block itself.
@@ -285,8 +287,9 @@ impl<'s> HeapGraph<'s> {
             bad_by_kind,
             orphan_stack_records,
             bad_ephemerons: 0,
+            repeated_ephemerons: 0,
         };
-        graph.add_ephemerons(snap);
+        graph.add_ephemerons(snap)?;
         timer.lap(&format!("ephemerons ({} with data)", graph.ephemerons.iter().filter(|e| e.data.is_some()).count()));
         Ok(graph)
     }
@@ -321,10 +324,13 @@ impl<'s> HeapGraph<'s> {
     }
 
     /// Reads the ephemeron list, decides which data is live and adds its edges.
-    fn add_ephemerons(&mut self, snap: &Snapshot) {
+    fn add_ephemerons(&mut self, snap: &Snapshot) -> Result<(), AnalyzeError> {
         if snap.ephemerons().is_empty() {
-            return;
+            return Ok(());
         }
+        // A runtime lists each ephemeron once; a snapshot listing one again would add its
+        // edges again, as many times as it is listed.
+        let mut listed = HashSet::with_capacity(snap.ephemerons().len());
         for &value in snap.ephemerons() {
             let PointsTo::Node(node) = self.blocks.resolve(value) else {
                 self.bad_ephemerons += 1;
@@ -333,6 +339,10 @@ impl<'s> HeapGraph<'s> {
             let Some(block) = self.blocks.block(node) else { continue };
             if block.header.tag != ocaml::ABSTRACT_TAG || block.fields.len() < ocaml::EPHE_FIRST_KEY_FIELD {
                 self.bad_ephemerons += 1;
+                continue;
+            }
+            if !listed.insert(node) {
+                self.repeated_ephemerons += 1;
                 continue;
             }
             let heap_node = |v: u64| -> Result<Option<NodeId>, ()> {
@@ -357,6 +367,9 @@ impl<'s> HeapGraph<'s> {
                     Err(()) => dead_key = true,
                 }
             }
+            // A key held twice is one key (and one edge to the data).
+            keys.sort_unstable();
+            keys.dedup();
             let data_word = block.fields[ocaml::EPHE_DATA_FIELD];
             let data = match self.blocks.resolve(data_word) {
                 PointsTo::Node(n) if ocaml::is_pointer(data_word) => Some(n),
@@ -371,61 +384,105 @@ impl<'s> HeapGraph<'s> {
         if self.ephemerons.iter().all(|e| e.data.is_none()) {
             // Weak arrays and sets only (OCaml 5's `Weak` is ephemerons without data): no data
             // becomes live through them, so the heap need not be walked to find out.
-            return;
+            return Ok(());
         }
 
-        // Fixpoint: data becomes live when its ephemeron and keys are reachable, which may make
-        // more keys and ephemerons reachable. The search follows the graph's own edges only:
-        // an added edge leads from a reached ephemeron or key to data that is marked and
-        // searched from as it is added, so following it again would find nothing new.
+        // Data becomes live when its ephemeron and all its keys are reached, which may reach
+        // more keys and ephemerons. Each ephemeron with data counts the conditions (itself and
+        // its distinct keys) not yet reached; reaching a node counts down every ephemeron
+        // waiting on it, so the search is one pass however long a chain of ephemerons is. It
+        // follows the graph's own edges only: an added edge leads from a reached ephemeron or
+        // key to data that is marked and searched from as it becomes live.
         let n = self.node_count();
-        let mut reached = vec![false; n];
-        // `(from, data)` in the order they are found: each node's come after its own edges.
-        let mut extra: Vec<(NodeId, NodeId)> = Vec::new();
-        let mut queue = vec![SUPER_ROOT];
-        reached[SUPER_ROOT as usize] = true;
-        loop {
-            while let Some(u) = queue.pop() {
-                for &t in self.successors(u) {
-                    if !reached[t as usize] {
-                        reached[t as usize] = true;
-                        queue.push(t);
-                    }
+        let mut waiting_on: Vec<(NodeId, u32)> = Vec::new();
+        for (i, e) in self.ephemerons.iter().enumerate().filter(|(_, e)| e.data.is_some()) {
+            waiting_on.push((e.node, i as u32));
+            waiting_on.extend(e.keys.iter().map(|&k| (k, i as u32)));
+        }
+        // Sorted by node; an ephemeron that is its own key waits on it twice and is counted
+        // down twice when it is reached.
+        waiting_on.sort_unstable();
+        let mut unreached = vec![0u32; self.ephemerons.len()];
+        for &(_, i) in &waiting_on {
+            unreached[i as usize] += 1;
+        }
+        let mut is_condition = vec![false; n];
+        for &(node, _) in &waiting_on {
+            is_condition[node as usize] = true;
+        }
+        let mut search =
+            ConditionalSearch { reached: vec![false; n], queue: Vec::new(), waiting_on, is_condition, unreached, live: Vec::new() };
+        search.reach(SUPER_ROOT);
+        while let Some(u) = search.queue.pop() {
+            for &t in self.successors(u) {
+                if !search.reached[t as usize] {
+                    search.reach(t);
                 }
             }
-            let mut changed = false;
-            for e in self.ephemerons.iter_mut() {
-                let Some(d) = e.data else { continue };
-                if e.data_live || !reached[e.node as usize] || !e.keys.iter().all(|&k| reached[k as usize]) {
-                    continue;
-                }
+            while let Some(i) = search.live.pop() {
+                let e = &mut self.ephemerons[i as usize];
                 e.data_live = true;
-                changed = true;
-                extra.push((e.node, d));
-                for &k in &e.keys {
-                    extra.push((k, d));
-                    self.condition_edges.push((k, d));
-                }
-                if !reached[d as usize] {
-                    reached[d as usize] = true;
-                    queue.push(d);
+                let d = e.data.expect("only ephemerons with data wait");
+                if !search.reached[d as usize] {
+                    search.reach(d);
                 }
             }
-            if !changed {
-                break;
+        }
+        // `(from, data)` in the list's order; each node's after its own edges.
+        let mut extra: Vec<(NodeId, NodeId)> = Vec::new();
+        for e in self.ephemerons.iter().filter(|e| e.data_live) {
+            let d = e.data.expect("live data");
+            extra.push((e.node, d));
+            for &k in &e.keys {
+                extra.push((k, d));
+                self.condition_edges.push((k, d));
             }
         }
         self.condition_edges.sort_unstable();
         self.condition_edges.dedup();
         if extra.is_empty() {
-            return;
+            return Ok(());
+        }
+        if self.targets.len() + extra.len() >= u32::MAX as usize {
+            return Err(AnalyzeError::TooLarge(format!("more than {} edges with the ephemerons' data", u32::MAX)));
         }
         insert_edges(&mut self.offsets, &mut self.targets, extra);
+        Ok(())
     }
 
     /// Bytes held by the graph (for memory accounting).
     pub fn heap_bytes(&self) -> usize {
         self.offsets.capacity() * 4 + self.targets.capacity() * 4 + self.blocks.heap_bytes() + self.roots.capacity() * 8
+    }
+}
+
+/// A depth-first search from the super-root that also counts down the conditions each
+/// ephemeron's data waits on (its ephemeron and keys reached).
+struct ConditionalSearch {
+    reached: Vec<bool>,
+    queue: Vec<NodeId>,
+    /// `(condition node, ephemeron index)`, sorted.
+    waiting_on: Vec<(NodeId, u32)>,
+    is_condition: Vec<bool>,
+    /// Per ephemeron, its conditions not reached yet.
+    unreached: Vec<u32>,
+    /// Ephemerons whose conditions were all just reached: their data is live.
+    live: Vec<u32>,
+}
+
+impl ConditionalSearch {
+    fn reach(&mut self, node: NodeId) {
+        self.reached[node as usize] = true;
+        self.queue.push(node);
+        if self.is_condition[node as usize] {
+            let from = self.waiting_on.partition_point(|&(n, _)| n < node);
+            for &(_, i) in self.waiting_on[from..].iter().take_while(|&&(n, _)| n == node) {
+                self.unreached[i as usize] -= 1;
+                if self.unreached[i as usize] == 0 {
+                    self.live.push(i);
+                }
+            }
+        }
     }
 }
 

@@ -246,6 +246,12 @@ pub fn verify_graph(graph: &HeapGraph<'_>, strict: bool) -> VerifyReport {
     if graph.bad_ephemerons > 0 {
         warnings.push(format!("{} entries of the ephemeron list are not abstract blocks", graph.bad_ephemerons));
     }
+    if graph.repeated_ephemerons > 0 {
+        warnings.push(format!(
+            "{} entries of the ephemeron list repeat an ephemeron listed before them (a runtime lists each once; repeats are skipped)",
+            graph.repeated_ephemerons
+        ));
+    }
     if snap.roots().iter().any(|r| r.is_conservative()) {
         warnings.push("some roots were found by a conservative scan".into());
     }

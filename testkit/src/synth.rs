@@ -256,6 +256,12 @@ impl SynthHeap {
         id
     }
 
+    /// Lists a block in the ephemeron section once more (a runtime lists each ephemeron once:
+    /// for snapshots that do not).
+    pub fn list_ephemeron_again(&mut self, id: ObjId) {
+        self.ephemerons.push(id);
+    }
+
     /// A continuation (Cont_tag) owning a suspended fiber stack at `stack`, whose frames hold `values`.
     pub fn alloc_continuation(&mut self, stack: u64, values: &[Value]) -> ObjId {
         let id = self.alloc(Space::Major, ocaml::CONT_TAG, &[Value::Raw(stack + 1), Value::Int(0)]);

@@ -210,6 +210,83 @@ fn ephemeron_data_that_reaches_another_key_makes_that_data_live() {
 }
 
 #[test]
+fn a_chain_of_ephemerons_listed_backwards_is_live_to_its_end() {
+    // e_i's data holds k_{i+1}, the key of e_{i+1}: each datum is live only once the one before
+    // is. Listed last first, so that no order of the list finds them in one pass over it.
+    const LENGTH: usize = 300;
+    let mut h = SynthHeap::new();
+    let keys: Vec<u64> = (0..=LENGTH).map(|_| h.alloc_string(Space::Major, b"key")).collect();
+    let data: Vec<u64> = (0..LENGTH).map(|i| h.alloc(Space::Major, 0, &[Value::Ptr(keys[i + 1])])).collect();
+    let mut ephemerons: Vec<u64> =
+        (0..LENGTH).rev().map(|i| h.alloc_ephemeron(Some(Value::Ptr(data[i])), &[Value::Ptr(keys[i])])).collect();
+    ephemerons.reverse();
+    let mut fields: Vec<Value> = ephemerons.iter().map(|&e| Value::Ptr(e)).collect();
+    fields.push(Value::Ptr(keys[0]));
+    let table = h.alloc(Space::Major, 0, &fields);
+    h.add_module("C", &[Value::Ptr(table)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    for (i, &d) in data.iter().enumerate() {
+        assert!(a.tree.is_reachable(node_of(&a, &h, d)), "datum {i}");
+        assert_eq!(a.graph.successors(node_of(&a, &h, keys[i])), &[node_of(&a, &h, d)], "key {i}");
+    }
+    assert!(a.graph.ephemerons.iter().all(|e| e.data_live));
+    assert_eq!(a.graph.condition_edges.len(), LENGTH);
+}
+
+#[test]
+fn an_ephemeron_listed_many_times_adds_its_edges_once() {
+    // A runtime lists each ephemeron once; this snapshot lists one of 200 keys 500 times.
+    let mut h = SynthHeap::new();
+    let keys: Vec<u64> = (0..200).map(|_| h.alloc_string(Space::Major, b"key")).collect();
+    let datum = h.alloc_string(Space::Major, b"datum");
+    let key_values: Vec<Value> = keys.iter().map(|&k| Value::Ptr(k)).collect();
+    let e = h.alloc_ephemeron(Some(Value::Ptr(datum)), &key_values);
+    for _ in 0..499 {
+        h.list_ephemeron_again(e);
+    }
+    let mut fields = key_values.clone();
+    fields.push(Value::Ptr(e));
+    let holder = h.alloc(Space::Major, 0, &fields);
+    h.add_module("C", &[Value::Ptr(holder)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let datum_node = node_of(&a, &h, datum);
+    assert_eq!(a.graph.ephemerons.len(), 1);
+    assert_eq!(a.graph.repeated_ephemerons, 499);
+    assert_eq!(a.graph.weak_edges.len(), 200);
+    assert_eq!(a.graph.condition_edges.len(), 200);
+    for &k in &keys {
+        assert_eq!(a.graph.successors(node_of(&a, &h, k)), &[datum_node]);
+    }
+    assert_eq!(a.graph.successors(node_of(&a, &h, e)).iter().filter(|&&t| t == datum_node).count(), 1);
+    let report = verify(&w.snap, false).unwrap();
+    assert!(report.warnings.iter().any(|w| w.starts_with("499 entries of the ephemeron list repeat")), "{:?}", report.warnings);
+}
+
+#[test]
+fn an_ephemeron_that_repeats_a_key_or_is_its_own_key_waits_on_each_once() {
+    let mut h = SynthHeap::new();
+    let key = h.alloc_string(Space::Major, b"key");
+    let datum = h.alloc_string(Space::Major, b"datum");
+    let e = h.alloc_ephemeron(Some(Value::Ptr(datum)), &[Value::Ptr(key), Value::Ptr(key), Value::Int(0)]);
+    h.set_field(e, ocaml::EPHE_FIRST_KEY_FIELD + 2, Value::Ptr(e));
+    let holder = h.alloc(Space::Major, 0, &[Value::Ptr(key), Value::Ptr(e)]);
+    h.add_module("C", &[Value::Ptr(holder)]);
+    let w = write(&h);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    let (key_node, datum_node, e_node) = (node_of(&a, &h, key), node_of(&a, &h, datum), node_of(&a, &h, e));
+    assert!(a.tree.is_reachable(datum_node));
+    assert_eq!(a.graph.successors(key_node), &[datum_node]);
+    assert_eq!(a.graph.weak_edges.len(), 2);
+    assert_eq!(a.graph.condition_edges, {
+        let mut edges = vec![(key_node, datum_node), (e_node, datum_node)];
+        edges.sort_unstable();
+        edges
+    });
+}
+
+#[test]
 fn custom_blocks_are_named_and_not_scanned() {
     let mut h = SynthHeap::new();
     let ops = 0x5555_5580_0000;
