@@ -11,14 +11,15 @@
 //! the function's own location, and the unit its symbol names has the `.cmt` reader's entry for
 //! that place. Without symbols or line tables, no closure is typed.
 
-use crate::blocks::{BlockRef, NodeId};
+use crate::blocks::{BlockMap, BlockRef, NodeId};
 use crate::facts::HeapFacts;
+use crate::names::Names;
+use heapsnap_format::Snapshot;
 use heapsnap_names::model::ClosureTy;
 use heapsnap_names::{Ty, TypeEnv};
 use heapsnap_values as ocaml;
 use rayon::prelude::*;
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::cell::RefCell;
 
 /// Partial applications are chains at most this long (OCaml's functions take at most 126
 /// arguments): a longer chain is not a partial application.
@@ -54,54 +55,83 @@ struct Runs {
     env_len: u32,
 }
 
-/// Every reachable closure whose function the snapshot's OCaml names know, with its type.
-pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv) -> TypedClosures {
+/// Every closure block with what it runs, and where those functions start: what the closures'
+/// types are made from. It needs only the blocks and the snapshot (neither the dominators nor
+/// the OCaml names), so the analysis makes it beside its dominators.
+pub struct ClosureSweep {
+    /// `(address, node, what it runs)`, in node order.
+    found: Vec<Vec<(u64, NodeId, Runs)>>,
+    /// Code address -> where its function was written ([`entry_locations`]).
+    entries: FxHashMap<u64, (u32, u32, String)>,
+}
+
+impl ClosureSweep {
+    /// The blocks swept once, region by region, in node order, rather than each closure's
+    /// node looked up: a real program has hundreds of thousands of closures, and a lookup by
+    /// node is a search. Each part of the sweep keeps the symbols of the code pointers it met
+    /// (a program has thousands of functions, and a partial application's chain runs through
+    /// closures of the same list). On every core, or on this thread only (beside the
+    /// dominators, which use the other cores).
+    pub fn of_blocks<'s>(snap: &'s Snapshot, blocks: &BlockMap<'s>, on_every_core: bool) -> ClosureSweep {
+        let timer = crate::progress::PhaseTimer::start("closures");
+        let mut regions: Vec<usize> = blocks.block_regions().collect();
+        regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
+        let sweep = |(mut out, mut known): (Vec<_>, FxHashMap<u64, Option<&'s str>>), &r: &usize| {
+            let mut symbol = |code: u64| *known.entry(code).or_insert_with(|| Names::symbol_in(snap, code));
+            for b in blocks.region_blocks(r).filter(is_closure) {
+                if let Some(runs) = runs_of(&|q| blocks.block_of_pointer(q), &b, &mut symbol) {
+                    out.push((b.address, b.node, runs));
+                }
+            }
+            (out, known)
+        };
+        let found = match on_every_core {
+            true => regions.par_iter().fold(Default::default, sweep).map(|(out, _)| out).collect(),
+            false => vec![regions.iter().fold(Default::default(), sweep).0],
+        };
+        timer.lap("what each runs");
+        Self::with_entries(snap, found, &timer)
+    }
+
+    /// The same from a heap's facts, node by node (a heap without a block map).
+    fn of_nodes<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> ClosureSweep {
+        let timer = crate::progress::PhaseTimer::start("closures");
+        let snap = a.snap();
+        let mut known = FxHashMap::<u64, Option<&'s str>>::default();
+        let mut symbol = |code: u64| *known.entry(code).or_insert_with(|| Names::symbol_in(snap, code));
+        let found = (0..a.node_count() as NodeId)
+            .filter_map(|v| a.block(v))
+            .filter(is_closure)
+            .filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), &b, &mut symbol)?)))
+            .collect();
+        timer.lap("what each runs");
+        Self::with_entries(snap, vec![found], &timer)
+    }
+
+    fn with_entries(snap: &Snapshot, found: Vec<Vec<(u64, NodeId, Runs)>>, timer: &crate::progress::PhaseTimer) -> ClosureSweep {
+        let codes: FxHashSet<u64> = found.iter().flatten().map(|(_, _, r)| r.code).collect();
+        let entries = entry_locations(snap, &codes);
+        timer.lap("where their functions start (line tables)");
+        ClosureSweep { found, entries }
+    }
+}
+
+fn is_closure(b: &BlockRef<'_>) -> bool {
+    b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2
+}
+
+/// Every reachable closure whose function the snapshot's OCaml names know, with its type:
+/// from `sweep` when the analysis made it, else from a sweep of its own.
+pub fn typed_closures<'s>(a: &(impl HeapFacts<'s> + ?Sized), env: &TypeEnv, sweep: Option<ClosureSweep>) -> TypedClosures {
     let names = a.names();
-    let timer = crate::progress::PhaseTimer::start("closures");
-    let is_closure = |b: &BlockRef<'s>| b.header.tag == ocaml::CLOSURE_TAG && b.fields.len() >= 2;
-    // What each closure runs, with its node, in node order.
-    let found: Vec<Vec<(u64, NodeId, Runs)>> = match a.block_map() {
-        // The blocks swept once, region by region on every core, in node order, rather than each
-        // closure's node looked up: a real program has hundreds of thousands of closures, and
-        // a lookup by node is a search. Each part of the sweep keeps the symbols of the code
-        // pointers it met (a program has thousands of functions, and a partial application's
-        // chain runs through closures of the same list).
-        Some(blocks) => {
-            let mut regions: Vec<usize> = blocks.block_regions().collect();
-            regions.sort_by_key(|&r| blocks.regions[r].nodes.start);
-            regions
-                .par_iter()
-                .fold(
-                    || (Vec::new(), RefCell::new(FxHashMap::<u64, Option<&'s str>>::default())),
-                    |(mut out, known), &r| {
-                        let symbol = |code: u64| *known.borrow_mut().entry(code).or_insert_with(|| names.symbol(code));
-                        out.extend(
-                            blocks
-                                .region_blocks(r)
-                                .filter(is_closure)
-                                .filter_map(|b| Some((b.address, b.node, runs_of(&|q| blocks.block_of_pointer(q), &b, &symbol)?))),
-                        );
-                        (out, known)
-                    },
-                )
-                .map(|(out, _)| out)
-                .collect()
-        }
-        None => {
-            let known = RefCell::new(FxHashMap::<u64, Option<&'s str>>::default());
-            let symbol = |code: u64| *known.borrow_mut().entry(code).or_insert_with(|| names.symbol(code));
-            let found = (0..a.node_count() as NodeId)
-                .filter_map(|v| a.block(v))
-                .filter(is_closure)
-                .filter_map(|b| Some((b.address, b.node, runs_of(&|q| a.block_of_pointer(q), &b, &symbol)?)))
-                .collect();
-            vec![found]
-        }
+    let ClosureSweep { found, entries } = match sweep {
+        Some(sweep) => sweep,
+        None => match a.block_map() {
+            Some(blocks) => ClosureSweep::of_blocks(a.snap(), blocks, true),
+            None => ClosureSweep::of_nodes(a),
+        },
     };
-    timer.lap("what each runs");
-    let codes: FxHashSet<u64> = found.iter().flatten().map(|(_, _, r)| r.code).collect();
-    let entries = entry_locations(a, &codes);
-    timer.lap("where their functions start (line tables)");
+    let timer = crate::progress::PhaseTimer::start("closures");
     let mut out = TypedClosures::default();
     let mut type_of: FxHashMap<Runs, Option<u32>> = FxHashMap::default();
     for &(address, node, runs) in found.iter().flatten() {
@@ -153,7 +183,7 @@ fn closure_type(env: &TypeEnv, runs: &Runs, entry: &(u32, u32, String), sym: &st
 fn runs_of<'s>(
     block_of_pointer: &dyn Fn(u64) -> Option<BlockRef<'s>>,
     b: &BlockRef<'s>,
-    symbol: &dyn Fn(u64) -> Option<&'s str>,
+    symbol: &mut dyn FnMut(u64) -> Option<&'s str>,
 ) -> Option<Runs> {
     let (arity, env_start) = closure_info(b.fields[1]);
     let env_start32 = u32::try_from(env_start).ok()?;
@@ -201,13 +231,12 @@ fn units_of(symbol: &str) -> Vec<&str> {
 
 /// For each code address, the first line-table row at it (line, 0-based column, file name):
 /// where the function whose code starts there was written.
-fn entry_locations<'s>(a: &(impl HeapFacts<'s> + ?Sized), codes: &FxHashSet<u64>) -> FxHashMap<u64, (u32, u32, String)> {
+fn entry_locations(snap: &Snapshot, codes: &FxHashSet<u64>) -> FxHashMap<u64, (u32, u32, String)> {
     let mut out = FxHashMap::default();
     if codes.is_empty() {
         return out;
     }
-    let snap = a.snap();
-    let bias = a.names().load_bias();
+    let bias = snap.load_bias();
     let Some(dwarf) = crate::names::dwarf(|name| snap.dwarf_section(name)) else { return out };
     let wanted: FxHashSet<u64> = codes.iter().map(|c| c.wrapping_sub(bias)).collect();
     let mut units = dwarf.units();

@@ -5,6 +5,7 @@
 
 use crate::analysed_heap::AnalysedHeap;
 use crate::blocks::{BlockMap, BlockRef, NodeId, PointsTo, NO_NODE};
+use crate::closures::ClosureSweep;
 use crate::dominators::{self, Csr, DominatorTree};
 use crate::error::AnalyzeError;
 use crate::facts::HeapFacts;
@@ -39,6 +40,8 @@ pub struct Analysis<'s> {
     block_kinds: OnceLock<BlockKinds>,
     /// The blocks' OCaml types, computed when a report first needs them.
     typing: OnceLock<Option<Typing<'static>>>,
+    /// The closures swept beside the dominators, until the types take them.
+    closure_sweep: std::sync::Mutex<Option<ClosureSweep>>,
     /// Every node's shortest-path parent (one breadth-first search), made when a report needs
     /// them all (the analysis index saves them).
     bfs_parents: OnceLock<walks::ShortestParents>,
@@ -55,7 +58,7 @@ impl<'s> Analysis<'s> {
     pub fn new(snap: &'s Snapshot, progress: &Progress) -> Result<Self, AnalyzeError> {
         let mut timings = Vec::new();
         let t = Instant::now();
-        let (graph, tree, ocaml) = std::thread::scope(|scope| {
+        let (graph, tree, ocaml, closure_sweep) = std::thread::scope(|scope| {
             // The program's OCaml names (tens of megabytes of JSON on a real program, and a
             // type environment made from them) are parsed on one core, in one piece, and
             // almost every report reads them: they are parsed beside the graph and the
@@ -63,13 +66,19 @@ impl<'s> Analysis<'s> {
             let parsing = snap.ocaml_names().is_some().then(|| scope.spawn(|| crate::names::OcamlNames::of(snap)));
             let graph = HeapGraph::build(snap, progress)?;
             timings.push(("graph", t.elapsed().as_secs_f64()));
-            let t = Instant::now();
-            let step = progress.step("dominators", 0);
-            let tree = dominator_tree(&graph);
-            step.finish_and_clear();
-            timings.push(("dominators", t.elapsed().as_secs_f64()));
-            let ocaml = parsing.map(|thread| thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)));
-            Ok::<_, AnalyzeError>((graph, tree, ocaml))
+            // What each closure runs, for their types, needs only the blocks: made beside the
+            // dominators too (the names are parsed by then).
+            let (tree, sweep) = std::thread::scope(|beside| {
+                let sweeping = parsing.is_some().then(|| beside.spawn(|| ClosureSweep::of_blocks(snap, &graph.blocks, false)));
+                let t = Instant::now();
+                let step = progress.step("dominators", 0);
+                let tree = dominator_tree(&graph);
+                step.finish_and_clear();
+                timings.push(("dominators", t.elapsed().as_secs_f64()));
+                (tree, sweeping.map(join_or_resume))
+            });
+            let ocaml = parsing.map(join_or_resume);
+            Ok::<_, AnalyzeError>((graph, tree, ocaml, sweep))
         })?;
         let modules = snap
             .roots()
@@ -91,6 +100,7 @@ impl<'s> Analysis<'s> {
             retainers: Default::default(),
             block_kinds: Default::default(),
             typing: Default::default(),
+            closure_sweep: std::sync::Mutex::new(closure_sweep),
             bfs_parents: Default::default(),
             partial_parents: Default::default(),
             unreachable: Default::default(),
@@ -433,8 +443,18 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn typing(&self) -> Option<&Typing<'_>> {
-        self.typing.get_or_init(|| Typing::compute(self)).as_ref()
+        self.typing
+            .get_or_init(|| {
+                let sweep = self.closure_sweep.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                Typing::compute_swept(self, sweep)
+            })
+            .as_ref()
     }
+}
+
+/// A scoped thread's result, or its panic resumed here.
+fn join_or_resume<T>(thread: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    thread.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Dominators and retained sizes of a graph, from the super-root.

@@ -165,15 +165,21 @@ impl<'s> Names<'s> {
     /// start where its first function does, and are innermost there by the format's rule: the
     /// function that starts at the same address, and has a size, names it instead.
     pub fn symbol(&self, address: u64) -> Option<&'s str> {
-        let (found, name) = self.snap.symbol_at(address)?;
+        Self::symbol_in(self.snap, address)
+    }
+
+    /// [`Names::symbol`] in a snapshot, without its names made (the analysis sweeps closures
+    /// before they are).
+    pub fn symbol_in(snap: &'s Snapshot, address: u64) -> Option<&'s str> {
+        let (found, name) = snap.symbol_at(address)?;
         let name = if found.end == found.start {
-            let symbols = self.snap.symbols();
+            let symbols = snap.symbols();
             let run = symbols.partition_point(|s| s.start < found.start);
             symbols[run..]
                 .iter()
                 .take_while(|s| s.start == found.start)
                 .find(|s| address < s.end)
-                .and_then(|s| self.snap.string(s.name))
+                .and_then(|s| snap.string(s.name))
                 .unwrap_or(name)
         } else {
             name

@@ -835,16 +835,25 @@ impl<'a> Typing<'a> {
     /// reached with two types, which one wins must not depend on timing: the walk is then run
     /// again on one core, in a fixed order, and the immediate dominator settles each conflict.
     pub fn compute<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing<'static>> {
-        Self::compute_with(a, true)
+        Self::compute_with(a, true, None)
+    }
+
+    /// [`Typing::compute`] from the closures the analysis swept already.
+    pub fn compute_swept<'s>(a: &(impl HeapFacts<'s> + ?Sized), sweep: Option<crate::closures::ClosureSweep>) -> Option<Typing<'static>> {
+        Self::compute_with(a, true, sweep)
     }
 
     /// The walk on one core only, in its fixed order: the reference the parallel walk must
     /// agree with where it is used (tests compare them).
     pub fn compute_on_one_core<'s>(a: &(impl HeapFacts<'s> + ?Sized)) -> Option<Typing<'static>> {
-        Self::compute_with(a, false)
+        Self::compute_with(a, false, None)
     }
 
-    fn compute_with<'s>(a: &(impl HeapFacts<'s> + ?Sized), parallel: bool) -> Option<Typing<'static>> {
+    fn compute_with<'s>(
+        a: &(impl HeapFacts<'s> + ?Sized),
+        parallel: bool,
+        sweep: Option<crate::closures::ClosureSweep>,
+    ) -> Option<Typing<'static>> {
         let names = a.names();
         let ocaml = names.ocaml()?;
         let timer = crate::progress::PhaseTimer::start("types");
@@ -874,7 +883,7 @@ impl<'a> Typing<'a> {
         timer.lap(&format!("module globals ({} types)", interner.types.len()));
         // Closures say which function they run, and so what their environment holds: each is
         // a root of the walk too, however it was reached.
-        let closures = crate::closures::typed_closures(a, &ocaml.env);
+        let closures = crate::closures::typed_closures(a, &ocaml.env, sweep);
         let ids: Vec<u32> = closures
             .types
             .iter()
