@@ -20,7 +20,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*" >&2; }
+# Each step says how long the run has taken so far (lanes' costs on a cold machine).
+step() { printf '\n== [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 mapfile -t all_toolchains < <(scripts/releases.sh toolchains)
 lanes=("$@")
@@ -135,7 +136,7 @@ for lane in "${lanes[@]}"; do
   esac
 done
 
-step "what the lanes covered"
+step "what the lanes covered (the whole run: ${SECONDS}s)"
 for c in "${covered[@]}"; do echo "covered: $c"; done
 for n in "${not_covered[@]}"; do echo "NOT COVERED: $n"; done
 if [ "${CI:-}" = true ] && [ ${#not_covered[@]} -gt 0 ]; then
