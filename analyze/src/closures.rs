@@ -71,7 +71,7 @@ impl ClosureSweep {
     /// node is a search. Each part of the sweep keeps the symbols of the code pointers it met
     /// (a program has thousands of functions, and a partial application's chain runs through
     /// closures of the same list). On every core, or on this thread only (beside the
-    /// dominators, which use the other cores).
+    /// dominators, which would otherwise compete for the cores).
     pub fn of_blocks<'s>(snap: &'s Snapshot, blocks: &BlockMap<'s>, on_every_core: bool) -> ClosureSweep {
         let timer = crate::progress::PhaseTimer::start("closures");
         let mut regions: Vec<usize> = blocks.block_regions().collect();

@@ -66,8 +66,9 @@ impl<'s> Analysis<'s> {
             let parsing = snap.ocaml_names().is_some().then(|| scope.spawn(|| crate::names::OcamlNames::of(snap)));
             let graph = HeapGraph::build(snap, progress)?;
             timings.push(("graph", t.elapsed().as_secs_f64()));
-            // What each closure runs, for their types, needs only the blocks: made beside the
-            // dominators too (the names are parsed by then).
+            // What each closure runs, for their types, needs only the blocks and the snapshot's
+            // symbols and line tables: swept on one core beside the dominators, whose
+            // sequential steps leave the other idle (only when there are names to type with).
             let (tree, sweep) = std::thread::scope(|beside| {
                 let sweeping = parsing.is_some().then(|| beside.spawn(|| ClosureSweep::of_blocks(snap, &graph.blocks, false)));
                 let t = Instant::now();
