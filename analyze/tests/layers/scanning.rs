@@ -212,7 +212,7 @@ fn ephemeron_data_that_reaches_another_key_makes_that_data_live() {
 #[test]
 fn a_chain_of_ephemerons_listed_backwards_is_live_to_its_end() {
     // e_i's data holds k_{i+1}, the key of e_{i+1}: each datum is live only once the one before
-    // is. Listed last first, so that no order of the list finds them in one pass over it.
+    // is. Listed last first: a pass over the list in its order would find one more per pass.
     const LENGTH: usize = 300;
     let mut h = SynthHeap::new();
     let keys: Vec<u64> = (0..=LENGTH).map(|_| h.alloc_string(Space::Major, b"key")).collect();
