@@ -284,6 +284,12 @@ impl<'s> Analysis<'s> {
         self.retained(SUPER_ROOT)
     }
 
+    /// Blocks reachable from the roots (static data included).
+    pub fn reachable_objects(&self) -> u64 {
+        let blocks = &self.graph.blocks;
+        self.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64
+    }
+
     /// A one-line description of any node ([`AnalysedHeap::describe`]).
     pub fn describe(&self, node: NodeId) -> String {
         AnalysedHeap::describe(self, node)

@@ -1,7 +1,7 @@
 //! The `summary`, `top` and `dominators` reports (JSON schemas in REPORTS.md).
 
 use crate::analysed_heap::{AnalysedHeap, KindTally};
-use crate::blocks::{NodeId, RegionCounts, NO_NODE};
+use crate::blocks::{NodeId, RegionCounts};
 use crate::full_analysis::Analysis;
 use crate::graph::{PointerCounts, SUPER_ROOT};
 use crate::kinds::key_name;
@@ -79,7 +79,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
         }
         all.add(&rb.counts);
     }
-    let reachable_objects = a.tree.pre_of.iter().enumerate().filter(|&(v, &p)| p != NO_NODE && blocks.is_block(v as NodeId)).count() as u64;
+    let reachable_objects = a.reachable_objects();
     let reachable_bytes = a.reachable_bytes();
     // The kind groups count the unreachable blocks as they sweep the regions: first.
     let mut top_groups = a.group_by(GroupBy::Kind).expect("every snapshot groups by kind");

@@ -117,16 +117,29 @@ impl Report for Info {
         for d in snap.plugin_dwarf() {
             plugin_dwarf.entry(d.load_bias).or_default().push(d.name.to_string());
         }
-        // With names, the index (which `info`'s typed share reads) digests them: not parsed
-        // again here.
+        // With names, the typed share needs the analysis: on a first look from the analysis
+        // (the names digested beside its types), else from the index, which digested them.
         let (names, typed) = match snap.ocaml_names() {
-            Some(_) => {
-                let ix = loader.indexed(&args.snapshot, Needs::Tree)?;
-                let view = ix.view(Needs::Tree)?;
-                let names = ocaml_names(&view.meta.ocaml_names);
-                let typed = if names.is_ok() { typed_share(&view) } else { None };
-                (names, typed)
-            }
+            Some(_) => crate::loader::answer(
+                loader,
+                &args.snapshot,
+                Needs::Tree,
+                |a| {
+                    let (digest, typed) = std::thread::scope(|scope| {
+                        let digest = scope.spawn(|| heapsnap_index::sections::NamesDigest::of(a.snap));
+                        let typed = typed_share(a, a.reachable_objects(), None);
+                        (digest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), typed)
+                    });
+                    let names = ocaml_names(&digest);
+                    Ok((names.clone(), typed.filter(|_| names.is_ok())))
+                },
+                |view| {
+                    let names = ocaml_names(&view.meta.ocaml_names);
+                    let typed =
+                        if names.is_ok() { typed_share(view, view.meta.summary.reachable_objects, view.meta.typed_bytes) } else { None };
+                    Ok((names, typed))
+                },
+            )?,
             None => (Err(heapsnap_names::MISSING_HINT.to_string()), None),
         };
         let mut human = HumanOnly {
@@ -263,19 +276,21 @@ impl Report for Info {
 /// How much of the reachable heap the typing walk typed (`None`: the names give no types). The
 /// typed bytes are split into heap and static data (which reachable bytes leave out), so that
 /// the share compares like with like: saved in the index when it was built, else looked at.
-fn typed_share(view: &heapsnap_index::IndexView<'_>) -> Option<TypedShare> {
-    let typing = view.typing()?;
-    let (heap_bytes, static_bytes) = match view.meta.typed_bytes {
+/// The typed share of an analysed heap with `reachable_objects` reachable blocks; `saved`: the
+/// typed bytes the index saved.
+fn typed_share<'s>(a: &impl AnalysedHeap<'s>, reachable_objects: u64, saved: Option<[u64; 2]>) -> Option<TypedShare> {
+    let typing = a.typing()?;
+    let (heap_bytes, static_bytes) = match saved {
         Some([heap, statics]) => (heap, statics),
-        None => heapsnap_index::reports::typed_bytes(view)?,
+        None => heapsnap_index::reports::typed_bytes(a)?,
     };
-    let reachable_bytes = view.reachable_bytes();
+    let reachable_bytes = a.reachable_bytes();
     let percent = if reachable_bytes == 0 { 0.0 } else { 100.0 * heap_bytes as f64 / reachable_bytes as f64 };
     Some(TypedShare {
         objects: typing.typed_objects,
         bytes: heap_bytes,
         static_bytes,
-        reachable_objects: view.meta.summary.reachable_objects,
+        reachable_objects,
         reachable_bytes,
         percent_of_reachable_bytes: percent,
         conflicts: typing.conflicts,

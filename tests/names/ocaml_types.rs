@@ -177,7 +177,24 @@ fn info_gives_the_typed_share_of_reachable_bytes() {
     let snap = Snapshot::open(&path).unwrap();
     let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
     let typing = a.typing().expect("typed");
-    let info = analyse("info", &[&path], &[]);
+    // A first info answers from the analysis (the index left to a completion in the
+    // background); the second, below, from the index.
+    let info_json = |first_look: bool| {
+        let out = std::process::Command::new(heapsnap())
+            .args(["info", "--json"])
+            .arg(&path)
+            .env("HEAPSNAP_INDEX_IN_BACKGROUND", if first_look { "1" } else { "0" })
+            .env("HEAPSNAP_TRACE", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let from_analysis = String::from_utf8_lossy(&out.stderr).contains("the answer, from the analysis");
+        assert_eq!(from_analysis, first_look, "first look: {first_look}; trace:\n{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let info = info_json(true);
+    let completed = std::process::Command::new(heapsnap()).arg("complete-index").arg(&path).output().unwrap();
+    assert!(completed.status.success(), "{}", String::from_utf8_lossy(&completed.stderr));
     let typed = &info["typed"];
     // Typed bytes as reachable bytes count them: heap blocks only (freeable), static data
     // (module blocks, static closures) apart.
@@ -206,7 +223,7 @@ fn info_gives_the_typed_share_of_reachable_bytes() {
     let fields: usize = program.units.iter().map(|u| u.fields.len()).sum();
     let names = &info["ocaml_names"];
     assert_eq!((names["units"].as_u64(), names["fields"].as_u64()), (Some(program.units.len() as u64), Some(fields as u64)), "{names}");
-    assert_eq!(info, analyse("info", &[&path], &[]), "a second info, from the index, says the same");
+    assert_eq!(info, info_json(false), "a second info, from the index, says the same");
 }
 
 /// Reports read from the analysis index label roots from the module fields' paths it saved
