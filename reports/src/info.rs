@@ -131,7 +131,8 @@ impl Report for Info {
                         (digest.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), typed)
                     });
                     let names = ocaml_names(&digest);
-                    Ok((names.clone(), typed.filter(|_| names.is_ok())))
+                    let typed = typed.filter(|_| names.is_ok());
+                    Ok((names, typed))
                 },
                 |view| {
                     let names = ocaml_names(&view.meta.ocaml_names);
@@ -273,11 +274,10 @@ impl Report for Info {
     }
 }
 
-/// How much of the reachable heap the typing walk typed (`None`: the names give no types). The
-/// typed bytes are split into heap and static data (which reachable bytes leave out), so that
-/// the share compares like with like: saved in the index when it was built, else looked at.
-/// The typed share of an analysed heap with `reachable_objects` reachable blocks; `saved`: the
-/// typed bytes the index saved.
+/// How much of the reachable heap, of `reachable_objects` blocks, the typing walk typed
+/// (`None`: the names give no types). The typed bytes are split into heap and static data
+/// (which reachable bytes leave out), so that the share compares like with like: `saved` in the
+/// index when it was built, else looked at.
 fn typed_share<'s>(a: &impl AnalysedHeap<'s>, reachable_objects: u64, saved: Option<[u64; 2]>) -> Option<TypedShare> {
     let typing = a.typing()?;
     let (heap_bytes, static_bytes) = match saved {
