@@ -8,9 +8,9 @@
 //! Snapshots are the synthetic `large_heap` shape of `heapsnap-analyze`'s benchmark (cached in
 //! `<target>/heapsnap-bench/`, shared with it). For each size: heapsnap's analysis (open,
 //! graph, dominators and retained sizes, a `top` report; the median of three runs), the
-//! export (`.heapsnapshot` written), then memlab loading the export (`getFullHeapFromFile`: parse, then its own dominators and
-//! retained sizes), run by node with memlab as export/scripts/install-memlab.sh installs it,
-//! with its peak memory. memlab's retained size of the root is checked against heapsnap's.
+//! export (`.heapsnapshot` written), then memlab loading the export (`getFullHeapFromFile`:
+//! parse, then its own dominators and retained sizes), run by node with memlab as
+//! export/scripts/install-memlab.sh installs it, with its peak memory. memlab's retained size of the root is checked against heapsnap's.
 //!
 //! Figures on the development machine (2 shared cores, loaded), memlab 2.0.5 on node 20:
 //!
