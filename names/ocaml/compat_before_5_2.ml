@@ -20,3 +20,6 @@ let nested_function (e : Typedtree.expression) =
       (* [?(x = d)]: the default's binding, then the rest of the chain. *)
       Some body
   | _ -> None
+
+(* The directories a unit was compiled with (-I), as its .cmt records them. *)
+let load_path (info : Cmt_format.cmt_infos) = info.cmt_loadpath

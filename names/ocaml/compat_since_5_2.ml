@@ -16,3 +16,6 @@ let nested_function (e : Typedtree.expression) =
   match e.exp_desc with
   | Texp_function (_, Tfunction_body ({ exp_desc = Texp_function _; _ } as body)) -> Some body
   | _ -> None
+
+(* The directories a unit was compiled with (-I and -H), as its .cmt records them. *)
+let load_path (info : Cmt_format.cmt_infos) = info.cmt_loadpath.visible @ info.cmt_loadpath.hidden

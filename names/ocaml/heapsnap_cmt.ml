@@ -447,6 +447,30 @@ and all_idents = function
       | Tstr_module { mb_id = Some id; mb_presence = Mp_present; _ } -> id :: all_idents rem
       | _ -> all_idents rem)
 
+(* Idents that more_idents gives a field but Translmod.transl_store never stores into: those
+   of a submodule constrained by a signature that leaves it as it is (Tcoerce_none), which is
+   compiled as an ordinary module whose bindings are local to it (`module M : sig ... end =
+   struct ... end` whose signature lists every item in order). Their fields hold () for ever. *)
+let unstored_idents (items : structure_item list) =
+  let tbl = Hashtbl.create 16 in
+  let rec walk items =
+    List.iter
+      (fun item ->
+        match item.str_desc with
+        | Tstr_module
+            { mb_presence = Mp_present; mb_expr = { mod_desc = Tmod_constraint ({ mod_desc = Tmod_structure s; _ }, _, _, cc); _ }; _ } -> (
+            match cc with
+            | Tcoerce_structure _ -> walk s.str_items
+            | _ -> List.iter (fun id -> Hashtbl.replace tbl (Ident.unique_name id) ()) (all_idents s.str_items))
+        | Tstr_module { mb_presence = Mp_present; mb_expr = { mod_desc = Tmod_structure s; _ }; _ } -> walk s.str_items
+        | Tstr_include { incl_mod; _ } -> Option.iter (fun s -> walk s.str_items) (translated_inline incl_mod)
+        | Tstr_open { open_expr = { mod_desc = Tmod_structure s; _ }; _ } -> walk s.str_items
+        | _ -> ())
+      items
+  in
+  walk items;
+  tbl
+
 (* The runtime components of a signature (Includemod: primitives in an interface are not),
    as (namespace, name, the item). *)
 let runtime_components ?(made_present = fun _ -> false) ~interface (sg : signature) =
@@ -461,33 +485,31 @@ let runtime_components ?(made_present = fun _ -> false) ~interface (sg : signatu
       | _ -> None)
     sg
 
-(* The inferred signature simplified as Typemod does: of two items of the same name and
-   namespace, the last one. *)
-let simplify comps =
-  let seen = Hashtbl.create 64 in
-  List.rev
-    (List.filter
-       (fun (k, _) -> if Hashtbl.mem seen k then false else (Hashtbl.add seen k (); true))
-       (List.rev comps))
-
 let field_of_ident id =
   match Hashtbl.find_opt ident_info (Ident.unique_name id) with
   | Some (rel, kind, t) -> { ident = Some id; name = rel; kind; fty = t }
   | None -> { ident = Some id; name = Ident.name id; kind = "value"; fty = None }
 
-(* Translobj.transl_store_label_init: a unit whose code sends methods by name from inside a
-   function, a loop or a functor (where Translobj.meth caches the method's label) gets one
-   more field at the end of its block, the method cache. *)
+(* Translobj.transl_store_label_init: a unit whose code sends methods by name where
+   Translobj.meth caches the method's label gets one more field at the end of its block, the
+   method cache. Labels are cached once Translobj.oo_wrap has set cache_required: inside a
+   function or a loop (Translcore.transl_exp1), a functor (Translmod), or a class or immediate
+   object translated inside another wrap (oo_wrap_gen sets it for any nested wrap); a class or
+   object at the unit's top level starts a wrap of its own without it. *)
 let has_method_cache (str : structure) =
-  let found = ref false and depth = ref 0 in
+  let found = ref false and depth = ref 0 and classes = ref 0 in
   let open Tast_iterator in
   let nested f x = incr depth; f x; decr depth in
+  let class_body f x =
+    if !classes > 0 || !depth > 0 then nested f x else (incr classes; f x; decr classes)
+  in
   let expr it (e : expression) =
     (match e.exp_desc with
      | Texp_send (_, Tmeth_name _) when !depth > 0 -> found := true
      | _ -> ());
     match e.exp_desc with
     | Texp_function _ | Texp_for _ | Texp_while _ -> nested (default_iterator.expr it) e
+    | Texp_object _ -> class_body (default_iterator.expr it) e
     | _ -> default_iterator.expr it e
   in
   let module_expr it (me : module_expr) =
@@ -495,7 +517,8 @@ let has_method_cache (str : structure) =
     | Tmod_functor _ | Tmod_apply _ -> nested (default_iterator.module_expr it) me
     | _ -> default_iterator.module_expr it me
   in
-  let it = { default_iterator with expr; module_expr } in
+  let class_declaration it cd = class_body (default_iterator.class_declaration it) cd in
+  let it = { default_iterator with expr; module_expr; class_declaration } in
   it.structure it str;
   !found
 
@@ -507,53 +530,12 @@ let exported_item = function
 
 (* The module block's fields in native code's order, and how many of them are the interface's
    runtime components (the whole block in bytecode). *)
-let block_fields (str : structure) (intf : signature option) =
+let block_fields (str : structure) (target : signature) =
   let idlist = defined_idents str.str_items in
   (* Absent modules too: Includemod pairs each item of the target with the last of its name in
      the structure, an alias made present with an absent one (Tcoerce_alias). *)
   let impl = runtime_components ~made_present:(fun _ -> true) ~interface:false str.str_type in
-  let target =
-    match intf with
-    | Some sg -> runtime_components ~interface:true sg
-    | None ->
-        (* Typemod compares the structure with its simplified signature, where primitives are
-           not runtime components either. *)
-        let opened = Hashtbl.create 16 in
-        List.iter
-          (fun item ->
-            match item.str_desc with
-            | Tstr_open od ->
-                List.iter (fun id -> Hashtbl.replace opened (Ident.unique_name id) ()) (bound_value_identifiers od.open_bound_items)
-            | _ -> ())
-          str.str_items;
-        (* Items an `open struct` binds are hidden from the simplified signature. *)
-        let visible = function
-          | Sig_value (id, _, _) | Sig_typext (id, _, _, _) | Sig_module (id, _, _, _, _) | Sig_class (id, _, _, _) ->
-              not (Hashtbl.mem opened (Ident.unique_name id))
-          | _ -> true
-        in
-        (* What the simplified signature hides (Signature_names: an item shadowed by a later
-           one of its name, an item an `open struct` binds) an alias may no longer name:
-           Mtype.nondep_mty_with_presence then makes the alias present, and the coercion
-           stores the module it stands for (`include Stdune module Console = Console`). *)
-        let hidden = Hashtbl.create 16 in
-        let rec mark_shadowed = function
-          | [] -> ()
-          | Sig_module (id, _, _, _, _) :: rest ->
-              if List.exists (function Sig_module (other, _, _, _, _) -> Ident.name other = Ident.name id | _ -> false) rest then
-                Hashtbl.replace hidden (Ident.unique_name id) ();
-              mark_shadowed rest
-          | _ :: rest -> mark_shadowed rest
-        in
-        mark_shadowed str.str_type;
-        Hashtbl.iter (fun u () -> Hashtbl.replace hidden u ()) opened;
-        let made_present = function
-          | Sig_module (_, Mp_absent, { md_type = Mty_alias p; _ }, _, _) -> (
-              match Path.head p with id -> Hashtbl.mem hidden (Ident.unique_name id) | exception _ -> false)
-          | _ -> false
-        in
-        simplify (List.filter (fun (_, it) -> visible it) (runtime_components ~made_present ~interface:true str.str_type))
-  in
+  let target = runtime_components ~interface:true target in
   (* Implementation components by key: the last of each (what Includemod pairs with), among
      those the structure exports: Includemod pairs no hidden item (what an `open struct` binds,
      `open struct module List = Stdune.List end` after an `include` that binds a List). *)
@@ -582,8 +564,16 @@ let block_fields (str : structure) (intf : signature option) =
       target
   in
   let undef = List.filter (fun id -> not (Hashtbl.mem used (Ident.unique_name id))) idlist in
+  let unstored = unstored_idents str.str_items in
+  let more =
+    List.map
+      (fun id ->
+        let f = field_of_ident id in
+        if Hashtbl.mem unstored (Ident.unique_name id) then { f with name = "(never stored) " ^ f.name; kind = "unused"; fty = None } else f)
+      (more_idents str.str_items)
+  in
   let cache = if has_method_cache str then [ { ident = None; name = "(method cache)"; kind = "method_cache"; fty = None } ] else [] in
-  (exported @ List.map field_of_ident undef @ List.map field_of_ident (more_idents str.str_items) @ cache, List.length exported)
+  (exported @ List.map field_of_ident undef @ more @ cache, List.length exported)
 
 (* ---- functions: what their closures hold ----
 
@@ -919,15 +909,86 @@ let functions_json (stored : (string, bool) Hashtbl.t) =
 
 let digest_hex = function Some d -> Some (Digest.to_hex d) | None -> None
 
-let read_interface cmt_file =
-  let cmti = Filename.remove_extension cmt_file ^ ".cmti" in
-  if Sys.file_exists cmti then
-    match (Cmt_format.read_cmt cmti).cmt_annots with
-    | Cmt_format.Interface sg -> Some sg.sig_type
-    | _ -> None
-  else None
+(* The signature the compiler coerced a unit's structure to, which orders its module block.
+   - A unit without an .mli: its inferred (simplified) signature, saved as a .cmi inside its
+     own .cmt (Typemod.type_implementation; [Cmt_format.read] returns it).
+   - A unit with an .mli: its .cmt holds no .cmi, but records among its imports the CRC of the
+     .cmi it was checked against. That .cmi, or the .cmti that holds the same, is looked for
+     where builds put it: beside the .cmt, at the -cmi-file the compiler was given (dune gives
+     native compilations the bytecode's), in the directories it was compiled with, and in the
+     .cmt directory's siblings (dune's byte/ beside native/); only a file with that CRC is
+     taken. Without one the order is unknown, and so are the unit's field names. *)
+type interface =
+  | Inferred of signature
+  | Declared of signature * string  (* the file it was read from *)
+  | Unknown of string  (* why *)
 
-let unit_json file (info : Cmt_format.cmt_infos) str intf =
+let cmi_crc name (cmi : Cmi_format.cmi_infos) =
+  match List.assoc_opt name cmi.cmi_crcs with Some (Some crc) -> Some crc | _ -> None
+
+(* A .cmi or a .cmti's interface, when its CRC is [crc]. *)
+let interface_with_crc name crc file =
+  if not (Sys.file_exists file) then None
+  else
+    match
+      if Filename.check_suffix file ".cmti" then fst (Cmt_format.read file) else Some (Cmi_format.read_cmi file)
+    with
+    | Some cmi when cmi_crc name cmi = Some crc -> Some cmi.cmi_sign
+    | _ -> None
+    | exception _ -> None
+
+let subdirectories dir =
+  match Sys.readdir dir with
+  | entries ->
+      Array.sort compare entries;
+      List.filter_map
+        (fun e -> let d = Filename.concat dir e in if (try Sys.is_directory d with Sys_error _ -> false) then Some d else None)
+        (Array.to_list entries)
+  | exception Sys_error _ -> []
+
+let interface_candidates cmt_file (info : Cmt_format.cmt_infos) =
+  let dir = Filename.dirname cmt_file in
+  let against_builddir d = if Filename.is_relative d then Filename.concat info.cmt_builddir d else d in
+  let rec cmi_file = function
+    | "-cmi-file" :: f :: _ -> Some (against_builddir f)
+    | _ :: rest -> cmi_file rest
+    | [] -> None
+  in
+  let given = cmi_file (Array.to_list info.cmt_args) in
+  let stems = List.sort_uniq compare
+      (Filename.remove_extension (Filename.basename cmt_file)
+       :: Option.to_list (Option.map (fun f -> Filename.remove_extension (Filename.basename f)) given)) in
+  let dirs =
+    dir
+    :: Option.to_list (Option.map Filename.dirname given)
+    @ List.map against_builddir (Compat.load_path info)
+    @ subdirectories (Filename.dirname dir)
+  in
+  Option.to_list given
+  @ List.concat_map (fun d -> List.concat_map (fun s -> [ Filename.concat d (s ^ ".cmti"); Filename.concat d (s ^ ".cmi") ]) stems) dirs
+
+let read_interface cmt_file (info : Cmt_format.cmt_infos) (own : Cmi_format.cmi_infos option) =
+  match own with
+  | Some cmi -> Inferred cmi.cmi_sign
+  | None -> (
+      let name = info.cmt_modname in
+      match List.assoc_opt name info.cmt_imports with
+      | Some (Some crc) -> (
+          let candidates = interface_candidates cmt_file info in
+          match List.find_map (fun f -> Option.map (fun sg -> (sg, f)) (interface_with_crc name crc f)) candidates with
+          | Some (sg, f) -> Declared (sg, f)
+          | None ->
+              Unknown
+                (Printf.sprintf
+                   "its interface (the .cmi or .cmti of %s with CRC %s) is not beside it, at its -cmi-file, in the directories it was compiled with, or in its directory's siblings"
+                   name (Digest.to_hex crc)))
+      | _ -> Unknown "its .cmt records neither its inferred signature nor the CRC of its interface")
+
+(* [--args]: each unit also says the command line that compiled it (what heapsnap's names
+   oracle, scripts/names-oracle.sh, runs again with -drawlambda). *)
+let with_args = ref false
+
+let unit_json file (info : Cmt_format.cmt_infos) str (intf : interface) =
   Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; module_types := []; anon := 0;
   Hashtbl.reset last_binding; include_aliases := [];
   Hashtbl.reset bound_types; Hashtbl.reset aliases; fn_nodes := []; Hashtbl.reset rec_groups; Hashtbl.reset fn_names;
@@ -935,15 +996,23 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
-  let fields, exported = block_fields str intf in
+  let fields, exported =
+    match intf with
+    | Inferred sg | Declared (sg, _) -> block_fields str sg
+    | Unknown _ -> ([], 0)
+  in
   collect_functions str;
   rank_functor_params str;
   let stored = Hashtbl.create 256 in
   stored_idents stored str.str_items;
   raw "{"; key "unit"; jstr u; raw ","; key "file"; jstr file; raw ",";
   key "source"; opt jstr info.cmt_sourcefile; raw ","; key "builddir"; jstr info.cmt_builddir; raw ",";
+  if !with_args then (key "args"; list jstr (Array.to_list info.cmt_args); raw ",");
   key "digest"; opt jstr (Option.map Digest.to_hex info.cmt_source_digest); raw ",";
-  key "interface"; raw (if intf = None then "false" else "true"); raw ",";
+  (match intf with
+   | Inferred _ -> key "interface"; raw "false"; raw ","
+   | Declared (_, f) -> key "interface"; raw "true"; raw ","; key "interface_file"; jstr f; raw ","
+   | Unknown why -> key "interface"; raw "true"; raw ","; key "fields_unknown"; jstr why; raw ",");
   key "fields";
   list
     (fun f ->
@@ -971,6 +1040,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str intf =
 
 let () =
   let files = List.tl (Array.to_list Sys.argv) in
+  let files = match files with "--args" :: rest -> with_args := true; rest | files -> files in
   let errors = ref [] in
   raw "{"; key "ocaml_version"; jstr Sys.ocaml_version; raw ","; key "units"; raw "[";
   let first = ref true in
@@ -978,11 +1048,10 @@ let () =
     (fun file ->
       let mark = Buffer.length out in
       try
-        let info = Cmt_format.read_cmt file in
-        match info.cmt_annots with
-        | Cmt_format.Implementation str ->
+        match Cmt_format.read file with
+        | own, Some ({ cmt_annots = Cmt_format.Implementation str; _ } as info) ->
             if not !first then raw ",";
-            unit_json file info str (read_interface file);
+            unit_json file info str (read_interface file info own);
             first := false
         | _ -> errors := (file, "not the .cmt of an implementation") :: !errors
       with e ->

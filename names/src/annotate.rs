@@ -8,7 +8,7 @@ use crate::reader::{run_reader, Toolchain};
 use crate::NamesError;
 use heapsnap_format::Snapshot;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Default, Clone)]
@@ -33,6 +33,8 @@ pub struct Annotated {
     pub fields: usize,
     /// `.cmt` files left out: unreadable (another version, corrupt) or of another build.
     pub refused: Vec<FileError>,
+    /// Units for which several `.cmt` files were candidates: the one kept, and why.
+    pub choices: Vec<Chosen>,
     /// Nothing was done: no `.cmt` file of the program was found (`only_if_found`).
     pub skipped: bool,
 }
@@ -46,7 +48,7 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     // The OCaml distribution's own build tree (where the standard library was compiled) may
     // still be on this machine, next to the sources its line tables name: its files are not
     // the program's, and alone they do not call for a toolchain.
-    let own = program.values().filter(|p| !options.cmt_dirs.is_empty() || !find::in_ocaml_distribution(p)).count();
+    let own = program.values().flatten().filter(|p| !options.cmt_dirs.is_empty() || !find::in_ocaml_distribution(p)).count();
     if std::env::var_os("HEAPSNAP_TRACE").is_some() {
         eprintln!("names: source directories {sources:?}; .cmt files found there and in --cmt: {:?}", program.values().collect::<Vec<_>>());
     }
@@ -61,21 +63,12 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     // that maps `Lib__.M` to `Lib__M`; a module of types only) still name the types of their
     // library: the program's units' neighbours are read for their types and aliases.
     let in_toolchain = |f: &Path| f.starts_with(&tc.stdlib) || libraries.iter().any(|l| f.starts_with(l));
-    let type_only = find::neighbours(files.values().filter(|f| !in_toolchain(f)), &files);
-    files.extend(type_only.iter().map(|(unit, file)| (unit.clone(), file.clone())));
+    let type_only = find::neighbours(files.values().flatten().filter(|f| !in_toolchain(f)), &files);
+    files.extend(type_only.iter().map(|(unit, file)| (unit.clone(), vec![file.clone()])));
     let type_only: BTreeSet<String> = type_only.into_values().map(|f| f.display().to_string()).collect();
-    // A unit found among installed libraries may be another program's module of the same
-    // name: it is kept only if it was compiled from a source file the executable's debug
-    // info names (when that names a file of its name at all).
-    let compiled_from = find::source_files(&snap);
-    let from_library = |file: &Path| {
-        !options.cmt_dirs.iter().any(|d| file.starts_with(d))
-            && libraries.iter().any(|l| file.starts_with(l))
-            && file.parent() != Some(tc.stdlib.as_path())
-    };
     let exe = tc.reader(progress)?;
-    progress(&format!("reading {} .cmt files", files.len()));
-    let list: Vec<PathBuf> = files.values().cloned().collect();
+    let list: Vec<PathBuf> = files.values().flatten().cloned().collect();
+    progress(&format!("reading {} .cmt files", list.len()));
     let json = run_reader(&exe, &list)?;
     let mut doc: Value = serde_json::from_str(&json).map_err(|e| NamesError::Output(e.to_string()))?;
     let mut refused: Vec<FileError> = Vec::new();
@@ -84,73 +77,297 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
             Some(FileError { file: e.get("file")?.as_str()?.to_string(), message: e.get("message")?.as_str()?.to_string() })
         }));
     }
-    let stdlib = tc.stdlib.clone();
-    let (mut kept, mut fields, mut program_units, mut type_only_kept) = (Vec::new(), 0, 0, 0);
-    let bytecode = snap.metadata().bytecode;
-    for mut unit in doc.get_mut("units").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default() {
+    // The reader's units by name, each name's candidates in the order their files were found.
+    let mut read: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for unit in doc.get_mut("units").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default() {
         let name = unit.get("unit").and_then(Value::as_str).unwrap_or("").to_string();
-        let file = unit.get("file").and_then(Value::as_str).unwrap_or("").to_string();
-        // Bytecode's module block holds the interface's runtime components alone (the coerced
-        // structure), the first fields; native code's stores the unit's other idents after
-        // them. The others are kept: they name the bindings of a unit's initialisation.
-        let n = match unit.get("exported").and_then(Value::as_u64) {
-            Some(exported) if bytecode => exported,
-            _ => unit.get("fields").and_then(Value::as_array).map_or(0, Vec::len) as u64,
-        };
-        match units.get(&name) {
-            None if type_only.contains(&file) => {
+        read.entry(name).or_default().push(unit);
+    }
+    let rules = Rules {
+        compiled_from: find::source_files(&snap),
+        bytecode: snap.metadata().bytecode,
+        library: &|file: &Path| {
+            !options.cmt_dirs.iter().any(|d| file.starts_with(d))
+                && libraries.iter().any(|l| file.starts_with(l))
+                && file.parent() != Some(tc.stdlib.as_path())
+        },
+    };
+    let (mut kept, mut fields, mut program_units, mut type_only_kept, mut choices) = (Vec::new(), 0, 0, 0, Vec::new());
+    for (name, candidates) in read {
+        let Some(&size) = units.get(&name) else {
+            // A neighbour read for its types alone: its module block, if it has one, is not
+            // the snapshot's.
+            if let Some(mut unit) = candidates.into_iter().find(|u| type_only.contains(file_of(u))) {
                 type_only_kept += 1;
                 if let Some(fields) = unit.get_mut("fields") {
                     *fields = Value::Array(Vec::new());
                 }
                 kept.push(unit);
-                continue;
             }
-            None => continue,
-            Some(Some(size)) if *size != n => {
+            continue;
+        };
+        match choose(&name, size, candidates, &rules) {
+            Choice::Named { unit, why } => {
+                fields += rules.field_count(&unit) as usize;
+                if !Path::new(file_of(&unit)).starts_with(&tc.stdlib) {
+                    program_units += 1;
+                }
+                if let Some(why) = why {
+                    choices.push(Chosen { unit: name, file: file_of(&unit).to_string(), why });
+                }
+                kept.push(unit);
+            }
+            Choice::TypesOnly { mut unit, why } => {
                 refused.push(FileError {
-                    file,
-                    message: format!(
-                        "{name} has {n} module fields here but {size} in the snapshot: a .cmt of another build of the program, left out"
-                    ),
+                    file: file_of(&unit).to_string(),
+                    message: format!("{name}: {why}: its module fields are left unnamed"),
                 });
-                continue;
+                if let Some(fields) = unit.get_mut("fields") {
+                    *fields = Value::Array(Vec::new());
+                }
+                type_only_kept += 1;
+                kept.push(unit);
             }
-            _ => {}
+            Choice::Refused(errors) => refused.extend(errors),
         }
-        if from_library(Path::new(&file)) {
-            if let Some(message) = foreign_source(&unit, &compiled_from) {
-                refused.push(FileError { file, message: format!("{name}: {message}: a .cmt of another program or build, left out") });
-                continue;
-            }
-        }
-        fields += n as usize;
-        if !Path::new(&file).starts_with(&stdlib) {
-            program_units += 1;
-        }
-        kept.push(unit);
     }
-    let result =
-        Annotated { units: kept.len() - type_only_kept, snapshot_units: units.len(), program_units, fields, refused, skipped: false };
+    let result = Annotated {
+        units: kept.len() - type_only_kept,
+        snapshot_units: units.len(),
+        program_units,
+        fields,
+        refused,
+        choices,
+        skipped: false,
+    };
     let stored = serde_json::json!({
         "ocaml_version": tc.version,
         "units": kept,
         "refused": result.refused.iter().map(|e| serde_json::json!({"file": e.file, "message": e.message})).collect::<Vec<_>>(),
+        "chosen": result.choices.iter().map(|c| serde_json::json!({"unit": c.unit, "file": c.file, "why": c.why})).collect::<Vec<_>>(),
     });
     drop(snap);
     heapsnap_format::replace_ocaml_names(path, &stored.to_string())?;
     Ok(result)
 }
 
-/// Why a unit's `.cmt` was not compiled from one of `sources` (the executable's source files),
-/// when they name a file of its source's name; `None` when it was, or when they name none.
-fn foreign_source(unit: &Value, sources: &[PathBuf]) -> Option<String> {
-    let source = Path::new(unit.get("source")?.as_str()?);
-    let builddir = Path::new(unit.get("builddir").and_then(Value::as_str).unwrap_or(""));
-    let compiled = find::normalise(&builddir.join(source));
-    let same_name: Vec<&PathBuf> = sources.iter().filter(|f| f.file_name() == source.file_name()).collect();
-    if same_name.is_empty() || same_name.contains(&&compiled) {
-        return None;
+fn file_of(unit: &Value) -> &str {
+    unit.get("file").and_then(Value::as_str).unwrap_or("")
+}
+
+/// What decides whether a `.cmt` file is the one this program was built from.
+struct Rules<'a> {
+    /// The `.ml` files the executable's line tables name.
+    compiled_from: Vec<PathBuf>,
+    bytecode: bool,
+    /// Whether a file lies among installed libraries (not the standard library's own
+    /// directory, nor a directory the user gave).
+    library: &'a dyn Fn(&Path) -> bool,
+}
+
+impl Rules<'_> {
+    /// The fields of a unit's module block: bytecode's holds the interface's runtime components
+    /// alone (the coerced structure), the first fields; native code's stores the unit's other
+    /// idents after them. The others are kept: they name the bindings of a unit's
+    /// initialisation.
+    fn field_count(&self, unit: &Value) -> u64 {
+        match unit.get("exported").and_then(Value::as_u64) {
+            Some(exported) if self.bytecode => exported,
+            _ => unit.get("fields").and_then(Value::as_array).map_or(0, Vec::len) as u64,
+        }
     }
-    Some(format!("compiled from {}, but the executable's {} is {}", compiled.display(), source.display(), same_name[0].display()))
+
+    /// Why `unit` cannot be the snapshot's unit of module-block size `size`, if it cannot.
+    fn misfit(&self, name: &str, size: Option<u64>, unit: &Value) -> Option<String> {
+        if let Some(why) = unit.get("fields_unknown").and_then(Value::as_str) {
+            return Some(why.to_string());
+        }
+        let n = self.field_count(unit);
+        if let Some(size) = size.filter(|&size| size != n) {
+            return Some(format!("{name} has {n} module fields here but {size} in the snapshot"));
+        }
+        None
+    }
+
+    /// Whether the executable names the source file `unit` was compiled from: `Some(false)`
+    /// when it names another file of that name, `None` when it names none of that name.
+    fn same_source(&self, unit: &Value) -> Option<bool> {
+        let source = Path::new(unit.get("source")?.as_str()?);
+        let builddir = Path::new(unit.get("builddir").and_then(Value::as_str).unwrap_or(""));
+        let compiled = find::normalise(&builddir.join(source));
+        let mut same_name = self.compiled_from.iter().filter(|f| f.file_name() == source.file_name()).peekable();
+        same_name.peek()?;
+        Some(same_name.any(|f| *f == compiled))
+    }
+}
+
+/// A `.cmt` file kept for a unit when several were candidates, and why that one.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    pub unit: String,
+    pub file: String,
+    pub why: String,
+}
+
+enum Choice {
+    /// The unit's names, and why this candidate when there were several.
+    Named {
+        unit: Value,
+        why: Option<String>,
+    },
+    /// A unit whose module fields cannot be named (its interface is not found), kept for its
+    /// types and functions, whose names do not depend on the fields' order.
+    TypesOnly {
+        unit: Value,
+        why: String,
+    },
+    Refused(Vec<FileError>),
+}
+
+/// Which of a unit's `.cmt` files (several when a build tree holds several programs whose units
+/// share names) the program was built from: those whose module block has the snapshot's size,
+/// then, of those, the ones compiled from a source file the executable names. One left is
+/// chosen; several alike (the same fields, kinds and types) are one answer; several that differ
+/// leave the unit unnamed rather than guessed. An installed library's file compiled from
+/// another source than the executable's is never taken (another program's module of that name).
+fn choose(name: &str, size: Option<u64>, mut candidates: Vec<Value>, rules: &Rules) -> Choice {
+    let count = candidates.len();
+    if count == 1 {
+        if let Some(why) = candidates[0].get("fields_unknown").and_then(Value::as_str).map(str::to_string) {
+            return Choice::TypesOnly { unit: candidates.remove(0), why };
+        }
+    }
+    let mut unfit: Vec<FileError> = Vec::new();
+    let mut fit: Vec<(Value, Option<bool>)> = Vec::new();
+    for unit in candidates {
+        let file = file_of(&unit).to_string();
+        let same_source = rules.same_source(&unit);
+        if let Some(why) = rules.misfit(name, size, &unit) {
+            unfit.push(FileError { file, message: why });
+        } else if same_source == Some(false) && (rules.library)(Path::new(&file)) {
+            unfit.push(FileError { file, message: format!("{name}: compiled from another source than the executable's") });
+        } else {
+            fit.push((unit, same_source));
+        }
+    }
+    let confirmed = fit.iter().filter(|(_, same)| *same == Some(true)).count();
+    if confirmed > 0 {
+        for (unit, same) in std::mem::take(&mut fit) {
+            if same == Some(true) {
+                fit.push((unit, same));
+            } else {
+                let message = format!("{name}: not compiled from the source file the executable names");
+                unfit.push(FileError { file: file_of(&unit).to_string(), message });
+            }
+        }
+    }
+    let alike = |a: &Value, b: &Value| a.get("fields") == b.get("fields") && a.get("types") == b.get("types");
+    match fit.len() {
+        0 if count == 1 => Choice::Refused(
+            unfit.into_iter().map(|e| FileError { message: format!("{}: a .cmt of another build of the program, left out", e.message), ..e }).collect(),
+        ),
+        0 => {
+            Choice::Refused(vec![FileError {
+                file: unfit.iter().map(|e| e.file.as_str()).collect::<Vec<_>>().join(", "),
+                message: format!(
+                    "{name}: none of its {count} .cmt files fits the snapshot: {}",
+                    unfit.iter().map(|e| format!("{} ({})", e.file, e.message)).collect::<Vec<_>>().join("; ")
+                ),
+            }])
+        }
+        1 => {
+            let (unit, same) = fit.pop().expect("one");
+            let why = (count > 1).then(|| {
+                let reason = if same == Some(true) {
+                    "the one compiled from the source file the executable names"
+                } else {
+                    "the only one whose module block has the snapshot's size"
+                };
+                format!("of {count} candidates, {reason} (the others: {})", unfit.iter().map(|e| format!("{}: {}", e.file, e.message)).collect::<Vec<_>>().join("; "))
+            });
+            Choice::Named { unit, why }
+        }
+        n if fit.iter().all(|(u, _)| alike(u, &fit[0].0)) => {
+            let why = format!("{n} candidates fit and name the same fields and types: the first found");
+            Choice::Named { unit: fit.swap_remove(0).0, why: Some(why) }
+        }
+        n => Choice::Refused(vec![FileError {
+            file: fit.iter().map(|(u, _)| file_of(u)).collect::<Vec<_>>().join(", "),
+            message: format!(
+                "{name}: {n} .cmt files fit the snapshot but name its fields differently, and nothing tells which this program was built from: left unnamed (give the right build's directory with --cmt)"
+            ),
+        }]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{choose, Choice, Rules};
+    use serde_json::{json, Value};
+    use std::path::{Path, PathBuf};
+
+    fn unit(file: &str, source: &str, fields: &[&str]) -> Value {
+        json!({
+            "unit": "Lr1", "file": file, "source": source, "builddir": "/b",
+            "fields": fields.iter().map(|f| json!({"name": f, "path": f, "kind": "value", "type": null})).collect::<Vec<_>>(),
+            "exported": fields.len(), "types": [],
+        })
+    }
+
+    fn rules(compiled_from: &[&str]) -> Rules<'static> {
+        Rules { compiled_from: compiled_from.iter().map(PathBuf::from).collect(), bytecode: false, library: &|_: &Path| false }
+    }
+
+    fn named(choice: Choice) -> (String, Option<String>) {
+        match choice {
+            Choice::Named { unit, why } => (unit["file"].as_str().unwrap().to_string(), why),
+            Choice::TypesOnly { why, .. } => panic!("types only: {why}"),
+            Choice::Refused(e) => panic!("refused: {e:?}"),
+        }
+    }
+
+    #[test]
+    fn of_two_builds_the_one_of_the_snapshots_size_is_named() {
+        let (a, b) =
+            (unit("/b/stage1/lr1.cmt", "stage1/lr1.ml", &["a", "b"]), unit("/b/stage2/lr1.cmt", "stage2/lr1.ml", &["a", "b", "c"]));
+        let (file, why) = named(choose("Lr1", Some(3), vec![a, b], &rules(&[])));
+        assert_eq!(file, "/b/stage2/lr1.cmt");
+        assert!(why.unwrap().contains("/b/stage1/lr1.cmt: Lr1 has 2 module fields here but 3 in the snapshot"));
+    }
+
+    #[test]
+    fn of_two_builds_of_one_size_the_one_the_executable_was_compiled_from_is_named() {
+        let (a, b) = (unit("/b/stage1/lr1.cmt", "stage1/lr1.ml", &["a", "b"]), unit("/b/stage2/lr1.cmt", "stage2/lr1.ml", &["b", "a"]));
+        let (file, why) = named(choose("Lr1", Some(2), vec![a.clone(), b.clone()], &rules(&["/b/stage2/lr1.ml"])));
+        assert_eq!(file, "/b/stage2/lr1.cmt");
+        assert!(why.unwrap().contains("compiled from the source file the executable names"));
+        // Nothing tells them apart: neither is named.
+        match choose("Lr1", Some(2), vec![a.clone(), b], &rules(&[])) {
+            Choice::Refused(e) => {
+                assert!(e[0].file.contains("/b/stage1/lr1.cmt") && e[0].file.contains("/b/stage2/lr1.cmt"), "{e:?}");
+                assert!(e[0].message.contains("name its fields differently"), "{e:?}");
+            }
+            _ => panic!("two different builds must not be guessed between"),
+        }
+        // Two alike (the same sources built twice) are one answer.
+        let twin = unit("/b/stage2/lr1.cmt", "stage2/lr1.ml", &["a", "b"]);
+        let (file, why) = named(choose("Lr1", Some(2), vec![a, twin], &rules(&[])));
+        assert_eq!(file, "/b/stage1/lr1.cmt");
+        assert!(why.unwrap().contains("the same fields and types"));
+    }
+
+    #[test]
+    fn a_unit_whose_interface_is_not_found_keeps_its_types_but_names_no_field() {
+        let mut u = unit("/b/native/lr1.cmt", "lr1.ml", &[]);
+        u["fields_unknown"] = json!("its interface is not beside it");
+        match choose("Lr1", Some(3), vec![u], &rules(&[])) {
+            Choice::TypesOnly { why, .. } => assert!(why.contains("interface")),
+            _ => panic!("an unknown field order must not name fields"),
+        }
+        let one = unit("/b/native/lr1.cmt", "lr1.ml", &["a"]);
+        match choose("Lr1", Some(3), vec![one], &rules(&[])) {
+            Choice::Refused(e) => assert!(e[0].message.contains("a .cmt of another build"), "{e:?}"),
+            _ => panic!("a unit of another size must be refused"),
+        }
+    }
 }

@@ -49,7 +49,7 @@ pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
 /// a few thousand). A name found in several directories (dune names every executable's alias
 /// module `Dune__exe`) is taken from the one that holds the most of `files`, and left out on
 /// a tie.
-pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap<String, PathBuf>) -> BTreeMap<String, PathBuf> {
+pub fn neighbours<'a>(files: impl Iterator<Item = &'a PathBuf>, found: &BTreeMap<String, Vec<PathBuf>>) -> BTreeMap<String, PathBuf> {
     let mut per_dir: BTreeMap<&Path, usize> = BTreeMap::new();
     for f in files {
         if let Some(d) = f.parent() {
@@ -133,17 +133,23 @@ pub fn normalise(path: &Path) -> PathBuf {
     path.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
 }
 
-/// The `.cmt` file of each wanted unit: from `given` (searched deep), then beside the sources
-/// and in a dune `_build/default` above them (deep), then the standard library's directory,
-/// then installed libraries (`libraries`, a package and its subdirectories each). The first
-/// place that has a unit wins.
+/// A unit's `.cmt` files are kept up to this many (a build tree with one executable per test
+/// has dozens of `Dune__exe__Main`).
+pub const MAX_CANDIDATES: usize = 32;
+
+/// The `.cmt` files of each wanted unit, in the order they were found: in `given` (searched
+/// deep), then beside the sources and in a dune `_build/default` above them (deep), then the
+/// standard library's directory, then installed libraries (`libraries`, a package and its
+/// subdirectories each). Every file of a unit's name is a candidate: a build tree may hold
+/// several programs whose units share names (dune names every executable's `Dune__exe__*`),
+/// and which of them this program was built from is chosen once they are read.
 pub fn find_cmt_files(
     given: &[PathBuf],
     source_dirs: &[PathBuf],
     stdlib: Option<&Path>,
     libraries: &[PathBuf],
     wanted: &BTreeSet<String>,
-) -> BTreeMap<String, PathBuf> {
+) -> BTreeMap<String, Vec<PathBuf>> {
     let mut found = BTreeMap::new();
     let mut budget = MAX_ENTRIES;
     for d in given {
@@ -192,17 +198,24 @@ fn capitalize(stem: &str) -> String {
     unit
 }
 
-fn add_file(path: &Path, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>) {
+fn add_file(path: &Path, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, Vec<PathBuf>>) {
     if path.extension().and_then(|e| e.to_str()) != Some("cmt") {
         return;
     }
     let Some(unit) = path.file_stem().and_then(|s| s.to_str()).map(capitalize) else { return };
-    if wanted.contains(&unit) && !found.contains_key(&unit) {
-        found.insert(unit, path.to_path_buf());
+    if !wanted.contains(&unit) {
+        return;
+    }
+    // The same file reached twice (`--cmt _build/default` and the build tree found above the
+    // sources) is one candidate.
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let candidates = found.entry(unit).or_default();
+    if candidates.len() < MAX_CANDIDATES && !candidates.contains(&path) {
+        candidates.push(path);
     }
 }
 
-fn scan(dir: &Path, depth: usize, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, PathBuf>, budget: &mut usize) {
+fn scan(dir: &Path, depth: usize, wanted: &BTreeSet<String>, found: &mut BTreeMap<String, Vec<PathBuf>>, budget: &mut usize) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     let mut subdirs = Vec::new();
     for e in entries.flatten() {

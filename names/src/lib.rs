@@ -10,6 +10,7 @@
 pub mod annotate;
 pub mod find;
 pub mod model;
+pub mod oracle;
 pub mod packages;
 pub mod reader;
 pub mod types;

@@ -67,6 +67,12 @@ impl Toolchain {
         )
     }
 
+    /// The native compiler, ready for arguments (through `ocamlfind` when that is how it was
+    /// found).
+    pub fn compiler(&self) -> Command {
+        self.command()
+    }
+
     fn command(&self) -> Command {
         match &self.ocamlfind {
             Some(f) => {
@@ -161,7 +167,16 @@ impl Toolchain {
 
 /// Runs the reader on `files` and returns its JSON.
 pub fn run_reader(exe: &Path, files: &[PathBuf]) -> Result<String, NamesError> {
-    let out = Command::new(exe).args(files).output().map_err(|e| NamesError::Toolchain(format!("running {}: {e}", exe.display())))?;
+    run_reader_with(exe, &[], files)
+}
+
+/// [`run_reader`] with the reader's options first (`--args`: each unit's command line too).
+pub fn run_reader_with(exe: &Path, options: &[&str], files: &[PathBuf]) -> Result<String, NamesError> {
+    let out = Command::new(exe)
+        .args(options)
+        .args(files)
+        .output()
+        .map_err(|e| NamesError::Toolchain(format!("running {}: {e}", exe.display())))?;
     if !out.status.success() {
         return Err(NamesError::Toolchain(format!("the .cmt reader failed: {}", String::from_utf8_lossy(&out.stderr).trim())));
     }

@@ -81,6 +81,9 @@ fn warn_refused(done: &Annotated) {
     for r in &done.refused {
         eprintln!("heapsnap: warning: {}: {}", r.file, r.message);
     }
+    for c in &done.choices {
+        eprintln!("heapsnap: {}: {}: {}", c.unit, c.file, c.why);
+    }
 }
 
 fn said(path: &Path, done: &Annotated) -> String {
@@ -101,5 +104,6 @@ fn json(done: &Annotated) -> serde_json::Value {
         "program_units": done.program_units,
         "fields": done.fields,
         "refused": done.refused.iter().map(|r| serde_json::json!({"file": r.file, "message": r.message})).collect::<Vec<_>>(),
+        "chosen": done.choices.iter().map(|c| serde_json::json!({"unit": c.unit, "file": c.file, "why": c.why})).collect::<Vec<_>>(),
     })
 }

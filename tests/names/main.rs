@@ -4,6 +4,7 @@
 #[path = "../dump_support/mod.rs"]
 mod dump_support;
 
+mod names_oracle;
 mod ocaml_libraries;
 mod ocaml_names;
 mod ocaml_types;

@@ -193,6 +193,48 @@ val also : int list
     }
 }
 
+/// Immediate objects and classes at a unit's top level, with method calls by name in methods,
+/// in an object built inside another object's instance variable, and in an initializer: the
+/// calls that Translobj caches give the unit one more field, the method cache, at the end of
+/// its block (an object nested in another object's `val` caches them too, though no function
+/// is in sight). Compared with the compiler's lambda code on every toolchain.
+#[test]
+fn immediate_objects_and_method_caches_number_fields_as_the_compiler_does() {
+    let nested = r#"
+let third = object method name = "third" end
+let a = object
+  val v = (object val w = third#name method w = w end)#w
+  method v = v
+end
+let b = ref 1 let c = ref 2 let d = ref 3 let e = ref 4 let f = ref 5 let g = ref 6
+"#;
+    let plain = r#"
+let counter = ref 0
+let sensitiveOps = object
+  method is_sensitive x = x > 0
+  method check (o : < name : string >) = o#name = "x"
+end
+let other = object (self) val mutable n = 0 method incr = n <- n + 1; self#get method get = n end
+let third = object method name = "third" end
+let fourth = object initializer print_string "" end
+let use () = sensitiveOps#is_sensitive 3
+let b = ref 1 let c = ref 2 let d = ref 3
+"#;
+    let without_calls = r#"
+let first = object method name = "first" end
+let second = object val v = first#name method v = v end
+let b = ref 1 let c = ref 2 let d = ref 3 let e = ref 4 let f = ref 5 let g = ref 6
+"#;
+    for (toolchain, _) in toolchains() {
+        let names = compare_with_lambda(toolchain, "nested", nested, None);
+        assert_eq!(names.last().map(String::as_str), Some("(method cache)"), "{toolchain}: {names:?}");
+        let names = compare_with_lambda(toolchain, "plain", plain, None);
+        assert_eq!(names.last().map(String::as_str), Some("(method cache)"), "{toolchain}: {names:?}");
+        let names = compare_with_lambda(toolchain, "without_calls", without_calls, None);
+        assert!(!names.iter().any(|n| n == "(method cache)"), "{toolchain}: {names:?}");
+    }
+}
+
 /// A module alias that names what an `include` brought in and the alias shadows (`include
 /// Stdune module Console = Console`, in dune's `Import` modules): the simplified signature
 /// makes it present, so the module block stores the module it stands for, and an included

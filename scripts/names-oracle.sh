@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The names oracle (issue 53): compiles every unit of a program again, as its .cmt says it was
+# compiled, with -drawlambda, and compares the identifier the compiler stores in each field of
+# the unit's module block (`setfield_ptr(root-init) N (global Unit!) ident/stamp`) with the name
+# heapsnap's .cmt reader gives that field. Prints one line per field named wrongly, per unit left
+# unnamed (its interface not found: visibly unknown) and per unit not compared (its source or
+# build directory gone, a generated source, a unit compiled by ocamlc), then the totals; exits 1
+# when a field is named wrongly.
+#
+#   scripts/names-oracle.sh --ocaml PREFIX [--remap FROM=TO]... [-I DIR]... [--json] CMT_OR_DIR...
+#
+# --ocaml   the program's toolchain (its version must be the .cmt files')
+# --remap   a build directory that moved: FROM (as the .cmt records it) is TO on this machine
+# -I        a directory added to every compilation's load path (the OCaml compiler's own units,
+#           whose build tree is gone: its installed compiler-libs and standard library)
+# CMT_OR_DIR .cmt files, or directories searched for them
+#
+# Examples (the figures in the closing notes of issue 53 come from these):
+#   scripts/names-oracle.sh --ocaml ~/.cache/heapsnap/ocaml-5.3.0 DUNE/_boot
+#   scripts/names-oracle.sh --ocaml ~/.cache/heapsnap/ocaml-5.3.0 MENHIR/_build/default/src
+#   scripts/names-oracle.sh --ocaml P --remap BUILDDIR=SRC -I P/lib/ocaml/compiler-libs -I P/lib/ocaml P/lib/ocaml/compiler-libs
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cargo build -q --release --manifest-path "$repo/Cargo.toml" -p heapsnap-names --bin heapsnap-names-oracle
+exec "${CARGO_TARGET_DIR:-$repo/target}/release/heapsnap-names-oracle" "$@"
