@@ -155,14 +155,21 @@ lane_tests() {
   read -r -a selection <<<"${CARGO_TEST_SELECTION:---workspace}"
   cargo test --release --no-fail-fast "${selection[@]}" 2>&1 | tee "$log" || status=$?
   local p f
-  p=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s += $4} END {print s + 0}')
-  f=$(grep -oE '; [0-9]+ failed' "$log" | awk '{s += $2} END {print s + 0}')
+  # (`|| true`: a log with no tally, after a build error, sums to 0.)
+  p=$({ grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed' "$log" || true; } | awk '{s += $4} END {print s + 0}')
+  f=$({ grep -oE '; [0-9]+ failed' "$log" || true; } | awk '{s += $2} END {print s + 0}')
   passed=$((passed + p))
   failed=$((failed + f))
-  # A build error, or a test binary that died (a signal, an abort) before its tally, fails
-  # cargo without a failed test counted.
-  if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
-    failing "tests: cargo test failed with no failed test counted (a build error, or a test binary that died; see $log)" "$status"
+  # A test binary that died (a signal, an abort) before its tally is a target cargo says failed
+  # with no FAILED tally of its own; a build error fails cargo with no tally at all.
+  local failed_targets tallied died
+  failed_targets=$({ grep -oE '^error: [0-9]+ targets? failed' "$log" || true; } | awk '{s += $2} END {print s + 0}')
+  tallied=$({ grep -E '^test result: FAILED\.' "$log" || true; } | wc -l)
+  died=$((failed_targets - tallied))
+  if [ "$died" -gt 0 ]; then
+    failing "tests: $died test binaries died before their tally (see $log)" "$status"
+  elif [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then
+    failing "tests: cargo test failed with no failed test counted (a build error? see $log)" "$status"
   fi
   # Each distinct reason once, with how many tests it kept from their check.
   if [ -s "$HEAPSNAP_NOT_COVERED_FILE" ]; then
