@@ -121,3 +121,38 @@ pub fn manifest() -> &'static Value {
 pub fn manifest_sample(name: &str) -> &'static Value {
     manifest()["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest")
 }
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    /// Run only by [`a_toolchain_counts_as_used_only_once_built`], in a child process.
+    #[test]
+    #[ignore = "run by a_toolchain_counts_as_used_only_once_built"]
+    fn asks_for_toolchains() {
+        assert!(std::panic::catch_unwind(|| super::toolchain_samples("no-such-toolchain")).is_err());
+        assert!(std::panic::catch_unwind(|| super::toolchain_prefix("no-such-toolchain")).is_err());
+        assert!(super::toolchain_samples("5.3.0").is_some());
+    }
+
+    /// A toolchain is recorded as used by a test only once its samples are built (or its prefix
+    /// found): asking for one that cannot be built leaves no trace in the coverage.
+    #[test]
+    fn a_toolchain_counts_as_used_only_once_built() {
+        let dir = std::env::temp_dir().join(format!("heapsnap-toolchain-coverage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", "samples::tests::asks_for_toolchains", "--include-ignored"])
+            .env("HEAPSNAP_TOOLCHAIN_COVERAGE", &dir)
+            .output()
+            .expect("run the test binary");
+        let recorded: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| d.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let used = std::fs::read_to_string(dir.join("5.3.0")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(recorded, ["5.3.0"]);
+        assert_eq!(used, "samples::tests::asks_for_toolchains\n");
+    }
+}
