@@ -9,6 +9,8 @@ command -v npm >/dev/null || need+=(npm)
 command -v flock >/dev/null || need+=(util-linux)
 command -v strip >/dev/null || need+=(binutils)
 command -v gdb >/dev/null || need+=(gdb)
+# tests/dump/dump_errors.rs holds a sample under another tracer, strace.
+command -v strace >/dev/null || need+=(strace)
 # The web UI's browser test (tests/analysis/web_ui.rs) drives a headless Chromium through chromedriver.
 command -v chromium >/dev/null || need+=(chromium)
 command -v chromedriver >/dev/null || need+=(chromium-driver)

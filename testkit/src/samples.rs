@@ -1,8 +1,9 @@
 //! The OCaml toolchains and the sample programs the end-to-end tests run: built by the
 //! repository's scripts when missing (each takes a lock, so parallel tests wait for one build).
 
+pub use crate::coverage::not_covered;
+use crate::coverage::record_toolchain_use;
 use serde_json::Value;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
@@ -30,6 +31,19 @@ pub fn version_of(toolchain: &str) -> &str {
     toolchain.split('-').next().unwrap_or(toolchain)
 }
 
+/// Whether samples/build.sh builds the sample `name` with `toolchain` (a release of the
+/// registry): it leaves effect_cont out where the release has no effects, and domains_shared
+/// where it has no domains.
+pub fn builds_sample(toolchain: &str, name: &str) -> bool {
+    let release =
+        heapsnap_values::releases::find(version_of(toolchain)).unwrap_or_else(|| panic!("{toolchain} is no release of the registry"));
+    match name {
+        "effect_cont" => release.effects,
+        "domains_shared" => release.domains,
+        _ => true,
+    }
+}
+
 /// The directory of the 5.3.0 sample executables, built by samples/build.sh when missing.
 pub fn samples_dir() -> PathBuf {
     toolchain_samples("5.3.0").expect("the 5.3.0 toolchain is always available")
@@ -40,31 +54,21 @@ pub fn rhb16_samples_dir() -> PathBuf {
     toolchain_samples("5.3.0-rhb16").expect("the 5.3.0-rhb16 toolchain is always available")
 }
 
-/// Says that something could not be tested here. Under CI (`CI=true`) that fails the test:
-/// a green CI run must mean everything ran.
-pub fn not_covered(what: &str) {
-    eprintln!("NOT COVERED: {what}");
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "NOT COVERED under CI=true: {what}");
-}
-
-/// Notes that the running test uses a program built with `toolchain`, in
-/// `$HEAPSNAP_TOOLCHAIN_COVERAGE/TOOLCHAIN` (one test name a line), so that the test command
-/// can say how many tests each toolchain's lane covered.
-pub fn record_toolchain_use(toolchain: &str) {
-    let Some(dir) = std::env::var_os("HEAPSNAP_TOOLCHAIN_COVERAGE") else { return };
-    let dir = PathBuf::from(dir);
-    let test = std::thread::current().name().unwrap_or("unnamed").to_string();
-    let line = format!("{test}\n");
-    let written = std::fs::create_dir_all(&dir)
-        .and_then(|()| std::fs::OpenOptions::new().create(true).append(true).open(dir.join(toolchain)))
-        .and_then(|mut f| f.write_all(line.as_bytes()));
-    written.expect("write the toolchain coverage file");
-}
-
 /// The samples built by `toolchain`, or `None` when its source is not on this machine (OCaml
-/// 5.2.0 comes from ../shared/sources): then a line on stderr says it was not covered.
+/// 5.2.0 comes from ../shared/sources): then the running test's check is [`not_covered`]. The
+/// toolchain's use is recorded only once its samples are built.
 pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
-    record_toolchain_use(toolchain);
+    let dir = built_samples(toolchain);
+    match &dir {
+        Some(_) => record_toolchain_use(toolchain),
+        None => not_covered(&format!("OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)")),
+    }
+    dir
+}
+
+/// samples/build.sh TOOLCHAIN's output directory, built once per test binary (`None`: the
+/// toolchain's source is not here).
+fn built_samples(toolchain: &str) -> Option<PathBuf> {
     static DIRS: Mutex<Vec<(String, Option<PathBuf>)>> = Mutex::new(Vec::new());
     let mut dirs = DIRS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((_, dir)) = dirs.iter().find(|(t, _)| t == toolchain) {
@@ -78,19 +82,18 @@ pub fn toolchain_samples(toolchain: &str) -> Option<PathBuf> {
         .expect("run samples/build.sh");
     let dir = match out.status.code() {
         Some(0) => Some(PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())),
-        Some(3) => {
-            not_covered(&format!("OCaml {toolchain}: its source is not on this machine (see scripts/ocaml-toolchain.sh)"));
-            None
-        }
+        Some(3) => None,
         _ => panic!("samples/build.sh {toolchain} failed"),
     };
     dirs.push((toolchain.to_string(), dir.clone()));
     dir
 }
 
-/// The toolchains whose samples could be built here, with their sample directories.
-pub fn available_toolchains() -> Vec<(&'static str, PathBuf)> {
-    toolchains().filter_map(|t| Some((t, toolchain_samples(t)?))).collect()
+/// The toolchains `keep` keeps whose samples could be built here, with their sample
+/// directories. The others are not asked for, so that no test counts as having run programs of
+/// a toolchain it left out.
+pub fn available_toolchains_where(keep: impl Fn(&str) -> bool) -> Vec<(&'static str, PathBuf)> {
+    toolchains().filter(|t| keep(t)).filter_map(|t| Some((t, toolchain_samples(t)?))).collect()
 }
 
 /// The OCaml 5.3.0 toolchain's prefix (scripts/ocaml-toolchain.sh).
@@ -100,9 +103,9 @@ pub fn toolchain() -> PathBuf {
 
 /// A toolchain's prefix (scripts/ocaml-toolchain.sh TOOLCHAIN).
 pub fn toolchain_prefix(toolchain: &str) -> PathBuf {
-    record_toolchain_use(toolchain);
     let out = Command::new("bash").arg(repo().join("scripts/ocaml-toolchain.sh")).arg(toolchain).output().expect("run ocaml-toolchain.sh");
     assert!(out.status.success(), "scripts/ocaml-toolchain.sh {toolchain} failed");
+    record_toolchain_use(toolchain);
     PathBuf::from(String::from_utf8(out.stdout).expect("utf-8").trim())
 }
 
@@ -117,4 +120,39 @@ pub fn manifest() -> &'static Value {
 /// The manifest's entry for the sample `name`.
 pub fn manifest_sample(name: &str) -> &'static Value {
     manifest()["samples"].as_array().expect("samples").iter().find(|s| s["name"] == name).expect("sample in manifest")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    /// Run only by [`a_toolchain_counts_as_used_only_once_built`], in a child process.
+    #[test]
+    #[ignore = "run by a_toolchain_counts_as_used_only_once_built"]
+    fn asks_for_toolchains() {
+        assert!(std::panic::catch_unwind(|| super::toolchain_samples("no-such-toolchain")).is_err());
+        assert!(std::panic::catch_unwind(|| super::toolchain_prefix("no-such-toolchain")).is_err());
+        assert!(super::toolchain_samples("5.3.0").is_some());
+    }
+
+    /// A toolchain is recorded as used by a test only once its samples are built (or its prefix
+    /// found): asking for one that cannot be built leaves no trace in the coverage.
+    #[test]
+    fn a_toolchain_counts_as_used_only_once_built() {
+        let dir = std::env::temp_dir().join(format!("heapsnap-toolchain-coverage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", "samples::tests::asks_for_toolchains", "--include-ignored"])
+            .env("HEAPSNAP_TOOLCHAIN_COVERAGE", &dir)
+            .output()
+            .expect("run the test binary");
+        let recorded: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| d.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let used = std::fs::read_to_string(dir.join("5.3.0")).unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert_eq!(recorded, ["5.3.0"]);
+        assert_eq!(used, "samples::tests::asks_for_toolchains\n");
+    }
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 #[test]
 fn a_process_already_traced_names_its_tracer() {
     if Command::new("strace").arg("-V").stdout(Stdio::null()).status().is_err() {
-        eprintln!("strace is not installed: not covered");
+        not_covered("a process another tracer holds: strace is not installed (scripts/install-deps.sh installs it)");
         return;
     }
     let mut sample = Sample::start(&sample_path("cache_leak"), &[]);

@@ -63,7 +63,7 @@ value heapsnap_with_locals(value f, value s)
 
 fn roots_on(toolchain: &str) {
     if toolchain_samples(toolchain).is_none() {
-        return; // said on stderr: not covered
+        return; // counted as not covered
     }
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_ocaml_by(&toolchain_prefix(toolchain), dir.path(), "roots", PROGRAM, &[], Some(STUBS));

@@ -178,7 +178,7 @@ enum Build {
 
 fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     if toolchain_samples(toolchain).is_none() {
-        return; // said on stderr: not covered
+        return; // counted as not covered
     }
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();

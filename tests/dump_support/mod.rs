@@ -11,8 +11,8 @@ pub use checks::*;
 /// Where the toolchains and the samples are (shared with the other crates' tests).
 #[allow(unused_imports)]
 pub use heapsnap_testkit::samples::{
-    available_toolchains, not_covered, repo, rhb16_samples_dir, samples_dir, toolchain, toolchain_prefix, toolchain_samples, toolchains,
-    version_of,
+    available_toolchains_where, not_covered, repo, rhb16_samples_dir, samples_dir, toolchain, toolchain_prefix, toolchain_samples,
+    toolchains, version_of,
 };
 #[allow(unused_imports)]
 pub use oracle::*;

@@ -92,7 +92,7 @@ fn version_before(toolchain: &str, since: &str) -> bool {
 
 #[test]
 fn every_block_has_the_type_the_manifest_says() {
-    for (toolchain, samples) in available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")) {
+    for (toolchain, samples) in available_toolchains_where(|t| !t.contains("rhb16")) {
         let dir = tempfile::tempdir().unwrap();
         let path = typed_snapshot(toolchain, &samples, "typed_values", dir.path());
         let snap = Snapshot::open(&path).unwrap();
@@ -130,7 +130,7 @@ fn every_block_has_the_type_the_manifest_says() {
 /// checks has its type; the reports say so.
 #[test]
 fn bytecode_blocks_have_the_type_the_manifest_says() {
-    for (toolchain, samples) in available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")) {
+    for (toolchain, samples) in available_toolchains_where(|t| !t.contains("rhb16")) {
         let dir = tempfile::tempdir().unwrap();
         let cmt = build_dir(&samples).parent().unwrap().join("bytecode/cmt");
         let path = typed_snapshot_of(toolchain, &samples.join("bytecode/typed_values"), &cmt, dir.path());
@@ -152,7 +152,7 @@ fn bytecode_blocks_have_the_type_the_manifest_says() {
 /// (closure_shapes.types.json); what no type can say stays untyped.
 #[test]
 fn closures_are_typed_from_their_functions() {
-    for (toolchain, samples) in available_toolchains().into_iter().filter(|(t, _)| !t.contains("rhb16")) {
+    for (toolchain, samples) in available_toolchains_where(|t| !t.contains("rhb16")) {
         let dir = tempfile::tempdir().unwrap();
         let path = typed_snapshot(toolchain, &samples, "closure_shapes", dir.path());
         let snap = Snapshot::open(&path).unwrap();
@@ -213,7 +213,8 @@ fn info_gives_the_typed_share_of_reachable_bytes() {
     // The sample's Obj.magic'd list and its conflict block are counted; part of its heap is
     // typed, the rest being the runtime's and the standard library's.
     assert!(typing.mismatches >= 1 && typing.conflicts >= 1, "{typed}");
-    assert!(percent > 20.0 && percent < 100.0, "{percent}% typed");
+    // Today 61.1% (1308 of 1626 reachable objects): a drop of a few points is a regression.
+    assert!(percent > 58.0 && percent < 100.0, "{percent}% typed");
     let text = std::process::Command::new(heapsnap()).arg("info").arg(&path).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     let line = format!("typed           {} objects, {heap_bytes} bytes, {percent:.1}% of reachable bytes", typing.typed_objects);
@@ -263,17 +264,23 @@ fn the_walk_on_every_core_types_as_the_one_core_walk() {
     let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
     let typing = a.typing().expect("typed");
     assert_eq!(typing.conflicts, 0, "no block of this heap has two types: the walk ran on every core");
-    assert!(typing.typed_objects > 500_000, "{} objects typed", typing.typed_objects);
+    // Today all but 284 of 1001333 reachable objects (the runtime's and the standard library's).
+    let reachable = a.tree.reachable_count() as u64;
+    assert!(typing.typed_objects as f64 > 0.995 * reachable as f64, "{} of {reachable} objects typed", typing.typed_objects);
     assert_walks_agree(&a, typing);
 }
 
 /// A real program with `.cmt` files: the OCaml compiler, whose `.cmt` files the toolchain
-/// installs (compiler-libs), dumped in the middle of compiling a large generated source. Prints
-/// the share of live bytes that got a type; its globals are named by identifier and part of its
-/// heap is typed, with every type a block got fitting it (no mismatch would be silent).
+/// installs (compiler-libs), compiling a large generated source. It is dumped at a moment its
+/// own course fixes, so that every run dumps the same heap: when it hands the code it generated
+/// to the assembler, whose place a script on its PATH takes (saying READY, then waiting for the
+/// test before running the real `as`), with its environments and the typed tree still live.
+/// Its globals are named by identifier, and its heap is typed as much as it is today, with
+/// every type a block got fitting it (no mismatch would be silent).
 #[test]
-fn the_compiler_mid_compilation_is_typed() {
+fn the_compiler_at_its_assembler_is_typed() {
     use std::fmt::Write as _;
+    use std::io::{BufRead, Write as _};
     let dir = tempfile::tempdir().unwrap();
     let mut src = String::from(
         "type shape = Circle of int | Rect of int * int | Named of string * int list\ntype r = { a : int; b : string; c : float list }\n",
@@ -285,28 +292,50 @@ fn the_compiler_mid_compilation_is_typed() {
         );
     }
     std::fs::write(dir.path().join("big.ml"), src).unwrap();
+    // The compiler runs `as` (its configured assembler) through the shell, which finds it on
+    // the PATH: the stand-in says READY on the compiler's stdout and reads a line from its
+    // stdin, then runs the real one with the PATH it had.
+    let stand_in = dir.path().join("bin");
+    std::fs::create_dir(&stand_in).unwrap();
+    std::fs::write(stand_in.join("as"), "#!/bin/sh\necho READY\nread _\nPATH=\"$HEAPSNAP_TEST_REAL_PATH\" exec as \"$@\"\n").unwrap();
+    std::fs::set_permissions(stand_in.join("as"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let real_path = std::env::var_os("PATH").unwrap_or_default();
+    let mut path = std::ffi::OsString::from(&stand_in);
+    path.push(":");
+    path.push(&real_path);
     let prefix = toolchain();
-    let mut compiler = std::process::Command::new(prefix.join("bin/ocamlopt.opt"))
-        .current_dir(dir.path())
-        .args(["-g", "-c", "big.ml"])
-        .dies_with_test()
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(compiler.try_wait().unwrap().is_none(), "the compiler finished too early");
+    let mut compiler = KillOnDrop(
+        std::process::Command::new(prefix.join("bin/ocamlopt.opt"))
+            .current_dir(dir.path())
+            .args(["-g", "-c", "big.ml"])
+            .env("PATH", path)
+            .env("HEAPSNAP_TEST_REAL_PATH", &real_path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .dies_with_test()
+            .spawn()
+            .unwrap(),
+    );
+    let mut said = String::new();
+    std::io::BufReader::new(compiler.0.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    assert_eq!(said.trim(), "READY", "the compiler ended without running `as` from its PATH (`ocamlopt -config`: asm)");
     let path = dir.path().join("ocamlopt.heapsnap");
     let libs = prefix.join("lib/ocaml/compiler-libs");
-    dump_ok(compiler.id() as i32, &path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", libs.to_str().unwrap()]);
-    let _ = compiler.wait();
+    dump_ok(compiler.0.id() as i32, &path, &["--ocaml", prefix.to_str().unwrap(), "--cmt", libs.to_str().unwrap()]);
+    compiler.0.stdin.take().unwrap().write_all(b"\n").unwrap();
+    assert!(compiler.0.wait().unwrap().success(), "the compiler failed after the dump");
+    assert!(dir.path().join("big.o").exists(), "the compiler wrote no object file after the dump");
     let snap = Snapshot::open(&path).unwrap();
     let a = Analysis::new(&snap, &Progress::hidden()).unwrap();
     let (units, fields) = a.names.ocaml().expect("names").counts();
     let typing = a.typing().expect("typed");
     let share = typing.typed_bytes as f64 / a.reachable_bytes() as f64;
+    let object_share = typing.typed_objects as f64 / a.tree.reachable_count() as f64;
     eprintln!(
-        "ocamlopt.opt mid-compilation: {units} units, {fields} fields named; {} of {} reachable objects typed, {:.1}% of reachable bytes; {} types, {} conflicts, {} mismatches",
+        "ocamlopt.opt at its assembler: {units} units, {fields} fields named; {} of {} reachable objects typed ({:.1}%), {:.1}% of reachable bytes; {} types, {} conflicts, {} mismatches",
         typing.typed_objects,
         a.tree.reachable_count(),
+        100.0 * object_share,
         100.0 * share,
         typing.type_count(),
         typing.conflicts,
@@ -314,7 +343,12 @@ fn the_compiler_mid_compilation_is_typed() {
     );
     assert!(units > 200, "{units} units named");
     assert_walks_agree(&a, typing);
-    assert!(typing.typed_objects > 1000 && share > 0.05, "{:.3}", share);
+    // Today: 69.1% of reachable bytes and 61.6% of reachable objects typed, 334 conflicts, no
+    // mismatch; the moment is fixed, so a drop of two points is a regression, not noise.
+    assert!(share > 0.67, "{:.1}% of reachable bytes typed", 100.0 * share);
+    assert!(object_share > 0.595, "{:.1}% of reachable objects typed", 100.0 * object_share);
+    assert_eq!(typing.mismatches, 0, "a block typed with a type that does not fit it");
+    assert!(typing.conflicts <= 350, "{} blocks reached with two types", typing.conflicts);
     let top = analyse("top", &[&path], &["--by", "root", "--limit", "0"]);
     let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert!(!names.iter().any(|n| n.starts_with("Env.") && n[4..].parse::<u64>().is_ok()), "numbered Env globals: {names:?}");

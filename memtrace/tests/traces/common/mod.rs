@@ -14,7 +14,7 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-/// The directory with `memtrace_sample` and `dump_trace`, or `None` (said on stderr) when
+/// The directory with `memtrace_sample` and `dump_trace`, or `None` (counted as not covered) when
 /// memtrace's source is not on this machine.
 pub fn ocaml_programs() -> Option<PathBuf> {
     static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
