@@ -1,0 +1,162 @@
+//! `heapsnap run --on-memory`: snapshots before the out-of-memory killer, end to end. The
+//! `memory_growth` sample grows by about 60 MB/s inside a memory cgroup limited to 400 MiB that
+//! the test makes (cgroup v1 and v2, where this machine has them), until the kernel kills it;
+//! heapsnap runs outside that cgroup, as the README says to place it.
+
+use heapsnap_format::{Snapshot, Trigger};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::dump_support::{analyse, heapsnap, not_covered, sample_path, samples_dir, toolchain_prefix, verify, DiesWithTest};
+
+const LIMIT: u64 = 400 << 20;
+/// The goal: a snapshot at no more than this share of the limit.
+const MOST: f64 = 0.75;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Version {
+    V1,
+    V2,
+}
+
+/// A memory cgroup made for one test under this process's own, removed when dropped.
+struct TestCgroup {
+    dir: PathBuf,
+    version: Version,
+}
+
+impl TestCgroup {
+    /// Makes it, limited to `limit` bytes without swap; `Err` says why this machine cannot.
+    fn make(version: Version, limit: u64) -> Result<TestCgroup, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
+        let (parent, limit_file) = match version {
+            Version::V1 => {
+                let path = own
+                    .lines()
+                    .find_map(|l| {
+                        let mut parts = l.splitn(3, ':');
+                        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                        controllers.split(',').any(|c| c == "memory").then_some(path)
+                    })
+                    .ok_or("no cgroup v1 memory controller holds this process")?;
+                (Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')), "memory.limit_in_bytes")
+            }
+            Version::V2 => {
+                if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+                    return Err("cgroup v2 is not mounted at /sys/fs/cgroup".into());
+                }
+                let path = own.lines().find_map(|l| l.strip_prefix("0::")).ok_or("this process is in no cgroup v2")?;
+                (Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')), "memory.max")
+            }
+        };
+        let dir = parent.join(format!("heapsnap-oom-test-{}-{:?}", std::process::id(), version));
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        let cgroup = TestCgroup { dir, version };
+        std::fs::write(cgroup.dir.join(limit_file), limit.to_string())
+            .map_err(|e| format!("cannot limit {} (is the memory controller enabled for it?): {e}", cgroup.dir.display()))?;
+        // No swap: the limit is then what kills.
+        let _ = std::fs::write(cgroup.dir.join("memory.swap.max"), "0");
+        let _ = std::fs::write(cgroup.dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+        Ok(cgroup)
+    }
+
+    /// How many processes the out-of-memory killer killed in it.
+    fn oom_kills(&self) -> u64 {
+        let file = match self.version {
+            Version::V1 => "memory.oom_control",
+            Version::V2 => "memory.events",
+        };
+        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        // Its last process may take a moment to be gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn on_memory_snapshots_before_the_oom_kill_cgroup_v1() {
+    snapshots_before_the_oom_kill(Version::V1);
+}
+
+#[test]
+fn on_memory_snapshots_before_the_oom_kill_cgroup_v2() {
+    snapshots_before_the_oom_kill(Version::V2);
+}
+
+fn snapshots_before_the_oom_kill(version: Version) {
+    let cgroup = match TestCgroup::make(version, LIMIT) {
+        Ok(cgroup) => cgroup,
+        Err(why) => return not_covered(&format!("on-memory under a cgroup {version:?} memory limit: {why}")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let program = sample_path("memory_growth");
+    let cmt = samples_dir().parent().unwrap().join(".build").join(samples_dir().file_name().unwrap()).join("cmt");
+    // The program moves itself into the limited cgroup, then becomes the sample (same pid):
+    // heapsnap stays outside. 60 MB/s; at 2000 MB, far past the limit, it would stop and exit 0.
+    let script = format!("echo $$ > '{}/cgroup.procs' && exec '{}' 60 2000", cgroup.dir.display(), program.display());
+    let started = Instant::now();
+    let out = Command::new(heapsnap())
+        .args(["run", "--on-memory", "30%,60%", "--json", "--dir"])
+        .arg(dir.path())
+        .arg("--cmt")
+        .arg(&cmt)
+        .arg("--ocaml")
+        .arg(toolchain_prefix("5.3.0"))
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .dies_with_test()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The program's death passes through: killed by SIGKILL (137 in a shell), by the kernel's
+    // out-of-memory killer of the test's cgroup.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{:?} after {:?}\n{stderr}", out.status, started.elapsed());
+    assert!(cgroup.oom_kills() >= 1, "the out-of-memory killer killed nothing in {}\n{stderr}", cgroup.dir.display());
+    assert!(stderr.contains("the program was killed by SIGKILL"), "{stderr}");
+
+    let report: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let taken = report["memory_snapshots"].as_array().unwrap_or_else(|| panic!("{report}"));
+    assert!(!taken.is_empty(), "no memory snapshot:\n{report}\n{stderr}");
+    for snapshot in taken {
+        let memory = &snapshot["memory"];
+        let bytes = memory["bytes"].as_u64().unwrap();
+        // Measured as the test's cgroup charges it, against its limit.
+        assert_eq!(memory["measured"], "cgroup", "{snapshot}");
+        assert_eq!(memory["limit"]["bytes"], LIMIT, "{snapshot}");
+        assert_eq!(Path::new(memory["limit"]["of"].as_str().unwrap()), cgroup.dir, "{snapshot}");
+        let path = PathBuf::from(snapshot["path"].as_str().unwrap());
+        eprintln!("{}: taken at {:.1}% of the limit", path.display(), bytes as f64 * 100.0 / LIMIT as f64);
+        let snap = Snapshot::open(&path).unwrap();
+        assert_eq!(snap.metadata().trigger, Trigger::Memory);
+        let verdict = verify(&path, true);
+        assert_eq!(verdict["ok"], true, "{}: {verdict}", path.display());
+        // What grew is named: the global table and its sessions.
+        let summary = analyse("summary", &[&path], &[]).to_string();
+        assert!(summary.contains("Memory_growth.sessions") && summary.contains("Memory_growth.session"), "{summary}");
+    }
+    let first = taken[0]["memory"]["bytes"].as_u64().unwrap();
+    assert!(first as f64 <= MOST * LIMIT as f64, "the first snapshot was taken at {first} bytes, above {MOST} of {LIMIT}");
+    assert_eq!(taken[0]["thresholds"], serde_json::json!(["30%"]), "{report}");
+    // Two snapshots (unless the first one's writing outlived the program): the diff names the
+    // sessions that grew between them.
+    if let [a, b, ..] = taken.as_slice() {
+        let paths = [Path::new(a["path"].as_str().unwrap()), Path::new(b["path"].as_str().unwrap())];
+        let diff = analyse("diff", &paths, &[]).to_string();
+        assert!(diff.contains("Memory_growth.session"), "{diff}");
+    } else {
+        eprintln!("one memory snapshot only (the program was killed while it was written): no diff\n{stderr}");
+    }
+}
