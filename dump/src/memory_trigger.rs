@@ -229,22 +229,26 @@ impl MemoryWatch {
 
     /// Why a snapshot now could itself push the program over its limit, when it could: the
     /// dumper holds the copied heap in its own memory, which is charged to the program's limit
-    /// when the dumper runs inside the limited cgroup. A dumper outside it costs the limit
-    /// nothing (a fork's rewritten pages aside, which the capture already keeps within the room).
+    /// when the dumper runs inside the limited cgroup, and a fork's child keeps the pages the
+    /// program rewrites meanwhile, charged there too. So a dumper inside needs room for twice
+    /// the program's private memory; one outside costs the limit nothing but the fork's pages,
+    /// which the capture already keeps within the room.
     pub fn dump_would_not_fit(&self) -> Option<String> {
         let ours = cgroup::of_process(std::process::id() as i32);
+        // The inactive page cache (the snapshots this dumper wrote, among others) is room: the
+        // kernel reclaims it before it kills.
         let shared = self
             .cgroups
             .1
             .iter()
             .filter(|c| ours.contains(c))
-            .filter_map(|c| Some(cgroup::Charged { dir: c.dir.clone(), limit: c.limit()?, usage: c.usage()? }));
+            .filter_map(|c| Some(cgroup::Charged { dir: c.dir.clone(), limit: c.limit()?, usage: c.working_set()? }));
         let tightest = shared.min_by_key(cgroup::Charged::room)?;
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).ok()?;
         let private = cgroup::kib_field(&status, "RssAnon:")?;
-        (private > tightest.room()).then(|| {
+        (private.saturating_mul(2) > tightest.room()).then(|| {
             format!(
-                "the dumper runs inside the program's memory cgroup {} ({} used of {}), where a copy of the program's {} of private memory would not fit: the snapshot could be what kills it; run heapsnap outside that cgroup (README: \"A snapshot before the out-of-memory killer\")",
+                "the dumper runs inside the program's memory cgroup {} (working set {} of {}), where a snapshot may take up to twice the program's {} of private memory (the dumper's copy, and a fork's rewritten pages): it could be what kills the program; run heapsnap outside that cgroup (README: \"A snapshot before the out-of-memory killer\")",
                 tightest.dir.display(),
                 mib(tightest.usage),
                 mib(tightest.limit),

@@ -50,7 +50,10 @@ impl TestCgroup {
                 (Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')), "memory.max")
             }
         };
-        let dir = parent.join(format!("heapsnap-oom-test-{}-{:?}", std::process::id(), version));
+        // One each: the tests of this file run at once.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = parent.join(format!("heapsnap-oom-test-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir(&dir);
         std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
         let cgroup = TestCgroup { dir, version };
@@ -159,4 +162,41 @@ fn snapshots_before_the_oom_kill(version: Version) {
     } else {
         eprintln!("one memory snapshot only (the program was killed while it was written): no diff\n{stderr}");
     }
+}
+
+#[test]
+fn preload_watcher_inside_the_cgroup_refuses_a_snapshot_that_could_kill_the_program() {
+    let version = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
+    let cgroup = match TestCgroup::make(version, LIMIT) {
+        Ok(cgroup) => cgroup,
+        Err(why) => return not_covered(&format!("OCAML_HEAPSNAP=on-memory under a cgroup {version:?} memory limit: {why}")),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The preload library's watcher is the program's child: inside the limited cgroup. At 25%
+    // a snapshot fits in the room left under the limit; at 70% it may not, and is refused.
+    let script = format!("echo $$ > '{}/cgroup.procs' && exec '{}' 60 2000", cgroup.dir.display(), sample_path("memory_growth").display());
+    let out = Command::new("sh")
+        .args(["-c", &script])
+        .env("LD_PRELOAD", heapsnap().with_file_name("libheapsnap_preload.so"))
+        .env("OCAML_HEAPSNAP", format!("on-memory=25%,70%,dir={}", dir.path().display()))
+        .env("HEAPSNAP_BIN", heapsnap())
+        .stdin(Stdio::null())
+        .dies_with_test()
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{:?}\n{stderr}", out.status);
+    assert!(cgroup.oom_kills() >= 1, "{stderr}");
+    let found: Vec<PathBuf> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(found.len(), 1, "{found:?}\n{stderr}");
+    assert!(found[0].to_string_lossy().ends_with("-0001-memory.heapsnap"), "{found:?}");
+    assert_eq!(verify(&found[0], true)["ok"], true, "{stderr}");
+    assert!(stderr.contains("on-memory 25%: ") && stderr.contains("% of the 400.0 MiB limit of"), "{stderr}");
+    assert!(
+        stderr.contains("memory snapshot not taken: the dumper runs inside the program's memory cgroup")
+            && stderr.contains("run heapsnap outside that cgroup"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("on-memory 70%: no snapshot") && stderr.contains("1 snapshot lost (1 written)"), "{stderr}");
 }
