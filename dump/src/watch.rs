@@ -258,7 +258,6 @@ pub fn trigger_label(trigger: Trigger) -> &'static str {
         Trigger::Core => "core",
         Trigger::Synthetic => "synthetic",
         Trigger::Memory => "memory",
-        Trigger::Unknown => "unknown",
     }
 }
 

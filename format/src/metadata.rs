@@ -18,9 +18,6 @@ pub enum Trigger {
     Synthetic,
     /// The program's memory reached an `on-memory` threshold (format 1.4).
     Memory,
-    /// A trigger this reader does not know (written by a later version).
-    #[serde(other)]
-    Unknown,
 }
 
 /// One domain as it was when the world stopped.
