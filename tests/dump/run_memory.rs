@@ -6,98 +6,35 @@
 use heapsnap_format::{Snapshot, Trigger};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::dump_support::{analyse, heapsnap, not_covered, sample_path, samples_dir, toolchain_prefix, verify, DiesWithTest};
+use crate::dump_support::{
+    analyse, heapsnap, not_covered, sample_path, samples_dir, toolchain_prefix, verify, CgroupVersion, DiesWithTest, TestCgroup,
+};
 
 const LIMIT: u64 = 400 << 20;
 /// The goal: a snapshot at no more than this share of the limit.
 const MOST: f64 = 0.75;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Version {
-    V1,
-    V2,
-}
-
-/// A memory cgroup made for one test under this process's own, removed when dropped.
-struct TestCgroup {
-    dir: PathBuf,
-    version: Version,
-}
-
-impl TestCgroup {
-    /// Makes it, limited to `limit` bytes without swap; `Err` says why this machine cannot.
-    fn make(version: Version, limit: u64) -> Result<TestCgroup, String> {
-        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("/proc/self/cgroup: {e}"))?;
-        let (parent, limit_file) = match version {
-            Version::V1 => {
-                let path = own
-                    .lines()
-                    .find_map(|l| {
-                        let mut parts = l.splitn(3, ':');
-                        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-                        controllers.split(',').any(|c| c == "memory").then_some(path)
-                    })
-                    .ok_or("no cgroup v1 memory controller holds this process")?;
-                (Path::new("/sys/fs/cgroup/memory").join(path.trim_start_matches('/')), "memory.limit_in_bytes")
-            }
-            Version::V2 => {
-                if !Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-                    return Err("cgroup v2 is not mounted at /sys/fs/cgroup".into());
-                }
-                let path = own.lines().find_map(|l| l.strip_prefix("0::")).ok_or("this process is in no cgroup v2")?;
-                (Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/')), "memory.max")
-            }
-        };
-        // One each: the tests of this file run at once.
-        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = parent.join(format!("heapsnap-oom-test-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir(&dir);
-        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-        let cgroup = TestCgroup { dir, version };
-        std::fs::write(cgroup.dir.join(limit_file), limit.to_string())
-            .map_err(|e| format!("cannot limit {} (is the memory controller enabled for it?): {e}", cgroup.dir.display()))?;
-        // No swap: the limit is then what kills.
-        let _ = std::fs::write(cgroup.dir.join("memory.swap.max"), "0");
-        let _ = std::fs::write(cgroup.dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
-        Ok(cgroup)
-    }
-
-    /// How many processes the out-of-memory killer killed in it.
-    fn oom_kills(&self) -> u64 {
-        let file = match self.version {
-            Version::V1 => "memory.oom_control",
-            Version::V2 => "memory.events",
-        };
-        let text = std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
-        text.lines().find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok()).unwrap_or(0)
-    }
-}
-
-impl Drop for TestCgroup {
-    fn drop(&mut self) {
-        // Its last process may take a moment to be gone.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+/// A memory cgroup limited to `limit`, or why this machine cannot make one.
+fn limited_cgroup(version: CgroupVersion, limit: u64) -> Result<TestCgroup, String> {
+    let cgroup = TestCgroup::make("memory", version)?;
+    cgroup.limit_memory(limit)?;
+    Ok(cgroup)
 }
 
 #[test]
 fn on_memory_snapshots_before_the_oom_kill_cgroup_v1() {
-    snapshots_before_the_oom_kill(Version::V1);
+    snapshots_before_the_oom_kill(CgroupVersion::V1);
 }
 
 #[test]
 fn on_memory_snapshots_before_the_oom_kill_cgroup_v2() {
-    snapshots_before_the_oom_kill(Version::V2);
+    snapshots_before_the_oom_kill(CgroupVersion::V2);
 }
 
-fn snapshots_before_the_oom_kill(version: Version) {
-    let cgroup = match TestCgroup::make(version, LIMIT) {
+fn snapshots_before_the_oom_kill(version: CgroupVersion) {
+    let cgroup = match limited_cgroup(version, LIMIT) {
         Ok(cgroup) => cgroup,
         Err(why) => return not_covered(&format!("on-memory under a cgroup {version:?} memory limit: {why}")),
     };
@@ -166,10 +103,9 @@ fn snapshots_before_the_oom_kill(version: Version) {
 
 #[test]
 fn preload_watcher_inside_the_cgroup_refuses_a_snapshot_that_could_kill_the_program() {
-    let version = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() { Version::V2 } else { Version::V1 };
-    let cgroup = match TestCgroup::make(version, LIMIT) {
+    let cgroup = match limited_cgroup(CgroupVersion::V1, LIMIT).or_else(|_| limited_cgroup(CgroupVersion::V2, LIMIT)) {
         Ok(cgroup) => cgroup,
-        Err(why) => return not_covered(&format!("OCAML_HEAPSNAP=on-memory under a cgroup {version:?} memory limit: {why}")),
+        Err(why) => return not_covered(&format!("OCAML_HEAPSNAP=on-memory under a cgroup memory limit: {why}")),
     };
     let dir = tempfile::tempdir().unwrap();
     // The preload library's watcher is the program's child: inside the limited cgroup. At 25%
