@@ -150,7 +150,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     .run(|trigger| {
         seq += 1;
-        let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
+        // Named after the executable the process runs now: a wrapper (`sh -c '... exec PROG'`,
+        // `systemd-run --scope PROG`) has become the program by then.
+        let running =
+            std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let path = watch::snapshot_path(&dir, running.as_deref().unwrap_or(&program), pid, seq, trigger);
         take_snapshot(pid, trigger, &path, spec.redact, spec.capture, &args.runtime)
     })?;
     let status = child.wait().context("waiting for the program")?;

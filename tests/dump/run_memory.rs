@@ -79,6 +79,8 @@ fn snapshots_before_the_oom_kill(version: CgroupVersion) {
         assert_eq!(Path::new(memory["limit"]["of"].as_str().unwrap()), cgroup.dir, "{snapshot}");
         let path = PathBuf::from(snapshot["path"].as_str().unwrap());
         eprintln!("{}: taken at {:.1}% of the limit", path.display(), bytes as f64 * 100.0 / LIMIT as f64);
+        // Named after the sample, which the wrapper shell became.
+        assert!(path.file_name().unwrap().to_string_lossy().starts_with("memory_growth-"), "{}", path.display());
         let snap = Snapshot::open(&path).unwrap();
         assert_eq!(snap.metadata().trigger, Trigger::Memory);
         let verdict = verify(&path, true);
