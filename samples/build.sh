@@ -63,6 +63,7 @@ samples=(
   "alloc_sites||-"
   "typed_values||-"
   "closure_shapes||-"
+  "memory_growth|unix|-"
 )
 # Plugins: NAME.ml compiled against Heapsnap_sample's interface into NAME.cmxs.
 plugins=(plugin_data)
@@ -116,6 +117,9 @@ for entry in "${samples[@]}"; do
   if [ "$libs" = threads ]; then
     inc+=(-I +threads -I +unix)
     libargs=(unix.cmxa threads.cmxa)
+  elif [ "$libs" = unix ]; then
+    inc+=(-I +unix)
+    libargs=(unix.cmxa)
   elif [ "$libs" = dynlink ]; then
     inc+=(-I +dynlink)
     libargs=(dynlink.cmxa)
@@ -168,6 +172,9 @@ link_bytecode() { # name output extra-flags...
   if [ "$name" = systhread_stack ]; then
     inc+=(-I +threads -I +unix)
     libargs=(unix.cma threads.cma)
+  elif [ "$name" = memory_growth ]; then
+    inc+=(-I +unix)
+    libargs=(unix.cma)
   fi
   if newer_than_all "$bout/$output" "$here/$name.ml" "${bytecode_deps[@]}"; then
     return

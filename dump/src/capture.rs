@@ -193,8 +193,8 @@ pub fn not_frozen(smaps: &str) -> Vec<NotFrozen> {
 /// Memory the target may take while a fork's child lives.
 #[derive(Debug, Default)]
 struct Headroom {
-    /// The tightest memory cgroup: (its directory, limit, usage).
-    cgroup: Option<(PathBuf, u64, u64)>,
+    /// The memory cgroup with the least room under its limit.
+    cgroup: Option<crate::cgroup::Charged>,
     /// `MemAvailable` of `/proc/meminfo`.
     available: Option<u64>,
 }
@@ -202,15 +202,14 @@ struct Headroom {
 impl Headroom {
     /// Why `needed` bytes may not fit, when they may not.
     fn shortfall(&self, needed: u64) -> Option<String> {
-        if let Some((dir, limit, usage)) = &self.cgroup {
-            let room = limit.saturating_sub(*usage);
-            if needed > room {
+        if let Some(cgroup) = &self.cgroup {
+            if needed > cgroup.room() {
                 return Some(format!(
                     "its private memory ({} MiB), which the target may rewrite while the fork lives, exceeds the room under its memory cgroup's limit ({} MiB used of {} MiB in {})",
                     needed >> 20,
-                    usage >> 20,
-                    limit >> 20,
-                    dir.display()
+                    cgroup.usage >> 20,
+                    cgroup.limit >> 20,
+                    cgroup.dir.display()
                 ));
             }
         }
@@ -226,41 +225,8 @@ impl Headroom {
 }
 
 fn headroom(pid: u32) -> Headroom {
-    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| status_field(&m, "MemAvailable:")).map(|kib| kib * 1024);
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-    Headroom { cgroup: tightest_cgroup(&cgroups, Path::new("/sys/fs/cgroup")), available }
-}
-
-/// The memory cgroup (of `/proc/PID/cgroup`'s text, under `root`) with the least room, checking
-/// the process's cgroup and every ancestor: cgroup v2 (`memory.max`, `memory.current`), or v1's
-/// memory controller (`memory.limit_in_bytes`, `memory.usage_in_bytes`).
-fn tightest_cgroup(cgroups: &str, root: &Path) -> Option<(PathBuf, u64, u64)> {
-    let mut candidates: Vec<(PathBuf, &str, &str)> = Vec::new();
-    for line in cgroups.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let relative = path.trim_start_matches('/');
-        if controllers.is_empty() {
-            candidates.push((root.join(relative), "memory.max", "memory.current"));
-        } else if controllers.split(',').any(|c| c == "memory") {
-            candidates.push((root.join("memory").join(relative), "memory.limit_in_bytes", "memory.usage_in_bytes"));
-        }
-    }
-    let mut tightest: Option<(PathBuf, u64, u64)> = None;
-    for (dir, limit_file, usage_file) in candidates {
-        let mut at = Some(dir.as_path());
-        while let Some(d) = at.filter(|d| d.starts_with(root)) {
-            let read = |f: &str| std::fs::read_to_string(d.join(f)).ok().and_then(|t| t.trim().parse::<u64>().ok());
-            // "max" (v2) does not parse: no limit; v1 says no limit with a huge number.
-            if let (Some(limit), Some(usage)) = (read(limit_file), read(usage_file)) {
-                if limit < 1 << 60 && tightest.as_ref().is_none_or(|(_, l, u)| limit.saturating_sub(usage) < l.saturating_sub(*u)) {
-                    tightest = Some((d.to_path_buf(), limit, usage));
-                }
-            }
-            at = d.parent();
-        }
-    }
-    tightest
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| crate::cgroup::kib_field(&m, "MemAvailable:"));
+    Headroom { cgroup: crate::cgroup::least_room(&crate::cgroup::of_process(pid as i32)), available }
 }
 
 #[cfg(test)]
@@ -294,29 +260,9 @@ VmFlags: rd wr mr mw me ac sd wf
     }
 
     #[test]
-    fn the_tightest_cgroup_is_found_in_v1_and_v2() {
-        let root = tempfile::tempdir().unwrap();
-        let write = |dir: &str, files: &[(&str, &str)]| {
-            let d = root.path().join(dir);
-            std::fs::create_dir_all(&d).unwrap();
-            for (name, text) in files {
-                std::fs::write(d.join(name), text).unwrap();
-            }
-        };
-        // v2: the parent is tighter than the leaf; the root has no limit ("max").
-        write("", &[("memory.max", "max\n"), ("memory.current", "5\n")]);
-        write("a", &[("memory.max", "1000\n"), ("memory.current", "900\n")]);
-        write("a/b", &[("memory.max", "max\n"), ("memory.current", "100\n")]);
-        let (dir, limit, usage) = tightest_cgroup("0::/a/b\n", root.path()).unwrap();
-        assert_eq!((dir, limit, usage), (root.path().join("a"), 1000, 900));
-        // v1: the memory controller's line; a huge limit is no limit.
-        write("memory", &[("memory.limit_in_bytes", "9223372036854771712\n"), ("memory.usage_in_bytes", "1\n")]);
-        write("memory/svc", &[("memory.limit_in_bytes", "4096\n"), ("memory.usage_in_bytes", "1024\n")]);
-        let found = tightest_cgroup("4:memory:/svc\n3:cpu:/\n", root.path()).unwrap();
-        assert_eq!(found, (root.path().join("memory/svc"), 4096, 1024));
-        assert_eq!(tightest_cgroup("3:cpu:/\n", root.path()), None);
-        // The figures name the limit.
-        let why = Headroom { cgroup: Some(found), available: Some(1 << 40) }.shortfall(1 << 20).unwrap();
+    fn a_shortfall_names_the_limit_it_would_cross() {
+        let cgroup = crate::cgroup::Charged { dir: PathBuf::from("/sys/fs/cgroup/memory/svc"), limit: 4096, usage: 1024 };
+        let why = Headroom { cgroup: Some(cgroup), available: Some(1 << 40) }.shortfall(1 << 20).unwrap();
         assert!(why.contains("memory cgroup") && why.contains("memory/svc"), "{why}");
         assert_eq!(Headroom { cgroup: None, available: Some(2 << 20) }.shortfall(1 << 20), None);
         assert!(Headroom { cgroup: None, available: Some(1 << 20) }.shortfall(2 << 20).unwrap().contains("available memory"));

@@ -8,12 +8,14 @@
 //! the registry of releases; [`dump_process`] and [`dump_core`] put them together.
 
 pub mod capture;
+pub mod cgroup;
 pub mod common;
 pub mod debuginfo;
 pub mod dump;
 pub mod dwarf;
 pub mod elf;
 pub mod error;
+pub mod memory_trigger;
 pub mod ocaml4;
 pub mod ocaml5;
 pub mod snapshot;

@@ -6,16 +6,23 @@
 //!       | "on-signal=" SIGNAL      dump when SIGNAL (USR1, SIGUSR2, 12, ...) is received
 //!       | "every=" DURATION        dump periodically
 //!       | "at-exit"                dump when the program exits, before the runtime tears down
+//!       | "on-memory=" THRESHOLD ("," THRESHOLD)*
+//!                                  dump when the program's memory first reaches each threshold
 //!       | "dir=" PATH              where snapshots go (default: the current directory)
 //!       | "redact"                 zero string and bytes contents before writing
 //!       | "capture=" MODE          fork, copy or auto (default): how the stopped program is copied
-//!       | "poll=" DURATION         how often the compaction counter is read (default 20ms)
+//!       | "poll=" DURATION         how often the compaction counter and the memory are read (default 20ms)
 //! DURATION = integer ("ms" | "s" | "m" | "h")
+//! THRESHOLD = number ("B" | "KiB" | "MiB" | "GiB" | "TiB" | "KB" | "MB" | "GB" | "TB" | "%")
 //! ```
-//! At least one of on-compaction, on-signal, every, at-exit is required; an item may not repeat.
+//! At least one of on-compaction, on-signal, every, at-exit, on-memory is required; an item may
+//! not repeat. The thresholds after `on-memory=` go on for as long as the items start with a
+//! digit (no other item does), so `on-memory=60%,80%,95%` reads as the command line's
+//! `--on-memory 60%,80%,95%`.
 //! A `dir` holding a comma cannot be written in this grammar: use `heapsnap run --dir DIR` then.
 
 use crate::capture::CaptureMode;
+use crate::memory_trigger::{self, Threshold};
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,6 +37,8 @@ pub struct TriggerSpec {
     pub on_signal: Option<i32>,
     pub every: Option<Duration>,
     pub at_exit: bool,
+    /// `on-memory` thresholds, as given.
+    pub on_memory: Vec<Threshold>,
     pub dir: Option<PathBuf>,
     pub redact: bool,
     pub poll: Duration,
@@ -44,6 +53,7 @@ impl Default for TriggerSpec {
             on_signal: None,
             every: None,
             at_exit: false,
+            on_memory: Vec::new(),
             dir: None,
             redact: false,
             poll: DEFAULT_POLL,
@@ -53,7 +63,7 @@ impl Default for TriggerSpec {
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, dir=PATH, redact, poll=DURATION, capture=fork|copy|auto (durations like 500ms, 30s, 5m, 1h)")]
+#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, on-memory=THRESHOLD[,THRESHOLD...], dir=PATH, redact, poll=DURATION, capture=fork|copy|auto (durations like 500ms, 30s, 5m, 1h; thresholds like 400MiB, 2GiB, 80%)")]
 pub struct TriggerSpecError {
     pub var: &'static str,
     pub value: String,
@@ -62,7 +72,7 @@ pub struct TriggerSpecError {
 
 impl TriggerSpec {
     pub fn has_trigger(&self) -> bool {
-        self.on_compaction || self.on_signal.is_some() || self.every.is_some() || self.at_exit
+        self.on_compaction || self.on_signal.is_some() || self.every.is_some() || self.at_exit || !self.on_memory.is_empty()
     }
 
     /// Reads `OCAML_HEAPSNAP`; `Ok(None)` when it is not set.
@@ -80,7 +90,20 @@ impl TriggerSpec {
         let fail = |problem: String| TriggerSpecError { var: ENV_VAR, value: value.to_owned(), problem };
         let mut spec = TriggerSpec::default();
         let mut seen: Vec<&str> = Vec::new();
+        let mut after_memory = false;
         for item in value.split(',').map(str::trim) {
+            // A further threshold of the `on-memory=` item just before.
+            if item.starts_with(|c: char| c.is_ascii_digit()) {
+                if !after_memory {
+                    return Err(fail(format!("'{item}' follows no on-memory=")));
+                }
+                let threshold = memory_trigger::parse_threshold(item).map_err(fail)?;
+                if spec.on_memory.contains(&threshold) {
+                    return Err(fail(format!("memory threshold {threshold} is given twice")));
+                }
+                spec.on_memory.push(threshold);
+                continue;
+            }
             let (key, arg) = match item.split_once('=') {
                 Some((k, v)) => (k.trim(), Some(v.trim())),
                 None => (item, None),
@@ -92,6 +115,7 @@ impl TriggerSpec {
                 return Err(fail(format!("'{key}' is given twice")));
             }
             seen.push(key);
+            after_memory = key == "on-memory";
             let need_arg = || arg.filter(|a| !a.is_empty()).ok_or_else(|| fail(format!("'{key}' needs a value ({key}=...)")));
             let no_arg = || match arg {
                 None => Ok(()),
@@ -112,6 +136,7 @@ impl TriggerSpec {
                 }
                 "on-signal" => spec.on_signal = Some(parse_signal(need_arg()?).map_err(fail)?),
                 "every" => spec.every = Some(parse_duration(need_arg()?).map_err(fail)?),
+                "on-memory" => spec.on_memory = vec![memory_trigger::parse_threshold(need_arg()?).map_err(fail)?],
                 "poll" => spec.poll = parse_duration(need_arg()?).map_err(fail)?,
                 "dir" => spec.dir = Some(PathBuf::from(need_arg()?)),
                 "capture" => spec.capture = need_arg()?.parse().map_err(fail)?,
@@ -119,7 +144,9 @@ impl TriggerSpec {
             }
         }
         if !spec.has_trigger() {
-            return Err(fail("no trigger: give at least one of on-compaction, on-signal=SIG, every=DURATION, at-exit".into()));
+            return Err(fail(
+                "no trigger: give at least one of on-compaction, on-signal=SIG, every=DURATION, at-exit, on-memory=THRESHOLD".into(),
+            ));
         }
         Ok(spec)
     }
@@ -138,6 +165,10 @@ impl TriggerSpec {
         }
         if self.at_exit {
             items.push("at-exit".to_owned());
+        }
+        if !self.on_memory.is_empty() {
+            let thresholds: Vec<String> = self.on_memory.iter().map(Threshold::to_string).collect();
+            items.push(format!("on-memory={}", thresholds.join(",")));
         }
         if self.redact {
             items.push("redact".to_owned());
@@ -241,7 +272,12 @@ mod tests {
 
     #[test]
     fn parses_every_item() {
-        let spec = TriggerSpec::parse("on-compaction, on-signal=usr2,every=30s,at-exit,dir=snaps,redact,poll=5ms,capture=fork").unwrap();
+        let spec = TriggerSpec::parse(
+            "on-compaction, on-signal=usr2,every=30s,at-exit,on-memory=60%,2GiB, 95%,dir=snaps,redact,poll=5ms,capture=fork",
+        )
+        .unwrap();
+        assert_eq!(spec.on_memory, [Threshold::Percent(6000), Threshold::Bytes(2 << 30), Threshold::Percent(9500)]);
+        assert_eq!(TriggerSpec::parse("on-memory=400MiB").unwrap().on_memory, [Threshold::Bytes(400 << 20)]);
         assert!(spec.on_compaction && spec.at_exit && spec.redact);
         assert_eq!(spec.capture, CaptureMode::Fork);
         assert_eq!(TriggerSpec::parse("at-exit").unwrap().capture, CaptureMode::Auto);
@@ -277,6 +313,12 @@ mod tests {
             ("at-exit=1", "takes no value"),
             ("at-exit,capture=clone", "unknown capture 'clone'"),
             ("on-signal=SIGKILL", "cannot be used"),
+            ("at-exit,80%", "follows no on-memory"),
+            ("on-memory=80%,dir=x,90%", "follows no on-memory"),
+            ("on-memory=80%,80%", "given twice"),
+            ("on-memory=100%", "below 100%"),
+            ("on-memory=400", "no unit"),
+            ("on-memory=", "needs a value"),
         ] {
             let err = TriggerSpec::parse(value).unwrap_err();
             assert!(err.to_string().contains(needle), "{value:?}: {err}");

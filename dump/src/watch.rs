@@ -1,12 +1,14 @@
 //! Watching a running program and taking a snapshot whenever a trigger fires: after each
-//! compaction (the runtime's `caml_compactions_count` moved), on a signal, periodically, and at
-//! exit. Used by `heapsnap run` (which launched the program) and `heapsnap watch` (started by the
+//! compaction (the runtime's `caml_compactions_count` moved), on a signal, periodically, at
+//! exit, and when its memory reaches a threshold ([`crate::memory_trigger`]). Used by `heapsnap run` (which launched the program) and `heapsnap watch` (started by the
 //! preload library for a program launched by anything else).
 //!
 //! The watcher never keeps the target stopped or patched between dumps: the compaction counter
 //! is read from outside with `process_vm_readv` every `poll` interval (one 8-byte read, which
-//! costs the target nothing), and the process's exit is seen through a pidfd.
+//! costs the target nothing), its memory from its cgroup's files or `/proc` at the same
+//! interval, and the process's exit is seen through a pidfd.
 
+use crate::memory_trigger::{self, MemoryWatch};
 use heapsnap_format::Trigger;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -51,6 +53,27 @@ pub struct WatchSummary {
     pub failures: usize,
     /// How many times the compaction counter was read.
     pub polls: u64,
+    /// The snapshots `on-memory` took, with the memory each was taken at.
+    pub memory: Vec<MemorySnapshot>,
+    /// The highest memory `on-memory` saw (it is not read while a snapshot is written), and the
+    /// thresholds that got no snapshot.
+    pub memory_peak: Option<memory_trigger::Reading>,
+    pub memory_without_snapshot: Vec<memory_trigger::Threshold>,
+}
+
+/// A snapshot `on-memory` took.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemorySnapshot {
+    pub path: PathBuf,
+    /// The thresholds reached since the previous sample (one snapshot for them all).
+    #[serde(serialize_with = "as_strings")]
+    pub thresholds: Vec<memory_trigger::Threshold>,
+    /// The program's memory when they were seen, just before the snapshot.
+    pub memory: memory_trigger::Reading,
+}
+
+fn as_strings<S: serde::Serializer>(thresholds: &[memory_trigger::Threshold], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(thresholds.iter().map(|t| t.to_string()))
 }
 
 pub struct Watch<'a> {
@@ -90,10 +113,11 @@ impl Watch<'_> {
 
         let mut last_count = self.compactions_counter.map(|_| self.compactions_seen);
         let mut next_interval = self.spec.every.map(|every| Instant::now() + every);
+        let mut memory = (!self.spec.on_memory.is_empty()).then(|| MemoryWatch::new(self.pid, &self.spec.on_memory));
         loop {
             let now = Instant::now();
             let mut timeout = Duration::from_secs(3600);
-            if last_count.is_some() {
+            if last_count.is_some() || memory.as_ref().is_some_and(|m| !m.pending().is_empty()) {
                 timeout = timeout.min(self.spec.poll);
             }
             if let Some(at) = next_interval {
@@ -109,6 +133,24 @@ impl Watch<'_> {
             )?;
             if ready[0] {
                 break; // the target is gone
+            }
+            // Memory first: it is the trigger that cannot wait.
+            if let Some(crossing) = memory.as_mut().filter(|m| !m.pending().is_empty()).and_then(MemoryWatch::sample) {
+                let thresholds: Vec<String> = crossing.thresholds.iter().map(|t| t.to_string()).collect();
+                eprintln!("heapsnap: memory reached {}: {}", thresholds.join(", "), crossing.reading);
+                if let Some(why) = memory.as_ref().and_then(MemoryWatch::dump_would_not_fit) {
+                    eprintln!("heapsnap: warning: memory snapshot not taken: {why}");
+                    summary.failures += 1;
+                } else {
+                    let before = summary.snapshots.len();
+                    if !record(Trigger::Memory, &mut summary) {
+                        break;
+                    }
+                    if let Some(path) = summary.snapshots.get(before) {
+                        let path = path.clone();
+                        summary.memory.push(MemorySnapshot { path, thresholds: crossing.thresholds, memory: crossing.reading });
+                    }
+                }
             }
             // A compaction seen before an exit message happened before it: take it first.
             if let (Some(counter), Some(last)) = (self.compactions_counter, last_count) {
@@ -160,6 +202,11 @@ impl Watch<'_> {
                 }
             }
         }
+        if let Some(memory) = memory {
+            let taken: Vec<_> = summary.memory.iter().flat_map(|m| m.thresholds.iter().copied()).collect();
+            summary.memory_without_snapshot = self.spec.on_memory.iter().copied().filter(|t| !taken.contains(t)).collect();
+            summary.memory_peak = memory.peak;
+        }
         Ok(summary)
     }
 }
@@ -210,6 +257,7 @@ pub fn trigger_label(trigger: Trigger) -> &'static str {
         Trigger::Exit => "exit",
         Trigger::Core => "core",
         Trigger::Synthetic => "synthetic",
+        Trigger::Memory => "memory",
     }
 }
 

@@ -7,7 +7,7 @@ use std::fmt;
 pub const MAGIC: [u8; 8] = *b"HEAPSNAP";
 pub const END_MAGIC: [u8; 8] = *b"HSNPEND\0";
 pub const VERSION_MAJOR: u16 = 1;
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 pub const WORD_SIZE: u8 = 8;
 pub const BYTE_ORDER_LITTLE: u8 = 1;
 

@@ -16,6 +16,8 @@ pub enum Trigger {
     Exit,
     Core,
     Synthetic,
+    /// The program's memory reached an `on-memory` threshold (format 1.4).
+    Memory,
 }
 
 /// One domain as it was when the world stopped.

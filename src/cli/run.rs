@@ -3,8 +3,9 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
+use heapsnap_dump::memory_trigger;
 use heapsnap_dump::triggers::{self, TriggerSpec};
-use heapsnap_dump::watch::{self, Inputs, Watch};
+use heapsnap_dump::watch::{self, Inputs, Watch, WatchSummary};
 use heapsnap_format::Trigger;
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -25,6 +26,11 @@ pub struct RunArgs {
     /// Dump when the program exits, before the runtime tears down.
     #[arg(long)]
     at_exit: bool,
+    /// Dump when the program's memory first reaches LIMIT: a size (400MiB, 2GiB) or a
+    /// percentage of the tightest memory limit on it (its cgroups', else MemTotal); several
+    /// (60%,80%,95%) give one snapshot each.
+    #[arg(long, value_name = "LIMIT", value_parser = memory_trigger::parse_thresholds)]
+    on_memory: Vec<Vec<memory_trigger::Threshold>>,
     /// Zero string and bytes contents before writing.
     #[arg(long)]
     redact: bool,
@@ -59,8 +65,16 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
     spec.on_signal = args.on_signal.or(spec.on_signal);
     spec.every = args.every.or(spec.every);
     spec.dir = args.dir.clone().or(spec.dir);
+    for threshold in args.on_memory.iter().flatten() {
+        if !spec.on_memory.contains(threshold) {
+            spec.on_memory.push(*threshold);
+        }
+    }
     if !spec.has_trigger() {
-        bail!("no trigger: give --on-compaction, --on-signal SIG, --every DURATION or --at-exit (or set {})", triggers::ENV_VAR);
+        bail!(
+            "no trigger: give --on-compaction, --on-signal SIG, --every DURATION, --at-exit or --on-memory LIMIT (or set {})",
+            triggers::ENV_VAR
+        );
     }
     Ok(spec)
 }
@@ -136,11 +150,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     .run(|trigger| {
         seq += 1;
-        let path = watch::snapshot_path(&dir, &program, pid, seq, trigger);
+        // Named after the executable the process runs now: a wrapper (`sh -c '... exec PROG'`,
+        // `systemd-run --scope PROG`) has become the program by then.
+        let running =
+            std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+        let path = watch::snapshot_path(&dir, running.as_deref().unwrap_or(&program), pid, seq, trigger);
         take_snapshot(pid, trigger, &path, spec.redact, spec.capture, &args.runtime)
     })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
+    // Where memory is watched, a kill (the out-of-memory killer's SIGKILL) is said beside the figures.
+    if let Some(sig) = status.signal().filter(|_| !spec.on_memory.is_empty()) {
+        eprintln!("heapsnap: the program was killed by {}", triggers::signal_name(sig));
+    }
+    report_memory(&spec, &summary);
     // Names once the program is done: reading .cmt files never delays it.
     for path in &summary.snapshots {
         super::annotate::after_dump(path, &args.names, true);
@@ -151,6 +174,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             serde_json::json!({
                 "pid": pid,
                 "snapshots": summary.snapshots,
+                "memory_snapshots": summary.memory,
+                "memory_peak": summary.memory_peak,
+                "memory_without_snapshot": summary.memory_without_snapshot.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                 "failures": summary.failures,
                 "exit_code": status.code(),
                 "signal": status.signal(),
@@ -173,6 +199,24 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     match status.code() {
         Some(0) if lost => Ok(ExitCode::from(2)),
         code => Ok(ExitCode::from(code.unwrap_or(1) as u8)),
+    }
+}
+
+/// What `on-memory` did: each snapshot with the memory it was taken at, and the thresholds that
+/// got none, with the highest memory seen (memory is not read while a snapshot is written, so a
+/// threshold passed then and followed by the program's death got none either).
+fn report_memory(spec: &TriggerSpec, summary: &WatchSummary) {
+    if spec.on_memory.is_empty() {
+        return;
+    }
+    for taken in &summary.memory {
+        let thresholds: Vec<String> = taken.thresholds.iter().map(|t| t.to_string()).collect();
+        eprintln!("heapsnap: on-memory {}: {} at {}", thresholds.join(", "), taken.path.display(), taken.memory);
+    }
+    if !summary.memory_without_snapshot.is_empty() {
+        let thresholds: Vec<String> = summary.memory_without_snapshot.iter().map(|t| t.to_string()).collect();
+        let peak = summary.memory_peak.as_ref().map_or_else(|| "never read".to_owned(), |p| p.to_string());
+        eprintln!("heapsnap: on-memory {}: no snapshot; the highest memory seen between snapshots: {peak}", thresholds.join(", "));
     }
 }
 
@@ -268,6 +312,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
             &Default::default(),
         )
     })?;
+    report_memory(&spec, &summary);
     if summary.failures == 0 {
         return Ok(ExitCode::SUCCESS);
     }

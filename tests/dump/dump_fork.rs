@@ -7,7 +7,7 @@
 use crate::dump_support::*;
 use heapsnap_format::Snapshot;
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -160,52 +160,12 @@ fn fork_dumps_are_invisible_to_a_program_that_watches_its_children() {
     assert!(rest.starts_with("SIGCHLD 0 WAITED 0 KEPT "), "the program noticed the forks: {rest}");
 }
 
-/// A memory cgroup of our own, made for one test and removed after it; `None` (said) where
-/// cgroups cannot be made (not root, or no memory controller mounted writable).
-struct Cgroup {
-    dir: PathBuf,
-    /// Where the process goes back to: the cgroup it came from.
-    home: PathBuf,
-}
-
-impl Cgroup {
-    fn make(controller: &str, pid: i32) -> Option<Cgroup> {
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-        // cgroup v1's controller hierarchy, or v2's unified one.
-        let (root, relative) = cgroups.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            let v1 = Path::new("/sys/fs/cgroup").join(controller);
-            if controllers.split(',').any(|c| c == controller) && v1.is_dir() {
-                Some((v1, path.trim_start_matches('/').to_string()))
-            } else if controllers.is_empty() && Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-                Some((PathBuf::from("/sys/fs/cgroup"), path.trim_start_matches('/').to_string()))
-            } else {
-                None
-            }
-        })?;
-        let home = root.join(relative);
-        let dir = home.join(format!("heapsnap-test-{}", std::process::id()));
-        std::fs::create_dir(&dir).ok()?;
-        let cgroup = Cgroup { dir, home };
-        std::fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()).ok()?;
-        Some(cgroup)
-    }
-
-    fn set(&self, file: &str, value: &str) {
-        std::fs::write(self.dir.join(file), value).unwrap_or_else(|e| panic!("write {value} to {}: {e}", self.dir.join(file).display()));
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        if let Ok(procs) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
-            for pid in procs.lines() {
-                let _ = std::fs::write(self.home.join("cgroup.procs"), pid);
-            }
-        }
-        let _ = std::fs::remove_dir(&self.dir);
-    }
+/// A cgroup of `controller` holding process `pid`; `None` where cgroups cannot be made (not
+/// root, or no such controller mounted writable).
+fn cgroup_holding(controller: &str, pid: i32) -> Option<TestCgroup> {
+    let cgroup = TestCgroup::make_any(controller).ok()?;
+    cgroup.add(pid).ok()?;
+    Some(cgroup)
 }
 
 /// `auto` copies process `pid` (into `path`), saying why in its report and in the snapshot's
@@ -240,7 +200,7 @@ fn auto_copies_and_fork_refuses_when_a_memory_limit_leaves_too_little_room() {
     // With room: auto forks (96 MB is above its threshold).
     let roomy = dump_ok(pid, &path, &["--no-dwarf"]);
     assert_eq!(roomy["capture"]["method"], "fork", "{roomy}");
-    let Some(cgroup) = Cgroup::make("memory", pid) else {
+    let Some(cgroup) = cgroup_holding("memory", pid) else {
         not_covered("memory limits: cannot make a memory cgroup here (needs root and a writable cgroup hierarchy)");
         return;
     };
@@ -261,7 +221,7 @@ fn a_fork_the_kernel_refuses_falls_back_to_a_copy_under_auto_and_fails_when_aske
     let exe = compile_ocaml(dir.path(), "holder", HOLDS_A_HEAP, &[]);
     let (mut child, mut stdout) = start(&exe, &["80"]);
     let pid = child.0.id() as i32;
-    let Some(cgroup) = Cgroup::make("pids", pid) else {
+    let Some(cgroup) = cgroup_holding("pids", pid) else {
         not_covered("refused forks: cannot make a pids cgroup here (needs root and a writable cgroup hierarchy)");
         return;
     };

@@ -19,4 +19,5 @@ mod dump_safety;
 mod dump_samples;
 mod dump_stress;
 mod dump_versions;
+mod run_memory;
 mod run_triggers;

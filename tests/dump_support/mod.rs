@@ -2,10 +2,13 @@
 //! and a minimal reachability oracle over a snapshot (until `heapsnap verify --strict` exists).
 #![allow(dead_code)]
 
+mod cgroup;
 mod checks;
 mod oracle;
 #[allow(dead_code)]
 pub mod series;
+#[allow(unused_imports)]
+pub use cgroup::{CgroupVersion, TestCgroup};
 #[allow(unused_imports)]
 pub use checks::*;
 /// Where the toolchains and the samples are (shared with the other crates' tests).

@@ -67,6 +67,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
         Just(Trigger::Exit),
         Just(Trigger::Core),
         Just(Trigger::Synthetic),
+        Just(Trigger::Memory),
     ];
     let colours = Just(vec![0u8, 1, 2, 3]).prop_shuffle().prop_map(|c| ColourEncoding {
         marked: c[0],
