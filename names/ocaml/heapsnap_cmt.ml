@@ -656,11 +656,19 @@ let rec_group vbs =
   let ids = List.map fst (Compat.let_bound vbs) in
   List.iter (fun e -> Hashtbl.replace rec_groups (loc_key e.exp_loc) (fns, ids)) fns
 
+(* The unique names (name_stamp) of the identifiers functions are bound to: native code names
+   each function's code after them (`camlUnit.name_stamp`, `camlUnit__name_stamp` in 4.14), so
+   they tell which of two builds of a unit an executable holds (their stamps differ as soon as
+   anything compiled before them does). *)
+let fn_idents : string list ref = ref []
+
 let name_functions vbs =
   List.iter
     (fun (vb : value_binding) ->
       match (Compat.pat_vars vb.vb_pat, vb.vb_expr.exp_desc) with
-      | [ (id, _) ], Texp_function _ -> Hashtbl.replace fn_names (loc_key vb.vb_expr.exp_loc) (Ident.name id)
+      | [ (id, _) ], Texp_function _ ->
+          Hashtbl.replace fn_names (loc_key vb.vb_expr.exp_loc) (Ident.name id);
+          fn_idents := Ident.unique_name id :: !fn_idents
       | _ -> ())
     vbs
 
@@ -992,7 +1000,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str (intf : interface) =
   Hashtbl.reset quals; Hashtbl.reset ident_info; types := []; classes := []; modules := []; module_types := []; anon := 0;
   Hashtbl.reset last_binding; include_aliases := [];
   Hashtbl.reset bound_types; Hashtbl.reset aliases; fn_nodes := []; Hashtbl.reset rec_groups; Hashtbl.reset fn_names;
-  Hashtbl.reset functor_params;
+  Hashtbl.reset functor_params; fn_idents := [];
   let u = info.cmt_modname in
   walk_structure u str.str_items;
   note_structure "" str.str_items;
@@ -1036,6 +1044,7 @@ let unit_json file (info : Cmt_format.cmt_infos) str (intf : interface) =
   list (fun f -> f ()) (List.rev !modules @ List.map include_alias (List.rev (List.filter still_bound !include_aliases)));
   raw ","; key "module_types"; list (fun f -> f ()) (List.rev !module_types);
   raw ","; key "functions"; functions_json stored;
+  raw ","; key "function_idents"; list jstr (List.filteri (fun i _ -> i < 64) (List.rev !fn_idents));
   raw "}"
 
 let () =

@@ -8,7 +8,7 @@ use crate::reader::{run_reader, Toolchain};
 use crate::NamesError;
 use heapsnap_format::Snapshot;
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Default, Clone)]
@@ -83,7 +83,9 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
         let name = unit.get("unit").and_then(Value::as_str).unwrap_or("").to_string();
         read.entry(name).or_default().push(unit);
     }
+    let symbols: HashSet<&str> = snap.symbols().iter().filter_map(|s| snap.string(s.name)).filter(|n| n.starts_with("caml")).collect();
     let rules = Rules {
+        symbols,
         compiled_from: find::source_files(&snap),
         bytecode: snap.metadata().bytecode,
         library: &|file: &Path| {
@@ -106,7 +108,7 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
             }
             continue;
         };
-        match choose(&name, size, candidates, &rules) {
+        match choose(&name, size, candidates, &rules).without_function_idents() {
             Choice::Named { unit, why } => {
                 fields += rules.field_count(&unit) as usize;
                 if !Path::new(file_of(&unit)).starts_with(&tc.stdlib) {
@@ -157,6 +159,8 @@ fn file_of(unit: &Value) -> &str {
 
 /// What decides whether a `.cmt` file is the one this program was built from.
 struct Rules<'a> {
+    /// The executable's symbols (`camlUnit.name_stamp`, the code of functions).
+    symbols: HashSet<&'a str>,
     /// The `.ml` files the executable's line tables name.
     compiled_from: Vec<PathBuf>,
     bytecode: bool,
@@ -189,6 +193,18 @@ impl Rules<'_> {
         None
     }
 
+    /// How many of `unit`'s functions the executable has code of, by symbol: native code names
+    /// a function after its identifier's unique name, whose stamp differs between two builds
+    /// of a unit as soon as anything compiled before it does.
+    fn functions_found(&self, name: &str, unit: &Value) -> usize {
+        let idents = unit.get("function_idents").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+        idents
+            .filter(|id| {
+                self.symbols.contains(format!("caml{name}.{id}").as_str()) || self.symbols.contains(format!("caml{name}__{id}").as_str())
+            })
+            .count()
+    }
+
     /// Whether the executable names the source file `unit` was compiled from: `Some(false)`
     /// when it names another file of that name, `None` when it names none of that name.
     fn same_source(&self, unit: &Value) -> Option<bool> {
@@ -207,6 +223,18 @@ pub struct Chosen {
     pub unit: String,
     pub file: String,
     pub why: String,
+}
+
+impl Choice {
+    /// The choice, its unit without the identifiers that served to choose it (not stored).
+    fn without_function_idents(mut self) -> Self {
+        if let Choice::Named { unit, .. } | Choice::TypesOnly { unit, .. } = &mut self {
+            if let Some(o) = unit.as_object_mut() {
+                o.remove("function_idents");
+            }
+        }
+        self
+    }
 }
 
 enum Choice {
@@ -250,6 +278,23 @@ fn choose(name: &str, size: Option<u64>, mut candidates: Vec<Value>, rules: &Rul
             fit.push((unit, same_source));
         }
     }
+    // The executable's code of a build's functions tells builds apart best (their stamps).
+    if fit.len() > 1 {
+        let found: Vec<usize> = fit.iter().map(|(u, _)| rules.functions_found(name, u)).collect();
+        let best = found.iter().copied().max().unwrap_or(0);
+        if best > 0 && found.iter().any(|&f| f < best) {
+            let mut kept = Vec::new();
+            for ((unit, same), f) in std::mem::take(&mut fit).into_iter().zip(found) {
+                if f == best {
+                    kept.push((unit, same));
+                } else {
+                    let message = format!("{name}: the executable has the code of {f} of its functions, another build's {best}");
+                    unfit.push(FileError { file: file_of(&unit).to_string(), message });
+                }
+            }
+            fit = kept;
+        }
+    }
     let confirmed = fit.iter().filter(|(_, same)| *same == Some(true)).count();
     if confirmed > 0 {
         for (unit, same) in std::mem::take(&mut fit) {
@@ -261,7 +306,9 @@ fn choose(name: &str, size: Option<u64>, mut candidates: Vec<Value>, rules: &Rul
             }
         }
     }
-    let alike = |a: &Value, b: &Value| a.get("fields") == b.get("fields") && a.get("types") == b.get("types");
+    let alike = |a: &Value, b: &Value| {
+        a.get("fields") == b.get("fields") && a.get("types") == b.get("types") && a.get("functions") == b.get("functions")
+    };
     match fit.len() {
         0 if count == 1 => Choice::Refused(
             unfit.into_iter().map(|e| FileError { message: format!("{}: a .cmt of another build of the program, left out", e.message), ..e }).collect(),
@@ -278,7 +325,9 @@ fn choose(name: &str, size: Option<u64>, mut candidates: Vec<Value>, rules: &Rul
         1 => {
             let (unit, same) = fit.pop().expect("one");
             let why = (count > 1).then(|| {
-                let reason = if same == Some(true) {
+                let reason = if unfit.iter().any(|e| e.message.contains("the code of")) {
+                    "the one whose functions' code the executable has"
+                } else if same == Some(true) {
                     "the one compiled from the source file the executable names"
                 } else {
                     "the only one whose module block has the snapshot's size"
@@ -315,7 +364,12 @@ mod tests {
     }
 
     fn rules(compiled_from: &[&str]) -> Rules<'static> {
-        Rules { compiled_from: compiled_from.iter().map(PathBuf::from).collect(), bytecode: false, library: &|_: &Path| false }
+        Rules {
+            symbols: ["camlLr1.reduce_12", "camlLr1.shift_20"].into_iter().collect(),
+            compiled_from: compiled_from.iter().map(PathBuf::from).collect(),
+            bytecode: false,
+            library: &|_: &Path| false,
+        }
     }
 
     fn named(choice: Choice) -> (String, Option<String>) {
@@ -354,6 +408,17 @@ mod tests {
         let (file, why) = named(choose("Lr1", Some(2), vec![a, twin], &rules(&[])));
         assert_eq!(file, "/b/stage1/lr1.cmt");
         assert!(why.unwrap().contains("the same fields and types"));
+    }
+
+    #[test]
+    fn of_two_builds_alike_but_for_stamps_the_one_whose_code_the_executable_has_is_named() {
+        let mut a = unit("/b/stage1/lr1.cmt", "stage1/lr1.ml", &["a", "b"]);
+        let mut b = unit("/b/stage2/lr1.cmt", "stage2/lr1.ml", &["a", "b"]);
+        a["function_idents"] = json!(["reduce_11", "shift_19"]);
+        b["function_idents"] = json!(["reduce_12", "shift_20"]);
+        let (file, why) = named(choose("Lr1", Some(2), vec![a, b], &rules(&[])));
+        assert_eq!(file, "/b/stage2/lr1.cmt");
+        assert!(why.unwrap().contains("whose functions' code the executable has"));
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Oracle {
                 check.wrong.push(format!("the compiler stores up to field {last}, heapsnap has {stored_fields} fields it stores"));
             }
         }
-        for (field, ident) in stored {
+        for (field, ident) in stored.into_iter().filter_map(|(field, ident)| Some((field, ident?))) {
             match names.get(field) {
                 Some(name) if *name == ident => check.agreed += 1,
                 Some(name) => check.wrong.push(format!("field {field}: the compiler stores {ident}, heapsnap names it {name}")),
@@ -134,7 +134,7 @@ impl Oracle {
 
     /// Compiles the unit again as its `.cmt` says, into a temporary directory, and returns the
     /// identifier the raw lambda code stores in each field of the unit's module block.
-    fn compile(&self, unit: &Value) -> Result<BTreeMap<usize, String>, String> {
+    fn compile(&self, unit: &Value) -> Result<BTreeMap<usize, Option<String>>, String> {
         let args: Vec<String> =
             unit.get("args").and_then(Value::as_array).into_iter().flatten().filter_map(|a| a.as_str().map(str::to_string)).collect();
         let name = unit.get("unit").and_then(Value::as_str).unwrap_or("");
@@ -143,15 +143,18 @@ impl Oracle {
             return Err(format!("its build directory {} is not on this machine", builddir.display()));
         }
         let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
-        let stem = name.to_ascii_lowercase();
+        // The output keeps its file name (the unit's name comes from it), in the temporary
+        // directory: the build's files stay as they are.
+        let mut output = format!("{}{}.cmx", name.get(..1).unwrap_or("").to_ascii_lowercase(), name.get(1..).unwrap_or(""));
         let mut command = self.toolchain.compiler();
         let mut rest = args.iter().skip(1);
         let mut compiles = false;
         while let Some(a) = rest.next() {
             match a.as_str() {
-                // Outputs go to the temporary directory: the build's files stay as they are.
                 "-o" => {
-                    rest.next();
+                    if let Some(file) = rest.next().and_then(|o| Path::new(o).file_name()) {
+                        output = Path::new(file).with_extension("cmx").to_string_lossy().into_owned();
+                    }
                 }
                 "-c" => compiles = true,
                 // Dumps and annotations of the original build are not wanted again.
@@ -172,7 +175,7 @@ impl Oracle {
         for i in &self.includes {
             command.arg("-I").arg(i);
         }
-        command.arg("-c").arg("-drawlambda").arg("-o").arg(tmp.path().join(format!("{stem}.cmx"))).current_dir(&builddir);
+        command.arg("-c").arg("-drawlambda").arg("-o").arg(tmp.path().join(output)).current_dir(&builddir);
         let out = command.output().map_err(|e| format!("running the compiler: {e}"))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
@@ -186,10 +189,10 @@ impl Oracle {
 /// What the `.cmt` reader names the method cache's field.
 const METHOD_CACHE: &str = "(method cache)";
 
-/// The identifier each `setfield_ptr(root-init) N (global Unit!) ident/stamp` of a lambda dump
-/// stores in field N (the last store of a field, as the block ends up holding it), and
-/// [`METHOD_CACHE`] for the method cache.
-pub fn root_stores(lambda: &str) -> BTreeMap<usize, String> {
+/// Every field a lambda dump's `setfield_ptr(root-init) N (global Unit!) VALUE` stores into, with
+/// the identifier it stores there when VALUE is one (`ident/stamp`; [`METHOD_CACHE`] for the
+/// method cache; the last store of a field, as the block ends up holding it).
+pub fn root_stores(lambda: &str) -> BTreeMap<usize, Option<String>> {
     const STORE: &str = "setfield_ptr(root-init) ";
     let mut stores = BTreeMap::new();
     let mut rest = lambda;
@@ -201,16 +204,18 @@ pub fn root_stores(lambda: &str) -> BTreeMap<usize, String> {
         };
         let Ok(n) = field.parse::<usize>() else { continue };
         // Translobj.transl_store_label_init's method cache: an array made at the block's end.
-        if value.starts_with("(caml_array_make") || value.starts_with("(caml_make_vect") {
-            stores.insert(n, METHOD_CACHE.to_string());
-            continue;
-        }
-        let value = value.trim_end_matches(')');
-        if let Some((ident, stamp)) = value.split_once('/') {
-            if !ident.starts_with('(') && stamp.chars().all(|c| c.is_ascii_digit()) && !stamp.is_empty() {
-                stores.insert(n, ident.to_string());
+        let stored = if value.starts_with("(caml_array_make") || value.starts_with("(caml_make_vect") {
+            Some(METHOD_CACHE.to_string())
+        } else {
+            match value.trim_end_matches(')').split_once('/') {
+                Some((ident, stamp)) if !ident.starts_with('(') && !stamp.is_empty() && stamp.chars().all(|c| c.is_ascii_digit()) => {
+                    Some(ident.to_string())
+                }
+                // An expression (a coerced functor, a primitive, an included field's copy).
+                _ => None,
             }
-        }
+        };
+        stores.insert(n, stored);
     }
     stores
 }
@@ -218,12 +223,13 @@ pub fn root_stores(lambda: &str) -> BTreeMap<usize, String> {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn root_stores_read_identifiers_only() {
+    fn root_stores_name_identifiers_and_count_every_field() {
         let lambda = "(seq (setfield_ptr(root-init) 0 (global M!) x/12)\n (setfield_ptr(root-init) 1 (global M!)\n   (field_imm 3 (global B!)))\n (setfield_ptr(root-init) 2 (global M!) f/45)\n (setfield_ptr(root-init) 3 (global M!) (caml_array_make 2 0)))";
         let stores = super::root_stores(lambda);
-        assert_eq!(stores.len(), 3);
-        assert_eq!(stores[&3], super::METHOD_CACHE);
-        assert_eq!(stores[&0], "x");
-        assert_eq!(stores[&2], "f");
+        assert_eq!(stores.len(), 4);
+        assert_eq!(stores[&0].as_deref(), Some("x"));
+        assert_eq!(stores[&1], None);
+        assert_eq!(stores[&2].as_deref(), Some("f"));
+        assert_eq!(stores[&3].as_deref(), Some(super::METHOD_CACHE));
     }
 }
