@@ -180,10 +180,10 @@ mod tests {
         // SAFETY: getpid has no preconditions.
         let before = unsafe { libc::getpid() };
         answer_in_a_child();
-        // SAFETY: getpid has no preconditions; _exit ends a forked child without unwinding the
-        // parent's state it copied.
+        // SAFETY: getpid has no preconditions.
         if unsafe { libc::getpid() } != before {
             eprintln!("answer_in_a_child forked a process with threads");
+            // SAFETY: _exit ends the forked child without running the parent's state it copied.
             unsafe { libc::_exit(97) };
         }
         assert!(!is_child());
