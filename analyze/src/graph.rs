@@ -127,6 +127,69 @@ impl EdgeContext<'_, '_> {
     }
 }
 
+/// What [`root_edges`] finds besides the edges.
+struct RootEdges {
+    /// The roots that name a block, by block.
+    roots: Vec<RootEdge>,
+    /// Blocks tracked without being kept alive (Gc.finalise values, memprof samples).
+    weak_roots: Vec<NodeId>,
+    /// The roots that point outside the heap, or at no block.
+    sink: EdgeSink,
+}
+
+/// The edges of the super-root and of each root kind, appended to `targets` (their counts in
+/// `offsets`, at each node's index + 1): the first part of the graph, before the blocks'.
+fn root_edges(snap: &Snapshot, blocks: &BlockMap<'_>, root_kinds: &[RootKind], offsets: &mut [u32], targets: &mut Vec<u32>) -> RootEdges {
+    let first_block = 1 + root_kinds.len() as NodeId;
+    targets.extend(1..first_block);
+    offsets[1] = first_block - 1;
+    let mut roots = Vec::new();
+    let mut weak_roots = Vec::new();
+    let mut sink = EdgeSink::default();
+    for (k, kind) in root_kinds.iter().enumerate() {
+        let before = targets.len();
+        for (i, r) in snap.roots().iter().enumerate().filter(|(_, r)| r.root_kind() == *kind) {
+            if !ocaml::is_pointer(r.value) {
+                continue;
+            }
+            if r.is_weak() {
+                if let PointsTo::Node(node) = blocks.resolve(r.value) {
+                    weak_roots.push(node);
+                }
+                continue;
+            }
+            match blocks.resolve(r.value) {
+                PointsTo::Node(node) => {
+                    targets.push(node);
+                    roots.push(RootEdge { node, record: i as u32 });
+                }
+                PointsTo::External => sink.counts.external += 1,
+                PointsTo::Bad(kind) => {
+                    sink.counts.bad += 1;
+                    *sink.bad.entry(kind).or_default() += 1;
+                }
+            }
+        }
+        offsets[k + 2] = (targets.len() - before) as u32;
+    }
+    roots.sort_by_key(|r| (r.node, r.record));
+    RootEdges { roots, weak_roots, sink }
+}
+
+/// Suspended stacks no continuation points to (only worth a pass when there are any).
+fn orphan_stacks(blocks: &BlockMap<'_>, regions: &[usize], suspended: &HashMap<u64, Vec<u64>>) -> u64 {
+    if suspended.is_empty() {
+        return 0;
+    }
+    let cont_stacks: HashSet<u64> = regions
+        .iter()
+        .flat_map(|&r| blocks.region_blocks(r))
+        .filter(|b| b.header.tag == ocaml::CONT_TAG)
+        .filter_map(|b| b.fields.first().map(|&f| f & !1))
+        .collect();
+    suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64
+}
+
 impl<'s> HeapGraph<'s> {
     pub fn build(snap: &'s Snapshot, progress: &Progress) -> Result<Self, AnalyzeError> {
         let mut root_kinds: Vec<RootKind> =
@@ -156,40 +219,7 @@ impl<'s> HeapGraph<'s> {
         let mut offsets = vec![0u32; n + 1];
         let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
 
-        // Super-root and root kinds.
-        targets.extend(1..first_block);
-        offsets[1] = first_block - 1;
-        let mut roots = Vec::new();
-        let mut weak_roots = Vec::new();
-        let mut sink = EdgeSink::default();
-        for (k, kind) in root_kinds.iter().enumerate() {
-            let before = targets.len();
-            for (i, r) in snap.roots().iter().enumerate().filter(|(_, r)| r.root_kind() == *kind) {
-                if !ocaml::is_pointer(r.value) {
-                    continue;
-                }
-                if r.is_weak() {
-                    // Tracked without being kept alive (Gc.finalise values, memprof samples).
-                    if let PointsTo::Node(node) = blocks.resolve(r.value) {
-                        weak_roots.push(node);
-                    }
-                    continue;
-                }
-                match blocks.resolve(r.value) {
-                    PointsTo::Node(node) => {
-                        targets.push(node);
-                        roots.push(RootEdge { node, record: i as u32 });
-                    }
-                    PointsTo::External => sink.counts.external += 1,
-                    PointsTo::Bad(kind) => {
-                        sink.counts.bad += 1;
-                        *sink.bad.entry(kind).or_default() += 1;
-                    }
-                }
-            }
-            offsets[k + 2] = (targets.len() - before) as u32;
-        }
-        roots.sort_by_key(|r| (r.node, r.record));
+        let RootEdges { roots, weak_roots, sink } = root_edges(snap, &blocks, &root_kinds, &mut offsets, &mut targets);
 
         // Blocks, region by region, in batches of about 8 MiB of region memory (small: the
         // per-region edge vectors of a batch are transient memory).
@@ -259,18 +289,7 @@ impl<'s> HeapGraph<'s> {
         debug_assert_eq!(total as usize, targets.len());
 
         timer.lap("edges");
-        // Suspended stacks no continuation points to (only worth a pass when there are any).
-        let orphan_stack_records = if suspended.is_empty() {
-            0
-        } else {
-            let cont_stacks: HashSet<u64> = order
-                .iter()
-                .flat_map(|&r| blocks.region_blocks(r))
-                .filter(|b| b.header.tag == ocaml::CONT_TAG)
-                .filter_map(|b| b.fields.first().map(|&f| f & !1))
-                .collect();
-            suspended.keys().filter(|k| !cont_stacks.contains(k)).count() as u64
-        };
+        let orphan_stack_records = orphan_stacks(&blocks, &order, &suspended);
         timer.lap("continuations");
 
         let mut graph = HeapGraph {

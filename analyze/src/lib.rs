@@ -33,6 +33,8 @@
 //!
 //! This file is the crate's whole surface: the layers' modules are private, and what the other
 //! crates use is re-exported here.
+// Every unsafe block states the invariant it relies on.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 mod address_index;
 mod allocator;

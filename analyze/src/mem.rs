@@ -165,16 +165,32 @@ impl Drop for Prefault {
     }
 }
 
-/// A pointer shared by threads that write distinct indices.
+/// A buffer shared by threads that each write (and read back) their own distinct indices, like
+/// a slice split into disjoint `&mut` parts without the splitting.
 #[derive(Clone, Copy)]
 pub(crate) struct Scatter<T>(pub(crate) *mut T);
-unsafe impl<T> Send for Scatter<T> {}
-unsafe impl<T> Sync for Scatter<T> {}
+// SAFETY: a Scatter moves values of T into (and out of) slots other threads allocated, which is
+// sound when T may move between threads; that each slot has one thread is `write`'s and `read`'s
+// contract.
+unsafe impl<T: Send> Send for Scatter<T> {}
+// SAFETY: as for Send: sharing a Scatter only lets threads move T values in and out.
+unsafe impl<T: Send> Sync for Scatter<T> {}
 impl<T> Scatter<T> {
     /// # Safety
-    /// `i` is in bounds and no other thread writes it.
+    /// `i` is in bounds of the buffer, and no other thread accesses slot `i`.
+    #[inline]
     pub(crate) unsafe fn write(&self, i: usize, v: T) {
+        // SAFETY: in bounds and unshared, by the caller's contract.
         unsafe { self.0.add(i).write(v) }
+    }
+}
+impl<T: Copy> Scatter<T> {
+    /// # Safety
+    /// `i` is in bounds of the buffer and initialised, and no other thread writes slot `i`.
+    #[inline]
+    pub(crate) unsafe fn read(&self, i: usize) -> T {
+        // SAFETY: in bounds, initialised and not written concurrently, by the caller's contract.
+        unsafe { self.0.add(i).read() }
     }
 }
 

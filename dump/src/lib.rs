@@ -6,6 +6,8 @@
 //! ([`common::family::RuntimeFamily`]), with what the families share in [`common`]; so that
 //! every memory source reuses all the runtime knowledge. [`target`] picks the family once, from
 //! the registry of releases; [`dump_process`] and [`dump_core`] put them together.
+// Every unsafe block states the invariant it relies on.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod capture;
 pub mod cgroup;

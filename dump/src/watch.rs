@@ -363,15 +363,19 @@ pub fn read_word(pid: i32, address: u64) -> Option<u64> {
     let mut word = 0u64;
     let local = libc::iovec { iov_base: (&mut word as *mut u64).cast(), iov_len: 8 };
     let remote = libc::iovec { iov_base: address as *mut libc::c_void, iov_len: 8 };
+    // SAFETY: the kernel writes at most 8 bytes into `word` (the local iovec); the remote
+    // address is only read in the target, which the kernel checks.
     let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
     (n == 8).then_some(word)
 }
 
 fn pidfd_open(pid: i32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and touches no memory.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: a new descriptor from pidfd_open, owned by no one else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
@@ -380,6 +384,7 @@ fn poll_fds(fds: &[Option<RawFd>], timeout: Duration) -> std::io::Result<Vec<boo
     let mut pfds: Vec<libc::pollfd> =
         fds.iter().map(|fd| libc::pollfd { fd: fd.unwrap_or(-1), events: libc::POLLIN, revents: 0 }).collect();
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `pfds` holds `pfds.len()` pollfd entries the kernel may update.
     let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
     if n < 0 {
         let err = std::io::Error::last_os_error();
@@ -393,17 +398,20 @@ fn poll_fds(fds: &[Option<RawFd>], timeout: Duration) -> std::io::Result<Vec<boo
 
 fn read_byte(fd: &OwnedFd) -> Option<u8> {
     let mut byte = 0u8;
+    // SAFETY: reads at most one byte into `byte`, from a descriptor `fd` keeps open.
     let n = unsafe { libc::read(fd.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) };
     (n == 1).then_some(byte)
 }
 
 fn write_byte(fd: &OwnedFd, byte: u8) {
+    // SAFETY: writes one byte from `byte` to a descriptor `fd` keeps open.
     unsafe { libc::write(fd.as_raw_fd(), (&byte as *const u8).cast(), 1) };
 }
 
 /// Empties a non-blocking self-pipe: several signals before one poll make one snapshot.
 fn drain(fd: &OwnedFd) {
     let mut buf = [0u8; 64];
+    // SAFETY: flags of a descriptor `fd` keeps open; reads at most `buf.len()` bytes into `buf`.
     unsafe {
         let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
         libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);

@@ -11,7 +11,9 @@ pub enum FormatError {
     #[error("file is {len} bytes long, shorter than the {min} bytes of an empty snapshot (truncated?)")]
     TooShort { len: u64, min: u64 },
 
-    #[error("not a heapsnap snapshot: magic at offset 0 is {found:02x?}")]
+    /// The bytes found stay out of the message: a server that opens a file it is asked for
+    /// (`heapsnap mcp`) must not hand back what another kind of file holds.
+    #[error("not a heapsnap snapshot (bad magic)")]
     BadMagic { found: [u8; 8] },
 
     #[error("snapshot format version {major}.{minor} is not supported (this reader reads {supported}.x)")]

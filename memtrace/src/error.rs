@@ -28,7 +28,9 @@ pub enum Error {
 /// What is wrong inside a packet or an event.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Problem {
-    #[error("bad magic number {0:#010x}")]
+    /// The number found stays out of the message: it is the file's first bytes when the file
+    /// is not a trace at all, which a server (`heapsnap mcp`) must not hand back.
+    #[error("bad magic number (not a memtrace trace)")]
     BadMagic(u32),
     #[error("packet size {bits} bits is not a whole number of bytes at least as long as its header ({header} bytes)")]
     BadPacketSize { bits: u32, header: usize },

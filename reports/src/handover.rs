@@ -31,9 +31,14 @@ struct AfterAnswer {
 }
 
 /// Forks: the parent waits for the child's answer and exits with its code (it never returns);
-/// the child returns and runs the command. Nothing happens where fork fails (the command runs
-/// in this process). Call it first thing, before any thread is started.
+/// the child returns and runs the command. Nothing happens where fork fails, or where this
+/// process already has more than one thread (a child of a fork then could inherit a lock another
+/// thread held, and hang): the command runs in this process. Call it first thing, before any
+/// thread is started.
 pub fn answer_in_a_child() {
+    if thread_count() != Some(1) {
+        return;
+    }
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two descriptors into the array it is given.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -43,8 +48,8 @@ pub fn answer_in_a_child() {
     let (from_child, to_parent) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
-    // SAFETY: the process has one thread (the caller's promise), so the child inherits no lock
-    // held by another.
+    // SAFETY: the process has one thread (counted above; the caller starts none meanwhile), so
+    // the child inherits no lock held by another thread.
     match unsafe { libc::fork() } {
         -1 => {}
         0 => {
@@ -64,6 +69,11 @@ pub fn answer_in_a_child() {
             wait_for_answer(child, from_child);
         }
     }
+}
+
+/// This process's threads, from `/proc/self/task`; `None` where it cannot be read.
+fn thread_count() -> Option<usize> {
+    Some(std::fs::read_dir("/proc/self/task").ok()?.count())
 }
 
 /// The parent's part: exits with the code the child sends, or as the child ended.
@@ -152,5 +162,32 @@ pub fn detach() {
     unsafe {
         libc::setsid();
         libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A test binary runs its tests on threads: there, forking would be unsound, and the command
+    /// answers in this process. (Were it to fork, the child ends at once with a status the
+    /// waiting parent, the test binary, then exits with: the run fails.)
+    #[test]
+    fn a_process_with_threads_answers_in_itself() {
+        let (stop, wait) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || wait.recv());
+        assert!(thread_count().is_some_and(|n| n > 1));
+        // SAFETY: getpid has no preconditions.
+        let before = unsafe { libc::getpid() };
+        answer_in_a_child();
+        // SAFETY: getpid has no preconditions.
+        if unsafe { libc::getpid() } != before {
+            eprintln!("answer_in_a_child forked a process with threads");
+            // SAFETY: _exit ends the forked child without running the parent's state it copied.
+            unsafe { libc::_exit(97) };
+        }
+        assert!(!is_child());
+        drop(stop);
+        let _ = other.join();
     }
 }

@@ -5,6 +5,8 @@
 //!
 //! Every report answers from the snapshot's analysis index (`SNAP.hsidx`, built on first use)
 //! through a [`Loader`], except `verify`, `info` and `diff`, which read snapshots whole.
+// Every unsafe block states the invariant it relies on.
+#![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod allocation_sites;
 mod args;

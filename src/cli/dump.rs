@@ -213,6 +213,7 @@ fn name_the_owner(pid: i32, err: anyhow::Error) -> anyhow::Error {
         Ok(m) => m,
         Err(_) => return err,
     });
+    // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !denied || owner == me {
         return err;

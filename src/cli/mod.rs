@@ -6,6 +6,7 @@ mod dump;
 pub mod errors;
 mod export;
 mod mcp;
+mod mcp_roots;
 mod run;
 mod serve;
 

@@ -116,8 +116,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         command.env("LD_PRELOAD", value);
     }
+    // The child keeps its two ends of the pipes (std makes them close-on-exec).
+    // SAFETY: between fork and exec the closure makes only fcntl calls, async-signal-safe.
     unsafe {
-        // The child keeps its two ends of the pipes (std makes them close-on-exec).
         command.pre_exec(move || {
             for fd in [child_control, child_ack] {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
@@ -190,6 +191,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("heapsnap: error: {}", lost_snapshots(summary.failures, summary.snapshots.len()));
     }
     if let Some(sig) = status.signal() {
+        // SAFETY: the default action for the program's signal, then that signal to ourselves
+        // (the program died of it; so do we); no memory is involved.
         unsafe {
             libc::signal(sig, libc::SIG_DFL);
             libc::raise(sig);
@@ -242,8 +245,11 @@ pub struct WatchArgs {
 /// Started by the preload library in a program run with `OCAML_HEAPSNAP` set. It reads and
 /// checks the variable, tells the library which hooks to install, then watches.
 pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
-    let control = unsafe { OwnedFd::from_raw_fd(args.control_fd) };
-    let ack = unsafe { OwnedFd::from_raw_fd(args.ack_fd) };
+    if args.control_fd == args.ack_fd {
+        bail!("--control-fd and --ack-fd are the same descriptor ({}); {STARTED_BY_THE_LIBRARY}", args.control_fd);
+    }
+    let control = passed_pipe(args.control_fd, "--control-fd")?;
+    let ack = passed_pipe(args.ack_fd, "--ack-fd")?;
     let answer = |line: &str| {
         let _ = write_all_fd(&ack, line.as_bytes());
     };
@@ -320,6 +326,29 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::from(2))
 }
 
+const STARTED_BY_THE_LIBRARY: &str = "heapsnap watch is started by libheapsnap_preload.so, not by hand";
+
+/// A pipe end the preload library passed to this watcher by number: open, a pipe, and none of
+/// stdin, stdout and stderr (which the library points elsewhere). Taking ownership of anything
+/// else would close a descriptor some other part of this process uses.
+fn passed_pipe(fd: i32, option: &str) -> anyhow::Result<OwnedFd> {
+    if (0..=2).contains(&fd) {
+        bail!("{option} {fd} is stdin, stdout or stderr, not a pipe from the preload library; {STARTED_BY_THE_LIBRARY}");
+    }
+    // SAFETY: `stat` is plain data; all-zero is a valid value.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat fills `stat` or fails (EBADF for a number that is not open).
+    if fd < 0 || unsafe { libc::fstat(fd, &mut stat) } != 0 {
+        bail!("{option} {fd} is not an open file descriptor; {STARTED_BY_THE_LIBRARY}");
+    }
+    if stat.st_mode & libc::S_IFMT != libc::S_IFIFO {
+        bail!("{option} {fd} is not a pipe; {STARTED_BY_THE_LIBRARY}");
+    }
+    // SAFETY: the descriptor is open (checked), and this process owns it from now on: the
+    // library created it for the watcher alone, and no other code here refers to it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 fn write_all_fd(fd: &OwnedFd, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut file = std::fs::File::from(fd.try_clone()?);
@@ -341,9 +370,11 @@ pub fn preload_library() -> anyhow::Result<PathBuf> {
 
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [-1; 2];
+    // SAFETY: pipe2 writes two descriptors into the two-element array.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: both descriptors were just created by pipe2 and nothing else holds them.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
@@ -366,6 +397,7 @@ fn forward_signals(pid: i32, trigger: Option<i32>) -> anyhow::Result<ForwardGuar
         if Some(sig) == trigger {
             continue;
         }
+        // SAFETY: the action runs in a signal handler and makes one async-signal-safe call.
         let id = unsafe {
             signal_hook::low_level::register(sig, move || {
                 libc::kill(pid, sig);
@@ -374,6 +406,7 @@ fn forward_signals(pid: i32, trigger: Option<i32>) -> anyhow::Result<ForwardGuar
         ids.push(id);
     }
     for sig in [libc::SIGINT, libc::SIGQUIT] {
+        // SAFETY: an empty action is async-signal-safe.
         ids.push(unsafe { signal_hook::low_level::register(sig, || {}) }?);
     }
     Ok(ForwardGuard(ids))

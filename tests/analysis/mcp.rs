@@ -1,7 +1,8 @@
 //! `heapsnap mcp` driven by a client nobody here wrote: the official MCP Python SDK (pinned,
 //! installed into target/mcp-venv by scripts/mcp-client.sh, which scripts/test.sh runs). The
 //! client lists the tools, asks `top` by root and `path` of a snapshot with OCaml names, `diff`
-//! of a leaking series, and `summary` of a damaged snapshot.
+//! of a leaking series, and `summary` of a damaged snapshot; and asks for files outside the
+//! server's roots.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -16,10 +17,11 @@ fn client_python() -> PathBuf {
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
 
-fn run_client(named: &Path, damaged: &Path, series: &[PathBuf]) -> Value {
+fn run_client(root: &Path, named: &Path, damaged: &Path, series: &[PathBuf]) -> Value {
     let out = Command::new(client_python())
         .arg(repo().join("tests/analysis/mcp_client.py"))
         .arg(heapsnap())
+        .arg(root)
         .arg(named)
         .arg(damaged)
         .args(series)
@@ -44,7 +46,7 @@ fn an_agent_asks_who_keeps_the_cache_alive() {
     bytes[middle..middle + 4096].fill(0xa5);
     std::fs::write(&damaged, &bytes).unwrap();
 
-    let seen = run_client(named, &damaged, &series);
+    let seen = run_client(dir.path(), named, &damaged, &series);
     assert_eq!(seen["server"], "heapsnap");
     assert!(["2025-06-18", "2025-03-26", "2024-11-05"].contains(&seen["protocol"].as_str().unwrap()), "{}", seen["protocol"]);
     let tools: Vec<&str> = seen["tools"].as_object().unwrap().keys().map(String::as_str).collect();
@@ -104,12 +106,74 @@ fn a_tool_answers_as_the_command_line_does() {
     let cli = crate::dump_support::analyse("dominators", &[&snap], &["--depth", "2", "--max-children", "3"]);
     let request = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "dominators", "arguments": {"snapshot": snap, "depth": 2, "max_children": 3}}});
-    let mut child =
-        Command::new(heapsnap()).arg("mcp").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(heapsnap())
+        .arg("mcp")
+        .arg("--root")
+        .arg(dir.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     use std::io::Write;
     writeln!(child.stdin.take().unwrap(), "{request}").unwrap();
     let out = child.wait_with_output().unwrap();
     let reply: Value = serde_json::from_slice(&out.stdout).unwrap();
     let text = reply["result"]["content"][0]["text"].as_str().unwrap();
     assert_eq!(serde_json::from_str::<Value>(text).unwrap(), cli);
+}
+
+/// What the MCP client saw for each path: `summary` asked of it, with the server's roots set
+/// as `mode` says (`client-roots ROOT`, `server-root ROOT` or `no-roots`).
+fn ask_paths(mode: &[&Path], paths: &[&Path]) -> Vec<Value> {
+    let out = Command::new(client_python())
+        .arg(repo().join("tests/analysis/mcp_roots_client.py"))
+        .arg(heapsnap())
+        .args(mode)
+        .args(paths)
+        .output()
+        .expect("run the MCP client");
+    assert!(out.status.success(), "the client failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    seen.as_array().unwrap().clone()
+}
+
+/// The server reads only under the roots the client declares or `--root` gives: a path
+/// outside, a link out of them and a path with `..` are refused, and no answer holds any of
+/// the files' content (a file that is not a snapshot inside the roots is read, and its error
+/// says so without its bytes).
+#[test]
+fn an_agent_cannot_read_outside_the_roots() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("snapshots");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    let secret = tmp.path().join("secret.heapsnap");
+    std::fs::write(&secret, "root:*:20000:SECRET-OUTSIDE\n".repeat(10)).unwrap();
+    let inside = root.join("notes.heapsnap");
+    std::fs::write(&inside, "SECRET-INSIDE: not a snapshot\n".repeat(10)).unwrap();
+    let link = root.join("link.heapsnap");
+    std::os::unix::fs::symlink(&secret, &link).unwrap();
+    let dotdot = root.join("sub/../../secret.heapsnap");
+    let dotdot_inside = root.join("sub/../notes.heapsnap");
+    let paths = [inside.as_path(), secret.as_path(), link.as_path(), dotdot.as_path(), dotdot_inside.as_path()];
+    // The bytes of either file, as text or as the hex list an error once showed.
+    let leaks = |text: &str| ["SECRET", "root:", "72, 6f", "53, 45", "0x72", "0x53"].iter().any(|s| text.contains(s));
+
+    for mode in [&[Path::new("client-roots"), &root][..], &[Path::new("server-root"), &root][..]] {
+        let seen = ask_paths(mode, &paths);
+        assert_eq!(seen.len(), paths.len(), "{seen:?}");
+        let mode = mode[0].display();
+        for answer in &seen {
+            assert_eq!(answer["isError"], true, "{mode}: {answer}");
+            assert!(!leaks(answer["text"].as_str().unwrap()), "{mode}: content in the answer: {answer}");
+        }
+        let text = |i: usize| seen[i]["text"].as_str().unwrap();
+        assert!(text(0).contains("not a heapsnap snapshot (bad magic)"), "{mode}: the file inside is read: {}", seen[0]);
+        assert!(text(1).contains("refused: outside the roots"), "{mode}: {}", seen[1]);
+        assert!(text(2).contains("refused: a link leads out of the roots"), "{mode}: {}", seen[2]);
+        assert!(text(3).contains("refused: a path with `..`"), "{mode}: {}", seen[3]);
+        assert!(text(4).contains("refused: a path with `..`"), "{mode}: {}", seen[4]);
+    }
+    // No roots at all: nothing is read.
+    let seen = ask_paths(&[Path::new("no-roots")], &[&inside]);
+    assert!(seen[0]["text"].as_str().unwrap().contains("has none"), "{}", seen[0]);
 }

@@ -1,6 +1,8 @@
 """Drives `heapsnap mcp` with the official MCP Python SDK (tests/mcp.rs runs it).
 
-usage: mcp_client.py HEAPSNAP NAMED_SNAPSHOT DAMAGED_SNAPSHOT SERIES_SNAPSHOT...
+usage: mcp_client.py HEAPSNAP ROOT NAMED_SNAPSHOT DAMAGED_SNAPSHOT SERIES_SNAPSHOT...
+
+The client declares ROOT, the directory of the snapshots, as its one root (MCP roots).
 
 Prints one JSON document: what the client saw (the negotiated version, the tools, and each
 call's isError and parsed text). tests/mcp.rs checks it; this script only talks.
@@ -8,9 +10,10 @@ call's isError and parsed text). tests/mcp.rs checks it; this script only talks.
 
 import asyncio
 import json
+import pathlib
 import sys
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 
@@ -24,11 +27,15 @@ def outcome(result):
 
 
 async def main():
-    heapsnap, named, damaged, *series = sys.argv[1:]
+    heapsnap, root, named, damaged, *series = sys.argv[1:]
     server = StdioServerParameters(command=heapsnap, args=["mcp"])
     seen = {}
+
+    async def list_roots(context):
+        return types.ListRootsResult(roots=[types.Root(uri=pathlib.Path(root).as_uri(), name="snapshots")])
+
     async with stdio_client(server) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, list_roots_callback=list_roots) as session:
             init = await session.initialize()
             seen["protocol"] = init.protocolVersion
             seen["server"] = init.serverInfo.name

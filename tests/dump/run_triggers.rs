@@ -483,3 +483,126 @@ fn an_interval_trigger_stops_quietly_when_the_program_exits() {
     }
     assert!(!snapshots(dir.path()).is_empty());
 }
+
+/// A program with its own handlers for SIGUSR1 and SIGUSR2: a C library it links installs an
+/// `SA_SIGINFO` handler for SIGUSR1 from its constructor, which runs before the preload
+/// library's; OCaml's `Sys.set_signal` installs one for SIGUSR2 in `main`, after. At each line on
+/// stdin it prints how many of each its handlers saw. Prints `READY` first.
+fn compile_own_handlers_program(dir: &Path) -> PathBuf {
+    const LIBRARY: &str = r#"
+#include <signal.h>
+#include <caml/mlvalues.h>
+static volatile sig_atomic_t usr1_seen;
+static void on_usr1(int signal, siginfo_t *info, void *context)
+{
+  (void) context;
+  if (signal == SIGUSR1 && info != NULL && info->si_signo == SIGUSR1) usr1_seen++;
+}
+__attribute__((constructor)) static void install_before_main(void)
+{
+  struct sigaction action = {0};
+  action.sa_sigaction = on_usr1;
+  action.sa_flags = SA_SIGINFO | SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGUSR1, &action, NULL);
+}
+value heapsnap_test_usr1_seen(value unit) { (void) unit; return Val_int(usr1_seen); }
+"#;
+    const PROGRAM: &str = r#"
+external usr1_seen : unit -> int = "heapsnap_test_usr1_seen"
+let usr2_seen = ref 0
+let () =
+  Sys.set_signal Sys.sigusr2 (Sys.Signal_handle (fun _ -> incr usr2_seen));
+  print_endline "READY";
+  try
+    while true do
+      ignore (input_line stdin);
+      Printf.printf "usr1=%d usr2=%d\n%!" (usr1_seen ()) !usr2_seen
+    done
+  with End_of_file -> ()
+"#;
+    let prefix = crate::dump_support::toolchain();
+    std::fs::write(dir.join("own_handlers.c"), LIBRARY).unwrap();
+    let out = Command::new("cc")
+        .current_dir(dir)
+        .args(["-shared", "-fPIC", "-o", "libown_handlers.so", "own_handlers.c", "-I"])
+        .arg(prefix.join("lib/ocaml"))
+        .output()
+        .expect("run cc");
+    assert!(out.status.success(), "cc failed: {}", String::from_utf8_lossy(&out.stderr));
+    std::fs::write(dir.join("own_handlers.ml"), PROGRAM).unwrap();
+    let out = Command::new(prefix.join("bin/ocamlopt"))
+        .current_dir(dir)
+        .args(["-g", "own_handlers.ml", "-o", "own_handlers", "-cclib", "-lown_handlers", "-ccopt"])
+        .arg(format!("-L{0} -Wl,-rpath,{0}", dir.display()))
+        .output()
+        .expect("run ocamlopt");
+    assert!(out.status.success(), "ocamlopt failed: {}", String::from_utf8_lossy(&out.stderr));
+    dir.join("own_handlers")
+}
+
+/// Sends `signal` to the program once it is READY, waits for heapsnap's snapshot, then asks the
+/// program what its handlers saw.
+fn signal_own_handlers_program(program: &Path, trigger: &str, signal: i32) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(program)
+        .env("LD_PRELOAD", preload_library())
+        .env("HEAPSNAP_BIN", heapsnap())
+        .env("OCAML_HEAPSNAP", format!("on-signal={trigger},dir={}", dir.path().display()))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .dies_with_test()
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "READY\n");
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, signal) }, 0);
+    let found = wait_for_snapshots(dir.path(), 1);
+    assert_eq!(found.len(), 1, "heapsnap's trigger took no snapshot on {trigger}");
+    check_snapshot(&found[0], Trigger::Signal);
+    writeln!(stdin).unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    line.trim_end().to_owned()
+}
+
+/// The program's own handler for heapsnap's trigger signal still runs, and heapsnap's trigger
+/// still dumps, whether the program installed its handler before the preload library did
+/// (SIGUSR1, from a C library's constructor, with `SA_SIGINFO`) or after (SIGUSR2, OCaml's
+/// `Sys.set_signal` in `main`, which calls `sigaction` again).
+#[test]
+fn preload_library_keeps_the_programs_own_signal_handlers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let program = compile_own_handlers_program(tmp.path());
+    assert_eq!(signal_own_handlers_program(&program, "USR1", libc::SIGUSR1), "usr1=1 usr2=0", "a handler set before the library");
+    assert_eq!(signal_own_handlers_program(&program, "USR2", libc::SIGUSR2), "usr1=0 usr2=1", "a handler set after the library");
+}
+
+/// `heapsnap watch` takes the descriptors the preload library passes it by number: one that is
+/// stdin, stdout or stderr, one that is not open, or the same one twice is refused, saying so,
+/// rather than taken over (and closed) as a pipe.
+#[test]
+fn watch_refuses_descriptors_that_are_not_the_librarys_pipes() {
+    let watch = |control: &str, ack: &str| {
+        let out = Command::new(heapsnap())
+            .args(["watch", "--pid", &std::process::id().to_string(), "--control-fd", control, "--ack-fd", ack])
+            .env_remove("OCAML_HEAPSNAP")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = watch("1", "4000");
+    assert!(said.contains("--control-fd 1 is stdin, stdout or stderr") && said.contains("not by hand"), "{said}");
+    let said = watch("4000", "4001");
+    assert!(said.contains("--control-fd 4000 is not an open file descriptor"), "{said}");
+    let said = watch("4000", "4000");
+    assert!(said.contains("the same descriptor"), "{said}");
+}

@@ -20,6 +20,7 @@ use crate::dominators::DominatorTree;
 use crate::full_analysis::Analysis;
 use crate::graph::HeapGraph;
 use crate::kinds::{key_for, key_name};
+use crate::mem::Scatter;
 use crate::model::{GroupBy, GroupKey, NO_TYPE};
 use crate::structures;
 use crate::typed::Typing;
@@ -116,26 +117,6 @@ impl Classified {
             Some(&c) if c != NO_CLASS => self.class_edges[c as usize],
             _ => EdgeMode::Shape,
         }
-    }
-}
-
-/// Threads write distinct preorder slots of one vector.
-#[derive(Clone, Copy)]
-pub(super) struct Scatter<T>(pub(super) *mut T);
-unsafe impl<T> Send for Scatter<T> {}
-unsafe impl<T> Sync for Scatter<T> {}
-impl<T: Copy> Scatter<T> {
-    /// # Safety
-    /// `i` is in bounds and no other thread accesses slot `i`.
-    #[inline]
-    pub(super) unsafe fn write(&self, i: usize, v: T) {
-        unsafe { self.0.add(i).write(v) }
-    }
-    /// # Safety
-    /// As for `write`.
-    #[inline]
-    unsafe fn read(&self, i: usize) -> T {
-        unsafe { self.0.add(i).read() }
     }
 }
 
@@ -442,6 +423,7 @@ unsafe fn dominated_edges(graph: &HeapGraph<'_>, tree: &DominatorTree, b: &Block
         } else {
             field_pointing(blocks, b, t).map_or(EDGE_DOMINATED, |i| i as Edge)
         };
+        // SAFETY: as for the read: this block is the only writer of slot `pt`.
         unsafe { out.write(pt as usize, edge) };
     }
 }

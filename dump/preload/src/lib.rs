@@ -10,8 +10,10 @@
 //! an OCaml 5 program, and answers with the hooks it wants installed here:
 //! - at exit: an `atexit` handler that tells the watcher and waits for it to take its snapshot,
 //!   so the heap is dumped before the process goes away;
-//! - on a signal: a handler that only writes one byte to the watcher (async-signal-safe). This is
-//!   the one change made to the host program, and only when `on-signal=` asks for it.
+//! - on a signal: a handler that only writes one byte to the watcher (async-signal-safe), then
+//!   calls the program's own handler for that signal, whether the program set it before or after
+//!   the library loaded ([`chain`]). This is the one change made to the host program, and only
+//!   when `on-signal=` asks for it.
 //!
 //! Everything else (stopping the world, reading memory, writing snapshots) happens in the
 //! watcher. This library depends on libc alone and never fails the host program: any problem
@@ -19,6 +21,10 @@
 //!
 //! When the program is launched by `heapsnap run`, the launcher is the watcher: it passes its
 //! pipes through `HEAPSNAP_CONTROL` and this library only installs the at-exit hook.
+// Every unsafe block states the invariant it relies on.
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+mod chain;
 
 use std::ffi::{CStr, CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -86,10 +92,12 @@ fn launched_by_heapsnap_run(control: &OsStr) {
     let fields: Vec<i32> = text.split(',').filter_map(|f| f.parse().ok()).collect();
     let [launcher, control_fd, ack_fd, at_exit] = fields[..] else { return };
     // Only the launcher's own child is watched by the launcher; the child's children are not.
+    // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } != launcher {
         return;
     }
     for fd in [control_fd, ack_fd] {
+        // SAFETY: F_SETFD on a number that may not be open only fails (EBADF); it touches no memory.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     CONTROL_FD.store(control_fd, Ordering::Relaxed);
@@ -107,12 +115,15 @@ extern "C" {
 /// library ties the handler to the library, and glibc would run it late, from the library's
 /// destructors, where the dumper cannot unwind the stack back to the OCaml code that exited.)
 fn register_at_exit() {
+    // SAFETY: the hook is an `extern "C"` function of this library, which is never unloaded
+    // (LD_PRELOAD); it ignores its null argument; a null DSO handle ties it to no object.
     unsafe { __cxa_atexit(at_exit_hook, std::ptr::null_mut(), std::ptr::null_mut()) };
 }
 
 fn start_watcher() {
     let Some(heapsnap) = heapsnap_binary() else { return };
     let (mut control, mut ack) = ([-1; 2], [-1; 2]);
+    // SAFETY: pipe2 writes two descriptors into the two-element arrays given.
     unsafe {
         if libc::pipe2(control.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return;
@@ -122,7 +133,12 @@ fn start_watcher() {
             return;
         }
     }
-    let (control_read, control_write, ack_read, ack_write) = (control[0], control[1], ack[0], ack[1]);
+    let [control_read, control_write, ack_read, ack_write] = [control[0], control[1], ack[0], ack[1]].map(above_stdio);
+    if [control_read, control_write, ack_read, ack_write].contains(&-1) {
+        close_all(&[control_read, control_write, ack_read, ack_write]);
+        return;
+    }
+    // SAFETY: getpid has no preconditions.
     let host = unsafe { libc::getpid() };
     let argv = [
         CString::new(heapsnap.as_bytes()).ok(),
@@ -141,8 +157,12 @@ fn start_watcher() {
     let envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
 
     // Fork twice so the watcher is not our child: the host program never sees it in wait().
+    // SAFETY: the child makes only async-signal-safe calls (below) before it execs or exits,
+    // as a fork from a possibly multi-threaded process requires.
     let middle = unsafe { libc::fork() };
     if middle == 0 {
+        // SAFETY: async-signal-safe calls only (fork, setsid, fcntl, open, dup2, execve, _exit);
+        // the argument and environment arrays were built before the fork and end with null.
         unsafe {
             if libc::fork() == 0 {
                 libc::setsid(); // out of the terminal's process group: Ctrl-C is for the program
@@ -159,6 +179,7 @@ fn start_watcher() {
             libc::_exit(0);
         }
     }
+    // SAFETY: the watcher's ends, ours to close (the watcher has its own copies).
     unsafe {
         libc::close(control_read);
         libc::close(ack_write);
@@ -167,6 +188,7 @@ fn start_watcher() {
         close_all(&[control_write, ack_read]);
         return;
     }
+    // SAFETY: reaps our own short-lived child; a null status pointer is allowed.
     unsafe { libc::waitpid(middle, std::ptr::null_mut(), 0) };
 
     let hooks = read_line(ack_read, HANDSHAKE_WAIT_MS).as_deref().and_then(Hooks::parse_line);
@@ -175,6 +197,7 @@ fn start_watcher() {
         return;
     };
     // Where Yama restricts ptrace to descendants, allow our watcher (which is not one).
+    // SAFETY: PR_SET_PTRACER takes a pid and touches no memory.
     unsafe { libc::prctl(libc::PR_SET_PTRACER, hooks.watcher_pid as libc::c_ulong, 0, 0, 0) };
     CONTROL_FD.store(control_write, Ordering::Relaxed);
     ACK_FD.store(ack_read, Ordering::Relaxed);
@@ -182,16 +205,25 @@ fn start_watcher() {
         register_at_exit();
     }
     if hooks.signal > 0 {
-        unsafe {
-            let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as *const () as usize;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(hooks.signal, &action, std::ptr::null_mut());
-        }
+        chain::take(hooks.signal, on_signal);
     }
     // Tell the watcher the hooks are in place (it may attach from now on).
     send(MSG_READY);
+}
+
+/// `fd`, moved to a number above stdin, stdout and stderr if it is one of them (a program that
+/// closed one gets its number back from pipe2), since the watcher points those at /dev/null and
+/// refuses them; -1 if it cannot be moved (then it is closed).
+fn above_stdio(fd: i32) -> i32 {
+    if fd > 2 {
+        return fd;
+    }
+    // SAFETY: duplicates a descriptor this library opened; touches no memory.
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    // SAFETY: the descriptor this library opened, now duplicated (or failed): the number goes
+    // back to being closed, as the program left it.
+    unsafe { libc::close(fd) };
+    moved
 }
 
 /// `heapsnap` next to this library, or `$HEAPSNAP_BIN`.
@@ -199,10 +231,14 @@ fn heapsnap_binary() -> Option<OsString> {
     if let Some(bin) = std::env::var_os("HEAPSNAP_BIN") {
         return Some(bin);
     }
+    // SAFETY: Dl_info is plain data; all-zero is a valid value.
     let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr fills `info` for an address in this library.
     if unsafe { libc::dladdr(init as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
         return None;
     }
+    // SAFETY: dli_fname is non-null (checked) and points to the loader's NUL-terminated name,
+    // which lives as long as the library stays loaded (for the process's life).
     let library = OsStr::from_bytes(unsafe { CStr::from_ptr(info.dli_fname) }.to_bytes());
     let dir = std::path::Path::new(library).parent()?;
     Some(dir.join("heapsnap").into_os_string())
@@ -226,6 +262,7 @@ fn read_line(fd: i32, timeout_ms: i32) -> Option<String> {
     let mut line = Vec::new();
     loop {
         let mut byte = 0u8;
+        // SAFETY: reads at most one byte into `byte`.
         if !wait_readable(fd, timeout_ms) || unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) } != 1 {
             return None;
         }
@@ -242,6 +279,7 @@ fn read_line(fd: i32, timeout_ms: i32) -> Option<String> {
 fn wait_readable(fd: i32, timeout_ms: i32) -> bool {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     loop {
+        // SAFETY: one valid pollfd.
         match unsafe { libc::poll(&mut pfd, 1, timeout_ms) } {
             1 => return true,
             -1 if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
@@ -252,20 +290,26 @@ fn wait_readable(fd: i32, timeout_ms: i32) -> bool {
 
 fn send(message: u8) -> bool {
     let fd = CONTROL_FD.load(Ordering::Relaxed);
+    // SAFETY: writes one byte from `message`; write(2) is async-signal-safe.
     fd >= 0 && unsafe { libc::write(fd, (&message as *const u8).cast(), 1) } == 1
 }
 
 fn close_all(fds: &[i32]) {
-    for &fd in fds {
+    for &fd in fds.iter().filter(|&&fd| fd >= 0) {
+        // SAFETY: descriptors this library opened and no one else uses.
         unsafe { libc::close(fd) };
     }
 }
 
-/// Async-signal-safe: one write(2), errno preserved.
-extern "C" fn on_signal(_signal: libc::c_int) {
+/// Async-signal-safe: one write(2), errno preserved, then the program's own handler for the
+/// signal if it has one ([`chain`]).
+extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    // SAFETY: the thread's errno location is valid for the thread's life.
     let saved = unsafe { *libc::__errno_location() };
     send(MSG_SIGNAL);
+    // SAFETY: as above.
     unsafe { *libc::__errno_location() = saved };
+    chain::call_program_handler(signal, info, context);
 }
 
 /// Runs inside exit(), after OCaml's own at_exit functions: the heap is still whole.
@@ -277,6 +321,7 @@ extern "C" fn at_exit_hook(_: *mut libc::c_void) {
     let mut byte = 0u8;
     // The watcher answers once the snapshot is taken; if it died, EOF ends the wait at once.
     if wait_readable(ack, EXIT_WAIT_MS) {
+        // SAFETY: reads at most one byte into `byte`.
         unsafe { libc::read(ack, (&mut byte as *mut u8).cast(), 1) };
     }
 }

@@ -60,7 +60,10 @@ pub enum ForkStep {
 
 /// Says on stderr that the dump reached `step` and sleeps there for
 /// `HEAPSNAP_TEST_FORK_DELAY_MS` milliseconds, when a test sets it: the window a test kills the
-/// dumper in, to check that the target survives it at every step.
+/// dumper in, to check that the target survives it at every step. Only in a build with the
+/// `test-hooks` feature, which the tests turn on: elsewhere a variable left set could hold a
+/// production target stopped.
+#[cfg(feature = "test-hooks")]
 pub fn test_delay(step: ForkStep) {
     static DELAY: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
     let delay = DELAY.get_or_init(|| std::env::var("HEAPSNAP_TEST_FORK_DELAY_MS").ok()?.parse().ok().map(Duration::from_millis));
@@ -69,6 +72,11 @@ pub fn test_delay(step: ForkStep) {
         std::thread::sleep(*delay);
     }
 }
+
+/// Without the `test-hooks` feature: nothing.
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub fn test_delay(_step: ForkStep) {}
 
 /// The fork of a stopped target, read in its place. The threads are the target's, as they were
 /// at the stop (the fork changes none of their registers). Dropping it kills and collects the

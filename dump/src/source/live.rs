@@ -353,6 +353,7 @@ fn peek_exit(tid: u32) -> std::result::Result<bool, Errno> {
     // SAFETY: waitid writes a siginfo_t, which we own.
     let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
     let flags = libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT | libc::__WALL;
+    // SAFETY: waitid writes into `info`, owned here; WNOWAIT leaves the event to collect.
     if unsafe { libc::waitid(libc::P_PID, tid as libc::id_t, &mut info, flags) } != 0 {
         return Err(Errno::last());
     }
