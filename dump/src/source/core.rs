@@ -273,6 +273,7 @@ impl MemorySource for CoreFile {
                 executable: s.executable,
                 offset: s.file.as_ref().map_or(0, |f| f.1),
                 path: s.file.as_ref().map(|f| f.0.clone()),
+                inode: None,
             })
             .collect())
     }

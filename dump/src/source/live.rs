@@ -101,7 +101,7 @@ impl LiveProcess {
                         self.tasks.insert(tid, Task { stopped: false, pending_signal: None });
                     }
                     Err(Errno::ESRCH) => continue, // exited meanwhile
-                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, errno)),
+                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, "attach to", errno)),
                     Err(errno) => return Err(DumpError::Ptrace { op: "SEIZE", tid, errno }),
                 }
             }
@@ -377,7 +377,8 @@ pub(super) fn has_exited(pid: u32) -> bool {
     }
 }
 
-fn denied(pid: u32, errno: Errno) -> DumpError {
+/// `op` is what was refused: "attach to" (ptrace) or "read the memory of" (`process_vm_readv`).
+fn denied(pid: u32, op: &'static str, errno: Errno) -> DumpError {
     if has_exited(pid) {
         return DumpError::TargetExited { pid };
     }
@@ -386,7 +387,7 @@ fn denied(pid: u32, errno: Errno) -> DumpError {
         .and_then(|status| status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok()));
     match tracer {
         Some(tracer) if tracer != 0 && tracer != std::process::id() => DumpError::AlreadyTraced { pid, tracer },
-        _ => DumpError::AttachDenied { pid, errno },
+        _ => DumpError::AttachDenied { pid, op, errno, why: super::permission::what_to_grant(pid) },
     }
 }
 
@@ -394,7 +395,7 @@ fn read_error(pid: u32, address: u64, len: usize, errno: Errno) -> DumpError {
     if errno == Errno::ESRCH || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         DumpError::TargetExited { pid }
     } else if errno == Errno::EPERM {
-        denied(pid, errno)
+        denied(pid, "read the memory of", errno)
     } else {
         DumpError::Read { address, len, reason: errno.desc().to_string() }
     }
@@ -639,9 +640,24 @@ pub struct ProcessMemory {
 }
 
 impl ProcessMemory {
+    /// The process `pid`, whose memory we may read: a refusal (in a container, a missing
+    /// CAP_SYS_PTRACE, Yama's ptrace_scope or a seccomp profile) is said here, with what to
+    /// grant, not by whatever read the process first.
     pub fn new(pid: u32) -> Result<ProcessMemory> {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(DumpError::NoSuchProcess { pid });
+        }
+        let readable = match mappings(pid) {
+            Ok(maps) => maps.into_iter().find(|m| m.readable),
+            Err(DumpError::Io { source, .. }) if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(denied(pid, "read the mappings of", Errno::from_raw(source.raw_os_error().unwrap_or(libc::EACCES))))
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(m) = readable {
+            if let Err(errno @ (Errno::EPERM | Errno::EACCES)) = read_remote(pid, m.start, &mut [0u8; 1]) {
+                return Err(denied(pid, "read the memory of", errno));
+            }
         }
         Ok(ProcessMemory { pid })
     }

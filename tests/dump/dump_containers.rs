@@ -1,0 +1,271 @@
+//! A process in a container (issue 55): the program runs in new PID and mount namespaces
+//! from a path that exists only inside them (a tmpfs mounted there over the host's
+//! directory), and is dumped from outside by its host pid. Its executable, libraries and Dynlink
+//! plugins must be read as it sees them, never the host's files at the same paths: with no
+//! file there, with a different program there, with a plugin inside; captured by fork and by
+//! copy; and as a dumper with CAP_SYS_PTRACE but not CAP_SYS_ADMIN (a sidecar), which cannot
+//! read `/proc/PID/map_files`. The snapshot records the namespaces.
+
+use crate::dump_support::*;
+use heapsnap_format::Snapshot;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A sample started in new PID and mount namespaces, from `app/NAME` inside.
+struct Contained {
+    sample: Sample,
+    /// Its pid here.
+    pid: i32,
+    /// The path it runs from, which only its namespace has.
+    exe: PathBuf,
+}
+
+/// Whether this machine lets us make PID and mount namespaces (root, and a kernel that allows
+/// them); said once when it does not.
+fn namespaces_available() -> bool {
+    let ok = Command::new("unshare").args(["--pid", "--mount", "--fork", "--mount-proc", "true"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        not_covered("unshare --pid --mount (root, and a kernel that allows new namespaces): a process in a container");
+    }
+    ok
+}
+
+/// Starts `files[0]` (with `files` copied beside it) in new PID and mount namespaces, from
+/// `app/NAME` under `dir`: a tmpfs is mounted on `app` inside, so the host's `app` (which
+/// `host_file`, if given, fills with a file of the program's name) is not what it sees.
+fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>, args: &[&str]) -> Contained {
+    let app = dir.join("app");
+    std::fs::create_dir_all(&app).unwrap();
+    let name = files[0].file_name().unwrap().to_str().unwrap();
+    if let Some(other) = host_file {
+        std::fs::copy(other, app.join(name)).unwrap();
+    }
+    let copies: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    let script = format!(
+        "set -e; mount -t tmpfs tmpfs {app}; cp {copies} {app}/; exec {app}/{name} \"$@\"",
+        app = app.display(),
+        copies = copies.join(" ")
+    );
+    let mut unshare_args = vec!["--pid", "--mount", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script, "sh"];
+    unshare_args.extend_from_slice(args);
+    let mut sample = Sample::start(Path::new("unshare"), &unshare_args);
+    sample.wait_ready(1);
+    let unshare = sample.pid();
+    let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+    let pid: i32 = children.trim().parse().unwrap_or_else(|_| panic!("unshare's one child: {children:?}"));
+    let exe = app.join(name);
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/exe")).unwrap(), exe, "the program runs from the path inside");
+    Contained { sample, pid, exe }
+}
+
+/// `heapsnap dump` of `pid` into `out` with `extra`, as root (`full`) or as a sidecar would:
+/// without CAP_SYS_ADMIN and CAP_CHECKPOINT_RESTORE, which `/proc/PID/map_files` needs.
+fn dump_as(full: bool, pid: i32, out: &Path, extra: &[&str]) -> Value {
+    let mut command = if full {
+        Command::new(heapsnap())
+    } else {
+        let mut c = Command::new("capsh");
+        c.args(["--drop=cap_sys_admin,cap_checkpoint_restore", "--"])
+            .arg("-c")
+            .arg(format!("exec {} \"$@\"", heapsnap().display()))
+            .arg("heapsnap");
+        c
+    };
+    let o = command.args(["dump", "--pid", &pid.to_string(), "-o"]).arg(out).arg("--json").args(extra).output().unwrap();
+    assert!(o.status.success(), "heapsnap dump failed: {}\n{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
+}
+
+/// What every snapshot of a contained process must be: consistent, without warnings,
+/// verifying strictly, with the program's own build id and names, and the namespaces recorded.
+fn check_contained(report: &Value, path: &Path, contained: &Contained, program: &Path, what: &str) -> Snapshot {
+    assert_eq!(report["consistent"], true, "{what}: {report}");
+    assert_eq!(report["warnings"].as_array().map_or(0, Vec::len), 0, "{what}: {report}");
+    let snap = Snapshot::open(path).unwrap_or_else(|e| panic!("{what}: the snapshot does not validate: {e}"));
+    reachability(&snap).assert_exact(what);
+    let v = verify(path, true);
+    assert_eq!(v["ok"], true, "{what}: heapsnap verify --strict: {v}");
+    let m = snap.metadata();
+    assert_eq!(m.executable.as_deref(), Some(&*contained.exe.to_string_lossy()), "{what}: the executable as the program names it");
+    let build_id = Command::new("readelf").arg("-n").arg(program).output().unwrap();
+    let build_id = String::from_utf8_lossy(&build_id.stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string));
+    assert_eq!(m.build_id, build_id, "{what}: the build id of the program that runs");
+    let ns = m.namespaces.as_ref().unwrap_or_else(|| panic!("{what}: no namespaces in the metadata"));
+    assert!(ns.other_pid_namespace && ns.other_mount_namespace && !ns.other_root, "{what}: {ns:?}");
+    assert_eq!(ns.pid_inside, Some(1), "{what}: the first process of its PID namespace");
+    assert_eq!(m.pid, Some(contained.pid as u32), "{what}");
+    snap
+}
+
+/// The group of `top --by root` named `root`, and the bytes it retains.
+fn retained_by_root(path: &Path, root: &str) -> u64 {
+    let top = analyse("top", &[path], &["--by", "root", "--limit", "0"]);
+    let groups = top["groups"].as_array().unwrap();
+    let group = groups.iter().find(|g| g["name"] == root).unwrap_or_else(|| {
+        let first: Vec<&Value> = groups.iter().take(5).map(|g| &g["name"]).collect();
+        panic!("no group {root} in top --by root; the biggest are {first:?}")
+    });
+    group["retained"].as_u64().unwrap()
+}
+
+/// cache_leak's global at its first step: what the manifest says it retains.
+fn check_cache_leak(path: &Path, what: &str) {
+    let sample = heapsnap_testkit::samples::manifest_sample("cache_leak");
+    let expect = &sample["roots"][0]["retained_bytes"][0];
+    let (min, max) = (expect["min"].as_u64().unwrap(), expect["max"].as_u64().unwrap());
+    let retained = retained_by_root(path, "Cache_leak.1");
+    assert!((min..=max).contains(&retained), "{what}: Cache_leak.1 retains {retained}, expected {min}..={max}");
+}
+
+/// Dumps the contained cache_leak both ways (fork and copy), as root and as a sidecar, checks
+/// each snapshot, then lets the program finish as it would have.
+fn dump_contained_cache_leak(host_file: Option<&Path>, case: &str) {
+    if !namespaces_available() {
+        return;
+    }
+    let _one = one_core_at_a_time();
+    let program = sample_path("cache_leak");
+    let (expected, expected_status) = reference_output(&program, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let contained = start_contained(dir.path(), std::slice::from_ref(&program), host_file, &[]);
+    for full in [true, false] {
+        for capture in ["fork", "copy"] {
+            let what = format!("{case}, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
+            let path = dir.path().join(format!("{capture}-{full}.snap"));
+            let report = dump_as(full, contained.pid, &path, &["--capture", capture]);
+            assert_eq!(report["capture"]["method"], capture, "{what}: {report}");
+            check_contained(&report, &path, &contained, &program, &what);
+            check_cache_leak(&path, &what);
+        }
+    }
+    let (lines, status) = contained.sample.finish();
+    assert_eq!(lines, expected, "{case}: output changed by the dumps");
+    assert_eq!(status.code(), expected_status.code(), "{case}: exit status");
+}
+
+#[test]
+fn a_contained_program_with_no_file_at_its_path_here() {
+    dump_contained_cache_leak(None, "no file at the path here");
+}
+
+/// The host's file at the program's path is another OCaml program (long_list): reading it
+/// would give other symbols, other unwind tables and another build id.
+#[test]
+fn a_contained_program_with_another_program_at_its_path_here() {
+    dump_contained_cache_leak(Some(&sample_path("long_list")), "another program at the path here");
+}
+
+/// A Dynlink plugin inside: its static data is captured from the file the program loaded,
+/// read inside its namespace (the host's path holds a different shared object: not read).
+#[test]
+fn a_contained_program_with_a_dynlink_plugin() {
+    if !namespaces_available() {
+        return;
+    }
+    let _one = one_core_at_a_time();
+    let program = sample_path("dynlink_plugin");
+    let plugin = program.with_file_name("plugin_data.cmxs");
+    let dir = tempfile::tempdir().unwrap();
+    // Another shared object where the host would look for the plugin.
+    std::fs::create_dir_all(dir.path().join("app")).unwrap();
+    let other_library = find_shared_object();
+    std::fs::copy(&other_library, dir.path().join("app/plugin_data.cmxs")).unwrap();
+    let contained = start_contained(dir.path(), &[program.clone(), plugin], None, &[]);
+    for full in [true, false] {
+        for capture in ["fork", "copy"] {
+            let what = format!("dynlink plugin, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
+            let path = dir.path().join(format!("{capture}-{full}.snap"));
+            let report = dump_as(full, contained.pid, &path, &["--capture", capture]);
+            let snap = check_contained(&report, &path, &contained, &program, &what);
+            let v = verify(&path, true);
+            assert_eq!(v["external_pointers"], 0, "{what}: pointers into the plugin's data must be edges: {v}");
+            let names: Vec<&str> = snap
+                .roots()
+                .iter()
+                .filter(|r| r.root_kind() == heapsnap_format::RootKind::DynGlobal)
+                .map(|r| snap.string(r.name).unwrap_or(""))
+                .collect();
+            assert_eq!(names, ["camlPlugin_data", "camlPlugin_data"], "{what}: the plugin's global roots, named from its symbols");
+            assert!(retained_by_root(&path, "Plugin_data.1") > 0, "{what}");
+        }
+    }
+    drop(contained);
+}
+
+/// A shared object of this machine's, to stand where the host would look for the plugin.
+fn find_shared_object() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains(".so"))
+        .map(PathBuf::from)
+        .expect("this test links a shared library")
+}
+
+/// Runs `command` under a seccomp filter that refuses `ptrace` and `process_vm_readv` with
+/// EPERM, as a container's seccomp profile may.
+fn under_seccomp_without_ptrace(command: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    const SYS_PTRACE: u32 = 101;
+    const SYS_PROCESS_VM_READV: u32 = 310;
+    let stmt = |code: u32, k: u32| libc::sock_filter { code: code as u16, jt: 0, jf: 0, k };
+    let jeq = |k: u32, jt: u8| libc::sock_filter { code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16, jt, jf: 0, k };
+    // The system call's number is the first word of `struct seccomp_data`.
+    let filter = [
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        jeq(SYS_PTRACE, 2),
+        jeq(SYS_PROCESS_VM_READV, 1),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+    ];
+    // SAFETY: between fork and exec the closure only makes async-signal-safe system calls, on
+    // a filter that lives as long as the closure (moved into it).
+    unsafe {
+        command.pre_exec(move || {
+            let program = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr() as *mut libc::sock_filter };
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+                || libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const libc::sock_fprog) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// What a container forbids is said with what to grant: a seccomp profile refusing
+/// `process_vm_readv` and `ptrace`, and a dumper of another user without CAP_SYS_PTRACE. The
+/// program is left running, untraced.
+#[test]
+fn a_refused_dump_says_what_to_grant() {
+    if !namespaces_available() {
+        return;
+    }
+    let program = sample_path("cache_leak");
+    let dir = tempfile::tempdir().unwrap();
+    let contained = start_contained(dir.path(), &[program], None, &[]);
+    let never = dir.path().join("never.snap");
+    let dump_args = ["dump".to_string(), "--pid".into(), contained.pid.to_string(), "-o".into(), never.display().to_string()];
+
+    let out = under_seccomp_without_ptrace(&mut Command::new(heapsnap())).args(&dump_args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("cannot read the memory of process {}: EPERM", contained.pid)), "{err}");
+    assert!(err.contains("seccomp") && err.contains("allows both"), "seccomp named, with what to allow: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(heapsnap())
+        .args(&dump_args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("heapsnap as uid 65534 without CAP_SYS_PTRACE: run heapsnap as uid 0, or grant it CAP_SYS_PTRACE"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    assert!(!never.exists());
+    assert_running_untraced(contained.pid, "after refused dumps");
+}
