@@ -34,7 +34,7 @@ fn namespaces_available() -> bool {
 /// Starts `files[0]` (with `files` copied beside it) in new PID and mount namespaces, from
 /// `app/NAME` under `dir`: a tmpfs is mounted on `app` inside, so the host's `app` (which
 /// `host_file`, if given, fills with a file of the program's name) is not what it sees.
-fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>, args: &[&str]) -> Contained {
+fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>) -> Contained {
     let app = dir.join("app");
     std::fs::create_dir_all(&app).unwrap();
     let name = files[0].file_name().unwrap().to_str().unwrap();
@@ -47,8 +47,8 @@ fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>, args
         app = app.display(),
         copies = copies.join(" ")
     );
-    let mut unshare_args = vec!["--pid", "--mount", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script, "sh"];
-    unshare_args.extend_from_slice(args);
+    let unshare_args = ["--pid", "--mount", "--fork", "--mount-proc", "--kill-child", "sh", "-c", &script, "sh"];
+    // Sample adds --pause, which the script hands to the program.
     let mut sample = Sample::start(Path::new("unshare"), &unshare_args);
     sample.wait_ready(1);
     let unshare = sample.pid();
@@ -120,7 +120,7 @@ fn check_cache_leak(path: &Path, what: &str) {
 
 /// Dumps the contained cache_leak both ways (fork and copy), as root and as a sidecar, checks
 /// each snapshot, then lets the program finish as it would have.
-fn dump_contained_cache_leak(host_file: Option<&Path>, case: &str) {
+fn dump_contained_cache_leak(case: &str) {
     if !namespaces_available() {
         return;
     }
@@ -128,7 +128,7 @@ fn dump_contained_cache_leak(host_file: Option<&Path>, case: &str) {
     let program = sample_path("cache_leak");
     let (expected, expected_status) = reference_output(&program, &[]);
     let dir = tempfile::tempdir().unwrap();
-    let contained = start_contained(dir.path(), std::slice::from_ref(&program), host_file, &[]);
+    let contained = start_contained(dir.path(), std::slice::from_ref(&program), None);
     for full in [true, false] {
         for capture in ["fork", "copy"] {
             let what = format!("{case}, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
@@ -146,14 +146,58 @@ fn dump_contained_cache_leak(host_file: Option<&Path>, case: &str) {
 
 #[test]
 fn a_contained_program_with_no_file_at_its_path_here() {
-    dump_contained_cache_leak(None, "no file at the path here");
+    dump_contained_cache_leak("no file at the path here");
 }
 
-/// The host's file at the program's path is another OCaml program (long_list): reading it
-/// would give other symbols, other unwind tables and another build id.
+/// Holds its domain in C code of its own executable (a stub that spins), so that the stop is
+/// judged by unwinding that code with the executable's unwind tables, and by the owner of the
+/// domain's lock, a thread id of its own PID namespace. The host's file at its path is another
+/// OCaml program (long_list): read instead, its unwind tables would never let the stop look
+/// consistent.
+const SPINS_IN_C: &str = r#"
+external spin : unit -> unit = "heapsnap_test_spin"
+let keep = ref []
+let () =
+  keep := List.init (999 + Array.length Sys.argv) string_of_int;
+  spin ();
+  print_int (List.length !keep)
+"#;
+
+const SPINS_IN_C_STUBS: &str = r#"
+#include <unistd.h>
+#include <caml/mlvalues.h>
+volatile int heapsnap_test_release = 0;
+value heapsnap_test_spin(value unit)
+{
+  (void) unit;
+  if (write(1, "READY 1\n", 8) != 8) return Val_unit;
+  while (!heapsnap_test_release) {}
+  return Val_unit;
+}
+"#;
+
 #[test]
-fn a_contained_program_with_another_program_at_its_path_here() {
-    dump_contained_cache_leak(Some(&sample_path("long_list")), "another program at the path here");
+fn a_contained_program_in_its_own_c_code_with_another_program_at_its_path_here() {
+    if !namespaces_available() {
+        return;
+    }
+    let _one = one_core_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    std::fs::create_dir(&build).unwrap();
+    let program = compile_ocaml_with_c(&build, "spins_in_c", SPINS_IN_C, &[], Some(SPINS_IN_C_STUBS));
+    let contained = start_contained(dir.path(), std::slice::from_ref(&program), Some(&sample_path("long_list")));
+    for full in [true, false] {
+        for capture in ["fork", "copy"] {
+            let what = format!("in its C code, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
+            let path = dir.path().join(format!("{capture}-{full}.snap"));
+            let report = dump_as(full, contained.pid, &path, &["--capture", capture, "--require-consistent"]);
+            assert_eq!(report["attempts"], 1, "{what}: a consistent stop at once: {report}");
+            check_contained(&report, &path, &contained, &program, &what);
+            let strings = retained_by_root(&path, "Spins_in_c.0");
+            assert!(strings >= 1000 * 24, "{what}: Spins_in_c.keep retains its 1000 strings (with --pause): {strings}");
+        }
+    }
 }
 
 /// A Dynlink plugin inside: its static data is captured from the file the program loaded,
@@ -171,7 +215,7 @@ fn a_contained_program_with_a_dynlink_plugin() {
     std::fs::create_dir_all(dir.path().join("app")).unwrap();
     let other_library = find_shared_object();
     std::fs::copy(&other_library, dir.path().join("app/plugin_data.cmxs")).unwrap();
-    let contained = start_contained(dir.path(), &[program.clone(), plugin], None, &[]);
+    let contained = start_contained(dir.path(), &[program.clone(), plugin], None);
     for full in [true, false] {
         for capture in ["fork", "copy"] {
             let what = format!("dynlink plugin, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
@@ -244,7 +288,7 @@ fn a_refused_dump_says_what_to_grant() {
     }
     let program = sample_path("cache_leak");
     let dir = tempfile::tempdir().unwrap();
-    let contained = start_contained(dir.path(), &[program], None, &[]);
+    let contained = start_contained(dir.path(), &[program], None);
     let never = dir.path().join("never.snap");
     let dump_args = ["dump".to_string(), "--pid".into(), contained.pid.to_string(), "-o".into(), never.display().to_string()];
 

@@ -149,7 +149,7 @@ impl CoreFile {
             }
         };
         let pid = notes.threads[0].0;
-        let threads = notes.threads.into_iter().map(|(tid, regs)| ThreadState { tid, regs }).collect();
+        let threads = notes.threads.into_iter().map(|(tid, regs)| ThreadState { tid, own_tid: tid, regs }).collect();
         Ok(CoreFile {
             path: path.to_path_buf(),
             map,

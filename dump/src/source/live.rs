@@ -58,6 +58,8 @@ pub fn interrupted() -> bool {
 
 #[derive(Debug)]
 struct Task {
+    /// Its id in its own PID namespace (read once, when it is seized).
+    own_tid: u32,
     stopped: bool,
     /// A signal that arrived while we held the task, to hand back on resume.
     pending_signal: Option<Signal>,
@@ -98,7 +100,7 @@ impl LiveProcess {
             for &tid in &new {
                 match ptrace::seize(Pid::from_raw(tid as i32), ptrace::Options::empty()) {
                     Ok(()) => {
-                        self.tasks.insert(tid, Task { stopped: false, pending_signal: None });
+                        self.tasks.insert(tid, Task { own_tid: own_tid(tid), stopped: false, pending_signal: None });
                     }
                     Err(Errno::ESRCH) => continue, // exited meanwhile
                     Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, "attach to", errno)),
@@ -206,10 +208,11 @@ impl LiveProcess {
     fn read_registers(&mut self) -> Result<()> {
         let mut threads = Vec::with_capacity(self.tasks.len());
         let mut gone = Vec::new();
-        for &tid in self.tasks.keys() {
+        for (&tid, task) in &self.tasks {
             match ptrace::getregs(Pid::from_raw(tid as i32)) {
                 Ok(r) => threads.push(ThreadState {
                     tid,
+                    own_tid: task.own_tid,
                     regs: Registers {
                         rax: r.rax,
                         rbx: r.rbx,
@@ -357,6 +360,14 @@ fn peek_exit(tid: u32) -> std::result::Result<bool, Errno> {
         return Err(Errno::last());
     }
     Ok(matches!(info.si_code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED))
+}
+
+/// Thread `tid`'s id in its own PID namespace: the last of `NSpid` in its status (`tid` itself
+/// where the kernel does not say).
+fn own_tid(tid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let ns_tids = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
+    ns_tids.and_then(|v| v.split_whitespace().last()?.parse().ok()).unwrap_or(tid)
 }
 
 /// Whether `tid` is the main thread of a process this one started (its parent is us).
