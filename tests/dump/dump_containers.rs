@@ -3,8 +3,9 @@
 //! directory), and is dumped from outside by its host pid. Its executable, libraries and Dynlink
 //! plugins must be read as it sees them, never the host's files at the same paths: with no
 //! file there, with a different program there, with a plugin inside; captured by fork and by
-//! copy; and as a dumper with CAP_SYS_PTRACE but not CAP_SYS_ADMIN (a sidecar), which cannot
-//! read `/proc/PID/map_files`. The snapshot records the namespaces.
+//! copy; by root on the host, without CAP_SYS_ADMIN (which `/proc/PID/map_files` needs), and
+//! from a sidecar in its PID namespace and a mount namespace of its own. The snapshot records
+//! the namespaces.
 
 use crate::dump_support::*;
 use heapsnap_format::Snapshot;
@@ -59,27 +60,57 @@ fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>) -> C
     Contained { sample, pid, exe }
 }
 
-/// `heapsnap dump` of `pid` into `out` with `extra`, as root (`full`) or as a sidecar would:
-/// without CAP_SYS_ADMIN and CAP_CHECKPOINT_RESTORE, which `/proc/PID/map_files` needs.
-fn dump_as(full: bool, pid: i32, out: &Path, extra: &[&str]) -> Value {
-    let mut command = if full {
-        Command::new(heapsnap())
-    } else {
-        let mut c = Command::new("capsh");
-        c.args(["--drop=cap_sys_admin,cap_checkpoint_restore", "--"])
-            .arg("-c")
+/// Who dumps a contained process.
+#[derive(Clone, Copy, Debug)]
+enum Dumper {
+    /// Root on the host, by the process's host pid.
+    Host,
+    /// The same without CAP_SYS_ADMIN and CAP_CHECKPOINT_RESTORE, which `/proc/PID/map_files`
+    /// needs: its files are read inside its root.
+    HostWithoutSysAdmin,
+    /// A sidecar (`kubectl debug --target`): in the process's PID namespace (where it is pid
+    /// 1), in a mount namespace of its own (the host's files, its own `/proc`), without
+    /// CAP_SYS_ADMIN.
+    Sidecar,
+}
+
+const DUMPERS: [Dumper; 3] = [Dumper::Host, Dumper::HostWithoutSysAdmin, Dumper::Sidecar];
+
+/// `heapsnap dump` of `contained` into `out` with `extra`, by `dumper`; its JSON report.
+fn dump_as(dumper: Dumper, contained: &Contained, out: &Path, extra: &[&str]) -> Value {
+    let without_sys_admin = |c: &mut Command| {
+        c.args(["capsh", "--drop=cap_sys_admin,cap_checkpoint_restore", "--", "-c"])
             .arg(format!("exec {} \"$@\"", heapsnap().display()))
             .arg("heapsnap");
-        c
+    };
+    let (mut command, pid) = match dumper {
+        Dumper::Host => (Command::new(heapsnap()), contained.pid),
+        Dumper::HostWithoutSysAdmin => {
+            let mut c = Command::new("env");
+            without_sys_admin(&mut c);
+            (c, contained.pid)
+        }
+        Dumper::Sidecar => {
+            let mut c = Command::new("nsenter");
+            c.args(["--target", &contained.pid.to_string(), "--pid", "--", "unshare", "--mount", "--mount-proc", "--fork"]);
+            without_sys_admin(&mut c);
+            (c, 1)
+        }
     };
     let o = command.args(["dump", "--pid", &pid.to_string(), "-o"]).arg(out).arg("--json").args(extra).output().unwrap();
-    assert!(o.status.success(), "heapsnap dump failed: {}\n{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    assert!(
+        o.status.success(),
+        "heapsnap dump by {dumper:?} failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
     serde_json::from_slice(&o.stdout).expect("dump --json prints JSON")
 }
 
 /// What every snapshot of a contained process must be: consistent, without warnings,
-/// verifying strictly, with the program's own build id and names, and the namespaces recorded.
-fn check_contained(report: &Value, path: &Path, contained: &Contained, program: &Path, what: &str) -> Snapshot {
+/// verifying strictly, with the program's own build id and names, and the namespaces recorded
+/// as `dumper` sees them.
+fn check_contained(dumper: Dumper, report: &Value, path: &Path, contained: &Contained, program: &Path, what: &str) -> Snapshot {
     assert_eq!(report["consistent"], true, "{what}: {report}");
     assert_eq!(report["warnings"].as_array().map_or(0, Vec::len), 0, "{what}: {report}");
     let snap = Snapshot::open(path).unwrap_or_else(|e| panic!("{what}: the snapshot does not validate: {e}"));
@@ -92,9 +123,21 @@ fn check_contained(report: &Value, path: &Path, contained: &Contained, program: 
     let build_id = String::from_utf8_lossy(&build_id.stdout).lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string));
     assert_eq!(m.build_id, build_id, "{what}: the build id of the program that runs");
     let ns = m.namespaces.as_ref().unwrap_or_else(|| panic!("{what}: no namespaces in the metadata"));
-    assert!(ns.other_pid_namespace && ns.other_mount_namespace && !ns.other_root, "{what}: {ns:?}");
+    let (pid, other_pid_namespace) = match dumper {
+        Dumper::Host | Dumper::HostWithoutSysAdmin => (contained.pid as u32, true),
+        Dumper::Sidecar => (1, false),
+    };
+    assert!(ns.other_pid_namespace == other_pid_namespace && ns.other_mount_namespace && !ns.other_root, "{what}: {ns:?}");
     assert_eq!(ns.pid_inside, Some(1), "{what}: the first process of its PID namespace");
-    assert_eq!(m.pid, Some(contained.pid as u32), "{what}");
+    assert_eq!(m.pid, Some(pid), "{what}");
+    let info = Command::new(heapsnap()).arg("info").arg(path).output().unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    let said = if other_pid_namespace {
+        "ran in another PID namespace (pid 1 inside), mount namespace than"
+    } else {
+        "ran in another mount namespace than"
+    };
+    assert!(info.contains(said), "{what}: heapsnap info says where it ran: {info}");
     snap
 }
 
@@ -129,13 +172,13 @@ fn dump_contained_cache_leak(case: &str) {
     let (expected, expected_status) = reference_output(&program, &[]);
     let dir = tempfile::tempdir().unwrap();
     let contained = start_contained(dir.path(), std::slice::from_ref(&program), None);
-    for full in [true, false] {
+    for dumper in DUMPERS {
         for capture in ["fork", "copy"] {
-            let what = format!("{case}, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
-            let path = dir.path().join(format!("{capture}-{full}.snap"));
-            let report = dump_as(full, contained.pid, &path, &["--capture", capture]);
+            let what = format!("{case}, --capture {capture}, by {dumper:?}");
+            let path = dir.path().join(format!("{capture}-{dumper:?}.snap"));
+            let report = dump_as(dumper, &contained, &path, &["--capture", capture]);
             assert_eq!(report["capture"]["method"], capture, "{what}: {report}");
-            check_contained(&report, &path, &contained, &program, &what);
+            check_contained(dumper, &report, &path, &contained, &program, &what);
             check_cache_leak(&path, &what);
         }
     }
@@ -187,13 +230,13 @@ fn a_contained_program_in_its_own_c_code_with_another_program_at_its_path_here()
     std::fs::create_dir(&build).unwrap();
     let program = compile_ocaml_with_c(&build, "spins_in_c", SPINS_IN_C, &[], Some(SPINS_IN_C_STUBS));
     let contained = start_contained(dir.path(), std::slice::from_ref(&program), Some(&sample_path("long_list")));
-    for full in [true, false] {
+    for dumper in DUMPERS {
         for capture in ["fork", "copy"] {
-            let what = format!("in its C code, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
-            let path = dir.path().join(format!("{capture}-{full}.snap"));
-            let report = dump_as(full, contained.pid, &path, &["--capture", capture, "--require-consistent"]);
+            let what = format!("in its C code, --capture {capture}, by {dumper:?}");
+            let path = dir.path().join(format!("{capture}-{dumper:?}.snap"));
+            let report = dump_as(dumper, &contained, &path, &["--capture", capture, "--require-consistent"]);
             assert_eq!(report["attempts"], 1, "{what}: a consistent stop at once: {report}");
-            check_contained(&report, &path, &contained, &program, &what);
+            check_contained(dumper, &report, &path, &contained, &program, &what);
             let strings = retained_by_root(&path, "Spins_in_c.0");
             assert!(strings >= 1000 * 24, "{what}: Spins_in_c.keep retains its 1000 strings (with --pause): {strings}");
         }
@@ -216,12 +259,12 @@ fn a_contained_program_with_a_dynlink_plugin() {
     let other_library = find_shared_object();
     std::fs::copy(&other_library, dir.path().join("app/plugin_data.cmxs")).unwrap();
     let contained = start_contained(dir.path(), &[program.clone(), plugin], None);
-    for full in [true, false] {
+    for dumper in DUMPERS {
         for capture in ["fork", "copy"] {
-            let what = format!("dynlink plugin, --capture {capture}, {}", if full { "as root" } else { "without CAP_SYS_ADMIN" });
-            let path = dir.path().join(format!("{capture}-{full}.snap"));
-            let report = dump_as(full, contained.pid, &path, &["--capture", capture]);
-            let snap = check_contained(&report, &path, &contained, &program, &what);
+            let what = format!("dynlink plugin, --capture {capture}, by {dumper:?}");
+            let path = dir.path().join(format!("{capture}-{dumper:?}.snap"));
+            let report = dump_as(dumper, &contained, &path, &["--capture", capture]);
+            let snap = check_contained(dumper, &report, &path, &contained, &program, &what);
             let v = verify(&path, true);
             assert_eq!(v["external_pointers"], 0, "{what}: pointers into the plugin's data must be edges: {v}");
             let names: Vec<&str> = snap
