@@ -36,6 +36,11 @@ fn namespaces_available() -> bool {
 /// `app/NAME` under `dir`: a tmpfs is mounted on `app` inside, so the host's `app` (which
 /// `host_file`, if given, fills with a file of the program's name) is not what it sees.
 fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>) -> Contained {
+    start_contained_after(dir, files, host_file, ":")
+}
+
+/// [`start_contained`], running the shell commands `setup` inside first.
+fn start_contained_after(dir: &Path, files: &[PathBuf], host_file: Option<&Path>, setup: &str) -> Contained {
     let app = dir.join("app");
     std::fs::create_dir_all(&app).unwrap();
     let name = files[0].file_name().unwrap().to_str().unwrap();
@@ -44,7 +49,7 @@ fn start_contained(dir: &Path, files: &[PathBuf], host_file: Option<&Path>) -> C
     }
     let copies: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     let script = format!(
-        "set -e; mount -t tmpfs tmpfs {app}; cp {copies} {app}/; exec {app}/{name} \"$@\"",
+        "set -e; {setup}; mount -t tmpfs tmpfs {app}; cp {copies} {app}/; exec {app}/{name} \"$@\"",
         app = app.display(),
         copies = copies.join(" ")
     );
@@ -239,6 +244,68 @@ fn a_contained_program_in_its_own_c_code_with_another_program_at_its_path_here()
             check_contained(dumper, &report, &path, &contained, &program, &what);
             let strings = retained_by_root(&path, "Spins_in_c.0");
             assert!(strings >= 1000 * 24, "{what}: Spins_in_c.keep retains its 1000 strings (with --pause): {strings}");
+        }
+    }
+}
+
+/// Runs a binutils command, asserting success.
+fn binutils(command: &mut Command) {
+    let o = command.output().expect("run binutils");
+    assert!(o.status.success(), "{command:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A stripped program's debug file, which only its root holds, is found there: by its build id
+/// under its `/usr/lib/debug` (a tmpfs mounted there inside hides the host's), and by its
+/// debuglink next to it. The host has neither, and without them the dump would read the
+/// runtime's layouts from heapsnap's tables.
+#[test]
+fn a_contained_programs_debug_file_is_found_inside_it() {
+    if !namespaces_available() {
+        return;
+    }
+    let _one = one_core_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let build = dir.path().join("build");
+    std::fs::create_dir(&build).unwrap();
+    let (stripped, split, debug) = (build.join("stripped/cache_leak"), build.join("split/cache_leak"), build.join("cache_leak.debug"));
+    for copy in [&stripped, &split] {
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::copy(sample_path("cache_leak"), copy).unwrap();
+    }
+    binutils(Command::new("objcopy").arg("--only-keep-debug").arg(&split).arg(&debug));
+    binutils(Command::new("strip").arg(&stripped));
+    binutils(
+        Command::new("objcopy")
+            .args(["--strip-debug", "--strip-unneeded"])
+            .arg(format!("--add-gnu-debuglink={}", debug.display()))
+            .arg(&split),
+    );
+    let id = heapsnap_dump::elf::Executable::open(&stripped).unwrap().build_id.expect("samples have a build id");
+    let by_id = format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]);
+    assert!(!Path::new(&by_id).exists(), "{by_id} is on the host: the test would not show where it was found");
+
+    let setup = format!(
+        "mkdir -p /usr/lib/debug; mount -t tmpfs tmpfs /usr/lib/debug; mkdir -p {}; cp {} {by_id}",
+        Path::new(&by_id).parent().unwrap().display(),
+        debug.display()
+    );
+    for (case, program, contained) in [
+        (
+            "by build id in its root",
+            &stripped,
+            start_contained_after(&dir.path().join("by-id"), std::slice::from_ref(&stripped), None, &setup),
+        ),
+        ("by debuglink next to it", &split, start_contained(&dir.path().join("by-link"), &[split.clone(), debug.clone()], None)),
+    ] {
+        for dumper in DUMPERS {
+            let what = format!("{case}, by {dumper:?}");
+            let path = dir.path().join(format!("{}-{dumper:?}.snap", case.replace(' ', "-")));
+            let report = dump_as(dumper, &contained, &path, &["--capture", "copy"]);
+            assert_eq!(report["layouts_from"], "debug_file", "{what}: the debug file inside was used: {report}");
+            check_contained(dumper, &report, &path, &contained, program, &what);
+            check_cache_leak(&path, &what);
+            let snap = Snapshot::open(&path).unwrap();
+            assert!(snap.dwarf_section(".debug_line").is_some(), "{what}: the debug file's line tables are in the snapshot");
         }
     }
 }
