@@ -181,7 +181,7 @@ impl Executable {
     /// may be another one at the same path. `Ok` for a file without a build id (nothing to
     /// check) or a note the target does not have in memory (a core that lacks the page).
     pub fn check_loaded(&self, bias: u64, source: &dyn MemorySource) -> std::result::Result<(), String> {
-        build_id_loaded(&self.object(), bias, source).map_err(|why| format!("{} {why}", self.path.display()))
+        build_id_loaded(&self.object(), bias, source)
     }
 
     /// Link-time addresses of every symbol called `name`.
@@ -271,7 +271,7 @@ pub fn build_id_loaded(file: &object::File<'_>, bias: u64, source: &dyn MemorySo
     match source.read(bias.wrapping_add(section.address()), &mut loaded) {
         Ok(()) if loaded == note => Ok(()),
         Ok(()) => Err(format!(
-            "is not the file the target loaded: its build id {} is not the one in the target's memory",
+            "it is not the file the target loaded: its build id {} is not the one in the target's memory",
             build_id_of(file).unwrap_or_default()
         )),
         Err(_) => Ok(()),
@@ -386,5 +386,20 @@ mod tests {
         let file = FileIdentity::of(&path);
         assert_eq!(found.load_bias(&maps, &file).unwrap(), exe.load_bias(&maps, &file).unwrap());
         assert!(matches!(locate_symbol(&path, "no_such_symbol_anywhere"), Err(DumpError::MissingSymbol { .. })));
+    }
+
+    /// A file is the one loaded when the target holds its build-id note where the file says;
+    /// at another place (as another file's note would be), it is not.
+    #[test]
+    fn the_build_id_is_checked_against_the_loaded_file() {
+        let path = std::env::current_exe().unwrap();
+        let exe = Executable::open(&path).unwrap();
+        assert!(exe.build_id.is_some(), "test binaries are linked with a build id");
+        let maps = crate::source::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let bias = exe.load_bias(&maps, &FileIdentity::of(&path)).unwrap();
+        let ourselves = crate::source::ProcessMemory::new(std::process::id()).unwrap();
+        assert_eq!(exe.check_loaded(bias, &ourselves), Ok(()));
+        let elsewhere = exe.check_loaded(bias + 16, &ourselves).unwrap_err();
+        assert!(elsewhere.contains("not the file the target loaded"), "{elsewhere}");
     }
 }

@@ -92,7 +92,7 @@ impl FileView {
             return Ok(TargetFile { file, shown });
         }
         // A deleted file is named "PATH (deleted)": the path inside the root is another file.
-        let live = deleted_suffix_removed(path).ok_or_else(|| {
+        let live = not_deleted(path).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "the file was deleted since it was mapped, and /proc/PID/map_files is not readable",
@@ -102,9 +102,9 @@ impl FileView {
     }
 }
 
-/// `path` without the " (deleted)" the kernel appends to a mapped file removed since; `None`
-/// when it has it.
-fn deleted_suffix_removed(path: &Path) -> Option<&Path> {
+/// `path`, unless it names a mapped file removed since it was mapped (the kernel appends
+/// " (deleted)" to its path).
+fn not_deleted(path: &Path) -> Option<&Path> {
     (!path.as_os_str().as_encoded_bytes().ends_with(b" (deleted)")).then_some(path)
 }
 
