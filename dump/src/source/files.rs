@@ -55,20 +55,24 @@ impl FileView {
 
     /// Opens `path` as the target names it. For a process the path is resolved inside its
     /// root, which `..` and absolute symbolic links do not leave (`openat2`'s
-    /// `RESOLVE_IN_ROOT`); a relative path is the target's working directory's.
+    /// `RESOLVE_IN_ROOT`); a relative path is its working directory's.
     pub fn open(&self, path: &Path) -> std::io::Result<File> {
         let FileView::Process(pid) = *self else { return File::open(path) };
-        let (dir, relative) = match path.strip_prefix("/") {
-            Ok(rest) => (format!("/proc/{pid}/root"), rest),
-            Err(_) => (format!("/proc/{pid}/cwd"), path),
+        let Ok(inside) = path.strip_prefix("/") else {
+            // The working directory as the process names it, else the link to it.
+            let cwd = format!("/proc/{pid}/cwd");
+            return match std::fs::read_link(&cwd).map(|dir| self.open(&dir.join(path))) {
+                Ok(Ok(file)) => Ok(file),
+                _ => File::open(Path::new(&cwd).join(path)),
+            };
         };
-        let dir = File::open(&dir)?;
+        let root = File::open(format!("/proc/{pid}/root"))?;
         let how = OpenHow::new().flags(OFlag::O_RDONLY | OFlag::O_CLOEXEC).mode(Mode::empty()).resolve(ResolveFlag::RESOLVE_IN_ROOT);
-        match openat2(&dir, relative, how) {
+        match openat2(&root, inside, how) {
             Ok(fd) => Ok(File::from(fd)),
             // Kernels before 5.6 have no openat2: the path under the root link, where an
             // absolute symbolic link would lead out of it (a file's build id is checked).
-            Err(nix::errno::Errno::ENOSYS) => File::open(PathBuf::from(format!("/proc/{pid}/root")).join(relative)),
+            Err(nix::errno::Errno::ENOSYS) => File::open(PathBuf::from(format!("/proc/{pid}/root")).join(inside)),
             Err(errno) => Err(std::io::Error::from(errno)),
         }
     }
@@ -159,6 +163,10 @@ mod tests {
         let view = FileView::Process(std::process::id());
         assert_eq!(view.read(Path::new("/etc/hostname")).ok(), std::fs::read("/etc/hostname").ok());
         assert!(view.open(Path::new("/no/such/file")).is_err());
+        // A relative path is the process's working directory's.
+        let cwd = std::env::current_dir().unwrap();
+        let name = std::fs::read_dir(&cwd).unwrap().flatten().find(|e| e.path().is_file()).expect("a file here").file_name();
+        assert_eq!(view.read(Path::new(&name)).unwrap(), std::fs::read(cwd.join(&name)).unwrap());
     }
 
     #[test]
