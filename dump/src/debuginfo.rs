@@ -5,22 +5,45 @@
 //! A file found by build id is the same build by construction; one found by debuglink must
 //! carry the executable's build id (or, without one, the CRC the link records). A named file
 //! that is another build is an error, never used.
+//!
+//! A process in a container has its debug files in its own root: they are looked for there
+//! first (through [`FileView`]), then in this machine's debug directory.
 
 use crate::elf::{build_id_of, DebugFile, Executable};
 use crate::error::{DumpError, Result};
+use crate::source::FileView;
 use object::{Object, ObjectSection};
 use std::path::{Path, PathBuf};
 
 /// The root of the system's debug files (gdb's `debug-file-directory`).
 pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 
+/// Where an executable's debug file is looked for.
+#[derive(Clone, Debug)]
+pub struct DebugSearch {
+    /// The target's own files: its debug directory ([`DEBUG_ROOT`] inside it) is searched
+    /// first, and the executable's directory is the target's when `exe_is_targets`.
+    pub target: FileView,
+    /// The executable's path is the target's name for it (not a copy given here).
+    pub exe_is_targets: bool,
+    /// This machine's debug directory, searched after the target's.
+    pub debug_root: PathBuf,
+}
+
+impl DebugSearch {
+    /// Only this machine's files: a core's, or a file this machine holds.
+    pub fn here(debug_root: &Path) -> DebugSearch {
+        DebugSearch { target: FileView::Here, exe_is_targets: false, debug_root: debug_root.to_path_buf() }
+    }
+}
+
 /// Finds and attaches `exe`'s debug file: `given` if set (an error if it is not of this build),
-/// else the first of the usual places under `debug_root` (or next to the executable) that holds
-/// a matching one. Nothing is attached when the executable has its own DWARF, unless a file is
-/// given.
-pub fn attach(exe: &mut Executable, given: Option<&Path>, debug_root: &Path) -> Result<()> {
+/// else the first of the usual places (see [`DebugSearch`]) that holds a matching one. Nothing
+/// is attached when the executable has its own DWARF, unless a file is given.
+pub fn attach(exe: &mut Executable, given: Option<&Path>, search: &DebugSearch) -> Result<()> {
     if let Some(path) = given {
-        let debug = open_matching(exe, path, "--debug-file")?.map_err(|why| DumpError::DebugFileMismatch {
+        let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
+        let debug = open_matching(exe, path, data, "--debug-file")?.map_err(|why| DumpError::DebugFileMismatch {
             executable: exe.path.clone(),
             debug: path.to_path_buf(),
             why,
@@ -30,27 +53,45 @@ pub fn attach(exe: &mut Executable, given: Option<&Path>, debug_root: &Path) -> 
     if exe.has_dwarf() {
         return Ok(());
     }
-    for (path, found_by) in candidates(exe, debug_root) {
-        if let Ok(Ok(debug)) = open_matching(exe, &path, found_by) {
+    for (view, path, found_by) in candidates(exe, search) {
+        let Ok(data) = view.read(&path) else { continue };
+        let shown = match view.root() {
+            Some(root) => root.join(path.strip_prefix("/").unwrap_or(&path)),
+            None => path,
+        };
+        if let Ok(Ok(debug)) = open_matching(exe, &shown, data, found_by) {
             return exe.attach_debug_file(debug);
         }
     }
     Ok(())
 }
 
-/// Where a debug file of `exe` may be, with how each place was found.
-fn candidates(exe: &Executable, debug_root: &Path) -> Vec<(PathBuf, &'static str)> {
+/// Where a debug file of `exe` may be, each with the view it is read through and how the place
+/// was found: the target's own places first, then this machine's debug directory.
+fn candidates(exe: &Executable, search: &DebugSearch) -> Vec<(FileView, PathBuf, &'static str)> {
+    let inside = (search.target != FileView::Here).then_some(search.target);
+    let mut roots: Vec<(FileView, PathBuf)> = inside.map(|view| (view, PathBuf::from(DEBUG_ROOT))).into_iter().collect();
+    roots.push((FileView::Here, search.debug_root.clone()));
     let mut out = Vec::new();
     if let Some(id) = exe.build_id.as_deref().filter(|id| id.len() > 2) {
-        out.push((debug_root.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..])), "build id"));
+        for (view, root) in &roots {
+            out.push((*view, root.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..])), "build id"));
+        }
     }
     if let Some((name, _)) = debuglink(exe.data()) {
-        let real = std::fs::canonicalize(&exe.path).unwrap_or_else(|_| exe.path.clone());
+        // The target's name for its executable is canonical already (the kernel's); a copy
+        // given here is canonicalised here.
+        let (exe_view, real) = match inside.filter(|_| search.exe_is_targets) {
+            Some(view) => (view, exe.path.clone()),
+            None => (FileView::Here, std::fs::canonicalize(&exe.path).unwrap_or_else(|_| exe.path.clone())),
+        };
         let dir = real.parent().unwrap_or(Path::new("/")).to_path_buf();
-        out.push((dir.join(&name), "debuglink"));
-        out.push((dir.join(".debug").join(&name), "debuglink"));
+        out.push((exe_view, dir.join(&name), "debuglink"));
+        out.push((exe_view, dir.join(".debug").join(&name), "debuglink"));
         let relative = dir.strip_prefix("/").unwrap_or(&dir);
-        out.push((debug_root.join(relative).join(&name), "debuglink"));
+        for (view, root) in &roots {
+            out.push((*view, root.join(relative).join(&name), "debuglink"));
+        }
     }
     out
 }
@@ -68,8 +109,7 @@ fn debuglink(data: &[u8]) -> Option<(String, u32)> {
 
 /// Opens `path` as a debug file of `exe`: `Ok(Err(why))` when it is readable but not of this
 /// build (or holds no debug info).
-fn open_matching(exe: &Executable, path: &Path, found_by: &'static str) -> Result<std::result::Result<DebugFile, String>> {
-    let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
+fn open_matching(exe: &Executable, path: &Path, data: Vec<u8>, found_by: &'static str) -> Result<std::result::Result<DebugFile, String>> {
     let file = object::File::parse(&*data).map_err(|e| DumpError::Elf { path: path.to_path_buf(), message: e.to_string() })?;
     if file.section_by_name(".debug_info").is_none() && file.symbol_table().is_none() {
         return Ok(Err("it holds neither DWARF debug info nor a symbol table".into()));

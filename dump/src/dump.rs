@@ -109,6 +109,9 @@ pub struct DumpReport {
     /// How a live process was captured (absent for a core).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capture: Option<CaptureReport>,
+    /// A live process in other namespaces or another root than the dumper's (a container).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<heapsnap_format::Namespaces>,
 }
 
 /// How a live dump captured the target, and what a fork cost.
@@ -263,7 +266,15 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
 
     // The target runs again; the rest works on our copy.
     let executable = std::fs::read_link(format!("/proc/{pid}/exe")).ok().map(|p| p.display().to_string());
-    let origin = Origin { pid, executable, time: wall_at_stop, trigger: options.trigger, capture: Some(capture_metadata(&capture)) };
+    let namespaces = crate::source::namespaces_of(pid);
+    let origin = Origin {
+        pid,
+        executable,
+        time: wall_at_stop,
+        trigger: options.trigger,
+        capture: Some(capture_metadata(&capture)),
+        namespaces: namespaces.clone(),
+    };
     let written = finish(&*rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     let mut report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
     if capture.method == CaptureMode::Fork {
@@ -279,6 +290,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         attempts,
         consistent,
         capture: Some(capture),
+        namespaces,
         ..report
     })
 }
@@ -363,8 +375,14 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
     // The core's own modification time is the best guess of when it was taken.
     let time = std::fs::metadata(core).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now());
     let pid = source.core_pid();
-    let origin =
-        Origin { pid, executable: Some(source.executable_path().display().to_string()), time, trigger: Trigger::Core, capture: None };
+    let origin = Origin {
+        pid,
+        executable: Some(source.executable_path().display().to_string()),
+        time,
+        trigger: Trigger::Core,
+        capture: None,
+        namespaces: None,
+    };
     let written = finish(&*rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     // Nothing was stopped: no pause, one "attempt".
     let report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
@@ -411,6 +429,7 @@ impl DumpReport {
             layouts_from: rt.layouts_from().to_string(),
             missing: Vec::new(),
             capture: None,
+            namespaces: None,
         }
     }
 }
@@ -425,7 +444,7 @@ fn check_build_id(source: &CoreFile) -> Result<Option<String>> {
     let Some(want) = exe.build_id.clone() else {
         return Err(mismatch("the executable has no build id: cannot check that the core comes from it".into()));
     };
-    let bias = exe.load_bias(&source.mappings()?, &exe_path)?;
+    let bias = exe.load_bias(&source.mappings()?, &crate::source::FileIdentity::of(&exe_path))?;
     let (note_at, note) = exe.section_data(".note.gnu.build-id").ok_or_else(|| mismatch("no .note.gnu.build-id section".into()))?;
     let mut in_core = vec![0u8; note.len()];
     match source.read_from_core(note_at.wrapping_add(bias), &mut in_core) {
@@ -484,6 +503,7 @@ struct Origin {
     time: SystemTime,
     trigger: Trigger,
     capture: Option<heapsnap_format::CaptureInfo>,
+    namespaces: Option<heapsnap_format::Namespaces>,
 }
 
 /// Everything after the copy, shared by live and core dumps: custom operations found in the
@@ -544,6 +564,7 @@ fn finish(
         ocaml4_gc: copied.gc_state,
         capture: origin.capture,
         probed: rt.probed(&cap.probed),
+        namespaces: origin.namespaces,
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }

@@ -1,7 +1,7 @@
 //! The target's executable: symbols, load bias, build id, unwind tables and DWARF sections.
 
 use crate::error::{DumpError, Result};
-use crate::source::Mapping;
+use crate::source::{FileIdentity, Mapping, MemorySource};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -80,7 +80,19 @@ impl Executable {
         let data = std::fs::read(path).map_err(|source| DumpError::Io { path: path.to_path_buf(), source })?;
         // Messages name the file, not the process's `/proc/PID/exe` link to it.
         let shown = if path.starts_with("/proc") { std::fs::read_link(path).ok() } else { None };
-        let path = shown.as_deref().unwrap_or(path);
+        Executable::from_bytes(data, shown.as_deref().unwrap_or(path))
+    }
+
+    /// A file of the target opened through its own view ([`crate::source::FileView`]), named
+    /// by its path there.
+    pub fn open_target_file(file: crate::source::TargetFile) -> Result<Executable> {
+        let shown = file.shown.clone();
+        let data = file.read_all().map_err(|source| DumpError::Io { path: shown.clone(), source })?;
+        Executable::from_bytes(data, &shown)
+    }
+
+    /// The executable whose bytes are `data`, named `path` in messages.
+    pub fn from_bytes(data: Vec<u8>, path: &Path) -> Result<Executable> {
         let elf_error = |message: String| DumpError::Elf { path: path.to_path_buf(), message };
         if let Some(what) = other_ocaml_build(&data) {
             return Err(elf_error(what.to_string()));
@@ -159,9 +171,17 @@ impl Executable {
         object::File::parse(&*self.data).expect("parsed once already")
     }
 
-    /// How far the executable was moved at load time, from the target's mappings of it.
-    pub fn load_bias(&self, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
-        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, exe_path)
+    /// How far the executable was moved at load time, from the target's mappings of `file`.
+    pub fn load_bias(&self, mappings: &[Mapping], file: &FileIdentity) -> Result<u64> {
+        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, file)
+    }
+
+    /// Whether the target, with this file loaded `bias` bytes from its link-time addresses,
+    /// holds this file's build-id note there: a file read again after the target loaded it
+    /// may be another one at the same path. `Ok` for a file without a build id (nothing to
+    /// check) or a note the target does not have in memory (a core that lacks the page).
+    pub fn check_loaded(&self, bias: u64, source: &dyn MemorySource) -> std::result::Result<(), String> {
+        build_id_loaded(&self.object(), bias, source)
     }
 
     /// Link-time addresses of every symbol called `name`.
@@ -243,6 +263,21 @@ fn is_debug_only(file: &object::File<'_>) -> bool {
     file.section_by_name(".text").is_some_and(|s| s.kind() == object::SectionKind::UninitializedData)
 }
 
+/// See [`Executable::check_loaded`]: `Err` says why the file is not the one loaded.
+pub fn build_id_loaded(file: &object::File<'_>, bias: u64, source: &dyn MemorySource) -> std::result::Result<(), String> {
+    let Some(section) = file.section_by_name(".note.gnu.build-id") else { return Ok(()) };
+    let Ok(note) = section.data() else { return Ok(()) };
+    let mut loaded = vec![0u8; note.len()];
+    match source.read(bias.wrapping_add(section.address()), &mut loaded) {
+        Ok(()) if loaded == note => Ok(()),
+        Ok(()) => Err(format!(
+            "it is not the file the target loaded: its build id {} is not the one in the target's memory",
+            build_id_of(file).unwrap_or_default()
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
 pub(crate) fn build_id_of(file: &object::File<'_>) -> Option<String> {
     file.build_id().ok().flatten().map(|id| id.iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -288,16 +323,11 @@ fn check_and_place(file: &object::File<'_>, path: &Path) -> Result<(bool, u64)> 
     Ok((is_pie, first_segment_vaddr))
 }
 
-fn load_bias(path: &Path, is_pie: bool, first_segment_vaddr: u64, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
+fn load_bias(path: &Path, is_pie: bool, first_segment_vaddr: u64, mappings: &[Mapping], file: &FileIdentity) -> Result<u64> {
     if !is_pie {
         return Ok(0);
     }
-    let real = std::fs::canonicalize(exe_path).ok();
-    let same_file = |m: &Mapping| match (&m.path, &real) {
-        (Some(p), Some(r)) => p == r,
-        _ => false,
-    };
-    let first = mappings.iter().filter(|m| m.offset == 0 && same_file(m)).map(|m| m.start).min().ok_or_else(|| DumpError::Elf {
+    let first = mappings.iter().filter(|m| m.offset == 0 && file.maps(m)).map(|m| m.start).min().ok_or_else(|| DumpError::Elf {
         path: path.to_path_buf(),
         message: "cannot find where the executable is mapped in the target".into(),
     })?;
@@ -315,8 +345,8 @@ pub struct SymbolLocation {
 
 impl SymbolLocation {
     /// How far the executable was moved at load time (see [`Executable::load_bias`]).
-    pub fn load_bias(&self, mappings: &[Mapping], exe_path: &Path) -> Result<u64> {
-        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, exe_path)
+    pub fn load_bias(&self, mappings: &[Mapping], file: &FileIdentity) -> Result<u64> {
+        load_bias(&self.path, self.is_pie, self.first_segment_vaddr, mappings, file)
     }
 }
 
@@ -353,7 +383,23 @@ mod tests {
         let maps = crate::source::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let found = locate_symbol(&path, "main").unwrap();
         assert_eq!(found.address, exe.require("main").unwrap());
-        assert_eq!(found.load_bias(&maps, &path).unwrap(), exe.load_bias(&maps, &path).unwrap());
+        let file = FileIdentity::of(&path);
+        assert_eq!(found.load_bias(&maps, &file).unwrap(), exe.load_bias(&maps, &file).unwrap());
         assert!(matches!(locate_symbol(&path, "no_such_symbol_anywhere"), Err(DumpError::MissingSymbol { .. })));
+    }
+
+    /// A file is the one loaded when the target holds its build-id note where the file says;
+    /// at another place (as another file's note would be), it is not.
+    #[test]
+    fn the_build_id_is_checked_against_the_loaded_file() {
+        let path = std::env::current_exe().unwrap();
+        let exe = Executable::open(&path).unwrap();
+        assert!(exe.build_id.is_some(), "test binaries are linked with a build id");
+        let maps = crate::source::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let bias = exe.load_bias(&maps, &FileIdentity::of(&path)).unwrap();
+        let ourselves = crate::source::ProcessMemory::new(std::process::id()).unwrap();
+        assert_eq!(exe.check_loaded(bias, &ourselves), Ok(()));
+        let elsewhere = exe.check_loaded(bias + 16, &ourselves).unwrap_err();
+        assert!(elsewhere.contains("not the file the target loaded"), "{elsewhere}");
     }
 }

@@ -7,8 +7,10 @@ pub enum DumpError {
     #[error("no process with pid {pid}")]
     NoSuchProcess { pid: u32 },
 
-    #[error("cannot attach to process {pid}: {errno} (run heapsnap as the user the process runs as, or as root; with Yama's /proc/sys/kernel/yama/ptrace_scope at 1, only the process's parent or root may attach, at 2 only root)")]
-    AttachDenied { pid: u32, errno: nix::errno::Errno },
+    /// `ptrace` or `process_vm_readv` refused: `why` says what to grant (see
+    /// `source::permission`).
+    #[error("cannot {op} process {pid}: {errno}: {why}")]
+    AttachDenied { pid: u32, op: &'static str, errno: nix::errno::Errno, why: String },
 
     #[error("process {pid} is already traced by PID {tracer} (another heapsnap dump, a debugger or strace): wait for it to finish, or detach it")]
     AlreadyTraced { pid: u32, tracer: u32 },

@@ -339,7 +339,7 @@ pub fn symbol_address(pid: u32, name: &str) -> crate::Result<u64> {
     }
     let symbol = crate::elf::locate_symbol(&exe_path, name)?;
     loop {
-        match symbol.load_bias(&memory.mappings()?, &exe_path) {
+        match symbol.load_bias(&memory.mappings()?, &crate::source::FileIdentity::of(&exe_path)) {
             Ok(bias) => return Ok(bias.wrapping_add(symbol.address)),
             // The executable is not mapped yet: execve is still loading it.
             Err(_) if Instant::now() < deadline => pause(),
@@ -461,7 +461,7 @@ mod tests {
             // At once, as `heapsnap run` does: the child may still be inside execve.
             let found = symbol_address(pid, "main");
             let maps = crate::source::parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
-            let bias = crate::elf::Executable::open(&exe).unwrap().load_bias(&maps, &exe).unwrap();
+            let bias = crate::elf::Executable::open(&exe).unwrap().load_bias(&maps, &crate::source::FileIdentity::of(&exe)).unwrap();
             drop(child.stdin.take());
             child.wait().unwrap();
             assert_eq!(found.unwrap(), bias + want);

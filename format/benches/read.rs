@@ -40,6 +40,7 @@ fn metadata() -> Metadata {
         ocaml4_gc: None,
         capture: None,
         probed: None,
+        namespaces: None,
     }
 }
 

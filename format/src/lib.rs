@@ -30,7 +30,7 @@ pub use layout::{
 };
 pub use load_bias::SECTION_KIND_LOAD_BIAS;
 pub use memprof::*;
-pub use metadata::{CaptureInfo, DomainInfo, Metadata, ProbedFact, ProbedRuntime, Trigger};
+pub use metadata::{CaptureInfo, DomainInfo, Metadata, Namespaces, ProbedFact, ProbedRuntime, Trigger};
 pub use ocaml_names::{replace_ocaml_names, SECTION_KIND_OCAML_NAMES};
 pub use plugin_dwarf::{PluginDwarf, SECTION_KIND_PLUGIN_DWARF};
 pub use reader::{ReadOptions, Region, Snapshot};

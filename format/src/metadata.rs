@@ -86,6 +86,25 @@ pub struct Metadata {
     /// The runtime was read by probing it, not from a release heapsnap knows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probed: Option<ProbedRuntime>,
+    /// A live process in other namespaces or another root than the dumper's (a container):
+    /// absent when it shares them, for cores, and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Namespaces>,
+}
+
+/// Where a live process ran, as seen from the dumper: `pid` (in the metadata) is its pid in
+/// the dumper's PID namespace, `pid_inside` its own.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Namespaces {
+    /// Its pid in its own PID namespace (the last of `NSpid` in its `/proc/PID/status`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_inside: Option<u32>,
+    /// It runs in another PID namespace than the dumper's.
+    pub other_pid_namespace: bool,
+    /// It runs in another mount namespace than the dumper's.
+    pub other_mount_namespace: bool,
+    /// Its root directory is another than the dumper's (its files were read inside it).
+    pub other_root: bool,
 }
 
 /// How a runtime of a release heapsnap has no file for was read: the facts the dumper found

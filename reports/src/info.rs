@@ -224,6 +224,22 @@ impl Report for Info {
         if let Some(exe) = &m.executable {
             writeln!(out, "executable      {exe} (pid {})", m.pid.map_or("-".into(), |p| p.to_string()))?;
         }
+        if let Some(ns) = &m.namespaces {
+            let mut other: Vec<String> = Vec::new();
+            if ns.other_pid_namespace {
+                other.push(match ns.pid_inside {
+                    Some(pid) => format!("PID namespace (pid {pid} inside)"),
+                    None => "PID namespace".into(),
+                });
+            }
+            if ns.other_mount_namespace {
+                other.push("mount namespace".into());
+            }
+            if ns.other_root {
+                other.push("root directory".into());
+            }
+            writeln!(out, "container       ran in another {} than the dumper's; its files were read as it saw them", other.join(", "))?;
+        }
         writeln!(out, "domains         {}", m.domains.len())?;
         for kind in RegionKind::ALL {
             if let Some(r) = info.regions.get(kind.label()) {

@@ -355,6 +355,7 @@ impl SynthHeap {
             ocaml4_gc: None,
             capture: None,
             probed: None,
+            namespaces: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {

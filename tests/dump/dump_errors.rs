@@ -87,6 +87,6 @@ fn os_errors_name_the_path_or_process_once_with_a_hint() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.starts_with(&format!("heapsnap: error: process {target} belongs to uid 0, heapsnap runs as uid ")), "{err}");
     assert_eq!(err.matches("Permission denied").count() + err.matches("Operation not permitted").count(), 1, "{err}");
-    assert!(err.contains("or as root"), "{err}");
+    assert!(err.contains("run heapsnap as uid 0, or grant it CAP_SYS_PTRACE"), "{err}");
     assert_running_untraced(sample.pid(), "after a refused dump");
 }

@@ -6,6 +6,7 @@
 mod dump_support;
 
 mod dump_bytecode;
+mod dump_containers;
 mod dump_core;
 mod dump_dynlink;
 mod dump_errors;

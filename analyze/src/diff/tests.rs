@@ -220,6 +220,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         ocaml4_gc: None,
         capture: None,
         probed: None,
+        namespaces: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

@@ -51,6 +51,7 @@ fn snapshot(path: &std::path::Path, gc: Ocaml4Gc, words: &[u64], root: u64, free
         ocaml4_gc: Some(gc),
         capture: None,
         probed: None,
+        namespaces: None,
     })
     .unwrap();
     let name = w.intern("camlM");

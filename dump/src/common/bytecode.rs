@@ -7,9 +7,10 @@
 
 use super::bytecode_file::{functions, globals_of_section_table, BytecodeSections, DebugEvent, Global};
 use super::unwind::{Frame, Unwinder};
+use crate::debuginfo::DebugSearch;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
-use crate::source::{MemorySource, ReadExt, Registers};
+use crate::source::{FileIdentity, FileView, Mapping, MemorySource, ReadExt, Registers};
 use std::collections::HashMap;
 use std::path::PathBuf;
 
@@ -123,7 +124,7 @@ fn read_program(
     source: &dyn MemorySource,
     exe_name: u64,
 ) -> std::result::Result<(Globals, String, Events), String> {
-    if let Ok(Some(sections)) = BytecodeSections::read(&exe.path) {
+    if let Some(sections) = BytecodeSections::parse(exe.data().to_vec()) {
         return Ok((sections.globals()?, exe.path.display().to_string(), sections.debug_events()));
     }
     if let Some(table) = exe.symbol("caml_sections").filter(|s| s.size > 0) {
@@ -133,12 +134,14 @@ fn read_program(
     }
     let name =
         source.read_u64(exe_name).and_then(|p| source.read_c_string(p, 4096)).map_err(|e| format!("the interpreter's exe_name: {e}"))?;
-    let mut path = PathBuf::from(&name);
-    if path.is_relative() {
-        let cwd = source.pid().map(|pid| PathBuf::from(format!("/proc/{pid}/cwd")));
-        path = cwd.ok_or_else(|| format!("the bytecode file {name} is relative, and the target's working directory unknown"))?.join(path);
+    let path = PathBuf::from(&name);
+    // The target's own file: a relative path is its working directory's, and the path is
+    // resolved inside its root.
+    let view = FileView::of(source);
+    if path.is_relative() && view == FileView::Here {
+        return Err(format!("the bytecode file {name} is relative, and the target's working directory unknown"));
     }
-    let sections = match BytecodeSections::read(&path) {
+    let sections = match view.read(&path).map(BytecodeSections::parse) {
         Ok(Some(s)) => s,
         Ok(None) => return Err(format!("{} is not a bytecode file", path.display())),
         Err(e) => return Err(format!("{}: {e}", path.display())),
@@ -262,17 +265,22 @@ pub struct LoadedLibrary {
 /// refused.
 pub fn systhreads_library(source: &dyn MemorySource) -> Result<Option<LoadedLibrary>> {
     let mappings = source.mappings()?;
-    let loaded = mappings.iter().filter_map(|m| m.path.as_ref()).find(|p| p.file_name().is_some_and(|n| n == SYSTHREADS_LIBRARY));
-    let Some(path) = loaded else { return Ok(None) };
-    let mut file = Executable::open(path)?;
-    crate::debuginfo::attach(&mut file, None, std::path::Path::new(crate::debuginfo::DEBUG_ROOT))?;
+    let is_systhreads = |m: &&Mapping| m.path.as_ref().is_some_and(|p| p.file_name().is_some_and(|n| n == SYSTHREADS_LIBRARY));
+    let Some(loaded) = mappings.iter().filter(is_systhreads).min_by_key(|m| (m.offset, m.start)) else { return Ok(None) };
+    let path = loaded.path.clone().unwrap_or_default();
+    let view = FileView::of(source);
+    let opened = view.open_mapped(loaded).map_err(|source| DumpError::Io { path: path.clone(), source })?;
+    let mut file = Executable::open_target_file(opened)?;
+    let search = DebugSearch { target: view, exe_is_targets: true, debug_root: PathBuf::from(crate::debuginfo::DEBUG_ROOT) };
+    crate::debuginfo::attach(&mut file, None, &search)?;
     if !file.has_dwarf() {
         return Err(DumpError::BytecodeLibraryUnsupported {
             library: path.display().to_string(),
             why: "it has no DWARF debug info, through which heapsnap reads its thread table".into(),
         });
     }
-    let bias = file.load_bias(&mappings, path)?;
+    let bias = file.load_bias(&mappings, &FileIdentity::named(&path))?;
+    file.check_loaded(bias, source).map_err(|why| DumpError::BytecodeLibraryUnsupported { library: path.display().to_string(), why })?;
     Ok(Some(LoadedLibrary { file, bias }))
 }
 

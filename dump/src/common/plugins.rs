@@ -13,8 +13,9 @@
 //! running) is handed to its stop, which keeps it as long as no plugin was registered in
 //! between: the stop reads no file.
 //!
-//! A file is trusted only if it is the one mapped: its build id must be the bytes the target
-//! has at the note's address, and each span must fall in a mapping of that file at the
+//! A live process's files are read as it sees them (in a container, not the files at the same
+//! paths here: [`crate::source::FileView`]). A file is trusted only if it is the one mapped:
+//! its build id must be the bytes the target has at the note's address, and each span must fall in a mapping of that file at the
 //! matching file offset. A file that is gone, unreadable or different gets a warning, and its
 //! data is left out (pointers into it stay external), never a failure.
 //!
@@ -23,10 +24,10 @@
 //! lines of its closures in the snapshot, as the executable's do for its own units.
 
 use crate::elf::Symbol;
-use crate::source::{Mapping, MemorySource, ReadExt};
+use crate::source::{FileView, Mapping, MemorySource, ReadExt};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// What [`data_spans`] found: the spans (target addresses, sorted, disjoint) and what could
@@ -98,7 +99,7 @@ fn find(data_segments: Option<u64>, source: &dyn MemorySource) -> PluginData {
     };
     // The executable's data is listed by `caml_data_segments`: skip the file that holds it.
     let exe_path = data_segments.and_then(|a| mappings.iter().find(|m| m.start <= a && a < m.end)).and_then(|m| m.path.clone());
-    let mut paths: Vec<&PathBuf> = mappings
+    let mut paths: Vec<&std::path::PathBuf> = mappings
         .iter()
         .filter(|m| m.offset == 0 && m.readable)
         .filter_map(|m| m.path.as_ref())
@@ -192,39 +193,25 @@ fn check_build_id(source: &dyn MemorySource, file: &PluginFile, bias: u64) -> Re
 }
 
 /// The OCaml data of the file mapped as `path`, if it has any: `Ok(None)` for a file that is
-/// not an ELF shared object or holds no OCaml unit. For a live process whose file was deleted
-/// or replaced, the mapped file itself is tried too (`/proc/PID/map_files`, which needs
-/// CAP_SYS_ADMIN).
+/// not an ELF shared object or holds no OCaml unit. A live process's file is read as it sees
+/// it ([`FileView::open_mapped`]: the mapped file itself where `/proc/PID/map_files` may be
+/// read, which needs CAP_SYS_ADMIN, else the path inside its root), never the file at the same
+/// path here; it must be the one loaded at each of its mappings (its build id).
 fn open_mapped(source: &dyn MemorySource, path: &Path, mappings: &[Mapping]) -> Result<Option<PluginFile>, String> {
-    let first = parse(path);
-    let mapped_file = || {
-        let pid = source.pid()?;
-        let m = mappings.iter().find(|m| m.offset == 0 && m.path.as_deref() == Some(path))?;
-        Some(PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)))
-    };
-    match first {
-        Ok(Some(f))
-            if mappings
-                .iter()
-                .filter(|m| m.offset == 0 && m.path.as_deref() == Some(path))
-                .all(|m| check_build_id(source, &f, m.start.wrapping_sub(f.first_segment_vaddr)).is_ok()) =>
-        {
-            Ok(Some(f))
-        }
-        Ok(None) => Ok(None),
-        first => match mapped_file().map(|p| parse(&p)) {
-            Some(Ok(found)) => Ok(found),
-            // Report the problem with the named file, which is what the user knows.
-            _ => first,
-        },
+    let loads = || mappings.iter().filter(|m| m.offset == 0 && m.path.as_deref() == Some(path));
+    let Some(first) = loads().min_by_key(|m| m.start) else { return Ok(None) };
+    let opened = FileView::of(source).open_mapped(first).map_err(|e| format!("cannot read it ({e})"))?;
+    let Some(found) = parse(&opened.file)? else { return Ok(None) };
+    for m in loads() {
+        check_build_id(source, &found, m.start.wrapping_sub(found.first_segment_vaddr))?;
     }
+    Ok(Some(found))
 }
 
-fn parse(path: &Path) -> Result<Option<PluginFile>, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it ({e})"))?;
+fn parse(file: &std::fs::File) -> Result<Option<PluginFile>, String> {
     // SAFETY: a read-only private mapping, dropped before we return; a file changed under us
     // gives wrong bytes, which the build id check and the bounds checks of `object` catch.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map it ({e})"))?;
+    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| format!("cannot map it ({e})"))?;
     let Ok(elf) = object::File::parse(&*map) else { return Ok(None) };
     if elf.kind() != object::ObjectKind::Dynamic || elf.architecture() != object::Architecture::X86_64 {
         return Ok(None);
@@ -299,7 +286,7 @@ mod tests {
     use super::*;
 
     fn map(start: u64, end: u64, offset: u64, path: &str, executable: bool) -> Mapping {
-        Mapping { start, end, readable: true, executable, offset, path: Some(PathBuf::from(path)) }
+        Mapping { start, end, readable: true, executable, offset, path: Some(std::path::PathBuf::from(path)), inode: None }
     }
 
     #[test]
@@ -322,9 +309,8 @@ mod tests {
     /// This test binary is an ELF file but not a shared object with OCaml units.
     #[test]
     fn files_without_ocaml_units_are_not_plugins() {
-        assert!(matches!(parse(&std::env::current_exe().unwrap()), Ok(None)));
-        assert!(matches!(parse(Path::new("/etc/hostname")), Ok(None) | Err(_)));
-        let missing = parse(Path::new("/nonexistent/plugin.cmxs")).unwrap_err();
-        assert!(missing.contains("cannot read"), "{missing}");
+        let open = |p: &Path| std::fs::File::open(p).unwrap();
+        assert!(matches!(parse(&open(&std::env::current_exe().unwrap())), Ok(None)));
+        assert!(matches!(parse(&open(Path::new("/etc/hostname"))), Ok(None) | Err(_)));
     }
 }

@@ -2,9 +2,10 @@
 //! info attached), where it is loaded, and the OCaml version it runs; plus what is read from
 //! the executable the same way in every family (the reserved header bits).
 
+use crate::debuginfo::DebugSearch;
 use crate::elf::Executable;
 use crate::error::{DumpError, Result};
-use crate::source::{MemorySource, ReadExt};
+use crate::source::{FileIdentity, FileView, MemorySource, ReadExt};
 use heapsnap_values::{HeaderFormat, STRING_TAG};
 use std::path::PathBuf;
 
@@ -64,7 +65,9 @@ pub struct Program {
 }
 
 /// Opens the target's executable (or the copy given instead), attaches its debug file, and
-/// reads its load bias and OCaml version. `source` need not be stopped.
+/// reads its load bias and OCaml version. `source` need not be stopped. A process's own files
+/// are read as it sees them (its executable through `/proc/PID/exe`, its debug files in its
+/// root first), never the files at the same paths here.
 pub fn open_program(source: &dyn MemorySource, options: &DiscoverOptions) -> Result<Program> {
     let target_exe = source.executable_path();
     let mut exe = match &options.exe {
@@ -75,11 +78,16 @@ pub fn open_program(source: &dyn MemorySource, options: &DiscoverOptions) -> Res
         }
         None => Executable::open(&target_exe)?,
     };
-    let debug_dir = options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT));
-    crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &debug_dir)?;
+    let search = DebugSearch {
+        target: FileView::of(source),
+        exe_is_targets: options.exe.is_none(),
+        debug_root: options.debug_dir.clone().unwrap_or_else(|| PathBuf::from(crate::debuginfo::DEBUG_ROOT)),
+    };
+    crate::debuginfo::attach(&mut exe, options.debug_file.as_deref(), &search)?;
     let kind = program_kind(&exe)?;
     let mappings = source.mappings()?;
-    let bias = exe.load_bias(&mappings, &target_exe)?;
+    let bias = exe.load_bias(&mappings, &FileIdentity::of(&target_exe))?;
+    exe.check_loaded(bias, source).map_err(|message| DumpError::Elf { path: exe.path.clone(), message })?;
     let version = match kind {
         ProgramKind::Native => {
             for required in ["caml_globals", "caml_data_segments"] {

@@ -2,7 +2,8 @@
 //! of the shared libraries it maps (libc...), to learn which runtime functions are active and
 //! what the registers were in the OCaml frame that called into C.
 
-use crate::source::{Mapping, MemorySource, ReadExt, Registers};
+use crate::elf::build_id_loaded;
+use crate::source::{FileView, Mapping, MemorySource, ReadExt, Registers, TargetFile};
 use gimli::{BaseAddresses, CfaRule, EhFrame, LittleEndian, RegisterRule, UnwindContext, UnwindSection};
 use object::{Object, ObjectSection, ObjectSegment};
 use std::collections::HashMap;
@@ -81,29 +82,34 @@ fn set(regs: &mut Registers, n: u16, v: u64) {
 }
 
 impl Unwinder {
-    /// Loads the unwind tables of every file the target maps executable.
-    pub fn new(mappings: &[Mapping]) -> Unwinder {
-        let mut files: HashMap<PathBuf, (u64, u64, u64)> = HashMap::new(); // path -> (lowest offset-0 start, exec start, exec end)
+    /// Loads the unwind tables of every file the target maps executable, read as the target
+    /// sees them ([`FileView`]); a file whose build id is not the one the target loaded is
+    /// left out (its frames do not unwind, which the stop's check says).
+    pub fn new(source: &dyn MemorySource, mappings: &[Mapping]) -> Unwinder {
+        // path -> (its mapping at offset 0 with the lowest start, exec start, exec end)
+        let mut files: HashMap<PathBuf, (Option<&Mapping>, u64, u64)> = HashMap::new();
         for m in mappings {
             let Some(path) = &m.path else { continue };
-            let e = files.entry(path.clone()).or_insert((u64::MAX, u64::MAX, 0));
-            if m.offset == 0 {
-                e.0 = e.0.min(m.start);
+            let e = files.entry(path.clone()).or_insert((None, u64::MAX, 0));
+            if m.offset == 0 && e.0.is_none_or(|first| m.start < first.start) {
+                e.0 = Some(m);
             }
             if m.executable {
                 e.1 = e.1.min(m.start);
                 e.2 = e.2.max(m.end);
             }
         }
+        let view = FileView::of(source);
         let mut modules = Vec::new();
-        for (path, (first, start, end)) in files {
-            if start == u64::MAX || first == u64::MAX {
-                continue;
-            }
-            let Ok(data) = std::fs::read(&path) else { continue };
+        for (first, start, end) in files.into_values() {
+            let Some(first) = first.filter(|_| start != u64::MAX) else { continue };
+            let Ok(data) = view.open_mapped(first).and_then(TargetFile::read_all) else { continue };
             let Ok(file) = object::File::parse(&*data) else { continue };
             let Some(first_vaddr) = file.segments().map(|s| s.address()).min() else { continue };
-            let bias = first.wrapping_sub(first_vaddr & !0xfff);
+            let bias = first.start.wrapping_sub(first_vaddr & !0xfff);
+            if build_id_loaded(&file, bias, source).is_err() {
+                continue;
+            }
             let Some(eh) = file.section_by_name(".eh_frame") else { continue };
             let Ok(eh_frame) = eh.uncompressed_data() else { continue };
             let text_address = file.section_by_name(".text").map_or(0, |t| t.address());

@@ -108,7 +108,7 @@ impl Runtime4 {
         };
         let detected_reserved_bits = crate::common::program::detect_reserved_bits(&exe);
         let code = CodeMap::new(&exe);
-        let unwinder = unwind::Unwinder::new(&source.mappings()?);
+        let unwinder = unwind::Unwinder::new(source, &source.mappings()?);
         Ok(Runtime4 {
             layout,
             statics,
@@ -181,10 +181,14 @@ impl Runtime4 {
 /// it. `None` when the program has no `Caml_state` (it is no OCaml 4.14 program).
 pub fn compactions_counter(pid: u32) -> Result<Option<crate::watch::CompactionsCounter>> {
     let Ok(state) = crate::watch::symbol_address(pid, "Caml_state") else { return Ok(None) };
-    let exe_link = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
-    let mut exe =
-        Executable::open(&std::fs::read_link(&exe_link).map_err(|e| crate::error::DumpError::Io { path: exe_link.clone(), source: e })?)?;
-    crate::debuginfo::attach(&mut exe, None, std::path::Path::new(crate::debuginfo::DEBUG_ROOT))?;
+    // The running file itself, and its debug file as the target sees it.
+    let mut exe = Executable::open(&std::path::PathBuf::from(format!("/proc/{pid}/exe")))?;
+    let search = crate::debuginfo::DebugSearch {
+        target: crate::source::FileView::Process(pid),
+        exe_is_targets: true,
+        debug_root: std::path::PathBuf::from(crate::debuginfo::DEBUG_ROOT),
+    };
+    crate::debuginfo::attach(&mut exe, None, &search)?;
     let offset = TypeIndex::load(&exe)?.offset_of("caml_domain_state", "stat_compactions")?;
     Ok(Some(crate::watch::CompactionsCounter::InRuntimeState { state, offset }))
 }

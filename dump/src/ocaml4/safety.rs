@@ -156,7 +156,7 @@ fn classify(rt: &Runtime4, source: &dyn MemorySource, thread: &ThreadState, save
         CodeKind::OCaml => {
             let mut regs = boundary.regs;
             regs.rip = boundary.pc;
-            Place::Ocaml(ThreadState { tid: thread.tid, regs })
+            Place::Ocaml(ThreadState { tid: thread.tid, own_tid: thread.own_tid, regs })
         }
         CodeKind::System => Place::Unsafe(BusyPlace::EnteredThrough(function(boundary.pc))),
     }

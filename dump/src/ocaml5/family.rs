@@ -120,7 +120,7 @@ impl RuntimeFamily for Runtime {
                 continue;
             }
             let owner = source.read_u32(lock + l.mutex.owner)?;
-            let Some(thread) = source.threads().iter().find(|t| t.tid == owner && owner != 0) else {
+            let Some(thread) = source.threads().iter().find(|t| t.own_tid == owner && owner != 0) else {
                 warnings.push(format!("domain {domain}: its lock is held by no thread of the core: no conservative roots for it"));
                 continue;
             };

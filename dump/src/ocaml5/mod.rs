@@ -196,7 +196,7 @@ impl Runtime {
                 (FrameTable::default(), interpreter)
             }
         };
-        let unwinder = unwind::Unwinder::new(&mappings);
+        let unwinder = unwind::Unwinder::new(source, &mappings);
         let rt = Runtime {
             exe,
             release,

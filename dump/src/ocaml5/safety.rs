@@ -176,7 +176,7 @@ fn classify_holder(rt: &Runtime, source: &dyn MemorySource, thread: &ThreadState
             let mut regs = boundary.regs;
             regs.rsp = regs.rbx;
             regs.rip = boundary.pc;
-            Holder::Ocaml(ThreadState { tid: thread.tid, regs })
+            Holder::Ocaml(ThreadState { tid: thread.tid, own_tid: thread.own_tid, regs })
         }
         CodeKind::System if C_CALL_GLUE.contains(&function(boundary.pc).as_str()) => Holder::InRuntime,
         _ => Holder::Unsafe(BusyPlace::EnteredThrough(function(boundary.pc))),
@@ -259,7 +259,7 @@ pub fn check_world(rt: &Runtime, source: &dyn MemorySource) -> Result<WorldCheck
         let (lock, owner) = mutex_state(rt, source, internal + l.domains.internal_domain_lock)?;
         let mut view = DomainView { internal, state, running: None };
         if lock != 0 {
-            match source.threads().iter().find(|t| t.tid == owner && owner != 0) {
+            match source.threads().iter().find(|t| t.own_tid == owner && owner != 0) {
                 None => check.unsafe_reasons.push(UnsafeStop::DomainLockChanging(index)),
                 Some(thread) => match match rt.bytecode {
                     Some(_) => classify_bytecode_holder(rt, source, thread, &primitives),

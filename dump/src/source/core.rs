@@ -149,7 +149,7 @@ impl CoreFile {
             }
         };
         let pid = notes.threads[0].0;
-        let threads = notes.threads.into_iter().map(|(tid, regs)| ThreadState { tid, regs }).collect();
+        let threads = notes.threads.into_iter().map(|(tid, regs)| ThreadState { tid, own_tid: tid, regs }).collect();
         Ok(CoreFile {
             path: path.to_path_buf(),
             map,
@@ -273,6 +273,7 @@ impl MemorySource for CoreFile {
                 executable: s.executable,
                 offset: s.file.as_ref().map_or(0, |f| f.1),
                 path: s.file.as_ref().map(|f| f.0.clone()),
+                inode: None,
             })
             .collect())
     }

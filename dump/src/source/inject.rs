@@ -236,7 +236,7 @@ mod tests {
     use std::path::PathBuf;
 
     fn mapping(start: u64, end: u64, path: Option<&str>) -> Mapping {
-        Mapping { start, end, readable: true, executable: true, offset: 0, path: path.map(PathBuf::from) }
+        Mapping { start, end, readable: true, executable: true, offset: 0, path: path.map(PathBuf::from), inode: None }
     }
 
     #[test]

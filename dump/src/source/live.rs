@@ -58,6 +58,8 @@ pub fn interrupted() -> bool {
 
 #[derive(Debug)]
 struct Task {
+    /// Its id in its own PID namespace (read once, when it is seized).
+    own_tid: u32,
     stopped: bool,
     /// A signal that arrived while we held the task, to hand back on resume.
     pending_signal: Option<Signal>,
@@ -98,10 +100,10 @@ impl LiveProcess {
             for &tid in &new {
                 match ptrace::seize(Pid::from_raw(tid as i32), ptrace::Options::empty()) {
                     Ok(()) => {
-                        self.tasks.insert(tid, Task { stopped: false, pending_signal: None });
+                        self.tasks.insert(tid, Task { own_tid: own_tid(tid), stopped: false, pending_signal: None });
                     }
                     Err(Errno::ESRCH) => continue, // exited meanwhile
-                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, errno)),
+                    Err(errno @ (Errno::EPERM | Errno::EACCES)) => return Err(denied(self.pid, "attach to", errno)),
                     Err(errno) => return Err(DumpError::Ptrace { op: "SEIZE", tid, errno }),
                 }
             }
@@ -206,10 +208,11 @@ impl LiveProcess {
     fn read_registers(&mut self) -> Result<()> {
         let mut threads = Vec::with_capacity(self.tasks.len());
         let mut gone = Vec::new();
-        for &tid in self.tasks.keys() {
+        for (&tid, task) in &self.tasks {
             match ptrace::getregs(Pid::from_raw(tid as i32)) {
                 Ok(r) => threads.push(ThreadState {
                     tid,
+                    own_tid: task.own_tid,
                     regs: Registers {
                         rax: r.rax,
                         rbx: r.rbx,
@@ -360,6 +363,14 @@ fn peek_exit(tid: u32) -> std::result::Result<bool, Errno> {
     Ok(matches!(info.si_code, libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED))
 }
 
+/// Thread `tid`'s id in its own PID namespace: the last of `NSpid` in its status (`tid` itself
+/// where the kernel does not say).
+fn own_tid(tid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let ns_tids = status.lines().find_map(|l| l.strip_prefix("NSpid:"));
+    ns_tids.and_then(|v| v.split_whitespace().last()?.parse().ok()).unwrap_or(tid)
+}
+
 /// Whether `tid` is the main thread of a process this one started (its parent is us).
 fn is_our_child(tid: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else { return false };
@@ -378,7 +389,8 @@ pub(super) fn has_exited(pid: u32) -> bool {
     }
 }
 
-fn denied(pid: u32, errno: Errno) -> DumpError {
+/// `op` is what was refused: "attach to" (ptrace) or "read the memory of" (`process_vm_readv`).
+fn denied(pid: u32, op: &'static str, errno: Errno) -> DumpError {
     if has_exited(pid) {
         return DumpError::TargetExited { pid };
     }
@@ -387,7 +399,7 @@ fn denied(pid: u32, errno: Errno) -> DumpError {
         .and_then(|status| status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok()));
     match tracer {
         Some(tracer) if tracer != 0 && tracer != std::process::id() => DumpError::AlreadyTraced { pid, tracer },
-        _ => DumpError::AttachDenied { pid, errno },
+        _ => DumpError::AttachDenied { pid, op, errno, why: super::permission::what_to_grant(pid) },
     }
 }
 
@@ -395,7 +407,7 @@ fn read_error(pid: u32, address: u64, len: usize, errno: Errno) -> DumpError {
     if errno == Errno::ESRCH || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
         DumpError::TargetExited { pid }
     } else if errno == Errno::EPERM {
-        denied(pid, errno)
+        denied(pid, "read the memory of", errno)
     } else {
         DumpError::Read { address, len, reason: errno.desc().to_string() }
     }
@@ -640,9 +652,24 @@ pub struct ProcessMemory {
 }
 
 impl ProcessMemory {
+    /// The process `pid`, whose memory we may read: a refusal (in a container, a missing
+    /// CAP_SYS_PTRACE, Yama's ptrace_scope or a seccomp profile) is said here, with what to
+    /// grant, not by whatever read the process first.
     pub fn new(pid: u32) -> Result<ProcessMemory> {
         if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
             return Err(DumpError::NoSuchProcess { pid });
+        }
+        let readable = match mappings(pid) {
+            Ok(maps) => maps.into_iter().find(|m| m.readable),
+            Err(DumpError::Io { source, .. }) if source.kind() == std::io::ErrorKind::PermissionDenied => {
+                return Err(denied(pid, "read the mappings of", Errno::from_raw(source.raw_os_error().unwrap_or(libc::EACCES))))
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(m) = readable {
+            if let Err(errno @ (Errno::EPERM | Errno::EACCES)) = read_remote(pid, m.start, &mut [0u8; 1]) {
+                return Err(denied(pid, "read the memory of", errno));
+            }
         }
         Ok(ProcessMemory { pid })
     }

@@ -13,6 +13,9 @@ pub struct Mapping {
     pub offset: u64,
     /// The mapped file, when it is one.
     pub path: Option<PathBuf>,
+    /// The mapped file's device (as `st_dev`) and inode, where the mappings say them (a
+    /// process's do, a core's do not).
+    pub inode: Option<(u64, u64)>,
 }
 
 /// Parses the text of `/proc/PID/maps`; lines that do not parse are skipped.
@@ -25,9 +28,11 @@ fn parse_line(line: &str) -> Option<Mapping> {
     let range = fields.next()?;
     let perms = fields.next()?;
     let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let _dev = fields.next()?;
-    let _inode = fields.next()?;
+    let dev = fields.next()?;
+    let inode = fields.next()?.parse::<u64>().ok()?;
     let path = fields.next().map(str::trim).filter(|p| p.starts_with('/')).map(PathBuf::from);
+    let (major, minor) = dev.split_once(':')?;
+    let dev = libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?);
     let (start, end) = range.split_once('-')?;
     Some(Mapping {
         start: u64::from_str_radix(start, 16).ok()?,
@@ -35,6 +40,7 @@ fn parse_line(line: &str) -> Option<Mapping> {
         readable: perms.starts_with('r'),
         executable: perms.as_bytes().get(2) == Some(&b'x'),
         offset,
+        inode: path.as_ref().map(|_| (dev, inode)),
         path,
     })
 }
@@ -54,7 +60,9 @@ mod tests {
         assert!(maps[0].executable && maps[0].readable);
         assert_eq!(maps[0].offset, 0x1000);
         assert_eq!(maps[0].path.as_deref(), Some(std::path::Path::new("/usr/bin/prog")));
+        assert_eq!(maps[0].inode, Some((libc::makedev(8, 1), 1234)));
         assert_eq!(maps[1].path, None);
+        assert_eq!(maps[1].inode, None);
         assert!(!maps[1].executable);
     }
 }

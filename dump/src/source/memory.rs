@@ -66,6 +66,9 @@ impl Registers {
 #[derive(Clone, Debug)]
 pub struct ThreadState {
     pub tid: u32,
+    /// Its thread id in its own PID namespace, which is what the target's memory holds (a
+    /// mutex's owner): in a container, not `tid`.
+    pub own_tid: u32,
     pub regs: Registers,
 }
 

@@ -78,7 +78,18 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
     (
         (text(), 0u8..=31, colours, any::<Option<u32>>(), proptest::option::of(text()), proptest::option::of("[0-9a-f]{0,40}")),
         (any::<u64>(), trigger, text(), proptest::collection::vec(domain, 0..4), any::<Option<u64>>(), any::<bool>()),
-        (proptest::collection::vec(text(), 0..3), any::<bool>()),
+        (
+            proptest::collection::vec(text(), 0..3),
+            any::<bool>(),
+            proptest::option::of((any::<Option<u32>>(), any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+                |(pid_inside, other_pid_namespace, other_mount_namespace, other_root)| heapsnap_format::Namespaces {
+                    pid_inside,
+                    other_pid_namespace,
+                    other_mount_namespace,
+                    other_root,
+                },
+            )),
+        ),
         (
             proptest::option::of(prop_oneof![Just(PoolGeometry::ocaml_5_1()), Just(PoolGeometry::ocaml_5_2())]),
             any::<bool>(),
@@ -105,7 +116,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
             |(
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
-                (warnings, bytecode),
+                (warnings, bytecode, namespaces),
                 (pools, forced_version, layouts_from, ocaml4_gc, capture, probed),
             )| Metadata {
                 ocaml_version,
@@ -129,6 +140,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 ocaml4_gc,
                 capture,
                 probed,
+                namespaces,
             },
         )
 }

@@ -35,6 +35,7 @@ pub fn metadata() -> Metadata {
         ocaml4_gc: None,
         capture: None,
         probed: None,
+        namespaces: None,
     }
 }
 

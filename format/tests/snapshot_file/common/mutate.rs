@@ -65,6 +65,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             ocaml4_gc: None,
             capture: None,
             probed: None,
+            namespaces: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();
