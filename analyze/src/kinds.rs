@@ -47,7 +47,7 @@ pub fn key_name(names: &Names<'_>, key: &GroupKey) -> String {
         GroupKey::Block { tag, size } => format!("{} tag {tag} size {size}", ocaml::tag_name(tag)),
         GroupKey::Tagged(t) => ocaml::tag_name(t).to_string(),
         GroupKey::Closure(code) => format!("closure {}", names.closure_function(code)),
-        GroupKey::Custom(ops) => format!("custom {}", names.custom_identifier(ops).unwrap_or("?")),
+        GroupKey::Custom(ops) => ocaml::custom_block_name(names.custom_identifier(ops)),
         GroupKey::Type(t) => format!("type {t}"),
     }
 }

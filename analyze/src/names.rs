@@ -270,7 +270,7 @@ impl<'s> Names<'s> {
             ocaml::DOUBLE_ARRAY_TAG => format!("float array [{size}]"),
             ocaml::CUSTOM_TAG => {
                 let ops = b.fields.first().copied().unwrap_or(0);
-                format!("custom {}", self.custom_identifier(ops).unwrap_or("?"))
+                ocaml::custom_block_name(self.custom_identifier(ops))
             }
             ocaml::CLOSURE_TAG => {
                 let code = b.fields.first().copied().unwrap_or(0);

@@ -37,3 +37,43 @@ pub fn tag_name(tag: u8) -> &'static str {
         _ => "block",
     }
 }
+
+/// The OCaml type of a custom block whose operations the runtime identifies by `identifier`
+/// (`struct custom_operations`' first field: runtime/ints.c, io.c, bigarray.c, sync.c), for
+/// the runtime's own custom blocks; `None` for another library's, which are named by their
+/// identifier alone.
+pub fn custom_type_name(identifier: &str) -> Option<&'static str> {
+    Some(match identifier {
+        "_i" => "int32",
+        "_j" => "int64",
+        "_n" => "nativeint",
+        "_chan" => "in_channel or out_channel",
+        "_bigarr02" => "Bigarray.Genarray.t",
+        "_mutex" => "Mutex.t",
+        "_condition" => "Condition.t",
+        _ => return None,
+    })
+}
+
+/// How a custom block is named: its OCaml type for the runtime's own (`int64 (custom _j)`), else
+/// its operations' identifier (`custom _ssl_ctx`), `custom ?` when unknown.
+pub fn custom_block_name(identifier: Option<&str>) -> String {
+    match identifier {
+        Some(id) => match custom_type_name(id) {
+            Some(ty) => format!("{ty} (custom {id})"),
+            None => format!("custom {id}"),
+        },
+        None => "custom ?".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod custom_tests {
+    #[test]
+    fn the_runtimes_custom_blocks_carry_their_ocaml_types() {
+        assert_eq!(super::custom_block_name(Some("_j")), "int64 (custom _j)");
+        assert_eq!(super::custom_block_name(Some("_bigarr02")), "Bigarray.Genarray.t (custom _bigarr02)");
+        assert_eq!(super::custom_block_name(Some("_ssl_ctx")), "custom _ssl_ctx");
+        assert_eq!(super::custom_block_name(None), "custom ?");
+    }
+}

@@ -296,8 +296,8 @@ fn custom_blocks_are_named_and_not_scanned() {
     let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
     let n = node_of(&a, &h, c);
     assert_eq!(a.graph.successors(n).len(), 0);
-    assert_eq!(a.describe(n), "custom _bigarr02");
-    assert!(a.group_by(GroupBy::Kind).unwrap().iter().any(|g| g.name == "custom _bigarr02"));
+    assert_eq!(a.describe(n), "Bigarray.Genarray.t (custom _bigarr02)");
+    assert!(a.group_by(GroupBy::Kind).unwrap().iter().any(|g| g.name == "Bigarray.Genarray.t (custom _bigarr02)"));
 }
 
 #[test]
