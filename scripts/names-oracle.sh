@@ -19,6 +19,17 @@
 #   scripts/names-oracle.sh --ocaml ~/.cache/heapsnap/ocaml-5.3.0 DUNE/_boot
 #   scripts/names-oracle.sh --ocaml ~/.cache/heapsnap/ocaml-5.3.0 MENHIR/_build/default/src
 #   scripts/names-oracle.sh --ocaml P --remap BUILDDIR=SRC -I P/lib/ocaml/compiler-libs -I P/lib/ocaml P/lib/ocaml/compiler-libs
+#
+# Figures (2026-11-29, OCaml 5.3.0, every unit compiled by ocamlopt; "not compared": units
+# compiled by ocamlc, or whose generated source the release's tarball lacks):
+#   program                                    units compared   fields agreed   named wrongly
+#   the compiler (compiler-libs and stdlib)    577 of 621        22,905          0
+#   dune 3.17.2, bootstrapped (_boot)          828 of 828        19,587          0
+#   menhir 20231231 (_build/default)           345 of 418         5,806          0
+#   findlib 1.9.8 (src/)                        15 of 16             433          0
+#   ocamlbuild 0.16.1 (src/: mostly ocamlc's)    3 of 48              81          0
+# Before this change, menhir's Lr1 (its interface in byte/, its .cmt in native/) had 119 of
+# 129 fields named wrongly; now every unit of menhir's is named from its interface.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cargo build -q --release --manifest-path "$repo/Cargo.toml" -p heapsnap-names --bin heapsnap-names-oracle

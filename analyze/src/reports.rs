@@ -191,6 +191,11 @@ pub struct Top {
     pub total_groups: u64,
     pub unreachable_bytes: u64,
     pub unreachable_objects: u64,
+    /// With `--by type` only: the reachable bytes of blocks no OCaml type names. A block has
+    /// one type at most, so these and every type group's shallow bytes add up to the reachable
+    /// bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untyped_bytes: Option<u64>,
 }
 
 /// The `top` report, at most `limit` groups and roots (0: all).
@@ -202,14 +207,17 @@ pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<T
         shares[..if limit == 0 { shares.len() } else { limit.min(shares.len()) }].to_vec()
     });
     let (unreachable_objects, unreachable_bytes) = a.unreachable();
+    let reachable_bytes = a.reachable_bytes();
+    let untyped_bytes = (by == GroupBy::Type).then(|| reachable_bytes.saturating_sub(all.iter().map(|g| g.shallow).sum()));
     Ok(Top {
         by,
         groups: all[..keep].to_vec(),
-        reachable_bytes: a.reachable_bytes(),
+        reachable_bytes,
         roots,
         total_groups: all.len() as u64,
         unreachable_bytes,
         unreachable_objects,
+        untyped_bytes,
     })
 }
 

@@ -125,6 +125,10 @@ fn print_group_top(top: &GroupTop, out: &mut dyn Write) -> std::io::Result<()> {
     if total_groups > list.len() {
         writeln!(out, "({} more groups)", total_groups - list.len())?;
     }
+    if let Some(untyped) = top.untyped_bytes {
+        let share = if top.reachable_bytes > 0 { 100.0 * untyped as f64 / top.reachable_bytes as f64 } else { 0.0 };
+        writeln!(out, "untyped: {} of the reachable bytes ({share:.1}%) are in blocks no OCaml type names", human_bytes(untyped))?;
+    }
     if !shares.is_empty() {
         writeln!(out)?;
         writeln!(out, "Per root: what it retains alone, and what it shares with other roots (freed only when all let go)")?;
