@@ -146,6 +146,9 @@ lane_tests() {
   check "tests: scripts/mcp-client.sh" scripts/mcp-client.sh >/dev/null || true
 
   step "lane tests: the Rust test suite"
+  # The preload library is a cdylib that `cargo test` does not build, and the end-to-end tests
+  # load the one beside the heapsnap binary: brought up to date here, never left from an older build.
+  check "tests: cargo build -p heapsnap-preload" cargo build --release -q -p heapsnap-preload || true
   rm -rf "$HEAPSNAP_TOOLCHAIN_COVERAGE" "$HEAPSNAP_NOT_COVERED_FILE"
   local log=target/test-output.log
   # --no-fail-fast: a failing test binary does not keep the others from running. A failure

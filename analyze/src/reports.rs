@@ -191,9 +191,8 @@ pub struct Top {
     pub total_groups: u64,
     pub unreachable_bytes: u64,
     pub unreachable_objects: u64,
-    /// With `--by type` only: the reachable bytes of blocks no OCaml type names. A block has
-    /// one type at most, so these and every type group's shallow bytes add up to the reachable
-    /// bytes.
+    /// With `--by type` only: the reachable heap bytes of blocks no OCaml type names (what
+    /// `info`'s typed share leaves).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untyped_bytes: Option<u64>,
 }
@@ -208,7 +207,9 @@ pub fn top<'s>(a: &impl AnalysedHeap<'s>, by: GroupBy, limit: usize) -> Result<T
     });
     let (unreachable_objects, unreachable_bytes) = a.unreachable();
     let reachable_bytes = a.reachable_bytes();
-    let untyped_bytes = (by == GroupBy::Type).then(|| reachable_bytes.saturating_sub(all.iter().map(|g| g.shallow).sum()));
+    // The typing's own tally of the heap's typed bytes (the groups list typed static data too,
+    // which is outside the heap).
+    let untyped_bytes = (by == GroupBy::Type).then(|| a.typing().map(|t| reachable_bytes.saturating_sub(t.typed_bytes))).flatten();
     Ok(Top {
         by,
         groups: all[..keep].to_vec(),

@@ -11,16 +11,19 @@ use std::time::{Duration, Instant};
 
 use crate::dump_support::{heapsnap, sample_path as sample, toolchain_samples, DiesWithTest};
 
+/// The preload library beside the heapsnap binary, built (or brought up to date) once per test
+/// run: one left from an older build would be used silently otherwise.
 fn preload_library() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
     let path = heapsnap().with_file_name("libheapsnap_preload.so");
-    if !path.exists() {
+    BUILT.call_once(|| {
         let status = Command::new(env!("CARGO"))
             .args(["build", "-p", "heapsnap-preload"])
             .args(if cfg!(debug_assertions) { &[][..] } else { &["--release"][..] })
             .status()
             .expect("cargo build");
         assert!(status.success());
-    }
+    });
     assert!(path.exists(), "{} was not built", path.display());
     path
 }
