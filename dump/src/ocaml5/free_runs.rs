@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn runs_are_found_and_cleared_with_their_stale_slots() {
-        let format = HeaderFormat::new(0);
+        let format = HeaderFormat { reserved_bits: 0 };
         let live = header(1, 0, 0);
         // A pool header, then slots: a live block, a run of 2 that follows its head (the
         // first stale, a dead block's header), a live block, a run of one.
@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn a_run_past_its_pool_is_an_error() {
-        let format = HeaderFormat::new(0);
+        let format = HeaderFormat { reserved_bits: 0 };
         let words = [0, 0, header(1, 0, 0), 7, header(5, 3, 251), 0];
         let err = find_runs(&[pool(&words)], format, NOT_MARKABLE).unwrap_err();
         assert!(err.contains("past its pool's end"), "{err}");
