@@ -496,6 +496,27 @@ mod tests {
         assert!(waste_first(&pools, &tables(&g), 24, &[0x10_0000]).is_err());
     }
 
+    /// OCaml 5.4's free slots open runs whose headers count slots, not words: they say nothing
+    /// of where blocks start.
+    #[test]
+    fn run_headers_of_free_slots_do_not_mislead_the_waste_probe() {
+        let geometry = PoolGeometry::ocaml_5_2();
+        let with_runs = |sz: usize| {
+            let mut bytes = pool(&geometry, sz);
+            let class = &geometry.size_classes[sz];
+            let (w, first) = (class.wsize as usize * 8, class.first_block as usize);
+            // `pool` leaves every other slot free: each becomes a run of 100 slots' header.
+            let mut at = first + w;
+            while at + w <= bytes.len() {
+                bytes[at..at + 8].copy_from_slice(&((100u64 << 10) | 0x300 | 251).to_le_bytes());
+                at += 2 * w;
+            }
+            bytes
+        };
+        let pools = Pools(vec![(0x10_0000, with_runs(4)), (0x20_0000, with_runs(6))]);
+        assert_eq!(waste_first(&pools, &tables(&geometry), 24, &[0x10_0000, 0x20_0000]), Ok(true));
+    }
+
     fn region(kind: RegionKind, words: &[u64], block_wsize: u32, first_block: u32) -> CapturedRegion {
         CapturedRegion {
             kind,
