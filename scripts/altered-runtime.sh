@@ -17,6 +17,13 @@
 #   header-bits          8 reserved header bits in the runtime (runtime/caml/m.h) without
 #                        configure's --enable-reserved-header-bits, which the compiler would
 #                        have been told of
+#   free-runs            OCaml 5.4's free pool slots (ocaml/ocaml#13616): a run of free slots
+#                        opens with a NOT_MARKABLE No_scan_tag header counting the free slots
+#                        after it, which are not written (runtime/shared_heap.c)
+#   mark-delay           OCaml 5.4's sweep-only phase (ocaml/ocaml#13580): each cycle sweeps
+#                        before it marks, and allocates UNMARKED until marking starts
+#                        (runtime/major_gc.c); ported for single-domain programs, as the
+#                        samples are (a program whose domains terminate mid-cycle hangs)
 #
 # Only the runtime library is rebuilt (`make runtime/libasmrun.a` in a configured 5.3.0 source
 # tree, cached), then installed as libasmrun_VARIANT.a beside the samples, which are linked
@@ -30,8 +37,8 @@ set -euo pipefail
 
 variant="${1:-}"
 case "$variant" in
-  pool-size | domain-field | continuation-field | header-bits) ;;
-  *) echo "usage: scripts/altered-runtime.sh pool-size|domain-field|continuation-field|header-bits" >&2; exit 2 ;;
+  pool-size | domain-field | continuation-field | header-bits | free-runs | mark-delay) ;;
+  *) echo "usage: scripts/altered-runtime.sh pool-size|domain-field|continuation-field|header-bits|free-runs|mark-delay" >&2; exit 2 ;;
 esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$here/.."
@@ -111,6 +118,161 @@ elif variant == "continuation-field":
     edit("runtime/minor_gc.c", "*Hp_val(result) = Make_header(1, No_scan_tag,", "*Hp_val(result) = Make_header(2, No_scan_tag,")
 elif variant == "header-bits":
     edit("runtime/caml/m.h", "#define HEADER_RESERVED_BITS 0", "#define HEADER_RESERVED_BITS 8")
+elif variant == "free-runs":
+    # ocaml/ocaml#13616 (OCaml 5.4): a free pool slot's header is NOT_MARKABLE with
+    # No_scan_tag, its size the number of free slots that follow it (a run); only a run's
+    # first slot is written, the others keep what they held. Field 0 of a run's first slot
+    # links to the next run (where the link lives the description does not say).
+    sh = "runtime/shared_heap.c"
+    edit(sh, "#define POOL_END(p) ((header_t*)(p) + POOL_WSIZE)\n",
+         "#define POOL_END(p) ((header_t*)(p) + POOL_WSIZE)\n"
+         "#define POOL_BLOCK_FREE_HD(hd) \\\n"
+         "  (Tag_hd(hd) == No_scan_tag && Has_status_hd(hd, NOT_MARKABLE))\n"
+         "#define POOL_FREE_HEADER(following) \\\n"
+         "  Make_header(following, No_scan_tag, NOT_MARKABLE)\n"
+         "/* The first free slot of the run at [p], taken: the next free slot. */\n"
+         "Caml_inline value* pool_take_free(value* p, mlsize_t wh)\n"
+         "{\n"
+         "  mlsize_t following = Wosize_hd((header_t)p[0]);\n"
+         "  if (following == 0) return (value*)p[1];\n"
+         "  p[wh + 1] = p[1];\n"
+         "  p[wh] = POOL_FREE_HEADER(following - 1);\n"
+         "  return p + wh;\n"
+         "}\n")
+    # A pool is one run.
+    edit(sh, """  p[0] = 0;
+  p[1] = 0;
+  p += wh;
+
+  while (p + wh <= end) {
+    p[0] = 0; /* zero header indicates free object */
+    p[1] = (value)(p - wh);
+    #ifdef DEBUG
+    for (int w = 2 ; w < wh; w++) {
+      p[w] = Debug_free_major;
+    }
+    #endif
+    p += wh;
+  }
+  CAMLassert(p == end);
+  CAMLassert((uintptr_t)end % Cache_line_bsize == 0);
+  r->next_obj = (value*)(p - wh);
+""", """  p[0] = POOL_FREE_HEADER((end - p) / wh - 1);
+  p[1] = 0;
+  r->next_obj = (value*)p;
+""")
+    edit(sh, """  next = (value*)p[1];
+  r->next_obj = next;
+  CAMLassert(p[0] == 0);
+""", """  next = pool_take_free(p, wsize_sizeclass[sz]);
+  r->next_obj = next;
+""")
+    edit(sh, "  CAMLassert(r->next_obj == 0 || *r->next_obj == 0);\n", "")
+    # Sweeping jumps over runs; a swept block is a run of one.
+    edit(sh, """      if (hd == 0) {
+        /* already on freelist */
+        all_used = 0;""", """      if (POOL_BLOCK_FREE_HD(hd)) {
+        /* already on freelist */
+        all_used = 0;
+        p += wh * Wosize_hd(hd);""")
+    edit(sh, "        atomic_store_relaxed((atomic_uintnat*)p, 0);\n",
+         "        atomic_store_relaxed((atomic_uintnat*)p, POOL_FREE_HEADER(0));\n")
+    # Every other walk over a pool's slots jumps over runs too.
+    edit(sh, """    header_t hd = (header_t)atomic_load_relaxed((atomic_uintnat*)p);
+    if (hd) {""", """    header_t hd = (header_t)atomic_load_relaxed((atomic_uintnat*)p);
+    if (POOL_BLOCK_FREE_HD(hd)) {
+      p += wh * Wosize_hd(hd);
+    } else {""")
+    edit(sh, "    if (hd != 0 && Has_status_hd(hd, caml_global_heap_state.MARKED)) {",
+         "    if (POOL_BLOCK_FREE_HD(hd)) {\n      p += wh * Wosize_hd(hd);\n"
+         "    } else if (Has_status_hd(hd, caml_global_heap_state.MARKED)) {")
+    edit(sh, """      if (*p &&
+          Has_status_val(Val_hp(p), caml_global_heap_state.UNMARKED)) {""",
+         """      if (POOL_BLOCK_FREE_HD(*p)) {
+        p += wh * Wosize_hd(*p);
+      } else if (Has_status_val(Val_hp(p), caml_global_heap_state.UNMARKED)) {""")
+    edit(sh, """        if (!h) {
+          pool_stats[k].free_blocks++;""", """        if (POOL_BLOCK_FREE_HD(h)) {
+          pool_stats[k].free_blocks += 1 + Wosize_hd(h);
+          p += wh * Wosize_hd(h);""")
+    edit(sh, """        if (hd) {
+          CAMLassert (!Has_status_hd(hd, caml_global_heap_state.MARKED));""",
+         """        if (POOL_BLOCK_FREE_HD(hd)) {
+          p += wh * Wosize_hd(hd);
+        } else {
+          CAMLassert (!Has_status_hd(hd, caml_global_heap_state.MARKED));""")
+    edit(sh, "            value *next = (value*)new_p[1];\n", "            value *next = pool_take_free(new_p, wh);\n")
+elif variant == "mark-delay":
+    # ocaml/ocaml#13580 (OCaml 5.4): each major cycle opens with a sweep-only phase,
+    # Phase_sweep_main, in which nothing is marked and new blocks of the shared heap are
+    # allocated UNMARKED. Marking (the roots, then the ephemerons' todo list) starts when a
+    # domain has swept, with the minor heaps empty, in a stop-the-world section.
+    mg = "runtime/major_gc.c"
+    edit("runtime/caml/major_gc.h", "typedef enum {\n  Phase_sweep_and_mark_main,",
+         "typedef enum {\n  Phase_sweep_main,\n  Phase_sweep_and_mark_main,")
+    edit(mg, "  caml_gc_phase = Phase_sweep_and_mark_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo",
+         "  caml_gc_phase = Phase_sweep_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo")
+    s = open(f"{root}/{mg}").read()
+    start = s.index("  CAML_EV_BEGIN(EV_MAJOR_MARK_ROOTS);\n  caml_do_roots (&caml_darken")
+    end = s.index("    ephe_todo_list_emptied();\n", start) + len("    ephe_todo_list_emptied();\n")
+    roots = s[start:end].replace("  if (domain->mark_stack->count == 0 &&",
+                                  "  if (!domain->marking_done && domain->mark_stack->count == 0 &&")
+    if roots == s[start:end]:
+        sys.exit("altered-runtime: major_gc.c: the roots' marking is not as expected")
+    s = s[:start] + s[end:]
+    marking = (
+        "/* The end of the sweep-only phase: the roots are marked, with the minor heaps empty,\n"
+        "   and the ephemerons go to the todo list. */\n"
+        "static void stw_start_marking(caml_domain_state* domain, void* unused,\n"
+        "                              int participating_count,\n"
+        "                              caml_domain_state** participating)\n"
+        "{\n"
+        "  caml_empty_minor_heap_no_major_slice_from_stw\n"
+        "    (domain, (void*)0, participating_count, participating);\n"
+        "  int start = caml_gc_phase == Phase_sweep_main;\n"
+        "  caml_global_barrier(participating_count);\n"
+        "  if (!start) return;\n"
+        "  Caml_global_barrier_if_final(participating_count) {\n"
+        "    caml_gc_phase = Phase_sweep_and_mark_main;\n"
+        "  }\n"
+        + roots +
+        "  caml_global_barrier(participating_count);\n"
+        "}\n\n")
+    anchor2 = "struct cycle_callback_params {\n"
+    if s.count(anchor2) != 1:
+        sys.exit("altered-runtime: major_gc.c: no cycle_callback_params")
+    s = s.replace(anchor2, marking + anchor2)
+    open(f"{root}/{mg}", "w").write(s)
+    edit(mg, "mark_again:\n  if (!domain_state->marking_done &&\n",
+         "  if (mode != Slice_opportunistic && caml_gc_phase == Phase_sweep_main &&\n"
+         "      (barrier_participants || domain_state->sweeping_done)) {\n"
+         "    if (barrier_participants)\n"
+         "      stw_start_marking(domain_state, (void*)0, participant_count,\n"
+         "                        barrier_participants);\n"
+         "    else\n"
+         "      caml_try_run_on_all_domains(&stw_start_marking, 0, 0);\n"
+         "  }\n\n"
+         "mark_again:\n  if (caml_gc_phase != Phase_sweep_main && !domain_state->marking_done &&\n")
+    # Only a terminating domain empties its mark stack outside a slice: in the sweep-only
+    # phase it has nothing to mark, and its ephemerons' todo list is empty.
+    edit(mg, "void caml_empty_mark_stack (void)\n{\n",
+         "void caml_empty_mark_stack (void)\n{\n"
+         "  if (caml_gc_phase == Phase_sweep_main) {\n"
+         "    if (!Caml_state->marking_done) {\n"
+         "      Caml_state->marking_done = 1;\n"
+         "      atomic_fetch_add_verify_ge0(&num_domains_to_mark, -1);\n"
+         "      ephe_todo_list_emptied();\n"
+         "    }\n"
+         "    return;\n"
+         "  }\n")
+    edit(mg, "void caml_darken(void* state, value v, volatile value* ignored) {\n  header_t hd;\n",
+         "void caml_darken(void* state, value v, volatile value* ignored) {\n  header_t hd;\n"
+         "  if (caml_gc_phase == Phase_sweep_main) return;\n")
+    edit(mg, "void caml_darken_cont(value cont)\n{\n",
+         "void caml_darken_cont(value cont)\n{\n  if (caml_gc_phase == Phase_sweep_main) return;\n")
+    edit("runtime/shared_heap.c", "  colour = caml_global_heap_state.MARKED;\n",
+         "  colour = caml_gc_phase == Phase_sweep_main ? caml_global_heap_state.UNMARKED\n"
+         "                                             : caml_global_heap_state.MARKED;\n")
 PY
 }
 

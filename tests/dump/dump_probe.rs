@@ -130,7 +130,7 @@ type Expected = dyn Fn(&str) -> ByFile;
 /// release's file; by probing, each is read right. Never a snapshot that fails verification.
 #[test]
 fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
-    let variants: [(&str, &Expected); 4] = [
+    let variants: [(&str, &Expected); 6] = [
         ("pool-size", &|_| ByFile::Refused("pool size")),
         ("domain-field", &|_| ByFile::ReadRight),
         // Only effect_cont has a continuation, promoted with the third field.
@@ -142,6 +142,12 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
             }
         }),
         ("header-bits", &|_| ByFile::ReadRight),
+        // OCaml 5.4's free slots (ocaml/ocaml#13616): every heap has free slots after its
+        // full major collections, so every sample has runs.
+        ("free-runs", &|_| ByFile::Refused("free pool slots")),
+        // OCaml 5.4's sweep-only phase (ocaml/ocaml#13580): the samples' last compaction
+        // opens a cycle, so their newer blocks are UNMARKED, which is live.
+        ("mark-delay", &|_| ByFile::ReadRight),
     ];
     let tmp = tempfile::tempdir().unwrap();
     for (variant, expected) in variants {
@@ -188,6 +194,8 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
             if variant == "pool-size" {
                 assert_eq!(fact(&report["probed"], "pool size"), "8192 words", "{what}");
             }
+            let runs = fact(&report["probed"], "free pool slots");
+            assert_eq!(runs.starts_with("runs:"), variant == "free-runs", "{what}: {runs}");
             if variant == "continuation-field" && sample_name == "effect_cont" {
                 assert_eq!(fact(&report["probed"], "fields of a continuation"), "3", "{what}");
             }

@@ -1,6 +1,7 @@
 //! Copying the stopped world: every domain's minor heap, every pool and large allocation,
 //! the static data, the fiber stacks; then the roots (see [`super::roots`]).
 
+use super::free_runs;
 use super::roots;
 use super::Runtime;
 use crate::common::copied_world::{Capture, CapturedDomain};
@@ -73,6 +74,7 @@ pub fn capture(
     copy_minor_heaps(source, &mut cap, spare, format, torn)?;
     lap(&mut cap, "minor heaps");
     capture_heaps(rt, source, &mut cap, format, spare)?;
+    free_slots(rt, &mut cap, format)?;
     lap(&mut cap, "pools and large allocations");
     let data_segments = rt.symbol("caml_data_segments").ok();
     copy_static_data(source, &mut cap, spare, static_spans(rt, source)?, (rt.dyn_globals(), data_segments))?;
@@ -81,6 +83,28 @@ pub fn capture(
     lap(&mut cap, "roots and stacks");
     cap.custom_ops = registered_custom_ops(source, rt.addr(rt.statics.custom_ops_table), &rt.layout.custom);
     Ok(cap)
+}
+
+/// Free pool slots marked as runs (OCaml 5.4's encoding, [`free_runs`]): a release read by its
+/// file that has them is not that release; a runtime read by probing has them cleared in the
+/// copy, so that its free slots read as free, and says so among its probed facts.
+fn free_slots(rt: &Runtime, cap: &mut Capture, format: HeaderFormat) -> Result<()> {
+    let not_markable = cap.colours.map_or(3, |c| c.not_markable);
+    let runs = free_runs::find_runs(&cap.regions, format, not_markable);
+    if rt.probe.is_none() {
+        let probed = match runs {
+            Ok(runs) if runs.is_empty() => return Ok(()),
+            Ok(runs) => format!("{} run headers, NOT_MARKABLE with No_scan_tag, that count the free slots after them", runs.len()),
+            Err(why) => why,
+        };
+        let (version, release) = (rt.version.clone(), rt.release.series);
+        return Err(DumpError::ProbeDisagrees { version, fact: free_runs::FACT, probed, release, says: free_runs::ZERO_HEADER.into() });
+    }
+    let runs = runs.map_err(|why| DumpError::ProbeFailed { version: rt.version.clone(), fact: free_runs::FACT, why })?;
+    free_runs::clear_runs(cap, &runs);
+    let slots = runs.iter().map(|&(_, _, following)| following + 1).sum();
+    cap.probed.push(free_runs::probed_fact(runs.len(), slots));
+    Ok(())
 }
 
 /// Buffers for every region of the running target, listed racily: the pools on its heap

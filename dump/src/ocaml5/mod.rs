@@ -9,6 +9,7 @@ pub mod capture;
 pub mod discover;
 pub mod facts;
 pub mod family;
+pub mod free_runs;
 pub mod layout;
 pub mod locate;
 pub mod probe;

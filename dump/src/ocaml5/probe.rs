@@ -11,6 +11,8 @@
 //! - `stw_domains.domains` and `thread_table`: arrays or pointers, from their DWARF types.
 //! - Fields of a continuation: no type says it; the continuations in the stopped heap do
 //!   ([`measure_continuation_fields`]).
+//! - How free pool slots are marked (a zero header, or OCaml 5.4's runs): the pools in the
+//!   stopped heap ([`super::free_runs`]).
 //!
 //! On a release heapsnap knows, every probed fact must equal the release's ([`Probe::disagreement`]):
 //! that is how a patched or mis-built runtime is caught. On one it does not know, the probed
@@ -18,6 +20,7 @@
 //! that names it.
 
 use super::facts::Facts;
+use super::free_runs;
 use super::layout::HeapLayout;
 use super::versions::{self, Indirection};
 use crate::common::regions::CapturedRegion;
@@ -31,6 +34,9 @@ use std::collections::BTreeSet;
 
 /// Pools read, at most, to tell where wasted words lie.
 const POOLS_SAMPLED: usize = 64;
+
+/// NOT_MARKABLE, the one colour every OCaml 5 runtime fixes (`caml/shared_heap.h`).
+const NOT_MARKABLE: u8 = 3;
 
 /// What the probe found of one runtime; each fact is its value or why it could not be known.
 #[derive(Clone, Debug)]
@@ -296,8 +302,8 @@ pub(crate) fn indirection(t: &TypeIndex, var: &str, file: &str, member: &str) ->
 }
 
 /// Where a pool's wasted words lie, from pools read in the running heap: for each class that
-/// wastes words, the slots' headers only read as headers (zero for a free slot, else a block
-/// that fits the slot) when the slots start where they really are. `pools` are candidate pool
+/// wastes words, the slots' headers only read as headers (zero or a run's for a free slot, else
+/// a block that fits the slot) when the slots start where they really are. `pools` are candidate pool
 /// addresses; a pool that cannot be read, or that changes under us, only weakens the evidence.
 pub fn waste_first(source: &dyn MemorySource, tables: &SizeClassTables, pool_sz: u64, pools: &[u64]) -> Result<bool, String> {
     let (mut bad_first, mut bad_last, mut informative) = (0usize, 0usize, 0usize);
@@ -320,7 +326,9 @@ pub fn waste_first(source: &dyn MemorySource, tables: &SizeClassTables, pool_sz:
                 let hd = word(at);
                 // Bits 10..40 hold the size whatever the reserved bits above them.
                 let wosize = (hd >> 10) & 0x3fff_ffff;
-                if hd != 0 {
+                // A run of free slots (OCaml 5.4's encoding, `free_runs`) opens with a header
+                // whose size counts slots, not words: it says nothing of where blocks start.
+                if hd != 0 && !free_runs::is_run_header(hd, NOT_MARKABLE) {
                     if (1..w as u64).contains(&wosize) {
                         live += 1;
                     } else {
@@ -486,6 +494,27 @@ mod tests {
         shifted.size_classes[4].first_block += 8;
         let pools = Pools(vec![(0x10_0000, pool(&shifted, 4))]);
         assert!(waste_first(&pools, &tables(&g), 24, &[0x10_0000]).is_err());
+    }
+
+    /// OCaml 5.4's free slots open runs whose headers count slots, not words: they say nothing
+    /// of where blocks start.
+    #[test]
+    fn run_headers_of_free_slots_do_not_mislead_the_waste_probe() {
+        let geometry = PoolGeometry::ocaml_5_2();
+        let with_runs = |sz: usize| {
+            let mut bytes = pool(&geometry, sz);
+            let class = &geometry.size_classes[sz];
+            let (w, first) = (class.wsize as usize * 8, class.first_block as usize);
+            // `pool` leaves every other slot free: each becomes a run of 100 slots' header.
+            let mut at = first + w;
+            while at + w <= bytes.len() {
+                bytes[at..at + 8].copy_from_slice(&((100u64 << 10) | 0x300 | 251).to_le_bytes());
+                at += 2 * w;
+            }
+            bytes
+        };
+        let pools = Pools(vec![(0x10_0000, with_runs(4)), (0x20_0000, with_runs(6))]);
+        assert_eq!(waste_first(&pools, &tables(&geometry), 24, &[0x10_0000, 0x20_0000]), Ok(true));
     }
 
     fn region(kind: RegionKind, words: &[u64], block_wsize: u32, first_block: u32) -> CapturedRegion {
