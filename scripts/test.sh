@@ -14,7 +14,8 @@
 #   ocaml-TOOLCHAIN   one per OCaml toolchain of releases.tsv (scripts/releases.sh toolchains): builds it
 #                     (cached outside the repo) and the sample programs with it
 #   tests             the Rust test suite: unit, property and end-to-end tests on every toolchain
-#                     built; then, per toolchain, how many tests ran programs built with it
+#                     built, and on semgrep-core from PyPI (OCaml 5.4, scripts/semgrep-core.sh);
+#                     then, per toolchain, how many tests ran programs built with it
 #   fuzz              bounded fuzzing of the snapshot reader
 #
 # Anything a lane cannot cover on this machine (a toolchain whose source is absent, a check a
@@ -144,6 +145,12 @@ lane_tests() {
 
   step "lane tests: the MCP client of tests/analysis/mcp.rs (the official Python SDK, in target/mcp-venv)"
   check "tests: scripts/mcp-client.sh" scripts/mcp-client.sh >/dev/null || true
+
+  step "lane tests: semgrep-core, a real OCaml 5.4 program (PyPI's semgrep wheel, scripts/semgrep-core.sh)"
+  status=0
+  scripts/semgrep-core.sh >/dev/null || status=$?
+  # Exit status 3 (not to be had here): tests/dump/dump_semgrep.rs says NOT COVERED itself.
+  [ "$status" -eq 0 ] || [ "$status" -eq 3 ] || failing "tests: scripts/semgrep-core.sh" "$status"
 
   step "lane tests: the Rust test suite"
   # The preload library is a cdylib that `cargo test` does not build, and the end-to-end tests

@@ -18,6 +18,7 @@ mod dump_redact;
 mod dump_roots;
 mod dump_safety;
 mod dump_samples;
+mod dump_semgrep;
 mod dump_stress;
 mod dump_versions;
 mod run_memory;

@@ -361,6 +361,15 @@ fn read_large_link(rt: &Runtime, source: &dyn MemorySource, node: u64, format: H
     Ok(LargeLink { bytes: h.large_header_bytes as usize + 8 * words as usize, next: link[(h.large_next / 8) as usize] })
 }
 
+/// weak.c's static dummy block, which `caml_ephe_none` (the value of an empty weak or
+/// ephemeron slot) points into. It is found from where `caml_ephe_none` points, because its
+/// name changes: the global `caml_dummy` up to 5.3, a file-local `weak_dummy` in 5.4's runtime.
+fn ephe_none_block<'a>(rt: &'a Runtime, source: &dyn MemorySource) -> Option<&'a crate::elf::Symbol> {
+    let pointed = rt.exe.symbol("caml_ephe_none").and_then(|none| source.read_u64(rt.addr(none.address)).ok());
+    let block = pointed.and_then(|value| rt.exe.symbol_at(value.wrapping_sub(rt.bias)));
+    block.filter(|s| !s.is_function).or_else(|| rt.exe.symbol("caml_dummy")).filter(|s| s.size > 0)
+}
+
 /// The spans of static data, merged where they touch (they do not change while the program
 /// runs, so they may be listed before the stop).
 fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64)>> {
@@ -374,9 +383,7 @@ fn static_spans(rt: &Runtime, source: &dyn MemorySource) -> Result<Vec<(u64, u64
     if let Some((atoms, size)) = rt.statics.atoms {
         spans.push((rt.addr(atoms), rt.addr(atoms) + size.div_ceil(8) * 8));
     }
-    // weak.c's `caml_dummy`: `caml_ephe_none`, the value of an empty weak or ephemeron slot,
-    // points into it.
-    if let Some(dummy) = rt.exe.symbol("caml_dummy").filter(|s| s.size > 0) {
+    if let Some(dummy) = ephe_none_block(rt, source) {
         spans.push((rt.addr(dummy.address), rt.addr(dummy.address) + dummy.size.div_ceil(8) * 8));
     }
     // Units' segments follow each other; merge any that touch so regions never overlap.
