@@ -190,7 +190,7 @@ impl Oracle {
 const METHOD_CACHE: &str = "(method cache)";
 
 /// Every field a lambda dump's `setfield_ptr(root-init) N (global Unit!) VALUE` stores into, with
-/// the identifier it stores there when VALUE is one (`ident/stamp`; [`METHOD_CACHE`] for the
+/// the identifier it stores there when VALUE is one (`ident/stamp`; `(method cache)` for the
 /// method cache; the last store of a field, as the block ends up holding it).
 pub fn root_stores(lambda: &str) -> BTreeMap<usize, Option<String>> {
     const STORE: &str = "setfield_ptr(root-init) ";
