@@ -12,7 +12,7 @@
 //!   so the heap is dumped before the process goes away;
 //! - on a signal: a handler that only writes one byte to the watcher (async-signal-safe), then
 //!   calls the program's own handler for that signal, whether the program set it before or after
-//!   the library loaded ([`chain`]). This is the one change made to the host program, and only
+//!   the library loaded (module `chain`). This is the one change made to the host program, and only
 //!   when `on-signal=` asks for it.
 //!
 //! Everything else (stopping the world, reading memory, writing snapshots) happens in the
