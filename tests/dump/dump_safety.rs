@@ -13,6 +13,15 @@ fn tracer_of(pid: i32) -> i32 {
 
 /// Starts `heapsnap dump` on `pid` and returns it as soon as it has seized the target.
 fn dumper_attached(pid: i32, out: &Path, extra: &[&str]) -> std::process::Child {
+    match dumper_attached_or_done(pid, out, extra) {
+        Ok(dumper) => dumper,
+        Err(status) => panic!("the dumper ended before we saw it attached: {status}"),
+    }
+}
+
+/// [`dumper_attached`], or how the dumper ended when it was done before this process saw it
+/// attached (its polling can sleep past a whole short dump on a loaded machine).
+fn dumper_attached_or_done(pid: i32, out: &Path, extra: &[&str]) -> Result<std::process::Child, std::process::ExitStatus> {
     let mut dumper = Command::new(heapsnap())
         .args(["dump", "--pid", &pid.to_string(), "-o"])
         .arg(out)
@@ -26,11 +35,11 @@ fn dumper_attached(pid: i32, out: &Path, extra: &[&str]) -> std::process::Child 
     while tracer_of(pid) != dumper.id() as i32 {
         assert!(start.elapsed() < Duration::from_secs(30), "the dumper never attached");
         if let Ok(Some(status)) = dumper.try_wait() {
-            panic!("the dumper ended before we saw it attached: {status}");
+            return Err(status);
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    dumper
+    Ok(dumper)
 }
 
 fn no_snapshot_left(dir: &Path) {
@@ -45,9 +54,23 @@ fn target_survives_sigkill_of_the_dumper() {
     let dir = tempfile::tempdir().unwrap();
     let mut sample = Sample::start(&program, &[]);
     sample.wait_ready(1);
-    // Kill the dumper at several points of its work on the stopped target.
+    // Kill the dumper at several points of its work on the stopped target: a copy, so that the
+    // target stays stopped for all of it (a fork lets it go after the clone, tens of
+    // milliseconds a loaded machine's polling can miss whole).
     for delay_us in [0u64, 300, 1000, 3000] {
-        let mut dumper = dumper_attached(sample.pid(), &dir.path().join("killed.snap"), &[]);
+        // A dump that ended before it was seen attached killed nothing: again, a few times.
+        let mut tries = 0;
+        let mut dumper = loop {
+            match dumper_attached_or_done(sample.pid(), &dir.path().join("killed.snap"), &["--capture", "copy"]) {
+                Ok(dumper) => break dumper,
+                Err(status) => {
+                    assert!(status.success(), "the dumper failed: {status}");
+                    tries += 1;
+                    assert!(tries < 20, "the dumper was never seen attached in {tries} dumps");
+                    let _ = std::fs::remove_file(dir.path().join("killed.snap"));
+                }
+            }
+        };
         std::thread::sleep(Duration::from_micros(delay_us));
         dumper.kill().expect("SIGKILL the dumper");
         dumper.wait().unwrap();
