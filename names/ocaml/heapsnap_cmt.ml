@@ -954,7 +954,10 @@ let subdirectories dir =
         (Array.to_list entries)
   | exception Sys_error _ -> []
 
-let interface_candidates cmt_file (info : Cmt_format.cmt_infos) =
+(* The files to try, in order, as a sequence: the siblings' directories are listed only when
+   nothing nearer has the interface (a library directory's parent may hold hundreds). A .cmi is
+   tried before the .cmti holding the same: it is what the compiler read, and smaller. *)
+let interface_candidates cmt_file (info : Cmt_format.cmt_infos) : string Seq.t =
   let dir = Filename.dirname cmt_file in
   let against_builddir d = if Filename.is_relative d then Filename.concat info.cmt_builddir d else d in
   let rec cmi_file = function
@@ -966,14 +969,11 @@ let interface_candidates cmt_file (info : Cmt_format.cmt_infos) =
   let stems = List.sort_uniq compare
       (Filename.remove_extension (Filename.basename cmt_file)
        :: Option.to_list (Option.map (fun f -> Filename.remove_extension (Filename.basename f)) given)) in
-  let dirs =
-    dir
-    :: Option.to_list (Option.map Filename.dirname given)
-    @ List.map against_builddir (Compat.load_path info)
-    @ subdirectories (Filename.dirname dir)
-  in
-  Option.to_list given
-  @ List.concat_map (fun d -> List.concat_map (fun s -> [ Filename.concat d (s ^ ".cmti"); Filename.concat d (s ^ ".cmi") ]) stems) dirs
+  let files_in d = List.to_seq (List.concat_map (fun s -> [ Filename.concat d (s ^ ".cmi"); Filename.concat d (s ^ ".cmti") ]) stems) in
+  let near = dir :: Option.to_list (Option.map Filename.dirname given) @ List.map against_builddir (Compat.load_path info) in
+  let siblings () = List.to_seq (subdirectories (Filename.dirname dir)) () in
+  Seq.append (List.to_seq (Option.to_list given))
+    (Seq.append (Seq.concat_map files_in (List.to_seq near)) (Seq.concat_map files_in siblings))
 
 let read_interface cmt_file (info : Cmt_format.cmt_infos) (own : Cmi_format.cmi_infos option) =
   match own with
@@ -983,7 +983,7 @@ let read_interface cmt_file (info : Cmt_format.cmt_infos) (own : Cmi_format.cmi_
       match List.assoc_opt name info.cmt_imports with
       | Some (Some crc) -> (
           let candidates = interface_candidates cmt_file info in
-          match List.find_map (fun f -> Option.map (fun sg -> (sg, f)) (interface_with_crc name crc f)) candidates with
+          match Seq.find_map (fun f -> Option.map (fun sg -> (sg, f)) (interface_with_crc name crc f)) candidates with
           | Some (sg, f) -> Declared (sg, f)
           | None ->
               Unknown
