@@ -108,7 +108,7 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
             }
             continue;
         };
-        match choose(&name, size, candidates, &rules).without_function_idents() {
+        match choose(&name, size, candidates, &rules) {
             Choice::Named { unit, why } => {
                 fields += rules.field_count(&unit) as usize;
                 if !Path::new(file_of(&unit)).starts_with(&tc.stdlib) {
@@ -142,6 +142,12 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
         choices,
         skipped: false,
     };
+    // The functions' identifiers served to choose among candidates; the snapshot keeps none.
+    for unit in &mut kept {
+        if let Some(o) = unit.as_object_mut() {
+            o.remove("function_idents");
+        }
+    }
     let stored = serde_json::json!({
         "ocaml_version": tc.version,
         "units": kept,
@@ -223,18 +229,6 @@ pub struct Chosen {
     pub unit: String,
     pub file: String,
     pub why: String,
-}
-
-impl Choice {
-    /// The choice, its unit without the identifiers that served to choose it (not stored).
-    fn without_function_idents(mut self) -> Self {
-        if let Choice::Named { unit, .. } | Choice::TypesOnly { unit, .. } = &mut self {
-            if let Some(o) = unit.as_object_mut() {
-                o.remove("function_idents");
-            }
-        }
-        self
-    }
 }
 
 enum Choice {
