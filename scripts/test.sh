@@ -146,6 +146,9 @@ lane_tests() {
   step "lane tests: the MCP client of tests/analysis/mcp.rs (the official Python SDK, in target/mcp-venv)"
   check "tests: scripts/mcp-client.sh" scripts/mcp-client.sh >/dev/null || true
 
+  step "lane tests: DuckDB and Spark, the engines tests/analysis/fleet.rs compares heapsnap fleet with (PyPI, in target/fleet-venv)"
+  check "tests: scripts/fleet-engines.sh" scripts/fleet-engines.sh >/dev/null || true
+
   step "lane tests: semgrep-core, a real OCaml 5.4 program (PyPI's semgrep wheel, scripts/semgrep-core.sh)"
   status=0
   scripts/semgrep-core.sh >/dev/null || status=$?

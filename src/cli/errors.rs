@@ -45,9 +45,18 @@ fn hint(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// What kind of failure, for scripts: `bad_snapshot`, `no_block`, `bad_query`,
-/// `incompatible`, `dump`, `io`, `usage` or `error`.
+/// `incompatible`, `dump`, `io`, `usage`, `bad_table` or `error`.
 pub fn kind(err: &anyhow::Error) -> &'static str {
     for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<heapsnap_fleet::FleetError>() {
+            use heapsnap_fleet::FleetError;
+            return match e {
+                FleetError::NoDirectory | FleetError::NotADirectory(_) | FleetError::NoSnapshots(_) => "usage",
+                FleetError::NotParquet(..) | FleetError::Schema { .. } => "bad_table",
+                FleetError::Io(..) => "io",
+                FleetError::Engine(_) | FleetError::Arrow(_) => "error",
+            };
+        }
         if let Some(e) = cause.downcast_ref::<AnalyzeError>() {
             return match e {
                 AnalyzeError::NoBlockAt(_) => "no_block",

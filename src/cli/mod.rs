@@ -5,6 +5,7 @@ mod annotate;
 mod dump;
 pub mod errors;
 mod export;
+mod fleet;
 mod mcp;
 mod mcp_roots;
 mod run;
@@ -24,6 +25,8 @@ enum Commands {
     Dump(dump::DumpArgs),
     /// Write a snapshot for other tools: Chrome DevTools / memlab (.heapsnapshot), or a flame graph of retained sizes.
     Export(export::ExportArgs),
+    /// Ask many exported snapshots (hosts, times) what grows, which hosts diverge, and the leak suspects they share.
+    Fleet(fleet::FleetArgs),
     /// A local web UI: summary, groups, dominator tree, objects and paths, and the diff of 2+ snapshots.
     Serve(serve::ServeArgs),
     /// Launch a program and take numbered snapshots when triggers fire (also honours OCAML_HEAPSNAP).
@@ -69,6 +72,7 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
         Commands::Annotate(args) => annotate::run(args),
         Commands::Dump(args) => dump::run(args),
         Commands::Export(args) => export::run(args),
+        Commands::Fleet(args) => fleet::run(args),
         Commands::Serve(args) => serve::run(args),
         Commands::Run(args) => run::run(args),
         Commands::Mcp(args) => mcp::run(args),
