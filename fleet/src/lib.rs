@@ -11,9 +11,10 @@ pub mod tables;
 
 pub use queries::{By, Question};
 
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type};
+use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -81,7 +82,10 @@ async fn answer_with(tables: &tables::Tables, question: Question, limit: usize, 
     let sql = question.sql(limit);
     let batches = context.sql(&sql).await?.collect().await?;
     let (columns, rows) = json_rows(&batches)?;
-    let counts = json_rows(&context.sql("SELECT COUNT(*) AS snapshots, COUNT(DISTINCT COALESCE(host, '')) AS hosts FROM snapshots").await?.collect().await?)?.1;
+    let counts = json_rows(
+        &context.sql("SELECT COUNT(*) AS snapshots, COUNT(DISTINCT COALESCE(host, '')) AS hosts FROM snapshots").await?.collect().await?,
+    )?
+    .1;
     let count = |name: &str| counts.first().and_then(|row| row.get(name)).and_then(Value::as_u64).unwrap_or(0);
     let (snapshots, hosts) = (count("snapshots"), count("hosts"));
     let note = if rows.is_empty() { Some(why_empty(&context, tables, question, hosts).await?) } else { None };
@@ -112,9 +116,14 @@ async fn why_empty(context: &SessionContext, tables: &tables::Tables, question: 
         }
     };
     let largest_series = single("SELECT MAX(n) FROM (SELECT COUNT(*) AS n FROM snapshots GROUP BY COALESCE(host, '')) t").await?;
+    let grouped = match question {
+        Question::Growth(By::Path) => tables.file_count("dominator_paths") as u64,
+        Question::Growth(by) => single(&format!("SELECT COUNT(*) FROM groups WHERE grouping = '{}'", by.name())).await?,
+        _ => 1,
+    };
     Ok(match question {
-        Question::Growth(By::Path) if tables.file_count("dominator_paths") == 0 => "no snapshot has dominator paths".to_string(),
-        Question::Growth(by) if by != By::Path && single(&format!("SELECT COUNT(*) FROM groups WHERE grouping = '{}'", by.name())).await? == 0 => match by {
+        Question::Growth(By::Path) if grouped == 0 => "no snapshot has dominator paths".to_string(),
+        Question::Growth(by) if grouped == 0 => match by {
             By::Site => "no snapshot has allocation sites (they come from memprof data)".to_string(),
             By::Type => "no snapshot has OCaml types (snapshots annotated with the program's .cmt files have them)".to_string(),
             _ => format!("no snapshot has groups by {}", by.name()),
@@ -146,7 +155,14 @@ pub fn json_rows(batches: &[RecordBatch]) -> Result<(Vec<String>, Vec<Map<String
 
 fn json_values(array: &dyn Array) -> Result<Vec<Value>, FleetError> {
     let values = match array.data_type() {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::Int64 | DataType::UInt8 | DataType::UInt16 | DataType::UInt32 | DataType::UInt64 => {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => {
             cast(array, &DataType::Int64)?.as_primitive::<Int64Type>().iter().map(|v| v.map_or(Value::Null, Value::from)).collect()
         }
         DataType::Float16 | DataType::Float32 | DataType::Float64 => cast(array, &DataType::Float64)?
@@ -156,7 +172,11 @@ fn json_values(array: &dyn Array) -> Result<Vec<Value>, FleetError> {
             .collect(),
         DataType::Boolean => array.as_boolean().iter().map(|v| v.map_or(Value::Null, Value::Bool)).collect(),
         DataType::Null => vec![Value::Null; array.len()],
-        _ => cast(array, &DataType::Utf8)?.as_string::<i32>().iter().map(|v| v.map_or(Value::Null, |s| Value::String(s.to_string()))).collect(),
+        _ => cast(array, &DataType::Utf8)?
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.map_or(Value::Null, |s| Value::String(s.to_string())))
+            .collect(),
     };
     Ok(values)
 }

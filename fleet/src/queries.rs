@@ -293,7 +293,12 @@ mod tests {
     fn the_documentation_shows_the_queries_that_run() {
         let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/FLEET.md")).unwrap();
         for question in [Question::Growth(By::Type), Question::Diverge, Question::Suspects] {
-            assert!(doc.contains(&question.sql(20)), "fleet/FLEET.md does not show what `heapsnap fleet {} --sql` prints:\n{}", question.name(), question.sql(20));
+            assert!(
+                doc.contains(&question.sql(20)),
+                "fleet/FLEET.md does not show what `heapsnap fleet {} --sql` prints:\n{}",
+                question.name(),
+                question.sql(20)
+            );
         }
     }
 }

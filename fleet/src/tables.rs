@@ -9,8 +9,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit,
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl};
 use datafusion::logical_expr::{create_udf, ColumnarValue, Volatility};
-use datafusion::prelude::SessionContext;
 use datafusion::parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use datafusion::prelude::SessionContext;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,9 +43,19 @@ impl Kind {
 /// The columns each table must have for the questions (a file may have more: a newer exporter's).
 fn required_columns(table: &str) -> &'static [(&'static str, Kind)] {
     match table {
-        "snapshots" => &[("snapshot_id", Kind::Text), ("host", Kind::Text), ("captured_at", Kind::Timestamp), ("reachable_bytes", Kind::Integer)],
-        "groups" => &[("snapshot_id", Kind::Text), ("grouping", Kind::Text), ("key", Kind::Integer), ("name", Kind::Text), ("retained_bytes", Kind::Integer)],
-        "dominator_paths" => &[("snapshot_id", Kind::Text), ("key", Kind::Integer), ("signature", Kind::Text), ("retained_bytes", Kind::Integer)],
+        "snapshots" => {
+            &[("snapshot_id", Kind::Text), ("host", Kind::Text), ("captured_at", Kind::Timestamp), ("reachable_bytes", Kind::Integer)]
+        }
+        "groups" => &[
+            ("snapshot_id", Kind::Text),
+            ("grouping", Kind::Text),
+            ("key", Kind::Integer),
+            ("name", Kind::Text),
+            ("retained_bytes", Kind::Integer),
+        ],
+        "dominator_paths" => {
+            &[("snapshot_id", Kind::Text), ("key", Kind::Integer), ("signature", Kind::Text), ("retained_bytes", Kind::Integer)]
+        }
         "suspects" => &[
             ("snapshot_id", Kind::Text),
             ("rank", Kind::Integer),
@@ -82,7 +92,8 @@ fn table_files(dir: &Path, table: &str) -> Result<Vec<PathBuf>, FleetError> {
 /// A file's Arrow schema, read from its Parquet footer.
 fn file_schema(path: &Path) -> Result<SchemaRef, FleetError> {
     let file = std::fs::File::open(path).map_err(|e| FleetError::Io(path.to_path_buf(), e))?;
-    let metadata = ArrowReaderMetadata::load(&file, Default::default()).map_err(|e| FleetError::NotParquet(path.to_path_buf(), e.to_string()))?;
+    let metadata =
+        ArrowReaderMetadata::load(&file, Default::default()).map_err(|e| FleetError::NotParquet(path.to_path_buf(), e.to_string()))?;
     Ok(metadata.schema().clone())
 }
 
@@ -90,7 +101,13 @@ fn file_schema(path: &Path) -> Result<SchemaRef, FleetError> {
 fn check_schema(path: &Path, table: &str, schema: &Schema) -> Result<(), FleetError> {
     for (column, kind) in required_columns(table) {
         match schema.field_with_name(column) {
-            Err(_) => return Err(FleetError::Schema { file: path.to_path_buf(), table: table.to_string(), problem: format!("it has no column `{column}`") }),
+            Err(_) => {
+                return Err(FleetError::Schema {
+                    file: path.to_path_buf(),
+                    table: table.to_string(),
+                    problem: format!("it has no column `{column}`"),
+                })
+            }
             Ok(field) if !kind.accepts(field.data_type()) => {
                 return Err(FleetError::Schema {
                     file: path.to_path_buf(),
@@ -128,7 +145,7 @@ impl Tables {
                 return Err(FleetError::NoSnapshots(dir.clone()));
             }
             for (table, files) in found.iter_mut() {
-                files.extend(table_files(dir, table)?);
+                files.extend(table_files(dir, *table)?);
             }
         }
         for (table, files) in &found {

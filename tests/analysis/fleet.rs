@@ -24,14 +24,23 @@ fn exported_fleet(name: &str, rates: &[u32]) -> Vec<PathBuf> {
         let snapshots = root.join("snapshots").join(&host);
         let dir = root.join("exported").join(&host);
         std::fs::create_dir_all(&snapshots).unwrap();
-        let mut sample = Sample::start(&samples.join("cache_leak"), &["--steps", "3", &rate.to_string()]);
+        let per_step = rate.to_string();
+        let mut sample = Sample::start(&samples.join("cache_leak"), &["--steps", "3", per_step.as_str()]);
         for step in 1..=3 {
             sample.wait_ready(step);
             let snapshot = snapshots.join(format!("step-{step}.heapsnap"));
             dump_ok(sample.pid(), &snapshot, &[]);
             sample.release();
             // The program's OCaml names, for the groups by type.
-            let out = Command::new(heapsnap()).arg("annotate").arg(&snapshot).arg("--ocaml").arg(toolchain()).arg("--cmt").arg(&cmt).output().unwrap();
+            let out = Command::new(heapsnap())
+                .arg("annotate")
+                .arg(&snapshot)
+                .arg("--ocaml")
+                .arg(toolchain())
+                .arg("--cmt")
+                .arg(&cmt)
+                .output()
+                .unwrap();
             assert!(out.status.success(), "annotate: {}", String::from_utf8_lossy(&out.stderr));
             let out = Command::new(heapsnap())
                 .arg("export")
@@ -192,13 +201,13 @@ fn bad_directories_are_refused_saying_why() {
     };
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
-    refused(&[&empty], "no exported snapshots");
-    refused(&[&dir.path().join("absent")], "not a directory");
+    refused(&[empty.as_path()], "no exported snapshots");
+    refused(&[dir.path().join("absent").as_path()], "not a directory");
     // Files that are not Parquet under a table's name.
     let junk = dir.path().join("junk");
     std::fs::create_dir_all(junk.join("snapshots")).unwrap();
     std::fs::write(junk.join("snapshots/0123456789abcdef.parquet"), b"not parquet at all").unwrap();
-    refused(&[&junk], "not a readable Parquet file");
+    refused(&[junk.as_path()], "not a readable Parquet file");
     // A real export, truncated.
     let real = &four_hosts()[0];
     let cut = dir.path().join("cut");
@@ -206,15 +215,15 @@ fn bad_directories_are_refused_saying_why() {
     let victim = std::fs::read_dir(cut.join("groups")).unwrap().next().unwrap().unwrap().path();
     let bytes = std::fs::read(&victim).unwrap();
     std::fs::write(&victim, &bytes[..bytes.len() / 2]).unwrap();
-    refused(&[&cut], "not a readable Parquet file");
+    refused(&[cut.as_path()], "not a readable Parquet file");
     // One table's file put in another's place: its columns are not that table's.
     let swapped = dir.path().join("swapped");
     copy_dir(real, &swapped);
     let group = std::fs::read_dir(swapped.join("groups")).unwrap().next().unwrap().unwrap().path();
     std::fs::copy(&group, swapped.join("snapshots").join(group.file_name().unwrap())).unwrap();
-    refused(&[&swapped], "not the `snapshots` table");
+    refused(&[swapped.as_path()], "not the `snapshots` table");
     // A good directory beside a bad one is not enough.
-    refused(&[real.as_path(), &empty], "no exported snapshots");
+    refused(&[real.as_path(), empty.as_path()], "no exported snapshots");
 }
 
 fn copy_dir(from: &Path, to: &Path) {
