@@ -150,7 +150,7 @@ impl Tables {
         }
         for (table, files) in &found {
             for path in files {
-                check_schema(path, table, &file_schema(path)?)?;
+                check_schema(path, table, file_schema(path)?.as_ref())?;
             }
         }
         Ok(Tables { dirs: dirs.to_vec(), files: found })
