@@ -80,8 +80,10 @@ async fn answer_with(tables: &tables::Tables, question: Question, limit: usize, 
     let context = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(threads));
     tables.register(&context).await?;
     let sql = question.sql(limit);
-    let batches = context.sql(&sql).await?.collect().await?;
-    let (columns, rows) = json_rows(&batches)?;
+    let frame = context.sql(&sql).await?;
+    // The query's columns, also when it has no row (and so no batch).
+    let columns: Vec<String> = frame.schema().fields().iter().map(|f| f.name().clone()).collect();
+    let rows = json_rows(&frame.collect().await?)?.1;
     let counts = json_rows(
         &context.sql("SELECT COUNT(*) AS snapshots, COUNT(DISTINCT COALESCE(host, '')) AS hosts FROM snapshots").await?.collect().await?,
     )?
