@@ -11,6 +11,7 @@ mod diff_cli;
 mod diff_samples;
 mod export_cli;
 mod mcp;
+mod memory_room;
 mod new_user;
 mod one_vocabulary;
 mod sites;
