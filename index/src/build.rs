@@ -14,6 +14,14 @@ pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, Group
 /// The index of an analysed snapshot with the sections `needs` reads, ready to write (its
 /// sections borrow from the analysis).
 pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    build_in_stages(a, needs, &mut |_, _| {})
+}
+
+/// [`build`], `stage` given the builder as soon as it holds a lower level than `needs` (the
+/// meta level's sections once they are made; for the whole index, the tree's level's before
+/// the diff's classification, the longest part): whoever completes an index in the background
+/// saves each stage, so that a report that reads no more than it need not wait for the rest.
+pub fn build_in_stages<'a>(a: &'a Analysis<'_>, needs: Needs, stage: &mut dyn FnMut(&IndexBuilder<'a>, Needs)) -> IndexBuilder<'a> {
     if needs <= Needs::Diff {
         let mut b = IndexBuilder::default();
         add_meta(&mut b, &meta(a));
@@ -28,7 +36,7 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     let graph = &a.graph;
     std::thread::scope(|scope| {
         let graph_part = scope.spawn(|| (block_places(graph), (needs == Needs::All).then(|| referrers(graph))));
-        let mut b = from_tree(a, needs);
+        let mut b = from_tree(a, needs, stage);
         let ((steps, far, checkpoints, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
@@ -41,6 +49,7 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         b.add_u32_vec(BLOCK_CHECKPOINTS, checkpoints);
         b.add_u32_vec(BLOCK_REGIONS, regions);
         if needs == Needs::All {
+            stage(&b, Needs::Tree);
             add_diff_profile(&mut b, a);
         }
         b
@@ -163,12 +172,15 @@ fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, Vec<(GroupBy, Vec<hea
 }
 
 /// Every section but the addresses and the referrers.
-fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs, stage: &mut dyn FnMut(&IndexBuilder<'a>, Needs)) -> IndexBuilder<'a> {
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
     let parts = meta(a);
     let meta = &parts.meta;
+    let mut b = IndexBuilder::default();
+    add_meta(&mut b, &parts);
+    stage(&b, Needs::Meta);
 
     let timer = PhaseTimer::start("index");
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
@@ -247,8 +259,6 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     drop((retained, order));
     timer.lap("the tree in its own preorder");
 
-    let mut b = IndexBuilder::default();
-    add_meta(&mut b, &parts);
     b.add(TREE, tree_stream);
     b.add_u64_vec(TREE_CHECKPOINTS, tree_checkpoints);
     b.add_u64_vec(REACHABLE, reachable);
