@@ -206,7 +206,7 @@ pub fn save_analysed(
 }
 
 /// [`save_analysed`], each lower level saved first as soon as the analysis gives its sections
-/// ([`crate::build::build_in_stages`]: the meta level, then, for the whole index, the tree's),
+/// ([`crate::build::build_in_stages`]: the meta level, then, for the whole index, the paths'),
 /// each replaced by the next with a rename, `saved` called after each: what completes an index
 /// in the background saves it so, and a report that reads less need not wait for all of it.
 pub fn save_analysed_in_stages(

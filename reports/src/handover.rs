@@ -6,8 +6,8 @@
 //! is held by a thread the child lacks). The parent only waits: for the exit code the child
 //! sends through a pipe once its answer is written, or for the child to end. The child runs the
 //! command. Once it has answered ([`answered`]) it takes the snapshot's lock, hands the exit
-//! code over, leaves the terminal's session, lowers its priority and writes the index; the
-//! process's exit (freeing what the analysis held) is no longer on the user's time either.
+//! code over, leaves the terminal's session and writes the index (the meta level first, what a
+//! next command most likely reads; then, at a lower priority, the rest); the process's exit (freeing what the analysis held) is no longer on the user's time either.
 //!
 //! Until it has answered the child dies with its parent (`PR_SET_PDEATHSIG`): a command killed
 //! by a timeout or a Ctrl-C leaves nothing running.

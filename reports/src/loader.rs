@@ -291,7 +291,8 @@ fn complete_in_background(snapshot: &Path) {
 /// at a time: a `diff` of ten fresh snapshots starts ten of them, and each analyses its snapshot
 /// in full, so they queue on one lock (an exclusive `flock` on `heapsnap/completing.lock` in the
 /// cache directory) rather than hold ten analyses in memory at once. Each keeps its snapshot's
-/// own lock meanwhile: a report that needs that index waits for it.
+/// own lock meanwhile: a report that needs that index waits for it, no longer than analysing
+/// would take ([`wait_for_index`]).
 pub fn complete_index(snapshot: &Path) -> anyhow::Result<()> {
     let _turn = completion_turn();
     heapsnap_analyze::tune_allocator();
@@ -318,12 +319,14 @@ fn completion_turn_in(dir: &Path) -> Option<std::fs::File> {
 
 /// An index saved for `snapshot` that serves `needs`, waiting for one while a completion of it
 /// runs (it holds the snapshot's lock, and saves its levels one by one: the meta level first),
-/// but no longer than a first look at the snapshot would take ([`first_look_estimate`]): a
-/// report then analyses the snapshot itself rather than wait for all of a long completion.
-/// None: no such index, and either no completion runs or the wait has been long enough.
+/// but no longer than a first look at the snapshot would take: the longer of
+/// [`first_look_estimate`] and how long the completion has run ([`completion_age`]: right after
+/// a first look, about as long as that look took on this machine, however busy). A report then
+/// analyses the snapshot itself rather than wait for all of a long completion. None: no such
+/// index, and either no completion runs or the wait has been long enough.
 fn wait_for_index<'a>(snapshot: &Path, needs: Needs) -> Option<Loaded<'a>> {
     let started = std::time::Instant::now();
-    let bound = first_look_estimate(snapshot);
+    let bound = first_look_estimate(snapshot).max(completion_age(snapshot).unwrap_or_default());
     loop {
         let running = completion_running(snapshot);
         if let Some(ix) = open_saved(snapshot, needs) {
@@ -356,6 +359,37 @@ const FIRST_LOOK_BYTES_PER_SECOND: u64 = 250_000_000;
 fn first_look_estimate(snapshot: &Path) -> std::time::Duration {
     let bytes = std::fs::metadata(snapshot).map(|m| m.len()).unwrap_or(0);
     std::time::Duration::from_secs_f64(bytes as f64 / FIRST_LOOK_BYTES_PER_SECOND as f64)
+}
+
+/// How long the process holding `snapshot`'s lock (a completion) has run: the first look that
+/// answered and went on to complete the index started it, forked at its start. From the kernel's
+/// list of locks (`/proc/locks`: the holder's pid and the locked file's device and inode) and
+/// the holder's start time; None when it cannot be known (no holder, one that has gone: a
+/// `complete-index` holds the lock its parent took, or one that is not this program).
+fn completion_age(snapshot: &Path) -> Option<std::time::Duration> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(snapshot).ok()?;
+    let locked = format!("{:02x}:{:02x}:{}", libc::major(file.dev()), libc::minor(file.dev()), file.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `1: FLOCK  ADVISORY  WRITE 4711 fd:01:1234567 0 EOF` (a waiter's line has `->` after the number).
+    let holder: u32 = locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields[..] {
+            [_, "FLOCK", _, "WRITE", pid, file, ..] if file == locked => pid.parse().ok(),
+            _ => None,
+        }
+    })?;
+    // Another program holding the lock says nothing of how long a first look takes.
+    if std::fs::read_link(format!("/proc/{holder}/exe")).ok()? != std::env::current_exe().ok()? {
+        return None;
+    }
+    // Field 22 of its stat, after the command's name: its start, in clock ticks since boot.
+    let stat = std::fs::read_to_string(format!("/proc/{holder}/stat")).ok()?;
+    let started: f64 = stat.rsplit_once(") ")?.1.split(' ').nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| std::time::Duration::from_secs_f64((uptime - started / ticks as f64).max(0.0)))
 }
 
 /// Whether a completion of `snapshot`'s index runs: it holds an exclusive `flock` on the
