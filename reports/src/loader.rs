@@ -292,7 +292,7 @@ fn complete_in_background(snapshot: &Path) {
 /// in full, so they queue on one lock (an exclusive `flock` on `heapsnap/completing.lock` in the
 /// cache directory) rather than hold ten analyses in memory at once. Each keeps its snapshot's
 /// own lock meanwhile: a report that needs that index waits for it, no longer than analysing
-/// would take ([`wait_for_index`]).
+/// would take.
 pub fn complete_index(snapshot: &Path) -> anyhow::Result<()> {
     let _turn = completion_turn();
     heapsnap_analyze::tune_allocator();
