@@ -163,6 +163,7 @@ fn parquet_tables_say_what_the_reports_say() {
     let meta = &info["metadata"];
     if meta.is_object() {
         assert_eq!(row["pid"], meta["pid"]);
+        assert_eq!(row["host"], meta["host"], "the host the dump recorded");
         assert_eq!(row["captured_at"].as_u64(), meta["time_unix_ns"].as_u64().map(|ns| ns / 1000));
     }
 
