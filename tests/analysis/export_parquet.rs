@@ -332,3 +332,50 @@ fn parquet_export_refuses_bad_output_and_bad_snapshots() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("do not apply"));
 }
+
+/// A program sampled by statmemprof: the `sites` table and the `site` groups are `top --by
+/// site`'s groups, ranked by retained bytes.
+#[test]
+fn parquet_sites_are_top_by_sites() {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = dir.path().join("sites.heapsnap");
+    let mut sample = Sample::start(&samples_dir().join("alloc_sites"), &["--tracker", "callstack", "2000", "--steps", "1"]);
+    sample.wait_ready(1);
+    dump_ok(sample.pid(), &snap, &[]);
+    drop(sample);
+    let report = export(&snap, &dir.path().join("tables"), &[]);
+    let sites = table(&report, "sites");
+    let top = heapsnap_json(&["top", snap.to_str().unwrap(), "--by", "site", "--limit", "0"]);
+    let expected = top["groups"].as_array().unwrap();
+    assert!(expected.len() >= 2, "{top}");
+    assert_eq!(sites.len(), expected.len());
+    for g in expected {
+        let row = sites
+            .iter()
+            .find(|r| r["location"] == format!("{}:{}", g["frames"][0]["file"].as_str().unwrap(), g["frames"][0]["line"]))
+            .unwrap();
+        assert_eq!(row["function"], g["frames"][0]["function"]);
+        for (column, key) in [
+            ("count", "count"),
+            ("shallow_bytes", "shallow"),
+            ("retained_bytes", "retained"),
+            ("samples", "samples"),
+            ("estimated_bytes", "estimated_bytes"),
+        ] {
+            assert_eq!(row[column], g[key], "{column} of {}", g["name"]);
+        }
+    }
+    let retained: Vec<u64> = sites.iter().map(|r| r["retained_bytes"].as_u64().unwrap()).collect();
+    assert!(retained.windows(2).all(|w| w[0] >= w[1]), "{retained:?}");
+    assert!(sites.iter().enumerate().all(|(i, r)| r["rank"] == json!(i + 1)));
+    let groups: Vec<(i64, String)> = table(&report, "groups")
+        .iter()
+        .filter(|g| g["grouping"] == "site")
+        .map(|g| (g["key"].as_i64().unwrap(), g["name"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(groups.len(), sites.len());
+    for (r, (key, name)) in sites.iter().zip(&groups) {
+        assert_eq!(r["key"].as_i64(), Some(*key));
+        assert!(expected.iter().any(|g| &g["name"] == name));
+    }
+}
