@@ -379,3 +379,63 @@ fn parquet_sites_are_top_by_sites() {
         assert!(expected.iter().any(|g| &g["name"] == name));
     }
 }
+
+/// `run --export parquet=DIR --keep-snapshots 1`: every snapshot's tables, named, and only the
+/// last snapshot file left.
+#[test]
+fn run_exports_each_snapshot_and_keeps_the_last() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (snaps, tables) = (dir.path().join("snaps"), dir.path().join("tables"));
+    let prefix = crate::dump_support::toolchain_prefix("5.3.0");
+    let cmt = samples_dir().parent().unwrap().join(".build/5.3.0/cmt");
+    let mut child = Command::new(heapsnap())
+        .args(["run", "--on-compaction", "--json", "--keep-snapshots", "1", "-d"])
+        .arg(&snaps)
+        .arg(format!("--export=parquet={}", tables.display()))
+        .args(["--cmt", cmt.to_str().unwrap(), "--ocaml", prefix.to_str().unwrap(), "--"])
+        .arg(samples_dir().join("cache_leak"))
+        .args(["--steps", "3", "--pause"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    // After each step the sample compacts, says READY N and waits for a line: it gets one once
+    // the tables of snapshot N are written.
+    for step in 1..=3 {
+        loop {
+            let mut line = String::new();
+            assert!(std::io::BufRead::read_line(&mut stdout, &mut line).unwrap() > 0, "the run ended early: {text}");
+            text.push_str(&line);
+            if line.trim() == format!("READY {step}") {
+                break;
+            }
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::fs::read_dir(tables.join("snapshots")).map_or(0, |d| d.count()) < step {
+            assert!(std::time::Instant::now() < deadline, "no tables for snapshot {step}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    drop(stdin);
+    std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
+    assert!(child.wait().unwrap().success());
+    let report: Value = serde_json::from_str(text.lines().rev().find(|l| l.starts_with('{')).expect("the run's JSON")).unwrap();
+    let snapshots: Vec<PathBuf> = report["snapshots"].as_array().unwrap().iter().map(|p| PathBuf::from(p.as_str().unwrap())).collect();
+    assert_eq!(snapshots.len(), 3, "{report}");
+    assert_eq!(report["tables"]["exported"].as_array().unwrap().len(), 3, "{report}");
+    assert_eq!(report["tables"]["removed"].as_array().unwrap().len(), 2, "{report}");
+    assert!(!snapshots[0].exists() && !snapshots[1].exists() && snapshots[2].exists());
+    let rows: Vec<Map<String, Value>> =
+        std::fs::read_dir(tables.join("snapshots")).unwrap().flat_map(|f| read_rows(&f.unwrap().path()).0).collect();
+    assert_eq!(rows.len(), 3);
+    assert!(rows.iter().all(|r| r["has_names"] == true), "named before export: {rows:?}");
+    let mut objects: Vec<u64> = rows.iter().map(|r| r["reachable_objects"].as_u64().unwrap()).collect();
+    objects.dedup();
+    assert_eq!(objects.len(), 3, "three different heaps: {rows:?}");
+}
