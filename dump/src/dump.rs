@@ -274,6 +274,7 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         trigger: options.trigger,
         capture: Some(capture_metadata(&capture)),
         namespaces: namespaces.clone(),
+        host: crate::source::hostname_of(pid),
     };
     let written = finish(&*rt, &memory, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     let mut report = DumpReport::of_capture(&*rt, &copied.cap, pid, reserved_bits, written, started, warnings);
@@ -382,6 +383,7 @@ pub fn dump_core(core: &Path, exe: Option<&Path>, options: &DumpOptions) -> Resu
         trigger: Trigger::Core,
         capture: None,
         namespaces: None,
+        host: None,
     };
     let written = finish(&*rt, &source, &mut copied, format, reserved_bits, options, origin, &mut warnings)?;
     // Nothing was stopped: no pause, one "attempt".
@@ -504,6 +506,8 @@ struct Origin {
     trigger: Trigger,
     capture: Option<heapsnap_format::CaptureInfo>,
     namespaces: Option<heapsnap_format::Namespaces>,
+    /// The target's host name (none for a core: it does not say).
+    host: Option<String>,
 }
 
 /// Everything after the copy, shared by live and core dumps: custom operations found in the
@@ -565,6 +569,7 @@ fn finish(
         capture: origin.capture,
         probed: rt.probed(&cap.probed),
         namespaces: origin.namespaces,
+        host: origin.host,
     };
     snapshot::write(rt.exe(), rt.bias(), cap, &metadata, &options.output, options.include_dwarf)
 }

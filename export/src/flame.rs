@@ -15,7 +15,7 @@
 use heapsnap_analyze::diff::SavedProfile;
 use heapsnap_analyze::signatures::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
 use heapsnap_analyze::signatures::domtrie::{dominator_trie, NOT_A_BLOCK};
-use heapsnap_analyze::signatures::trie::{describe_named_chain, SigTrie};
+use heapsnap_analyze::signatures::trie::{describe_named_chain, SigTrie, StepText};
 use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
@@ -103,6 +103,18 @@ fn by_signature(a: &Analysis<'_>) -> Vec<Stack> {
 
 /// The frames of a signature: the root's name, then `.N shape` per step (`+`: a folded run).
 fn signature_frames(trie: &SigTrie, id: u32) -> Vec<String> {
+    signature_steps(trie, id)
+        .into_iter()
+        .map(|s| {
+            let edge = if s.edge.is_empty() || s.edge == "root" { String::new() } else { format!("{} ", s.edge) };
+            format!("{edge}{}{}", s.label, if s.folded { "+" } else { "" })
+        })
+        .collect()
+}
+
+/// The steps of a signature of a dominator trie as `diff` names them (a typed block's fields
+/// by their labels).
+pub(crate) fn signature_steps(trie: &SigTrie, id: u32) -> Vec<StepText> {
     let chain = trie.chain(id);
     // The label of the field an edge is, when the previous step's type names it.
     let field_label = |k: usize| -> Option<&str> {
@@ -116,12 +128,6 @@ fn signature_frames(trie: &SigTrie, id: u32) -> Vec<String> {
         .map(|(k, &c)| (trie.nodes[c as usize].edge, trie.label_name(c), trie.nodes[c as usize].folded, field_label(k)))
         .collect();
     describe_named_chain(&steps)
-        .into_iter()
-        .map(|s| {
-            let edge = if s.edge.is_empty() || s.edge == "root" { String::new() } else { format!("{} ", s.edge) };
-            format!("{edge}{}{}", s.label, if s.folded { "+" } else { "" })
-        })
-        .collect()
 }
 
 fn by_group(a: &Analysis<'_>, by: GroupBy) -> Vec<Stack> {

@@ -7,6 +7,8 @@
 //!   the ids its objects have in the baseline's export ([`devtools::matching`]).
 //! * [`flame`]: retained sizes as folded stacks (the dominator tree collapsed to the path
 //!   signatures `diff` uses, or to groups), and [`svg`] draws them with inferno.
+//! * [`parquet`]: what the reports compute (totals, groups, suspects, the dominator trie by path
+//!   signature, allocation sites) as Parquet tables, one set per snapshot, for query engines.
 //!
 //! Files are written through [`output::AtomicFile`]: owner-only, to a temporary file renamed
 //! into place, so a reader never sees half a file.
@@ -14,6 +16,7 @@
 pub mod devtools;
 pub mod flame;
 pub mod output;
+pub mod parquet;
 pub mod svg;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,4 +28,6 @@ pub enum ExportError {
     TooLarge(String),
     #[error("flame graph: {0}")]
     Flame(String),
+    #[error("parquet: {0}")]
+    Parquet(String),
 }

@@ -41,6 +41,7 @@ fn metadata() -> Metadata {
         capture: None,
         probed: None,
         namespaces: None,
+        host: None,
     }
 }
 

@@ -90,6 +90,10 @@ pub struct Metadata {
     /// absent when it shares them, for cores, and in older snapshots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces: Option<Namespaces>,
+    /// The host name of a live process as it sees it (its UTS namespace's), else the dumper's
+    /// (FORMAT.md); absent for cores and in older snapshots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// Where a live process ran, as seen from the dumper: `pid` (in the metadata) is its pid in

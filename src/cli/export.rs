@@ -21,6 +21,8 @@ pub enum Format {
     Folded,
     /// A flame graph of retained bytes (SVG, drawn by inferno).
     Svg,
+    /// Parquet tables of the reports' results (`-o` is a directory), for query engines.
+    Parquet,
 }
 
 #[derive(Args)]
@@ -29,9 +31,16 @@ pub struct ExportArgs {
     snapshot: PathBuf,
     #[arg(long, value_enum)]
     format: Format,
-    /// Where to write (owner-only, replaced atomically).
+    /// Where to write (owner-only, replaced atomically); with `--format parquet` a directory.
     #[arg(short, long)]
     output: PathBuf,
+    /// Parquet: the host name the tables give the snapshot, instead of the one its metadata
+    /// records.
+    #[arg(long, value_name = "NAME")]
+    host: Option<String>,
+    /// Parquet: how many path signatures of the dominator tree to keep, largest retained first.
+    #[arg(long, value_name = "N", default_value_t = heapsnap_export::parquet::DEFAULT_PATHS)]
+    paths: usize,
     /// Flame graphs: frames are path signatures (`root`) or groups (`kind`, `reserved`, `closure`).
     #[arg(long, default_value = "root")]
     by: GroupBy,
@@ -63,6 +72,12 @@ struct FlameReport<'a> {
 }
 
 pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    if args.format == Format::Parquet {
+        return parquet(&args);
+    }
+    if args.host.is_some() {
+        anyhow::bail!("--host applies to --format parquet");
+    }
     if args.format == Format::Devtools && args.by != GroupBy::Root {
         anyhow::bail!("--by applies to flame graphs (--format folded or svg)");
     }
@@ -152,6 +167,56 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     let stacks = folded(&analysis, args.by);
     step.finish_and_clear();
     write_flame(&args, &stacks)
+}
+
+/// `--format parquet`: the tables of one snapshot, in the directory `-o` names.
+fn parquet(args: &ExportArgs) -> anyhow::Result<ExitCode> {
+    if args.by != GroupBy::Root || args.baseline.is_some() || args.icicle || args.sites.memtrace.is_some() {
+        anyhow::bail!("--by, --baseline, --icicle and --memtrace do not apply to --format parquet");
+    }
+    let report = write_parquet(&args.snapshot, &args.output, args.host.clone(), args.paths)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "wrote {} tables of snapshot {} to {} ({}, {:.2}% of the snapshot's {})",
+        report.tables.len(),
+        report.snapshot_id,
+        report.output,
+        human_bytes(report.bytes),
+        report.percent_of_snapshot,
+        human_bytes(report.snapshot_file_bytes)
+    );
+    for t in &report.tables {
+        println!("{:>8} rows {:>12}  {}", t.rows, human_bytes(t.bytes), t.file);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The Parquet tables of the snapshot at `snapshot`, written into `dir` (`host` replaces the
+/// one its metadata records); `heapsnap run --export parquet` writes them after each snapshot.
+pub fn write_parquet(
+    snapshot: &std::path::Path,
+    dir: &std::path::Path,
+    host: Option<String>,
+    paths: usize,
+) -> anyhow::Result<heapsnap_export::parquet::ParquetReport> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("{} is not a directory: --format parquet writes a directory of tables", dir.display());
+    }
+    let snap = loader::open_snapshot(snapshot).with_context(|| format!("cannot open {}", snapshot.display()))?;
+    let snapshot_file_bytes = std::fs::metadata(snapshot).map(|m| m.len()).unwrap_or(0);
+    let host = host.or_else(|| snap.metadata().host.clone());
+    let options = heapsnap_export::parquet::Options {
+        snapshot_id: heapsnap_export::parquet::identity::snapshot_id(snap.metadata(), host.as_deref()),
+        host,
+        snapshot_file_bytes,
+        paths,
+    };
+    let progress = Progress::stderr();
+    let analysis = loader::analyse(&snap, &progress)?;
+    heapsnap_export::parquet::export(&analysis, &options, dir, &progress).with_context(|| format!("cannot write {}", dir.display()))
 }
 
 /// Writes the flame graph of `stacks` as `args` asks (folded text or SVG), and says what it wrote.

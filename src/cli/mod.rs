@@ -8,6 +8,7 @@ mod export;
 mod mcp;
 mod mcp_roots;
 mod run;
+mod run_tables;
 mod serve;
 
 use clap::{ArgMatches, Command, FromArgMatches, Subcommand};

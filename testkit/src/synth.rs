@@ -356,6 +356,7 @@ impl SynthHeap {
             capture: None,
             probed: None,
             namespaces: None,
+            host: None,
         })?;
         let mut roots = Vec::with_capacity(self.roots.len() + self.suspended.len());
         for (kind, value, name, origin, domain) in &self.roots {

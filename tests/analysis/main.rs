@@ -10,6 +10,7 @@ mod analyze_samples;
 mod diff_cli;
 mod diff_samples;
 mod export_cli;
+mod export_parquet;
 mod mcp;
 mod memory_room;
 mod new_user;

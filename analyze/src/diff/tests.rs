@@ -221,6 +221,7 @@ fn minimal_snapshot_of(path: &Path, ocaml: &str, executable: Option<&str>, build
         capture: None,
         probed: None,
         namespaces: None,
+        host: None,
     })
     .unwrap();
     w.write_roots(&[]).unwrap();

@@ -52,6 +52,7 @@ fn snapshot(path: &std::path::Path, gc: Ocaml4Gc, words: &[u64], root: u64, free
         capture: None,
         probed: None,
         namespaces: None,
+        host: None,
     })
     .unwrap();
     let name = w.intern("camlM");

@@ -89,6 +89,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                     other_root,
                 },
             )),
+            proptest::option::of(text()),
         ),
         (
             proptest::option::of(prop_oneof![Just(PoolGeometry::ocaml_5_1()), Just(PoolGeometry::ocaml_5_2())]),
@@ -116,7 +117,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
             |(
                 (ocaml_version, reserved_header_bits, colours, pid, executable, build_id),
                 (time_unix_ns, trigger, dumper, domains, compactions, redacted),
-                (warnings, bytecode, namespaces),
+                (warnings, bytecode, namespaces, host),
                 (pools, forced_version, layouts_from, ocaml4_gc, capture, probed),
             )| Metadata {
                 ocaml_version,
@@ -141,6 +142,7 @@ fn metadata_strategy() -> impl Strategy<Value = Metadata> {
                 capture,
                 probed,
                 namespaces,
+                host,
             },
         )
 }

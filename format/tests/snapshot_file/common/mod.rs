@@ -36,6 +36,7 @@ pub fn metadata() -> Metadata {
         capture: None,
         probed: None,
         namespaces: None,
+        host: None,
     }
 }
 

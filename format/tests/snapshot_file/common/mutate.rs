@@ -66,6 +66,7 @@ pub fn seeds() -> Vec<Vec<u8>> {
             capture: None,
             probed: None,
             namespaces: None,
+            host: None,
             ..metadata()
         };
         w.write_metadata(&m).unwrap();
