@@ -1,5 +1,5 @@
 //! `export --format parquet`: what the reports compute for one snapshot, as Parquet tables
-//! that query engines (DataFusion in `heapsnap fleet`, DuckDB, Spark) read across many
+//! that query engines (DataFusion, DuckDB, Spark) read across many
 //! snapshots. One file per table and snapshot, `DIR/TABLE/SNAPSHOT_ID.parquet`, so that many
 //! exports share one directory and an engine reads a table as a glob; the schemas are in
 //! [`batches`], the rows in [`rows`], the ids and keys in [`identity`].
