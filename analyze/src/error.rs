@@ -14,4 +14,17 @@ pub enum AnalyzeError {
 
     #[error("{0}")]
     BadQuery(String),
+
+    /// The heap cannot fit: refused before the big arrays are allocated, rather than the
+    /// kernel's out-of-memory killer ending the analysis (or something else) halfway.
+    #[error(
+        "analysing this snapshot's {objects} objects needs at least {} of memory ({} bytes an object for \
+         its graph and dominators, at the least), but only {} is left under {of}: free memory, give that limit \
+         {} more, or analyse the snapshot on a bigger machine (HEAPSNAP_MEMORY_CHECK=off tries anyway)",
+        crate::human_bytes(*needs),
+        crate::mem::LEAST_BYTES_PER_OBJECT,
+        crate::human_bytes(*room),
+        crate::human_bytes(needs.saturating_sub(*room))
+    )]
+    NotEnoughMemory { objects: u64, needs: u64, room: u64, of: String },
 }

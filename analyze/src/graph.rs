@@ -216,6 +216,8 @@ impl<'s> HeapGraph<'s> {
         timer.lap("static blocks");
 
         let n = blocks.node_count as usize;
+        // Refused now, the blocks found, rather than by the kernel once the arrays grow.
+        crate::mem::check_room(n as u64 - first_block as u64)?;
         let mut offsets = vec![0u32; n + 1];
         let mut targets: Vec<u32> = Vec::with_capacity(n + n / 2);
 

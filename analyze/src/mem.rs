@@ -7,6 +7,36 @@
 //! memory for reuse instead. It is process-wide: the `heapsnap` command and the benchmark call
 //! it before analysing; a library user decides for their own process.
 
+/// What an object costs the analysis at the least, in bytes: the graph's offset and at least one
+/// edge to it, the dominators' arrays. A lower bound, so that a heap refused for want of memory
+/// could never have been analysed with it.
+pub const LEAST_BYTES_PER_OBJECT: u64 = 24;
+
+/// Refuses a heap of `objects` objects that cannot fit in the memory this process may still
+/// have ([`heapsnap_cgroup::own_room`]), before the analysis allocates for it. Where the room
+/// cannot be read, or `HEAPSNAP_MEMORY_CHECK=off`, nothing is refused.
+pub fn check_room(objects: u64) -> Result<(), crate::AnalyzeError> {
+    if std::env::var_os("HEAPSNAP_MEMORY_CHECK").is_some_and(|v| v == "off") {
+        return Ok(());
+    }
+    let Some(room) = test_room().or_else(heapsnap_cgroup::own_room) else { return Ok(()) };
+    let needs = objects.saturating_mul(LEAST_BYTES_PER_OBJECT);
+    if needs <= room.bytes {
+        return Ok(());
+    }
+    Err(crate::AnalyzeError::NotEnoughMemory { objects, needs, room: room.bytes, of: room.of })
+}
+
+/// The room the tests pretend this process has (`HEAPSNAP_TEST_MEMORY_ROOM`, bytes), with the
+/// `test-hooks` feature only.
+fn test_room() -> Option<heapsnap_cgroup::Room> {
+    if !cfg!(feature = "test-hooks") {
+        return None;
+    }
+    let bytes = std::env::var("HEAPSNAP_TEST_MEMORY_ROOM").ok()?.parse().ok()?;
+    Some(heapsnap_cgroup::Room { bytes, of: "HEAPSNAP_TEST_MEMORY_ROOM".into() })
+}
+
 /// Serve big allocations from the heap and never give freed memory back to the kernel while the
 /// process runs (glibc only; a no-op elsewhere). Peak memory is unchanged: what is freed is
 /// reused for the next arrays.

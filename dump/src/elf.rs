@@ -134,6 +134,11 @@ impl Executable {
         (self.symbols, self.by_name, self.by_address) = (symbols, by_name, by_address);
     }
 
+    /// Whether any symbol is known (from `.symtab`, `.dynsym` or an attached debug file).
+    pub fn has_symbols(&self) -> bool {
+        !self.symbols.is_empty()
+    }
+
     /// Uses `debug` (a separate debug-info file of this very build) for DWARF and, when this
     /// executable has no `.symtab`, for symbols.
     pub fn attach_debug_file(&mut self, debug: DebugFile) -> Result<()> {

@@ -43,6 +43,9 @@ pub enum DumpError {
     #[error("{given} is not a copy of the executable the target runs ({actual}): {why}")]
     ExecutableMismatch { given: PathBuf, actual: PathBuf, why: String },
 
+    #[error("{path} has no symbols: both .symtab and .dynsym are stripped (as `strip` leaves a statically linked executable), and heapsnap finds the OCaml runtime by its symbols. Give its debug file (--debug-file FILE, from `objcopy --only-keep-debug` before stripping; or installed by build id under --debug-dir) or an unstripped copy (--exe FILE); `strip --strip-debug` keeps the symbols")]
+    NoSymbols { path: PathBuf },
+
     #[error("{path} is not an OCaml program: it has neither caml_start_program (native code) nor caml_bytecode_interpreter or caml_interprete (the bytecode interpreter), in .symtab or .dynsym")]
     NotOcaml { path: PathBuf },
 

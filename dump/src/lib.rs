@@ -10,7 +10,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod capture;
-pub mod cgroup;
+/// The memory cgroups that hold a process (their own crate: the analysis reads them too).
+pub use heapsnap_cgroup as cgroup;
 pub mod common;
 pub mod debuginfo;
 pub mod dump;

@@ -1,7 +1,8 @@
 //! Builds an index from a full analysis: the sections a report needs ([`Needs`]), each level
 //! holding the one below it. `Meta` is what `summary` and `top` read (totals, groups, the
 //! summary's suspects: a few kilobytes); `Tree` adds the dominator tree and every block's kind
-//! and place; `All` adds what paths walk (shortest-path parents, referrers, root edges).
+//! and place; `Paths` adds what paths walk (shortest-path parents, referrers, root edges); `All`
+//! adds the diff's classification.
 
 use crate::file::IndexBuilder;
 use crate::sections::*;
@@ -14,6 +15,14 @@ pub const ALL_GROUPINGS: [GroupBy; 5] = [GroupBy::Reserved, GroupBy::Kind, Group
 /// The index of an analysed snapshot with the sections `needs` reads, ready to write (its
 /// sections borrow from the analysis).
 pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+    build_in_stages(a, needs, &mut |_, _| {})
+}
+
+/// [`build`], `stage` given the builder as soon as it holds a lower level than `needs` (the
+/// meta level's sections once they are made; for the whole index, the paths' level's before
+/// the diff's classification, the longest part): whoever completes an index in the background
+/// saves each stage, so that a report that reads no more than it need not wait for the rest.
+pub fn build_in_stages<'a>(a: &'a Analysis<'_>, needs: Needs, stage: &mut dyn FnMut(&IndexBuilder<'a>, Needs)) -> IndexBuilder<'a> {
     if needs <= Needs::Diff {
         let mut b = IndexBuilder::default();
         add_meta(&mut b, &meta(a));
@@ -27,8 +36,8 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     // names, stays on this thread).
     let graph = &a.graph;
     std::thread::scope(|scope| {
-        let graph_part = scope.spawn(|| (block_places(graph), (needs == Needs::All).then(|| referrers(graph))));
-        let mut b = from_tree(a, needs);
+        let graph_part = scope.spawn(|| (block_places(graph), (needs >= Needs::Paths).then(|| referrers(graph))));
+        let mut b = from_tree(a, needs, stage);
         let ((steps, far, checkpoints, regions), refs) = graph_part.join().expect("the addresses and referrers do not panic");
         let timer = PhaseTimer::start("index");
         timer.lap("addresses and referrers joined");
@@ -41,6 +50,7 @@ pub fn build<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
         b.add_u32_vec(BLOCK_CHECKPOINTS, checkpoints);
         b.add_u32_vec(BLOCK_REGIONS, regions);
         if needs == Needs::All {
+            stage(&b, Needs::Paths);
             add_diff_profile(&mut b, a);
         }
         b
@@ -163,12 +173,15 @@ fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, Vec<(GroupBy, Vec<hea
 }
 
 /// Every section but the addresses and the referrers.
-fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
+fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs, stage: &mut dyn FnMut(&IndexBuilder<'a>, Needs)) -> IndexBuilder<'a> {
     let tree = &a.tree;
     let preorder = a.preorder();
     let r = tree.reachable_count();
     let parts = meta(a);
     let meta = &parts.meta;
+    let mut b = IndexBuilder::default();
+    add_meta(&mut b, &parts);
+    stage(&b, Needs::Meta);
 
     let timer = PhaseTimer::start("index");
     // The nodes right below the super-root and the root kinds, with the labels reports give them.
@@ -247,8 +260,6 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     drop((retained, order));
     timer.lap("the tree in its own preorder");
 
-    let mut b = IndexBuilder::default();
-    add_meta(&mut b, &parts);
     b.add(TREE, tree_stream);
     b.add_u64_vec(TREE_CHECKPOINTS, tree_checkpoints);
     b.add_u64_vec(REACHABLE, reachable);
@@ -264,7 +275,7 @@ fn from_tree<'a>(a: &'a Analysis<'_>, needs: Needs) -> IndexBuilder<'a> {
     b.add_u32_vec(TOP_NODES, top_nodes);
     b.add(TOP_LABEL_IDS, narrow_ids(&top_label_ids, label_names.len(), kind_id_bytes(label_names.len())));
     b.add_compressed(TOP_LABELS, &json(&label_names));
-    if needs == Needs::All {
+    if needs >= Needs::Paths {
         b.add_u32_vec(ROOT_EDGES, a.graph.roots.iter().flat_map(|e| [e.node, e.record]).collect());
     }
     // The types (made by the `type` grouping above), so that reports need not walk again.

@@ -313,7 +313,9 @@ impl IndexFile {
 
     /// The highest level the index serves (None: not even its meta data).
     pub fn level(&self) -> Option<crate::Needs> {
-        [crate::Needs::All, crate::Needs::Tree, crate::Needs::Diff, crate::Needs::Meta].into_iter().find(|&n| self.serves(n))
+        [crate::Needs::All, crate::Needs::Paths, crate::Needs::Tree, crate::Needs::Diff, crate::Needs::Meta]
+            .into_iter()
+            .find(|&n| self.serves(n))
     }
 
     /// The meta data section, parsed on first use.

@@ -202,41 +202,84 @@ pub fn save_analysed(
     needs: Needs,
     progress: &Progress,
 ) -> Result<PathBuf, Vec<u8>> {
+    save_analysed_with(snapshot, snap, analysis, needs, progress, None)
+}
+
+/// [`save_analysed`], each lower level saved first as soon as the analysis gives its sections
+/// ([`crate::build::build_in_stages`]: the meta level, then, for the whole index, the paths'),
+/// each replaced by the next with a rename, `saved` called after each: what completes an index
+/// in the background saves it so, and a report that reads less need not wait for all of it.
+pub fn save_analysed_in_stages(
+    snapshot: &Path,
+    snap: &Snapshot,
+    analysis: &Analysis<'_>,
+    needs: Needs,
+    progress: &Progress,
+    saved: &mut dyn FnMut(Needs),
+) -> Result<PathBuf, Vec<u8>> {
+    save_analysed_with(snapshot, snap, analysis, needs, progress, Some(saved))
+}
+
+fn save_analysed_with(
+    snapshot: &Path,
+    snap: &Snapshot,
+    analysis: &Analysis<'_>,
+    needs: Needs,
+    progress: &Progress,
+    mut stages: Option<&mut dyn FnMut(Needs)>,
+) -> Result<PathBuf, Vec<u8>> {
     let id = SnapshotId::of(snap);
     let step = progress.step("writing the analysis index", 0);
-    let builder = crate::build::build(analysis, needs);
-    let mut last_error = None;
-    let mut saved = None;
-    for path in candidates(snapshot) {
-        // Another command may have saved more meanwhile (a `dominators` while this
-        // `summary` analysed): that index is kept, when what this command reads of it
-        // passes its checks (a corrupt section is written over).
-        let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
-        if more.is_some_and(|ix| crate::IndexView::open(snap, &ix, needs).is_ok()) {
-            saved = Some(path);
-            break;
+    let builder = crate::build::build_in_stages(analysis, needs, &mut |stage, level| {
+        if let Some(saved) = stages.as_mut() {
+            // A stage that cannot be saved is no loss: the whole index says why it cannot.
+            let _ = save_builder(snapshot, snap, id, stage, level);
+            heapsnap_analyze::PhaseTimer::start("index").lap(&format!("the {level:?} level saved, ahead of the rest"));
+            saved(level);
         }
-        let timer = heapsnap_analyze::PhaseTimer::start("index");
-        let result = save_with(&path, |w| builder.write_to(w, id));
-        timer.lap("hashed and written");
-        match result {
-            Ok(()) => {
-                saved = Some(path);
-                break;
-            }
-            Err(e) => last_error = Some((path, e)),
-        }
-    }
+    });
+    let saved = save_builder(snapshot, snap, id, &builder, needs);
     step.finish_and_clear();
     match saved {
-        Some(path) => Ok(path),
-        None => {
+        Ok(path) => Ok(path),
+        Err(last_error) => {
             if let Some((path, e)) = last_error {
                 eprintln!("heapsnap: cannot save the analysis index ({}: {e}); it will be rebuilt next time", path.display());
             }
             Err(builder.finish(id))
         }
     }
+}
+
+/// Writes `builder`, an index with the sections `needs` reads, in the first writable place
+/// (where it was saved), unless an index of more is there already and what `needs` reads of it
+/// passes its checks (another command saved it meanwhile: it is kept). The error: the last
+/// place that could not be written, and why.
+fn save_builder(
+    snapshot: &Path,
+    snap: &Snapshot,
+    id: SnapshotId,
+    builder: &crate::file::IndexBuilder<'_>,
+    needs: Needs,
+) -> Result<PathBuf, Option<(PathBuf, std::io::Error)>> {
+    let mut last_error = None;
+    for path in candidates(snapshot) {
+        // Another command may have saved more meanwhile (a `dominators` while this
+        // `summary` analysed): that index is kept, when what this command reads of it
+        // passes its checks (a corrupt section is written over).
+        let more = read(&path, id).ok().flatten().filter(|ix| ix.level().is_some_and(|level| level > needs));
+        if more.is_some_and(|ix| crate::IndexView::open(snap, &ix, needs).is_ok()) {
+            return Ok(path);
+        }
+        let timer = heapsnap_analyze::PhaseTimer::start("index");
+        let result = save_with(&path, |w| builder.write_to(w, id));
+        timer.lap("hashed and written");
+        match result {
+            Ok(()) => return Ok(path),
+            Err(e) => last_error = Some((path, e)),
+        }
+    }
+    Err(last_error)
 }
 
 /// Writes owner-only to a temporary file in the same directory, then renames it into place.

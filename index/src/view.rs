@@ -32,7 +32,10 @@ pub enum Needs {
     Diff,
     /// The dominator tree too.
     Tree,
-    /// Everything: objects, referrers, paths.
+    /// The tree and what paths walk: referrers, shortest-path parents, the roots' edges
+    /// (`suspects`, `path`, `inspect`).
+    Paths,
+    /// Everything: the paths' level and the diff's classification.
     All,
 }
 
@@ -63,6 +66,33 @@ impl Needs {
                 BLOCK_CHECKPOINTS,
                 KIND_IDS,
                 BLOCK_REGIONS,
+                TOP_NODES,
+                TOP_LABEL_IDS,
+                TOP_LABELS,
+            ],
+            Needs::Paths => &[
+                META,
+                GROUPS_KIND,
+                GROUPS_CLOSURE,
+                GROUPS_ROOT,
+                ROOT_SHARES,
+                TREE,
+                TREE_CHECKPOINTS,
+                REACHABLE,
+                PREORDER_MARKS,
+                PREORDER_BACK,
+                PREORDER,
+                RETAINED,
+                RETAINED_LARGE,
+                BLOCK_STEPS,
+                BLOCK_FAR,
+                BLOCK_CHECKPOINTS,
+                KIND_IDS,
+                BLOCK_REGIONS,
+                PLAIN_REFERRERS,
+                REFERRERS,
+                REFERRER_CHECKPOINTS,
+                ROOT_EDGES,
                 TOP_NODES,
                 TOP_LABEL_IDS,
                 TOP_LABELS,

@@ -997,3 +997,41 @@ fn closures_are_named_by_the_source_lines_the_index_saved() {
     let view = IndexView::open(&f.snap, &file, Needs::All).unwrap();
     assert_eq!(view.describe(closures[0].0), unnamed);
 }
+
+/// A completion saves the index in stages: the meta level as soon as its sections are made,
+/// then the tree's, then the whole index, each at the index's place by a rename; each stage, as
+/// saved, answers as the analysis does.
+#[test]
+fn a_completion_saves_each_level_before_the_next() {
+    use heapsnap_index::store::save_analysed_in_stages;
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_heap(dir.path());
+    let quiet = Progress::hidden();
+    let snap = Snapshot::open(&path).unwrap();
+    let a = Analysis::new(&snap, &quiet).unwrap();
+    let mut stages = Vec::new();
+    let saved = save_analysed_in_stages(&path, &snap, &a, Needs::All, &quiet, &mut |level| {
+        // The stage as saved: the file at the index's place, read back.
+        let bytes = std::fs::read(beside(&path)).expect("a stage saved");
+        let index = IndexFile::parse(Bytes::copied(&bytes), SnapshotId::of(&snap)).expect("a stage that parses");
+        assert_eq!(index.level(), Some(level), "the {level:?} stage");
+        let view = IndexView::open(&snap, &index, level).expect("a stage that opens");
+        assert_eq!(json(&heapsnap_analyze::summary(&a, 10)), json(&view.summary(10)));
+        assert_eq!(
+            json(&heapsnap_analyze::top(&a, GroupBy::Root, 0).unwrap()),
+            json(&heapsnap_analyze::top(&view, GroupBy::Root, 0).unwrap())
+        );
+        if level >= Needs::Tree {
+            assert_eq!(
+                json(&heapsnap_analyze::dominator_report(&a, 4, 1.0, 20)),
+                json(&heapsnap_analyze::dominator_report(&view, 4, 1.0, 20))
+            );
+        }
+        stages.push(level);
+    })
+    .expect("saved");
+    assert_eq!(saved, beside(&path));
+    assert_eq!(stages, [Needs::Meta, Needs::Paths], "the levels saved ahead of the whole index");
+    let ix = open_or_build_for(&path, Needs::All, &quiet).unwrap();
+    assert!(!ix.built && ix.index.level() == Some(Needs::All), "the whole index, saved last");
+}

@@ -133,6 +133,26 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
             Choice::Refused(errors) => refused.extend(errors),
         }
     }
+    // Names the snapshot's module blocks contradict are dropped, unit by unit.
+    for (name, wrong) in contradicted(&snap, &kept) {
+        let Some(unit) = kept.iter_mut().find(|u| u.get("unit").and_then(Value::as_str) == Some(name.as_str())) else { continue };
+        fields -= rules.field_count(unit) as usize;
+        if !Path::new(file_of(unit)).starts_with(&tc.stdlib) {
+            program_units -= 1;
+        }
+        let others = match wrong.len() {
+            1 => String::new(),
+            n => format!(", and {} more", n - 1),
+        };
+        refused.push(FileError {
+            file: file_of(unit).to_string(),
+            message: format!("{name}: the snapshot contradicts these names ({}{others}): its module fields are left unnamed", wrong[0]),
+        });
+        if let Some(fields) = unit.get_mut("fields") {
+            *fields = Value::Array(Vec::new());
+        }
+        type_only_kept += 1;
+    }
     let result = Annotated {
         units: kept.len() - type_only_kept,
         snapshot_units: units.len(),
@@ -157,6 +177,24 @@ pub fn annotate(path: &Path, options: &AnnotateOptions, progress: &dyn Fn(&str))
     drop(snap);
     heapsnap_format::replace_ocaml_names(path, &stored.to_string())?;
     Ok(result)
+}
+
+/// The units of `kept` whose names their module block contradicts, with the contradictions
+/// (`heap_check`). Their types are read as the snapshot's will be, from every unit kept.
+fn contradicted(snap: &Snapshot, kept: &[Value]) -> Vec<(String, Vec<crate::heap_check::Contradiction>)> {
+    let json = serde_json::json!({ "units": kept }).to_string();
+    let Ok(program) = crate::Program::parse(&json) else { return Vec::new() };
+    let env = crate::TypeEnv::new(&program);
+    let blocks = crate::heap_check::module_blocks(snap);
+    program
+        .units
+        .iter()
+        .filter_map(|unit| {
+            let values = blocks.get(&unit.unit)?;
+            let wrong = crate::heap_check::contradictions(snap, &env, &unit.fields, values);
+            (!wrong.is_empty()).then(|| (unit.unit.clone(), wrong))
+        })
+        .collect()
 }
 
 fn file_of(unit: &Value) -> &str {

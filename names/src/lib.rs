@@ -9,6 +9,7 @@
 
 pub mod annotate;
 pub mod find;
+pub mod heap_check;
 pub mod model;
 pub mod oracle;
 pub mod packages;

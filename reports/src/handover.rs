@@ -6,8 +6,8 @@
 //! is held by a thread the child lacks). The parent only waits: for the exit code the child
 //! sends through a pipe once its answer is written, or for the child to end. The child runs the
 //! command. Once it has answered ([`answered`]) it takes the snapshot's lock, hands the exit
-//! code over, leaves the terminal's session, lowers its priority and writes the index; the
-//! process's exit (freeing what the analysis held) is no longer on the user's time either.
+//! code over, leaves the terminal's session and writes the index (the meta level first, what a
+//! next command most likely reads; then, at a lower priority, the rest); the process's exit (freeing what the analysis held) is no longer on the user's time either.
 //!
 //! Until it has answered the child dies with its parent (`PR_SET_PDEATHSIG`): a command killed
 //! by a timeout or a Ctrl-C leaves nothing running.
@@ -142,7 +142,9 @@ pub fn answered(code: u8) {
     unsafe { libc::write(to_parent.as_raw_fd(), [code].as_ptr().cast(), 1) };
     drop(to_parent);
     let Some((_lock, complete)) = locked else { return };
-    detach();
+    // Its own session at once; its priority lowered by the completion once the level the next
+    // command most likely reads (the meta level) is saved: that command may be waiting for it.
+    leave_session();
     // No terminal or pipe of the user's stays open: a reader of the output sees its end.
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         for fd in 0..3 {
@@ -158,11 +160,20 @@ pub fn answered(code: u8) {
 /// terminal's Ctrl-C and hang-up reach that session's processes, not this one) and lowers its
 /// own priority, so that the next command the user runs is not slowed by it.
 pub fn detach() {
-    // SAFETY: neither call touches memory; both act on this process only.
-    unsafe {
-        libc::setsid();
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
-    }
+    leave_session();
+    lower_priority();
+}
+
+/// Leaves the session of the command that started this process (see [`detach`]).
+fn leave_session() {
+    // SAFETY: setsid touches no memory and acts on this process only.
+    unsafe { libc::setsid() };
+}
+
+/// Lowers this process's priority (see [`detach`]).
+pub fn lower_priority() {
+    // SAFETY: setpriority touches no memory and acts on this process only.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
 }
 
 #[cfg(test)]

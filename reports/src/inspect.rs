@@ -34,7 +34,7 @@ impl Report for Inspect {
     type Output = Inspection;
 
     fn run(args: &InspectArgs, loader: &dyn Loader) -> anyhow::Result<Inspection> {
-        crate::loader::answer(loader, &args.snapshot, Needs::All, |a| inspect(a, args), |view| inspect(view, args))
+        crate::loader::answer(loader, &args.snapshot, Needs::Paths, |a| inspect(a, args), |view| inspect(view, args))
     }
 
     fn print(_args: &InspectArgs, i: &Inspection, out: &mut dyn Write) -> std::io::Result<()> {

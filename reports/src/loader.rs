@@ -128,12 +128,8 @@ impl Loader for Files {
         if !completes_in_background() || path.is_dir() || kept_unsaved(path, needs).is_some() {
             return self.indexed(path, needs).map(Some);
         }
-        if let Some(ix) = open_saved(path, needs) {
-            return Ok(Some(ix));
-        }
-        // A completion running already: its index is the answer's.
-        wait_for_completion(path);
-        if let Some(ix) = open_saved(path, needs) {
+        // A completion running already: the level it saves first may be the answer's.
+        if let Some(ix) = wait_for_index(path, needs) {
             return Ok(Some(ix));
         }
         if crate::handover::is_child() {
@@ -145,8 +141,25 @@ impl Loader for Files {
             crate::handover::complete_after_answer(
                 path,
                 Box::new(move || {
-                    let _turn = completion_turn();
-                    let _ = heapsnap_index::store::save_analysed(&snapshot, snap, &analysis, Needs::All, &Progress::hidden());
+                    // The meta level first, from what the analysis holds (a few KiB), at the
+                    // priority of the command that answered: a second `summary` or `top` reads
+                    // it. The rest waits for its turn (held by the completion of another
+                    // snapshot), at a lower priority.
+                    let mut turn = None;
+                    let _ = heapsnap_index::store::save_analysed_in_stages(
+                        &snapshot,
+                        snap,
+                        &analysis,
+                        Needs::All,
+                        &Progress::hidden(),
+                        &mut |level| {
+                            if level == Needs::Meta {
+                                crate::handover::lower_priority();
+                                turn = Some(completion_turn());
+                            }
+                        },
+                    );
+                    drop(turn);
                 }),
             );
             return Ok(None);
@@ -168,14 +181,13 @@ impl Loader for Files {
             // The same message as every other command's.
             open_snapshot(path)?;
         }
-        if let Some(ix) = open_saved(path, needs) {
+        // The index being completed in the background holds what this report reads: wait for it
+        // (no longer than analysing would take) rather than analyse the same snapshot alongside.
+        if let Some(ix) = wait_for_index(path, needs) {
             return Ok(ix);
         }
         // The analysis allocates and frees many big arrays: let glibc reuse them (see mem.rs).
         heapsnap_analyze::tune_allocator();
-        // The index being completed in the background holds what this report reads: wait for it
-        // rather than analyse the same snapshot at the same time.
-        wait_for_completion(path);
         if let Some(kept) = kept_unsaved(path, needs) {
             return Ok(Loaded::Lent(kept));
         }
@@ -247,8 +259,8 @@ pub fn completes_in_background() -> bool {
 /// a Ctrl-C for the next command does not reach it; a lower priority; no terminal). It holds an
 /// exclusive `flock` on the snapshot file from before it starts until it ends: the lock is
 /// taken here, on the descriptor it gets as its standard input, so that a report that needs
-/// the rest waits for it ([`wait_for_completion`]) instead of analysing the same snapshot at
-/// the same time. The index is replaced by a rename either way, so no reader sees half of one.
+/// the rest waits for it ([`wait_for_index`]) instead of analysing the same snapshot at
+/// the same time, as long as analysing would take. The index is replaced by a rename either way, so no reader sees half of one.
 ///
 /// Started without a `pre_exec` step (the child detaches itself), so that the standard library
 /// spawns it with `posix_spawn`: a `fork` would copy the page tables of every page this
@@ -279,7 +291,8 @@ fn complete_in_background(snapshot: &Path) {
 /// at a time: a `diff` of ten fresh snapshots starts ten of them, and each analyses its snapshot
 /// in full, so they queue on one lock (an exclusive `flock` on `heapsnap/completing.lock` in the
 /// cache directory) rather than hold ten analyses in memory at once. Each keeps its snapshot's
-/// own lock meanwhile: a report that needs that index waits for it.
+/// own lock meanwhile: a report that needs that index waits for it, no longer than analysing
+/// would take.
 pub fn complete_index(snapshot: &Path) -> anyhow::Result<()> {
     let _turn = completion_turn();
     heapsnap_analyze::tune_allocator();
@@ -304,13 +317,88 @@ fn completion_turn_in(dir: &Path) -> Option<std::fs::File> {
     Some(file)
 }
 
-/// Waits while a completion of `snapshot`'s index holds its lock (a shared `flock` is granted
-/// once it ends, or at once when none runs).
-fn wait_for_completion(snapshot: &Path) {
+/// An index saved for `snapshot` that serves `needs`, waiting for one while a completion of it
+/// runs (it holds the snapshot's lock, and saves its levels one by one: the meta level first),
+/// but no longer than a first look at the snapshot would take: the longer of
+/// [`first_look_estimate`] and how long the completion has run ([`completion_age`]: right after
+/// a first look, about as long as that look took on this machine, however busy). A report then
+/// analyses the snapshot itself rather than wait for all of a long completion. None: no such
+/// index, and either no completion runs or the wait has been long enough.
+fn wait_for_index<'a>(snapshot: &Path, needs: Needs) -> Option<Loaded<'a>> {
+    let started = std::time::Instant::now();
+    let bound = first_look_estimate(snapshot).max(completion_age(snapshot).unwrap_or_default());
+    loop {
+        let running = completion_running(snapshot);
+        if let Some(ix) = open_saved(snapshot, needs) {
+            return Some(ix);
+        }
+        if !running {
+            return None;
+        }
+        let waited = started.elapsed();
+        if waited >= bound {
+            heapsnap_analyze::PhaseTimer::start("provider")
+                .lap(&format!("no index for {needs:?} after {waited:.2?} of its completion: analysing instead of waiting"));
+            return None;
+        }
+        std::thread::sleep(WAIT_STEP.min(bound - waited));
+    }
+}
+
+/// How often a report waiting for a completion looks for the level it needs: a small part of
+/// the wait, and opening an index's header costs well under a millisecond.
+const WAIT_STEP: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The bytes of snapshot a first look analyses in a second, at the least, on heaps like the
+/// synthetic one of the benchmarks, whose look is the fastest per byte (real programs' heaps
+/// go slower): a wait bounded by the snapshot's size over this is no longer than analysing.
+const FIRST_LOOK_BYTES_PER_SECOND: u64 = 250_000_000;
+
+/// How long a first look at `snapshot` takes at the least (its size over
+/// [`FIRST_LOOK_BYTES_PER_SECOND`]): the longest a report waits for a completion.
+fn first_look_estimate(snapshot: &Path) -> std::time::Duration {
+    let bytes = std::fs::metadata(snapshot).map(|m| m.len()).unwrap_or(0);
+    std::time::Duration::from_secs_f64(bytes as f64 / FIRST_LOOK_BYTES_PER_SECOND as f64)
+}
+
+/// How long the process holding `snapshot`'s lock (a completion) has run: the first look that
+/// answered and went on to complete the index started it, forked at its start. From the kernel's
+/// list of locks (`/proc/locks`: the holder's pid and the locked file's device and inode) and
+/// the holder's start time; None when it cannot be known (no holder, one that has gone: a
+/// `complete-index` holds the lock its parent took, or one that is not this program).
+fn completion_age(snapshot: &Path) -> Option<std::time::Duration> {
+    use std::os::unix::fs::MetadataExt;
+    let file = std::fs::metadata(snapshot).ok()?;
+    let locked = format!("{:02x}:{:02x}:{}", libc::major(file.dev()), libc::minor(file.dev()), file.ino());
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    // `1: FLOCK  ADVISORY  WRITE 4711 fd:01:1234567 0 EOF` (a waiter's line has `->` after the number).
+    let holder: u32 = locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        match fields[..] {
+            [_, "FLOCK", _, "WRITE", pid, file, ..] if file == locked => pid.parse().ok(),
+            _ => None,
+        }
+    })?;
+    // Another program holding the lock says nothing of how long a first look takes.
+    if std::fs::read_link(format!("/proc/{holder}/exe")).ok()? != std::env::current_exe().ok()? {
+        return None;
+    }
+    // Field 22 of its stat, after the command's name: its start, in clock ticks since boot.
+    let stat = std::fs::read_to_string(format!("/proc/{holder}/stat")).ok()?;
+    let started: f64 = stat.rsplit_once(") ")?.1.split(' ').nth(19)?.parse().ok()?;
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime").ok()?.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| std::time::Duration::from_secs_f64((uptime - started / ticks as f64).max(0.0)))
+}
+
+/// Whether a completion of `snapshot`'s index runs: it holds an exclusive `flock` on the
+/// snapshot file (a shared one is refused meanwhile).
+fn completion_running(snapshot: &Path) -> bool {
     use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(snapshot) else { return };
-    // SAFETY: flock on a descriptor we own; released when the file closes.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
+    let Ok(file) = std::fs::File::open(snapshot) else { return false };
+    // SAFETY: flock on a descriptor we own; released when the file closes, below.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) != 0 }
 }
 
 /// The full analysis of a snapshot, for what its index does not hold (see the module's

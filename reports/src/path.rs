@@ -52,7 +52,7 @@ impl Report for RetainerPaths {
         if args.sites.memtrace.is_some() && args.site.is_none() {
             anyhow::bail!("--memtrace gives allocation sites: use it with --site FILE:LINE");
         }
-        crate::loader::answer(loader, &args.snapshot, Needs::All, |a| paths(a, args), |view| paths(view, args))
+        crate::loader::answer(loader, &args.snapshot, Needs::Paths, |a| paths(a, args), |view| paths(view, args))
     }
 
     fn print(_args: &PathArgs, report: &PathsReport, out: &mut dyn Write) -> std::io::Result<()> {

@@ -42,7 +42,7 @@ impl Report for Suspects {
         crate::loader::answer(
             loader,
             &args.snapshot,
-            Needs::All,
+            Needs::Paths,
             |a| Ok(heapsnap_analyze::suspects(a, args.min_percent, args.limit)),
             |view| Ok(heapsnap_analyze::suspects(view, args.min_percent, args.limit)),
         )

@@ -45,7 +45,7 @@ fn hint(err: &anyhow::Error) -> Option<&'static str> {
 }
 
 /// What kind of failure, for scripts: `bad_snapshot`, `no_block`, `bad_query`,
-/// `incompatible`, `dump`, `io`, `usage`, `bad_table` or `error`.
+/// `incompatible`, `memory`, `dump`, `io`, `usage`, `bad_table` or `error`.
 pub fn kind(err: &anyhow::Error) -> &'static str {
     for cause in err.chain() {
         if let Some(e) = cause.downcast_ref::<heapsnap_fleet::FleetError>() {
@@ -62,6 +62,7 @@ pub fn kind(err: &anyhow::Error) -> &'static str {
                 AnalyzeError::NoBlockAt(_) => "no_block",
                 AnalyzeError::BadQuery(_) => "bad_query",
                 AnalyzeError::Format(_) | AnalyzeError::TooLarge(_) => "bad_snapshot",
+                AnalyzeError::NotEnoughMemory { .. } => "memory",
             };
         }
         if let Some(e) = cause.downcast_ref::<DiffError>() {

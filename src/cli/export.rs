@@ -174,22 +174,7 @@ fn parquet(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     if args.by != GroupBy::Root || args.baseline.is_some() || args.icicle || args.sites.memtrace.is_some() {
         anyhow::bail!("--by, --baseline, --icicle and --memtrace do not apply to --format parquet");
     }
-    if args.output.exists() && !args.output.is_dir() {
-        anyhow::bail!("{} is not a directory: --format parquet writes a directory of tables", args.output.display());
-    }
-    let snap = loader::open_snapshot(&args.snapshot).with_context(|| format!("cannot open {}", args.snapshot.display()))?;
-    let snapshot_file_bytes = std::fs::metadata(&args.snapshot).map(|m| m.len()).unwrap_or(0);
-    let host = args.host.clone().or_else(|| snap.metadata().host.clone());
-    let options = heapsnap_export::parquet::Options {
-        snapshot_id: heapsnap_export::parquet::identity::snapshot_id(snap.metadata(), host.as_deref()),
-        host,
-        snapshot_file_bytes,
-        paths: args.paths,
-    };
-    let progress = Progress::stderr();
-    let analysis = loader::analyse(&snap, &progress)?;
-    let report = heapsnap_export::parquet::export(&analysis, &options, &args.output, &progress)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    let report = write_parquet(&args.snapshot, &args.output, args.host.clone(), args.paths)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(ExitCode::SUCCESS);
@@ -207,6 +192,31 @@ fn parquet(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         println!("{:>8} rows {:>12}  {}", t.rows, human_bytes(t.bytes), t.file);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Parquet tables of the snapshot at `snapshot`, written into `dir` (`host` replaces the
+/// one its metadata records); `heapsnap run --export parquet` writes them after each snapshot.
+pub fn write_parquet(
+    snapshot: &std::path::Path,
+    dir: &std::path::Path,
+    host: Option<String>,
+    paths: usize,
+) -> anyhow::Result<heapsnap_export::parquet::ParquetReport> {
+    if dir.exists() && !dir.is_dir() {
+        anyhow::bail!("{} is not a directory: --format parquet writes a directory of tables", dir.display());
+    }
+    let snap = loader::open_snapshot(snapshot).with_context(|| format!("cannot open {}", snapshot.display()))?;
+    let snapshot_file_bytes = std::fs::metadata(snapshot).map(|m| m.len()).unwrap_or(0);
+    let host = host.or_else(|| snap.metadata().host.clone());
+    let options = heapsnap_export::parquet::Options {
+        snapshot_id: heapsnap_export::parquet::identity::snapshot_id(snap.metadata(), host.as_deref()),
+        host,
+        snapshot_file_bytes,
+        paths,
+    };
+    let progress = Progress::stderr();
+    let analysis = loader::analyse(&snap, &progress)?;
+    heapsnap_export::parquet::export(&analysis, &options, dir, &progress).with_context(|| format!("cannot write {}", dir.display()))
 }
 
 /// Writes the flame graph of `stacks` as `args` asks (folded text or SVG), and says what it wrote.

@@ -9,6 +9,7 @@ mod fleet;
 mod mcp;
 mod mcp_roots;
 mod run;
+mod run_tables;
 mod serve;
 
 use clap::{ArgMatches, Command, FromArgMatches, Subcommand};

@@ -45,6 +45,14 @@ pub struct RunArgs {
     /// Print a JSON summary of the snapshots taken on stdout when the program ends.
     #[arg(long)]
     json: bool,
+    /// Write each snapshot's Parquet tables (`export --format parquet`) while the program runs:
+    /// `parquet` (into DIR/parquet, DIR the snapshots' directory) or `parquet=TABLES_DIR`.
+    #[arg(long, value_name = "parquet[=DIR]", value_parser = super::run_tables::parse_export)]
+    export: Option<super::run_tables::ExportTo>,
+    /// With --export: keep only the last N snapshot files of the run (their tables are kept;
+    /// an older snapshot is removed once its tables are written).
+    #[arg(long, value_name = "N", requires = "export", value_parser = clap::value_parser!(u64).range(1..))]
+    keep_snapshots: Option<u64>,
     #[command(flatten)]
     runtime: super::dump::RuntimeArgs,
     #[command(flatten)]
@@ -98,6 +106,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Before the program starts: a directory that cannot take snapshots is an error now, not
     // at the first trigger.
     watch::check_writable_dir(&dir)?;
+    let tables = args.export.clone().map(|to| {
+        let to = to.0.unwrap_or_else(|| dir.join("parquet"));
+        super::run_tables::Tables::start(to, args.keep_snapshots.map(|n| n as usize), args.names.clone())
+    });
 
     let (control_read, control_write) = pipe().context("pipe")?;
     let (ack_read, ack_write) = pipe().context("pipe")?;
@@ -156,7 +168,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let running =
             std::fs::read_link(format!("/proc/{pid}/exe")).ok().and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
         let path = watch::snapshot_path(&dir, running.as_deref().unwrap_or(&program), pid, seq, trigger);
-        take_snapshot(pid, trigger, &path, spec.redact, spec.capture, &args.runtime)
+        let taken = take_snapshot(pid, trigger, &path, spec.redact, spec.capture, &args.runtime)?;
+        if let Some(tables) = &tables {
+            tables.send(&taken);
+        }
+        Ok(taken)
     })?;
     let status = child.wait().context("waiting for the program")?;
     drop(forwarded);
@@ -165,9 +181,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("heapsnap: the program was killed by {}", triggers::signal_name(sig));
     }
     report_memory(&spec, &summary);
-    // Names once the program is done: reading .cmt files never delays it.
+    // Names once the program is done: reading .cmt files never delays it (the tables' thread
+    // named the snapshots it exported).
+    let tables = tables.map(super::run_tables::Tables::finish);
     for path in &summary.snapshots {
-        super::annotate::after_dump(path, &args.names, true);
+        if !tables.as_ref().is_some_and(|t| t.exported.contains(path) || t.failed.contains(path)) {
+            super::annotate::after_dump(path, &args.names, true);
+        }
     }
     if args.json {
         println!(
@@ -181,6 +201,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 "failures": summary.failures,
                 "exit_code": status.code(),
                 "signal": status.signal(),
+                "tables": tables,
             })
         );
     }

@@ -319,7 +319,8 @@ fn the_completion_is_detached_and_holds_the_snapshot_locked() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let (session, nice) = loop {
         let (session, nice) = stat(pid);
-        if session == Some(i64::from(pid)) || std::time::Instant::now() > deadline {
+        // Its priority is lowered once it has saved the meta level.
+        if (session == Some(i64::from(pid)) && nice == Some(10)) || std::time::Instant::now() > deadline {
             break (session, nice);
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -411,28 +412,130 @@ fn a_command_killed_before_its_answer_leaves_no_child() {
     assert!(!heapsnap_index::store::saved_serves(&snapshot, heapsnap_index::Needs::Meta), "an index was written");
 }
 
-/// A report that needs more of the index than is saved waits while a completion holds the
-/// snapshot's lock (here the test holds it), instead of analysing the same snapshot alongside.
+/// `heapsnap REPORT SNAP ARGS...` with the completion in the background on (or off), the cache
+/// in `cache`, traced: its output and its trace, within `timeout` (else it is killed, and the
+/// test fails: it waited).
+fn report_within(report: &[&str], snapshot: &Path, cache: &Path, background: bool, timeout: std::time::Duration) -> (String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_heapsnap"));
+    cmd.arg(report[0]).arg(snapshot).args(&report[1..]).env("XDG_CACHE_HOME", cache).env("HEAPSNAP_TRACE", "1");
+    if background {
+        cmd.env_remove("HEAPSNAP_INDEX_IN_BACKGROUND");
+    } else {
+        cmd.env("HEAPSNAP_INDEX_IN_BACKGROUND", "0");
+    }
+    let out_path = snapshot.with_extension("out");
+    let err_path = snapshot.with_extension("err");
+    let mut child = cmd
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("run heapsnap");
+    let deadline = std::time::Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{report:?} (background {background}) still waiting after {timeout:?}: {}", std::fs::read_to_string(&err_path).unwrap());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (out, err) = (std::fs::read_to_string(&out_path).unwrap(), std::fs::read_to_string(&err_path).unwrap());
+    assert!(status.success(), "{report:?}: {err}");
+    (out, err)
+}
+
+/// A first look at a fresh copy of the synthetic heap `items` (no index: the answer from the
+/// analysis), once its completion has ended.
+fn first_look(report: &[&str], items: u64, dir: &Path, cache: &Path) -> String {
+    let snapshot = dir.join(format!("reference-{}.heapsnap", report.join("-").replace(['/', '.'], "_")));
+    heapsnap_testkit::synth::large_heap_shape(items).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let (out, trace) = report_within(report, &snapshot, cache, true, std::time::Duration::from_secs(60));
+    assert!(trace.contains("the answer, from the analysis"), "{report:?}: the reference did not answer from the analysis: {trace}");
+    // The completion holds the snapshot's lock from before the command exits until it ends.
+    flock_snapshot(&snapshot, libc::LOCK_SH);
+    assert!(!out.is_empty());
+    out
+}
+
+/// A `flock` on the snapshot file (held while the file returned is open).
+fn flock_snapshot(snapshot: &Path, how: i32) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::File::open(snapshot).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(file.as_raw_fd(), how) }, 0);
+    file
+}
+
+/// A report never waits for a completion longer than a first look would take: with one held up
+/// (the test holds the snapshot's lock, as a running completion does) and no index saved, every
+/// report answers from its own analysis, word for word as a first look without any index
+/// does, with the completion in the background on or off.
 #[test]
-fn a_report_waits_for_the_index_being_completed() {
+fn a_report_does_not_wait_for_a_completion_held_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let reports: Vec<Vec<&str>> = vec![
+        vec!["summary", "--json"],
+        vec!["top", "--by", "root", "--json"],
+        vec!["dominators", "--json", "--depth", "6", "--min-percent", "0"],
+        vec!["suspects", "--json", "--min-percent", "0.5"],
+        vec!["path", "--kind", "string", "--json"],
+    ];
+    for (i, report) in reports.iter().enumerate() {
+        let reference = first_look(report, 300, dir.path(), &cache);
+        let snapshot = dir.path().join(format!("held-{i}.heapsnap"));
+        heapsnap_testkit::synth::large_heap_shape(300).heap.write(&snapshot).expect("write a synthetic snapshot");
+        let held = flock_snapshot(&snapshot, libc::LOCK_EX);
+        for background in [true, false] {
+            let (out, trace) = report_within(report, &snapshot, &cache, background, std::time::Duration::from_secs(30));
+            assert_eq!(out, reference, "{report:?} (background {background}), the completion held up: {trace}");
+        }
+        drop(held);
+    }
+}
+
+/// A completion saves the meta level first, ahead of its turn among completions (here held
+/// by the test): a second `summary` or `top` right after a first look reads it, while the rest
+/// is still to come, and a `dominators` does not wait for the rest; each answers word for word
+/// as a first look without any index does.
+#[test]
+fn a_second_report_reads_the_level_saved_ahead_of_the_rest() {
+    use heapsnap_index::store::saved_serves;
+    use heapsnap_index::Needs;
     use std::os::fd::AsRawFd;
     let dir = tempfile::tempdir().unwrap();
-    let snapshot = dir.path().join("waits.heapsnap");
-    heapsnap_testkit::synth::large_heap_shape(50).heap.write(&snapshot).expect("write a synthetic snapshot");
-    let lock = std::fs::File::open(&snapshot).unwrap();
+    let cache = dir.path().join("cache");
+    let from_meta: Vec<Vec<&str>> =
+        vec![vec!["summary", "--json"], vec!["top", "--by", "root", "--json"], vec!["top", "--by", "closure", "--json", "--limit", "0"]];
+    let dominators = vec!["dominators", "--json", "--depth", "6", "--min-percent", "0"];
+    let references: Vec<String> = from_meta.iter().chain([&dominators]).map(|r| first_look(r, 300, dir.path(), &cache)).collect();
+    // The completions' turn, held: the completion the first look leaves waits for it.
+    std::fs::create_dir_all(cache.join("heapsnap")).unwrap();
+    let turn = std::fs::File::create(cache.join("heapsnap").join("completing.lock")).unwrap();
     // SAFETY: flock on a descriptor we own.
-    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) }, 0);
-    let mut dominators = Command::new(env!("CARGO_BIN_EXE_heapsnap"))
-        .arg("dominators")
-        .arg(&snapshot)
-        .arg("--json")
-        .env("HEAPSNAP_INDEX_IN_BACKGROUND", "0")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    assert!(dominators.try_wait().unwrap().is_none(), "the report did not wait for the lock");
-    drop(lock);
-    let status = dominators.wait().unwrap();
-    assert!(status.success());
+    assert_eq!(unsafe { libc::flock(turn.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let snapshot = dir.path().join("second.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(300).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let (_, trace) = report_within(&["top"], &snapshot, &cache, true, std::time::Duration::from_secs(60));
+    assert!(trace.contains("the answer, from the analysis"), "{trace}");
+    assert!(wait_for_saved(&snapshot, Needs::Meta), "the meta level was not saved ahead of the completion's turn");
+    assert!(!saved_serves(&snapshot, Needs::Tree), "the completion went on without its turn");
+    let probe = std::fs::File::open(&snapshot).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_ne!(unsafe { libc::flock(probe.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) }, 0, "no completion holds the snapshot");
+    for (report, reference) in from_meta.iter().zip(&references) {
+        let (out, trace) = report_within(report, &snapshot, &cache, true, std::time::Duration::from_secs(30));
+        assert!(!trace.contains("the answer, from the analysis"), "{report:?} analysed instead of reading the meta level: {trace}");
+        assert_eq!(&out, reference, "{report:?} from the meta level saved ahead of the rest");
+    }
+    let (out, trace) = report_within(&dominators, &snapshot, &cache, true, std::time::Duration::from_secs(30));
+    assert!(trace.contains("analysing instead of waiting"), "{trace}");
+    assert_eq!(&out, references.last().unwrap(), "dominators while the completion waits for its turn");
+    assert!(!saved_serves(&snapshot, Needs::Tree), "the completion went on without its turn");
+    drop(turn);
+    assert!(wait_for_saved(&snapshot, Needs::All), "the index was not completed once the turn was given");
+    flock_snapshot(&snapshot, libc::LOCK_SH);
 }

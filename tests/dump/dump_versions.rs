@@ -265,6 +265,58 @@ fn deployed_executables_give_the_same_snapshot_5_2_and_5_1() {
     }
 }
 
+/// A statically linked executable stripped of every symbol (`strip` leaves a static link with
+/// neither `.symtab` nor `.dynsym`) is refused with what would help, the process left running;
+/// its debug file (from `objcopy --only-keep-debug`), or an unstripped copy, dumps the same
+/// process, on every release's runtime.
+#[test]
+fn static_executables_stripped_of_every_symbol_dump_with_their_debug_file() {
+    for toolchain in ["5.3.0", "5.2.0", "5.1.0", "4.14.0"] {
+        let Some(samples) = toolchain_samples(toolchain) else { continue };
+        let build = samples.parent().unwrap().join(".build").join(toolchain);
+        let tmp = tempfile::tempdir().unwrap();
+        let full = tmp.path().join("cache_leak.static");
+        let link = Command::new(toolchain_prefix(toolchain).join("bin/ocamlopt"))
+            .current_dir(&build)
+            .args(["-g", "heapsnap_sample.cmx", "cache_leak.cmx", "-ccopt", "-static", "-o"])
+            .arg(&full)
+            .output()
+            .unwrap();
+        assert!(link.status.success(), "{toolchain}: static link: {}", String::from_utf8_lossy(&link.stderr));
+        let stripped = tmp.path().join("cache_leak.stripped");
+        let debug_file = tmp.path().join("cache_leak.debug");
+        std::fs::copy(&full, &stripped).unwrap();
+        for cmd in [Command::new("strip").arg(&stripped), Command::new("objcopy").arg("--only-keep-debug").arg(&full).arg(&debug_file)] {
+            let o = cmd.output().unwrap();
+            assert!(o.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&o.stderr));
+        }
+        let sections = Command::new("readelf").arg("-S").arg(&stripped).output().unwrap();
+        let sections = String::from_utf8_lossy(&sections.stdout);
+        assert!(!sections.contains(".symtab") && !sections.contains(".dynsym"), "{toolchain}: the stripped copy has symbols");
+
+        let mut sample = Sample::start(&stripped, &["1000"]);
+        sample.wait_ready(1);
+        let pid = sample.pid();
+        let refused = dump(pid, &tmp.path().join("refused.snap"), &[]);
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{toolchain}: {err}");
+        assert!(err.contains("has no symbols") && err.contains("--debug-file") && err.contains("--exe"), "{toolchain}: {err}");
+        assert!(!tmp.path().join("refused.snap").exists(), "{toolchain}: a refused dump leaves no file");
+        assert_running_untraced(pid, "a refused dump");
+        let with_debug = tmp.path().join("debug.snap");
+        dump_ok(pid, &with_debug, &["--debug-file", debug_file.to_str().unwrap()]);
+        let with_exe = tmp.path().join("exe.snap");
+        dump_ok(pid, &with_exe, &["--exe", full.to_str().unwrap()]);
+        assert_running_untraced(pid, "the dumps");
+        let (a, b) = (Snapshot::open(&with_debug).unwrap(), Snapshot::open(&with_exe).unwrap());
+        assert!(objects(&a) == objects(&b), "{toolchain}: the debug file and the unstripped copy give different snapshots");
+        assert_eq!(verify(&with_debug, true)["ok"], true, "{toolchain}");
+        let top = analyse("top", &[&with_debug], &["--by", "root", "--limit", "1"]);
+        assert_eq!(top["groups"][0]["name"], "Cache_leak.1", "{toolchain}: the cache's global, by its module's symbol: {top}");
+        sample.release();
+        sample.finish();
+    }
+}
 /// A version heapsnap does not know is read by probing its runtime when the executable has
 /// DWARF; stripped, it is refused with the debug file that would make it work, and `--force`
 /// reads it by the newest release's tables, checking the snapshot at once.

@@ -506,6 +506,33 @@ fn bad_cmt_files_and_toolchains_are_refused_with_a_message() {
     let info = heapsnap_out(&["info", p]);
     assert!(String::from_utf8_lossy(&info.stdout).contains("left out"), "info lists what was left out");
 
+    // Another build with as many fields, two of them in the other order: the sizes agree, so
+    // only the heap tells that `next_id` (an `int ref`) holds the table and `cache` the ref.
+    // The unit loses its field names (numbered, as without names) rather than keep wrong ones,
+    // and `info` says why.
+    let swapped = dir.path().join("swapped");
+    std::fs::create_dir(&swapped).unwrap();
+    let source = "let payload_bytes = 1000\nlet next_id = ref 0\nlet cache : (string, int) Hashtbl.t = Hashtbl.create 16\nlet lookup k = Hashtbl.find cache k + !next_id\n";
+    std::fs::write(swapped.join("cache_leak.ml"), source).unwrap();
+    let ok = Command::new(prefix.join("bin/ocamlopt")).args(["-bin-annot", "-c", "cache_leak.ml"]).current_dir(&swapped).status().unwrap();
+    assert!(ok.success());
+    let out = heapsnap_out(&["annotate", p, "--ocaml", ocaml, "--cmt", swapped.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("Cache_leak: the snapshot contradicts these names (field 1 `next_id` should hold a block of tag 0 and 1 fields but holds a block of tag 0 and 4 fields, and 1 more)"),
+        "{err}"
+    );
+    let done: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The standard library's units (their module blocks checked too) keep their names; the
+    // program's, cache_leak (contradicted) and heapsnap_sample (not in that directory), do not.
+    assert_eq!(done["program_units"], 0, "{done}");
+    assert_eq!(done["units"].as_u64().unwrap() + 2, done["snapshot_units"].as_u64().unwrap(), "{done}");
+    let top = analyse("top", &[&path], &["--by", "root", "--limit", "1"]);
+    assert_eq!(top["groups"][0]["name"], "Cache_leak.1", "the table's field is numbered, not named `next_id`");
+    let info = String::from_utf8_lossy(&heapsnap_out(&["info", p]).stdout).to_string();
+    assert!(info.contains("the snapshot contradicts these names"), "{info}");
+
     // A corrupt .cmt: a message, never a crash; the analysis goes on.
     let corrupt = dir.path().join("corrupt");
     std::fs::create_dir(&corrupt).unwrap();

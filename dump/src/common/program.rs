@@ -114,6 +114,8 @@ pub fn program_kind(exe: &Executable) -> Result<ProgramKind> {
     match (exe.symbol("caml_start_program").is_some(), interpreter_symbol(exe).is_some()) {
         (true, _) => Ok(ProgramKind::Native),
         (false, true) => Ok(ProgramKind::Bytecode),
+        // A static executable stripped of everything may well be OCaml: say what would help.
+        (false, false) if !exe.has_symbols() => Err(DumpError::NoSymbols { path: exe.path.clone() }),
         (false, false) => Err(DumpError::NotOcaml { path: exe.path.clone() }),
     }
 }

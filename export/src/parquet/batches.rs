@@ -1,5 +1,5 @@
 //! The tables' Arrow schemas and record batches: the column types `export/EXPORT.md` documents
-//! (the contract `heapsnap fleet`, DuckDB and Spark read). Every table starts with
+//! (the contract query engines such as DuckDB and Spark read). Every table starts with
 //! `snapshot_id`.
 
 use super::rows::{GroupRow, PathRow, SiteRow, SnapshotRow, SuspectRow};

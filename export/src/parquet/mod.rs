@@ -1,5 +1,5 @@
 //! `export --format parquet`: what the reports compute for one snapshot, as Parquet tables
-//! that query engines (DataFusion in `heapsnap fleet`, DuckDB, Spark) read across many
+//! that query engines (DataFusion, DuckDB, Spark) read across many
 //! snapshots. One file per table and snapshot, `DIR/TABLE/SNAPSHOT_ID.parquet`, so that many
 //! exports share one directory and an engine reads a table as a glob; the schemas are in
 //! [`batches`], the rows in [`rows`], the ids and keys in [`identity`].
@@ -16,7 +16,7 @@ use ::parquet::file::properties::WriterProperties;
 use arrow_array::RecordBatch;
 use heapsnap_analyze::{Analysis, Progress};
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub use rows::{Options, GROUPS_CAP, SUSPECTS_CAP};
 
@@ -104,7 +104,7 @@ fn create_dir(dir: &Path) -> Result<(), ExportError> {
 
 /// One table's file: Snappy-compressed columns, dictionary-encoded where they repeat, written
 /// owner-only to a temporary file renamed into place.
-fn write(path: &PathBuf, batch: &RecordBatch) -> Result<u64, ExportError> {
+fn write(path: &Path, batch: &RecordBatch) -> Result<u64, ExportError> {
     let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
     let file = AtomicFile::create(path)?;
     let parquet = |e: ::parquet::errors::ParquetError| ExportError::Parquet(format!("{}: {e}", path.display()));

@@ -1,6 +1,7 @@
 //! The memory cgroups that hold a process, its own and every ancestor, in cgroup v2 or in v1's
-//! memory controller: their limits and what they charge. The capture's room for a fork and the
-//! `on-memory` trigger read them.
+//! memory controller: their limits and what they charge; and the machine's available memory. The
+//! dumper's room for a fork and its `on-memory` trigger read them, and the analysis its own room
+//! before it allocates for a heap.
 
 use std::path::{Path, PathBuf};
 
@@ -54,6 +55,17 @@ impl MemoryCgroup {
         let stat = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
         let inactive: u64 = stat.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0);
         Some(usage.saturating_sub(inactive))
+    }
+
+    /// What it charges for anonymous memory (`anon`, v1's `total_rss`): what the kernel cannot
+    /// reclaim without swap, unlike the page cache it charges too (a mapped file's pages).
+    pub fn anonymous(&self) -> Option<u64> {
+        let key = match self.version {
+            Version::V2 => "anon",
+            Version::V1 => "total_rss",
+        };
+        let stat = std::fs::read_to_string(self.dir.join("memory.stat")).ok()?;
+        stat.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
     }
 
     /// The processes in it (not in its descendants).
@@ -135,6 +147,33 @@ pub fn kib_field(text: &str, name: &str) -> Option<u64> {
 /// The machine's memory (`MemTotal`).
 pub fn mem_total() -> Option<u64> {
     kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
+}
+
+/// How much more memory this process can have before the kernel reclaims what it cannot or
+/// kills something: the machine's `MemAvailable`, and the room under the tightest limit of the
+/// memory cgroups that hold the process. `None` when neither can be read.
+/// Within a cgroup, its limit less its anonymous memory: the page cache it charges (the
+/// snapshot's mapped pages among it) is reclaimed before anything is killed.
+pub fn own_room() -> Option<Room> {
+    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| kib_field(&m, "MemAvailable:"));
+    let in_cgroup = of_process(std::process::id() as i32)
+        .iter()
+        .filter_map(|c| {
+            let limit = c.limit()?;
+            let room = limit.saturating_sub(c.anonymous()?);
+            Some(Room { bytes: room, of: format!("the memory cgroup {} (limit {} bytes)", c.dir.display(), limit) })
+        })
+        .min_by_key(|r| r.bytes);
+    let machine = available.map(|bytes| Room { bytes, of: "the machine's available memory (MemAvailable)".into() });
+    [in_cgroup, machine].into_iter().flatten().min_by_key(|r| r.bytes)
+}
+
+/// Room for more memory, and what bounds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Room {
+    pub bytes: u64,
+    /// What sets the bound, in words: `the memory cgroup /sys/fs/cgroup/svc (limit N bytes)`.
+    pub of: String,
 }
 
 #[cfg(test)]
