@@ -58,7 +58,7 @@ pub struct Answer {
     pub sql: String,
     pub columns: Vec<String>,
     /// One object per row, by column.
-    pub rows: Vec<Map<String, Value>>,
+    pub rows: Rows,
     /// Why the answer is empty, where the tables tell.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -140,9 +140,12 @@ async fn why_empty(context: &SessionContext, tables: &tables::Tables, question: 
     })
 }
 
+/// An answer's rows, one JSON object per row, by column.
+pub type Rows = Vec<Map<String, Value>>;
+
 /// The rows of the batches as JSON objects: integers as integers, floating point as numbers (a
 /// non-finite one as null), text as strings.
-pub fn json_rows(batches: &[RecordBatch]) -> Result<(Vec<String>, Vec<Map<String, Value>>), FleetError> {
+pub fn json_rows(batches: &[RecordBatch]) -> Result<(Vec<String>, Rows), FleetError> {
     let Some(first) = batches.first() else { return Ok((Vec::new(), Vec::new())) };
     let columns: Vec<String> = first.schema().fields().iter().map(|f| f.name().clone()).collect();
     let mut rows = Vec::new();

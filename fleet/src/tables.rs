@@ -145,7 +145,7 @@ impl Tables {
                 return Err(FleetError::NoSnapshots(dir.clone()));
             }
             for (table, files) in found.iter_mut() {
-                files.extend(table_files(dir, *table)?);
+                files.extend(table_files(dir, table)?);
             }
         }
         for (table, files) in &found {
