@@ -225,6 +225,55 @@ fn preload_library_watches_a_program_started_without_heapsnap() {
     forked(check_snapshot(&found[2], Trigger::Exit));
 }
 
+/// `OCAML_HEAPSNAP=...,export=parquet=DIR,keep-snapshots=1` through the preload library: the
+/// watcher writes each snapshot's tables while the program runs, and of the snapshot files only
+/// the last is left once the program has exited.
+#[test]
+fn preload_library_exports_tables_and_keeps_the_last_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (snaps, tables) = (dir.path().join("snaps"), dir.path().join("tables"));
+    std::fs::create_dir(&snaps).unwrap();
+    let mut child = preloaded_paused(
+        &sample("cache_leak"),
+        2,
+        &format!("on-compaction,at-exit,dir={},export=parquet={},keep-snapshots=1", snaps.display(), tables.display()),
+    );
+    let table_files = |name: &str| std::fs::read_dir(tables.join(name)).map_or(0, |d| d.count());
+    let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut stdin = child.stdin.take();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(step) = line.strip_prefix("READY ") {
+            let step: usize = step.parse().unwrap();
+            // Each compaction's tables are written while the program waits.
+            wait_until(&format!("no tables after READY {step}"), &|| table_files("snapshots") >= step);
+            if step < 2 {
+                writeln!(stdin.as_mut().unwrap()).unwrap();
+            } else {
+                stdin = None;
+            }
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    // The exit snapshot's tables are written after the program is gone; the older files go.
+    wait_until("the exit snapshot's tables", &|| table_files("snapshots") == 3 && snapshots(&snaps).len() == 1);
+    for table in ["snapshots", "groups", "suspects", "dominator_paths"] {
+        assert_eq!(table_files(table), 3, "{table}");
+    }
+    let left = snapshots(&snaps);
+    check_snapshot(&left[0], Trigger::Exit);
+    let last = Snapshot::open(&left[0]).unwrap();
+    let id = heapsnap_export::parquet::identity::snapshot_id(last.metadata(), last.metadata().host.as_deref());
+    assert!(tables.join("snapshots").join(format!("{id}.parquet")).exists(), "the last snapshot's tables are named by its id");
+}
+
 #[test]
 fn preload_library_reports_a_malformed_value_and_leaves_the_program_alone() {
     let out = Command::new(sample("long_list"))
