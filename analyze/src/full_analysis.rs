@@ -457,6 +457,26 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
             })
             .as_ref()
     }
+
+    fn typed_bytes_dominated_by(&self, v: NodeId) -> Option<u64> {
+        let typing = self.typing()?;
+        let start = self.tree.pre_of.get(v as usize).copied().filter(|&p| p != NO_NODE)? as usize;
+        let order = self.tree.preorder();
+        let typed = |node: NodeId| if typing.type_id(node) != crate::model::NO_TYPE { self.freeable(node) } else { 0 };
+        // What `v` dominates comes after it in preorder, each node after its immediate
+        // dominator: one pass marks them.
+        let mut inside = vec![false; order.len() - start];
+        inside[0] = true;
+        let mut bytes = typed(v);
+        for p in start + 1..order.len() {
+            let idom = self.tree.idom_pre[p] as usize;
+            if idom >= start && inside[idom - start] {
+                inside[p - start] = true;
+                bytes += typed(order[p]);
+            }
+        }
+        Some(bytes)
+    }
 }
 
 /// A scoped thread's result, or its panic resumed here.
