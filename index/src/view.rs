@@ -749,4 +749,16 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     fn typing(&self) -> Option<&heapsnap_analyze::Typing<'_>> {
         self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::Typing::compute(self))).as_ref()
     }
+
+    /// The saved tree is in its own preorder: what `v` dominates is the numbers of its subtree.
+    fn typed_bytes_dominated_by(&self, v: NodeId) -> Option<u64> {
+        let typing = self.typing()?;
+        let p = self.pre(v)?;
+        let subtree = self.tree.preorder.get(p..p + self.tree.size(p)?)?;
+        let heap_bytes = |node: NodeId| match self.node_kind(node) {
+            Some(NodeKind::Block(RegionKind::Static)) | None => 0,
+            Some(_) => self.block(node).map_or(0, |b| b.header.bytes()),
+        };
+        Some(subtree.iter().filter(|&&node| typing.type_id(node) != heapsnap_analyze::NO_TYPE).map(|&node| heap_bytes(node)).sum())
+    }
 }

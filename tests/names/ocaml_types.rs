@@ -389,6 +389,11 @@ fn the_compiler_at_its_assembler_is_typed() {
     assert!(typed_in_frames <= stack.bytes && typed_in_frames * 10 >= stack.bytes * 9, "{typed_in_frames} of {} bytes", stack.bytes);
     let said = analyse("suspects", &[&path], &[]);
     assert_eq!(said["stack_only"]["typed_bytes"], typed_in_frames, "{}", said["stack_only"]);
+    // The analysis index's view of the dominator tree says the same.
+    let ix = heapsnap_index::open_or_build(&path, &Progress::hidden()).unwrap();
+    let view = heapsnap_index::IndexView::open(&ix.snap, &ix.index, heapsnap_index::Needs::All).unwrap();
+    let from_index = heapsnap_analyze::stack_only(&view).expect("stack roots");
+    assert_eq!(from_index.typed_bytes, Some(typed_in_frames));
     let top = analyse("top", &[&path], &["--by", "root", "--limit", "0"]);
     let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert!(!names.iter().any(|n| n.starts_with("Env.") && n[4..].parse::<u64>().is_ok()), "numbered Env globals: {names:?}");
