@@ -754,7 +754,8 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
     fn typed_bytes_dominated_by(&self, v: NodeId) -> Option<u64> {
         let typing = self.typing()?;
         let p = self.pre(v)?;
-        let subtree = self.tree.preorder.get(p..p + self.tree.size(p)?)?;
+        // A hostile index's size gives no subtree rather than an overflow.
+        let subtree = self.tree.preorder.get(p..p.checked_add(self.tree.size(p)?)?)?;
         let heap_bytes = |node: NodeId| match self.node_kind(node) {
             Some(NodeKind::Block(RegionKind::Static)) | None => 0,
             Some(_) => self.block(node).map_or(0, |b| b.header.bytes()),
