@@ -17,12 +17,13 @@ rm -rf "$work/home" "$work/clone"
 mkdir -p "$work/home"
 git clone -q "$repo" "$work/clone"
 echo "cold-ci: clone of $(git -C "$repo" rev-parse --short HEAD) in $work/clone; log in $work/ci.log" >&2
+rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
 start=$SECONDS
 status=0
 (
   cd "$work/clone"
   # rustup's toolchains are the machine's; cargo's registry is a cache.
-  HOME="$work/home" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" CARGO_HOME="$work/home/.cargo" CI=true .ci/run
+  HOME="$work/home" RUSTUP_HOME="$rustup_home" CARGO_HOME="$work/home/.cargo" CI=true .ci/run
 ) >"$work/ci.log" 2>&1 || status=$?
 echo "cold-ci: exit status $status, wall $((SECONDS - start)) s ($work/ci.log)"
 exit "$status"
