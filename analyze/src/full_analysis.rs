@@ -258,14 +258,6 @@ impl<'s> Analysis<'s> {
         self.graph.blocks.block(node).map_or(0, |b| b.header.bytes())
     }
 
-    /// What freeing the node would give back: its shallow size, 0 for static data.
-    pub fn freeable(&self, node: NodeId) -> u64 {
-        match self.node_kind(node) {
-            Some(NodeKind::Block(RegionKind::Static)) | None => 0,
-            Some(_) => self.shallow(node),
-        }
-    }
-
     pub fn retained(&self, node: NodeId) -> u64 {
         self.tree.retained(node)
     }

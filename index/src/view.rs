@@ -756,10 +756,6 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         let p = self.pre(v)?;
         // A hostile index's size gives no subtree rather than an overflow.
         let subtree = self.tree.preorder.get(p..p.checked_add(self.tree.size(p)?)?)?;
-        let heap_bytes = |node: NodeId| match self.node_kind(node) {
-            Some(NodeKind::Block(RegionKind::Static)) | None => 0,
-            Some(_) => self.block(node).map_or(0, |b| b.header.bytes()),
-        };
-        Some(subtree.iter().filter(|&&node| typing.type_id(node) != heapsnap_analyze::NO_TYPE).map(|&node| heap_bytes(node)).sum())
+        Some(subtree.iter().filter(|&&node| typing.type_id(node) != heapsnap_analyze::NO_TYPE).map(|&node| self.freeable(node)).sum())
     }
 }
