@@ -147,6 +147,7 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
     let child = run_paused(&["--on-signal", "USR2", "--capture", "fork"], dir.path(), &sample("closure_list"), 2);
     // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
     });
@@ -372,6 +373,7 @@ fn signal_and_exit_triggers_on_5_1() {
     preload_library(); // `run --at-exit` preloads it
     let dir = tempfile::tempdir().unwrap();
     let child = run_paused(&["--on-signal", "USR2", "--at-exit"], dir.path(), &samples.join("closure_list"), 2);
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
     });
@@ -409,6 +411,7 @@ fn unwritable_dir_and_user(parent: &Path) -> (PathBuf, impl Fn(&Path) -> Command
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let command = move |program: &Path| {
         if root {
@@ -491,6 +494,7 @@ fn lost_snapshots_make_run_fail_at_the_end() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "READY 1");
     std::fs::remove_dir(&dir).unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log).unwrap().contains("signal snapshot failed") {
