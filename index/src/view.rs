@@ -217,16 +217,17 @@ pub struct IndexView<'s> {
     groups: [OnceLock<Vec<Group>>; 5],
     /// The roots' shares, read when a report first lists them.
     root_shares: OnceLock<Vec<RootShare>>,
-    /// The diff's classification, read and checked when the view is opened for a diff.
-    diff: Option<heapsnap_analyze::diff::SavedProfile>,
+    /// The diff's classifications the index saves, read and checked when the view is opened
+    /// for a diff.
+    diff: Vec<heapsnap_analyze::diff::SavedProfile>,
     file: &'s IndexFile,
 }
 
 impl<'s> IndexView<'s> {
-    /// The diff's classification of the snapshot (when the view was opened for
-    /// [`Needs::Diff`]).
-    pub fn diff_profile(&self) -> Option<&heapsnap_analyze::diff::SavedProfile> {
-        self.diff.as_ref()
+    /// The diff's classification of the snapshot by `by` (when the view was opened for
+    /// [`Needs::Diff`] and the index saves that grouping's).
+    pub fn diff_profile(&self, by: GroupBy) -> Option<&heapsnap_analyze::diff::SavedProfile> {
+        self.diff.iter().find(|p| p.by == by)
     }
 
     pub fn open(snap: &'s Snapshot, file: &'s IndexFile, needs: Needs) -> Result<Self, IndexError> {
@@ -300,7 +301,15 @@ impl<'s> IndexView<'s> {
             typing: OnceLock::new(),
             groups: Default::default(),
             root_shares: OnceLock::new(),
-            diff: if needs == Needs::Diff { crate::diff_profile::read(file)? } else { None },
+            diff: if needs == Needs::Diff {
+                let mut saved = Vec::new();
+                for by in crate::diff_profile::SAVED_GROUPINGS {
+                    saved.extend(crate::diff_profile::read(file, by)?);
+                }
+                saved
+            } else {
+                Vec::new()
+            },
             file,
             meta,
         };
