@@ -12,7 +12,10 @@
    Diagnostics go to stderr only, and only when HEAPSNAP_SAMPLE_DEBUG is set:
    then each checkpoint prints "# step i root NAME reachable_bytes B" for the
    roots the sample registered with [debug_root] (Obj.reachable_words * 8),
-   after "# step i heap_bytes B" (Gc.quick_stat heap_words * 8). *)
+   after "# step i heap_bytes B" (Gc.quick_stat heap_words * 8).
+
+   HEAPSNAP_SAMPLE_MAJOR_SLICES=N runs N large major slices after each compaction, before
+   "READY i", so that a checkpoint can fall in a later phase of the cycle than its start. *)
 
 type config = {
   name : string;
@@ -51,6 +54,11 @@ let debug_root name get = debug_roots := (name, get) :: !debug_roots
 
 let stdin_eof = ref false
 
+let major_slices =
+  match Sys.getenv_opt "HEAPSNAP_SAMPLE_MAJOR_SLICES" with
+  | Some n -> (match int_of_string_opt n with Some n -> n | None -> 0)
+  | None -> 0
+
 (* OCaml 5.1's Gc.compact is one major cycle, which leaves blocks that died during it
    unswept; Gc.full_major's three cycles free them, as 5.2's compaction does. *)
 let compact () =
@@ -59,6 +67,7 @@ let compact () =
 
 let checkpoint cfg ?(before_ready = fun _ -> ()) step =
   compact ();
+  for _ = 1 to major_slices do ignore (Gc.major_slice 1_000_000) done;
   before_ready step;
   if debug then begin
     let st = Gc.quick_stat () in

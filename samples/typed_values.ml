@@ -49,6 +49,16 @@ let conflict : holder = let v = { p = 1; q = 2 } in { x = v; more = [ Obj.magic 
    bindings fields of their own too, before those of a submodule. *)
 include struct let tags : string list = List.map String.uppercase_ascii [ "red"; "green" ] end
 module Registry = struct let entries : (int * string) list ref = ref [ (1, string_of_int 1) ] end
+(* A generative functor applied to an anonymous structure and included, its type abstract in
+   its signature (menhir's [include GrammarFunctor.Make (struct ... end) ()]): the type is the
+   one the functor's body defines. *)
+module type COUNTED = sig type 'a t val make : 'a -> 'a t end
+module Counted (X : sig val start : int end) () : COUNTED = struct
+  type 'a t = { item : 'a; mutable count : int }
+  let make item = { item; count = X.start + String.length "c" }
+end
+include Counted (struct let start = 7 end) ()
+let counted : string t list = [ make "a"; make "b" ]
 
 let () =
   Heapsnap_sample.run (fun _cfg step ->

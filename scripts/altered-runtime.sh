@@ -24,6 +24,11 @@
 #                        before it marks, and allocates UNMARKED until marking starts
 #                        (runtime/major_gc.c); ported for single-domain programs, as the
 #                        samples are (a program whose domains terminate mid-cycle hangs)
+#   idle-phase           OCaml 5.5's idle phase (ocaml/ocaml#14365) on top of mark-delay: a
+#                        program starts idle, and each cycle idles after its sweep, allocating
+#                        UNMARKED, until the cycle's allocation passes the minor heap's size
+#                        (small_heap_limit's default); a forced cycle (full major, compaction)
+#                        marks at once
 #
 # Only the runtime library is rebuilt (`make runtime/libasmrun.a` in a configured 5.3.0 source
 # tree, cached), then installed as libasmrun_VARIANT.a beside the samples, which are linked
@@ -37,8 +42,8 @@ set -euo pipefail
 
 variant="${1:-}"
 case "$variant" in
-  pool-size | domain-field | continuation-field | header-bits | free-runs | mark-delay) ;;
-  *) echo "usage: scripts/altered-runtime.sh pool-size|domain-field|continuation-field|header-bits|free-runs|mark-delay" >&2; exit 2 ;;
+  pool-size | domain-field | continuation-field | header-bits | free-runs | mark-delay | idle-phase) ;;
+  *) echo "usage: scripts/altered-runtime.sh pool-size|domain-field|continuation-field|header-bits|free-runs|mark-delay|idle-phase" >&2; exit 2 ;;
 esac
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$here/.."
@@ -202,14 +207,36 @@ elif variant == "free-runs":
         } else {
           CAMLassert (!Has_status_hd(hd, caml_global_heap_state.MARKED));""")
     edit(sh, "            value *next = (value*)new_p[1];\n", "            value *next = pool_take_free(new_p, wh);\n")
-elif variant == "mark-delay":
+elif variant in ("mark-delay", "idle-phase"):
     # ocaml/ocaml#13580 (OCaml 5.4): each major cycle opens with a sweep-only phase,
     # Phase_sweep_main, in which nothing is marked and new blocks of the shared heap are
     # allocated UNMARKED. Marking (the roots, then the ephemerons' todo list) starts when a
     # domain has swept, with the minor heaps empty, in a stop-the-world section.
+    # ocaml/ocaml#14365 (OCaml 5.5), idle-phase: after the sweep the cycle idles
+    # (Phase_idle, still allocating UNMARKED) until the cycle has allocated more than
+    # small_heap_limit, whose default is the minor heap's size; a program starts idle, and a
+    # forced cycle (one run from a stop-the-world section) marks at once. The description
+    # counts GC work units, as alloc_counter does, not words. Phase_idle is set outside a
+    # stop-the-world section, which only single-domain programs allow.
+    idle = variant == "idle-phase"
     mg = "runtime/major_gc.c"
-    edit("runtime/caml/major_gc.h", "typedef enum {\n  Phase_sweep_and_mark_main,",
-         "typedef enum {\n  Phase_sweep_main,\n  Phase_sweep_and_mark_main,")
+    if idle:
+        edit("runtime/caml/major_gc.h", "typedef enum {\n  Phase_sweep_and_mark_main,",
+             "typedef enum {\n  Phase_idle,\n  Phase_sweep_main,\n  Phase_sweep_and_mark_main,")
+        edit("runtime/caml/major_gc.h", "extern gc_phase_t caml_gc_phase;\n",
+             "extern gc_phase_t caml_gc_phase;\n#define Caml_marking_not_started \\\n"
+             "  (caml_gc_phase == Phase_sweep_main || caml_gc_phase == Phase_idle)\n")
+        edit(mg, "static atomic_uintnat work_counter;\n",
+             "static atomic_uintnat work_counter;\n/* alloc_counter when the cycle started. */\n"
+             "static atomic_uintnat cycle_alloc_start;\n")
+        edit(mg, "  caml_gc_phase = Phase_sweep_and_mark_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo",
+             "  atomic_store(&cycle_alloc_start, atomic_load(&alloc_counter));\n"
+             "  caml_gc_phase = Phase_sweep_and_mark_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo")
+        not_marking = "Caml_marking_not_started"
+    else:
+        edit("runtime/caml/major_gc.h", "typedef enum {\n  Phase_sweep_and_mark_main,",
+             "typedef enum {\n  Phase_sweep_main,\n  Phase_sweep_and_mark_main,")
+        not_marking = "caml_gc_phase == Phase_sweep_main"
     edit(mg, "  caml_gc_phase = Phase_sweep_and_mark_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo",
          "  caml_gc_phase = Phase_sweep_main;\n  atomic_store(&ephe_cycle_info.num_domains_todo")
     s = open(f"{root}/{mg}").read()
@@ -229,7 +256,7 @@ elif variant == "mark-delay":
         "{\n"
         "  caml_empty_minor_heap_no_major_slice_from_stw\n"
         "    (domain, (void*)0, participating_count, participating);\n"
-        "  int start = caml_gc_phase == Phase_sweep_main;\n"
+        f"  int start = {not_marking};\n"
         "  caml_global_barrier(participating_count);\n"
         "  if (!start) return;\n"
         "  Caml_global_barrier_if_final(participating_count) {\n"
@@ -244,20 +271,22 @@ elif variant == "mark-delay":
     s = s.replace(anchor2, marking + anchor2)
     open(f"{root}/{mg}", "w").write(s)
     edit(mg, "mark_again:\n  if (!domain_state->marking_done &&\n",
-         "  if (mode != Slice_opportunistic && caml_gc_phase == Phase_sweep_main &&\n"
+         f"  if (mode != Slice_opportunistic && {not_marking} &&\n"
          "      (barrier_participants || domain_state->sweeping_done)) {\n"
+         + ("    if (caml_gc_phase == Phase_sweep_main) caml_gc_phase = Phase_idle;\n" if idle else "") +
          "    if (barrier_participants)\n"
          "      stw_start_marking(domain_state, (void*)0, participant_count,\n"
          "                        barrier_participants);\n"
-         "    else\n"
+         + ("    else if (diffmod(atomic_load(&alloc_counter), atomic_load(&cycle_alloc_start))\n"
+            "             > (intnat)domain_state->minor_heap_wsz)\n" if idle else "    else\n") +
          "      caml_try_run_on_all_domains(&stw_start_marking, 0, 0);\n"
          "  }\n\n"
-         "mark_again:\n  if (caml_gc_phase != Phase_sweep_main && !domain_state->marking_done &&\n")
+         f"mark_again:\n  if (!({not_marking}) && !domain_state->marking_done &&\n")
     # Only a terminating domain empties its mark stack outside a slice: in the sweep-only
     # phase it has nothing to mark, and its ephemerons' todo list is empty.
     edit(mg, "void caml_empty_mark_stack (void)\n{\n",
          "void caml_empty_mark_stack (void)\n{\n"
-         "  if (caml_gc_phase == Phase_sweep_main) {\n"
+         f"  if ({not_marking}) {{\n"
          "    if (!Caml_state->marking_done) {\n"
          "      Caml_state->marking_done = 1;\n"
          "      atomic_fetch_add_verify_ge0(&num_domains_to_mark, -1);\n"
@@ -267,12 +296,12 @@ elif variant == "mark-delay":
          "  }\n")
     edit(mg, "void caml_darken(void* state, value v, volatile value* ignored) {\n  header_t hd;\n",
          "void caml_darken(void* state, value v, volatile value* ignored) {\n  header_t hd;\n"
-         "  if (caml_gc_phase == Phase_sweep_main) return;\n")
+         f"  if ({not_marking}) return;\n")
     edit(mg, "void caml_darken_cont(value cont)\n{\n",
-         "void caml_darken_cont(value cont)\n{\n  if (caml_gc_phase == Phase_sweep_main) return;\n")
+         "void caml_darken_cont(value cont)\n{\n" f"  if ({not_marking}) return;\n")
     edit("runtime/shared_heap.c", "  colour = caml_global_heap_state.MARKED;\n",
-         "  colour = caml_gc_phase == Phase_sweep_main ? caml_global_heap_state.UNMARKED\n"
-         "                                             : caml_global_heap_state.MARKED;\n")
+         f"  colour = ({not_marking}) ? caml_global_heap_state.UNMARKED\n"
+         "                           : caml_global_heap_state.MARKED;\n")
 PY
 }
 

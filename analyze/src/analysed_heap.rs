@@ -127,6 +127,12 @@ pub trait AnalysedHeap<'s>: HeapFacts<'s> {
     /// snapshot has no OCaml names.
     fn typing(&self) -> Option<&Typing<'_>>;
 
+    /// The heap bytes (static data excluded) of the blocks `v` dominates, itself included, that
+    /// have an OCaml type; `None` without types, or where this view cannot tell.
+    fn typed_bytes_dominated_by(&self, _v: NodeId) -> Option<u64> {
+        None
+    }
+
     /// A node's OCaml type, as reports show it (`Server.session`, `Cons : int list`); `None`
     /// when untyped, or when the type says no more than the block's own description (strings,
     /// floats, boxed integers).

@@ -47,6 +47,15 @@ pub trait HeapFacts<'s> {
         self.block(v).map_or(0, |b| b.header.bytes())
     }
 
+    /// What freeing the node would give back: its shallow size, 0 for static data (and for a
+    /// node that is no block).
+    fn freeable(&self, v: NodeId) -> u64 {
+        match self.node_kind(v) {
+            Some(NodeKind::Block(heapsnap_format::RegionKind::Static)) | None => 0,
+            Some(_) => self.shallow(v),
+        }
+    }
+
     /// The node of the block at `address` (its first field, an infix pointer into it, or its
     /// header).
     fn node_at(&self, address: u64) -> Result<NodeId, AnalyzeError> {

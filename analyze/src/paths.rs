@@ -128,61 +128,18 @@ pub fn paths<'s>(
     } else {
         targets.clone()
     };
-    let mut unreachable = 0;
+    let (chains, unreachable) = if single {
+        chains_to_one(a, sample[0], max_paths)
+    } else {
+        let (chains, unreachable, followed) = chains_to_many(a, &sample);
+        sample.truncate(followed);
+        (chains, unreachable)
+    };
     let mut merged: Vec<MergedPath> = Vec::new();
     // (root, [(label, field)]) -> index in `merged`
     type Shape = (String, Vec<(String, Option<String>)>);
     let mut index: HashMap<Shape, usize> = HashMap::default();
-    let mut label_cache: HashMap<GroupKey, String> = HashMap::default();
-    // Per node: label id, field, address, and its structure and role (for its children's roles).
-    type StepInfo = (u32, u32, u64, Option<Structure>, Option<Role>);
-    let mut memo: HashMap<NodeId, StepInfo> = HashMap::default();
-    let mut labels: Vec<String> = Vec::new();
-    let mut label_ids: HashMap<String, u32> = HashMap::default();
-
-    let mut chains: Vec<Vec<NodeId>> = Vec::new();
-    if single {
-        // Several distinct shortest paths: one through each referrer of the object.
-        let v = sample[0];
-        match chain(a, v) {
-            None => unreachable = 1,
-            Some(c) => {
-                chains.push(c);
-                // The shortest path comes first and stays first (sorted by length, stably): the
-                // others are needed only when more than one is shown (a search of every edge each).
-                let referrers = if max_paths > 1 { a.referrers(v, 16) } else { Vec::new() };
-                for r in referrers {
-                    if Some(r) == a.bfs_parent(v) {
-                        continue;
-                    }
-                    if let Some(mut c) = chain(a, r).filter(|c| !c.contains(&v)) {
-                        c.push(v);
-                        chains.push(c);
-                    }
-                }
-                chains.sort_by_key(|c| c.len());
-            }
-        }
-    } else {
-        // Deep chains (a long list's cells) cost their length each: stop following more
-        // objects once this many steps have been walked, and say how many were followed.
-        let mut budget = STEP_BUDGET;
-        let mut followed = 0;
-        for &v in &sample {
-            if budget == 0 {
-                break;
-            }
-            followed += 1;
-            match chain(a, v) {
-                None => unreachable += 1,
-                Some(c) => {
-                    budget = budget.saturating_sub(c.len());
-                    chains.push(c);
-                }
-            }
-        }
-        sample.truncate(followed);
-    }
+    let mut labeller = StepLabeller::new(single);
     for c in chains {
         // c = [super-root, kind node, top, ..., target]
         // The root the chain starts from: the records of its kind that hold its first object.
@@ -190,83 +147,7 @@ pub fn paths<'s>(
             Some(NodeKind::Roots(k)) => (k.label().to_string(), crate::retainers::held_by(a, k, c[2])),
             _ => ("?".into(), "?".into()),
         };
-        let mut steps: Vec<Step> = Vec::new();
-        for (i, &v) in c.iter().enumerate().skip(2) {
-            // What a step shows depends on the node only (its BFS parent is fixed): computed
-            // once per node, as chains share their beginnings.
-            let holder = if i > 2 { memo.get(&c[i - 1]).map(|m| (m.3, m.4)) } else { None };
-            let info = *memo.entry(v).or_insert_with(|| {
-                let block = a.block(v);
-                let key = block.map(|b| a.kind_of(&b));
-                let field = if i > 2 {
-                    let parent_size = a.block(c[i - 1]).map_or(0, |b| b.header.wosize);
-                    if !single && parent_size > FOLD_ABOVE_FIELDS {
-                        FOLDED // a BFS tree edge: some field points here, which one is folded
-                    } else {
-                        field_pointing(a, c[i - 1], v).map_or(NO_FIELD, |f| f as u32)
-                    }
-                } else {
-                    NO_FIELD
-                };
-                let structure = match key {
-                    Some(GroupKey::Structure(s)) => Some(s),
-                    _ => None,
-                };
-                let role = holder.and_then(|(s, r)| Role::of_child(s, r, (field < FOLDED).then_some(field as usize)));
-                let label = if single {
-                    a.describe(v)
-                } else if let Some(m) = a.module_of(v) {
-                    format!("module {m}")
-                } else if let Some(t) = a.type_label(v) {
-                    t
-                } else if let Some(key) = key {
-                    label_cache.entry(key).or_insert_with(|| key_name(a.names(), &key)).clone()
-                } else {
-                    a.describe(v)
-                };
-                let label = match role {
-                    Some(r) => format!("{} ({label})", r.name()),
-                    _ => label,
-                };
-                let label = *label_ids.entry(label.clone()).or_insert_with(|| {
-                    labels.push(label);
-                    labels.len() as u32 - 1
-                });
-                // The field by its OCaml name when the holder's type (or module) names it.
-                let named = (i > 2 && field < FOLDED).then(|| a.field_label(c[i - 1], field as usize)).flatten();
-                let field = match named {
-                    Some(name) => {
-                        let id = *label_ids.entry(name.clone()).or_insert_with(|| {
-                            labels.push(name);
-                            labels.len() as u32 - 1
-                        });
-                        NAMED | id
-                    }
-                    None => field,
-                };
-                (label, field, block.map_or(0, |b| b.address), structure, role)
-            });
-            let (label, field, address, _, _) = info;
-            let field_text = match field {
-                NO_FIELD => None,
-                FOLDED => Some("*".to_string()),
-                f if f & NAMED != 0 && f < FOLDED => Some(labels[(f & !NAMED) as usize].clone()),
-                f => Some(f.to_string()),
-            };
-            match steps.last_mut() {
-                Some(last) if !single && last.label == labels[label as usize] && last.field == field_text && field_text.is_some() => {
-                    last.repeat_min += 1;
-                    last.repeat_max += 1;
-                }
-                _ => steps.push(Step {
-                    label: labels[label as usize].clone(),
-                    field: field_text,
-                    repeat_min: 1,
-                    repeat_max: 1,
-                    example: format!("{address:#x}"),
-                }),
-            }
-        }
+        let steps = labeller.steps(a, &c);
         let shape = (root.clone(), steps.iter().map(|s| (s.label.clone(), s.field.clone())).collect::<Vec<_>>());
         match index.get(&shape) {
             Some(&i) if !single => {
@@ -288,6 +169,163 @@ pub fn paths<'s>(
     }
     merged.truncate(max_paths);
     Ok(PathsReport { targets: targets.len() as u64, sampled: sample.len() as u64, unreachable, paths: merged })
+}
+
+/// The paths to one object: its shortest, then one through each other referrer (at most
+/// `max_paths` are shown); and whether no root reaches it (1) or some does (0).
+fn chains_to_one<'s>(a: &impl AnalysedHeap<'s>, v: NodeId, max_paths: usize) -> (Vec<Vec<NodeId>>, u64) {
+    let Some(shortest) = chain(a, v) else { return (Vec::new(), 1) };
+    let mut chains = vec![shortest];
+    // The shortest path comes first and stays first (sorted by length, stably): the others
+    // are needed only when more than one is shown (a search of every edge each).
+    let referrers = if max_paths > 1 { a.referrers(v, 16) } else { Vec::new() };
+    for r in referrers {
+        if Some(r) == a.bfs_parent(v) {
+            continue;
+        }
+        if let Some(mut c) = chain(a, r).filter(|c| !c.contains(&v)) {
+            c.push(v);
+            chains.push(c);
+        }
+    }
+    chains.sort_by_key(|c| c.len());
+    (chains, 0)
+}
+
+/// The shortest path to each object of `sample`, in order, until [`STEP_BUDGET`] steps have
+/// been walked (deep chains, a long list's cells, cost their length each); how many objects no
+/// root reaches, and how many were followed.
+fn chains_to_many<'s>(a: &impl AnalysedHeap<'s>, sample: &[NodeId]) -> (Vec<Vec<NodeId>>, u64, usize) {
+    let mut budget = STEP_BUDGET;
+    let mut followed = 0;
+    let mut unreachable = 0;
+    let mut chains = Vec::new();
+    for &v in sample {
+        if budget == 0 {
+            break;
+        }
+        followed += 1;
+        match chain(a, v) {
+            None => unreachable += 1,
+            Some(c) => {
+                budget = budget.saturating_sub(c.len());
+                chains.push(c);
+            }
+        }
+    }
+    (chains, unreachable, followed)
+}
+
+/// What a path's step shows for one node: its label's id, its field (a number, [`NO_FIELD`],
+/// [`FOLDED`], or [`NAMED`] with a label id), its address, and its structure and role, which
+/// its children's roles depend on.
+type StepInfo = (u32, u32, u64, Option<Structure>, Option<Role>);
+
+/// Labels the steps of many paths. What a step shows depends on the node only (its BFS parent
+/// is fixed): computed once per node, as chains share their beginnings.
+struct StepLabeller {
+    /// One object's paths: every step described in full, and no step folded or merged.
+    single: bool,
+    memo: HashMap<NodeId, StepInfo>,
+    labels: Vec<String>,
+    label_ids: HashMap<String, u32>,
+    key_names: HashMap<GroupKey, String>,
+}
+
+impl StepLabeller {
+    fn new(single: bool) -> StepLabeller {
+        StepLabeller { single, memo: HashMap::default(), labels: Vec::new(), label_ids: HashMap::default(), key_names: HashMap::default() }
+    }
+
+    fn intern(&mut self, label: String) -> u32 {
+        let labels = &mut self.labels;
+        *self.label_ids.entry(label.clone()).or_insert_with(|| {
+            labels.push(label);
+            labels.len() as u32 - 1
+        })
+    }
+
+    /// The steps of chain `c` (`[super-root, kind node, top, ..., target]`) from its top object
+    /// down; a run of steps alike (a list's cells) is one step repeated, unless `single`.
+    fn steps<'s>(&mut self, a: &impl AnalysedHeap<'s>, c: &[NodeId]) -> Vec<Step> {
+        let mut steps: Vec<Step> = Vec::new();
+        for i in 2..c.len() {
+            let (label, field, address, _, _) = self.info(a, c, i);
+            let field_text = match field {
+                NO_FIELD => None,
+                FOLDED => Some("*".to_string()),
+                f if f & NAMED != 0 && f < FOLDED => Some(self.labels[(f & !NAMED) as usize].clone()),
+                f => Some(f.to_string()),
+            };
+            let label = &self.labels[label as usize];
+            match steps.last_mut() {
+                Some(last) if !self.single && &last.label == label && last.field == field_text && field_text.is_some() => {
+                    last.repeat_min += 1;
+                    last.repeat_max += 1;
+                }
+                _ => steps.push(Step {
+                    label: label.clone(),
+                    field: field_text,
+                    repeat_min: 1,
+                    repeat_max: 1,
+                    example: format!("{address:#x}"),
+                }),
+            }
+        }
+        steps
+    }
+
+    /// What the step to `c[i]` shows, from its holder `c[i - 1]` (none for the top object, `i`
+    /// = 2).
+    fn info<'s>(&mut self, a: &impl AnalysedHeap<'s>, c: &[NodeId], i: usize) -> StepInfo {
+        let v = c[i];
+        if let Some(&info) = self.memo.get(&v) {
+            return info;
+        }
+        let holder = if i > 2 { self.memo.get(&c[i - 1]).map(|m| (m.3, m.4)) } else { None };
+        let block = a.block(v);
+        let key = block.map(|b| a.kind_of(&b));
+        let field = if i > 2 {
+            let parent_size = a.block(c[i - 1]).map_or(0, |b| b.header.wosize);
+            if !self.single && parent_size > FOLD_ABOVE_FIELDS {
+                FOLDED // a BFS tree edge: some field points here, which one is folded
+            } else {
+                field_pointing(a, c[i - 1], v).map_or(NO_FIELD, |f| f as u32)
+            }
+        } else {
+            NO_FIELD
+        };
+        let structure = match key {
+            Some(GroupKey::Structure(s)) => Some(s),
+            _ => None,
+        };
+        let role = holder.and_then(|(s, r)| Role::of_child(s, r, (field < FOLDED).then_some(field as usize)));
+        let label = if self.single {
+            a.describe(v)
+        } else if let Some(m) = a.module_of(v) {
+            format!("module {m}")
+        } else if let Some(t) = a.type_label(v) {
+            t
+        } else if let Some(key) = key {
+            self.key_names.entry(key).or_insert_with(|| key_name(a.names(), &key)).clone()
+        } else {
+            a.describe(v)
+        };
+        let label = match role {
+            Some(r) => format!("{} ({label})", r.name()),
+            _ => label,
+        };
+        let label = self.intern(label);
+        // The field by its OCaml name when the holder's type (or module) names it.
+        let named = (i > 2 && field < FOLDED).then(|| a.field_label(c[i - 1], field as usize)).flatten();
+        let field = match named {
+            Some(name) => NAMED | self.intern(name),
+            None => field,
+        };
+        let info = (label, field, block.map_or(0, |b| b.address), structure, role);
+        self.memo.insert(v, info);
+        info
+    }
 }
 
 /// The chain of BFS parents from the super-root down to `v` (`[super-root, root kind, top, ...,

@@ -167,70 +167,11 @@ impl Retainers {
         kind_of: impl Fn(NodeId) -> Option<GroupKey>,
     ) -> Retainers {
         let timer = crate::progress::PhaseTimer::start("roots' reach");
-        let preorder = tree.preorder();
         let first_block = graph.blocks.first_block_node;
         let (top_slot, tops) = top_slots(tree, first_block);
-        // The slot of `p` when it is a top object itself.
-        let slot_of_top = |p: u32| Some(top_slot[p as usize]).filter(|&s| s != NO_LABEL && tops[s as usize] == p);
-
         timer.lap("top objects");
-        // Root names, and the roots that hold each top object directly.
-        let mut names: Vec<String> = Vec::new();
-        let mut name_rank: Vec<u8> = Vec::new();
-        let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
-        let mut held: Vec<u32> = Vec::new();
-        // (top object's slot, root name id) for every root that holds a top object itself.
-        let mut holders: Vec<(u32, u32)> = Vec::new();
-        for edge in &graph.roots {
-            let p = tree.pre_of[edge.node as usize];
-            if p == NO_NODE {
-                continue;
-            }
-            let Some(s) = slot_of_top(p) else { continue };
-            let record = &snap.roots()[edge.record as usize];
-            let label = root_names.root_label(record);
-            let rank = stability_of(snap, record);
-            let id = *name_ids.entry(label.clone()).or_insert_with(|| {
-                names.push(label);
-                name_rank.push(rank);
-                names.len() as u32 - 1
-            });
-            held.push(s);
-            holders.push((s, id));
-        }
-
-        // The subtree graph: top(u) -> w for every edge u -> w into another subtree, as
-        // adjacency lists by slot.
-        // In a fixed number of parts, copied once into a list of the exact size: folding into
-        // vectors merged pairwise would hold several growing copies of it at once.
-        // By node, not by preorder number: a node's edges, and mostly their targets, are next to
-        // the node before's in the snapshot's address order.
-        const PARTS: usize = 64;
-        let n = tree.pre_of.len();
-        let blocks = n.saturating_sub(first_block as usize);
-        let parts: Vec<Vec<(u32, u32)>> = (0..PARTS)
-            .into_par_iter()
-            .map(|i| {
-                let mut out = Vec::new();
-                for u in (first_block as usize + blocks * i / PARTS)..(first_block as usize + blocks * (i + 1) / PARTS) {
-                    let p = tree.pre_of[u];
-                    if p == NO_NODE {
-                        continue;
-                    }
-                    let u = u as u32;
-                    let from = top_slot[p as usize];
-                    for &w in graph.successors(u) {
-                        let q = tree.pre_of[w as usize];
-                        if q != NO_NODE {
-                            if let Some(to) = slot_of_top(q).filter(|&to| to != from) {
-                                out.push((from, to));
-                            }
-                        }
-                    }
-                }
-                out
-            })
-            .collect();
+        let RootHolders { names, name_rank, held, mut holders } = RootHolders::find(snap, graph, tree, root_names, &top_slot, &tops);
+        let parts = crossing_edges(graph, tree, first_block, &top_slot, &tops);
         // Every node's top object is known by its subtree from here on: the per-node array
         // goes before the per-top-object ones come, and its pages with it. Whether the
         // allocator could reuse its place for them depended on where the parts above had
@@ -244,107 +185,24 @@ impl Retainers {
             reach[s as usize].absorb(&Reach::one(name_rank[id as usize], id));
         }
         timer.lap("crossing edges sorted");
-        let next = |s: u32| crossing.next(s).iter().copied();
-
-        // Propagate: each set only grows or improves its rank, so this ends, and absorbing is a
-        // join (the smallest names of the best rank, and whether there are more), so the sets
-        // it ends with do not depend on the order. In reverse postorder from the holders, a
-        // node's sets have come in from all but its back edges when it passes them on: each
-        // pass over the dirty nodes is close to the last, where a stack of changes passed each
-        // one on as often as it grew.
-        held.sort_unstable();
-        held.dedup();
-        let order = reverse_postorder(&held, tops.len(), next);
-        let mut dirty = vec![false; tops.len()];
-        for &h in &held {
-            dirty[h as usize] = true;
-        }
-        let mut pending = held.len();
-        let mut passes = 0;
-        while pending > 0 {
-            passes += 1;
-            for &t in &order {
-                if !std::mem::take(&mut dirty[t as usize]) {
-                    continue;
-                }
-                pending -= 1;
-                let from = reach[t as usize];
-                for s in next(t) {
-                    if reach[s as usize].absorb(&from) && !std::mem::replace(&mut dirty[s as usize], true) {
-                        pending += 1;
-                    }
-                }
-            }
-        }
-
+        let (order, passes) = propagate(&mut reach, held, &crossing);
         timer.lap(&format!("propagated ({passes} passes)"));
-        // Labels, interned by the set of names they list; bytes per label, then per root. Their
-        // text is made once every member is known: it names what the members are.
-        let mut label_sets: Vec<Reach> = Vec::new();
-        let mut label_ids: FxHashMap<(Vec<u32>, bool), u32> = FxHashMap::default();
-        let mut label_bytes: Vec<u64> = Vec::new();
-        let mut label_kind: Vec<MemberKind> = Vec::new();
-        // The members of the labels that name only some of their roots (`more`), by slot.
-        let mut label_members: Vec<Vec<u32>> = Vec::new();
-        let mut slot_label = vec![NO_LABEL; tops.len()];
-        let mut last: Option<(usize, u32)> = None;
-        for (s, set) in reach.iter().enumerate() {
-            if set.rank == u8::MAX {
-                continue;
-            }
-            // Neighbouring top objects are often named alike: skip the hash then.
-            let id = match last {
-                Some((l, id)) if reach[l].names() == set.names() && reach[l].more == set.more => id,
-                _ => *label_ids.entry((set.names().to_vec(), set.more)).or_insert_with(|| {
-                    label_sets.push(*set);
-                    label_bytes.push(0);
-                    label_kind.push(MemberKind::None);
-                    label_members.push(Vec::new());
-                    label_sets.len() as u32 - 1
-                }),
-            };
-            last = Some((s, id));
-            let p = tops[s];
-            let node = preorder[p as usize];
-            slot_label[s] = id;
-            label_bytes[id as usize] += tree.retained(node);
-            if (set.names().len() > 1 || set.more) && label_kind[id as usize] != MemberKind::Mixed {
-                label_kind[id as usize].add(kind_of(node));
-            }
-            if set.more {
-                label_members[id as usize].push(s as u32);
-            }
-        }
+        let interned = InternedLabels::of(&reach, &tops, tree, kind_of);
         timer.lap("labels interned");
         // The whole list of roots of each label that names only some: the roots (of the label's
         // rank) that reach any of its members, found up the subtree graph from them.
-        let partial_labels = label_sets.iter().filter(|set| set.more).count();
+        let partial_labels = interned.sets.iter().filter(|set| set.more).count();
         let mut budget = UP_WALK_BUDGET;
         let full_lists = if partial_labels == 0 {
-            label_sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
+            interned.sets.iter().map(|set| Some(set.names().to_vec())).collect::<Vec<_>>()
         } else {
-            let reverse = SubtreeGraph::from_parts(vec![crossing.pairs().map(|(from, to)| (to, from)).collect()], tops.len());
             holders.sort_unstable();
             holders.dedup();
-            let holder_starts = starts_by_slot(holders.iter().map(|&(slot, _)| slot), tops.len());
-            let up = UpGraph { reverse: &reverse, holders: &holders, holder_starts: &holder_starts };
-            let partial: Vec<u32> = (0..label_sets.len() as u32).filter(|&id| label_sets[id as usize].more).collect();
-            let mut found = up.roots_reaching(&partial, &label_sets, &label_members, &reach, &order, &mut budget);
-            label_sets
-                .iter()
-                .enumerate()
-                .map(|(id, set)| {
-                    if !set.more {
-                        return Some(set.names().to_vec());
-                    }
-                    let mut list = found.remove(&(id as u32)).flatten()?;
-                    list.retain(|&n| name_rank[n as usize] == set.rank);
-                    Some(list)
-                })
-                .collect::<Vec<Option<Vec<u32>>>>()
+            let reach_up = RootsUp { crossing: &crossing, holders: &holders, reach: &reach, order: &order, name_rank: &name_rank };
+            reach_up.full_lists(&interned, &mut budget)
         };
-        drop(label_members);
         timer.lap(&format!("full lists ({partial_labels} labels naming only some; {} steps up)", UP_WALK_BUDGET - budget));
+        let InternedLabels { sets: label_sets, bytes: label_bytes, kinds: label_kind, mut slot_label, .. } = interned;
         // Each label's roots in the order of their names, by the names' ranks in that order
         // (thousands of lists, some of thousands of roots: no text compared but once).
         let text_rank = ranks_in_text_order(&names);
@@ -370,32 +228,7 @@ impl Retainers {
         for l in slot_label.iter_mut().filter(|l| **l != NO_LABEL) {
             *l = merged_into[*l as usize];
         }
-        let mut alone = vec![0u64; names.len()];
-        let mut shared = vec![0u64; names.len()];
-        let mut partners: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); names.len()];
-        for (set, &bytes) in label_sets.iter().zip(&label_bytes) {
-            match set.names() {
-                [one] if !set.more => alone[*one as usize] += bytes,
-                many => {
-                    for &n in many {
-                        shared[n as usize] += bytes;
-                        partners[n as usize].extend(many.iter().copied().filter(|&m| m != n));
-                    }
-                }
-            }
-        }
-        let mut per_root: Vec<RootShare> = names
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| alone[i] + shared[i] > 0)
-            .map(|(i, n)| {
-                let mut with: Vec<String> = partners[i].iter().map(|&m| names[m as usize].clone()).collect();
-                with.sort();
-                with.truncate(MAX_NAMES);
-                RootShare { root: n.clone(), alone: alone[i], shared: shared[i], shared_with: with }
-            })
-            .collect();
-        per_root.sort_by(|x, y| (y.alone + y.shared).cmp(&(x.alone + x.shared)).then(x.root.cmp(&y.root)));
+        let per_root = root_shares(&names, &label_sets, &label_bytes);
         Retainers { names, labels, label_roots, tops, slot_label, per_root }
     }
 
@@ -421,6 +254,260 @@ impl Retainers {
         let p = *tree.pre_of.get(v as usize)?;
         self.label_id(p).map(|l| self.labels[l as usize].as_str())
     }
+}
+
+/// The names of the roots that hold a top object directly, and which they hold.
+struct RootHolders {
+    /// Root names, by id.
+    names: Vec<String>,
+    /// Per name id: its stability ([`stability_of`]).
+    name_rank: Vec<u8>,
+    /// The slots of the top objects some root holds directly (repeated once per root).
+    held: Vec<u32>,
+    /// (top object's slot, root name id) for every root that holds a top object itself.
+    holders: Vec<(u32, u32)>,
+}
+
+impl RootHolders {
+    fn find(
+        snap: &Snapshot,
+        graph: &HeapGraph<'_>,
+        tree: &DominatorTree,
+        root_names: &Names<'_>,
+        top_slot: &[u32],
+        tops: &[u32],
+    ) -> RootHolders {
+        let mut holders_found = RootHolders { names: Vec::new(), name_rank: Vec::new(), held: Vec::new(), holders: Vec::new() };
+        let mut name_ids: FxHashMap<String, u32> = FxHashMap::default();
+        for edge in &graph.roots {
+            let p = tree.pre_of[edge.node as usize];
+            if p == NO_NODE {
+                continue;
+            }
+            let Some(s) = slot_of_top(top_slot, tops, p) else { continue };
+            let record = &snap.roots()[edge.record as usize];
+            let label = root_names.root_label(record);
+            let rank = stability_of(snap, record);
+            let RootHolders { names, name_rank, held, holders } = &mut holders_found;
+            let id = *name_ids.entry(label.clone()).or_insert_with(|| {
+                names.push(label);
+                name_rank.push(rank);
+                names.len() as u32 - 1
+            });
+            held.push(s);
+            holders.push((s, id));
+        }
+        holders_found
+    }
+}
+
+/// The slot of the node numbered `p` in preorder when it is a top object itself.
+fn slot_of_top(top_slot: &[u32], tops: &[u32], p: u32) -> Option<u32> {
+    Some(top_slot[p as usize]).filter(|&s| s != NO_LABEL && tops[s as usize] == p)
+}
+
+/// The subtree graph's edges, `top(u) -> w` for every edge `u -> w` into another subtree, in
+/// parts to be sorted into adjacency lists by slot.
+///
+/// In a fixed number of parts, copied once into a list of the exact size: folding into
+/// vectors merged pairwise would hold several growing copies of it at once. By node, not by
+/// preorder number: a node's edges, and mostly their targets, are next to the node before's
+/// in the snapshot's address order.
+fn crossing_edges(
+    graph: &HeapGraph<'_>,
+    tree: &DominatorTree,
+    first_block: NodeId,
+    top_slot: &[u32],
+    tops: &[u32],
+) -> Vec<Vec<(u32, u32)>> {
+    const PARTS: usize = 64;
+    let n = tree.pre_of.len();
+    let blocks = n.saturating_sub(first_block as usize);
+    (0..PARTS)
+        .into_par_iter()
+        .map(|i| {
+            let mut out = Vec::new();
+            for u in (first_block as usize + blocks * i / PARTS)..(first_block as usize + blocks * (i + 1) / PARTS) {
+                let p = tree.pre_of[u];
+                if p == NO_NODE {
+                    continue;
+                }
+                let from = top_slot[p as usize];
+                for &w in graph.successors(u as u32) {
+                    let q = tree.pre_of[w as usize];
+                    if q != NO_NODE {
+                        if let Some(to) = slot_of_top(top_slot, tops, q).filter(|&to| to != from) {
+                            out.push((from, to));
+                        }
+                    }
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Passes each top object's roots on along the subtree graph until nothing changes; the order
+/// it passes them in (reverse postorder from the held top objects) and how many passes it took.
+///
+/// Each set only grows or improves its rank, so this ends, and absorbing is a join (the
+/// smallest names of the best rank, and whether there are more), so the sets it ends with do
+/// not depend on the order. In reverse postorder from the holders, a node's sets have come in
+/// from all but its back edges when it passes them on: each pass over the dirty nodes is close
+/// to the last, where a stack of changes passed each one on as often as it grew.
+fn propagate(reach: &mut [Reach], mut held: Vec<u32>, crossing: &SubtreeGraph) -> (Vec<u32>, usize) {
+    let next = |s: u32| crossing.next(s).iter().copied();
+    held.sort_unstable();
+    held.dedup();
+    let order = reverse_postorder(&held, reach.len(), next);
+    let mut dirty = vec![false; reach.len()];
+    for &h in &held {
+        dirty[h as usize] = true;
+    }
+    let mut pending = held.len();
+    let mut passes = 0;
+    while pending > 0 {
+        passes += 1;
+        for &t in &order {
+            if !std::mem::take(&mut dirty[t as usize]) {
+                continue;
+            }
+            pending -= 1;
+            let from = reach[t as usize];
+            for s in next(t) {
+                if reach[s as usize].absorb(&from) && !std::mem::replace(&mut dirty[s as usize], true) {
+                    pending += 1;
+                }
+            }
+        }
+    }
+    (order, passes)
+}
+
+/// The top objects' labels, interned by the set of names they list, with the bytes and the
+/// kind of what each label stands for. Their text is made once every member is known: it
+/// names what the members are.
+struct InternedLabels {
+    /// Per label: the roots it names.
+    sets: Vec<Reach>,
+    /// Per label: the bytes its top objects retain.
+    bytes: Vec<u64>,
+    /// Per label naming more than one root: what its top objects are.
+    kinds: Vec<MemberKind>,
+    /// Per label that names only some of its roots (`more`): its members' slots.
+    members: Vec<Vec<u32>>,
+    /// By slot: the top object's label, else [`NO_LABEL`].
+    slot_label: Vec<u32>,
+}
+
+impl InternedLabels {
+    fn of(reach: &[Reach], tops: &[u32], tree: &DominatorTree, kind_of: impl Fn(NodeId) -> Option<GroupKey>) -> InternedLabels {
+        let preorder = tree.preorder();
+        let mut interned = InternedLabels {
+            sets: Vec::new(),
+            bytes: Vec::new(),
+            kinds: Vec::new(),
+            members: Vec::new(),
+            slot_label: vec![NO_LABEL; tops.len()],
+        };
+        let mut label_ids: FxHashMap<(Vec<u32>, bool), u32> = FxHashMap::default();
+        let mut last: Option<(usize, u32)> = None;
+        for (s, set) in reach.iter().enumerate() {
+            if set.rank == u8::MAX {
+                continue;
+            }
+            // Neighbouring top objects are often named alike: skip the hash then.
+            let id = match last {
+                Some((l, id)) if reach[l].names() == set.names() && reach[l].more == set.more => id,
+                _ => *label_ids.entry((set.names().to_vec(), set.more)).or_insert_with(|| {
+                    interned.sets.push(*set);
+                    interned.bytes.push(0);
+                    interned.kinds.push(MemberKind::None);
+                    interned.members.push(Vec::new());
+                    interned.sets.len() as u32 - 1
+                }),
+            };
+            last = Some((s, id));
+            let node = preorder[tops[s] as usize];
+            interned.slot_label[s] = id;
+            interned.bytes[id as usize] += tree.retained(node);
+            if (set.names().len() > 1 || set.more) && interned.kinds[id as usize] != MemberKind::Mixed {
+                interned.kinds[id as usize].add(kind_of(node));
+            }
+            if set.more {
+                interned.members[id as usize].push(s as u32);
+            }
+        }
+        interned
+    }
+}
+
+/// What finding every root of the labels that name only some needs.
+struct RootsUp<'a> {
+    crossing: &'a SubtreeGraph,
+    /// (top object's slot, root name id), sorted, without repeats.
+    holders: &'a [(u32, u32)],
+    reach: &'a [Reach],
+    order: &'a [u32],
+    name_rank: &'a [u8],
+}
+
+impl RootsUp<'_> {
+    /// Per label: every root of its rank that reaches it, or None when the walk up ran out of
+    /// `budget`; the labels that name all their roots keep their own list.
+    fn full_lists(&self, labels: &InternedLabels, budget: &mut u64) -> Vec<Option<Vec<u32>>> {
+        let tops = self.reach.len();
+        let reverse = SubtreeGraph::from_parts(vec![self.crossing.pairs().map(|(from, to)| (to, from)).collect()], tops);
+        let holder_starts = starts_by_slot(self.holders.iter().map(|&(slot, _)| slot), tops);
+        let up = UpGraph { reverse: &reverse, holders: self.holders, holder_starts: &holder_starts };
+        let partial: Vec<u32> = (0..labels.sets.len() as u32).filter(|&id| labels.sets[id as usize].more).collect();
+        let mut found = up.roots_reaching(&partial, &labels.sets, &labels.members, self.reach, self.order, budget);
+        labels
+            .sets
+            .iter()
+            .enumerate()
+            .map(|(id, set)| {
+                if !set.more {
+                    return Some(set.names().to_vec());
+                }
+                let mut list = found.remove(&(id as u32)).flatten()?;
+                list.retain(|&n| self.name_rank[n as usize] == set.rank);
+                Some(list)
+            })
+            .collect()
+    }
+}
+
+/// Per root name: the bytes of the top objects only it reaches, those it shares, and with whom;
+/// the largest first.
+fn root_shares(names: &[String], label_sets: &[Reach], label_bytes: &[u64]) -> Vec<RootShare> {
+    let mut alone = vec![0u64; names.len()];
+    let mut shared = vec![0u64; names.len()];
+    let mut partners: Vec<FxHashSet<u32>> = vec![FxHashSet::default(); names.len()];
+    for (set, &bytes) in label_sets.iter().zip(label_bytes) {
+        match set.names() {
+            [one] if !set.more => alone[*one as usize] += bytes,
+            many => {
+                for &n in many {
+                    shared[n as usize] += bytes;
+                    partners[n as usize].extend(many.iter().copied().filter(|&m| m != n));
+                }
+            }
+        }
+    }
+    let mut per_root: Vec<RootShare> = names
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| alone[i] + shared[i] > 0)
+        .map(|(i, n)| {
+            let mut with: Vec<String> = partners[i].iter().map(|&m| names[m as usize].clone()).collect();
+            with.sort();
+            with.truncate(MAX_NAMES);
+            RootShare { root: n.clone(), alone: alone[i], shared: shared[i], shared_with: with }
+        })
+        .collect();
+    per_root.sort_by(|x, y| (y.alone + y.shared).cmp(&(x.alone + x.shared)).then(x.root.cmp(&y.root)));
+    per_root
 }
 
 /// The slot of every reachable node's top object (the top of its chain of dominators below the

@@ -92,6 +92,10 @@ pub struct StackOnly {
     pub frames: Vec<FrameShare>,
     /// Bytes of objects whose frame was not looked for (past the first 100,000 objects).
     pub not_attributed: u64,
+    /// Of `bytes`, those of blocks with an OCaml type: stack frames name no variables, but
+    /// what else holds a block (a closure's environment) may type it. Absent without types.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typed_bytes: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -334,7 +338,7 @@ pub fn stack_only<'s>(a: &impl AnalysedHeap<'s>) -> Option<StackOnly> {
     let mut frames: Vec<FrameShare> =
         frames.into_iter().map(|((function, location), (bytes, objects))| FrameShare { function, location, bytes, objects }).collect();
     frames.sort_by(|x, y| y.bytes.cmp(&x.bytes).then_with(|| x.function.cmp(&y.function)));
-    Some(StackOnly { bytes, percent: share(bytes, total), frames, not_attributed })
+    Some(StackOnly { bytes, percent: share(bytes, total), frames, not_attributed, typed_bytes: a.typed_bytes_dominated_by(stack) })
 }
 
 /// The node right below `stack` on the shortest path to `v` (bounded by the node count).

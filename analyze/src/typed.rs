@@ -275,7 +275,9 @@ impl Interner<'_> {
         if matches!(canon, Ty::Var(_)) || canon.has_unknown() {
             return NO_TYPE;
         }
-        let holes = canon.has_var();
+        // A type of a functor's body named without its application (a closure of the body
+        // knows no better) does not know its parameters: the applied one wins over it.
+        let holes = canon.has_var() || self.env.names_unapplied_functor(&canon);
         let canon = canon.erase_vars();
         let id = match self.ids.get(&canon) {
             Some(&id) => id,
@@ -724,12 +726,34 @@ fn same_where_known(a: &Ty, b: &Ty) -> bool {
     match (a, b) {
         (Ty::Var(_), _) | (_, Ty::Var(_)) => true,
         (Ty::Tuple(l), Ty::Tuple(r)) => all(l, r),
-        (Ty::Constr(p, l), Ty::Constr(q, r)) => p == q && all(l, r),
+        (Ty::Constr(p, l), Ty::Constr(q, r)) => same_path_where_known(p, q) && all(l, r),
         (Ty::Package(p, l), Ty::Package(q, r)) => {
             p == q && l.len() == r.len() && l.iter().zip(r).all(|((m, x), (n, y))| m == n && same_where_known(x, y))
         }
         _ => a == b,
     }
+}
+
+/// Two paths of one type: the same, or one a functor body's type named without the
+/// application the other names (`F.M.t` and `F(A)().M.t`).
+fn same_path_where_known(p: &str, q: &str) -> bool {
+    let unapplied = |applied: &str, bare: &str| !bare.contains('(') && applied.contains('(') && without_applications(applied) == bare;
+    p == q || unapplied(p, q) || unapplied(q, p)
+}
+
+/// `F(A)().M.t` -> `F.M.t`.
+fn without_applications(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut depth = 0u32;
+    for c in path.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            c if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// What the walk has typed so far: each node's type, and (serial walk only) the node it was
@@ -1041,6 +1065,18 @@ impl<'a> Typing<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A functor body's type named without its application is the applied one; two
+    /// applications are two types.
+    #[test]
+    fn an_unapplied_body_type_is_the_applied_one() {
+        let c = |p: &str| Ty::Constr(p.into(), vec![Ty::Constr("int".into(), vec![])]);
+        assert!(same_where_known(&c("F.Make.Symbol.t"), &c("F.Make(G.%1)().Symbol.t")));
+        assert!(same_where_known(&c("F.Make(G.%1)().Symbol.t"), &c("F.Make.Symbol.t")));
+        assert!(!same_where_known(&c("Map.Make(A).t"), &c("Map.Make(B).t")));
+        assert!(!same_where_known(&c("F.Make.Other.t"), &c("F.Make(G.%1)().Symbol.t")));
+        assert_eq!(without_applications("F.Make(G.%1)(H(I)).M.t"), "F.Make.M.t");
+    }
 
     fn saved(types: usize) -> SavedTypes {
         let types = (0..types).map(|i| TypeNames { name: format!("t{i}"), parts: None }).collect();

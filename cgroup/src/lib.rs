@@ -144,6 +144,12 @@ pub fn kib_field(text: &str, name: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// What the machine can still give without swapping (`MemAvailable`: free memory and what the
+/// kernel can reclaim).
+pub fn mem_available() -> Option<u64> {
+    kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemAvailable:")
+}
+
 /// The machine's memory (`MemTotal`).
 pub fn mem_total() -> Option<u64> {
     kib_field(&std::fs::read_to_string("/proc/meminfo").ok()?, "MemTotal:")
@@ -155,7 +161,7 @@ pub fn mem_total() -> Option<u64> {
 /// Within a cgroup, its limit less its anonymous memory: the page cache it charges (the
 /// snapshot's mapped pages among it) is reclaimed before anything is killed.
 pub fn own_room() -> Option<Room> {
-    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| kib_field(&m, "MemAvailable:"));
+    let available = mem_available();
     let in_cgroup = of_process(std::process::id() as i32)
         .iter()
         .filter_map(|c| {

@@ -88,7 +88,9 @@ struct Run {
 }
 
 fn thread_cpu() -> Duration {
+    // SAFETY: `rusage` is plain integers, valid all zero; getrusage writes only into it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
     timeval(usage.ru_utime) + timeval(usage.ru_stime)
 }
@@ -115,7 +117,9 @@ fn run(mut command: Command, watched: bool) -> Run {
         polls = summary.polls;
     }
     let mut status = 0;
+    // SAFETY: `rusage` is plain integers, valid all zero; wait4 writes only into it and `status`.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; `pid` is this process's child.
     assert_eq!(unsafe { libc::wait4(pid, &mut status, 0, &mut usage) }, pid);
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the benchmark program failed");
     drop(child); // reaped by wait4 above

@@ -225,8 +225,7 @@ impl Headroom {
 }
 
 fn headroom(pid: u32) -> Headroom {
-    let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| crate::cgroup::kib_field(&m, "MemAvailable:"));
-    Headroom { cgroup: crate::cgroup::least_room(&crate::cgroup::of_process(pid as i32)), available }
+    Headroom { cgroup: crate::cgroup::least_room(&crate::cgroup::of_process(pid as i32)), available: crate::cgroup::mem_available() }
 }
 
 #[cfg(test)]

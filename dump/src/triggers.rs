@@ -12,6 +12,9 @@
 //!       | "redact"                 zero string and bytes contents before writing
 //!       | "capture=" MODE          fork, copy or auto (default): how the stopped program is copied
 //!       | "poll=" DURATION         how often the compaction counter and the memory are read (default 20ms)
+//!       | "export=parquet" ["=" PATH]
+//!                                  write each snapshot's Parquet tables (default: `parquet/` in dir)
+//!       | "keep-snapshots=" N      with export: keep only the last N snapshot files (tables are kept)
 //! DURATION = integer ("ms" | "s" | "m" | "h")
 //! THRESHOLD = number ("B" | "KiB" | "MiB" | "GiB" | "TiB" | "KB" | "MB" | "GB" | "TB" | "%")
 //! ```
@@ -19,7 +22,8 @@
 //! not repeat. The thresholds after `on-memory=` go on for as long as the items start with a
 //! digit (no other item does), so `on-memory=60%,80%,95%` reads as the command line's
 //! `--on-memory 60%,80%,95%`.
-//! A `dir` holding a comma cannot be written in this grammar: use `heapsnap run --dir DIR` then.
+//! A `dir` (or an export's PATH) holding a comma cannot be written in this grammar: use
+//! `heapsnap run --dir DIR` (`--export parquet=DIR`) then.
 
 use crate::capture::CaptureMode;
 use crate::memory_trigger::{self, Threshold};
@@ -44,6 +48,42 @@ pub struct TriggerSpec {
     pub poll: Duration,
     /// How each dump captures the program.
     pub capture: CaptureMode,
+    /// Where each snapshot's Parquet tables go, when they are written.
+    pub export: Option<ExportTo>,
+    /// With `export`: how many of the last snapshot files are kept.
+    pub keep_snapshots: Option<u64>,
+}
+
+/// `export=parquet[=DIR]` (`--export` on the command line): the tables' directory, `None` for
+/// `parquet/` in the snapshots' directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportTo(pub Option<PathBuf>);
+
+impl ExportTo {
+    /// Where the tables go when the snapshots go to `snapshots_dir`.
+    pub fn dir(&self, snapshots_dir: &std::path::Path) -> PathBuf {
+        self.0.clone().unwrap_or_else(|| snapshots_dir.join("parquet"))
+    }
+}
+
+impl std::str::FromStr for ExportTo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ExportTo, String> {
+        match s.split_once('=') {
+            None if s == "parquet" => Ok(ExportTo(None)),
+            Some(("parquet", dir)) if !dir.is_empty() => Ok(ExportTo(Some(PathBuf::from(dir)))),
+            _ => Err(format!("'{s}' is not parquet or parquet=DIR (the only format a watch exports)")),
+        }
+    }
+}
+
+impl fmt::Display for ExportTo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            None => f.write_str("parquet"),
+            Some(dir) => write!(f, "parquet={}", dir.display()),
+        }
+    }
 }
 
 impl Default for TriggerSpec {
@@ -58,12 +98,14 @@ impl Default for TriggerSpec {
             redact: false,
             poll: DEFAULT_POLL,
             capture: CaptureMode::Auto,
+            export: None,
+            keep_snapshots: None,
         }
     }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, on-memory=THRESHOLD[,THRESHOLD...], dir=PATH, redact, poll=DURATION, capture=fork|copy|auto (durations like 500ms, 30s, 5m, 1h; thresholds like 400MiB, 2GiB, 80%)")]
+#[error("{var}={value:?}: {problem}\n  expected comma-separated items among on-compaction, on-signal=SIG, every=DURATION, at-exit, on-memory=THRESHOLD[,THRESHOLD...], dir=PATH, redact, poll=DURATION, capture=fork|copy|auto, export=parquet[=DIR], keep-snapshots=N (durations like 500ms, 30s, 5m, 1h; thresholds like 400MiB, 2GiB, 80%)")]
 pub struct TriggerSpecError {
     pub var: &'static str,
     pub value: String,
@@ -140,8 +182,21 @@ impl TriggerSpec {
                 "poll" => spec.poll = parse_duration(need_arg()?).map_err(fail)?,
                 "dir" => spec.dir = Some(PathBuf::from(need_arg()?)),
                 "capture" => spec.capture = need_arg()?.parse().map_err(fail)?,
+                "export" => spec.export = Some(need_arg()?.parse().map_err(fail)?),
+                "keep-snapshots" => {
+                    let n = need_arg()?;
+                    spec.keep_snapshots = Some(
+                        n.parse()
+                            .ok()
+                            .filter(|&n: &u64| n > 0)
+                            .ok_or_else(|| fail(format!("keep-snapshots={n}: not a count of at least 1")))?,
+                    );
+                }
                 other => return Err(fail(format!("unknown item '{other}'"))),
             }
+        }
+        if spec.keep_snapshots.is_some() && spec.export.is_none() {
+            return Err(fail("keep-snapshots needs export=parquet (snapshots are removed only once their tables are written)".into()));
         }
         if !spec.has_trigger() {
             return Err(fail(
@@ -181,6 +236,12 @@ impl TriggerSpec {
         }
         if let Some(dir) = &self.dir {
             items.push(format!("dir={}", dir.display()));
+        }
+        if let Some(export) = &self.export {
+            items.push(format!("export={export}"));
+        }
+        if let Some(keep) = self.keep_snapshots {
+            items.push(format!("keep-snapshots={keep}"));
         }
         items.join(",")
     }
@@ -273,9 +334,13 @@ mod tests {
     #[test]
     fn parses_every_item() {
         let spec = TriggerSpec::parse(
-            "on-compaction, on-signal=usr2,every=30s,at-exit,on-memory=60%,2GiB, 95%,dir=snaps,redact,poll=5ms,capture=fork",
+            "on-compaction, on-signal=usr2,every=30s,at-exit,on-memory=60%,2GiB, 95%,dir=snaps,redact,poll=5ms,capture=fork,export=parquet=/t/p,keep-snapshots=3",
         )
         .unwrap();
+        assert_eq!(spec.export, Some(ExportTo(Some(PathBuf::from("/t/p")))));
+        assert_eq!(spec.keep_snapshots, Some(3));
+        let beside = TriggerSpec::parse("every=1m,export=parquet").unwrap();
+        assert_eq!(beside.export.map(|e| e.dir(std::path::Path::new("snaps"))), Some(PathBuf::from("snaps/parquet")));
         assert_eq!(spec.on_memory, [Threshold::Percent(6000), Threshold::Bytes(2 << 30), Threshold::Percent(9500)]);
         assert_eq!(TriggerSpec::parse("on-memory=400MiB").unwrap().on_memory, [Threshold::Bytes(400 << 20)]);
         assert!(spec.on_compaction && spec.at_exit && spec.redact);
@@ -319,6 +384,10 @@ mod tests {
             ("on-memory=100%", "below 100%"),
             ("on-memory=400", "no unit"),
             ("on-memory=", "needs a value"),
+            ("at-exit,export=csv", "not parquet"),
+            ("at-exit,export=parquet=", "not parquet"),
+            ("at-exit,keep-snapshots=2", "needs export=parquet"),
+            ("at-exit,export=parquet,keep-snapshots=0", "at least 1"),
         ] {
             let err = TriggerSpec::parse(value).unwrap_err();
             assert!(err.to_string().contains(needle), "{value:?}: {err}");

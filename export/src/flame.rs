@@ -16,7 +16,7 @@ use heapsnap_analyze::diff::SavedProfile;
 use heapsnap_analyze::signatures::classify::{classify, classify_with_types, EDGE_ROOT, NO_CLASS, NO_GROUP};
 use heapsnap_analyze::signatures::domtrie::{dominator_trie, NOT_A_BLOCK};
 use heapsnap_analyze::signatures::trie::{describe_named_chain, SigTrie, StepText};
-use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy};
+use heapsnap_analyze::{AnalysedHeap, Analysis, GroupBy, HeapFacts};
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 

@@ -2,7 +2,7 @@
 //! node types, edge types (fields as elements, ephemeron keys weak, root records as
 //! properties), ids, self sizes, and the limits.
 
-use heapsnap_analyze::{Analysis, Progress};
+use heapsnap_analyze::{Analysis, HeapFacts, Progress};
 use heapsnap_export::devtools::{export, Limits};
 use heapsnap_export::ExportError;
 use heapsnap_format::{RootKind, Snapshot};

@@ -27,7 +27,7 @@ fn flame_stacks_from_the_index_equal_the_analysis() {
 
     let ix = heapsnap_index::store::load(&path, Needs::Diff, &Progress::hidden()).unwrap();
     let view = ix.view(Needs::Diff).unwrap();
-    let saved = folded_saved(view.diff_profile().expect("the diff's sections")).expect("saved by kind");
+    let saved = folded_saved(view.diff_profile(heapsnap_analyze::GroupBy::Kind).expect("the diff's sections")).expect("saved by kind");
     assert_eq!(saved.lines(), full.lines());
     assert_eq!((saved.by, saved.total_bytes), (GroupBy::Root, full.total_bytes));
     // Another grouping's classification does not make these stacks.

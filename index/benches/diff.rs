@@ -61,8 +61,11 @@ fn analysed(paths: &[PathBuf], quiet: &Progress) -> DiffReport {
 fn indexed(paths: &[PathBuf], quiet: &Progress) -> DiffReport {
     let loaded: Vec<_> = paths.iter().map(|p| load(p, Needs::Diff, quiet).expect("index")).collect();
     let views: Vec<_> = loaded.iter().map(|ix| ix.view(Needs::Diff).expect("the diff's sections")).collect();
-    let inputs: Vec<Input<'_>> =
-        paths.iter().zip(&views).map(|(p, v)| Input { name: p.display().to_string(), snap: v.snap, saved: v.diff_profile() }).collect();
+    let inputs: Vec<Input<'_>> = paths
+        .iter()
+        .zip(&views)
+        .map(|(p, v)| Input { name: p.display().to_string(), snap: v.snap, saved: v.diff_profile(heapsnap_analyze::GroupBy::Kind) })
+        .collect();
     diff(&inputs, &DiffOptions::default(), quiet).expect("diff")
 }
 

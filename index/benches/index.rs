@@ -288,7 +288,11 @@ fn real_snapshots(paths: &[PathBuf]) {
             let inputs: Vec<_> = views
                 .iter()
                 .zip(paths)
-                .map(|(v, p)| heapsnap_analyze::diff::Input { name: p.display().to_string(), snap: v.snap, saved: v.diff_profile() })
+                .map(|(v, p)| heapsnap_analyze::diff::Input {
+                    name: p.display().to_string(),
+                    snap: v.snap,
+                    saved: v.diff_profile(heapsnap_analyze::GroupBy::Kind),
+                })
                 .collect();
             let report = heapsnap_analyze::diff::diff(&inputs, &Default::default(), &quiet).unwrap();
             std::hint::black_box(report.suspects.len());

@@ -57,12 +57,18 @@ pub fn build_in_stages<'a>(a: &'a Analysis<'_>, needs: Needs, stage: &mut dyn Fn
     })
 }
 
-/// The diff's classification ([`crate::diff_profile`]), by [`crate::diff_profile::SAVED_GROUPING`].
+/// The diff's classifications ([`crate::diff_profile`]): by kind, and by type when the
+/// snapshot has OCaml names.
 fn add_diff_profile(b: &mut IndexBuilder<'_>, a: &Analysis<'_>) {
     let timer = PhaseTimer::start("index");
-    let profile = heapsnap_analyze::diff::saved_profile(a, crate::diff_profile::SAVED_GROUPING);
-    timer.lap("the diff's classification");
-    crate::diff_profile::add(b, &profile);
+    for by in crate::diff_profile::SAVED_GROUPINGS {
+        if by == GroupBy::Type && heapsnap_analyze::AnalysedHeap::typing(a).is_none() {
+            continue;
+        }
+        let profile = heapsnap_analyze::diff::saved_profile(a, by);
+        timer.lap(&format!("the diff's classification by {}", by.name()));
+        crate::diff_profile::add(b, &profile);
+    }
 }
 
 /// The meta data and the sections beside it: every grouping's groups, the roots' shares.

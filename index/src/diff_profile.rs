@@ -1,23 +1,35 @@
-//! The diff's sections (21-23): a snapshot's classification as `heapsnap diff` compares it
-//! ([`SavedProfile`]: groups, the dominator tree by signature, every group's members by
-//! shortest-path signature), so that a diff of indexed snapshots only compares. The strings are
-//! JSON; the tries' nodes and the member counts are `u64` words read from the mapped file.
+//! The diff's sections (21-23 by kind; 43-45 by OCaml type, when the snapshot has names): a
+//! snapshot's classification as `heapsnap diff` compares it ([`SavedProfile`]: groups, the
+//! dominator tree by signature, every group's members by shortest-path signature), so that a
+//! diff of indexed snapshots only compares. The strings are JSON; the tries' nodes and the
+//! member counts are `u64` words read from the mapped file.
 //!
 //! Every id in them is checked when read (parents before children, labels within their lists,
 //! signatures within the path trie): a hostile file gives a wrong diff at worst, never a panic
 //! or an endless walk up a trie.
 
 use crate::file::{IndexBuilder, IndexError, IndexFile};
-use crate::sections::{DIFF_MEMBERS, DIFF_META, DIFF_NODES};
+use crate::sections::{DIFF_MEMBERS, DIFF_META, DIFF_NODES, TYPED_DIFF_MEMBERS, TYPED_DIFF_META, TYPED_DIFF_NODES};
 use heapsnap_analyze::diff::{SavedMember, SavedProfile};
 use heapsnap_analyze::signatures::classify::EDGE_ROOT;
 use heapsnap_analyze::signatures::trie::{SigNode, SigTrie};
 use heapsnap_analyze::{Group, GroupBy};
 use serde::{Deserialize, Serialize};
 
-/// The grouping the index saves the diff's classification for: `diff`'s default (and the web
-/// UI's). A diff by another grouping analyses its snapshots.
-pub const SAVED_GROUPING: GroupBy = GroupBy::Kind;
+/// The groupings the index saves the diff's classification for: by kind (the web UI's, and
+/// `diff`'s default without OCaml names) and, when the snapshot has OCaml names, by type
+/// (`diff`'s default with them). A diff by another grouping analyses its snapshots.
+pub const SAVED_GROUPINGS: [GroupBy; 2] = [GroupBy::Kind, GroupBy::Type];
+
+/// The sections (meta data, trie nodes, member counts) of the classification by `by`, when
+/// the index saves one.
+fn sections_of(by: GroupBy) -> Option<[u32; 3]> {
+    match by {
+        GroupBy::Kind => Some([DIFF_META, DIFF_NODES, DIFF_MEMBERS]),
+        GroupBy::Type => Some([TYPED_DIFF_META, TYPED_DIFF_NODES, TYPED_DIFF_MEMBERS]),
+        _ => None,
+    }
+}
 
 /// Words per trie node in [`DIFF_NODES`]: `parent | label << 32`, `root | edge << 32 | depth <<
 /// 40 | folded << 56`, count, retained, and the bytes of its objects themselves (the flame
@@ -69,8 +81,9 @@ fn node_words(n: &SigNode, own_bytes: u64) -> [u64; NODE_WORDS] {
     ]
 }
 
-/// Adds the three sections of `p` to an index.
+/// Adds the three sections of `p` to an index (nothing for a grouping it does not save).
 pub fn add(b: &mut IndexBuilder<'_>, p: &SavedProfile) {
+    let Some([meta_section, nodes_section, members_section]) = sections_of(p.by) else { return };
     let meta = DiffMeta {
         by: p.by.name().to_string(),
         names: p.names,
@@ -81,16 +94,16 @@ pub fn add(b: &mut IndexBuilder<'_>, p: &SavedProfile) {
         paths: names_of(&p.paths),
         member_groups: p.member_groups.clone(),
     };
-    b.add_compressed(DIFF_META, &serde_json::to_vec(&meta).expect("the diff's meta data serialises"));
+    b.add_compressed(meta_section, &serde_json::to_vec(&meta).expect("the diff's meta data serialises"));
     let own = p.dom_own_bytes.iter().copied().chain(std::iter::repeat(0));
     let dom = p.dom.nodes.iter().zip(own).flat_map(|(n, own)| node_words(n, own));
     let paths = p.paths.nodes.iter().flat_map(|n| node_words(n, 0));
     // Read whole by a diff, never in place: compressed (most of their words' bytes are zeros).
     let nodes: Vec<u64> = dom.chain(paths).collect();
-    b.add_compressed(DIFF_NODES, bytemuck::cast_slice(&nodes));
+    b.add_compressed(nodes_section, bytemuck::cast_slice(&nodes));
     let members: Vec<u64> =
         p.members.iter().flat_map(|m| [m.group as u64 | (m.signature as u64) << 32, m.count, m.first, m.address]).collect();
-    b.add_compressed(DIFF_MEMBERS, bytemuck::cast_slice(&members));
+    b.add_compressed(members_section, bytemuck::cast_slice(&members));
 }
 
 fn bad(what: &str) -> IndexError {
@@ -121,13 +134,15 @@ fn trie(words: &[u64], names: TrieNames) -> Result<SigTrie, IndexError> {
     Ok(SigTrie::from_parts(nodes, names.shape_names, names.field_labels, names.root_labels))
 }
 
-/// The saved profile, every section checked (None: the index has no diff sections).
-pub fn read(file: &IndexFile) -> Result<Option<SavedProfile>, IndexError> {
-    if !file.has(DIFF_META) {
+/// The saved profile by `by`, every section checked (None: the index has no diff sections for
+/// it).
+pub fn read(file: &IndexFile, by: GroupBy) -> Result<Option<SavedProfile>, IndexError> {
+    let Some([meta_section, nodes_section, members_section]) = sections_of(by) else { return Ok(None) };
+    if !file.has(meta_section) {
         return Ok(None);
     }
-    let meta: DiffMeta = serde_json::from_slice(file.section(DIFF_META)?).map_err(|e| bad(&format!("meta data: {e}")))?;
-    let words = file.u64s(DIFF_NODES)?;
+    let meta: DiffMeta = serde_json::from_slice(file.section(meta_section)?).map_err(|e| bad(&format!("meta data: {e}")))?;
+    let words = file.u64s(nodes_section)?;
     let (dom_nodes, path_nodes) = (meta.dom.nodes as usize, meta.paths.nodes as usize);
     if dom_nodes == 0
         || path_nodes == 0
@@ -140,7 +155,7 @@ pub fn read(file: &IndexFile) -> Result<Option<SavedProfile>, IndexError> {
     let dom_own_bytes = dom_words.chunks_exact(NODE_WORDS).map(|w| w[4]).collect();
     let dom = trie(dom_words, meta.dom)?;
     let paths = trie(path_words, meta.paths)?;
-    let member_words = file.u64s(DIFF_MEMBERS)?;
+    let member_words = file.u64s(members_section)?;
     if member_words.len() % MEMBER_WORDS != 0 {
         return Err(bad("member counts"));
     }
@@ -154,7 +169,9 @@ pub fn read(file: &IndexFile) -> Result<Option<SavedProfile>, IndexError> {
             Ok(m)
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let by = GroupBy::from_name(&meta.by).ok_or_else(|| bad("grouping"))?;
+    if GroupBy::from_name(&meta.by) != Some(by) {
+        return Err(bad("grouping"));
+    }
     Ok(Some(SavedProfile {
         by,
         names: meta.names,

@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 pub const MAGIC: [u8; 8] = *b"HSNAPIDX";
 /// Bumped whenever what the index holds, or how it is computed, changes.
-pub const INDEX_VERSION: u32 = 13;
+pub const INDEX_VERSION: u32 = 14;
 pub const HEADER_SIZE: usize = 48;
 pub const ENTRY_SIZE: usize = 32;
 /// Far more sections than any index holds: a table claiming more is foreign.

@@ -96,6 +96,13 @@ pub const FIELD_PATHS: u32 = 41;
 /// closure; a section that does not parse is none (the line tables are read).
 pub const SOURCE_LINES: u32 = 42;
 
+/// [`DIFF_META`], [`DIFF_NODES`] and [`DIFF_MEMBERS`] of the diff's classification by OCaml
+/// type (`diff`'s default when every snapshot has OCaml names). Only when the snapshot's
+/// OCaml names parse.
+pub const TYPED_DIFF_META: u32 = 43;
+pub const TYPED_DIFF_NODES: u32 = 44;
+pub const TYPED_DIFF_MEMBERS: u32 = 45;
+
 /// The section of a grouping's groups.
 pub fn groups_section(by: GroupBy) -> u32 {
     match by {

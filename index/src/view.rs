@@ -217,16 +217,17 @@ pub struct IndexView<'s> {
     groups: [OnceLock<Vec<Group>>; 5],
     /// The roots' shares, read when a report first lists them.
     root_shares: OnceLock<Vec<RootShare>>,
-    /// The diff's classification, read and checked when the view is opened for a diff.
-    diff: Option<heapsnap_analyze::diff::SavedProfile>,
+    /// The diff's classifications the index saves, read and checked when the view is opened
+    /// for a diff.
+    diff: Vec<heapsnap_analyze::diff::SavedProfile>,
     file: &'s IndexFile,
 }
 
 impl<'s> IndexView<'s> {
-    /// The diff's classification of the snapshot (when the view was opened for
-    /// [`Needs::Diff`]).
-    pub fn diff_profile(&self) -> Option<&heapsnap_analyze::diff::SavedProfile> {
-        self.diff.as_ref()
+    /// The diff's classification of the snapshot by `by` (when the view was opened for
+    /// [`Needs::Diff`] and the index saves that grouping's).
+    pub fn diff_profile(&self, by: GroupBy) -> Option<&heapsnap_analyze::diff::SavedProfile> {
+        self.diff.iter().find(|p| p.by == by)
     }
 
     pub fn open(snap: &'s Snapshot, file: &'s IndexFile, needs: Needs) -> Result<Self, IndexError> {
@@ -300,7 +301,15 @@ impl<'s> IndexView<'s> {
             typing: OnceLock::new(),
             groups: Default::default(),
             root_shares: OnceLock::new(),
-            diff: if needs == Needs::Diff { crate::diff_profile::read(file)? } else { None },
+            diff: if needs == Needs::Diff {
+                let mut saved = Vec::new();
+                for by in crate::diff_profile::SAVED_GROUPINGS {
+                    saved.extend(crate::diff_profile::read(file, by)?);
+                }
+                saved
+            } else {
+                Vec::new()
+            },
             file,
             meta,
         };
@@ -748,5 +757,14 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
 
     fn typing(&self) -> Option<&heapsnap_analyze::Typing<'_>> {
         self.typing.get_or_init(|| self.saved_typing().or_else(|| heapsnap_analyze::Typing::compute(self))).as_ref()
+    }
+
+    /// The saved tree is in its own preorder: what `v` dominates is the numbers of its subtree.
+    fn typed_bytes_dominated_by(&self, v: NodeId) -> Option<u64> {
+        let typing = self.typing()?;
+        let p = self.pre(v)?;
+        // A hostile index's size gives no subtree rather than an overflow.
+        let subtree = self.tree.preorder.get(p..p.checked_add(self.tree.size(p)?)?)?;
+        Some(subtree.iter().filter(|&&node| typing.type_id(node) != heapsnap_analyze::NO_TYPE).map(|&node| self.freeable(node)).sum())
     }
 }

@@ -224,12 +224,17 @@ fn use_index(snap: &Snapshot, bytes: &[u8]) -> Result<(), IndexError> {
         let _ = top(&view, by, 0);
     }
     if file.has(heapsnap_index::sections::DIFF_META) {
-        // The diff's sections, read and compared as three snapshots (suspects need three).
+        // The diff's sections, read and compared as three snapshots (suspects need three), by
+        // kind and, where the index saves it, by type.
         let diff_view = IndexView::open(snap, &file, Needs::Diff)?;
-        let saved = diff_view.diff_profile().ok_or(IndexError::Section(heapsnap_index::sections::DIFF_META))?;
-        let inputs: Vec<_> = (0..3).map(|i| heapsnap_analyze::diff::Input { name: format!("{i}"), snap, saved: Some(saved) }).collect();
-        let opts = heapsnap_analyze::diff::DiffOptions { min_growth: 0, ..Default::default() };
-        let _ = heapsnap_analyze::diff::diff(&inputs, &opts, &Progress::hidden());
+        let saved = diff_view.diff_profile(GroupBy::Kind).ok_or(IndexError::Section(heapsnap_index::sections::DIFF_META))?;
+        let typed = file.has(heapsnap_index::sections::TYPED_DIFF_META).then(|| diff_view.diff_profile(GroupBy::Type));
+        for (by, saved) in [(GroupBy::Kind, Some(saved))].into_iter().chain(typed.map(|t| (GroupBy::Type, t))) {
+            let saved = saved.ok_or(IndexError::Section(heapsnap_index::sections::TYPED_DIFF_META))?;
+            let inputs: Vec<_> = (0..3).map(|i| heapsnap_analyze::diff::Input { name: format!("{i}"), snap, saved: Some(saved) }).collect();
+            let opts = heapsnap_analyze::diff::DiffOptions { by, min_growth: 0, ..Default::default() };
+            let _ = heapsnap_analyze::diff::diff(&inputs, &opts, &Progress::hidden());
+        }
     }
     if needs <= Needs::Diff {
         return Ok(());
@@ -885,7 +890,11 @@ fn a_diff_over_indexes_equals_the_diff_that_analyses() {
         let opts = DiffOptions { by, min_growth: 64, max_paths: 20, ..Default::default() };
         let inputs = |saved: bool| -> Vec<Input<'_>> {
             (0..k)
-                .map(|i| Input { name: paths[i].display().to_string(), snap: &snaps[i], saved: views[i].diff_profile().filter(|_| saved) })
+                .map(|i| Input {
+                    name: paths[i].display().to_string(),
+                    snap: &snaps[i],
+                    saved: views[i].diff_profile(heapsnap_analyze::GroupBy::Kind).filter(|_| saved),
+                })
                 .collect()
         };
         let analysed = diff(&inputs(false), &opts, &quiet).unwrap();

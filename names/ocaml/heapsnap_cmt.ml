@@ -19,8 +19,9 @@
    which includes those are depends on the OCaml version, see [translated_inline]). Bytecode
    (Translmod.transl_implementation) builds the block of the coerced structure: the interface's
    runtime components alone, the first "exported" fields. Paths are qualified strings: "Unit.Sub.t";
-   a functor's parameter P is "Unit.F{P}"; an application is "F(A)"; an anonymous structure
-   is "Unit.%N". Type expressions are JSON (see [ty]). Compat_* hides the compiler-libs
+   a functor's parameter P is "Unit.F{P}" (an unnamed one "_"); an application is "F(A)", a
+   generative one "F()"; an anonymous structure is "Unit.%N". Type expressions are JSON (see
+   [ty]). Compat_* hides the compiler-libs
    differences between versions (chosen when heapsnap builds this program). *)
 
 open Typedtree
@@ -296,7 +297,12 @@ and module_expr ~parent p (me : module_expr) =
       qualify id (p ^ "{" ^ Ident.name id ^ "}");
       add_module p "functor" (fun () -> jstr (Ident.name id));
       module_expr ~parent:p p body
-  | Tmod_functor (_, body) -> module_expr ~parent:p p body
+  | Tmod_functor (Named (None, _, _), body) ->
+      (* [functor (_ : S)] takes an argument all the same: its place keeps the parameters after
+         it matched with their arguments. *)
+      add_module p "functor" (fun () -> jstr "_");
+      module_expr ~parent:p p body
+  | Tmod_functor (Unit, body) -> module_expr ~parent:p p body
   | _ -> (
       match module_path parent me with
       | Some q when q <> p -> add_module p "alias" (fun () -> jstr q)
@@ -305,6 +311,9 @@ and module_expr ~parent p (me : module_expr) =
 (* A module expression as a path: an identifier, an application, or an anonymous structure
    (walked under a fresh name). *)
 and module_path prefix (me : module_expr) =
+  match Compat.generative_application me with
+  | Some f -> Option.map (fun f -> f ^ "()") (module_path prefix f)
+  | None -> (
   match me.mod_desc with
   | Tmod_ident (p, _) -> Some (path_str p)
   | Tmod_constraint (me, _, _, _) -> module_path prefix me
@@ -317,7 +326,7 @@ and module_path prefix (me : module_expr) =
       let p = Printf.sprintf "%s.%%%d" prefix !anon in
       walk_structure p s.str_items;
       Some p
-  | _ -> None
+  | _ -> None)
 
 (* ---- the module block's fields (Translmod) ---- *)
 

@@ -2,7 +2,8 @@
 //! `_build/default` above them, in directories the user gives (`--cmt DIR`), and the standard
 //! library's and installed libraries' through the toolchain.
 
-use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_format::{RootKind, RootRecord, Snapshot};
+use heapsnap_values::HeaderFormat;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +18,6 @@ const MAX_ENTRIES: usize = 200_000;
 /// The compilation units whose module blocks the snapshot holds (`camlFoo` -> `Foo`), with the
 /// block's size in words when it can be read; and those whose bindings it names (bytecode).
 pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
-    let bits = snap.metadata().reserved_header_bits as u32;
     let mut units = BTreeMap::new();
     for r in snap.roots() {
         // A bytecode unit still initialising (a program's main unit) has no module block yet:
@@ -28,21 +28,25 @@ pub fn snapshot_units(snap: &Snapshot) -> BTreeMap<String, Option<u64>> {
             }
             continue;
         }
-        if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
-            continue;
-        }
-        // A unit's symbol is `caml` and its name (which starts with a capital); bytecode on
-        // OCaml 4.14 has `caml_global_data` among its globals too.
-        let unit_name = |n: &&str| n.starts_with(|c: char| c.is_ascii_uppercase());
-        let Some(name) = snap.string(r.name).and_then(|n| n.strip_prefix("caml")).filter(unit_name) else { continue };
-        let size = r
-            .slot
-            .checked_sub(8 * r.origin + 8)
-            .and_then(|h| snap.region_of(h).and_then(|reg| reg.word_at(h)))
-            .map(|header| (header << bits) >> (bits + 10));
+        let Some((name, start)) = module_block_of(snap, r) else { continue };
+        let header = start.and_then(|start| start.checked_sub(8)).and_then(|at| snap.region_of(at)?.word_at(at));
+        let size = header.map(|header| HeaderFormat { reserved_bits: snap.metadata().reserved_header_bits }.wosize(header));
         units.insert(name.to_string(), size);
     }
     units
+}
+
+/// A module global's compilation unit (its symbol `camlFoo` names `Foo`) and where its module
+/// block's fields start (`None` when the root's slot and field index do not add up); `None`
+/// for other roots.
+pub fn module_block_of<'s>(snap: &'s Snapshot, r: &RootRecord) -> Option<(&'s str, Option<u64>)> {
+    if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) {
+        return None;
+    }
+    // A unit's symbol is `caml` and its name (which starts with a capital); bytecode on OCaml
+    // 4.14 has `caml_global_data` among its globals too.
+    let name = snap.string(r.name)?.strip_prefix("caml").filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))?;
+    Some((name, r.origin.checked_mul(8).and_then(|offset| r.slot.checked_sub(offset))))
 }
 
 /// The `.cmt` files beside `files` whose units are not among `found`, by unit name (at most

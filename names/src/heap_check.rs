@@ -13,7 +13,7 @@
 
 use crate::model::Field;
 use crate::types::{Shape, TypeEnv};
-use heapsnap_format::{RootKind, Snapshot};
+use heapsnap_format::Snapshot;
 use heapsnap_values::{self as ocaml, HeaderFormat};
 use std::collections::BTreeMap;
 
@@ -39,21 +39,14 @@ impl std::fmt::Display for Contradiction {
 pub fn module_blocks(snap: &Snapshot) -> BTreeMap<String, Vec<u64>> {
     let format = HeaderFormat { reserved_bits: snap.metadata().reserved_header_bits };
     let mut blocks = BTreeMap::new();
-    for r in snap.roots() {
-        if !matches!(r.root_kind(), RootKind::Global | RootKind::DynGlobal) || r.is_binding() {
-            continue;
-        }
-        let Some(unit) =
-            snap.string(r.name).and_then(|n| n.strip_prefix("caml")).filter(|n| n.starts_with(|c: char| c.is_ascii_uppercase()))
-        else {
-            continue;
-        };
+    for r in snap.roots().iter().filter(|r| !r.is_binding()) {
+        let Some((unit, Some(start))) = crate::find::module_block_of(snap, r) else { continue };
         if blocks.contains_key(unit) {
             continue;
         }
-        let Some(start) = r.slot.checked_sub(8 * r.origin) else { continue };
-        let Some(region) = snap.region_of(start.wrapping_sub(8)) else { continue };
-        let Some(header) = region.word_at(start - 8) else { continue };
+        let Some(header_at) = start.checked_sub(8) else { continue };
+        let Some(region) = snap.region_of(header_at) else { continue };
+        let Some(header) = region.word_at(header_at) else { continue };
         let size = format.wosize(header).min(1 << 20);
         let fields: Option<Vec<u64>> = (0..size).map(|i| region.word_at(start + 8 * i)).collect();
         if let Some(fields) = fields {

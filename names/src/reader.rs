@@ -8,9 +8,14 @@ use std::process::Command;
 
 const MAIN: &str = include_str!("../ocaml/heapsnap_cmt.ml");
 /// The shims that adapt the reader to compiler-libs' changes, by the name the registry of
-/// releases (`releases.tsv`'s `cmt` column) gives them: `names/ocaml/compat_NAME.ml`.
-const SHIMS: &[(&str, &str)] =
-    &[("before_5_2", include_str!("../ocaml/compat_before_5_2.ml")), ("since_5_2", include_str!("../ocaml/compat_since_5_2.ml"))];
+/// releases (`releases.tsv`'s `cmt` column, names joined by `+`) gives them:
+/// `names/ocaml/compat_NAME.ml`. A release's shims are concatenated into the reader's `Compat`.
+const SHIMS: &[(&str, &str)] = &[
+    ("before_5_1", include_str!("../ocaml/compat_before_5_1.ml")),
+    ("since_5_1", include_str!("../ocaml/compat_since_5_1.ml")),
+    ("before_5_2", include_str!("../ocaml/compat_before_5_2.ml")),
+    ("since_5_2", include_str!("../ocaml/compat_since_5_2.ml")),
+];
 
 /// An OCaml toolchain: `ocamlopt` (through `ocamlfind` when that is what was found).
 #[derive(Debug, Clone)]
@@ -133,7 +138,7 @@ impl Toolchain {
         let io = |e: std::io::Error| NamesError::Toolchain(format!("{}: {e}", base.display()));
         std::fs::create_dir_all(&base).map_err(io)?;
         let tmp = tempfile::Builder::new().prefix(".build.").tempdir_in(&base).map_err(io)?;
-        std::fs::write(tmp.path().join("compat.ml"), compat).map_err(io)?;
+        std::fs::write(tmp.path().join("compat.ml"), &compat).map_err(io)?;
         std::fs::write(tmp.path().join("heapsnap_cmt.ml"), MAIN).map_err(io)?;
         let mut cmd = self.command();
         match self.ocamlfind {
@@ -220,15 +225,19 @@ pub fn library_dirs(
 
 /// The shim for OCaml `version`: the one the registry gives its release, or, for a release it
 /// does not list, the nearest older one (compiler-libs' format changes with releases).
-fn shim_for(version: &str) -> Result<&'static str, NamesError> {
+fn shim_for(version: &str) -> Result<String, NamesError> {
     let release = heapsnap_values::releases::nearest(version);
-    let shim = SHIMS.iter().find(|(name, _)| *name == release.cmt_shim).map(|(_, text)| *text);
-    shim.ok_or_else(|| {
-        NamesError::Toolchain(format!(
-            "releases.tsv names the .cmt shim {:?} for OCaml {}, which heapsnap lacks",
-            release.cmt_shim, release.series
-        ))
-    })
+    let mut text = String::new();
+    for name in release.cmt_shim.split('+') {
+        let Some((_, shim)) = SHIMS.iter().find(|(known, _)| *known == name) else {
+            return Err(NamesError::Toolchain(format!(
+                "releases.tsv names the .cmt shim {name:?} for OCaml {}, which heapsnap lacks",
+                release.series
+            )));
+        };
+        text.push_str(shim);
+    }
+    Ok(text)
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
@@ -268,15 +277,17 @@ mod tests {
     #[test]
     fn versions_choose_the_shim_the_registry_gives_them() {
         let shim = |v| super::shim_for(v).unwrap();
-        let named = |n| super::SHIMS.iter().find(|s| s.0 == n).unwrap().1;
-        assert_eq!(shim("5.2.0"), named("since_5_2"));
-        assert_eq!(shim("5.3.0+rhb16"), named("since_5_2"));
-        assert_eq!(shim("5.4.0"), named("since_5_2"));
-        assert_eq!(shim("5.1.0"), named("before_5_2"));
-        assert_eq!(shim("4.14.0"), named("before_5_2"));
-        // Every release the registry lists has its shim here.
+        let named = |names: &[&str]| names.iter().map(|n| super::SHIMS.iter().find(|s| s.0 == *n).unwrap().1).collect::<String>();
+        assert_eq!(shim("5.2.0"), named(&["since_5_2", "since_5_1"]));
+        assert_eq!(shim("5.3.0+rhb16"), named(&["since_5_2", "since_5_1"]));
+        assert_eq!(shim("5.4.0"), named(&["since_5_2", "since_5_1"]));
+        assert_eq!(shim("5.1.0"), named(&["before_5_2", "since_5_1"]));
+        assert_eq!(shim("4.14.0"), named(&["before_5_2", "before_5_1"]));
+        // Every release the registry lists has its shims here.
         for r in &heapsnap_values::releases::registry().releases {
-            assert!(super::SHIMS.iter().any(|s| s.0 == r.cmt_shim), "OCaml {}: no shim {}", r.series, r.cmt_shim);
+            for name in r.cmt_shim.split('+') {
+                assert!(super::SHIMS.iter().any(|s| s.0 == name), "OCaml {}: no shim {name}", r.series);
+            }
         }
     }
 }

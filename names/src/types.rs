@@ -302,9 +302,14 @@ impl TypeEnv {
                 return self.resolve_module(&rest, depth + 1);
             }
             if !args.is_empty() {
-                let params = self.params.get(&def)?;
-                for (k, arg) in args.iter().enumerate() {
-                    let param = params.get(k)?;
+                let mut params = self.params.get(&def).into_iter().flatten();
+                for arg in &args {
+                    if arg.is_empty() {
+                        // `F()`: a generative application takes no parameter.
+                        applied.push_str("()");
+                        continue;
+                    }
+                    let param = params.next()?;
                     // The argument's own canonical path, so that one module has one name.
                     let arg = rewrites.apply(arg);
                     let arg = self.resolve_module(&arg, depth + 1).map_or(arg, |(_, applied, _)| applied);
@@ -317,6 +322,22 @@ impl TypeEnv {
             }
         }
         Some((def, applied, rewrites))
+    }
+
+    /// Whether a type names a functor's body without its application (`F.M.t` for a functor
+    /// `F`): what its parameters are, it does not say.
+    pub fn names_unapplied_functor(&self, ty: &Ty) -> bool {
+        let unapplied = |path: &str| {
+            let segments = split_top(path, '.');
+            (1..segments.len()).any(|cut| {
+                let module = segments[..cut].join(".");
+                !segments[cut - 1].contains('(') && self.params.contains_key(&module)
+            })
+        };
+        match ty {
+            Ty::Constr(p, _) if unapplied(p) => true,
+            _ => ty.children().any(|t| self.names_unapplied_functor(t)),
+        }
     }
 
     /// The canonical form of a type: abbreviations expanded, every path the one of its
@@ -753,11 +774,47 @@ mod tests {
         assert!(env.lookup("Lib__.Import.Missing.t").is_none());
     }
 
+    /// menhir's `include GrammarFunctor.Make (struct ... end) ()`: a generative application
+    /// takes no parameter, and an unnamed parameter (`functor (_ : S)`) takes its argument.
+    #[test]
+    fn types_resolve_through_generative_applications_and_unnamed_parameters() {
+        let program = Program::parse(
+            r#"{"units": [
+              {"unit": "G", "modules": [{"path": "G", "include": "F.Make(G.%1)()"}, {"path": "G.Map", "alias": "F.Make(G.%1)().Map"}]},
+              {"unit": "F", "modules": [{"path": "F.Make", "functor": "X"}, {"path": "F.Make.Map", "alias": "P.Big"},
+                                        {"path": "F.Skip", "functor": "_"}, {"path": "F.Skip", "functor": "Y"}],
+               "types": [{"path": "F.Make.t", "params": [], "manifest": {"c": "F.Make{X}.key", "a": []}, "kind": "abstract"},
+                         {"path": "F.Skip.u", "params": [], "manifest": {"c": "F.Skip{Y}.key", "a": []}, "kind": "abstract"}]},
+              {"unit": "P", "modules": [{"path": "P.Big", "alias": "P.Make(P.E)"}, {"path": "P.Make", "functor": "E"}],
+               "types": [{"path": "P.Make.t", "params": [1], "manifest": {"c": "list", "a": [{"v": 1}]}, "kind": "abstract"}]}
+            ]}"#,
+        )
+        .unwrap();
+        let env = TypeEnv::new(&program);
+        let found = env.lookup("G.Map.t").expect("through the include of a generative application");
+        assert_eq!((found.decl.path.as_str(), found.path.as_str()), ("P.Make.t", "P.Make(P.E).t"));
+        let found = env.lookup("G.t").expect("the functor body's own type");
+        assert_eq!(found.path, "F.Make(G.%1)().t");
+        assert_eq!(found.rewrites.apply("F.Make{X}.key"), "G.%1.key");
+        // The second argument goes to the second parameter, the first being unnamed.
+        let found = env.lookup("F.Skip(A)(B).u").unwrap();
+        assert_eq!(found.rewrites.apply("F.Skip{Y}.key"), "B.key");
+        // More arguments than parameters: no answer.
+        assert!(env.lookup("F.Make(A)(B).t").is_none());
+        // The functor body's type named without the application does not know its parameters.
+        let named = |p: &str| Ty::Constr(p.into(), vec![]);
+        assert!(env.names_unapplied_functor(&named("F.Make.t")));
+        assert!(env.names_unapplied_functor(&Ty::Tuple(vec![named("int"), named("F.Make.Map.t")])));
+        assert!(!env.names_unapplied_functor(&named("F.Make(G.%1)().t")));
+        assert!(!env.names_unapplied_functor(&named("P.Big.t")));
+    }
+
     #[test]
     fn paths_split_and_rewrite() {
         assert_eq!(split_last("A.B(C.D).t"), Some(("A.B(C.D)", "t")));
         assert_eq!(split_top("A.B(C.D).t", '.'), vec!["A", "B(C.D)", "t"]);
         assert_eq!(split_args("Make(A.B)(C)"), Some(("Make", vec!["A.B", "C"])));
+        assert_eq!(split_args("Make(A)()"), Some(("Make", vec!["A", ""])));
         let r = Rewrites(vec![("M.F{P}".into(), "X.K".into()), ("M.F".into(), "M.F(X.K)".into())]);
         assert_eq!(r.apply("M.F{P}.t"), "X.K.t");
         assert_eq!(r.apply("M.F.%1.t"), "M.F(X.K).%1.t");

@@ -10,7 +10,7 @@ use heapsnap_analyze::human_bytes;
 use heapsnap_analyze::sites::report::{site_diff, site_groups, suspect_sites, SiteDiff};
 use heapsnap_analyze::{key_name, AnalysedHeap, GroupBy, HeapFacts, Progress};
 use heapsnap_format::Snapshot;
-use heapsnap_index::diff_profile::SAVED_GROUPING;
+use heapsnap_index::diff_profile::SAVED_GROUPINGS;
 use heapsnap_index::{IndexView, Needs};
 use serde::Serialize;
 use std::io::Write;
@@ -23,9 +23,10 @@ pub struct DiffArgs {
     /// Snapshots of one program, oldest first (two or more; three or more for leak suspects).
     #[arg(required = true, num_args = 2.., value_name = "SNAPSHOT")]
     snapshots: Vec<PathBuf>,
-    /// How to group the reachable objects.
-    #[arg(long, value_enum, default_value_t = By::Kind)]
-    by: By,
+    /// How to group the reachable objects [default: type when every snapshot has OCaml
+    /// names, else kind].
+    #[arg(long, value_enum)]
+    by: Option<By>,
     /// With --by site: group by this many frames, from the innermost outside the standard library.
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     site_depth: u32,
@@ -77,7 +78,25 @@ impl Report for Diff {
                 reason,
             })?;
         }
-        let Some(by) = args.by.grouping() else { return Ok(DiffOutput::Sites(site_diff_report(args, loader)?)) };
+        if args.by == Some(By::Site) {
+            return Ok(DiffOutput::Sites(site_diff_report(args, loader)?));
+        }
+        // The index saves the classifications by kind and, with the snapshot's OCaml names, by
+        // type: a diff that uses another, or names in some snapshots only (compared without),
+        // analyses its snapshots (and builds no index it would not read, unless for the sites).
+        // Whether names parse, from each saved index's digest of them (parsing them is most of
+        // a second diff's time on a real program).
+        let parse = |(path, snap): (&PathBuf, &Snapshot)| {
+            heapsnap_index::store::saved_meta(path).map_or_else(|| has_names(snap), |meta| meta.ocaml_names.parsed())
+        };
+        let named = args.snapshots.iter().zip(&peeked).filter(|&pair| parse(pair)).count();
+        let names_agree = named == 0 || named == peeked.len();
+        // What grew, in OCaml's words where every snapshot has them.
+        let by = match args.by.and_then(By::grouping) {
+            Some(by) => by,
+            None if named > 0 && named == peeked.len() => GroupBy::Type,
+            None => GroupBy::Kind,
+        };
         let opts = DiffOptions {
             by,
             limit: args.limit,
@@ -90,17 +109,7 @@ impl Report for Diff {
         // The suspects' sites read the whole index: loaded now, so that no snapshot is
         // analysed twice (once for the diff's index, once for the sites').
         let wants_sites = peeked.len() >= 3 && by != GroupBy::Root && peeked.iter().all(tracked);
-        // The index saves a classification by kind, with the snapshot's OCaml names when it has
-        // them: a diff that uses another, or names in some snapshots only (compared without),
-        // analyses its snapshots (and builds no index it would not read, unless for the sites).
-        // Whether names parse, from each saved index's digest of them (parsing them is most of
-        // a second diff's time on a real program).
-        let parse = |(path, snap): (&PathBuf, &Snapshot)| {
-            heapsnap_index::store::saved_meta(path).map_or_else(|| has_names(snap), |meta| meta.ocaml_names.parsed())
-        };
-        let named = args.snapshots.iter().zip(&peeked).filter(|&pair| parse(pair)).count();
-        let names_agree = named == 0 || named == peeked.len();
-        let from_indexes = by == SAVED_GROUPING && names_agree;
+        let from_indexes = SAVED_GROUPINGS.contains(&by) && names_agree;
         drop(peeked);
         // The suspects' sites read the whole index: loaded first. When it is built, a
         // classification the index does not save is made from the same analysis.
@@ -146,7 +155,7 @@ impl Report for Diff {
             .map(|(i, p)| Input {
                 name: p.display().to_string(),
                 snap: snaps[i],
-                saved: views.get(i).and_then(|v| v.as_ref()).and_then(|v| v.diff_profile()).or(made[i].as_ref()),
+                saved: views.get(i).and_then(|v| v.as_ref()).and_then(|v| v.diff_profile(by)).or(made[i].as_ref()),
             })
             .collect();
         let mut report = diff(&inputs, &opts, &Progress::stderr())?;

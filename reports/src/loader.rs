@@ -430,7 +430,7 @@ pub fn with_saved_profile<T>(
             return Ok(None);
         }
     };
-    Ok(view.diff_profile().map(|saved| f(&ix.snap, saved)))
+    Ok(view.diff_profile(heapsnap_analyze::GroupBy::Kind).map(|saved| f(&ix.snap, saved)))
 }
 
 /// A snapshot file, opened, or an error that says what was given instead.

@@ -122,7 +122,37 @@ fn print_stack_only(out: &mut dyn Write, s: &StackOnly) -> Result<()> {
     writeln!(out)?;
     // Said where it matters: a few bytes of the main loop's frames are in every snapshot.
     if s.percent >= 1.0 {
-        writeln!(out, "  (stack frames name no variables: no OCaml type reaches these bytes through them)")?;
+        match s.typed_bytes.filter(|&t| t > 0) {
+            Some(typed) => writeln!(
+                out,
+                "  (stack frames name no variables: {} of these bytes ({:.1}%) have an OCaml type from what else holds them, a closure's environment; the rest have none)",
+                human_bytes(typed),
+                100.0 * typed as f64 / s.bytes.max(1) as f64
+            )?,
+            None => writeln!(out, "  (stack frames name no variables: no OCaml type reaches these bytes through them)")?,
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn said(typed_bytes: Option<u64>) -> String {
+        let stack = StackOnly { bytes: 4 << 20, percent: 40.0, frames: Vec::new(), not_attributed: 0, typed_bytes };
+        let mut out = Vec::new();
+        print_stack_only(&mut out, &stack).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// The typed part of what only frames hold is said; without types, or none typed, that
+    /// no type reaches them through the frames.
+    #[test]
+    fn the_typed_part_of_what_frames_hold_is_said() {
+        assert!(said(Some(3 << 20)).contains("3.0 MiB of these bytes (75.0%) have an OCaml type"), "{}", said(Some(3 << 20)));
+        for none in [None, Some(0)] {
+            assert!(said(none).contains("no OCaml type reaches these bytes through them"), "{}", said(none));
+        }
+    }
 }

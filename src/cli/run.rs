@@ -4,7 +4,7 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use heapsnap_dump::memory_trigger;
-use heapsnap_dump::triggers::{self, TriggerSpec};
+use heapsnap_dump::triggers::{self, ExportTo, TriggerSpec};
 use heapsnap_dump::watch::{self, Inputs, Watch, WatchSummary};
 use heapsnap_format::Trigger;
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -46,12 +46,13 @@ pub struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Write each snapshot's Parquet tables (`export --format parquet`) while the program runs:
-    /// `parquet` (into DIR/parquet, DIR the snapshots' directory) or `parquet=TABLES_DIR`.
-    #[arg(long, value_name = "parquet[=DIR]", value_parser = super::run_tables::parse_export)]
-    export: Option<super::run_tables::ExportTo>,
+    /// `parquet` (into DIR/parquet, DIR the snapshots' directory) or `parquet=TABLES_DIR`
+    /// (OCAML_HEAPSNAP's export=).
+    #[arg(long, value_name = "parquet[=DIR]", value_parser = |s: &str| s.parse::<ExportTo>())]
+    export: Option<ExportTo>,
     /// With --export: keep only the last N snapshot files of the run (their tables are kept;
-    /// an older snapshot is removed once its tables are written).
-    #[arg(long, value_name = "N", requires = "export", value_parser = clap::value_parser!(u64).range(1..))]
+    /// an older snapshot is removed once its tables are written; OCAML_HEAPSNAP's keep-snapshots=).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     keep_snapshots: Option<u64>,
     #[command(flatten)]
     runtime: super::dump::RuntimeArgs,
@@ -73,6 +74,11 @@ fn merged_spec(args: &RunArgs) -> anyhow::Result<TriggerSpec> {
     spec.on_signal = args.on_signal.or(spec.on_signal);
     spec.every = args.every.or(spec.every);
     spec.dir = args.dir.clone().or(spec.dir);
+    spec.export = args.export.clone().or(spec.export);
+    spec.keep_snapshots = args.keep_snapshots.or(spec.keep_snapshots);
+    if spec.keep_snapshots.is_some() && spec.export.is_none() {
+        bail!("--keep-snapshots needs --export parquet (snapshots are removed only once their tables are written)");
+    }
     for threshold in args.on_memory.iter().flatten() {
         if !spec.on_memory.contains(threshold) {
             spec.on_memory.push(*threshold);
@@ -106,10 +112,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // Before the program starts: a directory that cannot take snapshots is an error now, not
     // at the first trigger.
     watch::check_writable_dir(&dir)?;
-    let tables = args.export.clone().map(|to| {
-        let to = to.0.unwrap_or_else(|| dir.join("parquet"));
-        super::run_tables::Tables::start(to, args.keep_snapshots.map(|n| n as usize), args.names.clone())
-    });
+    let tables = super::run_tables::Tables::for_spec(&spec, &dir, &args.names);
 
     let (control_read, control_write) = pipe().context("pipe")?;
     let (ack_read, ack_write) = pipe().context("pipe")?;
@@ -319,6 +322,7 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "program".into());
+    let tables = super::run_tables::Tables::for_spec(&spec, &dir, &Default::default());
     let mut seq = 0;
     let pid = args.pid;
     let summary = Watch {
@@ -330,16 +334,25 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<ExitCode> {
     }
     .run(|trigger| {
         seq += 1;
-        take_snapshot(
+        let taken = take_snapshot(
             pid,
             trigger,
             &watch::snapshot_path(&dir, &program, pid, seq, trigger),
             spec.redact,
             spec.capture,
             &Default::default(),
-        )
+        )?;
+        if let Some(tables) = &tables {
+            tables.send(&taken);
+        }
+        Ok(taken)
     })?;
     report_memory(&spec, &summary);
+    // The program has exited: the tables of its last snapshots are written before the watcher
+    // goes (the .cmt files are found from the snapshot, as `heapsnap dump` finds them).
+    if let Some(tables) = tables {
+        tables.finish();
+    }
     if summary.failures == 0 {
         return Ok(ExitCode::SUCCESS);
     }

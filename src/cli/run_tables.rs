@@ -9,18 +9,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Sender};
 use std::thread::JoinHandle;
 
-/// `--export parquet[=DIR]`: where the tables go (`None`: `parquet/` in the snapshots' directory).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExportTo(pub Option<PathBuf>);
-
-pub fn parse_export(s: &str) -> Result<ExportTo, String> {
-    match s.split_once('=') {
-        None if s == "parquet" => Ok(ExportTo(None)),
-        Some(("parquet", dir)) if !dir.is_empty() => Ok(ExportTo(Some(PathBuf::from(dir)))),
-        _ => Err(format!("{s}: `parquet` or `parquet=DIR` (the only format a run exports)")),
-    }
-}
-
 /// What the thread did, for the run's report.
 #[derive(Default, serde::Serialize)]
 pub struct Done {
@@ -38,6 +26,17 @@ pub struct Tables {
 }
 
 impl Tables {
+    /// The thread a watch's `export` asks for (`heapsnap run --export`, OCAML_HEAPSNAP's
+    /// `export=`), if it asks; `snapshots_dir` is where the snapshots go.
+    pub fn for_spec(
+        spec: &heapsnap_dump::triggers::TriggerSpec,
+        snapshots_dir: &Path,
+        names: &super::annotate::NamesArgs,
+    ) -> Option<Tables> {
+        let to = spec.export.as_ref()?.dir(snapshots_dir);
+        Some(Tables::start(to, spec.keep_snapshots.map(|n| n as usize), names.clone()))
+    }
+
     /// Starts the thread: every snapshot sent is annotated (`names`), exported into `dir`, then
     /// all but the last `keep` exported snapshots of the run are removed.
     pub fn start(dir: PathBuf, keep: Option<usize>, names: super::annotate::NamesArgs) -> Tables {
@@ -91,17 +90,5 @@ fn remove_older(done: &mut Done, keep: usize) {
             }
             Err(e) => eprintln!("heapsnap: warning: cannot remove {}: {e}", snapshot.display()),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn export_values() {
-        assert_eq!(parse_export("parquet"), Ok(ExportTo(None)));
-        assert_eq!(parse_export("parquet=/tmp/t"), Ok(ExportTo(Some(PathBuf::from("/tmp/t")))));
-        assert!(parse_export("csv").is_err() && parse_export("parquet=").is_err());
     }
 }

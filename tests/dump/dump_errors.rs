@@ -74,6 +74,7 @@ fn os_errors_name_the_path_or_process_once_with_a_hint() {
     assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 
     // Root may dump anything: as root, dump our sample as another user; otherwise dump init.
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let (mut command, target) = if root {
         let mut c = Command::new("setpriv");

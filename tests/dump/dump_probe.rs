@@ -6,7 +6,7 @@
 //! - a runtime that is not what its version says is caught by the probe, naming the fact.
 
 use crate::dump_support::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The manifest's samples for a toolchain without reserved header bits (`large_heap` is a
 /// benchmark).
@@ -130,7 +130,7 @@ type Expected = dyn Fn(&str) -> ByFile;
 /// release's file; by probing, each is read right. Never a snapshot that fails verification.
 #[test]
 fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
-    let variants: [(&str, &Expected); 6] = [
+    let variants: [(&str, &Expected); 7] = [
         ("pool-size", &|_| ByFile::Refused("pool size")),
         ("domain-field", &|_| ByFile::ReadRight),
         // Only effect_cont has a continuation, promoted with the third field.
@@ -148,6 +148,9 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
         // OCaml 5.4's sweep-only phase (ocaml/ocaml#13580): the samples' last compaction
         // opens a cycle, so their newer blocks are UNMARKED, which is live.
         ("mark-delay", &|_| ByFile::ReadRight),
+        // OCaml 5.5's idle phase (ocaml/ocaml#14365): major slices after the compaction
+        // sweep the cycle's pools and leave it idle, unmarked, when the sample is dumped.
+        ("idle-phase", &|_| ByFile::ReadRight),
     ];
     let tmp = tempfile::tempdir().unwrap();
     for (variant, expected) in variants {
@@ -165,9 +168,15 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
         for sample_name in ["cache_leak", "effect_cont", "long_list"] {
             let what = format!("{variant} {sample_name}");
             let program = dir.join(sample_name);
+            let slices: &[(&str, &std::ffi::OsStr)] =
+                if variant == "idle-phase" { &[("HEAPSNAP_SAMPLE_MAJOR_SLICES", std::ffi::OsStr::new("10"))] } else { &[] };
             let (reference, _) = reference_output(&program, &[]);
-            let mut sample = Sample::start(&program, &[]);
+            let mut sample = Sample::start_with_env(&program, &[], slices);
             sample.wait_ready(1);
+            if variant == "idle-phase" {
+                // The variant's enum puts Phase_idle first.
+                assert_eq!(global_i32(sample.pid(), &program, "caml_gc_phase"), 0, "{what}: not dumped in the idle phase");
+            }
             let by_file = tmp.path().join(format!("{variant}-{sample_name}.snap"));
             match expected(sample_name) {
                 ByFile::ReadRight => {
@@ -207,6 +216,25 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
             assert_eq!(lines, reference, "{what}: output changed by the dumps");
         }
     }
+}
+
+/// The value of the C global `name`, an `int`, in the running `program` (a PIE).
+fn global_i32(pid: i32, program: &Path, name: &str) -> i32 {
+    use std::os::unix::fs::FileExt;
+    let link_address = heapsnap_dump::elf::Executable::open(program).unwrap().require(name).unwrap();
+    let exe = std::fs::canonicalize(program).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let start = fields[0].split('-').next()?;
+            (fields.len() >= 6 && fields[2] == "00000000" && Path::new(fields[5]) == exe).then(|| u64::from_str_radix(start, 16).unwrap())
+        })
+        .expect("the program's first mapping");
+    let mut bytes = [0u8; 4];
+    std::fs::File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut bytes, base + link_address).unwrap();
+    i32::from_le_bytes(bytes)
 }
 
 /// The `.cmt` files of a release heapsnap has no file for are read with its own toolchain, and

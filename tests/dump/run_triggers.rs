@@ -147,6 +147,7 @@ fn run_dumps_on_its_own_signal_without_passing_it_on() {
     let dir = tempfile::tempdir().unwrap();
     let child = run_paused(&["--on-signal", "USR2", "--capture", "fork"], dir.path(), &sample("closure_list"), 2);
     // SIGUSR2's default action would kill the sample: it must go to heapsnap only.
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
     });
@@ -223,6 +224,55 @@ fn preload_library_watches_a_program_started_without_heapsnap() {
     forked(check_snapshot(&found[0], Trigger::Compaction));
     forked(check_snapshot(&found[1], Trigger::Compaction));
     forked(check_snapshot(&found[2], Trigger::Exit));
+}
+
+/// `OCAML_HEAPSNAP=...,export=parquet=DIR,keep-snapshots=1` through the preload library: the
+/// watcher writes each snapshot's tables while the program runs, and of the snapshot files only
+/// the last is left once the program has exited.
+#[test]
+fn preload_library_exports_tables_and_keeps_the_last_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let (snaps, tables) = (dir.path().join("snaps"), dir.path().join("tables"));
+    std::fs::create_dir(&snaps).unwrap();
+    let mut child = preloaded_paused(
+        &sample("cache_leak"),
+        2,
+        &format!("on-compaction,at-exit,dir={},export=parquet={},keep-snapshots=1", snaps.display(), tables.display()),
+    );
+    let table_files = |name: &str| std::fs::read_dir(tables.join(name)).map_or(0, |d| d.count());
+    let wait_until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let mut stdin = child.stdin.take();
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(step) = line.strip_prefix("READY ") {
+            let step: usize = step.parse().unwrap();
+            // Each compaction's tables are written while the program waits.
+            wait_until(&format!("no tables after READY {step}"), &|| table_files("snapshots") >= step);
+            if step < 2 {
+                writeln!(stdin.as_mut().unwrap()).unwrap();
+            } else {
+                stdin = None;
+            }
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    // The exit snapshot's tables are written after the program is gone; the older files go.
+    wait_until("the exit snapshot's tables", &|| table_files("snapshots") == 3 && snapshots(&snaps).len() == 1);
+    for table in ["snapshots", "groups", "suspects", "dominator_paths"] {
+        assert_eq!(table_files(table), 3, "{table}");
+    }
+    let left = snapshots(&snaps);
+    check_snapshot(&left[0], Trigger::Exit);
+    let last = Snapshot::open(&left[0]).unwrap();
+    let id = heapsnap_export::parquet::identity::snapshot_id(last.metadata(), last.metadata().host.as_deref());
+    assert!(tables.join("snapshots").join(format!("{id}.parquet")).exists(), "the last snapshot's tables are named by its id");
 }
 
 #[test]
@@ -323,6 +373,7 @@ fn signal_and_exit_triggers_on_5_1() {
     preload_library(); // `run --at-exit` preloads it
     let dir = tempfile::tempdir().unwrap();
     let child = run_paused(&["--on-signal", "USR2", "--at-exit"], dir.path(), &samples.join("closure_list"), 2);
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     let (lines, status) = drive(child, dir.path(), 2, 1, |c| unsafe {
         libc::kill(c.id() as i32, libc::SIGUSR2);
     });
@@ -360,6 +411,7 @@ fn unwritable_dir_and_user(parent: &Path) -> (PathBuf, impl Fn(&Path) -> Command
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let command = move |program: &Path| {
         if root {
@@ -442,6 +494,7 @@ fn lost_snapshots_make_run_fail_at_the_end() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "READY 1");
     std::fs::remove_dir(&dir).unwrap();
+    // SAFETY: kill has no memory preconditions; the pid is our child's, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGUSR2) };
     let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&log).unwrap().contains("signal snapshot failed") {

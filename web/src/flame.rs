@@ -47,7 +47,7 @@ impl Flames {
     }
 
     fn stacks(&self, index: usize, indexed: &Indexed, by: GroupBy) -> Result<Folded, String> {
-        let saved = || indexed.view(Needs::Diff).ok()?.diff_profile().and_then(folded_saved);
+        let saved = || indexed.view(Needs::Diff).ok()?.diff_profile(heapsnap_analyze::GroupBy::Kind).and_then(folded_saved);
         if by == GroupBy::Root {
             if let Some(stacks) = saved() {
                 return Ok(stacks);

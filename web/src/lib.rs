@@ -69,7 +69,11 @@ impl App {
             let inputs: Vec<Input<'_>> = snapshots
                 .iter()
                 .zip(&views)
-                .map(|(s, v)| Input { name: s.name.clone(), snap: s.view.snap, saved: v.as_ref().and_then(IndexView::diff_profile) })
+                .map(|(s, v)| Input {
+                    name: s.name.clone(),
+                    snap: s.view.snap,
+                    saved: v.as_ref().and_then(|v| v.diff_profile(heapsnap_analyze::GroupBy::Kind)),
+                })
                 .collect();
             let report = diff(&inputs, &DiffOptions::default(), progress)?;
             Some(serde_json::to_value(&report).expect("reports serialise"))

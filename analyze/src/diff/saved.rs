@@ -100,7 +100,7 @@ pub fn saved_profile(a: &Analysis<'_>, by: GroupBy) -> SavedProfile {
 }
 
 /// The bytes of the reachable blocks of each dominator signature (`sig_pre`: each preorder
-/// number's), static data counting 0 ([`Analysis::freeable`]). The blocks are swept in address
+/// number's), static data counting 0 ([`crate::facts::HeapFacts::freeable`]). The blocks are swept in address
 /// order, region by region on every core, rather than each reachable node's block looked up:
 /// a lookup by node is a search, and the nodes in preorder are scattered.
 fn own_bytes_by_signature(a: &Analysis<'_>, sig_pre: &[u32], signatures: usize) -> Vec<u64> {

@@ -1,6 +1,7 @@
 //! The diff on synthetic OCaml 5.3 heaps (written as real snapshots by `heapsnap_testkit::synth`).
 
 use super::*;
+use crate::facts::HeapFacts;
 use heapsnap_format::{Metadata, SnapshotWriter, Trigger};
 use heapsnap_testkit::synth::{Space, SynthHeap, Value};
 use std::path::{Path, PathBuf};

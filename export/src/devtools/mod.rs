@@ -26,7 +26,7 @@ pub mod traces;
 use crate::output::AtomicFile;
 use crate::ExportError;
 use edges::{exported_nodes, Edges, EDGE_TYPES};
-use heapsnap_analyze::{Analysis, HeapGraph, NodeId, Progress};
+use heapsnap_analyze::{Analysis, HeapFacts, HeapGraph, NodeId, Progress};
 use nodes::{name_nodes, NodeNames, NODE_TYPES};
 use rayon::prelude::*;
 use serde::Serialize;
