@@ -17,8 +17,9 @@ command -v chromedriver >/dev/null || need+=(chromium-driver)
 # The MCP test (tests/mcp.rs) drives `heapsnap mcp` with the official Python SDK, in a venv.
 command -v python3 >/dev/null || need+=(python3)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
-# The fleet test (tests/analysis/fleet.rs) runs Spark in local mode (PySpark), on Java 17.
-java -version >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+# The fleet test (tests/analysis/fleet.rs) runs Spark in local mode (PySpark 4: Java 17 or later,
+# which Debian's default JRE is from Debian 12 on).
+java -version >/dev/null 2>&1 || need+=(default-jre-headless)
 if [ ${#need[@]} -gt 0 ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   # apt and dpkg talk a lot: their output goes to a log, shown only when they fail.
