@@ -16,6 +16,9 @@ work="$(realpath "$work")"
 rm -rf "$work/home" "$work/clone"
 mkdir -p "$work/home"
 git clone -q "$repo" "$work/clone"
+# The sources the project's scripts read from ../shared (OCaml 5.2.0, trunk, memtrace) sit
+# beside the repository on this machine, as beside CI's clone: the same beside this one.
+if [ -d "$repo/../shared" ] && [ ! -e "$work/shared" ]; then ln -s "$(realpath "$repo/../shared")" "$work/shared"; fi
 echo "cold-ci: clone of $(git -C "$repo" rev-parse --short HEAD) in $work/clone; log in $work/ci.log" >&2
 rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
 start=$SECONDS

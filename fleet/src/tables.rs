@@ -2,7 +2,7 @@
 //! `heapsnap export --format parquet` writes them): found, checked against the columns the
 //! questions read, and registered in a DataFusion session under the tables' names.
 
-use crate::FleetError;
+use crate::error::FleetError;
 use datafusion::arrow::array::{Array, AsArray, Int64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit, TimestampMicrosecondType};
