@@ -218,22 +218,16 @@ fn altered_runtimes_are_read_right_or_refused_naming_the_fact() {
     }
 }
 
-/// The value of the C global `name`, an `int`, in the running `program` (a PIE).
+/// The value of the C global `name`, an `int`, in the running `program`: its link-time
+/// address moved by the load bias the dumper computes from the process's mappings.
 fn global_i32(pid: i32, program: &Path, name: &str) -> i32 {
+    use heapsnap_dump::source::{parse_maps, FileIdentity};
     use std::os::unix::fs::FileExt;
-    let link_address = heapsnap_dump::elf::Executable::open(program).unwrap().require(name).unwrap();
-    let exe = std::fs::canonicalize(program).unwrap();
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
-    let base = maps
-        .lines()
-        .find_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let start = fields[0].split('-').next()?;
-            (fields.len() >= 6 && fields[2] == "00000000" && Path::new(fields[5]) == exe).then(|| u64::from_str_radix(start, 16).unwrap())
-        })
-        .expect("the program's first mapping");
+    let exe = heapsnap_dump::elf::Executable::open(program).unwrap();
+    let mappings = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+    let bias = exe.load_bias(&mappings, &FileIdentity::of(program)).unwrap();
     let mut bytes = [0u8; 4];
-    std::fs::File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut bytes, base + link_address).unwrap();
+    std::fs::File::open(format!("/proc/{pid}/mem")).unwrap().read_exact_at(&mut bytes, bias + exe.require(name).unwrap()).unwrap();
     i32::from_le_bytes(bytes)
 }
 
