@@ -29,7 +29,9 @@ pub struct DumpOptions {
     /// Reserved header bits, for targets where they cannot be detected (or to override).
     pub reserved_bits: Option<u8>,
     /// How many times to stop the world before giving up on a consistent stop (then the dump
-    /// goes on, with a warning in the snapshot).
+    /// goes on, with a warning in the snapshot). Domains busy in the runtime on a loaded
+    /// machine can need hundreds: each collection is a stop-the-world section that waits for
+    /// the domain the scheduler left out, and a stop lands in one often.
     pub max_attempts: u32,
     /// Fail instead of writing an inconsistent snapshot when no consistent stop was found.
     pub require_consistent: bool,
@@ -48,7 +50,7 @@ impl Default for DumpOptions {
             trigger: Trigger::Manual,
             redact: false,
             reserved_bits: None,
-            max_attempts: 200,
+            max_attempts: 1000,
             require_consistent: false,
             include_dwarf: true,
             discover: DiscoverOptions::default(),
@@ -70,6 +72,11 @@ pub struct DumpReport {
     pub total_stopped_ns: u64,
     /// How many times the world was stopped.
     pub attempts: u32,
+    /// How many of those stops came after only the threads in the way had run on, the others
+    /// held stopped.
+    pub nudged_stops: u32,
+    /// Whether the stop the snapshot was taken at was one of those.
+    pub taken_at_nudged_stop: bool,
     /// Whether the copy was taken at a consistent stop.
     pub consistent: bool,
     pub domains: usize,
@@ -151,6 +158,11 @@ fn checked_pid(pid: i32) -> Result<u32> {
     u32::try_from(pid).ok().filter(|&p| p > 0).ok_or(DumpError::NoSuchProcess { pid: pid as u32 })
 }
 
+/// How many times in a row the threads in the way may run on alone, while the others stay
+/// stopped, before every thread runs again: a thread alone may wait on one kept stopped (a
+/// stop-the-world section it leads, a lock), and the kept ones should not wait long.
+const NUDGES_BEFORE_RESUMING_ALL: u32 = 16;
+
 /// Takes one snapshot of process `pid`.
 pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let started = Instant::now();
@@ -173,6 +185,9 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
     let mut wall_at_stop = SystemTime::now();
     let mut total_stopped = Duration::ZERO;
     let mut attempts = 1;
+    // Stops since every thread last ran: see `NUDGES_BEFORE_RESUMING_ALL`.
+    let mut nudges = 0;
+    let mut nudged_stops = 0;
     let mut check = rt.check_world(&process)?;
     // A fork's: when the target was let go, how long the clone took, what the child cost.
     let mut forked: Option<(Instant, Duration, ForkCost)> = None;
@@ -228,20 +243,40 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
                 Err(e) => return Err(e),
             }
         }
-        total_stopped += forked.take().map_or_else(|| stopped_at.elapsed(), |(resumed_at, ..)| resumed_at - stopped_at);
-        process.resume()?;
-        // Let the target leave its unsafe window: a little longer as attempts fail, and then
-        // until no stop-the-world section runs.
-        std::thread::sleep(Duration::from_micros(200 * (attempts as u64).min(25)));
-        if interrupted() {
-            return Err(DumpError::Interrupted);
+        match check.busy_threads().filter(|_| forked.is_none() && nudges < NUDGES_BEFORE_RESUMING_ALL) {
+            Some(busy) => {
+                // Only some threads are in the way: keep the rest at rest, and let these alone
+                // run on a little, to be caught again somewhere else. Every domain's chance of
+                // being at rest then counts once, not multiplied by the others' (two domains
+                // interpreting bytecode rarely both sit in a primitive at once). The pause
+                // goes on for the threads kept stopped, so `stopped_at` stays.
+                nudges += 1;
+                nudged_stops += 1;
+                process.resume_only(&busy)?;
+                std::thread::sleep(Duration::from_micros(50 * (1 + nudges as u64 % 8)));
+                if interrupted() {
+                    return Err(DumpError::Interrupted);
+                }
+                process.stop()?;
+            }
+            None => {
+                nudges = 0;
+                total_stopped += forked.take().map_or_else(|| stopped_at.elapsed(), |(resumed_at, ..)| resumed_at - stopped_at);
+                process.resume()?;
+                // Let the target leave its unsafe window: a little longer as attempts fail,
+                // and then until no stop-the-world section runs.
+                std::thread::sleep(Duration::from_micros(200 * (attempts as u64).min(25)));
+                if interrupted() {
+                    return Err(DumpError::Interrupted);
+                }
+                if let (Some(site), None) = (plan.fork_site, &plan.guardian) {
+                    plan.guardian = crate::source::Guardian::start(pid, site);
+                }
+                rt.wait_quiet(&memory, Duration::from_millis(100));
+                process.stop()?;
+                stopped_at = Instant::now();
+            }
         }
-        if let (Some(site), None) = (plan.fork_site, &plan.guardian) {
-            plan.guardian = crate::source::Guardian::start(pid, site);
-        }
-        rt.wait_quiet(&memory, Duration::from_millis(100));
-        process.stop()?;
-        stopped_at = Instant::now();
         wall_at_stop = SystemTime::now();
         attempts += 1;
         check = rt.check_world(&process)?;
@@ -289,6 +324,8 @@ pub fn dump_process(pid: i32, options: &DumpOptions) -> Result<DumpReport> {
         pause_ns: pause.as_nanos() as u64,
         total_stopped_ns: total_stopped.as_nanos() as u64,
         attempts,
+        nudged_stops,
+        taken_at_nudged_stop: nudges > 0,
         consistent,
         capture: Some(capture),
         namespaces,
@@ -412,6 +449,8 @@ impl DumpReport {
             pause_ns: 0,
             total_stopped_ns: 0,
             attempts: 1,
+            nudged_stops: 0,
+            taken_at_nudged_stop: false,
             consistent: true,
             domains: cap.domains.len(),
             regions: cap.regions.len(),

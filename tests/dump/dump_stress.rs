@@ -212,6 +212,10 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     assert_eq!(line.trim(), "STARTED");
     let pid = child.id() as i32;
     let mut attempts = Vec::new();
+    // Stops after only the threads in the way ran on (the others held), per dump.
+    let mut nudged = Vec::new();
+    // Dumps taken at such a stop.
+    let mut taken_nudged = 0;
     // What each fork cost (bytes the busy program rewrote while the child lived), and how long.
     let mut fork_costs = Vec::new();
     // OCaml 4.14's colours mean what the major GC's phase says: the dumps must catch it
@@ -233,6 +237,8 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
         assert_eq!(report["consistent"], true, "{toolchain} dump {i}: {report}");
         assert_eq!(report["capture"]["method"], capture, "{toolchain} dump {i}: {report}");
         attempts.push(report["attempts"].as_u64().unwrap());
+        nudged.push(report["nudged_stops"].as_u64().unwrap());
+        taken_nudged += usize::from(report["taken_at_nudged_stop"] == true);
         fork_costs
             .push((report["capture"]["fork_extra_bytes"].as_u64().unwrap_or(0), report["capture"]["child_lived_ns"].as_u64().unwrap_or(0)));
         let snap = Snapshot::open(&path).unwrap_or_else(|e| panic!("dump {i}: {e}"));
@@ -262,7 +268,14 @@ fn fifty_dumps_of(toolchain: &str, capture: &str, build: Build) {
     assert!(status.success());
     // Every dump made says how many stops it needed.
     let dumps = attempts.len();
-    eprintln!("{toolchain} ({capture}, {build:?}): stops needed per dump ({dumps}): {attempts:?}; OCaml 4.14 GC phases seen: {phases:?}");
+    eprintln!(
+        "{toolchain} ({capture}, {build:?}): stops needed per dump ({dumps}): {attempts:?}, of which with threads held: {nudged:?} ({taken_nudged} dumps taken at such a stop); OCaml 4.14 GC phases seen: {phases:?}"
+    );
+    if build == Build::Bytecode && !ocaml4 {
+        // Two domains interpreting bytecode are rarely both in a primitive at one stop: the
+        // dumper holds the one at rest and lets the other run on alone.
+        assert!(taken_nudged > 0, "no dump was taken with a domain held at rest while another ran on: {nudged:?}");
+    }
     if capture == "fork" {
         fork_costs.sort_unstable();
         let (bytes, lived) = fork_costs[fork_costs.len() / 2];

@@ -29,4 +29,41 @@ impl WorldCheck {
     pub fn is_safe(&self) -> bool {
         self.unsafe_reasons.is_empty()
     }
+
+    /// The threads to let run on alone, when all that keeps the stop from being consistent is
+    /// where they are: every other domain stays at rest while they move on. `None` when the
+    /// world as a whole is busy (a stop-the-world section, a runtime lock, a torn heap), which
+    /// only letting every thread run can end.
+    pub fn busy_threads(&self) -> Option<Vec<u32>> {
+        let threads: Option<Vec<u32>> = self
+            .unsafe_reasons
+            .iter()
+            .map(|reason| match reason {
+                UnsafeStop::DomainBusy { thread, .. } => Some(*thread),
+                _ => None,
+            })
+            .collect();
+        threads.filter(|t| !t.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::BusyPlace;
+
+    fn busy(thread: u32) -> UnsafeStop {
+        UnsafeStop::DomainBusy { domain: 0, thread, place: BusyPlace::Interpreting }
+    }
+
+    #[test]
+    fn only_threads_in_the_way_run_on_alone() {
+        let check = |unsafe_reasons| WorldCheck { domains: Vec::new(), unsafe_reasons };
+        assert_eq!(check(vec![busy(7), busy(9)]).busy_threads(), Some(vec![7, 9]));
+        // A stop-the-world section or a held lock needs every thread.
+        assert_eq!(check(vec![busy(7), UnsafeStop::StopTheWorld]).busy_threads(), None);
+        assert_eq!(check(vec![UnsafeStop::LockHeld("roots_mutex"), busy(7)]).busy_threads(), None);
+        // A consistent stop has none to run.
+        assert_eq!(check(Vec::new()).busy_threads(), None);
+    }
 }

@@ -143,6 +143,20 @@ impl LiveProcess {
         failure.map_or(Ok(()), Err)
     }
 
+    /// Lets only the tasks `tids` run again; the others stay stopped. Tasks not seized, or
+    /// gone, are skipped.
+    pub fn resume_only(&mut self, tids: &[u32]) -> Result<()> {
+        for &tid in tids {
+            let Some(task) = self.tasks.get_mut(&tid).filter(|t| t.stopped) else { continue };
+            match ptrace::cont(Pid::from_raw(tid as i32), task.pending_signal.take()) {
+                Ok(()) | Err(Errno::ESRCH) => task.stopped = false,
+                Err(errno) => return Err(DumpError::Ptrace { op: "CONT", tid, errno }),
+            }
+        }
+        self.threads.clear();
+        Ok(())
+    }
+
     /// Detaches from every task, which resumes it. Also done on drop.
     pub fn detach(&mut self) {
         for (tid, task) in self.tasks.drain() {
