@@ -172,8 +172,16 @@ fn leave_session() {
 
 /// Lowers this process's priority (see [`detach`]).
 pub fn lower_priority() {
-    // SAFETY: setpriority touches no memory and acts on this process only.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    // Linux gives each thread its own priority: the analysis's workers, started before, keep
+    // theirs unless lowered one by one. The threads answering other commands
+    // ([`crate::held`]) keep theirs.
+    let keep = crate::held::answering_threads();
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    let tids: Vec<libc::id_t> = tasks.filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
+    for tid in tids.into_iter().filter(|tid| !keep.contains(tid)) {
+        // SAFETY: setpriority touches no memory and acts on a thread of this process only.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 10) };
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod args;
 pub mod diff;
 pub mod dominators;
 pub mod handover;
+pub mod held;
 pub mod info;
 pub mod inspect;
 pub mod json_args;

@@ -136,20 +136,29 @@ impl Loader for Files {
             // The process goes on after its answer, to complete the index from this analysis
             // (the snapshot and its analysis live until the process ends).
             let snap: &'static Snapshot = Box::leak(Box::new(open_snapshot(path)?));
-            let analysis = analyse_and_answer(snap, answer, "the index left to this process once it has answered")?;
+            let analysis: &'static heapsnap_analyze::Analysis<'static> =
+                Box::leak(Box::new(analyse_and_answer(snap, answer, "the index left to this process once it has answered")?));
             let snapshot = path.to_path_buf();
             crate::handover::complete_after_answer(
                 path,
                 Box::new(move || {
+                    // Other commands on this snapshot are answered from the analysis until the
+                    // index is saved ([`crate::held`]).
+                    let holder = crate::held::serve(&snapshot, analysis);
+                    // With a holder answering, the index no longer needs the command's
+                    // priority: what a next command reads, it answers at once.
+                    if holder.is_some() {
+                        crate::handover::lower_priority();
+                    }
                     // The meta level first, from what the analysis holds (a few KiB), at the
-                    // priority of the command that answered: a second `summary` or `top` reads
-                    // it. The rest waits for its turn (held by the completion of another
-                    // snapshot), at a lower priority.
+                    // priority of the command that answered unless a holder answers: a second
+                    // `summary` or `top` reads it. The rest waits for its turn (held by the
+                    // completion of another snapshot), at a lower priority.
                     let mut turn = None;
                     let _ = heapsnap_index::store::save_analysed_in_stages(
                         &snapshot,
                         snap,
-                        &analysis,
+                        analysis,
                         Needs::All,
                         &Progress::hidden(),
                         &mut |level| {
@@ -159,6 +168,7 @@ impl Loader for Files {
                             }
                         },
                     );
+                    drop(holder);
                     drop(turn);
                 }),
             );

@@ -50,14 +50,29 @@ pub fn command() -> Command {
     Commands::augment_subcommands(cli).about("Heap snapshots for OCaml native programs (4.14, 5.x): who keeps this alive?").long_about(None)
 }
 
+/// The exit code of a report answered by the holder of its snapshot's analysis
+/// ([`heapsnap_reports::held`]), its answer printed; None when no holder answers it.
+fn ask_holder(sub: &ArgMatches) -> Option<u8> {
+    let snapshot = sub.try_get_one::<std::path::PathBuf>("snapshot").ok().flatten()?;
+    // The holder parses the same command line (after the program's name); one that is not
+    // Unicode is not asked.
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.into_string().ok()).collect::<Option<_>>()?;
+    heapsnap_reports::held::ask(snapshot, &args, &mut std::io::stdout().lock())
+}
+
 pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
     if let Ok(me) = std::env::current_exe() {
         heapsnap_reports::loader::complete_indexes_with(me);
     }
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(report) = registry::find(name) {
-            // The answer from a child, which then completes the index (no thread runs yet).
             if heapsnap_reports::loader::completes_in_background() {
+                // Right after a first look: the process completing its index answers from the
+                // analysis it holds.
+                if let Some(code) = ask_holder(sub) {
+                    return Ok(ExitCode::from(code));
+                }
+                // The answer from a child, which then completes the index (no thread runs yet).
                 heapsnap_reports::handover::answer_in_a_child();
             }
             // One report, then the process ends.

@@ -327,6 +327,23 @@ fn the_completion_is_detached_and_holds_the_snapshot_locked() {
     };
     assert_eq!(session, Some(i64::from(pid)), "the completion leads a session of its own (ours is {our_session})");
     assert_eq!(nice, Some(10), "the completion runs at a lower priority");
+    // Every thread of it (Linux gives each its own priority: the analysis's workers were
+    // started before), but those that answer other commands from its analysis.
+    let threads: Vec<(String, Option<i64>)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .map(|t| {
+            let tid: i32 = t.file_name().to_str().unwrap().parse().unwrap();
+            let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default().trim().to_string();
+            (name, stat(tid).1)
+        })
+        .collect();
+    assert!(threads.len() > 2, "{threads:?}");
+    for (name, nice) in &threads {
+        let expected = if name.starts_with("held analysis") { 0 } else { 10 };
+        assert_eq!(*nice, Some(expected), "thread {name} of the completion: {threads:?}");
+    }
+    assert!(threads.iter().any(|(name, _)| name == "held analysis"), "no thread answers other commands: {threads:?}");
     // The first look has exited; its completion, waiting for its turn, holds the snapshot.
     let probe = std::fs::File::open(&snapshot).unwrap();
     // SAFETY: flock on a descriptor we own.
@@ -469,6 +486,55 @@ fn flock_snapshot(snapshot: &Path, how: i32) -> std::fs::File {
     file
 }
 
+/// Right after a first look, while its process saves the index (held here at its turn among
+/// completions, after the meta level), every report on the snapshot whose level is not saved
+/// yet is answered by that process from the analysis it holds, word for word as a first look
+/// answers; the holder answers its own snapshot only (a copy of the file has none), through an
+/// owner-only socket that goes once the index is saved.
+#[test]
+fn reports_right_after_a_first_look_are_answered_by_the_process_holding_its_analysis() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let reports: Vec<Vec<&str>> = vec![
+        vec!["dominators", "--json", "--depth", "6", "--min-percent", "0"],
+        vec!["suspects", "--json", "--min-percent", "0.5"],
+        vec!["path", "--kind", "string", "--json"],
+        vec!["dominators", "--depth", "3"],
+    ];
+    let references: Vec<String> = reports.iter().map(|r| first_look(r, 300, dir.path(), &cache)).collect();
+    std::fs::create_dir_all(cache.join("heapsnap")).unwrap();
+    let turn = std::fs::File::create(cache.join("heapsnap").join("completing.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(turn.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let snapshot = dir.path().join("held.heapsnap");
+    heapsnap_testkit::synth::large_heap_shape(300).heap.write(&snapshot).expect("write a synthetic snapshot");
+    let (_, trace) = report_within(&["top"], &snapshot, &cache, true, std::time::Duration::from_secs(60));
+    assert!(trace.contains("the answer, from the analysis"), "{trace}");
+    assert!(wait_for_saved(&snapshot, heapsnap_index::Needs::Meta), "the meta level was not saved");
+    let held = cache.join("heapsnap").join("held");
+    assert_eq!(std::fs::metadata(&held).unwrap().permissions().mode() & 0o777, 0o700, "the holders' directory is not owner-only");
+    assert_eq!(std::fs::read_dir(&held).unwrap().count(), 1, "one holder's socket");
+    for (report, reference) in reports.iter().zip(&references) {
+        let (out, trace) = report_within(report, &snapshot, &cache, true, std::time::Duration::from_secs(30));
+        assert!(trace.contains("the answer, from the process holding the analysis"), "{report:?} not answered by the holder: {trace}");
+        assert_eq!(&out, reference, "{report:?} from the held analysis");
+    }
+    // Another file with the same bytes has no holder: its report analyses it.
+    let copy = dir.path().join("copy.heapsnap");
+    std::fs::copy(&snapshot, &copy).unwrap();
+    let (out, trace) = report_within(&reports[0], &copy, &cache, true, std::time::Duration::from_secs(30));
+    assert!(!trace.contains("holding the analysis") && trace.contains("the answer, from the analysis"), "{trace}");
+    assert_eq!(out, references[0]);
+    drop(turn);
+    for completed in [&snapshot, &copy] {
+        assert!(wait_for_saved(completed, heapsnap_index::Needs::All), "the index was not completed once the turn was given");
+        flock_snapshot(completed, libc::LOCK_SH);
+    }
+    assert_eq!(std::fs::read_dir(&held).unwrap().count(), 0, "the holder's socket outlived it");
+}
+
 /// A report never waits for a completion longer than a first look would take: with one held up
 /// (the test holds the snapshot's lock, as a running completion does) and no index saved, every
 /// report answers from its own analysis, word for word as a first look without any index
@@ -499,8 +565,9 @@ fn a_report_does_not_wait_for_a_completion_held_up() {
 
 /// A completion saves the meta level first, ahead of its turn among completions (here held
 /// by the test): a second `summary` or `top` right after a first look reads it, while the rest
-/// is still to come, and a `dominators` does not wait for the rest; each answers word for word
-/// as a first look without any index does.
+/// is still to come, and a `dominators` does not wait for the rest (the process completing the
+/// index answers it from its analysis); each answers word for word as a first look without any
+/// index does.
 #[test]
 fn a_second_report_reads_the_level_saved_ahead_of_the_rest() {
     use heapsnap_index::store::saved_serves;
@@ -529,10 +596,11 @@ fn a_second_report_reads_the_level_saved_ahead_of_the_rest() {
     for (report, reference) in from_meta.iter().zip(&references) {
         let (out, trace) = report_within(report, &snapshot, &cache, true, std::time::Duration::from_secs(30));
         assert!(!trace.contains("the answer, from the analysis"), "{report:?} analysed instead of reading the meta level: {trace}");
+        assert!(!trace.contains("holding the analysis"), "{report:?} asked the holder for what the meta level holds: {trace}");
         assert_eq!(&out, reference, "{report:?} from the meta level saved ahead of the rest");
     }
     let (out, trace) = report_within(&dominators, &snapshot, &cache, true, std::time::Duration::from_secs(30));
-    assert!(trace.contains("analysing instead of waiting"), "{trace}");
+    assert!(trace.contains("the answer, from the process holding the analysis"), "{trace}");
     assert_eq!(&out, references.last().unwrap(), "dominators while the completion waits for its turn");
     assert!(!saved_serves(&snapshot, Needs::Tree), "the completion went on without its turn");
     drop(turn);

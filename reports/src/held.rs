@@ -1,0 +1,236 @@
+//! A second look answered by the process that holds the snapshot's analysis: the child of a
+//! first look ([`crate::handover`]) keeps its analysis in memory while it saves the index, and
+//! meanwhile answers the reports of other commands on the same snapshot from it, over a Unix
+//! socket. A command run right after a first look then neither waits for the level of the
+//! index it reads nor analyses the snapshot again.
+//!
+//! The socket lives in the cache directory (`heapsnap/held/`, owner-only), named after the
+//! snapshot file (its canonical path, device, inode, size and modification time): a file
+//! replaced or rewritten since (by `annotate`) has another name, and no holder. The holder
+//! answers only its owner (`SO_PEERCRED`), and only a report on its own snapshot whose level of
+//! the index is not saved yet; it declines anything else, and the asking command goes on as
+//! it would have without a holder. The asker prints nothing until the whole answer has come.
+//!
+//! Protocol: the asker writes one JSON line, `{"args": [report, arg...], "cwd": DIR}` (the
+//! command line after the program's name, and the directory its paths are relative to); the
+//! holder replies with one byte, [`DECLINED`] or the exit code, and after an exit code the
+//! length of the printed answer (8 bytes, little-endian) and the answer.
+
+use crate::loader::{Loaded, Loader};
+use crate::report::Format;
+use heapsnap_analyze::Analysis;
+use heapsnap_index::Needs;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+
+/// The holder's reply when it does not answer: the asker goes on by itself.
+const DECLINED: u8 = 255;
+
+/// How long an asker waits for a holder's answer before it goes on by itself (a holder that
+/// hangs; one that dies closes the socket at once).
+const ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The socket of the holder of `snapshot`'s analysis, if there can be one.
+fn socket_path(snapshot: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let canonical = std::fs::canonicalize(snapshot).ok()?;
+    let meta = std::fs::metadata(&canonical).ok()?;
+    // The asker and the holder are the same program: one hasher, with the same keys.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (&canonical, meta.dev(), meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec()).hash(&mut hasher);
+    Some(heapsnap_index::store::cache_dir()?.join("held").join(format!("{:016x}.sock", hasher.finish())))
+}
+
+/// A holder answering over its socket until dropped.
+pub struct Holder {
+    socket: PathBuf,
+    listener: UnixListener,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Holder {
+    /// Stops taking questions (the socket's name goes first, so that no asker connects to a
+    /// holder about to end) and waits for the answer being made, if any.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        // SAFETY: shuts down the listening socket we own: its `accept` returns with an error.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Answers other commands' reports on `snapshot` from `analysis` (on a thread of its own)
+/// until the holder returned is dropped. None where the socket cannot be made.
+pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Holder> {
+    use std::os::unix::fs::DirBuilderExt;
+    let socket = socket_path(snapshot)?;
+    let dir = socket.parent()?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ok()?;
+    // A holder of this file that was killed left its socket.
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).ok()?;
+    let held = std::fs::canonicalize(snapshot).ok()?;
+    let accepting = listener.try_clone().ok()?;
+    let (started, has_started) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new()
+        .name(ANSWERING_THREAD.into())
+        .spawn(move || {
+            let _ = started.send(());
+            // Answers run on workers of their own, made by this thread (so at its priority,
+            // and named after it: the completion's lowering leaves them alone): the
+            // completion's workers then give way to them.
+            let workers = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{ANSWERING_THREAD} {i}")).build().ok();
+            // One asker at a time: each answer's memory beside the analysis, not several.
+            while let Ok((stream, _)) = accepting.accept() {
+                let answer = || answer_one(stream, &held, analysis);
+                let _ = match &workers {
+                    Some(pool) => pool.install(answer),
+                    None => answer(),
+                };
+            }
+        })
+        .ok()?;
+    // Named from here on (the standard library names a thread before it runs its closure).
+    has_started.recv().ok()?;
+    Some(Holder { socket, listener, thread: Some(thread) })
+}
+
+/// The name of the threads that answer other commands (a thread's name, `comm`, is at most 15
+/// bytes; its workers' begin with it).
+const ANSWERING_THREAD: &str = "held analysis";
+
+/// The threads of this process that answer other commands ([`serve`]), by their names
+/// (`/proc/self/task/TID/comm`): the completion leaves their priority as it is when it lowers
+/// its own.
+pub fn answering_threads() -> Vec<libc::id_t> {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    tasks
+        .filter_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            comm.starts_with(ANSWERING_THREAD).then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// The question the asker writes.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Question {
+    args: Vec<String>,
+    cwd: PathBuf,
+}
+
+fn answer_one(mut stream: UnixStream, held: &Path, analysis: &'static Analysis<'static>) -> std::io::Result<()> {
+    if peer_uid(&stream) != Some(own_uid()) {
+        return stream.write_all(&[DECLINED]);
+    }
+    // A question is a command line: a megabyte is more than any.
+    let mut line = String::new();
+    BufReader::new((&stream).take(1 << 20)).read_line(&mut line)?;
+    let reply = serde_json::from_str::<Question>(&line).ok().and_then(|q| answer(&q, held, analysis));
+    match reply {
+        Some((code, printed)) => {
+            let mut message = Vec::with_capacity(9 + printed.len());
+            message.push(code);
+            message.extend_from_slice(&(printed.len() as u64).to_le_bytes());
+            message.extend_from_slice(&printed);
+            stream.write_all(&message)
+        }
+        None => stream.write_all(&[DECLINED]),
+    }
+}
+
+/// The exit code and printed answer of the report `question` names, when it reads the held
+/// snapshot only, through the first look's path ([`crate::loader::answer`]).
+fn answer(question: &Question, held: &Path, analysis: &'static Analysis<'static>) -> Option<(u8, Vec<u8>)> {
+    let report = crate::registry::find(question.args.first()?)?;
+    let matches = crate::registry::subcommand(report).try_get_matches_from(&question.args).ok()?;
+    let format = if matches.get_flag("json") { Format::Json } else { Format::Human };
+    let loader = HeldLoader { cwd: &question.cwd, held, analysis };
+    let mut printed = Vec::new();
+    let passed = report.print(&matches, &loader, format, &mut printed).ok()?;
+    Some((if passed { 0 } else { 1 }, printed))
+}
+
+/// What a report run by the holder reads: the held analysis, for a first look at the held
+/// snapshot whose level of the index is not saved yet; anything else fails, and the holder
+/// declines.
+struct HeldLoader<'a> {
+    cwd: &'a Path,
+    held: &'a Path,
+    analysis: &'static Analysis<'static>,
+}
+
+impl HeldLoader<'_> {
+    fn is_held(&self, path: &Path) -> bool {
+        std::fs::canonicalize(self.cwd.join(path)).is_ok_and(|p| p == self.held)
+    }
+}
+
+impl Loader for HeldLoader<'_> {
+    fn indexed(&self, path: &Path, _needs: Needs) -> anyhow::Result<Loaded<'_>> {
+        anyhow::bail!("{}: not answered from the held analysis", path.display())
+    }
+
+    fn snapshot(&self, path: &Path) -> anyhow::Result<heapsnap_format::Snapshot> {
+        anyhow::bail!("{}: not answered from the held analysis", path.display())
+    }
+
+    fn answer_first(&self, path: &Path, needs: Needs, answer: &mut dyn FnMut(&Analysis<'_>)) -> anyhow::Result<Option<Loaded<'_>>> {
+        // A saved level is read as fast by the asker, without taking this process's time.
+        if !self.is_held(path) || heapsnap_index::store::saved_serves(self.held, needs) {
+            anyhow::bail!("{}: not answered from the held analysis", path.display());
+        }
+        answer(self.analysis);
+        Ok(None)
+    }
+}
+
+/// The answer of the holder of `snapshot`'s analysis to the command line `args` (the report's
+/// name and its arguments), printed to `out`, and its exit code; None when there is no holder,
+/// it declines, or its answer does not come whole (nothing is printed then).
+pub fn ask(snapshot: &Path, args: &[String], out: &mut dyn Write) -> Option<u8> {
+    let socket = socket_path(snapshot)?;
+    let mut stream = UnixStream::connect(&socket).ok()?;
+    stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
+    let question = Question { args: args.to_vec(), cwd: std::env::current_dir().ok()? };
+    let mut line = serde_json::to_vec(&question).ok()?;
+    line.push(b'\n');
+    stream.write_all(&line).ok()?;
+    let mut code = [0u8; 1];
+    stream.read_exact(&mut code).ok()?;
+    if code[0] == DECLINED {
+        return None;
+    }
+    let mut length = [0u8; 8];
+    stream.read_exact(&mut length).ok()?;
+    let length = usize::try_from(u64::from_le_bytes(length)).ok()?;
+    let mut printed = Vec::new();
+    (&mut stream).take(length as u64).read_to_end(&mut printed).ok()?;
+    if printed.len() != length {
+        return None;
+    }
+    heapsnap_analyze::PhaseTimer::start("provider").lap("the answer, from the process holding the analysis");
+    out.write_all(&printed).ok()?;
+    Some(code[0])
+}
+
+fn own_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// The user id of the process at the other end of `stream`.
+fn peer_uid(stream: &UnixStream) -> Option<u32> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `cred`, which has that size.
+    let got = unsafe {
+        libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
+    };
+    (got == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some(cred.uid)
+}
