@@ -71,6 +71,9 @@ pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Ho
     let socket = socket_path(snapshot)?;
     let dir = socket.parent()?;
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ok()?;
+    if !owner_only(dir) {
+        return None;
+    }
     // A holder of this file that was killed left its socket.
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket).ok()?;
@@ -196,6 +199,10 @@ impl Loader for HeldLoader<'_> {
 pub fn ask(snapshot: &Path, args: &[String], out: &mut dyn Write) -> Option<u8> {
     let socket = socket_path(snapshot)?;
     let mut stream = UnixStream::connect(&socket).ok()?;
+    // Only a holder of our own: a socket another user placed there answers nothing.
+    if peer_uid(&stream) != Some(own_uid()) {
+        return None;
+    }
     stream.set_read_timeout(Some(ANSWER_TIMEOUT)).ok()?;
     let question = Question { args: args.to_vec(), cwd: std::env::current_dir().ok()? };
     let mut line = serde_json::to_vec(&question).ok()?;
@@ -219,6 +226,13 @@ pub fn ask(snapshot: &Path, args: &[String], out: &mut dyn Write) -> Option<u8> 
     Some(code[0])
 }
 
+/// Whether `dir` is ours and closed to everyone else (one made by another user, or opened up,
+/// is not used).
+fn owner_only(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == own_uid() && m.mode() & 0o077 == 0)
+}
+
 fn own_uid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
@@ -233,4 +247,31 @@ fn peer_uid(stream: &UnixStream) -> Option<u32> {
         libc::getsockopt(stream.as_raw_fd(), libc::SOL_SOCKET, libc::SO_PEERCRED, (&mut cred as *mut libc::ucred).cast(), &mut len)
     };
     (got == 0 && len as usize == std::mem::size_of::<libc::ucred>()).then_some(cred.uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn holders_live_only_in_a_directory_closed_to_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = dir.path().join("held");
+        std::fs::create_dir(&held).unwrap();
+        std::fs::set_permissions(&held, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(owner_only(&held));
+        std::fs::set_permissions(&held, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!owner_only(&held), "a directory others can read");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&held, &link).unwrap();
+        std::fs::set_permissions(&held, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(!owner_only(&link), "a symbolic link to one");
+    }
+
+    #[test]
+    fn the_peer_of_a_socket_is_known() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a), Some(own_uid()));
+    }
 }
