@@ -170,12 +170,28 @@ fn leave_session() {
     unsafe { libc::setsid() };
 }
 
+/// The name of the threads that answer other commands from this process's analysis
+/// (`heapsnap_reports::held`; a thread's name, `comm`, is at most 15 bytes; its workers' begin
+/// with it): [`lower_priority`] leaves them as they are.
+pub const ANSWERING_THREAD: &str = "held analysis";
+
+/// The threads of this process that answer other commands, by their names
+/// (`/proc/self/task/TID/comm`).
+fn answering_threads() -> Vec<libc::id_t> {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    tasks
+        .filter_map(|t| {
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            comm.starts_with(ANSWERING_THREAD).then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
 /// Lowers this process's priority (see [`detach`]).
 pub fn lower_priority() {
     // Linux gives each thread its own priority: the analysis's workers, started before, keep
-    // theirs unless lowered one by one. The threads answering other commands
-    // ([`crate::held`]) keep theirs.
-    let keep = crate::held::answering_threads();
+    // theirs unless lowered one by one. The threads answering other commands keep theirs.
+    let keep = answering_threads();
     let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
     let tids: Vec<libc::id_t> = tasks.filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
     for tid in tids.into_iter().filter(|tid| !keep.contains(tid)) {

@@ -1,7 +1,7 @@
 //! A second look answered by the process that holds the snapshot's analysis: the child of a
 //! first look ([`crate::handover`]) keeps its analysis in memory while it saves the index, and
 //! meanwhile answers the reports of other commands on the same snapshot from it, over a Unix
-//! socket. A command run right after a first look then neither waits for the level of the
+//! socket (started through [`crate::loader::answer_others_with`]). A command run right after a first look then neither waits for the level of the
 //! index it reads nor analyses the snapshot again.
 //!
 //! The socket lives in the cache directory (`heapsnap/held/`, owner-only), named after the
@@ -13,7 +13,7 @@
 //!
 //! Protocol: the asker writes one JSON line, `{"args": [report, arg...], "cwd": DIR}` (the
 //! command line after the program's name, and the directory its paths are relative to); the
-//! holder replies with one byte, [`DECLINED`] or the exit code, and after an exit code the
+//! holder replies with one byte, 255 (declined) or the exit code, and after an exit code the
 //! length of the printed answer (8 bytes, little-endian) and the answer.
 
 use crate::loader::{Loaded, Loader};
@@ -65,8 +65,8 @@ impl Drop for Holder {
 }
 
 /// Answers other commands' reports on `snapshot` from `analysis` (on a thread of its own)
-/// until the holder returned is dropped. None where the socket cannot be made.
-pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Holder> {
+/// until the holder returned (a [`Holder`]) is dropped. None where the socket cannot be made.
+pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Box<dyn std::any::Any>> {
     use std::os::unix::fs::DirBuilderExt;
     let socket = socket_path(snapshot)?;
     let dir = socket.parent()?;
@@ -81,13 +81,14 @@ pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Ho
     let accepting = listener.try_clone().ok()?;
     let (started, has_started) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
-        .name(ANSWERING_THREAD.into())
+        .name(crate::handover::ANSWERING_THREAD.into())
         .spawn(move || {
             let _ = started.send(());
             // Answers run on workers of their own, made by this thread (so at its priority,
             // and named after it: the completion's lowering leaves them alone): the
             // completion's workers then give way to them.
-            let workers = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{ANSWERING_THREAD} {i}")).build().ok();
+            let workers =
+                rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{} {i}", crate::handover::ANSWERING_THREAD)).build().ok();
             // One asker at a time: each answer's memory beside the analysis, not several.
             while let Ok((stream, _)) = accepting.accept() {
                 let answer = || answer_one(stream, &held, analysis);
@@ -100,24 +101,7 @@ pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Ho
         .ok()?;
     // Named from here on (the standard library names a thread before it runs its closure).
     has_started.recv().ok()?;
-    Some(Holder { socket, listener, thread: Some(thread) })
-}
-
-/// The name of the threads that answer other commands (a thread's name, `comm`, is at most 15
-/// bytes; its workers' begin with it).
-const ANSWERING_THREAD: &str = "held analysis";
-
-/// The threads of this process that answer other commands ([`serve`]), by their names
-/// (`/proc/self/task/TID/comm`): the completion leaves their priority as it is when it lowers
-/// its own.
-pub fn answering_threads() -> Vec<libc::id_t> {
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
-    tasks
-        .filter_map(|t| {
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            comm.starts_with(ANSWERING_THREAD).then(|| t.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
+    Some(Box::new(Holder { socket, listener, thread: Some(thread) }))
 }
 
 /// The question the asker writes.

@@ -143,8 +143,8 @@ impl Loader for Files {
                 path,
                 Box::new(move || {
                     // Other commands on this snapshot are answered from the analysis until the
-                    // index is saved ([`crate::held`]).
-                    let holder = crate::held::serve(&snapshot, analysis);
+                    // index is saved ([`answer_others_with`]).
+                    let holder = ANSWER_OTHERS.get().and_then(|serve| serve(&snapshot, analysis));
                     // With a holder answering, the index no longer needs the command's
                     // priority: what a next command reads, it answers at once.
                     if holder.is_some() {
@@ -245,6 +245,19 @@ fn keep_unsaved(path: &Path, ix: Indexed) -> &'static Indexed {
 
 /// The program that completes an index in the background: `PROGRAM complete-index SNAP`.
 static COMPLETER: OnceLock<PathBuf> = OnceLock::new();
+
+/// What answers other commands from a first look's analysis while its index is saved, until
+/// what it returns is dropped: [`answer_others_with`].
+pub type AnswerOthers = fn(&Path, &'static heapsnap_analyze::Analysis<'static>) -> Option<Box<dyn std::any::Any>>;
+
+static ANSWER_OTHERS: OnceLock<AnswerOthers> = OnceLock::new();
+
+/// Makes the child of a first look ([`crate::handover`]) answer the reports of other commands
+/// on its snapshot with `serve` (the command line gives `heapsnap_reports::held::serve`) while
+/// it saves the index; a library user that does not gets no such process.
+pub fn answer_others_with(serve: AnswerOthers) {
+    let _ = ANSWER_OTHERS.set(serve);
+}
 
 /// The subcommand [`complete_indexes_with`]'s program runs to complete an index.
 pub const COMPLETE_INDEX: &str = "complete-index";

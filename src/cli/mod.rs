@@ -64,6 +64,7 @@ pub fn run(matches: &ArgMatches) -> anyhow::Result<ExitCode> {
     if let Ok(me) = std::env::current_exe() {
         heapsnap_reports::loader::complete_indexes_with(me);
     }
+    heapsnap_reports::loader::answer_others_with(heapsnap_reports::held::serve);
     if let Some((name, sub)) = matches.subcommand() {
         if let Some(report) = registry::find(name) {
             if heapsnap_reports::loader::completes_in_background() {
