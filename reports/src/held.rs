@@ -1,8 +1,9 @@
 //! A second look answered by the process that holds the snapshot's analysis: the child of a
 //! first look ([`crate::handover`]) keeps its analysis in memory while it saves the index, and
 //! meanwhile answers the reports of other commands on the same snapshot from it, over a Unix
-//! socket (started through [`crate::loader::answer_others_with`]). A command run right after a first look then neither waits for the level of the
-//! index it reads nor analyses the snapshot again.
+//! socket (started through [`crate::loader::answer_others_with`]). A command run right after a
+//! first look then neither waits for the level of the index it reads nor analyses the snapshot
+//! again.
 //!
 //! The socket lives in the cache directory (`heapsnap/held/`, owner-only), named after the
 //! snapshot file (its canonical path, device, inode, size and modification time): a file
@@ -28,6 +29,9 @@ use std::path::{Path, PathBuf};
 
 /// The holder's reply when it does not answer: the asker goes on by itself.
 const DECLINED: u8 = 255;
+
+/// How long the holder waits for an asker to send its question, or to take the answer.
+const QUESTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How long an asker waits for a holder's answer before it goes on by itself (a holder that
 /// hangs; one that dies closes the socket at once).
@@ -89,13 +93,18 @@ pub fn serve(snapshot: &Path, analysis: &'static Analysis<'static>) -> Option<Bo
             // completion's workers then give way to them.
             let workers =
                 rayon::ThreadPoolBuilder::new().thread_name(|i| format!("{} {i}", crate::handover::ANSWERING_THREAD)).build().ok();
-            // One asker at a time: each answer's memory beside the analysis, not several.
+            // One asker at a time: each answer's memory beside the analysis, not several. An
+            // asker that stalls is dropped after a while, and a report that panics costs its
+            // asker only: the completion waits for this thread before it ends.
             while let Ok((stream, _)) = accepting.accept() {
+                if stream.set_read_timeout(Some(QUESTION_TIMEOUT)).is_err() || stream.set_write_timeout(Some(QUESTION_TIMEOUT)).is_err() {
+                    continue;
+                }
                 let answer = || answer_one(stream, &held, analysis);
-                let _ = match &workers {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &workers {
                     Some(pool) => pool.install(answer),
                     None => answer(),
-                };
+                }));
             }
         })
         .ok()?;

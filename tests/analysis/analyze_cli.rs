@@ -501,8 +501,8 @@ fn flock_snapshot(snapshot: &Path, how: i32) -> std::fs::File {
 /// Right after a first look, while its process saves the index (held here at its turn among
 /// completions, after the meta level), every report on the snapshot whose level is not saved
 /// yet is answered by that process from the analysis it holds, word for word as a first look
-/// answers; the holder answers its own snapshot only (a copy of the file has none), through an
-/// owner-only socket that goes once the index is saved.
+/// answers, even after an asker that says nothing; the holder answers its own snapshot only (a
+/// copy of the file has none), through an owner-only socket that goes once the index is saved.
 #[test]
 fn reports_right_after_a_first_look_are_answered_by_the_process_holding_its_analysis() {
     use std::os::unix::fs::PermissionsExt;
@@ -524,11 +524,16 @@ fn reports_right_after_a_first_look_are_answered_by_the_process_holding_its_anal
     let held = cache.join("heapsnap").join("held");
     assert_eq!(std::fs::metadata(&held).unwrap().permissions().mode() & 0o777, 0o700, "the holders' directory is not owner-only");
     assert_eq!(std::fs::read_dir(&held).unwrap().count(), 1, "one holder's socket");
+    // An asker that connects and says nothing delays the next one (the holder answers one at
+    // a time), but only until the holder drops it.
+    let socket = std::fs::read_dir(&held).unwrap().next().unwrap().unwrap().path();
+    let stalled = std::os::unix::net::UnixStream::connect(&socket).expect("connect to the holder");
     for (report, reference) in reports.iter().zip(&references) {
         let (out, trace) = report_within(report, &snapshot, &cache, true, std::time::Duration::from_secs(30));
         assert!(trace.contains("the answer, from the process holding the analysis"), "{report:?} not answered by the holder: {trace}");
         assert_eq!(&out, reference, "{report:?} from the held analysis");
     }
+    drop(stalled);
     // Another file with the same bytes has no holder: its report analyses it.
     let copy = dir.path().join("copy.heapsnap");
     std::fs::copy(&snapshot, &copy).unwrap();
