@@ -175,26 +175,16 @@ fn leave_session() {
 /// with it): [`lower_priority`] leaves them as they are.
 pub const ANSWERING_THREAD: &str = "held analysis";
 
-/// The threads of this process that answer other commands, by their names
-/// (`/proc/self/task/TID/comm`).
-fn answering_threads() -> Vec<libc::id_t> {
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
-    tasks
-        .filter_map(|t| {
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            comm.starts_with(ANSWERING_THREAD).then(|| t.file_name().to_str()?.parse().ok())?
-        })
-        .collect()
-}
-
 /// Lowers this process's priority (see [`detach`]).
 pub fn lower_priority() {
     // Linux gives each thread its own priority: the analysis's workers, started before, keep
-    // theirs unless lowered one by one. The threads answering other commands keep theirs.
-    let keep = answering_threads();
-    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
-    let tids: Vec<libc::id_t> = tasks.filter_map(|t| t.file_name().to_str()?.parse().ok()).collect();
-    for tid in tids.into_iter().filter(|tid| !keep.contains(tid)) {
+    // theirs unless lowered one by one. The threads answering other commands (by their name,
+    // `/proc/self/task/TID/comm`) keep theirs.
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::id_t>().ok()) else { continue };
+        if std::fs::read_to_string(task.path().join("comm")).is_ok_and(|comm| comm.starts_with(ANSWERING_THREAD)) {
+            continue;
+        }
         // SAFETY: setpriority touches no memory and acts on a thread of this process only.
         unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, 10) };
     }
