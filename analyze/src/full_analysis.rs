@@ -454,21 +454,39 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
         let typing = self.typing()?;
         let start = self.tree.pre_of.get(v as usize).copied().filter(|&p| p != NO_NODE)? as usize;
         let order = self.tree.preorder();
-        let typed = |node: NodeId| if typing.type_id(node) != crate::model::NO_TYPE { self.freeable(node) } else { 0 };
+        let retained = &self.tree.retained_pre;
+        let is_typed = |p: usize| typing.type_id(order[p]) != crate::model::NO_TYPE;
+        // What freeing a node gives back ([`HeapFacts::freeable`]) is what it retains less what
+        // its children in the tree retain (static data retains nothing). Summed over the typed
+        // nodes `v` dominates, that is their retained bytes less those of the nodes whose
+        // immediate dominator is typed: the tree's arrays read in order, where each node's own
+        // size would be read from its header, scattered through the snapshot.
+        //
         // What `v` dominates comes after it in preorder, each node after its immediate
-        // dominator: one pass marks them (a bit each: a heap of 300M objects needs 38 MB).
-        let mut inside = vec![0u64; (order.len() - start).div_ceil(64)];
-        let is_inside = |inside: &[u64], i: usize| inside[i / 64] >> (i % 64) & 1 == 1;
-        inside[0] = 1;
-        let mut bytes = typed(v);
+        // dominator: one pass marks them, and which of them are typed (a bit each: a heap of
+        // 300M objects needs 38 MB for each).
+        let words = (order.len() - start).div_ceil(64);
+        let (mut inside, mut typed) = (vec![0u64; words], vec![0u64; words]);
+        let bit = |bits: &[u64], i: usize| bits[i / 64] >> (i % 64) & 1 == 1;
+        let set = |bits: &mut [u64], i: usize| bits[i / 64] |= 1 << (i % 64);
+        set(&mut inside, 0);
+        let (mut typed_retained, mut below_typed) = (0u64, 0u64);
+        if is_typed(start) {
+            set(&mut typed, 0);
+            typed_retained = retained.get(start);
+        }
         for p in start + 1..order.len() {
-            let idom = self.tree.idom_pre[p] as usize;
-            if idom >= start && is_inside(&inside, idom - start) {
-                inside[(p - start) / 64] |= 1 << ((p - start) % 64);
-                bytes += typed(order[p]);
+            let Some(idom) = (self.tree.idom_pre[p] as usize).checked_sub(start).filter(|&i| bit(&inside, i)) else { continue };
+            set(&mut inside, p - start);
+            if bit(&typed, idom) {
+                below_typed += retained.get(p);
+            }
+            if is_typed(p) {
+                set(&mut typed, p - start);
+                typed_retained += retained.get(p);
             }
         }
-        Some(bytes)
+        Some(typed_retained.saturating_sub(below_typed))
     }
 }
 

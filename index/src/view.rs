@@ -764,7 +764,31 @@ impl<'s> AnalysedHeap<'s> for IndexView<'s> {
         let typing = self.typing()?;
         let p = self.pre(v)?;
         // A hostile index's size gives no subtree rather than an overflow.
-        let subtree = self.tree.preorder.get(p..p.checked_add(self.tree.size(p)?)?)?;
-        Some(subtree.iter().filter(|&&node| typing.type_id(node) != heapsnap_analyze::NO_TYPE).map(|&node| self.freeable(node)).sum())
+        let end = p.checked_add(self.tree.size(p)?)?;
+        let subtree = self.tree.preorder.get(p..end)?;
+        // As the analysis counts it: what freeing a node gives back is what it retains less
+        // what its children retain, so the typed nodes' own bytes are their retained bytes
+        // less those of the nodes right below a typed one. The subtree is walked in preorder
+        // with its open ancestors on a stack (where each one's subtree ends, whether it is
+        // typed): the saved sizes and retained bytes read in order, no block looked up.
+        let mut open: Vec<(usize, bool)> = Vec::new();
+        let mut cursor = self.tree.cursor();
+        let (mut typed_retained, mut below_typed) = (0u64, 0u64);
+        for (q, &node) in (p..end).zip(subtree) {
+            while open.last().is_some_and(|&(ends, _)| ends <= q) {
+                open.pop();
+            }
+            let retained = self.retained_at(q);
+            if open.last().is_some_and(|&(_, typed)| typed) {
+                below_typed += retained;
+            }
+            let typed = typing.type_id(node) != heapsnap_analyze::NO_TYPE;
+            if typed {
+                typed_retained += retained;
+            }
+            // A hostile size past the subtree's end ends the walk's nesting there.
+            open.push((q.saturating_add(self.tree.size_at(q, &mut cursor)?).min(end), typed));
+        }
+        Some(typed_retained.saturating_sub(below_typed))
     }
 }

@@ -394,6 +394,12 @@ fn the_compiler_at_its_assembler_is_typed() {
     let view = heapsnap_index::IndexView::open(&ix.snap, &ix.index, heapsnap_index::Needs::All).unwrap();
     let from_index = heapsnap_analyze::stack_only(&view).expect("stack roots");
     assert_eq!(from_index.typed_bytes, Some(typed_in_frames));
+    // Its own way of counting (saved sizes and retained bytes, no block looked up) against
+    // the blocks' sizes, on the whole heap and on the largest root groups.
+    assert_eq!(view.typed_bytes_dominated_by(super_root), Some(typed_heap_bytes));
+    for &(p, bytes) in largest.iter().take(3) {
+        assert_eq!(view.typed_bytes_dominated_by(order[p]), Some(bytes), "the index's root group of {:#x}", order[p]);
+    }
     let top = analyse("top", &[&path], &["--by", "root", "--limit", "0"]);
     let names: Vec<&str> = top["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert!(!names.iter().any(|n| n.starts_with("Env.") && n[4..].parse::<u64>().is_ok()), "numbered Env globals: {names:?}");
