@@ -51,6 +51,27 @@ pub struct Analysis<'s> {
     /// The unreachable blocks and their bytes ([`Analysis::unreachable`]), from a sweep of
     /// their own or the one the kind groups make.
     unreachable: OnceLock<(u64, u64)>,
+    /// Each grouping's groups ([`grouping_slot`]), made when first asked for and kept: a report
+    /// and the index's completion, in the process that holds a first look's analysis
+    /// (`heapsnap-reports`' holder), take the groups the other made, or wait for the ones it is
+    /// making, instead of making them again beside it.
+    groupings: [OnceLock<Vec<Group>>; GROUPINGS],
+    /// The summary's suspects ([`crate::SUMMARY_SUSPECTS_MIN_PERCENT`]), kept for the same reason.
+    summary_suspects: OnceLock<crate::SuspectsReport>,
+}
+
+/// How many groupings there are ([`GroupBy`]).
+const GROUPINGS: usize = 5;
+
+/// Where a grouping's groups are kept in [`Analysis`].
+fn grouping_slot(by: GroupBy) -> usize {
+    match by {
+        GroupBy::Reserved => 0,
+        GroupBy::Kind => 1,
+        GroupBy::Closure => 2,
+        GroupBy::Root => 3,
+        GroupBy::Type => 4,
+    }
 }
 
 impl<'s> Analysis<'s> {
@@ -105,6 +126,8 @@ impl<'s> Analysis<'s> {
             bfs_parents: Default::default(),
             partial_parents: Default::default(),
             unreachable: Default::default(),
+            groupings: Default::default(),
+            summary_suspects: Default::default(),
         })
     }
 
@@ -147,9 +170,18 @@ impl<'s> Analysis<'s> {
     /// Groups, largest retained first. Errors when the snapshot cannot be grouped so
     /// ([`GroupBy::check`]).
     pub fn group_by(&self, by: GroupBy) -> Result<Vec<Group>, AnalyzeError> {
+        self.grouped(by).map(<[Group]>::to_vec)
+    }
+
+    /// [`Analysis::group_by`]'s groups where they are kept: made on first use.
+    pub fn grouped(&self, by: GroupBy) -> Result<&[Group], AnalyzeError> {
         by.check(self.snap)?;
+        Ok(self.groupings[grouping_slot(by)].get_or_init(|| self.make_groups(by)))
+    }
+
+    fn make_groups(&self, by: GroupBy) -> Vec<Group> {
         let (blocks, tree) = (&self.graph.blocks, &self.tree);
-        Ok(match by {
+        match by {
             GroupBy::Root => groups::root_groups(blocks, tree, self.retainers(), self.labelled_tops()),
             GroupBy::Kind | GroupBy::Closure => {
                 let (groups, unreachable) = groups::kind_groups(blocks, tree, &self.names, self.block_kinds(), by);
@@ -158,7 +190,13 @@ impl<'s> Analysis<'s> {
             }
             GroupBy::Type => groups::type_groups(blocks, tree, AnalysedHeap::typing(self)),
             GroupBy::Reserved => groups::reserved_groups(blocks, tree, &self.names),
-        })
+        }
+    }
+
+    /// The suspects `summary` lists ([`crate::SUMMARY_SUSPECTS_MIN_PERCENT`], at most
+    /// [`crate::SUMMARY_SUSPECTS_SHOWN`]), made on first use.
+    pub fn summary_suspects(&self) -> &crate::SuspectsReport {
+        self.summary_suspects.get_or_init(|| crate::suspects(self, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN))
     }
 
     /// Every top object (one whose immediate dominator is the super-root or a root kind) with
@@ -430,7 +468,7 @@ impl<'s> AnalysedHeap<'s> for Analysis<'s> {
     }
 
     fn groups(&self, by: GroupBy) -> Result<Cow<'_, [Group]>, AnalyzeError> {
-        self.group_by(by).map(Cow::Owned)
+        self.grouped(by).map(Cow::Borrowed)
     }
 
     fn root_shares(&self) -> Cow<'_, [RootShare]> {

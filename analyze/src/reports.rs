@@ -82,8 +82,7 @@ pub fn summary(a: &Analysis<'_>, top: usize) -> Summary {
     let reachable_objects = a.reachable_objects();
     let reachable_bytes = a.reachable_bytes();
     // The kind groups count the unreachable blocks as they sweep the regions: first.
-    let mut top_groups = a.group_by(GroupBy::Kind).expect("every snapshot groups by kind");
-    top_groups.truncate(top);
+    let top_groups = a.grouped(GroupBy::Kind).expect("every snapshot groups by kind").iter().take(top).cloned().collect();
     let (unreachable_objects, unreachable_bytes) = a.unreachable();
     let roots = a
         .graph
@@ -158,19 +157,19 @@ pub fn summary_with_suspects(a: &Analysis<'_>, top: usize) -> (Summary, crate::S
     let (type_groups, suspects) = rayon::join(
         || {
             named.then(|| {
-                let groups = a.group_by(GroupBy::Type);
+                let groups = a.grouped(GroupBy::Type);
                 timer.lap("groups by type");
                 groups
             })
         },
         || {
-            let suspects = crate::suspects(a, crate::SUMMARY_SUSPECTS_MIN_PERCENT, crate::SUMMARY_SUSPECTS_SHOWN);
+            let suspects = a.summary_suspects().clone();
             timer.lap("suspects");
             suspects
         },
     );
     if let Some(Ok(groups)) = type_groups {
-        totals.top_groups = groups.into_iter().take(top).collect();
+        totals.top_groups = groups.iter().take(top).cloned().collect();
         totals.top_groups_by = GroupBy::Type.name().to_string();
     }
     (totals, suspects)

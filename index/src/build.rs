@@ -114,8 +114,7 @@ fn meta(a: &Analysis<'_>) -> MetaParts {
     a.keep_bfs_parents(parents);
     let (summary, groups) = meta;
     let timer = PhaseTimer::start("index");
-    let summary_suspects =
-        heapsnap_analyze::suspects(a, heapsnap_analyze::SUMMARY_SUSPECTS_MIN_PERCENT, heapsnap_analyze::SUMMARY_SUSPECTS_SHOWN);
+    let summary_suspects = a.summary_suspects().clone();
     timer.lap("the summary's suspects");
     MetaParts {
         meta: Meta {

@@ -44,6 +44,27 @@ fn large_heap_shape_is_fully_reachable_and_consistent() {
     assert!(by_root.iter().any(|g| g.name == "Large_heap.0" || g.name == "Large_heap.1"), "{by_root:?}");
 }
 
+/// Groups and the summary's suspects are made once and kept: the process that holds a first
+/// look's analysis answers other commands' reports while its completion makes the index, and
+/// each takes what the other made instead of making it again.
+#[test]
+fn groupings_and_the_summary_suspects_are_made_once() {
+    let shape = large_heap_shape(200);
+    let w = write(&shape.heap);
+    let a = Analysis::new(&w.snap, &Progress::hidden()).unwrap();
+    for by in [GroupBy::Kind, GroupBy::Closure, GroupBy::Root] {
+        let first = a.grouped(by).unwrap();
+        assert!(std::ptr::eq(first, a.grouped(by).unwrap()), "{by:?} made again");
+        assert_eq!(a.group_by(by).unwrap(), first, "{by:?}");
+    }
+    // A grouping the snapshot cannot give is still refused, each time.
+    assert!(a.grouped(GroupBy::Reserved).is_err() && a.grouped(GroupBy::Reserved).is_err());
+    let suspects = a.summary_suspects();
+    assert!(std::ptr::eq(suspects, a.summary_suspects()));
+    let (_, said) = heapsnap_analyze::summary_with_suspects(&a, 10);
+    assert_eq!(serde_json::to_value(&said).unwrap(), serde_json::to_value(suspects).unwrap());
+}
+
 #[test]
 fn no_scan_blocks_have_no_edges_and_closures_skip_code() {
     let mut h = SynthHeap::new();
