@@ -924,13 +924,12 @@ fn shared_label(names: &[String], set: &Reach, sorted: &[u32], whole: bool, what
     // Globals are `Module.field`; other roots are `kind name`: grouped by kind.
     let globals = set.rank <= stability(RootKind::Global) && list.iter().all(|n| !n.contains(' '));
     let who = if globals { "globals" } else { "roots" };
-    let mut groups: Vec<(&str, usize)> = Vec::new();
+    // Counted by name: a label may stand for thousands of roots of hundreds of modules.
+    let mut counts: rustc_hash::FxHashMap<&str, usize> = Default::default();
     for n in &list {
-        match groups.iter_mut().find(|(g, _)| *g == group_of(n)) {
-            Some(g) => g.1 += 1,
-            None => groups.push((group_of(n), 1)),
-        }
+        *counts.entry(group_of(n)).or_default() += 1;
     }
+    let mut groups: Vec<(&str, usize)> = counts.into_iter().collect();
     if let [(group, _)] = groups.as_slice() {
         return format!("{what} shared by {} {who} of {group}", list.len());
     }
@@ -963,7 +962,24 @@ pub fn held_by<'s>(a: &impl HeapFacts<'s>, kind: RootKind, v: NodeId) -> String 
 
 #[cfg(test)]
 mod tests {
-    use super::SubtreeGraph;
+    use super::{shared_label, stability, Reach, SubtreeGraph};
+    use heapsnap_format::RootKind;
+
+    #[test]
+    fn a_shared_label_counts_the_roots_of_each_module_largest_first_then_by_name() {
+        // Modules by count (C 3, then A and B 2 each, by name), the fourth and fifth as "more".
+        let names: Vec<String> = ["A.x", "A.y", "B.x", "B.y", "C.x", "C.y", "C.z", "D.x", "E.x"].map(String::from).to_vec();
+        let set = Reach { rank: stability(RootKind::Global), ..Reach::none() };
+        let all: Vec<u32> = (0..names.len() as u32).collect();
+        assert_eq!(shared_label(&names, &set, &all, true, "list cell"), "list cell shared by 9 globals: C (3), A (2), B (2), 2 more");
+        assert_eq!(shared_label(&names, &set, &all[4..7], true, "list cell"), "list cell shared by C.x, C.y, C.z");
+        assert_eq!(shared_label(&names, &set, &[0, 1, 4, 5], true, "Hashtbl"), "Hashtbl shared by 4 globals: A (2), C (2)");
+        assert_eq!(shared_label(&names, &set, &[4, 5, 6, 7], true, "x").split(':').nth(1), Some(" C (3), D (1)"));
+        // Ties, whatever order the roots are counted in.
+        let one_each: Vec<String> = ["Q", "K", "W", "B", "Z", "M", "A", "T"].iter().map(|m| format!("{m}.x")).collect();
+        let every: Vec<u32> = (0..one_each.len() as u32).collect();
+        assert_eq!(shared_label(&one_each, &set, &every, true, "x"), "x shared by 8 globals: A (1), B (1), K (1), 5 more");
+    }
 
     #[test]
     fn the_subtree_graph_lists_each_slots_successors_once_in_order() {
