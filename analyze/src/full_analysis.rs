@@ -1,6 +1,6 @@
 //! The full analysis of one snapshot: the graph, its dominator tree with retained sizes, and
 //! names, with the caches of what the reports compute from them (root labels, block kinds, the
-//! dominator tree's children, types). It answers the heap facts and the analysed-heap trait
+//! dominator tree's children, types, each grouping's groups, the summary's suspects). It answers the heap facts and the analysed-heap trait
 //! from the graph.
 
 use crate::analysed_heap::AnalysedHeap;
