@@ -155,24 +155,14 @@ fn closures_source_lines(a: &Analysis<'_>) -> Vec<(u64, Option<String>)> {
 /// The summary (without its top groups) and every grouping.
 fn groups(a: &Analysis<'_>) -> (heapsnap_analyze::Summary, Vec<(GroupBy, Vec<heapsnap_analyze::Group>)>) {
     let timer = PhaseTimer::start("index");
-    // The summary lists the kind groups: all of them are the `kind` grouping (made once).
-    let mut summary = heapsnap_analyze::summary(a, usize::MAX);
-    let kind_groups = std::mem::take(&mut summary.top_groups);
+    // Saved without its top groups (a report takes them from the groupings); the kind
+    // grouping it makes is kept by the analysis for the groupings below.
+    let summary = heapsnap_analyze::summary(a, 0);
     timer.lap("summary");
-    let mut kind_groups = Some(kind_groups);
     let _ = a.retainers();
     timer.lap("the roots' reach");
     // A grouping the snapshot does not allow (`tag` without reserved header bits) is left out.
-    let groups: Vec<(GroupBy, Vec<_>)> = ALL_GROUPINGS
-        .iter()
-        .filter_map(|&by| {
-            let list = match by {
-                GroupBy::Kind => kind_groups.take().expect("one kind grouping"),
-                _ => a.group_by(by).ok()?,
-            };
-            Some((by, list))
-        })
-        .collect();
+    let groups: Vec<(GroupBy, Vec<_>)> = ALL_GROUPINGS.iter().filter_map(|&by| Some((by, a.group_by(by).ok()?))).collect();
     timer.lap("every grouping");
     (summary, groups)
 }
